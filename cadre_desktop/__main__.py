@@ -1,0 +1,3 @@
+from cadre_desktop.cli import main
+
+raise SystemExit(main())
