@@ -1,0 +1,77 @@
+"""Versioned JSON files: read strictly, upgrade step by step, never overwrite bad data.
+
+Every file the host keeps has a `version`. Reading one that is unreadable, not
+JSON, of the wrong shape or from a newer build raises StorageError naming the
+file and the problem, and leaves the file byte-for-byte as it was: losing
+records would orphan live children and their keyring secrets.
+
+An older file is upgraded in memory by one function per version step
+(`upgrades[n]` turns version n into n+1). Before the first write of the upgraded
+document, the original is kept as `<name>.v<n>.bak`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from cadre_desktop.errors import StorageError
+
+Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def read_versioned(
+    path: Path,
+    *,
+    what: str,
+    current: int,
+    upgrades: Mapping[int, Upgrade],
+) -> tuple[dict[str, Any] | None, int | None]:
+    """Return (document at `current` version, version found on disk) or (None, None) if absent."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        raise StorageError(f"cannot read the {what} file {path}: {exc.strerror or exc}") from None
+    if not raw.strip():
+        raise StorageError(f"the {what} file {path} is empty; it was left as it is")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StorageError(
+            f"the {what} file {path} is not valid JSON ({exc}); it was left as it is"
+        ) from None
+    if not isinstance(doc, dict):
+        raise StorageError(f"the {what} file {path} is not a JSON object; it was left as it is")
+    version = doc.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise StorageError(f"the {what} file {path} has no valid version; it was left as it is")
+    if version > current:
+        raise StorageError(
+            f"the {what} file {path} is version {version}, written by a newer cadre-desktop "
+            f"(this one reads up to {current}); update cadre-desktop"
+        )
+    found = version
+    while version < current:
+        step = upgrades.get(version)
+        if step is None:
+            raise StorageError(f"the {what} file {path} is version {version}, which cannot be upgraded")
+        try:
+            doc = step(dict(doc))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StorageError(
+                f"the {what} file {path} could not be upgraded from version {version}: {exc}"
+            ) from None
+        version += 1
+        doc["version"] = version
+    return doc, found
+
+
+def keep_backup(path: Path, version: int) -> None:
+    """Copy an about-to-be-upgraded file aside, once, with its permissions."""
+    backup = path.with_name(f"{path.name}.v{version}.bak")
+    if not backup.exists():
+        shutil.copy2(path, backup)

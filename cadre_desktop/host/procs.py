@@ -1,0 +1,221 @@
+"""The one seam between the orchestrator and the operating system's processes.
+
+Everything platform-specific about a child lives here: how it is started in a
+group of its own (so the host's death does not take it down), how its identity
+is read (pid plus start time, so a reused pid is never taken for our child),
+how its group is terminated and killed, and how its exit is noticed.
+
+Each branch takes the platform name and the OS functions it calls as
+arguments, so unit tests exercise the Windows and macOS branches on Linux.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+CURRENT = sys.platform
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What makes a pid *our* process: its start time, and on Linux the boot it ran in."""
+
+    start_time: str
+    boot_id: str | None = None
+
+    def matches(self, other: "Identity | None") -> bool:
+        if other is None or self.boot_id != other.boot_id:
+            return False
+        if self.start_time == other.start_time:
+            return True
+        # psutil's create_time is a float in seconds; allow its rounding, nothing more.
+        if self.boot_id is None:
+            try:
+                return abs(float(self.start_time) - float(other.start_time)) < 0.05
+            except ValueError:
+                return False
+        return False
+
+
+def _linux_boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _linux_identity(pid: int) -> Identity | None:
+    """Start time in clock ticks since boot from /proc/<pid>/stat (field 22).
+
+    Unlike psutil's create_time, this does not move when the wall clock steps.
+    A zombie counts as gone: it will never serve anything again.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses; split after the last ')'.
+    fields = stat[stat.rfind(")") + 2:].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return Identity(start_time=fields[19], boot_id=_linux_boot_id())
+
+
+def _psutil_identity(pid: int) -> Identity | None:
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return Identity(start_time=f"{proc.create_time():.3f}")
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        return None
+
+
+def read_identity(pid: int, platform: str = CURRENT) -> Identity | None:
+    if pid <= 0:
+        return None
+    if platform.startswith("linux"):
+        return _linux_identity(pid)
+    return _psutil_identity(pid)
+
+
+def popen_options(platform: str = CURRENT) -> dict[str, Any]:
+    """Start the child in its own session (POSIX) or process group (Windows)."""
+    if platform == "win32":
+        flags = 0x00000200 | 0x08000000  # CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW
+        return {"creationflags": flags}
+    return {"start_new_session": True}
+
+
+@dataclass
+class SignalOps:
+    """The OS calls that signal a group; replaced by fakes in unit tests."""
+
+    killpg: Callable[[int, int], None] = getattr(os, "killpg", None)  # type: ignore[assignment]
+    kill: Callable[[int, int], None] = os.kill
+    kill_tree: Callable[[int], None] | None = None
+
+
+def _psutil_kill_tree(pid: int) -> None:
+    try:
+        parent = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    for proc in [*parent.children(recursive=True), parent]:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def terminate_group(pid: int, platform: str = CURRENT, ops: SignalOps | None = None) -> None:
+    """Ask the child's whole group to stop. A group already gone is not an error."""
+    ops = ops or SignalOps()
+    try:
+        if platform == "win32":
+            # CTRL_BREAK reaches every process of the group created with
+            # CREATE_NEW_PROCESS_GROUP; a child without a console ignores it and
+            # is killed after the grace period.
+            ops.kill(pid, getattr(signal, "CTRL_BREAK_EVENT", 1))
+        else:
+            ops.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError, OSError) as exc:
+        log.debug("terminate of group %s: %s", pid, exc)
+
+
+def kill_group(pid: int, platform: str = CURRENT, ops: SignalOps | None = None) -> None:
+    ops = ops or SignalOps()
+    try:
+        if platform == "win32":
+            (ops.kill_tree or _psutil_kill_tree)(pid)
+        else:
+            ops.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError) as exc:
+        log.debug("kill of group %s: %s", pid, exc)
+
+
+ExitCallback = Callable[[int | None], None]
+
+
+def watch_exit(
+    loop: asyncio.AbstractEventLoop,
+    pid: int,
+    popen: subprocess.Popen | None,
+    on_exit: ExitCallback,
+) -> Callable[[], None]:
+    """Call `on_exit(returncode)` on the loop as soon as `pid` ends; return a canceller.
+
+    Linux: a pidfd in the loop's reader set, which wakes within a millisecond for
+    our own children and for re-attached ones alike, with no thread and no
+    polling. Elsewhere: one waiting thread per child that posts back to the loop.
+    The return code is known only for children this host spawned.
+    """
+    done = threading.Event()
+
+    def fire() -> None:
+        if done.is_set():
+            return
+        done.set()
+        code = None
+        if popen is not None:
+            try:
+                code = popen.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                code = popen.poll()
+        on_exit(code)
+
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is not None:
+        try:
+            fd = pidfd_open(pid)
+        except ProcessLookupError:
+            loop.call_soon(fire)
+            return done.set
+        except OSError:
+            fd = None
+        if fd is not None:
+            def readable() -> None:
+                loop.remove_reader(fd)
+                os.close(fd)
+                fire()
+
+            def cancel() -> None:
+                if not done.is_set():
+                    done.set()
+                    loop.remove_reader(fd)
+                    os.close(fd)
+
+            loop.add_reader(fd, readable)
+            return cancel
+
+    def wait_in_thread() -> None:
+        try:
+            if popen is not None:
+                popen.wait()
+            else:
+                psutil.Process(pid).wait()
+        except psutil.NoSuchProcess:
+            pass
+        except Exception as exc:  # never let a watcher thread die silently
+            log.warning("exit watcher for pid %s failed: %s", pid, exc)
+        if not done.is_set() and not loop.is_closed():
+            loop.call_soon_threadsafe(fire)
+
+    threading.Thread(target=wait_in_thread, name=f"exit-watch-{pid}", daemon=True).start()
+    return done.set

@@ -1,0 +1,136 @@
+"""The host's persistent row for a node, and the statuses it moves through."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class NodeStatus(str, Enum):
+    #: The code creating the node owns it; no handle may exist yet.
+    SPAWNING = "spawning"
+    UNCLAIMED = "unclaimed"
+    JOINING = "joining"
+    JOINED = "joined"
+    #: Given up on, or the invitation failed; only an explicit Retry brings it back.
+    ERROR = "error"
+
+
+SUPERVISED = frozenset({NodeStatus.UNCLAIMED, NodeStatus.JOINING, NodeStatus.JOINED})
+
+
+class NodeMode(str, Enum):
+    """How the node enters a cadre, hence which secret the keyring holds for it."""
+
+    CLAIM = "claim"
+    INVITATION = "invitation"
+
+
+@dataclass(frozen=True)
+class RespawnInfo:
+    attempts: int
+    #: Wall-clock ISO-8601 time of the last attempt; it must survive host restarts.
+    last_attempt_at: str
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    id: str
+    name: str
+    status: NodeStatus
+    mode: NodeMode = NodeMode.CLAIM
+    #: The orchestrator handle of the child spawned last, if any.
+    handle: str | None = None
+    api_port: int | None = None
+    p2p_port: int | None = None
+    peer_id: str | None = None
+    cadre: str | None = None
+    error: str | None = None
+    respawn: RespawnInfo | None = None
+    created_at: str = ""
+    updated_at: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def replace(self, **changes: Any) -> "NodeRecord":
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def attempts(self) -> int:
+        return self.respawn.attempts if self.respawn else 0
+
+    def to_row(self) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "name": self.name,
+            "status": self.status.value,
+            "mode": self.mode.value,
+            "handle": self.handle,
+            "api_port": self.api_port,
+            "p2p_port": self.p2p_port,
+            "peer_id": self.peer_id,
+            "cadre": self.cadre,
+            "error": self.error,
+            "respawn": (
+                {"attempts": self.respawn.attempts, "last_attempt_at": self.respawn.last_attempt_at}
+                if self.respawn else None
+            ),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+        row.update(self.extra)
+        return row
+
+
+_OPTIONAL_STR = ("handle", "peer_id", "cadre", "error")
+_OPTIONAL_PORT = ("api_port", "p2p_port")
+_KNOWN = {"name", "status", "mode", "respawn", "created_at", "updated_at",
+          *_OPTIONAL_STR, *_OPTIONAL_PORT}
+
+
+def record_from_row(node_id: str, row: Any) -> NodeRecord:
+    """Build a record from its JSON row; a row of the wrong shape raises ValueError."""
+    if not isinstance(row, dict):
+        raise ValueError(f"node {node_id!r} is not an object")
+    name = row.get("name")
+    if not isinstance(name, str):
+        raise ValueError(f"node {node_id!r} has no name")
+    try:
+        status = NodeStatus(row.get("status"))
+    except ValueError:
+        raise ValueError(f"node {node_id!r} has an unknown status {row.get('status')!r}") from None
+    try:
+        mode = NodeMode(row.get("mode", "claim"))
+    except ValueError:
+        raise ValueError(f"node {node_id!r} has an unknown mode {row.get('mode')!r}") from None
+    for key in _OPTIONAL_STR:
+        if row.get(key) is not None and not isinstance(row[key], str):
+            raise ValueError(f"node {node_id!r}: {key} must be a string")
+    for key in _OPTIONAL_PORT:
+        v = row.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            raise ValueError(f"node {node_id!r}: {key} must be a port number")
+    respawn = None
+    raw = row.get("respawn")
+    if raw is not None:
+        if (not isinstance(raw, dict) or not isinstance(raw.get("attempts"), int)
+                or not isinstance(raw.get("last_attempt_at"), str)):
+            raise ValueError(f"node {node_id!r}: respawn must hold attempts and last_attempt_at")
+        respawn = RespawnInfo(attempts=raw["attempts"], last_attempt_at=raw["last_attempt_at"])
+    return NodeRecord(
+        id=node_id,
+        name=name,
+        status=status,
+        mode=mode,
+        handle=row.get("handle"),
+        api_port=row.get("api_port"),
+        p2p_port=row.get("p2p_port"),
+        peer_id=row.get("peer_id"),
+        cadre=row.get("cadre"),
+        error=row.get("error"),
+        respawn=respawn,
+        created_at=str(row.get("created_at") or ""),
+        updated_at=str(row.get("updated_at") or ""),
+        # Keys a newer build added are carried through untouched, never dropped.
+        extra={k: v for k, v in row.items() if k not in _KNOWN},
+    )

@@ -1,0 +1,184 @@
+"""Claim secrets and invitations in the OS keyring.
+
+Service name `cadre-desktop`, user name `<node id>/claim-secret` or
+`<node id>/invitation`. The backend is keyring's own choice, so
+`PYTHON_KEYRING_BACKEND` is honoured. There is no plaintext fallback: no usable
+backend, a locked keyring or a failing backend is a SecretsError a person can
+act on, and the node is not created.
+
+Keyring calls can block for a long time (an unlock prompt, a slow D-Bus
+service), so every call runs on one dedicated worker thread: off the event loop,
+and never two at once against a backend that may not be thread-safe. Messages
+never carry a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets as _random
+from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
+from typing import Callable, TypeVar
+
+import keyring
+import keyring.errors
+from keyring.backend import KeyringBackend
+
+from cadre_desktop import APP_NAME
+from cadre_desktop.errors import SecretsError
+
+log = logging.getLogger(__name__)
+
+SERVICE = APP_NAME
+T = TypeVar("T")
+
+_HELP_UNAVAILABLE = (
+    "No usable keyring (secret store) was found, so cadre-desktop cannot keep claim "
+    "secrets safely. On Linux install and unlock a Secret Service provider (GNOME "
+    "Keyring or KWallet); on Windows and macOS the system keyring is used. "
+    "PYTHON_KEYRING_BACKEND selects a backend by hand."
+)
+_HELP_LOCKED = (
+    "The keyring is locked. Unlock it (log in to the desktop, or open your keyring "
+    "app and unlock it) and try again."
+)
+
+
+class KeyringUnavailable(SecretsError):
+    code = "keyring_unavailable"
+
+
+class KeyringLocked(SecretsError):
+    code = "keyring_locked"
+
+
+class SecretKind(str, Enum):
+    CLAIM = "claim-secret"
+    INVITATION = "invitation"
+
+
+def user_name(node_id: str, kind: SecretKind) -> str:
+    return f"{node_id}/{kind.value}"
+
+
+def new_claim_secret() -> str:
+    """256 random bits, URL-safe (it travels in a QR code's URL fragment)."""
+    return _random.token_urlsafe(32)
+
+
+def _is_unusable(backend: KeyringBackend) -> bool:
+    """Backends that would lose a secret silently or keep it in plain text."""
+    from keyring.backends import chainer, fail, null
+
+    if isinstance(backend, (fail.Keyring, null.Keyring)):
+        return True
+    if isinstance(backend, chainer.ChainerBackend) and not backend.backends:
+        return True
+    module = type(backend).__module__
+    explicit = bool(os.environ.get("PYTHON_KEYRING_BACKEND"))
+    # keyrings.alt's plaintext and file backends are fine only when chosen by name.
+    if module.startswith("keyrings.alt") and not explicit:
+        return True
+    return False
+
+
+def backend_label(backend: KeyringBackend) -> str:
+    return f"{type(backend).__module__}.{type(backend).__name__}"
+
+
+class SecretStore:
+    def __init__(self, backend: KeyringBackend | None = None) -> None:
+        self._backend = backend
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keyring")
+
+    # -- on the worker thread -------------------------------------------------
+
+    def _resolve(self) -> KeyringBackend:
+        if self._backend is None:
+            try:
+                self._backend = keyring.get_keyring()
+            except Exception as exc:  # a backend that fails to initialise
+                raise KeyringUnavailable(f"{_HELP_UNAVAILABLE} ({type(exc).__name__})") from None
+        if _is_unusable(self._backend):
+            raise KeyringUnavailable(f"{_HELP_UNAVAILABLE} (found {backend_label(self._backend)})")
+        return self._backend
+
+    def _call(self, action: str, fn: Callable[[KeyringBackend], T], secret: str | None = None) -> T:
+        backend = self._resolve()
+        try:
+            return fn(backend)
+        except keyring.errors.KeyringLocked:
+            raise KeyringLocked(_HELP_LOCKED) from None
+        except keyring.errors.NoKeyringError:
+            raise KeyringUnavailable(_HELP_UNAVAILABLE) from None
+        except SecretsError:
+            raise
+        except Exception as exc:
+            detail = str(exc)
+            if secret and secret in detail:
+                detail = detail.replace(secret, "<redacted>")
+            if "locked" in detail.lower():
+                raise KeyringLocked(_HELP_LOCKED) from None
+            raise SecretsError(
+                f"The keyring ({backend_label(backend)}) failed to {action}: "
+                f"{type(exc).__name__}: {detail[:200]}"
+            ) from None
+
+    def get_sync(self, node_id: str, kind: SecretKind) -> str | None:
+        return self._call(
+            "read a secret", lambda b: b.get_password(SERVICE, user_name(node_id, kind))
+        )
+
+    def set_sync(self, node_id: str, kind: SecretKind, value: str) -> None:
+        def store(b: KeyringBackend) -> None:
+            b.set_password(SERVICE, user_name(node_id, kind), value)
+            # Some backends accept a write they cannot keep; read it back once.
+            if b.get_password(SERVICE, user_name(node_id, kind)) != value:
+                raise KeyringUnavailable(
+                    f"{_HELP_UNAVAILABLE} (the backend {backend_label(b)} did not keep a secret)"
+                )
+        self._call("store a secret", store, secret=value)
+
+    def delete_sync(self, node_id: str, kind: SecretKind) -> bool:
+        def delete(b: KeyringBackend) -> bool:
+            try:
+                b.delete_password(SERVICE, user_name(node_id, kind))
+            except keyring.errors.PasswordDeleteError:
+                return False
+            return True
+        return self._call("delete a secret", delete)
+
+    def check_sync(self) -> str:
+        """A round trip through the backend with a throwaway entry; returns its name."""
+        probe_id = f"doctor-{_random.token_hex(4)}"
+        value = _random.token_urlsafe(16)
+        self.set_sync(probe_id, SecretKind.CLAIM, value)
+        self.delete_sync(probe_id, SecretKind.CLAIM)
+        return backend_label(self._resolve())
+
+    # -- on the event loop -----------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    async def get(self, node_id: str, kind: SecretKind) -> str | None:
+        return await self._run(self.get_sync, node_id, kind)
+
+    async def set(self, node_id: str, kind: SecretKind, value: str) -> None:
+        await self._run(self.set_sync, node_id, kind, value)
+
+    async def delete(self, node_id: str, kind: SecretKind) -> bool:
+        return await self._run(self.delete_sync, node_id, kind)
+
+    async def delete_all(self, node_id: str) -> None:
+        for kind in SecretKind:
+            await self.delete(node_id, kind)
+
+    async def check(self) -> str:
+        return await self._run(self.check_sync)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

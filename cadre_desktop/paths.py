@@ -1,0 +1,85 @@
+"""Where cadre-desktop keeps its files.
+
+`CADRE_DESKTOP_HOME`, when set, is the one folder for everything (tests and
+portable installs use it). Unset, the files go where the platform expects them:
+platformdirs' user data folder for records and node work folders, its config
+folder for settings, its log folder for logs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+from cadre_desktop import APP_NAME
+
+HOME_ENV = "CADRE_DESKTOP_HOME"
+
+
+@dataclass(frozen=True)
+class Paths:
+    data_dir: Path
+    config_dir: Path
+    log_dir: Path
+
+    @property
+    def records_file(self) -> Path:
+        return self.data_dir / "hosted-nodes.json"
+
+    @property
+    def state_file(self) -> Path:
+        return self.data_dir / "state.json"
+
+    @property
+    def control_file(self) -> Path:
+        return self.data_dir / "control.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.data_dir / "host.lock"
+
+    @property
+    def settings_file(self) -> Path:
+        return self.config_dir / "settings.json"
+
+    @property
+    def nodes_dir(self) -> Path:
+        return self.data_dir / "nodes"
+
+    def node_dir(self, node_id: str) -> Path:
+        return self.nodes_dir / node_id
+
+    def node_log(self, node_id: str) -> Path:
+        return self.log_dir / f"node-{node_id}.log"
+
+    @property
+    def host_log(self) -> Path:
+        return self.log_dir / "host.log"
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "data_dir": str(self.data_dir),
+            "config_dir": str(self.config_dir),
+            "log_dir": str(self.log_dir),
+            "records": str(self.records_file),
+            "state": str(self.state_file),
+            "settings": str(self.settings_file),
+            "control": str(self.control_file),
+            "nodes": str(self.nodes_dir),
+        }
+
+
+def resolve_paths(env: dict[str, str] | None = None) -> Paths:
+    env = os.environ if env is None else env
+    home = env.get(HOME_ENV)
+    if home:
+        root = Path(home).expanduser().absolute()
+        return Paths(data_dir=root, config_dir=root, log_dir=root / "logs")
+    return Paths(
+        data_dir=Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)),
+        config_dir=Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)),
+        log_dir=Path(platformdirs.user_log_dir(APP_NAME, appauthor=False)),
+    )

@@ -1,0 +1,163 @@
+"""settings.json: every key optional, every key checked.
+
+An unknown key or a value of the wrong type is an error that names the key and
+the file, so a typo is never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cadre_desktop.errors import SettingsError
+
+
+def default_node_command() -> list[str]:
+    """This Python running the reference node; a bundle points at its own entry."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, "--node"]
+    return [sys.executable, "-m", "cadre_desktop.node"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    node_command: list[str] = field(default_factory=default_node_command)
+    port_range: tuple[int, int] = (47100, 47299)
+    bind_host: str = "0.0.0.0"
+    advertise_host: str | None = None
+    respawn_backoff_base_ms: int = 5_000
+    respawn_backoff_max_ms: int = 300_000
+    respawn_max_attempts: int = 5
+    respawn_healthy_ms: int = 600_000
+    sweep_ms: int = 60_000
+    probe_interval_ms: int = 5_000
+    stop_timeout_ms: int = 5_000
+    keep_nodes_running_on_quit: bool = False
+    notifications: bool = True
+    monochrome_icon: bool = False
+
+    def with_changes(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _positive_int(minimum: int = 1):
+    def check(v: Any) -> Any:
+        if not _is_int(v):
+            return None, "must be a whole number"
+        if v < minimum:
+            return None, f"must be at least {minimum}"
+        return v, None
+    return check
+
+
+def _bool(v: Any):
+    if not isinstance(v, bool):
+        return None, "must be true or false"
+    return v, None
+
+
+def _node_command(v: Any):
+    if not isinstance(v, list) or not v or not all(isinstance(p, str) and p for p in v):
+        return None, "must be a non-empty list of non-empty strings"
+    return list(v), None
+
+
+def _port_range(v: Any):
+    if not (isinstance(v, list) and len(v) == 2 and all(_is_int(p) for p in v)):
+        return None, "must be a list of two port numbers, like [47100, 47299]"
+    lo, hi = v
+    if not (1024 <= lo <= hi <= 65535):
+        return None, "must satisfy 1024 <= first <= second <= 65535"
+    if hi - lo < 1:
+        return None, "must hold at least two ports (a node needs an API and a P2P port)"
+    return (lo, hi), None
+
+
+def _host(allow_null: bool):
+    def check(v: Any):
+        if v is None and allow_null:
+            return None, None
+        if not isinstance(v, str) or not v.strip():
+            return None, "must be a host name or IP address" + (" (or null)" if allow_null else "")
+        v = v.strip()
+        if any(c in v for c in "/#?@ ") :
+            return None, "must be a bare host name or IP address, without a scheme, port or path"
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            if not all(part and len(part) < 64 for part in v.split(".")):
+                return None, "is not a valid host name or IP address"
+        return v, None
+    return check
+
+
+_CHECKS = {
+    "node_command": _node_command,
+    "port_range": _port_range,
+    "bind_host": _host(allow_null=False),
+    "advertise_host": _host(allow_null=True),
+    "respawn_backoff_base_ms": _positive_int(1),
+    "respawn_backoff_max_ms": _positive_int(1),
+    "respawn_max_attempts": _positive_int(1),
+    "respawn_healthy_ms": _positive_int(1),
+    "sweep_ms": _positive_int(10),
+    "probe_interval_ms": _positive_int(10),
+    "stop_timeout_ms": _positive_int(1),
+    "keep_nodes_running_on_quit": _bool,
+    "notifications": _bool,
+    "monochrome_icon": _bool,
+}
+
+KNOWN_KEYS = tuple(_CHECKS)
+
+
+def parse_settings(doc: Any, source: str) -> Settings:
+    if not isinstance(doc, dict):
+        raise SettingsError(f"{source}: settings must be a JSON object, like {{\"sweep_ms\": 60000}}")
+    values: dict[str, Any] = {}
+    for key, raw in doc.items():
+        check = _CHECKS.get(key)
+        if check is None:
+            raise SettingsError(
+                f"{source}: unknown setting {key!r}. Known settings: {', '.join(KNOWN_KEYS)}"
+            )
+        value, problem = check(raw)
+        if problem:
+            raise SettingsError(f"{source}: setting {key!r} {problem} (got {json.dumps(raw)})")
+        values[key] = value
+    settings = Settings(**values)
+    if settings.respawn_backoff_max_ms < settings.respawn_backoff_base_ms:
+        raise SettingsError(
+            f"{source}: setting 'respawn_backoff_max_ms' must not be below 'respawn_backoff_base_ms'"
+        )
+    return settings
+
+
+def load_settings(path: Path) -> Settings:
+    """Read settings.json; a missing file means every default."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Settings()
+    except OSError as exc:
+        raise SettingsError(f"{path}: cannot read settings: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise SettingsError(f"{path}: not UTF-8 text; save it as UTF-8 JSON") from None
+    if not raw.strip():
+        raise SettingsError(f"{path}: the file is empty; write {{}} for all defaults, or delete it")
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+    return parse_settings(doc, str(path))

@@ -1,0 +1,249 @@
+"""The orchestrator against real child processes and real files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cadre_desktop.host.orchestrator import ExitEvent, Orchestrator
+from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.host.procs import read_identity
+from tests.support.polling import async_wait_until, wait_until
+
+SLEEPER = [sys.executable, str(Path(__file__).parents[1] / "support" / "sleeper.py")]
+SECRET = "s3cret-claim-value-that-must-not-leak-0123456789"
+
+
+def make_orchestrator(home: Path, command=SLEEPER, stop_timeout_s: float = 2.0) -> Orchestrator:
+    return Orchestrator(
+        state_file=home / "state.json",
+        nodes_dir=home / "nodes",
+        log_dir=home / "logs",
+        node_command=command,
+        ports=PortAllocator(47600, 47699, bind_host="127.0.0.1"),
+        bind_host="127.0.0.1",
+        advertise_host=lambda: "127.0.0.1",
+        stop_timeout_s=stop_timeout_s,
+    )
+
+
+def ready_info(orch: Orchestrator, node_id: str) -> dict:
+    path = orch.work_dir(node_id) / "ready.json"
+    wait_until(path.exists, what=f"{path}")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture
+def cleanup_pids():
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+async def test_spawn_gives_the_child_the_node_environment_and_its_own_session(tmp_path, cleanup_pids):
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    handle = orch.spawn("n1", {"CADRE_CLAIM_SECRET": SECRET})
+    cleanup_pids.append(handle.pid)
+    info = ready_info(orch, "n1")
+    assert info["pid"] == handle.pid
+    assert info["pgid"] == handle.pid  # a session of its own
+    assert info["cwd"] == str(orch.work_dir("n1"))
+    assert {"CADRE_NODE_ID", "CADRE_NODE_DIR", "CADRE_API_HOST", "CADRE_API_PORT",
+            "CADRE_P2P_PORT", "CADRE_ADVERTISE_HOST", "CADRE_CLAIM_SECRET"} <= set(info["vars"])
+    assert int(info["api_port"]) == handle.api_port
+    assert orch.is_running(handle.id)
+    await orch.stop(handle.id)
+    assert not orch.is_running(handle.id)
+
+
+async def test_no_secret_in_ps_output_or_state_file(tmp_path, cleanup_pids):
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    handle = orch.spawn("n1", {"CADRE_CLAIM_SECRET": SECRET})
+    cleanup_pids.append(handle.pid)
+    ready_info(orch, "n1")
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
+    assert str(handle.pid) in ps
+    assert SECRET not in ps
+    state = (tmp_path / "state.json").read_text()
+    assert SECRET not in state
+    assert "n1" in state
+    assert (tmp_path / "state.json").stat().st_mode & 0o777 == 0o600
+    await orch.stop(handle.id)
+
+
+async def test_sigkill_reaches_exit_listeners(tmp_path, cleanup_pids):
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    events: list[ExitEvent] = []
+    orch.subscribe(events.append)
+    handle = orch.spawn("n1", {})
+    cleanup_pids.append(handle.pid)
+    ready_info(orch, "n1")
+    os.kill(handle.pid, signal.SIGKILL)
+    await async_wait_until(lambda: events, what="exit event")
+    assert events[0].handle_id == handle.id
+    assert events[0].returncode == -signal.SIGKILL
+    assert not events[0].requested
+    assert not orch.is_running(handle.id)
+    # A dead child is no longer in state.json.
+    assert handle.id not in json.loads((tmp_path / "state.json").read_text())["handles"]
+
+
+async def test_second_orchestrator_reattaches_without_spawning(tmp_path, cleanup_pids):
+    first = make_orchestrator(tmp_path)
+    await first.init()
+    handle = first.spawn("n1", {})
+    cleanup_pids.append(handle.pid)
+    ready_info(first, "n1")
+    first.close()  # the host goes away; the child stays
+
+    second = make_orchestrator(tmp_path)
+    report = await second.init()
+    assert [h.id for h in report.attached] == [handle.id]
+    assert second.is_running(handle.id)
+    assert handle.api_port in second.ports.held
+    assert len(psutil.Process(handle.pid).children()) == 0  # still the same single child
+    # Exit of a re-attached child (not ours to reap) is still noticed.
+    events: list[ExitEvent] = []
+    second.subscribe(events.append)
+    os.kill(handle.pid, signal.SIGKILL)
+    await async_wait_until(lambda: events, what="exit of re-attached child")
+    assert events[0].handle_id == handle.id
+
+
+async def test_handle_whose_pid_now_belongs_to_another_process_is_not_adopted(tmp_path):
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        ident = read_identity(stranger.pid)
+        forged = {
+            "version": 1,
+            "handles": {
+                "n1.forged": {
+                    "node_id": "n1", "pid": stranger.pid, "start_time": str(int(ident.start_time) - 100),
+                    "boot_id": ident.boot_id, "api_port": 47600, "p2p_port": 47601, "started_at": "",
+                }
+            },
+        }
+        (tmp_path / "state.json").write_text(json.dumps(forged))
+        orch = make_orchestrator(tmp_path)
+        report = await orch.init()
+        assert report.attached == []
+        assert report.dead == ["n1.forged"]
+        assert not orch.is_running("n1.forged")
+        await orch.stop("n1.forged")
+        await orch.remove_node("n1")
+        assert stranger.poll() is None, "an unrelated process was signalled"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+async def test_stop_kills_the_whole_group_even_when_term_is_ignored(tmp_path, cleanup_pids, monkeypatch):
+    monkeypatch.setenv("SLEEPER_MODE", "ignore-term")
+    orch = make_orchestrator(tmp_path, stop_timeout_s=0.3)
+    await orch.init()
+    events: list[ExitEvent] = []
+    orch.subscribe(events.append)
+    handle = orch.spawn("n1", {})
+    cleanup_pids.append(handle.pid)
+    info = ready_info(orch, "n1")
+    await orch.stop(handle.id)
+    assert events and events[0].requested
+    assert not psutil.pid_exists(handle.pid) or psutil.Process(handle.pid).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_stop_ends_grandchildren_too(tmp_path, cleanup_pids, monkeypatch):
+    monkeypatch.setenv("SLEEPER_MODE", "grandchild")
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    handle = orch.spawn("n1", {})
+    cleanup_pids.append(handle.pid)
+    info = ready_info(orch, "n1")
+    grandchild = psutil.Process(info["grandchild"])
+    await orch.stop(handle.id)
+    grandchild.wait(timeout=5)
+    assert not grandchild.is_running() or grandchild.status() == psutil.STATUS_ZOMBIE
+
+
+async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_pids):
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    first = orch.spawn("n1", {})
+    cleanup_pids.append(first.pid)
+    ready_info(orch, "n1")
+    os.kill(first.pid, signal.SIGKILL)
+    await async_wait_until(lambda: not orch.is_running(first.id))
+    (orch.work_dir("n1") / "ready.json").unlink()
+    second = orch.spawn("n1", {}, want_ports=first.ports)
+    cleanup_pids.append(second.pid)
+    assert second.ports == first.ports
+    assert [h.id for h in orch.list_nodes()] == [second.id]
+    assert orch.ports.held == frozenset(second.ports)
+    ready_info(orch, "n1")
+    await orch.stop(second.id)
+
+
+async def test_failed_launch_restores_the_dropped_handle(tmp_path, cleanup_pids):
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    first = orch.spawn("n1", {})
+    cleanup_pids.append(first.pid)
+    ready_info(orch, "n1")
+    orch.node_command = [str(tmp_path / "no-such-program")]
+    with pytest.raises(Exception) as err:
+        orch.spawn("n1", {})
+    assert "could not start the node program" in str(err.value)
+    assert [h.id for h in orch.list_nodes()] == [first.id]
+    assert orch.ports.held == frozenset(first.ports)
+    await orch.stop(first.id)
+
+
+async def test_remove_stops_the_child_and_deletes_its_work_folder(tmp_path, cleanup_pids):
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    handle = orch.spawn("n1", {})
+    cleanup_pids.append(handle.pid)
+    ready_info(orch, "n1")
+    await orch.remove_node("n1")
+    assert not orch.work_dir("n1").exists()
+    assert not orch.log_path("n1").exists()
+    assert orch.list_nodes() == []
+    assert orch.ports.held == frozenset()
+    assert not psutil.pid_exists(handle.pid) or psutil.Process(handle.pid).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_child_output_goes_to_its_log(tmp_path, cleanup_pids):
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    handle = orch.spawn("n1", {"CADRE_CLAIM_SECRET": SECRET})
+    cleanup_pids.append(handle.pid)
+    ready_info(orch, "n1")
+    wait_until(lambda: "sleeper: ready" in orch.log_path("n1").read_text(), what="log line")
+    assert SECRET not in orch.log_path("n1").read_text()
+    assert orch.log_path("n1").stat().st_mode & 0o777 == 0o600
+    await orch.stop(handle.id)
+
+
+async def test_malformed_state_file_refuses_and_stays_identical(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_bytes(b'{"version": 1, "handles": {"x": {"pid": "nope"}}}')
+    before = path.read_bytes()
+    orch = make_orchestrator(tmp_path)
+    with pytest.raises(Exception) as err:
+        await orch.init()
+    assert str(path) in str(err.value)
+    assert path.read_bytes() == before

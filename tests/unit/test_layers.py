@@ -1,0 +1,46 @@
+"""The engine and the node never import Qt (STYLE habit 1)."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PKG = Path(__file__).parents[2] / "cadre_desktop"
+
+
+def imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_host_and_node_sources_never_import_qt_or_ui():
+    checked = 0
+    for layer in ("host", "node"):
+        for path in (PKG / layer).rglob("*.py"):
+            checked += 1
+            for name in imported_modules(path):
+                assert not name.startswith(("PySide6", "qasync", "cadre_desktop.ui")), f"{path} imports {name}"
+    assert checked >= 5
+
+
+def test_node_never_imports_the_host():
+    for path in (PKG / "node").rglob("*.py"):
+        for name in imported_modules(path):
+            assert not name.startswith("cadre_desktop.host"), f"{path} imports {name}"
+
+
+def test_importing_the_engine_loads_no_qt():
+    code = (
+        "import sys, pkgutil, importlib, cadre_desktop.host as h, cadre_desktop.node as n\n"
+        "for pkg in (h, n):\n"
+        "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
+        "print(sorted(k for k in sys.modules if k.startswith(('PySide6', 'qasync'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,82 @@
+import json
+import os
+
+import pytest
+
+from cadre_desktop.errors import SettingsError
+from cadre_desktop.paths import resolve_paths
+from cadre_desktop.settings import Settings, load_settings
+
+
+def test_home_variable_puts_everything_in_one_folder(tmp_path):
+    paths = resolve_paths({"CADRE_DESKTOP_HOME": str(tmp_path)})
+    assert paths.records_file == tmp_path / "hosted-nodes.json"
+    assert paths.state_file == tmp_path / "state.json"
+    assert paths.settings_file == tmp_path / "settings.json"
+    assert paths.control_file == tmp_path / "control.json"
+    assert paths.node_dir("abc") == tmp_path / "nodes" / "abc"
+    assert paths.log_dir == tmp_path / "logs"
+
+
+def test_without_home_variable_platform_folders_are_used():
+    paths = resolve_paths({})
+    assert "cadre-desktop" in str(paths.data_dir)
+    assert paths.settings_file.parent == paths.config_dir
+    assert "cadre-desktop" in str(paths.log_dir)
+
+
+def test_missing_settings_file_means_defaults(tmp_path):
+    s = load_settings(tmp_path / "settings.json")
+    assert s == Settings()
+    assert s.respawn_backoff_base_ms == 5000 and s.respawn_max_attempts == 5
+    assert s.node_command[1:] == ["-m", "cadre_desktop.node"]
+
+
+def test_every_key_is_read(tmp_path):
+    path = tmp_path / "settings.json"
+    doc = {
+        "node_command": ["/bin/node-prog", "--x"], "port_range": [40000, 40010], "bind_host": "127.0.0.1",
+        "advertise_host": "192.168.1.5", "respawn_backoff_base_ms": 10, "respawn_backoff_max_ms": 100,
+        "respawn_max_attempts": 3, "respawn_healthy_ms": 1000, "sweep_ms": 500, "probe_interval_ms": 200,
+        "stop_timeout_ms": 300, "keep_nodes_running_on_quit": True, "notifications": False,
+    }
+    path.write_text(json.dumps(doc))
+    s = load_settings(path)
+    assert s.node_command == ["/bin/node-prog", "--x"]
+    assert s.port_range == (40000, 40010)
+    assert s.advertise_host == "192.168.1.5"
+    assert s.keep_nodes_running_on_quit is True and s.notifications is False
+
+
+@pytest.mark.parametrize(
+    "doc, key",
+    [
+        ({"sweep_msec": 5}, "sweep_msec"),
+        ({"sweep_ms": "60000"}, "sweep_ms"),
+        ({"sweep_ms": True}, "sweep_ms"),
+        ({"notifications": 1}, "notifications"),
+        ({"node_command": "python -m x"}, "node_command"),
+        ({"node_command": []}, "node_command"),
+        ({"port_range": [5000]}, "port_range"),
+        ({"port_range": [6000, 5000]}, "port_range"),
+        ({"bind_host": ""}, "bind_host"),
+        ({"advertise_host": "http://x/"}, "advertise_host"),
+        ({"respawn_max_attempts": 0}, "respawn_max_attempts"),
+    ],
+)
+def test_bad_key_or_type_names_the_key_and_the_file(tmp_path, doc, key):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SettingsError) as err:
+        load_settings(path)
+    assert repr(key) in err.value.message
+    assert str(path) in err.value.message
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"[1, 2]", b"\xff\xfe"])
+def test_unreadable_settings_are_an_error_naming_the_file(tmp_path, raw):
+    path = tmp_path / "settings.json"
+    path.write_bytes(raw)
+    with pytest.raises(SettingsError) as err:
+        load_settings(path)
+    assert str(path) in err.value.message

@@ -1,0 +1,55 @@
+import socket
+
+import pytest
+
+from cadre_desktop.errors import PortsExhausted
+from cadre_desktop.host.ports import PortAllocator, port_is_free
+
+
+def test_allocates_lowest_free_ports_and_releases_them():
+    alloc = PortAllocator(100, 105, is_free=lambda h, p: True)
+    assert alloc.allocate(2) == [100, 101]
+    assert alloc.allocate(2) == [102, 103]
+    alloc.release([100, 101])
+    assert alloc.allocate(2) == [100, 101]
+
+
+def test_port_held_by_something_else_is_skipped():
+    taken = {100, 102}
+    alloc = PortAllocator(100, 105, is_free=lambda h, p: p not in taken)
+    assert alloc.allocate(2) == [101, 103]
+
+
+def test_exhaustion_is_a_clear_error_and_reserves_nothing():
+    alloc = PortAllocator(100, 102, is_free=lambda h, p: True)
+    alloc.allocate(2)
+    with pytest.raises(PortsExhausted) as err:
+        alloc.allocate(2)
+    assert "100-102" in err.value.message and "port_range" in err.value.message
+    assert alloc.held == frozenset({100, 101})
+
+
+def test_rebuilt_from_live_handles():
+    alloc = PortAllocator(100, 105, is_free=lambda h, p: True)
+    alloc.reserve([100, 101])
+    assert alloc.allocate(2) == [102, 103]
+
+
+def test_try_reserve_is_all_or_nothing():
+    alloc = PortAllocator(100, 105, is_free=lambda h, p: p != 104)
+    assert alloc.try_reserve([100, 101])
+    assert not alloc.try_reserve([101, 102])
+    assert not alloc.try_reserve([103, 104])
+    assert not alloc.try_reserve([99, 102])
+    assert alloc.held == frozenset({100, 101})
+
+
+def test_a_real_listener_makes_its_port_unavailable():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert not port_is_free("127.0.0.1", port)
+        alloc = PortAllocator(port, port + 2, bind_host="127.0.0.1")
+        got = alloc.allocate(2)
+        assert port not in got

@@ -1,0 +1,103 @@
+"""Each platform's branch of the process seam, exercised with fake OS calls."""
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from cadre_desktop.host import procs
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def killpg(self, pid, sig):
+        self.calls.append(("killpg", pid, sig))
+
+    def kill(self, pid, sig):
+        self.calls.append(("kill", pid, sig))
+
+    def kill_tree(self, pid):
+        self.calls.append(("kill_tree", pid))
+
+    def ops(self):
+        return procs.SignalOps(killpg=self.killpg, kill=self.kill, kill_tree=self.kill_tree)
+
+
+@pytest.mark.parametrize("platform", ["linux", "darwin"])
+def test_posix_children_get_their_own_session_and_group_signals(platform):
+    assert procs.popen_options(platform) == {"start_new_session": True}
+    rec = Recorder()
+    procs.terminate_group(42, platform, rec.ops())
+    procs.kill_group(42, platform, rec.ops())
+    assert rec.calls == [("killpg", 42, signal.SIGTERM), ("killpg", 42, signal.SIGKILL)]
+
+
+def test_windows_children_get_a_new_process_group_and_break_then_tree_kill():
+    opts = procs.popen_options("win32")
+    assert opts["creationflags"] & 0x00000200  # CREATE_NEW_PROCESS_GROUP
+    assert opts["creationflags"] & 0x08000000  # CREATE_NO_WINDOW
+    rec = Recorder()
+    procs.terminate_group(42, "win32", rec.ops())
+    procs.kill_group(42, "win32", rec.ops())
+    assert rec.calls[0][0:2] == ("kill", 42)
+    assert rec.calls[1] == ("kill_tree", 42)
+
+
+def test_a_vanished_group_is_not_an_error():
+    def gone(pid, sig):
+        raise ProcessLookupError()
+    procs.terminate_group(42, "linux", procs.SignalOps(killpg=gone, kill=gone))
+    procs.kill_group(42, "linux", procs.SignalOps(killpg=gone, kill=gone))
+
+
+def test_identity_of_a_live_process_matches_itself_only():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        linux = procs.read_identity(child.pid, "linux")
+        other = procs.read_identity(child.pid, "darwin")  # the psutil branch
+        assert linux and linux.boot_id and linux.start_time.isdigit()
+        assert other and other.boot_id is None
+        assert linux.matches(procs.read_identity(child.pid, "linux"))
+        assert other.matches(procs.read_identity(child.pid, "darwin"))
+        assert not linux.matches(procs.Identity(str(int(linux.start_time) + 1), linux.boot_id))
+        assert not linux.matches(procs.Identity(linux.start_time, "another-boot"))
+        assert not other.matches(procs.Identity(str(float(other.start_time) + 2)))
+    finally:
+        child.kill()
+        child.wait()
+    assert procs.read_identity(child.pid, "linux") is None
+    assert procs.read_identity(child.pid, "darwin") is None
+
+
+def test_identity_reads_a_command_name_with_spaces_and_parens(tmp_path):
+    exe = tmp_path / "odd (name) x"
+    exe.symlink_to(sys.executable)
+    child = subprocess.Popen([str(exe), "-c", "import time; time.sleep(30)"])
+    try:
+        ident = procs.read_identity(child.pid, "linux")
+        assert ident and ident.start_time.isdigit()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_zombie_counts_as_gone():
+    from tests.support.polling import wait_until
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    # The child exits but stays unreaped (a zombie) until child.wait() below.
+    wait_until(lambda: procs.read_identity(child.pid, "linux") is None, what="zombie")
+    child.wait()
+
+
+async def test_thread_watcher_branch_reports_exit(monkeypatch):
+    import asyncio
+    monkeypatch.delattr(procs.os, "pidfd_open", raising=False)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(7)"])
+    loop = asyncio.get_running_loop()
+    got = loop.create_future()
+    procs.watch_exit(loop, child.pid, child, got.set_result)
+    assert await asyncio.wait_for(got, 10) == 7

@@ -1,0 +1,120 @@
+import threading
+
+import keyring.errors
+import pytest
+from keyring.backend import KeyringBackend
+from keyring.backends import fail, null
+
+from cadre_desktop.errors import SecretsError
+from cadre_desktop.host.secrets import (
+    SERVICE, KeyringLocked, KeyringUnavailable, SecretKind, SecretStore, new_claim_secret,
+)
+
+SECRET = "the-claim-secret-value"
+
+
+class MemoryKeyring(KeyringBackend):
+    """In-memory backend for unit tests; records the thread of every call."""
+
+    priority = 1
+
+    def __init__(self):
+        super().__init__()
+        self.items: dict[tuple[str, str], str] = {}
+        self.threads: set[str] = set()
+
+    def get_password(self, service, username):
+        self.threads.add(threading.current_thread().name)
+        return self.items.get((service, username))
+
+    def set_password(self, service, username, password):
+        self.threads.add(threading.current_thread().name)
+        self.items[(service, username)] = password
+
+    def delete_password(self, service, username):
+        if (service, username) not in self.items:
+            raise keyring.errors.PasswordDeleteError("not found")
+        del self.items[(service, username)]
+
+
+class LockedKeyring(MemoryKeyring):
+    def get_password(self, service, username):
+        raise keyring.errors.KeyringLocked("collection is locked")
+
+    set_password = get_password
+
+
+class BrokenKeyring(MemoryKeyring):
+    def set_password(self, service, username, password):
+        raise RuntimeError(f"dbus exploded while storing {password}")
+
+
+async def test_secrets_round_trip_under_contract_names_off_the_loop():
+    backend = MemoryKeyring()
+    store = SecretStore(backend)
+    await store.set("n1", SecretKind.CLAIM, SECRET)
+    await store.set("n1", SecretKind.INVITATION, "inv")
+    assert backend.items[(SERVICE, "n1/claim-secret")] == SECRET
+    assert backend.items[(SERVICE, "n1/invitation")] == "inv"
+    assert await store.get("n1", SecretKind.CLAIM) == SECRET
+    assert backend.threads and all(name.startswith("keyring") for name in backend.threads)
+    await store.delete_all("n1")
+    await store.delete_all("n1")  # deleting what is gone is fine
+    assert backend.items == {}
+    store.close()
+
+
+@pytest.mark.parametrize("backend", [fail.Keyring(), null.Keyring()])
+async def test_no_usable_backend_is_a_clear_error(backend):
+    store = SecretStore(backend)
+    with pytest.raises(KeyringUnavailable) as err:
+        await store.set("n1", SecretKind.CLAIM, SECRET)
+    assert "keyring" in err.value.message.lower()
+    assert "Secret Service" in err.value.message
+    assert err.value.code == "keyring_unavailable"
+    store.close()
+
+
+async def test_environment_chosen_backend_is_honoured(monkeypatch):
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    import keyring.core
+    keyring.core.init_backend()
+    try:
+        store = SecretStore()
+        with pytest.raises(KeyringUnavailable):
+            await store.check()
+        store.close()
+    finally:
+        monkeypatch.delenv("PYTHON_KEYRING_BACKEND")
+        keyring.core.init_backend()
+
+
+async def test_locked_keyring_says_to_unlock_it():
+    store = SecretStore(LockedKeyring())
+    with pytest.raises(KeyringLocked) as err:
+        await store.get("n1", SecretKind.CLAIM)
+    assert "Unlock" in err.value.message
+    store.close()
+
+
+async def test_backend_error_never_carries_the_secret():
+    store = SecretStore(BrokenKeyring())
+    with pytest.raises(SecretsError) as err:
+        await store.set("n1", SecretKind.CLAIM, SECRET)
+    assert SECRET not in err.value.message
+    assert SECRET not in str(err.value)
+    assert "dbus exploded" in err.value.message
+    store.close()
+
+
+async def test_check_round_trips_and_leaves_nothing_behind():
+    backend = MemoryKeyring()
+    store = SecretStore(backend)
+    assert "MemoryKeyring" in await store.check()
+    assert backend.items == {}
+    store.close()
+
+
+def test_claim_secrets_are_long_and_fresh():
+    a, b = new_claim_secret(), new_claim_secret()
+    assert a != b and len(a) >= 40
