@@ -419,6 +419,22 @@ class Orchestrator:
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(h.id) for h in list(self._handles.values()) if h.alive))
 
+    def log_tail(self, node_id: str, lines: int = 20, max_bytes: int = 16384) -> list[str]:
+        """The last lines of the node's log (a bounded read from the end)."""
+        path = self.log_path(node_id)
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - max_bytes))
+                data = fh.read()
+        except OSError:
+            return []
+        text = data.decode("utf-8", "replace").splitlines()
+        if size > max_bytes and text:
+            text = text[1:]  # the first line is probably cut
+        return [line for line in text if not line.startswith("--- cadre-desktop:")][-lines:]
+
     def trim_logs(self) -> None:
         """Keep each node's log under its cap: the old part moves to `.1`."""
         for handle in self._handles.values():

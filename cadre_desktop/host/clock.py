@@ -1,0 +1,37 @@
+"""Time as a seam: the engine asks a Clock, tests hand it a fake that jumps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timezone
+
+
+class Clock:
+    """Wall time for what must survive a restart (attempt timestamps), monotonic for waits."""
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def iso(dt: datetime) -> str:
+    return dt.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_iso(text: str | None) -> datetime | None:
+    """Parse a timestamp we wrote; anything unparsable is None (callers decide what that means)."""
+    if not text or not isinstance(text, str):
+        return None
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt

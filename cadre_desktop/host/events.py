@@ -1,0 +1,52 @@
+"""Small typed events the engine emits; the UI and the control API re-read state on them."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+class EventKind(str, Enum):
+    ADDED = "added"
+    CHANGED = "changed"
+    REMOVED = "removed"
+    #: The host gave up on a node (also sent as CHANGED); the UI notifies on this one.
+    GAVE_UP = "gave_up"
+    #: A node reported it was claimed or joined a cadre.
+    CLAIMED = "claimed"
+
+
+@dataclass(frozen=True)
+class HostEvent:
+    kind: EventKind
+    node_id: str
+    #: Words for a person, for notifications (the give-up reason, the cadre name).
+    detail: str = ""
+
+
+Listener = Callable[[HostEvent], None]
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+        return unsubscribe
+
+    def emit(self, kind: EventKind, node_id: str, detail: str = "") -> None:
+        event = HostEvent(kind, node_id, detail)
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("event listener failed on %s", event)

@@ -1,0 +1,226 @@
+"""The Host: the composition root of the engine.
+
+It wires settings, store, secrets, orchestrator, service, supervisor, probe
+and the control API, owns their tasks, and is what the tray, the headless
+runner and the control API call. Nothing here imports Qt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+from cadre_desktop.errors import NotFound
+from cadre_desktop.host.address import claim_url, detect_lan_address
+from cadre_desktop.host.clock import Clock, iso
+from cadre_desktop.host.events import EventBus, HostEvent
+from cadre_desktop.host.lock import HostLock
+from cadre_desktop.host.orchestrator import Orchestrator
+from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.host.probe import HttpStatusFetcher, Probe, loopback_for
+from cadre_desktop.host.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus
+from cadre_desktop.host.secrets import SecretKind, SecretStore
+from cadre_desktop.host.service import NodeService
+from cadre_desktop.host.store import RecordStore
+from cadre_desktop.host.supervisor import Supervisor
+from cadre_desktop.host.views import NodeView
+from cadre_desktop.paths import Paths
+from cadre_desktop.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Host:
+    def __init__(
+        self,
+        paths: Paths,
+        settings: Settings,
+        *,
+        secrets: SecretStore | None = None,
+        clock: Clock | None = None,
+        serve_control_api: bool = True,
+    ) -> None:
+        self.paths = paths
+        self.settings = settings
+        self.clock = clock or Clock()
+        self.events = EventBus()
+        self.secrets = secrets or SecretStore()
+        self.store = RecordStore(paths.records_file)
+        self._lock = HostLock(paths.lock_file)
+        self._serve_control_api = serve_control_api
+        self._advertise = settings.advertise_host or detect_lan_address()
+        self.orchestrator: Orchestrator | None = None
+        self.service: NodeService | None = None
+        self.supervisor: Supervisor | None = None
+        self.probe: Probe | None = None
+        self.control = None
+        self._started = False
+
+    # -- life ---------------------------------------------------------------------
+
+    @property
+    def advertise_host(self) -> str:
+        return self._advertise
+
+    async def start(self) -> None:
+        """Take the home, read the records, re-attach to live children, supervise.
+
+        Refuses to start (and leaves every file as it is) when another host
+        holds the home or a file it keeps is unreadable.
+        """
+        self._lock.acquire()
+        try:
+            await self._start()
+        except BaseException:
+            await self._teardown(stop_nodes=False)
+            raise
+
+    async def _start(self) -> None:
+        s = self.settings
+        self.paths.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store.load()
+        ports = PortAllocator(*s.port_range, bind_host=s.bind_host)
+        self.orchestrator = Orchestrator(
+            state_file=self.paths.state_file,
+            nodes_dir=self.paths.nodes_dir,
+            log_dir=self.paths.log_dir,
+            node_command=s.node_command,
+            ports=ports,
+            bind_host=s.bind_host,
+            advertise_host=lambda: self._advertise,
+            stop_timeout_s=s.stop_timeout_ms / 1000,
+        )
+        report = await self.orchestrator.init()
+        if report.attached:
+            log.info("re-attached to %d running node(s)", len(report.attached))
+        self.service = NodeService(
+            store=self.store, orchestrator=self.orchestrator, secrets=self.secrets,
+            events=self.events, clock=self.clock,
+        )
+        await self._prefetch_claim_secrets()
+        await self.service.reap_stuck()
+        self.supervisor = Supervisor(
+            service=self.service, store=self.store, orchestrator=self.orchestrator,
+            settings=s, clock=self.clock,
+        )
+        self.supervisor.start()
+        interval = s.probe_interval_ms / 1000
+        self.probe = Probe(
+            store=self.store, orchestrator=self.orchestrator, events=self.events, clock=self.clock,
+            interval_s=interval,
+            fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval))),
+        )
+        self.probe.start()
+        if self._serve_control_api:
+            from cadre_desktop.host.control import ControlServer
+
+            self.control = ControlServer(self, self.paths.control_file)
+            await self.control.start()
+        self._started = True
+        log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
+
+    async def _prefetch_claim_secrets(self) -> None:
+        """Read unclaimed nodes' secrets once, so views can show their claim URL."""
+        for record in self.store.list():
+            if record.status is NodeStatus.UNCLAIMED and record.mode is NodeMode.CLAIM:
+                try:
+                    await self.service.load_secret(record.id, SecretKind.CLAIM)
+                except Exception as exc:
+                    log.error("cannot read the claim secret of node %s: %s", record.id, exc)
+
+    async def stop(self, stop_nodes: bool | None = None) -> None:
+        """Stop serving; stop the nodes too unless `keep_nodes_running_on_quit`."""
+        if stop_nodes is None:
+            stop_nodes = not self.settings.keep_nodes_running_on_quit
+        await self._teardown(stop_nodes=stop_nodes)
+
+    async def _teardown(self, *, stop_nodes: bool) -> None:
+        if self.control is not None:
+            await self.control.stop()
+            self.control = None
+        if self.probe is not None:
+            await self.probe.stop()
+        if self.supervisor is not None:
+            # First, so the exits the stops below raise trigger no respawn.
+            await self.supervisor.stop()
+        if self.orchestrator is not None:
+            if stop_nodes:
+                await self.orchestrator.stop_all()
+            self.orchestrator.close()
+        self.secrets.close()
+        self._lock.release()
+        self._started = False
+
+    # -- reads --------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]:
+        return self.events.subscribe(listener)
+
+    def list_nodes(self) -> list[NodeView]:
+        return [self._view(r) for r in self.store.list()]
+
+    def get_node(self, node_id: str) -> NodeView:
+        record = self.store.get(node_id)
+        if record is None:
+            raise NotFound(f"There is no node {node_id!r} on this host.")
+        return self._view(record)
+
+    def log_tail(self, node_id: str, lines: int = 200) -> list[str]:
+        self.get_node(node_id)
+        return self.orchestrator.log_tail(node_id, lines, max_bytes=256 * 1024)
+
+    def _view(self, record: NodeRecord) -> NodeView:
+        handle = self.orchestrator.get(record.handle) if self.orchestrator else None
+        running = bool(handle and handle.alive)
+        next_retry = None
+        if record.status in SUPERVISED and not running and self.supervisor:
+            when = self.supervisor.next_attempt_at(record)
+            if when is not None and when > self.clock.now():
+                next_retry = iso(when)
+        url = None
+        if record.status is NodeStatus.UNCLAIMED and record.api_port and self.service:
+            secret = self.service.cached_secret(record.id, SecretKind.CLAIM)
+            if secret:
+                url = claim_url(self._advertise, record.api_port, record.id, secret)
+        return NodeView(
+            id=record.id,
+            name=record.name,
+            status=record.status.value,
+            mode=record.mode.value,
+            running=running,
+            pid=handle.pid if running else None,
+            api_port=record.api_port,
+            p2p_port=record.p2p_port,
+            peer_id=record.peer_id,
+            cadre=record.cadre,
+            attempts=record.attempts,
+            next_retry_at=next_retry,
+            last_error=record.error,
+            claim_url=url,
+            advertise_host=self._advertise,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            started_at=handle.started_at if running else None,
+            log_path=str(self.paths.node_log(record.id)),
+        )
+
+    # -- actions ----------------------------------------------------------------------
+
+    async def add_node(self, name: str | None = None) -> NodeView:
+        return self._view(await self.service.add(name))
+
+    async def join_node(self, invitation: str, name: str | None = None) -> NodeView:
+        return self._view(await self.service.join(invitation, name))
+
+    async def retry_node(self, node_id: str) -> NodeView:
+        return self._view(await self.service.retry(node_id))
+
+    async def restart_node(self, node_id: str) -> NodeView:
+        return self._view(await self.service.restart(node_id))
+
+    async def regenerate_node(self, node_id: str) -> NodeView:
+        return self._view(await self.service.regenerate(node_id))
+
+    async def remove_node(self, node_id: str) -> bool:
+        return await self.service.remove(node_id)

@@ -1,0 +1,75 @@
+"""One host per home: an OS file lock that dies with its process.
+
+A SIGKILLed host leaves no stale lock behind: the OS drops the lock with the
+process, so the next host starts without anyone deleting a file by hand.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cadre_desktop.errors import HostBusy
+
+
+class HostLock:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh = None
+
+    def holder_pid(self) -> int | None:
+        try:
+            text = self.path.read_text().strip()
+            return int(text) if text else None
+        except (OSError, ValueError):
+            return None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fh = os.fdopen(fd, "r+")
+        try:
+            _lock(fh)
+        except OSError:
+            fh.close()
+            pid = self.holder_pid()
+            who = f" (pid {pid})" if pid else ""
+            raise HostBusy(
+                f"Another cadre-desktop host{who} is already running for {self.path.parent}. "
+                "Use that one, or stop it first."
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            try:
+                self._fh.seek(0)
+                self._fh.truncate()
+                _unlock(self._fh)
+            finally:
+                self._fh.close()
+                self._fh = None
+
+
+if os.name == "nt":  # pragma: no cover - exercised on Windows
+    import msvcrt
+
+    def _lock(fh) -> None:
+        fh.seek(0)
+        msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
+
+    def _unlock(fh) -> None:
+        fh.seek(0)
+        msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
+else:
+    import fcntl
+
+    def _lock(fh) -> None:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def _unlock(fh) -> None:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

@@ -1,0 +1,185 @@
+"""The probe: what each running node says of itself, every `probe_interval_ms`.
+
+`GET /status` on the node's API port is both its liveness and its news: an
+unclaimed node that reports `joined` was claimed from a phone; a joining node
+that reports `failed` could not redeem its invitation. A child that keeps not
+answering past its grace is stopped, which hands it to the supervisor's normal
+crash path (and counts an attempt). Every request is bounded by a timeout, and
+one slow node never holds up the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable
+
+from cadre_desktop.errors import CadreError
+from cadre_desktop.host.clock import Clock, iso
+from cadre_desktop.host.events import EventBus, EventKind
+from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
+
+log = logging.getLogger(__name__)
+
+Fetch = Callable[[int], Awaitable[dict[str, Any] | None]]
+NODE_STATES = {"unclaimed", "joining", "joined", "failed"}
+
+
+def loopback_for(bind_host: str) -> str:
+    """Where to reach a node that listens on `bind_host` from this machine."""
+    if bind_host in ("0.0.0.0", "", "*"):
+        return "127.0.0.1"
+    if bind_host == "::":
+        return "::1"
+    return bind_host
+
+
+class HttpStatusFetcher:
+    """GET /status with one shared session, bounded by a timeout; None if no good answer."""
+
+    def __init__(self, host: str, timeout_s: float) -> None:
+        self.host = host
+        self.timeout_s = timeout_s
+        self._session = None
+
+    async def __call__(self, port: int) -> dict[str, Any] | None:
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=30),
+            )
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        try:
+            async with self._session.get(f"http://{host}:{port}/status") as resp:
+                if resp.status != 200:
+                    return None
+                body = await resp.json(content_type=None)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+            return None
+        return body if isinstance(body, dict) else None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class Probe:
+    def __init__(
+        self,
+        *,
+        store,
+        orchestrator,
+        events: EventBus,
+        clock: Clock,
+        interval_s: float,
+        fetch: Fetch,
+        grace_s: float | None = None,
+    ) -> None:
+        self.store = store
+        self.orchestrator = orchestrator
+        self.events = events
+        self.clock = clock
+        self.interval_s = interval_s
+        self.fetch = fetch
+        #: How long a child may go without answering (from its first sighting,
+        #: or its last answer) before it is taken for dead.
+        self.grace_s = grace_s if grace_s is not None else max(15.0, 3 * interval_s)
+        self._last_ok: dict[str, float] = {}
+        self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="probe")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        close = getattr(self.fetch, "close", None)
+        if close:
+            await close()
+
+    def probe_soon(self) -> None:
+        """Probe every node now instead of at the end of the interval (after a wake)."""
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.probe_all()
+            except Exception:
+                log.exception("probe pass failed")
+            self._wake.clear()
+            sleeper = asyncio.ensure_future(self.clock.sleep(self.interval_s))
+            waker = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+                waker.cancel()
+
+    async def probe_all(self) -> None:
+        try:
+            records = [r for r in self.store.list() if r.status in SUPERVISED and r.handle]
+        except CadreError as exc:
+            log.error("probe cannot read the records: %s", exc.message)
+            return
+        live = {r.handle for r in records if self.orchestrator.is_running(r.handle)}
+        for handle_id in list(self._last_ok):
+            if handle_id not in live:
+                del self._last_ok[handle_id]
+        await asyncio.gather(*(self.probe_one(r) for r in records if r.handle in live))
+
+    async def probe_one(self, snapshot: NodeRecord) -> None:
+        handle = self.orchestrator.get(snapshot.handle)
+        if handle is None:
+            return
+        first_seen = self._last_ok.setdefault(handle.id, self.clock.monotonic())
+        status = await self.fetch(handle.api_port)
+        if status is None or status.get("state") not in NODE_STATES:
+            if self.clock.monotonic() - first_seen > self.grace_s and self.orchestrator.is_running(handle.id):
+                log.warning("node %s has not answered for %.0fs; treating it as down", snapshot.id, self.grace_s)
+                self._last_ok.pop(handle.id, None)
+                await self.orchestrator.stop(handle.id)
+            return
+        self._last_ok[handle.id] = self.clock.monotonic()
+        # Re-read after the await: only the record of this very child may change.
+        current = self.store.get(snapshot.id)
+        if current is None or current.handle != handle.id or current.status not in SUPERVISED:
+            return
+        self.apply(current, status)
+
+    def apply(self, record: NodeRecord, status: dict[str, Any]) -> None:
+        state = status.get("state")
+        peer_id = status.get("peer_id") if isinstance(status.get("peer_id"), str) else record.peer_id
+        cadre = status.get("cadre") if isinstance(status.get("cadre"), str) else None
+        now = iso(self.clock.now())
+        if state == "joined" and (record.status is not NodeStatus.JOINED or record.cadre != cadre):
+            was = record.status
+            self.store.put(record.replace(status=NodeStatus.JOINED, cadre=cadre, peer_id=peer_id,
+                                          error=None, updated_at=now))
+            self.events.emit(EventKind.CHANGED, record.id)
+            if was is not NodeStatus.JOINED:
+                log.info("node %s joined cadre %r", record.id, cadre)
+                self.events.emit(EventKind.CLAIMED, record.id, cadre or "")
+        elif state == "failed" and record.status is NodeStatus.JOINING:
+            reason = str(status.get("error") or "no reason given")[:300]
+            message = f"invitation failed: {reason}"
+            self.store.put(record.replace(status=NodeStatus.ERROR, error=message, peer_id=peer_id, updated_at=now))
+            log.warning("node %s: %s", record.id, message)
+            self.events.emit(EventKind.CHANGED, record.id)
+            self.events.emit(EventKind.GAVE_UP, record.id, message)
+            # Stopped after the write, like a give-up; the work folder stays.
+            task = asyncio.ensure_future(self.orchestrator.stop(record.handle))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif peer_id != record.peer_id:
+            self.store.put(record.replace(peer_id=peer_id, updated_at=now))
+            self.events.emit(EventKind.CHANGED, record.id)

@@ -1,0 +1,68 @@
+"""`cadre-desktop --headless`: the host without a window, until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import logging.handlers
+import signal
+import sys
+
+from cadre_desktop.errors import CadreError, HostBusy
+from cadre_desktop.paths import Paths
+from cadre_desktop.settings import Settings
+
+log = logging.getLogger("cadre_desktop")
+
+
+def setup_logging(paths: Paths, *, to_stderr: bool = True) -> None:
+    """Plain lines to stderr and a size-capped host.log. Never a secret in either."""
+    root = logging.getLogger()
+    if getattr(root, "_cadre_configured", False):
+        return
+    root.setLevel(logging.INFO)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if to_stderr:
+        err = logging.StreamHandler(sys.stderr)
+        err.setFormatter(fmt)
+        root.addHandler(err)
+    try:
+        paths.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fh = logging.handlers.RotatingFileHandler(paths.host_log, maxBytes=1 << 20, backupCount=2, encoding="utf-8")
+        fh.setFormatter(fmt)
+        root.addHandler(fh)
+        paths.host_log.chmod(0o600)
+    except OSError as exc:
+        print(f"cadre-desktop: cannot write the host log: {exc}", file=sys.stderr)
+    root._cadre_configured = True  # type: ignore[attr-defined]
+
+
+async def serve(paths: Paths, settings: Settings) -> int:
+    from cadre_desktop.host.host import Host
+
+    host = Host(paths, settings)
+    try:
+        await host.start()
+    except HostBusy as exc:
+        print(f"cadre-desktop: {exc.message}", file=sys.stderr)
+        return 3
+    except CadreError as exc:
+        print(f"cadre-desktop: {exc.message}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, AttributeError, ValueError):  # Windows
+            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
+    log.info("headless host running; SIGINT or SIGTERM stops it")
+    await stop.wait()
+    log.info("stopping")
+    await host.stop()
+    return 0
+
+
+def run_headless(paths: Paths, settings: Settings) -> int:
+    setup_logging(paths)
+    return asyncio.run(serve(paths, settings))

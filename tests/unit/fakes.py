@@ -1,0 +1,144 @@
+"""Fakes for unit tests only: a clock that jumps, an orchestrator without processes."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from cadre_desktop.errors import SpawnError
+from cadre_desktop.host.orchestrator import ExitEvent
+
+
+class FakeClock:
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 1, 1, tzinfo=timezone.utc)
+        self._mono = 1000.0
+        self._sleepers: list[tuple[float, asyncio.Future]] = []
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    async def sleep(self, seconds: float) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self._mono + seconds, fut))
+        await fut
+
+    async def advance(self, seconds: float) -> None:
+        """Move both clocks forward and wake every sleeper that is due; let them run."""
+        self._now += timedelta(seconds=seconds)
+        self._mono += seconds
+        due = [f for t, f in self._sleepers if t <= self._mono]
+        self._sleepers = [(t, f) for t, f in self._sleepers if t > self._mono]
+        for fut in due:
+            if not fut.done():
+                fut.set_result(None)
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    def jump_wall(self, seconds: float) -> None:
+        self._now += timedelta(seconds=seconds)
+
+
+@dataclass
+class FakeHandle:
+    id: str
+    node_id: str
+    pid: int
+    api_port: int
+    p2p_port: int
+    alive: bool = True
+    returncode: int | None = None
+    started_at: str = "2026-01-01T00:00:00Z"
+
+    @property
+    def ports(self):
+        return (self.api_port, self.p2p_port)
+
+
+class FakeOrchestrator:
+    def __init__(self) -> None:
+        self.handles: dict[str, FakeHandle] = {}
+        self.listeners = []
+        self.spawned: list[tuple[str, dict]] = []
+        self.stopped: list[str] = []
+        self.removed: list[str] = []
+        self.spawn_error: Exception | None = None
+        #: Called at every stop with the handle id (to observe ordering).
+        self.on_stop = None
+        self._ids = itertools.count(1)
+
+    # orchestrator surface
+    def subscribe(self, listener):
+        self.listeners.append(listener)
+        return lambda: self.listeners.remove(listener) if listener in self.listeners else None
+
+    def get(self, handle_id):
+        return self.handles.get(handle_id) if handle_id else None
+
+    def is_running(self, handle_id):
+        h = self.get(handle_id)
+        return bool(h and h.alive)
+
+    def list_nodes(self):
+        return list(self.handles.values())
+
+    def handles_for(self, node_id):
+        return [h for h in self.handles.values() if h.node_id == node_id]
+
+    def spawn(self, node_id, secret_env, *, want_ports=None):
+        if self.spawn_error is not None:
+            raise self.spawn_error
+        for old in self.handles_for(node_id):
+            del self.handles[old.id]
+        n = next(self._ids)
+        api, p2p = want_ports or (40000 + 2 * n, 40001 + 2 * n)
+        handle = FakeHandle(f"{node_id}.{n}", node_id, 1000 + n, api, p2p)
+        self.handles[handle.id] = handle
+        self.spawned.append((node_id, dict(secret_env)))
+        return handle
+
+    async def stop(self, handle_id):
+        self.stopped.append(handle_id)
+        if self.on_stop:
+            self.on_stop(handle_id)
+        h = self.get(handle_id)
+        if h and h.alive:
+            self.exit(handle_id, requested=True)
+
+    async def stop_node(self, node_id):
+        for h in self.handles_for(node_id):
+            await self.stop(h.id)
+
+    async def remove_node(self, node_id):
+        await self.stop_node(node_id)
+        for h in self.handles_for(node_id):
+            del self.handles[h.id]
+        self.removed.append(node_id)
+
+    def trim_logs(self):
+        pass
+
+    def log_tail(self, node_id, lines=20):
+        return []
+
+    # test controls
+    def add_live(self, node_id, handle_id=None) -> FakeHandle:
+        n = next(self._ids)
+        handle = FakeHandle(handle_id or f"{node_id}.{n}", node_id, 1000 + n, 40000 + 2 * n, 40001 + 2 * n)
+        self.handles[handle.id] = handle
+        return handle
+
+    def exit(self, handle_id, code=1, requested=False):
+        h = self.handles[handle_id]
+        h.alive = False
+        h.returncode = code
+        for listener in list(self.listeners):
+            listener(ExitEvent(h.id, h.node_id, h.pid, code, requested))
+
+    def spawns_of(self, node_id):
+        return [s for s in self.spawned if s[0] == node_id]

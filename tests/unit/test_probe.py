@@ -1,0 +1,120 @@
+"""The probe's readings of /status, with a fake fetch and clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from cadre_desktop.host.events import EventKind
+from cadre_desktop.host.probe import Probe
+from cadre_desktop.host.records import NodeMode, NodeStatus
+from tests.support.polling import async_wait_until
+from tests.unit.test_supervisor import Rig
+
+
+class Answers:
+    def __init__(self):
+        self.by_port: dict[int, dict | None] = {}
+        self.calls: list[int] = []
+
+    async def __call__(self, port):
+        self.calls.append(port)
+        return self.by_port.get(port)
+
+
+@pytest.fixture
+def rig(tmp_path):
+    r = Rig(tmp_path)
+    r.answers = Answers()
+    r.probe = Probe(store=r.store, orchestrator=r.orch, events=r.events, clock=r.clock,
+                    interval_s=5, fetch=r.answers, grace_s=15)
+    yield r
+    r.secrets.close()
+
+
+def status(state, cadre=None, error=None, peer="cn1peer"):
+    return {"node_id": "n1", "peer_id": peer, "state": state, "cadre": cadre, "error": error, "version": "1"}
+
+
+def port_of(rig, node_id="n1"):
+    return rig.orch.get(rig.store.get(node_id).handle).api_port
+
+
+async def test_claimed_node_becomes_joined_with_its_cadre(rig):
+    rig.node(status=NodeStatus.UNCLAIMED, live=True)
+    rig.answers.by_port[port_of(rig)] = status("joined", cadre="family")
+    await rig.probe.probe_all()
+    rec = rig.store.get("n1")
+    assert rec.status is NodeStatus.JOINED and rec.cadre == "family" and rec.peer_id == "cn1peer"
+    claimed = [e for e in rig.seen if e.kind is EventKind.CLAIMED]
+    assert len(claimed) == 1 and claimed[0].detail == "family"
+    await rig.probe.probe_all()
+    assert len([e for e in rig.seen if e.kind is EventKind.CLAIMED]) == 1  # one per claim
+
+
+async def test_failed_invitation_becomes_error_with_the_nodes_reason_and_stops(rig):
+    rig.node(status=NodeStatus.JOINING, live=True, mode=NodeMode.INVITATION)
+    handle = rig.store.get("n1").handle
+    rig.answers.by_port[port_of(rig)] = status("failed", error="invitation already used")
+    await rig.probe.probe_all()
+    rec = rig.store.get("n1")
+    assert rec.status is NodeStatus.ERROR
+    assert rec.error == "invitation failed: invitation already used"
+    await async_wait_until(lambda: handle in rig.orch.stopped, what="stop")
+    assert rig.orch.removed == []
+    assert [e.kind for e in rig.seen if e.kind is EventKind.GAVE_UP]
+
+
+async def test_unclaimed_answer_only_fills_the_peer_id(rig):
+    rig.node(status=NodeStatus.UNCLAIMED, live=True)
+    rig.answers.by_port[port_of(rig)] = status("unclaimed")
+    await rig.probe.probe_all()
+    rec = rig.store.get("n1")
+    assert rec.status is NodeStatus.UNCLAIMED and rec.peer_id == "cn1peer"
+
+
+async def test_node_that_keeps_not_answering_past_its_grace_is_stopped(rig):
+    rig.node(status=NodeStatus.JOINED, live=True)
+    handle = rig.store.get("n1").handle
+    await rig.probe.probe_all()
+    await rig.clock.advance(15)
+    await rig.probe.probe_all()
+    assert rig.orch.stopped == []
+    await rig.clock.advance(0.5)
+    await rig.probe.probe_all()
+    assert rig.orch.stopped == [handle]
+
+
+async def test_an_answer_resets_the_grace(rig):
+    rig.node(status=NodeStatus.JOINED, live=True)
+    port = port_of(rig)
+    await rig.probe.probe_all()
+    await rig.clock.advance(14)
+    rig.answers.by_port[port] = status("joined")
+    await rig.probe.probe_all()
+    rig.answers.by_port[port] = None
+    await rig.clock.advance(14)
+    await rig.probe.probe_all()
+    assert rig.orch.stopped == []
+
+
+async def test_down_and_unsupervised_nodes_are_not_probed(rig):
+    rig.node("a", status=NodeStatus.JOINED, live=False)
+    rig.node("b", status=NodeStatus.ERROR, live=True)
+    await rig.probe.probe_all()
+    assert rig.answers.calls == []
+
+
+async def test_answer_for_a_replaced_child_is_not_applied(rig):
+    rig.node(status=NodeStatus.UNCLAIMED, live=True)
+    rec = rig.store.get("n1")
+    rig.answers.by_port[port_of(rig)] = status("joined", cadre="x")
+    # The record moves on to another child before the answer is applied.
+    real_fetch = rig.answers.__call__
+
+    async def fetch(port):
+        rig.store.put(rig.store.get("n1").replace(handle="n1.other"))
+        return await real_fetch(port)
+
+    rig.probe.fetch = fetch
+    await rig.probe.probe_one(rec)
+    assert rig.store.get("n1").status is NodeStatus.UNCLAIMED

@@ -1,0 +1,399 @@
+"""Every supervision rule, each alone, on a fake clock and a fake orchestrator."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+import pytest
+
+from cadre_desktop.errors import SpawnError
+from cadre_desktop.host.clock import iso
+from cadre_desktop.host.events import EventBus, EventKind
+from cadre_desktop.host.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo
+from cadre_desktop.host.secrets import SERVICE, SecretStore
+from cadre_desktop.host.service import NodeService, RespawnOutcome
+from cadre_desktop.host.store import RecordStore
+from cadre_desktop.host.supervisor import Supervisor
+from cadre_desktop.settings import Settings
+from tests.support.polling import async_wait_until
+from tests.unit.fakes import FakeClock, FakeOrchestrator
+from tests.unit.test_secrets import MemoryKeyring
+
+
+class Rig:
+    def __init__(self, tmp_path, **settings):
+        self.clock = FakeClock()
+        self.keyring = MemoryKeyring()
+        self.secrets = SecretStore(self.keyring)
+        self.store = RecordStore(tmp_path / "hosted-nodes.json")
+        self.orch = FakeOrchestrator()
+        self.events = EventBus()
+        self.seen: list = []
+        self.events.subscribe(self.seen.append)
+        self.service = NodeService(store=self.store, orchestrator=self.orch, secrets=self.secrets,
+                                   events=self.events, clock=self.clock)
+        self.settings = Settings(**settings)
+        self.sup = Supervisor(service=self.service, store=self.store, orchestrator=self.orch,
+                              settings=self.settings, clock=self.clock)
+
+    def node(self, node_id="n1", status=NodeStatus.JOINED, live=False, attempts=None, ago_s=0.0,
+             last_attempt_at=None, handle="auto", mode=NodeMode.CLAIM) -> NodeRecord:
+        if handle == "auto":
+            h = self.orch.add_live(node_id)
+            if not live:
+                h.alive = False
+            handle = h.id
+        respawn = None
+        if attempts is not None:
+            when = last_attempt_at if last_attempt_at is not None else iso(self.clock.now() - timedelta(seconds=ago_s))
+            respawn = RespawnInfo(attempts, when)
+        rec = NodeRecord(id=node_id, name=node_id, status=status, mode=mode, handle=handle,
+                         respawn=respawn, created_at=node_id)
+        self.store.put(rec)
+        kind = "claim-secret" if mode is NodeMode.CLAIM else "invitation"
+        self.keyring.items[(SERVICE, f"{node_id}/{kind}")] = f"secret-of-{node_id}"
+        return rec
+
+    def rec(self, node_id="n1") -> NodeRecord | None:
+        return self.store.get(node_id)
+
+
+@pytest.fixture
+def rig(tmp_path):
+    r = Rig(tmp_path)
+    yield r
+    r.secrets.close()
+
+
+# 2. what is supervised ----------------------------------------------------------------
+
+@pytest.mark.parametrize("status", [NodeStatus.UNCLAIMED, NodeStatus.JOINING, NodeStatus.JOINED])
+async def test_down_supervised_node_without_history_is_respawned_at_once(rig, status):
+    rig.node(status=status)
+    assert await rig.sup.reconcile() == ["n1"]
+    assert rig.rec().attempts == 1
+    assert rig.orch.is_running(rig.rec().handle)
+    assert rig.orch.spawns_of("n1")[0][1] == {"CADRE_CLAIM_SECRET": "secret-of-n1"}
+
+
+@pytest.mark.parametrize("status", [NodeStatus.SPAWNING, NodeStatus.ERROR])
+async def test_unsupervised_statuses_are_left_alone(rig, status):
+    rig.node(status=status)
+    assert await rig.sup.reconcile() == []
+    assert rig.orch.spawned == []
+
+
+async def test_record_without_handle_is_left_to_the_code_creating_it(rig):
+    rig.node(handle=None)
+    assert await rig.sup.reconcile() == []
+    assert rig.orch.spawned == []
+
+
+async def test_invitation_node_is_respawned_with_its_invitation(rig):
+    rig.node(status=NodeStatus.JOINING, mode=NodeMode.INVITATION)
+    await rig.sup.reconcile()
+    assert rig.orch.spawned[0][1] == {"CADRE_INVITATION": "secret-of-n1"}
+
+
+# 3. refill ------------------------------------------------------------------------
+
+async def test_running_node_gets_budget_refilled_after_healthy_period(rig):
+    rig.node(live=True, attempts=3, ago_s=600.001)
+    await rig.sup.reconcile()
+    assert rig.rec().attempts == 0
+    assert rig.orch.spawned == []
+
+
+async def test_running_node_keeps_budget_inside_healthy_period(rig):
+    rig.node(live=True, attempts=3, ago_s=599)
+    await rig.sup.reconcile()
+    assert rig.rec().attempts == 3
+
+
+async def test_unparsable_timestamp_never_erases_history(rig):
+    rig.node(live=True, attempts=3, last_attempt_at="yesterday-ish")
+    await rig.sup.reconcile()
+    assert rig.rec().attempts == 3
+
+
+async def test_refill_rereads_the_record_and_never_writes_a_stale_snapshot(rig):
+    snapshot = rig.node(live=True, attempts=2, ago_s=601)
+    # A claim lands after the pass took its snapshot.
+    rig.store.put(rig.rec().replace(status=NodeStatus.JOINED, cadre="family"))
+    rig.sup._refill_if_healthy(snapshot.replace(cadre=None))
+    assert rig.rec().cadre == "family"
+    assert rig.rec().attempts == 0
+
+
+# 4. give up ---------------------------------------------------------------------
+
+async def test_gives_up_when_down_with_budget_spent_record_first_then_stop(rig):
+    rec = rig.node(live=True, attempts=5, ago_s=1)
+    status_at_stop = []
+    rig.orch.on_stop = lambda hid: status_at_stop.append(rig.rec().status)
+    # The supervisor sees the node down while a child is still there to stop.
+    rig.orch.is_running = lambda hid, real=rig.orch.is_running: False if hid == rec.handle else real(hid)
+    assert await rig.sup.reconcile() == []
+    after = rig.rec()
+    assert after.status is NodeStatus.ERROR
+    assert "gave up after 5 attempts" in after.error
+    assert status_at_stop == [NodeStatus.ERROR]
+    assert rig.orch.removed == []  # work folder kept
+    kinds = [e.kind for e in rig.seen]
+    assert EventKind.GAVE_UP in kinds and EventKind.CHANGED in kinds
+
+
+async def test_gives_up_after_fifth_attempt_of_a_node_that_dies_at_once(rig):
+    rig.node()
+    for attempt in range(1, 6):
+        respawned = await rig.sup.reconcile()
+        assert respawned == ["n1"], f"attempt {attempt}"
+        rig.orch.exit(rig.rec().handle)
+        await rig.clock.advance(rig.sup.policy.backoff(attempt).total_seconds())
+    await rig.sup.reconcile()
+    assert rig.rec().status is NodeStatus.ERROR
+    assert len(rig.orch.spawned) == 5
+    assert [e.kind for e in rig.seen].count(EventKind.GAVE_UP) == 1
+
+
+async def test_respawn_that_throws_with_budget_spent_gives_up(rig):
+    rig.node(attempts=4, ago_s=10_000)
+    rig.orch.spawn_error = SpawnError("could not start the node program 'x'")
+    await rig.sup.reconcile()
+    rec = rig.rec()
+    assert rec.attempts == 5
+    assert rec.status is NodeStatus.ERROR
+    assert "could not start the node program" in rec.error
+
+
+async def test_respawn_that_throws_below_budget_counts_and_waits(rig):
+    rig.node()
+    rig.orch.spawn_error = SpawnError("boom")
+    await rig.sup.reconcile()
+    rec = rig.rec()
+    assert rec.status is NodeStatus.JOINED and rec.attempts == 1 and rec.error == "boom"
+    await rig.sup.reconcile()
+    assert rig.rec().attempts == 1  # inside the 10 s backoff now
+
+
+async def test_give_up_leaves_a_record_removed_mid_pass_alone(rig):
+    rig.node(attempts=5)
+    rig.store.remove("n1")
+    await rig.sup.give_up("n1", 5, "x")
+    assert rig.rec() is None
+    assert rig.orch.stopped == []
+
+
+async def test_give_up_leaves_a_record_already_in_error_alone(rig):
+    rig.node(status=NodeStatus.ERROR)
+    await rig.sup.give_up("n1", 5, "second reason")
+    assert rig.rec().error is None
+    assert rig.seen == []
+
+
+# 5. backoff ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("attempts, wait_s", [(1, 10), (2, 20), (3, 40), (4, 80)])
+async def test_backoff_doubles_from_the_base(rig, attempts, wait_s):
+    rig.node(attempts=attempts, ago_s=wait_s - 0.001)
+    assert await rig.sup.reconcile() == []
+    await rig.clock.advance(0.001)
+    assert await rig.sup.reconcile() == ["n1"]
+    assert rig.rec().attempts == attempts + 1
+
+
+def test_backoff_is_capped(tmp_path):
+    r = Rig(tmp_path, respawn_max_attempts=20)
+    assert r.sup.policy.backoff(0) == timedelta(0)
+    assert r.sup.policy.backoff(6) == timedelta(minutes=5)
+    assert r.sup.policy.backoff(19) == timedelta(minutes=5)
+    r.secrets.close()
+
+
+async def test_unparsable_timestamp_is_eligible_at_once(rig):
+    rig.node(attempts=2, last_attempt_at="not-a-time")
+    assert await rig.sup.reconcile() == ["n1"]
+
+
+# 6. abandoned ------------------------------------------------------------------------
+
+async def test_remove_mid_respawn_abandons_without_counting(rig):
+    rig.node()
+    gate = asyncio.Event()
+    reading = asyncio.Event()
+    real_get = rig.secrets.get
+
+    async def slow_get(node_id, kind):
+        reading.set()
+        await gate.wait()
+        return await real_get(node_id, kind)
+
+    rig.secrets.get = slow_get
+    pass_task = asyncio.create_task(rig.sup.reconcile())
+    await reading.wait()
+    await rig.service.remove("n1")
+    gate.set()
+    assert await pass_task == []
+    assert rig.orch.spawned == []
+    assert rig.rec() is None
+    assert rig.keyring.items == {}
+
+
+async def test_give_up_mid_respawn_abandons(rig):
+    rig.node()
+    gate, reading = asyncio.Event(), asyncio.Event()
+    real_get = rig.secrets.get
+
+    async def slow_get(node_id, kind):
+        reading.set()
+        await gate.wait()
+        return await real_get(node_id, kind)
+
+    rig.secrets.get = slow_get
+    result_task = asyncio.create_task(rig.service.respawn("n1"))
+    await reading.wait()
+    rig.store.put(rig.rec().replace(status=NodeStatus.ERROR))
+    gate.set()
+    result = await result_task
+    assert result.outcome is RespawnOutcome.ABANDONED and result.status is NodeStatus.ERROR
+    assert rig.orch.spawned == []
+
+
+# 7. failures stay local -------------------------------------------------------------
+
+async def test_one_failing_record_never_ends_the_pass(rig):
+    rig.node("a")
+    rig.node("b")
+    real_spawn = rig.orch.spawn
+
+    def spawn(node_id, env, want_ports=None):
+        if node_id == "a":
+            raise RuntimeError("unexpected")
+        return real_spawn(node_id, env, want_ports=want_ports)
+
+    rig.orch.spawn = spawn
+    assert await rig.sup.reconcile() == ["b"]
+
+
+async def test_malformed_records_file_is_logged_not_thrown(rig, caplog):
+    rig.store.path.write_text("{broken")
+    rig.store.reload()
+    with caplog.at_level(logging.ERROR):
+        assert await rig.sup.reconcile() == []
+    assert "not valid JSON" in caplog.text
+
+
+# 8. orphans ------------------------------------------------------------------------
+
+async def test_orphan_handles_are_reported_once_and_left_running(rig, caplog):
+    orphan = rig.orch.add_live("ghost")
+    with caplog.at_level(logging.WARNING):
+        rig.sup.start()
+        await asyncio.sleep(0)
+        await rig.sup.reconcile()
+    await rig.sup.stop()
+    assert caplog.text.count("no record names it") == 1
+    assert rig.orch.is_running(orphan.id)
+    assert rig.orch.stopped == []
+
+
+# 1. triggers -------------------------------------------------------------------------
+
+async def test_start_runs_one_pass_and_exits_trigger_passes(rig):
+    rig.node("a")
+    rig.sup.start()
+    await async_wait_until(lambda: rig.orch.spawns_of("a"), what="start-up respawn")
+    # The child dies: a pass runs within the same loop turn, no timer involved.
+    handle = rig.rec("a").handle
+    await rig.clock.advance(10)  # past the backoff of one attempt (sweep is 60 s, not due)
+    rig.orch.exit(handle)
+    await async_wait_until(lambda: len(rig.orch.spawns_of("a")) == 2, what="exit-triggered respawn")
+    await rig.sup.stop()
+
+
+async def test_exit_storm_coalesces_into_one_queued_pass(rig):
+    for i in range(10):
+        rig.node(f"n{i}", live=True)
+    passes = []
+    real = rig.sup._reconcile_once
+
+    async def counting():
+        passes.append(1)
+        return await real()
+
+    rig.sup._reconcile_once = counting
+    rig.sup._unsubscribe = rig.orch.subscribe(rig.sup._on_exit)
+    for i in range(10):
+        rig.orch.exit(rig.rec(f"n{i}").handle)
+    await async_wait_until(lambda: len(rig.orch.spawned) == 10, what="all respawned")
+    assert len(passes) == 1
+    await rig.sup.stop()
+
+
+async def test_periodic_sweep_catches_a_death_nobody_reported(rig):
+    rig.node("a", live=True)
+    rig.sup.start()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    rig.orch.handles[rig.rec("a").handle].alive = False  # no exit event
+    await rig.clock.advance(59)
+    assert rig.orch.spawned == []
+    await rig.clock.advance(1)
+    await async_wait_until(lambda: len(rig.orch.spawns_of("a")) == 1, what="sweep respawn")
+    await rig.sup.stop()
+
+
+async def test_stop_ends_timer_and_subscription(rig):
+    rig.node("a", live=True)
+    rig.sup.start()
+    await asyncio.sleep(0)
+    await rig.sup.stop()
+    rig.orch.exit(rig.rec("a").handle)
+    await rig.clock.advance(120)
+    assert rig.orch.spawned == []
+    assert rig.orch.listeners == []
+
+
+async def test_in_flight_pass_abandons_records_it_has_not_reached_after_stop(rig):
+    rig.node("a")
+    rig.node("b")
+    gate, reading = asyncio.Event(), asyncio.Event()
+    real_get = rig.secrets.get
+
+    async def slow_get(node_id, kind):
+        reading.set()
+        await gate.wait()
+        return await real_get(node_id, kind)
+
+    rig.secrets.get = slow_get
+    task = asyncio.create_task(rig.sup.reconcile())
+    await reading.wait()
+    rig.sup._disposed = True  # what stop() sets, without cancelling the pass
+    gate.set()
+    assert await task == ["a"]
+    assert rig.orch.spawns_of("b") == []
+
+
+# 9. restart ---------------------------------------------------------------------------
+
+async def test_restart_stops_and_respawns_without_spending_budget(rig):
+    rig.node(live=True, attempts=2, ago_s=5)
+    old = rig.rec().handle
+    await rig.sup.restart("n1")
+    assert rig.orch.stopped == [old]
+    assert rig.rec().handle != old and rig.orch.is_running(rig.rec().handle)
+    assert rig.rec().attempts == 2
+
+
+@pytest.mark.parametrize("case", ["error", "no-handle", "down", "missing"])
+async def test_restart_leaves_alone_what_it_should_not_touch(rig, case):
+    if case == "error":
+        rig.node(status=NodeStatus.ERROR, live=True)
+    elif case == "no-handle":
+        rig.node(handle=None)
+    elif case == "down":
+        rig.node(live=False)
+    await rig.sup.restart("n1")
+    assert rig.orch.spawned == [] and rig.orch.stopped == []
