@@ -1,0 +1,119 @@
+"""An in-memory Host for unit tests of the control API and the CLI (never for integration tests).
+
+It keeps the Host interface the control API is written against: views, the
+NotFound/Conflict errors, remove that never raises for a missing node, and
+events through the engine's own EventBus.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from cadre_desktop.errors import Conflict, NotFound
+from cadre_desktop.host.events import EventBus, EventKind
+from cadre_desktop.host.views import NodeView
+from cadre_desktop.paths import Paths
+from cadre_desktop.settings import Settings
+
+STAMP = "2024-01-01T00:00:00+00:00"
+
+
+def make_view(node_id: str, name: str, status: str = "unclaimed", **changes) -> NodeView:
+    port = 47100
+    view = NodeView(
+        id=node_id, name=name, status=status, mode="claim", running=True, pid=4242,
+        api_port=port, p2p_port=port + 1, peer_id=f"peer-{node_id}", cadre=None, attempts=0,
+        next_retry_at=None, last_error=None,
+        claim_url=f"http://127.0.0.1:{port}/claim?node={node_id}#secret-of-{node_id}" if status == "unclaimed" else None,
+        advertise_host="127.0.0.1", created_at=STAMP, updated_at=STAMP, started_at=STAMP,
+        log_path=f"/tmp/node-{node_id}.log",
+    )
+    return replace(view, **changes)
+
+
+class FakeHost:
+    def __init__(self, home: Path) -> None:
+        self.paths = Paths(data_dir=home, config_dir=home, log_dir=home / "logs")
+        self.settings = Settings()
+        self.nodes: dict[str, NodeView] = {}
+        self.bus = EventBus()
+        self.calls: list[tuple] = []
+        self.fail_next: Exception | None = None
+        self._counter = 0
+
+    def subscribe(self, listener):
+        return self.bus.subscribe(listener)
+
+    def _maybe_fail(self) -> None:
+        if self.fail_next is not None:
+            exc, self.fail_next = self.fail_next, None
+            raise exc
+
+    def put(self, view: NodeView) -> NodeView:
+        self.nodes[view.id] = view
+        return view
+
+    def list_nodes(self) -> list[NodeView]:
+        return list(self.nodes.values())
+
+    def get_node(self, node_id: str) -> NodeView:
+        try:
+            return self.nodes[node_id]
+        except KeyError:
+            raise NotFound(f"No node with id {node_id!r}.") from None
+
+    async def add_node(self, name: str | None) -> NodeView:
+        self.calls.append(("add", name))
+        self._maybe_fail()
+        self._counter += 1
+        node_id = f"n-{self._counter:x}"
+        view = self.put(make_view(node_id, name or f"node {self._counter}"))
+        self.bus.emit(EventKind.ADDED, node_id)
+        return view
+
+    async def join_node(self, invitation: str, name: str | None) -> NodeView:
+        self.calls.append(("join", invitation, name))
+        self._maybe_fail()
+        self._counter += 1
+        node_id = f"n-{self._counter:x}"
+        view = self.put(make_view(node_id, name or "joined node", "joining", mode="invitation"))
+        self.bus.emit(EventKind.ADDED, node_id)
+        return view
+
+    async def retry_node(self, node_id: str) -> NodeView:
+        self.calls.append(("retry", node_id))
+        view = self.get_node(node_id)
+        if view.status != "error":
+            raise Conflict(f"Node {node_id} is {view.status}; only a node in error can be retried.")
+        return self.put(replace(view, status="unclaimed", attempts=0, last_error=None))
+
+    async def restart_node(self, node_id: str) -> NodeView:
+        self.calls.append(("restart", node_id))
+        self._maybe_fail()
+        view = self.get_node(node_id)
+        return self.put(replace(view, pid=(view.pid or 0) + 1))
+
+    async def regenerate_node(self, node_id: str) -> NodeView:
+        self.calls.append(("regenerate", node_id))
+        view = self.get_node(node_id)
+        if view.status != "unclaimed":
+            raise Conflict(f"Node {node_id} is {view.status}; only an unclaimed node has a claim secret.")
+        return self.put(replace(view, claim_url=view.claim_url + "-new"))
+
+    async def remove_node(self, node_id: str) -> bool:
+        self.calls.append(("remove", node_id))
+        existed = self.nodes.pop(node_id, None) is not None
+        if existed:
+            self.bus.emit(EventKind.REMOVED, node_id)
+        return existed
+
+
+class ExplodingHost(FakeHost):
+    """add_node fails with an exception nobody planned for, carrying a secret in its text."""
+
+    async def add_node(self, name):
+        raise RuntimeError("boom with secret-of-everything")
+
+    async def join_node(self, invitation, name):
+        raise RuntimeError(f"could not parse {invitation}")

@@ -1,0 +1,106 @@
+"""Run the real headless host in a subprocess and talk to its control API."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tests.support.polling import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def fast_settings(**overrides) -> dict:
+    low = random.randrange(20000, 30000, 50)
+    settings = {
+        "bind_host": "127.0.0.1",
+        "advertise_host": "127.0.0.1",
+        "port_range": [low, low + 49],
+        "respawn_backoff_base_ms": 50,
+        "respawn_backoff_max_ms": 1000,
+        "respawn_max_attempts": 3,
+        "sweep_ms": 1000,
+        "probe_interval_ms": 200,
+        "stop_timeout_ms": 3000,
+    }
+    settings.update(overrides)
+    return settings
+
+
+class HeadlessHost:
+    def __init__(self, home: Path, keyring_env: dict[str, str], settings: dict | None = None) -> None:
+        self.home = home
+        self.env = {**os.environ, **keyring_env, "CADRE_DESKTOP_HOME": str(home),
+                    "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+        self.env.pop("QT_QPA_PLATFORM", None)
+        self.proc: subprocess.Popen | None = None
+        home.mkdir(parents=True, exist_ok=True)
+        if settings is not None:
+            (home / "settings.json").write_text(json.dumps(settings))
+
+    @property
+    def control(self) -> dict:
+        return json.loads((self.home / "control.json").read_text())
+
+    def start(self, wait: bool = True) -> "HeadlessHost":
+        self.stderr_path = self.home / f"host-stderr-{random.getrandbits(32):08x}.txt"
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cadre_desktop", "--headless"],
+            env=self.env, stdout=subprocess.DEVNULL, stderr=self._stderr, cwd=self.home,
+        )
+        if wait:
+            wait_until(self._ready, timeout=30, interval=0.02, what="headless host control.json")
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"host exited with {self.proc.returncode}: {self.stderr()}")
+        try:
+            return self.control.get("pid") == self.proc.pid
+        except (OSError, ValueError):
+            return False
+
+    def stderr(self) -> str:
+        self._stderr.flush()
+        return self.stderr_path.read_text(errors="replace")
+
+    def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        ctl = self.control
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(ctl["url"] + path, data=data, method=method,
+                                     headers={"Authorization": f"Bearer {ctl['token']}",
+                                              "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+
+    def node(self, node_id: str) -> dict:
+        status, body = self.api("GET", f"/api/nodes/{node_id}")
+        assert status == 200, body
+        return body
+
+    def cli(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cadre_desktop", *args], env=self.env,
+                              capture_output=True, text=True, input=input, timeout=60)
+
+    def stop(self) -> int:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        self._stderr.close()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        self._stderr.close()

@@ -1,0 +1,77 @@
+"""A private D-Bus session with an unlocked GNOME Keyring: a real Secret Service for tests.
+
+Started once per test session; every host the tests spawn gets its address in
+DBUS_SESSION_BUS_ADDRESS, so claim secrets go through the same keyring path a
+Linux desktop uses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.support.polling import wait_until
+
+
+class SecretServiceSession:
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="cadre-dbus-"))
+        self.env: dict[str, str] = {}
+        self._procs: list[subprocess.Popen] = []
+
+    def start(self) -> dict[str, str]:
+        for tool in ("dbus-daemon", "gnome-keyring-daemon"):
+            if shutil.which(tool) is None:
+                raise RuntimeError(f"{tool} is missing; ./scripts/test installs it (dbus, gnome-keyring)")
+        runtime = self.root / "run"
+        runtime.mkdir(mode=0o700)
+        data = self.root / "data"
+        data.mkdir()
+        bus = subprocess.Popen(
+            ["dbus-daemon", "--session", "--nofork", "--nopidfile", "--print-address=1",
+             f"--address=unix:path={runtime}/bus"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        self._procs.append(bus)
+        address = bus.stdout.readline().strip()
+        if not address:
+            raise RuntimeError("dbus-daemon did not start")
+        self.env = {
+            "DBUS_SESSION_BUS_ADDRESS": address,
+            "XDG_RUNTIME_DIR": str(runtime),
+            "XDG_DATA_HOME": str(data),
+            "PYTHON_KEYRING_BACKEND": "keyring.backends.SecretService.Keyring",
+        }
+        env = {**os.environ, **self.env, "HOME": str(self.root)}
+        keyring = subprocess.Popen(
+            ["gnome-keyring-daemon", "--foreground", "--unlock", "--components=secrets"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        )
+        keyring.stdin.write(b"test-keyring-password")
+        keyring.stdin.close()
+        self._procs.append(keyring)
+        wait_until(lambda: self._keyring_answers(env), timeout=20, interval=0.1, what="gnome-keyring on D-Bus")
+        return self.env
+
+    @staticmethod
+    def _keyring_answers(env) -> bool:
+        probe = (
+            "import keyring\n"
+            "keyring.set_password('cadre-desktop-test', 'probe', 'x')\n"
+            "assert keyring.get_password('cadre-desktop-test', 'probe') == 'x'\n"
+        )
+        import sys
+        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, timeout=20).returncode == 0
+
+    def stop(self) -> None:
+        for proc in reversed(self._procs):
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
