@@ -1,0 +1,98 @@
+"""Entry point: ``cadre-node`` or ``python -m cadre_desktop.node``.
+
+Configured only by environment variables (see docs/node-contract.md); a start-up
+failure prints one line on stderr and exits with a code from :class:`ExitCode`.
+"""
+
+from __future__ import annotations
+
+import time
+
+_STARTED_AT = time.monotonic()
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+
+from cadre_desktop.node.errors import ExitCode, NodeError  # noqa: E402
+
+USAGE = """\
+usage: cadre-node   (no arguments; configured by environment variables)
+
+  CADRE_NODE_ID, CADRE_NODE_DIR, CADRE_API_HOST, CADRE_API_PORT, CADRE_P2P_PORT,
+  CADRE_ADVERTISE_HOST, and one of CADRE_CLAIM_SECRET or CADRE_INVITATION.
+  Optional: CADRE_JOIN_TIMEOUT_MS, CADRE_CLAIM_MAX_FAILURES, CADRE_CLAIM_LOCKOUT_MS,
+  CADRE_LOG_LEVEL. See docs/node-contract.md.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args:
+        from cadre_desktop import __version__
+
+        if args == ["--version"]:
+            print(f"cadre-node {__version__}")
+            return ExitCode.OK
+        if args in (["--help"], ["-h"]):
+            print(USAGE, end="")
+            return ExitCode.OK
+        print(f"cadre-node: error: unexpected arguments\n{USAGE}", end="", file=sys.stderr)
+        return ExitCode.CONFIG
+    # Until the event loop takes SIGTERM over, a stop request during start-up ends
+    # the process at once, still with exit code 0 (the host asked for it).
+    signal.signal(signal.SIGTERM, _stop_during_start_up)
+    try:
+        return _run()
+    except NodeError as err:
+        print(f"cadre-node: error: {err.message}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:  # Ctrl-C before the loop's own handler was installed
+        return ExitCode.OK
+
+
+def _stop_during_start_up(signum: int, frame: object) -> None:
+    raise SystemExit(ExitCode.OK)
+
+
+def _run() -> int:
+    from cadre_desktop.node.config import load_config
+
+    config = load_config(os.environ)
+
+    import asyncio
+    import logging
+
+    from cadre_desktop import __version__
+    from cadre_desktop.node.clock import SystemClock
+    from cadre_desktop.node.identity import load_or_create_identity
+    from cadre_desktop.node.logs import redact, setup_logging
+    from cadre_desktop.node.node import Node
+    from cadre_desktop.node.node_dir import prepare_node_dir
+    from cadre_desktop.node.aiohttp_import import import_aiohttp
+    from cadre_desktop.node.state import StateStore
+
+    setup_logging(config.node_id, config.tuning.log_level)
+    redact(config.claim_secret, config.invitation)
+    lock_fd = prepare_node_dir(config.node_dir)
+    try:
+        identity = load_or_create_identity(config.node_dir)
+        store = StateStore(config.node_dir, config.node_id)
+        node = Node(config, identity, store, SystemClock(), __version__)
+        import_aiohttp()
+        from cadre_desktop.node.server import serve
+
+        try:
+            asyncio.run(serve(node, _STARTED_AT))
+        except NodeError:
+            raise
+        except Exception:
+            logging.getLogger("cadre.node").exception("the node stopped on an unexpected error")
+            return ExitCode.INTERNAL
+    finally:
+        os.close(lock_fd)
+    return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

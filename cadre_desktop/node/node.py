@@ -1,0 +1,216 @@
+"""The node's behaviour, free of HTTP: status, claim, owners, and its state machine.
+
+States (``NodeState`` on the wire is the ``state`` field of ``/status``)::
+
+    unclaimed --claim--> joined                     (started with CADRE_CLAIM_SECRET)
+    joining --invitation redeemed--> joined         (started with CADRE_INVITATION)
+    joining --invitation refused or unreachable--> failed
+
+``joined`` is persisted (the membership in the state file), so a respawned node
+starts joined. ``joining`` and ``failed`` are not: a respawned node that was not yet
+joined tries its invitation again. Each transition is made in one named method and
+logged.
+
+The HTTP layer (:mod:`http_api`) only parses requests and renders answers; every
+decision is here, so it can be tested without sockets.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import logging
+import secrets
+from typing import Any
+
+from cadre_desktop.node.clock import Clock, iso_utc
+from cadre_desktop.node.config import NodeConfig
+from cadre_desktop.node.errors import ApiError
+from cadre_desktop.node.identity import Identity
+from cadre_desktop.node.ratelimit import FailureLimiter
+from cadre_desktop.node.state import Member, Membership, NodeState, StateStore
+
+log = logging.getLogger("cadre.node")
+
+MAX_OWNER_TOKENS = 8  # each claim by the owner adds one; the oldest are dropped
+
+
+class Phase(str, enum.Enum):
+    UNCLAIMED = "unclaimed"
+    JOINING = "joining"
+    JOINED = "joined"
+    FAILED = "failed"
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def same_cadre(a: str, b: str) -> bool:
+    """Cadre names match ignoring case: a phone keyboard capitalises on its own."""
+    return a.casefold() == b.casefold()
+
+
+class Node:
+    def __init__(
+        self,
+        config: NodeConfig,
+        identity: Identity,
+        store: StateStore,
+        clock: Clock,
+        version: str,
+    ) -> None:
+        self.config = config
+        self.identity = identity
+        self.peer_id = identity.peer_id
+        self.store = store
+        self.clock = clock
+        self.version = version
+        tuning = config.tuning
+        self.claim_limiter = FailureLimiter(
+            clock, max_failures=tuning.claim_max_failures, lockout_s=tuning.claim_lockout_s
+        )
+        self.join_limiter = FailureLimiter(
+            clock, max_failures=tuning.claim_max_failures, lockout_s=tuning.claim_lockout_s
+        )
+        self._join_failure: str | None = None
+        if store.state.node_id != config.node_id:
+            log.warning(
+                "the state file was written for node %r; this is node %r",
+                store.state.node_id,
+                config.node_id,
+            )
+
+    # ----- reading -------------------------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        if self.store.state.membership is not None:
+            return Phase.JOINED
+        if self.config.invitation is not None:
+            return Phase.FAILED if self._join_failure else Phase.JOINING
+        return Phase.UNCLAIMED
+
+    @property
+    def cadre(self) -> str | None:
+        membership = self.store.state.membership
+        return membership.cadre if membership else None
+
+    def status(self) -> dict[str, Any]:
+        """The body of ``GET /status``: exactly the contract's six fields."""
+        phase = self.phase
+        return {
+            "node_id": self.config.node_id,
+            "peer_id": self.peer_id,
+            "state": phase.value,
+            "cadre": self.cadre,
+            "error": self._join_failure if phase is Phase.FAILED else None,
+            "version": self.version,
+        }
+
+    # ----- claim ---------------------------------------------------------------
+
+    def claim(self, client: str, secret: str, cadre: str) -> dict[str, str]:
+        """Claim this node into ``cadre`` for whoever knows the claim secret.
+
+        Order matters: a throttled client learns nothing, not even whether its secret
+        was right; a wrong secret is refused before the cadre is looked at, so only a
+        holder of the secret learns which cadre owns the node.
+        """
+        self.check_throttle(self.claim_limiter, client)
+        membership = self.store.state.membership
+        if self.config.claim_secret is None:
+            if membership is not None:
+                raise _already_claimed(membership.cadre)
+            raise ApiError(
+                409,
+                "not-claimable",
+                "this node joins its cadre by invitation; it cannot be claimed",
+            )
+        if not hmac.compare_digest(secret.encode(), self.config.claim_secret.encode()):
+            self.claim_limiter.failed(client)
+            raise ApiError(403, "wrong-secret", "the claim code is wrong or has expired")
+        self.claim_limiter.succeeded(client)
+        if membership is not None and not same_cadre(membership.cadre, cadre):
+            raise _already_claimed(membership.cadre)
+
+        token = secrets.token_urlsafe(32)
+        now = self.clock.wall()
+
+        def change(state: NodeState) -> str:
+            if state.membership is None:
+                state.membership = Membership(cadre=cadre, via="claim", joined_at=now)
+                state.members = [Member(peer_id=self.peer_id, joined_at=now, via="claim")]
+            state.owner_token_sha256.append(sha256_hex(token))
+            del state.owner_token_sha256[:-MAX_OWNER_TOKENS]
+            return state.membership.cadre
+
+        first = membership is None
+        held = self.store.update(change)
+        if first:
+            self._transition(Phase.UNCLAIMED, Phase.JOINED, f"claimed into cadre {held!r}")
+        else:
+            log.info("claimed again by the owner of cadre %r; a new owner token issued", held)
+        return {"cadre": held, "owner_token": token, "peer_id": self.peer_id}
+
+    def authorize_owner(self, token: str | None) -> None:
+        """Accept only a bearer of an owner token this node issued (and still keeps)."""
+        if not token:
+            raise ApiError(
+                401,
+                "unauthorized",
+                "send the owner token as 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        digest = sha256_hex(token)
+        # Compare against every stored hash, without stopping early.
+        matched = False
+        for stored in self.store.state.owner_token_sha256:
+            matched |= hmac.compare_digest(digest, stored)
+        if not matched:
+            raise ApiError(403, "forbidden", "this owner token is not valid for this node")
+
+    # ----- joiner side of an invitation ---------------------------------------
+
+    def join_succeeded(self, cadre: str, inviter: str) -> None:
+        """Persist the membership an invitation gave us."""
+        now = self.clock.wall()
+
+        def change(state: NodeState) -> None:
+            state.membership = Membership(
+                cadre=cadre, via="invitation", joined_at=now, inviter=inviter
+            )
+
+        self.store.update(change)
+        self._join_failure = None
+        self._transition(Phase.JOINING, Phase.JOINED, f"joined cadre {cadre!r} by invitation")
+
+    def join_failed(self, reason: str) -> None:
+        """Report the reason through /status and keep serving so it can be read."""
+        self._join_failure = reason
+        self._transition(Phase.JOINING, Phase.FAILED, reason)
+
+    # ----- helpers ---------------------------------------------------------------
+
+    def check_throttle(self, limiter: FailureLimiter, client: str) -> None:
+        wait = limiter.retry_after(client)
+        if wait is not None:
+            raise ApiError(
+                429,
+                "too-many-tries",
+                f"too many wrong codes from this device; try again in {wait} s",
+                headers={"Retry-After": str(wait)},
+            )
+
+    def _transition(self, old: Phase, new: Phase, why: str) -> None:
+        log.info("state %s -> %s: %s", old.value, new.value, why)
+
+    def iso(self, epoch_s: float) -> str:
+        return iso_utc(epoch_s)
+
+
+def _already_claimed(cadre: str) -> ApiError:
+    return ApiError(
+        409, "already-claimed", f"this node is already claimed by the cadre {cadre!r}"
+    )

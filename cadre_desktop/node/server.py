@@ -1,0 +1,94 @@
+"""Run the node: bind its ports, answer, redeem an invitation, stop on a signal.
+
+Start-up order is chosen for the host's probe: the P2P port is bound first, then
+the API port, and only then does slow work (redeeming an invitation) begin, in a
+background task. So ``/status`` answers from the first moment the API listens, and
+a node that answers has both its ports.
+
+Stopping (SIGTERM or SIGINT) cancels the background task, closes the listeners and
+gives open requests half a second. State is only ever written whole (see
+:mod:`state`), so stopping at any point leaves nothing half-done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+
+from aiohttp import web
+
+from cadre_desktop.node.errors import BindError
+from cadre_desktop.node.http_api import AccessLog, build_app
+from cadre_desktop.node.joiner import redeem_invitation
+from cadre_desktop.node.node import Node, Phase
+from cadre_desktop.node.p2p import start_p2p_listener
+
+log = logging.getLogger("cadre.node")
+
+SHUTDOWN_GRACE_S = 0.5
+
+
+async def serve(node: Node, started_at: float) -> None:
+    """Serve until SIGTERM or SIGINT. Raises :class:`BindError` if a port is taken."""
+    config = node.config
+    stop = asyncio.Event()
+    _on_stop_signals(stop.set)
+
+    runner = web.AppRunner(
+        build_app(node),
+        access_log_class=AccessLog,
+        handle_signals=False,
+        shutdown_timeout=SHUTDOWN_GRACE_S,
+    )
+    await runner.setup()
+    p2p = None
+    join_task: asyncio.Task[None] | None = None
+    try:
+        p2p = await start_p2p_listener(config.api_host, config.p2p_port, node.peer_id)
+        site = web.TCPSite(runner, config.api_host, config.api_port)
+        try:
+            await site.start()
+        except OSError as err:
+            raise BindError(
+                f"cannot listen on API port {config.api_host}:{config.api_port}: "
+                f"{err.strerror}"
+            ) from None
+        log.info(
+            "listening on http://%s:%s (p2p port %s) as %s, state %s, ready in %.0f ms",
+            config.api_host,
+            config.api_port,
+            config.p2p_port,
+            node.peer_id,
+            node.phase.value,
+            (time.monotonic() - started_at) * 1000,
+        )
+        if config.invitation is not None and node.phase is Phase.JOINING:
+            join_task = asyncio.create_task(
+                redeem_invitation(node, config.invitation, config.tuning.join_timeout_s),
+                name="redeem-invitation",
+            )
+        elif config.invitation is not None:
+            log.info("already joined cadre %r; the invitation is not redeemed again", node.cadre)
+        await stop.wait()
+        log.info("stopping")
+    finally:
+        if join_task is not None:
+            join_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await join_task
+        if p2p is not None:
+            p2p.close()
+        await runner.cleanup()
+    log.info("stopped")
+
+
+def _on_stop_signals(callback) -> None:
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, callback)
+        except (NotImplementedError, RuntimeError):  # Windows: no loop signal handlers
+            signal.signal(signum, lambda *_: loop.call_soon_threadsafe(callback))
