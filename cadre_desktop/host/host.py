@@ -112,6 +112,8 @@ class Host:
             fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval))),
         )
         self.probe.start()
+        # A new child is probed at once rather than at the end of the interval.
+        self.events.subscribe(lambda event: self.probe.probe_soon() if self.probe else None)
         if self._serve_control_api:
             from cadre_desktop.host.control import ControlServer
 
@@ -189,6 +191,7 @@ class Host:
             status=record.status.value,
             mode=record.mode.value,
             running=running,
+            ready=bool(running and self.probe and self.probe.is_ready(record.handle)),
             pid=handle.pid if running else None,
             api_port=record.api_port,
             p2p_port=record.p2p_port,

@@ -88,6 +88,8 @@ class Probe:
         #: or its last answer) before it is taken for dead.
         self.grace_s = grace_s if grace_s is not None else max(15.0, 3 * interval_s)
         self._last_ok: dict[str, float] = {}
+        #: Children that have answered /status at least once: "ready" in the contract.
+        self._answered: set[str] = set()
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
@@ -106,6 +108,9 @@ class Probe:
         if close:
             await close()
 
+    def is_ready(self, handle_id: str | None) -> bool:
+        return handle_id in self._answered
+
     def probe_soon(self) -> None:
         """Probe every node now instead of at the end of the interval (after a wake)."""
         self._wake.set()
@@ -117,7 +122,11 @@ class Probe:
             except Exception:
                 log.exception("probe pass failed")
             self._wake.clear()
-            sleeper = asyncio.ensure_future(self.clock.sleep(self.interval_s))
+            # A child that has not answered yet is starting: look again soon, so the
+            # UI can say "ready" quickly. Idle, only the interval runs.
+            starting = any(h not in self._answered for h in self._last_ok)
+            wait = min(self.interval_s, 0.25) if starting else self.interval_s
+            sleeper = asyncio.ensure_future(self.clock.sleep(wait))
             waker = asyncio.ensure_future(self._wake.wait())
             try:
                 await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
@@ -135,6 +144,7 @@ class Probe:
         for handle_id in list(self._last_ok):
             if handle_id not in live:
                 del self._last_ok[handle_id]
+                self._answered.discard(handle_id)
         await asyncio.gather(*(self.probe_one(r) for r in records if r.handle in live))
 
     async def probe_one(self, snapshot: NodeRecord) -> None:
@@ -150,6 +160,7 @@ class Probe:
                 await self.orchestrator.stop(handle.id)
             return
         self._last_ok[handle.id] = self.clock.monotonic()
+        self._answered.add(handle.id)
         # Re-read after the await: only the record of this very child may change.
         current = self.store.get(snapshot.id)
         if current is None or current.handle != handle.id or current.status not in SUPERVISED:

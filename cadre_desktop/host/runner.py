@@ -41,6 +41,15 @@ async def serve(paths: Paths, settings: Settings) -> int:
     from cadre_desktop.host.host import Host
 
     host = Host(paths, settings)
+    # Handlers go in before start(): control.json appears during start(), and a
+    # SIGTERM sent the moment it does must still stop the host cleanly.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, AttributeError, ValueError):  # Windows
+            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
     try:
         await host.start()
     except HostBusy as exc:
@@ -49,13 +58,6 @@ async def serve(paths: Paths, settings: Settings) -> int:
     except CadreError as exc:
         print(f"cadre-desktop: {exc.message}", file=sys.stderr)
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, AttributeError, ValueError):  # Windows
-            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
     log.info("headless host running; SIGINT or SIGTERM stops it")
     await stop.wait()
     log.info("stopping")

@@ -13,6 +13,8 @@ class NodeView:
     status: str
     mode: str
     running: bool
+    #: The running child has answered GET /status (it can be claimed now).
+    ready: bool
     pid: int | None
     api_port: int | None
     p2p_port: int | None

@@ -77,13 +77,13 @@ def added(host: HeadlessHost, name="Kitchen") -> dict:
 def running_node(host: HeadlessHost, node_id: str, not_pid=None) -> dict:
     def check():
         n = host.node(node_id)
-        return n if n["running"] and n["pid"] != not_pid else None
+        return n if n["ready"] and n["pid"] != not_pid else None
     return wait_until(check, timeout=20, what=f"node {node_id} running")
 
 
 def test_add_then_claim_from_the_qr_url_then_joined(host_factory):
     host = host_factory(fast_settings()).start()
-    node = added(host)
+    node = running_node(host, added(host)["id"])
     assert node["status"] == "unclaimed"
     assert node["claim_url"].startswith(f"http://127.0.0.1:{node['api_port']}/claim?node={node['id']}#")
     status, body = claim(node["claim_url"], "family")
@@ -97,7 +97,7 @@ def test_add_then_claim_from_the_qr_url_then_joined(host_factory):
 
 def test_sigkilled_node_comes_back_as_the_same_node(host_factory):
     host = host_factory(fast_settings()).start()
-    node = added(host)
+    node = running_node(host, added(host)["id"])
     assert claim(node["claim_url"], "family")[0] == 200
     before = wait_until(lambda: (n := host.node(node["id"]))["peer_id"] and n["status"] == "joined" and n,
                         timeout=15, what="joined with peer id")

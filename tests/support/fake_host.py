@@ -22,7 +22,7 @@ STAMP = "2024-01-01T00:00:00+00:00"
 def make_view(node_id: str, name: str, status: str = "unclaimed", **changes) -> NodeView:
     port = 47100
     view = NodeView(
-        id=node_id, name=name, status=status, mode="claim", running=True, pid=4242,
+        id=node_id, name=name, status=status, mode="claim", running=True, ready=True, pid=4242,
         api_port=port, p2p_port=port + 1, peer_id=f"peer-{node_id}", cadre=None, attempts=0,
         next_retry_at=None, last_error=None,
         claim_url=f"http://127.0.0.1:{port}/claim?node={node_id}#secret-of-{node_id}" if status == "unclaimed" else None,

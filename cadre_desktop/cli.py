@@ -1,0 +1,430 @@
+"""`cadre-desktop`: the tray app, the headless host, and the commands that drive a running host.
+
+Node commands are clients of the control API (found through control.json);
+only `node logs` reads files directly, so it works with no host running.
+Heavy modules (Qt, aiohttp, the engine) are imported only by the commands that
+need them, so a `node list` starts quickly.
+
+Exit codes: 0 ok, 1 the action failed, 2 usage, 3 no host is running for this home.
+Secrets never travel on a command line: `node join` reads the invitation from
+stdin or a hidden prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from cadre_desktop import __version__, logtail
+from cadre_desktop.control_client import ApiError, ControlClient, NoHost
+from cadre_desktop.errors import CadreError
+from cadre_desktop.paths import Paths, resolve_paths
+
+PROG = "cadre-desktop"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_HOST = 0, 1, 2, 3
+MAX_INVITATION_INPUT = 64 * 1024
+SHOW_ORDER = (
+    "id", "name", "status", "mode", "running", "pid", "api_port", "p2p_port", "peer_id", "cadre",
+    "attempts", "next_retry_at", "last_error", "claim_url", "advertise_host", "created_at",
+    "updated_at", "started_at", "log_path",
+)
+
+
+class Failed(Exception):
+    """The action could not be done; the message says why (exit 1)."""
+
+
+class Usage(Exception):
+    """The command line cannot be acted on as given (exit 2)."""
+
+
+# -- output -----------------------------------------------------------------------------
+
+def out(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def print_json(doc: Any) -> None:
+    out(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def shown(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def local_time(stamp: str | None) -> str:
+    if not stamp:
+        return "-"
+    try:
+        return datetime.fromisoformat(stamp).astimezone().strftime("%H:%M:%S")
+    except ValueError:
+        return stamp
+
+
+def clip(text: str | None, width: int) -> str:
+    text = one_line(text or "-")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def node_table(nodes: list[dict]) -> str:
+    """Never shows claim URLs: a list is for glancing at, maybe on a shared screen."""
+    header = ("NAME", "ID", "STATUS", "RUNNING", "ATTEMPTS", "NEXT RETRY", "LAST ERROR")
+    rows = [header] + [
+        (
+            clip(n.get("name"), 24), shown(n.get("id")), shown(n.get("status")),
+            f"yes ({n['pid']})" if n.get("running") and n.get("pid") else ("yes" if n.get("running") else "no"),
+            shown(n.get("attempts")), local_time(n.get("next_retry_at")), clip(n.get("last_error"), 60),
+        )
+        for n in nodes
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows
+    )
+
+
+def node_details(node: dict) -> str:
+    keys = [k for k in SHOW_ORDER if k in node] + sorted(k for k in node if k not in SHOW_ORDER)
+    width = max(len(k) for k in keys)
+    return "\n".join(f"{k + ':':<{width + 1}} {shown(node[k])}" for k in keys)
+
+
+def node_summary(node: dict) -> str:
+    return f"{node.get('name')} ({node.get('id')}): {node.get('status')}"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def client(paths: Paths) -> ControlClient:
+    return ControlClient.from_file(paths.control_file)
+
+
+def read_invitation() -> str:
+    """From a hidden prompt on a terminal, else all of stdin; never from argv."""
+    if sys.stdin is not None and sys.stdin.isatty():
+        text = getpass.getpass("Invitation (the text a cadre member sent you; input hidden): ")
+    else:
+        text = (sys.stdin.read(MAX_INVITATION_INPUT + 1) if sys.stdin is not None else "")
+        if len(text) > MAX_INVITATION_INPUT:
+            raise Failed("the invitation on stdin is far too long; is it the right text?")
+    text = text.strip()
+    if not text:
+        raise Failed("no invitation given: paste it at the prompt, or pipe it in on stdin")
+    return text
+
+
+def confirm(question: str) -> bool:
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+# -- node commands ------------------------------------------------------------------------
+
+def cmd_list(args, paths: Paths) -> int:
+    nodes = client(paths).list_nodes()
+    if args.json:
+        print_json({"nodes": nodes})
+    elif not nodes:
+        out(f"No nodes yet. Add one with: {PROG} node add")
+    else:
+        out(node_table(nodes))
+    return EXIT_OK
+
+
+def show_view(args, node: dict, verb: str) -> int:
+    if args.json:
+        print_json(node)
+    else:
+        out(f"{verb} {node_summary(node)}")
+    return EXIT_OK
+
+
+def cmd_add(args, paths: Paths) -> int:
+    node = client(paths).add_node(args.name)
+    show_view(args, node, "Added")
+    if not args.json and node.get("claim_url"):
+        out(f"Claim it from your phone: {PROG} node qr {node['id']}")
+    return EXIT_OK
+
+
+def cmd_join(args, paths: Paths) -> int:
+    api = client(paths)  # find the host before asking for the invitation
+    return show_view(args, api.join_node(read_invitation(), args.name), "Joining with")
+
+
+def cmd_show(args, paths: Paths) -> int:
+    node = client(paths).get_node(args.id)
+    if args.json:
+        print_json(node)
+    else:
+        out(node_details(node))
+    return EXIT_OK
+
+
+def action_command(action: str, verb: str) -> Callable[[Any, Paths], int]:
+    def run(args, paths: Paths) -> int:
+        return show_view(args, client(paths).node_action(args.id, action), verb)
+    return run
+
+
+def cmd_qr(args, paths: Paths) -> int:
+    from cadre_desktop import claim_qr
+
+    node = client(paths).get_node(args.id)
+    url = node.get("claim_url")
+    if not url:
+        raise Failed(f"node {node.get('id')} is {node.get('status')}: only an unclaimed node has a claim code")
+    target, kind = (args.png, "png") if args.png else (args.svg, "svg") if args.svg else (None, None)
+    if target is not None:
+        try:
+            claim_qr.write_image(url, Path(target), kind)
+        except OSError as exc:
+            raise Failed(f"cannot write {target}: {exc.strerror or exc}") from None
+        out(f"Wrote the claim QR code of {node_summary(node)} to {target}. "
+            "It holds the claim secret: share it only with who should claim the node.")
+        return EXIT_OK
+    sys.stdout.write(claim_qr.terminal_text(url))
+    out(url)
+    out(f"Scan it with a phone camera to claim {node.get('name')}.")
+    return EXIT_OK
+
+
+def cmd_remove(args, paths: Paths) -> int:
+    api = client(paths)
+    if not args.yes:
+        if sys.stdin is None or not sys.stdin.isatty():
+            raise Usage("stdin is not a terminal, so nothing can confirm the removal; add --yes")
+        try:
+            node = api.get_node(args.id)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            out(f"No node {args.id}; nothing to remove.")
+            return EXIT_OK
+        if not confirm(f"Remove {node_summary(node)}? Its process, work folder and claim secret are deleted."):
+            out("Not removed.")
+            return EXIT_FAILED
+    result = api.remove_node(args.id)
+    out(f"Removed {args.id}." if result.get("existed") else f"No node {args.id}; nothing to remove.")
+    return EXIT_OK
+
+
+def write_text(data: bytes) -> None:
+    sys.stdout.write(data.decode("utf-8", "replace"))
+    sys.stdout.flush()
+
+
+def cmd_logs(args, paths: Paths) -> int:
+    path = paths.node_log(args.id)
+    try:
+        text, end = logtail.tail_lines(path, args.lines)
+    except FileNotFoundError:
+        raise Failed(f"no log for node {args.id} at {path}") from None
+    except OSError as exc:
+        raise Failed(f"cannot read {path}: {exc.strerror or exc}") from None
+    write_text(text)
+    if args.follow:
+        try:
+            logtail.follow(path, end, write_text)
+        except KeyboardInterrupt:
+            pass
+    return EXIT_OK
+
+
+def cmd_watch(args, paths: Paths) -> int:
+    api = client(paths)
+    events = api.events()
+    print(f"Watching the events of the host (pid {api.info.pid}); Ctrl-C stops.", file=sys.stderr, flush=True)
+    try:
+        for kind, data in events:
+            node = data.get("node") or {}
+            if args.json:
+                out(json.dumps({"event": kind, **data}, sort_keys=True))
+                continue
+            what = f"{node.get('name')} ({data.get('id')})" if node else str(data.get("id"))
+            status = f" {node.get('status')}" if node else ""
+            detail = f": {one_line(data['detail'])}" if data.get("detail") else ""
+            out(f"{datetime.now().strftime('%H:%M:%S')} {kind:<8} {what}{status}{detail}")
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except TimeoutError:
+        raise Failed("the host stopped sending events (no heartbeat)") from None
+    except (ConnectionError, OSError) as exc:
+        raise NoHost(f"the connection to the host ended ({type(exc).__name__})") from None
+    raise NoHost("the host closed the event stream; it has stopped")
+
+
+# -- other commands ----------------------------------------------------------------------------
+
+def cmd_paths(args, paths: Paths) -> int:
+    doc = paths.as_dict()
+    if args.json:
+        print_json(doc)
+    else:
+        width = max(len(k) for k in doc)
+        for key, value in doc.items():
+            out(f"{key + ':':<{width + 1}} {value}")
+    return EXIT_OK
+
+
+def cmd_doctor(args, paths: Paths) -> int:
+    from cadre_desktop import doctor
+
+    return doctor.main(paths)
+
+
+def cmd_autostart(args, paths: Paths) -> int:
+    try:
+        from cadre_desktop.ui import autostart
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("cadre_desktop.ui.autostart", "cadre_desktop.ui"):
+            raise
+        raise Failed("autostart is not available yet") from None
+    if args.state == "status":
+        state = autostart.status()
+        out(f"autostart is {'on' if state is True else 'off' if state is False else state}")
+    else:
+        (autostart.enable if args.state == "on" else autostart.disable)()
+        out(f"autostart is {args.state}")
+    return EXIT_OK
+
+
+def run_headless(paths: Paths) -> int:
+    from cadre_desktop.settings import load_settings
+
+    settings = load_settings(paths.settings_file)
+    from cadre_desktop.host.runner import run_headless as run
+
+    return run(paths, settings)
+
+
+def run_gui(argv: list[str]) -> int:
+    from cadre_desktop.ui.app import run_gui as run
+
+    return run(argv)
+
+
+# -- parsing ------------------------------------------------------------------------------------
+
+def count_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Host cadre nodes on this computer. With no command, start the tray app.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--headless", action="store_true", help="run the host without a UI until SIGINT/SIGTERM")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="machine-readable output")
+    node_id = argparse.ArgumentParser(add_help=False)
+    node_id.add_argument("id", help="the node's id (see `node list`)")
+
+    node = commands.add_parser("node", help="list, add and manage the hosted nodes")
+    nodes = node.add_subparsers(dest="node_command", metavar="ACTION", required=True)
+    nodes.add_parser("list", parents=[as_json], help="every hosted node").set_defaults(func=cmd_list)
+    add = nodes.add_parser("add", parents=[as_json], help="a new node, waiting to be claimed")
+    add.add_argument("--name")
+    add.set_defaults(func=cmd_add)
+    join = nodes.add_parser("join", parents=[as_json],
+                            help="a new node joining a cadre; the invitation is read from stdin or a prompt")
+    join.add_argument("--name")
+    join.set_defaults(func=cmd_join)
+    nodes.add_parser("show", parents=[as_json, node_id], help="everything about one node").set_defaults(func=cmd_show)
+    qr = nodes.add_parser("qr", parents=[node_id], help="the claim QR code of an unclaimed node")
+    target = qr.add_mutually_exclusive_group()
+    target.add_argument("--png", metavar="FILE", help="write a PNG instead of printing")
+    target.add_argument("--svg", metavar="FILE", help="write an SVG instead of printing")
+    qr.set_defaults(func=cmd_qr)
+    for name, verb, help_ in (
+        ("retry", "Retrying", "try again a node the host gave up on"),
+        ("restart", "Restarted", "stop and start a node (does not spend its attempts)"),
+        ("regenerate", "New claim code for", "a new claim secret; the old QR code stops working"),
+    ):
+        nodes.add_parser(name, parents=[as_json, node_id], help=help_).set_defaults(func=action_command(name, verb))
+    remove = nodes.add_parser("remove", parents=[node_id], help="stop a node and delete its folder and secrets")
+    remove.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    remove.set_defaults(func=cmd_remove)
+    logs = nodes.add_parser("logs", parents=[node_id], help="a node's log (works without a running host)")
+    logs.add_argument("-n", "--lines", type=count_arg, default=50, metavar="N", help="how many last lines (50)")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
+    logs.set_defaults(func=cmd_logs)
+    nodes.add_parser("watch", parents=[as_json], help="print host events as they happen, until Ctrl-C"
+                     ).set_defaults(func=cmd_watch)
+
+    commands.add_parser("doctor", help="check that this computer can host nodes").set_defaults(func=cmd_doctor)
+    commands.add_parser("paths", parents=[as_json], help="where files are kept").set_defaults(func=cmd_paths)
+    auto = commands.add_parser("autostart", help="start the tray app at login")
+    auto.add_argument("state", choices=("on", "off", "status"))
+    auto.set_defaults(func=cmd_autostart)
+    return parser
+
+
+def fail_line(message: str) -> None:
+    print(f"{PROG}: {one_line(message)}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if args.headless and args.command:
+        parser.print_usage(sys.stderr)
+        fail_line("--headless takes no command")
+        return EXIT_USAGE
+    paths = resolve_paths()
+    try:
+        if args.headless:
+            return run_headless(paths)
+        if args.command is None:
+            return run_gui(argv)
+        return args.func(args, paths)
+    except NoHost as exc:
+        fail_line(f"{exc}. Start a host with `{PROG}` (tray) or `{PROG} --headless`.")
+        return EXIT_NO_HOST
+    except ApiError as exc:
+        fail_line(exc.message)
+        return EXIT_FAILED
+    except (CadreError, Failed) as exc:
+        fail_line(getattr(exc, "message", None) or str(exc))
+        return EXIT_FAILED
+    except Usage as exc:
+        fail_line(str(exc))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader (`| head`) went away; stop writing to it without a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED

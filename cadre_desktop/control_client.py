@@ -1,0 +1,204 @@
+"""The CLI's client of the control API: synchronous, standard library only, quick to start.
+
+It finds the host through `control.json`. Proxies are never used (the token
+must not travel through one, and the host is on this machine) and redirects
+are never followed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from http.client import HTTPException
+from pathlib import Path
+from typing import Any, Iterator
+
+READ_TIMEOUT_S = 10.0
+#: Adding or restarting a node waits for a spawn; give it time.
+ACTION_TIMEOUT_S = 90.0
+#: The server sends a heartbeat every 15 s; three missed ones mean it is gone.
+STREAM_TIMEOUT_S = 45.0
+
+
+class NoHost(Exception):
+    """No host is running for this home (exit code 3)."""
+
+
+class ApiError(Exception):
+    """The host answered with an error (exit code 1)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+@dataclass(frozen=True)
+class ControlInfo:
+    url: str
+    token: str
+    pid: int
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    if os.name == "nt":
+        import psutil  # only here: os.kill(pid, 0) would terminate on Windows
+
+        return psutil.pid_exists(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, someone else's
+    return True
+
+
+def read_control(path: Path) -> ControlInfo:
+    """What control.json says, if a live process wrote it; else NoHost."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        info = ControlInfo(url=str(doc["url"]), token=str(doc["token"]), pid=int(doc["pid"]))
+    except FileNotFoundError:
+        raise NoHost(f"no host is running for this home ({path} does not exist)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise NoHost(f"{path} is unreadable ({type(exc).__name__}); is a host running?") from None
+    if not info.url.startswith("http://127.0.0.1:") and not info.url.startswith("http://[::1]:"):
+        raise NoHost(f"{path} names a non-loopback address; refusing to send the token there")
+    if not pid_alive(info.pid):
+        raise NoHost(f"the host that wrote {path} (pid {info.pid}) is not running any more")
+    return info
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+
+
+def _api_error(exc: urllib.error.HTTPError) -> ApiError:
+    try:
+        error = json.loads(exc.read() or b"{}")["error"]
+        return ApiError(exc.code, str(error["code"]), str(error["message"]))
+    except (ValueError, KeyError, TypeError, OSError):
+        return ApiError(exc.code, "http_error", f"the host answered HTTP {exc.code} {exc.reason}")
+
+
+def _timed_out(timeout: float) -> ApiError:
+    return ApiError(0, "timeout", f"the host did not answer within {timeout:.0f} s")
+
+
+class ControlClient:
+    def __init__(self, info: ControlInfo) -> None:
+        self.info = info
+
+    @classmethod
+    def from_file(cls, path: Path) -> "ControlClient":
+        return cls(read_control(path))
+
+    def _open(self, method: str, path: str, body: Any, timeout: float, accept: str = "application/json"):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.info.url + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.info.token}")
+        request.add_header("Accept", accept)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            return _OPENER.open(request, timeout=timeout)
+        except urllib.error.HTTPError as exc:
+            raise _api_error(exc) from None
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            if isinstance(reason, ConnectionRefusedError):
+                raise NoHost(f"no host is answering at {self.info.url} (pid {self.info.pid})") from None
+            if isinstance(reason, TimeoutError):
+                raise _timed_out(timeout) from None
+            raise ApiError(0, "unreachable", f"cannot reach the host at {self.info.url}: {reason}") from None
+        except TimeoutError:
+            raise _timed_out(timeout) from None
+        except (ConnectionError, HTTPException) as exc:
+            raise ApiError(0, "unreachable", f"the connection to the host failed: {exc}") from None
+
+    def request(self, method: str, path: str, body: Any = None, *, timeout: float = READ_TIMEOUT_S) -> Any:
+        try:
+            with self._open(method, path, body, timeout) as resp:
+                raw = resp.read()
+        except TimeoutError:
+            raise _timed_out(timeout) from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ApiError(0, "bad_answer", "the host answered with something that is not JSON") from None
+
+    # -- the API, one method per endpoint -------------------------------------------
+
+    def host_info(self) -> dict:
+        return self.request("GET", "/api/host")
+
+    def list_nodes(self) -> list[dict]:
+        return self.request("GET", "/api/nodes")["nodes"]
+
+    def get_node(self, node_id: str) -> dict:
+        return self.request("GET", f"/api/nodes/{_quote(node_id)}")
+
+    def add_node(self, name: str | None) -> dict:
+        body = {} if name is None else {"name": name}
+        return self.request("POST", "/api/nodes", body, timeout=ACTION_TIMEOUT_S)
+
+    def join_node(self, invitation: str, name: str | None) -> dict:
+        body: dict[str, Any] = {"invitation": invitation}
+        if name is not None:
+            body["name"] = name
+        return self.request("POST", "/api/nodes/join", body, timeout=ACTION_TIMEOUT_S)
+
+    def node_action(self, node_id: str, action: str) -> dict:
+        return self.request("POST", f"/api/nodes/{_quote(node_id)}/{action}", {}, timeout=ACTION_TIMEOUT_S)
+
+    def remove_node(self, node_id: str) -> dict:
+        return self.request("DELETE", f"/api/nodes/{_quote(node_id)}", timeout=ACTION_TIMEOUT_S)
+
+    def events(self) -> Iterator[tuple[str, dict]]:
+        """Connect now; the iterator yields (kind, data) per event until the host closes the stream.
+
+        Once this returns the host is subscribed, so nothing that happens after is missed.
+        """
+        resp = self._open("GET", "/api/events", None, STREAM_TIMEOUT_S, "text/event-stream")
+
+        def stream() -> Iterator[tuple[str, dict]]:
+            with resp:
+                yield from parse_sse(resp)
+        return stream()
+
+
+def _quote(node_id: str) -> str:
+    return urllib.parse.quote(node_id, safe="")
+
+
+def parse_sse(lines) -> Iterator[tuple[str, dict]]:
+    """Server-sent events from an iterable of byte lines; comments (heartbeats) are skipped."""
+    kind, data = "message", []
+    for raw in lines:
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if not line:
+            if data:
+                try:
+                    yield kind, json.loads("\n".join(data))
+                except ValueError:
+                    pass
+            kind, data = "message", []
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                kind = value
+            elif field == "data":
+                data.append(value)

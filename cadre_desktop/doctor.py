@@ -1,0 +1,279 @@
+"""`cadre-desktop doctor`: can this computer host cadre nodes, and if not, what to do.
+
+Each check is a small function returning a CheckResult, so tests can run one
+alone with fakes. Required checks decide the exit code; the others (a running
+host, the tray and notifications) only inform. A missing display is "skipped",
+never a failure: the headless host needs none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Callable
+
+from cadre_desktop.errors import CadreError
+from cadre_desktop.paths import Paths
+from cadre_desktop.settings import Settings, load_settings
+
+NODE_START_TIMEOUT_S = 15.0
+DISPLAY_PROBE_TIMEOUT_S = 20.0
+
+
+class Outcome(str, Enum):
+    OK = "ok"
+    FAIL = "FAIL"
+    WARN = "warn"
+    SKIPPED = "skipped"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    outcome: Outcome
+    #: What is fine, or what to do about it.
+    detail: str
+    required: bool = True
+
+    @property
+    def failed(self) -> bool:
+        return self.required and self.outcome is Outcome.FAIL
+
+    def line(self) -> str:
+        return f"{self.outcome.value:<8}{self.name}: {self.detail}"
+
+
+def ok(name: str, detail: str, required: bool = True) -> CheckResult:
+    return CheckResult(name, Outcome.OK, detail, required)
+
+
+def fail(name: str, detail: str, required: bool = True) -> CheckResult:
+    return CheckResult(name, Outcome.FAIL, detail, required)
+
+
+# -- the checks ---------------------------------------------------------------------------
+
+def check_settings(paths: Paths) -> tuple[CheckResult, Settings]:
+    """The settings the other checks use: the file's, or the defaults when it is broken."""
+    try:
+        settings = load_settings(paths.settings_file)
+    except CadreError as exc:
+        return fail("settings", f"{exc.message} (the checks below use the defaults)"), Settings()
+    where = paths.settings_file if paths.settings_file.exists() else "defaults, no settings.json"
+    return ok("settings", f"valid ({where})"), settings
+
+
+def check_home_writable(paths: Paths) -> CheckResult:
+    for folder in dict.fromkeys((paths.data_dir, paths.config_dir, paths.log_dir)):
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
+                pass
+        except OSError as exc:
+            return fail("home folder", f"cannot write in {folder}: {exc.strerror or exc}. "
+                        "Fix its permissions, or point CADRE_DESKTOP_HOME at a folder you own.")
+    return ok("home folder", f"writable ({paths.data_dir})")
+
+
+def check_keyring(make_store: Callable | None = None) -> CheckResult:
+    if make_store is None:
+        from cadre_desktop.host.secrets import SecretStore as make_store
+    store = make_store()
+    try:
+        backend = store.check_sync()
+    except CadreError as exc:
+        return fail("keyring", exc.message)
+    except Exception as exc:  # a backend failing in a way nobody planned for
+        return fail("keyring", f"the keyring failed a test write: {type(exc).__name__}")
+    finally:
+        store.close()
+    return ok("keyring", f"a secret can be stored and deleted ({backend})")
+
+
+def free_ports(settings: Settings, is_free: Callable[[str, int], bool] | None = None) -> list[int]:
+    if is_free is None:
+        from cadre_desktop.host.ports import port_is_free as is_free
+    low, high = settings.port_range
+    found = []
+    for port in range(low, high + 1):
+        try:
+            if is_free(settings.bind_host, port):
+                found.append(port)
+        except OSError:
+            continue
+    return found
+
+
+def check_ports(settings: Settings, is_free: Callable[[str, int], bool] | None = None) -> CheckResult:
+    low, high = settings.port_range
+    free = free_ports(settings, is_free)
+    span = f"{low}-{high} on {settings.bind_host}"
+    if len(free) < 2:
+        return fail("ports", f"{len(free)} free port(s) in {span}; a node needs 2. "
+                    "Stop what uses them, or change 'port_range' in settings.json.")
+    return ok("ports", f"{len(free)} of {high - low + 1} free in {span} (room for {len(free) // 2} node(s))")
+
+
+def _status(port: int) -> dict | None:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://127.0.0.1:{port}/status", timeout=1.0) as resp:
+            doc = json.loads(resp.read())
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _last_lines(path: Path, count: int = 3) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in lines[-count:])
+
+
+def check_node_program(settings: Settings, timeout: float = NODE_START_TIMEOUT_S) -> CheckResult:
+    """Start the node program as the host would, wait until it answers /status, stop it."""
+    from cadre_desktop.host import procs
+
+    name = "node program"
+    ports = free_ports(settings.with_changes(bind_host="127.0.0.1"))[:2]
+    if len(ports) < 2:
+        return fail(name, "not tried: no two free ports in 'port_range'")
+    with tempfile.TemporaryDirectory(prefix="cadre-doctor-") as tmp:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CADRE_NODE")}
+        env.update(
+            CADRE_NODE_ID=f"doctor-{secrets.token_hex(4)}", CADRE_NODE_DIR=tmp,
+            CADRE_API_HOST="127.0.0.1", CADRE_API_PORT=str(ports[0]), CADRE_P2P_PORT=str(ports[1]),
+            CADRE_ADVERTISE_HOST="127.0.0.1", CADRE_CLAIM_SECRET=secrets.token_urlsafe(32),
+            PYTHONUNBUFFERED="1",
+        )
+        env.pop("CADRE_INVITATION", None)
+        log_path = Path(tmp) / "doctor-node.log"
+        started = time.monotonic()
+        try:
+            with open(log_path, "wb") as log:
+                child = subprocess.Popen(settings.node_command, env=env, cwd=tmp, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT, **procs.popen_options())
+        except OSError as exc:
+            return fail(name, f"cannot start {settings.node_command[0]!r}: {exc.strerror or exc}. "
+                        "Check 'node_command' in settings.json.")
+        try:
+            deadline = started + timeout
+            while time.monotonic() < deadline:
+                status = _status(ports[0])
+                if status is not None:
+                    took = time.monotonic() - started
+                    return ok(name, f"started and answered in {took:.1f} s "
+                              f"(state {status.get('state')}, version {status.get('version')})")
+                code = child.poll()
+                if code is not None:
+                    tail = _last_lines(log_path)
+                    return fail(name, f"exited with code {code} before answering"
+                                + (f": {tail}" if tail else "") + ". Check 'node_command' in settings.json.")
+                time.sleep(0.1)
+            return fail(name, f"did not answer GET /status within {timeout:.0f} s")
+        finally:
+            _stop(child, procs)
+
+
+def _stop(child: subprocess.Popen, procs) -> None:
+    if child.poll() is None:
+        procs.terminate_group(child.pid)
+        try:
+            child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            procs.kill_group(child.pid)
+            child.wait(timeout=5)
+
+
+def check_host(paths: Paths) -> CheckResult:
+    from cadre_desktop.control_client import ApiError, ControlClient, NoHost
+
+    try:
+        info = ControlClient.from_file(paths.control_file).host_info()
+    except NoHost:
+        return CheckResult("host", Outcome.INFO, "no host is running for this home", required=False)
+    except ApiError as exc:
+        return CheckResult("host", Outcome.WARN, f"a host is registered but did not answer: {exc.message}",
+                           required=False)
+    return CheckResult("host", Outcome.INFO, f"running (pid {info.get('pid')}, version {info.get('version')})",
+                       required=False)
+
+
+def has_display(env: dict[str, str] | None = None, platform: str = sys.platform) -> bool:
+    env = os.environ if env is None else env
+    return platform in ("win32", "darwin") or bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
+
+
+_DISPLAY_PROBE = """
+import json
+from PySide6.QtWidgets import QApplication, QSystemTrayIcon
+app = QApplication([])
+print(json.dumps({"tray": QSystemTrayIcon.isSystemTrayAvailable(),
+                  "messages": QSystemTrayIcon.supportsMessages()}))
+"""
+
+
+def probe_display(timeout: float = DISPLAY_PROBE_TIMEOUT_S) -> dict:
+    """Ask Qt in a child process: a display Qt cannot open aborts the process that tries."""
+    done = subprocess.run([sys.executable, "-c", _DISPLAY_PROBE], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        lines = (done.stderr or "").strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"Qt exited with code {done.returncode}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def check_desktop(probe: Callable[[], dict] = probe_display, env: dict[str, str] | None = None,
+                  platform: str = sys.platform) -> list[CheckResult]:
+    if not has_display(env, platform):
+        why = "no display (DISPLAY and WAYLAND_DISPLAY are unset); the headless host does not need one"
+        return [CheckResult("tray", Outcome.SKIPPED, why, False),
+                CheckResult("notifications", Outcome.SKIPPED, why, False)]
+    try:
+        found = probe()
+    except Exception as exc:
+        why = f"Qt could not open the display: {exc}"
+        return [CheckResult("tray", Outcome.WARN, why, False),
+                CheckResult("notifications", Outcome.WARN, why, False)]
+    tray = (ok("tray", "a system tray is available", False) if found.get("tray") else
+            CheckResult("tray", Outcome.WARN, "no system tray; on GNOME install the AppIndicator "
+                        "extension, or run `cadre-desktop --headless`", False))
+    note = (ok("notifications", "supported", False) if found.get("messages") else
+            CheckResult("notifications", Outcome.WARN, "the tray cannot show notifications; "
+                        "you will not be told when the host gives up on a node", False))
+    return [tray, note]
+
+
+def main(paths: Paths, out=None) -> int:
+    """Print a line per check as it finishes; 0 if every required check passed."""
+    out = out or sys.stdout
+    failed = False
+    settings_result, settings = check_settings(paths)
+    checks: list[Callable[[], CheckResult | list[CheckResult]]] = [
+        lambda: settings_result,
+        lambda: check_home_writable(paths),
+        check_keyring,
+        lambda: check_ports(settings),
+        lambda: check_node_program(settings),
+        lambda: check_host(paths),
+        check_desktop,
+    ]
+    for check in checks:
+        results = check()
+        for result in results if isinstance(results, list) else [results]:
+            print(result.line(), file=out, flush=True)
+            failed = failed or result.failed
+    return 1 if failed else 0

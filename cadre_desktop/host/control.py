@@ -1,0 +1,376 @@
+"""The loopback control API: how the CLI (and scripts) drive a running host.
+
+The server listens on 127.0.0.1 on a port the OS picks and publishes where it
+is, with a fresh bearer token, in `control.json` (mode 0600) beside the
+records. Whoever can read that file is the user who owns the host; nobody else
+gets in. Guards, in order, each answered before the request reaches a handler:
+
+- the Host header must name the loopback address and our port (a DNS-rebinding
+  page would send its own name): 403;
+- any request a browser made (an Origin header, or Sec-Fetch-Site naming
+  another site) is refused: 403. A web page on this machine must never drive
+  the API, even if it somehow learnt the token;
+- the API takes no query parameters, and a token in the URL is refused even
+  when it is right, because URLs end up in logs and shell history: 400;
+- `Authorization: Bearer <token>`, compared in constant time: else 401.
+
+Every error, ours or aiohttp's, is answered as `{"error": {"code", "message"}}`.
+Nothing here logs a token, a claim URL or an invitation: there is no access
+log, bodies are never logged, and an unexpected exception is logged with the
+request's secrets taken out of its text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import secrets
+import socket
+import traceback
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from cadre_desktop import __version__
+from cadre_desktop.atomicfile import write_json_atomic
+from cadre_desktop.errors import BadRequest, CadreError, NotFound
+from cadre_desktop.host.events import HostEvent
+
+log = logging.getLogger(__name__)
+
+CONTROL_VERSION = 1
+MAX_BODY = 64 * 1024
+MAX_NAME = 64
+MAX_INVITATION = 4096
+HEARTBEAT_S = 15.0
+#: Events a slow SSE client may have queued before it is cut off.
+STREAM_BACKLOG = 1000
+
+_LOOPBACK = ("127.0.0.1", "::1")
+_TOKENISH = {"token", "access_token", "auth", "authorization", "bearer", "key", "api_key"}
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+}
+_MESSAGES = {
+    404: "There is no such endpoint.",
+    405: "That method is not allowed on this endpoint.",
+    413: f"The request body is larger than {MAX_BODY // 1024} KiB.",
+}
+
+#: Strings of the current request to take out of a logged exception.
+_SECRETS: Any = web.RequestKey("secrets", list) if hasattr(web, "RequestKey") else "secrets"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ApiError(CadreError):
+    """An error the API itself answers with (auth, guards), with its own status."""
+
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message, code=code or _CODES.get(status, "error"))
+        self.http_status = status
+
+
+def error_response(status: int, code: str, message: str, headers: dict | None = None) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message}}, status=status, headers=headers)
+
+
+def valid_node_id(node_id: str) -> bool:
+    """Ids come from the host; refuse anything that could escape a folder before it gets there."""
+    return (
+        0 < len(node_id) <= 128
+        and node_id not in (".", "..")
+        and node_id.isprintable()
+        and not any(c in node_id for c in "/\\ \t")
+    )
+
+
+def check_name(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest("'name' must be a string.")
+    name = value.strip()
+    if not name or len(name) > MAX_NAME or not name.isprintable():
+        raise BadRequest(f"'name' must be 1 to {MAX_NAME} printable characters.")
+    return name
+
+
+def check_invitation(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest("'invitation' is required: the invitation string a cadre member gave you.")
+    invitation = value.strip()
+    if len(invitation) > MAX_INVITATION:
+        raise BadRequest(f"'invitation' is longer than {MAX_INVITATION} characters; is it the right text?")
+    return invitation
+
+
+def _redact(text: str, secrets_: list[str]) -> str:
+    for secret in secrets_:
+        if secret:
+            text = text.replace(secret, "<redacted>")
+    return text
+
+
+class ControlServer:
+    def __init__(self, host: Any, control_file: Path, *, bind: str = "127.0.0.1",
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
+        if bind not in _LOOPBACK:
+            raise ValueError(f"the control API listens on loopback only, not {bind!r}")
+        self.host = host
+        self.control_file = Path(control_file)
+        self.bind = bind
+        self.heartbeat_s = heartbeat_s
+        self.token = ""
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._streams: set[asyncio.Queue] = set()
+        self._unsubscribe: Callable[[], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.bind}]" if ":" in self.bind else self.bind
+        return f"http://{host}:{self.port}"
+
+    # -- life cycle ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Listen on a free loopback port, then publish url, token and pid in control.json."""
+        self._loop = asyncio.get_running_loop()
+        self.token = secrets.token_urlsafe(32)
+        app = web.Application(middlewares=[self._errors, self._guard], client_max_size=MAX_BODY)
+        app.add_routes([
+            web.get("/api/host", self._get_host),
+            web.get("/api/nodes", self._list_nodes),
+            web.post("/api/nodes", self._add_node),
+            web.post("/api/nodes/join", self._join_node),
+            web.get("/api/nodes/{id}", self._get_node),
+            web.delete("/api/nodes/{id}", self._remove_node),
+            web.post("/api/nodes/{id}/retry", self._action("retry_node")),
+            web.post("/api/nodes/{id}/restart", self._action("restart_node")),
+            web.post("/api/nodes/{id}/regenerate", self._action("regenerate_node")),
+            web.get("/api/events", self._events),
+        ])
+        family = socket.AF_INET6 if ":" in self.bind else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.bind((self.bind, 0))
+            self.port = sock.getsockname()[1]
+            # No access log: request lines are not worth the risk of a secret in them.
+            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+            await self._runner.setup()
+            await web.SockSite(self._runner, sock).start()
+        except BaseException:
+            sock.close()
+            if self._runner is not None:
+                await self._runner.cleanup()
+                self._runner = None
+            raise
+        self._unsubscribe = self.host.subscribe(self._on_event)
+        write_json_atomic(self.control_file, {
+            "version": CONTROL_VERSION, "url": self.url, "token": self.token, "pid": os.getpid(),
+        })
+        log.info("control API listening on %s", self.url)
+
+    async def stop(self) -> None:
+        """End every event stream, stop listening, and take control.json away if it is still ours."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        for queue in list(self._streams):
+            self._offer(queue, None)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self._remove_control_file()
+
+    def _remove_control_file(self) -> None:
+        try:
+            doc = json.loads(self.control_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        # Another host may have taken over the home since; its file is not ours to delete.
+        if isinstance(doc, dict) and doc.get("token") == self.token and doc.get("pid") == os.getpid():
+            try:
+                self.control_file.unlink()
+            except OSError as exc:
+                log.warning("could not remove %s: %s", self.control_file, exc.strerror or exc)
+
+    # -- middlewares -----------------------------------------------------------
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except CadreError as exc:
+            headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+            return error_response(exc.http_status, exc.code, exc.message, headers)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            message = _MESSAGES.get(exc.status, exc.reason)
+            return error_response(exc.status, _CODES.get(exc.status, "error"), message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            frames = "".join(traceback.format_tb(exc.__traceback__))
+            detail = _redact(f"{type(exc).__name__}: {exc}", request.get(_SECRETS, []))
+            log.error("control API: %s %s failed: %s\n%s", request.method, request.path, detail, frames)
+            return error_response(500, "internal_error", "The host failed unexpectedly; its log has the details.")
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}", f"[::1]:{self.port}"}
+        if request.headers.get("Host", "").lower() not in allowed_hosts:
+            raise ApiError(403, "The Host header must name the loopback address and this port.")
+        site = request.headers.get("Sec-Fetch-Site", "none").lower()
+        if "Origin" in request.headers or site != "none":
+            raise ApiError(403, "Requests from web pages are refused.", "origin_refused")
+        if request.query_string:
+            if _TOKENISH & {key.lower() for key in request.query}:
+                raise ApiError(400, "Send the token in the Authorization header, never in the URL.",
+                               "token_in_url")
+            raise ApiError(400, "This API takes no query parameters.")
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+                given.strip().encode("utf-8", "replace"), self.token.encode()):
+            raise ApiError(401, "A valid token is required: 'Authorization: Bearer <token from control.json>'.")
+        length = request.content_length
+        if length is not None and length > MAX_BODY:
+            raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=length)
+        return await handler(request)
+
+    # -- helpers -----------------------------------------------------------------
+
+    async def _body(self, request: web.Request, allowed: set[str]) -> dict[str, Any]:
+        raw = await request.read()  # bounded by client_max_size: 413 above it
+        if not raw.strip():
+            return {}
+        try:
+            doc = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise BadRequest("The request body is not valid JSON.") from None
+        if not isinstance(doc, dict):
+            raise BadRequest("The request body must be a JSON object.")
+        unknown = sorted(set(doc) - allowed)
+        if unknown:
+            raise BadRequest(f"Unknown field(s): {', '.join(unknown)}.")
+        return doc
+
+    @staticmethod
+    def _node_id(request: web.Request) -> str:
+        node_id = request.match_info["id"]
+        if not valid_node_id(node_id):
+            raise NotFound(f"No node with id {node_id[:40]!r}.")
+        return node_id
+
+    # -- routes ------------------------------------------------------------------
+
+    async def _get_host(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"pid": os.getpid(), "version": __version__, "home": str(self.host.paths.data_dir)}
+        )
+
+    async def _list_nodes(self, request: web.Request) -> web.Response:
+        return web.json_response({"nodes": [view.to_json() for view in self.host.list_nodes()]})
+
+    async def _get_node(self, request: web.Request) -> web.Response:
+        return web.json_response(self.host.get_node(self._node_id(request)).to_json())
+
+    async def _add_node(self, request: web.Request) -> web.Response:
+        body = await self._body(request, {"name"})
+        view = await self.host.add_node(check_name(body.get("name")))
+        return web.json_response(view.to_json(), status=201)
+
+    async def _join_node(self, request: web.Request) -> web.Response:
+        body = await self._body(request, {"invitation", "name"})
+        if isinstance(body.get("invitation"), str):
+            request[_SECRETS] = [body["invitation"], body["invitation"].strip()]
+        invitation = check_invitation(body.get("invitation"))
+        view = await self.host.join_node(invitation, check_name(body.get("name")))
+        return web.json_response(view.to_json(), status=201)
+
+    def _action(self, method: str) -> Handler:
+        async def act(request: web.Request) -> web.Response:
+            await self._body(request, set())
+            view = await getattr(self.host, method)(self._node_id(request))
+            return web.json_response(view.to_json())
+        return act
+
+    async def _remove_node(self, request: web.Request) -> web.Response:
+        node_id = request.match_info["id"]
+        existed = valid_node_id(node_id) and await self.host.remove_node(node_id)
+        return web.json_response({"removed": node_id, "existed": bool(existed)})
+
+    # -- events --------------------------------------------------------------------
+
+    def _on_event(self, event: HostEvent) -> None:
+        for queue in list(self._streams):
+            self._offer(queue, event)
+
+    def _offer(self, queue: asyncio.Queue, item: HostEvent | None) -> None:
+        """Queue for one stream, from the loop's thread whoever emitted."""
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is not None and running is not loop:
+            loop.call_soon_threadsafe(self._offer, queue, item)
+            return
+        try:
+            queue.put_nowait(item)
+        except asyncio.QueueFull:
+            # A client that cannot keep up is cut off rather than growing our memory.
+            self._streams.discard(queue)
+            queue.get_nowait()
+            queue.put_nowait(None)
+
+    def _event_payload(self, event: HostEvent) -> bytes:
+        try:
+            node = self.host.get_node(event.node_id).to_json()
+        except NotFound:
+            node = None
+        except Exception:
+            log.exception("control API: could not read node %s for an event", event.node_id)
+            node = None
+        data = json.dumps({"id": event.node_id, "node": node, "detail": event.detail})
+        return f"event: {event.kind.value}\ndata: {data}\n\n".encode()
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        queue: asyncio.Queue = asyncio.Queue(maxsize=STREAM_BACKLOG)
+        self._streams.add(queue)
+        response = web.StreamResponse(headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        })
+        try:
+            await response.prepare(request)
+            await response.write(b": connected\n\n")
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), timeout=self.heartbeat_s)
+                except asyncio.TimeoutError:
+                    await response.write(b": keep-alive\n\n")
+                    continue
+                if event is None:
+                    break
+                await response.write(self._event_payload(event))
+        except (ConnectionResetError, ConnectionError):
+            pass  # the client went away
+        finally:
+            self._streams.discard(queue)
+        return response

@@ -1,0 +1,420 @@
+"""The CLI against a real ControlServer wrapping a fake host, served from a thread of this process."""
+
+import io
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import types
+from pathlib import Path
+
+import pytest
+
+from cadre_desktop import __version__, cli, logtail
+from cadre_desktop.host.events import EventKind
+from cadre_desktop.paths import resolve_paths
+from tests.support.fake_host import make_view
+from tests.support.polling import wait_until
+from tests.support.served_host import ServedHost
+
+REPO = Path(__file__).parents[2]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("CADRE_DESKTOP_HOME", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def served(home):
+    served = ServedHost(home)
+    yield served
+    served.close()
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def no_tty_stdin(monkeypatch):
+    def feed(text: str = ""):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    feed()
+    return feed
+
+
+# -- parsing and usage ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["node"], ["node", "frob"], ["node", "show"], ["nodes", "list"], ["--headless", "node", "list"],
+    ["node", "qr", "n-1", "--png", "a.png", "--svg", "b.svg"], ["autostart", "maybe"],
+    ["node", "logs", "n-1", "-n", "many"], ["node", "logs", "n-1", "-n", "-3"],
+])
+def test_usage_errors_exit_2(capsys, home, argv):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert err
+
+
+@pytest.mark.parametrize("argv", [
+    ["node", "join", "INVITE-SECRET"], ["node", "join", "--invitation", "INVITE-SECRET"],
+    ["node", "join", "--name", "x", "INVITE-SECRET"],
+])
+def test_join_never_takes_the_invitation_from_argv(capsys, home, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert "INVITE-SECRET" not in out
+
+
+def test_version(capsys):
+    code, out, _ = run(capsys, "--version")
+    assert (code, out.strip()) == (0, f"cadre-desktop {__version__}")
+
+
+def test_help_exits_0(capsys):
+    code, out, _ = run(capsys, "node", "--help")
+    assert code == 0 and "watch" in out
+
+
+def test_paths_human_and_json(capsys, home):
+    code, out, _ = run(capsys, "paths", "--json")
+    assert code == 0 and json.loads(out) == resolve_paths().as_dict()
+    assert json.loads(out)["control"] == str(home / "control.json")
+    code, out, _ = run(capsys, "paths")
+    fields = {k: v.strip() for k, v in (line.split(":", 1) for line in out.splitlines())}
+    assert code == 0 and fields == resolve_paths().as_dict()
+
+
+# -- finding the host -------------------------------------------------------------------------
+
+def test_no_control_file_exits_3_saying_how_to_start_one(capsys, home):
+    code, _, err = run(capsys, "node", "list")
+    assert code == 3
+    assert err.startswith("cadre-desktop: ") and err.count("\n") == 1
+    assert "cadre-desktop --headless" in err
+
+
+def test_dead_pid_in_control_file_exits_3(capsys, home):
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(done.stdout)
+    (home / "control.json").write_text(json.dumps({"url": "http://127.0.0.1:9", "token": "t", "pid": dead}))
+    code, _, err = run(capsys, "node", "list")
+    assert code == 3 and str(dead) in err
+
+
+def test_refused_connection_exits_3(capsys, home):
+    served = ServedHost(home)
+    url, token = served.server.url, served.server.token
+    served.close()
+    (home / "control.json").write_text(json.dumps({"url": url, "token": token, "pid": os.getpid()}))
+    code, _, err = run(capsys, "node", "show", "n-1")
+    assert code == 3 and "no host is answering" in err
+
+
+def test_proxy_settings_are_ignored(capsys, served, monkeypatch):
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    assert run(capsys, "node", "list")[0] == 0
+
+
+# -- node commands ------------------------------------------------------------------------------
+
+def test_list_json_is_the_apis_node_objects(capsys, served):
+    view = served.put(make_view("n-1", "kitchen"))
+    code, out, _ = run(capsys, "node", "list", "--json")
+    assert code == 0
+    assert json.loads(out) == {"nodes": [view.to_json()]}
+    for key in ("id", "name", "status", "running", "pid", "api_port", "peer_id", "cadre", "attempts",
+                "next_retry_at", "last_error", "claim_url"):
+        assert key in json.loads(out)["nodes"][0]
+
+
+def test_list_table_shows_status_but_never_the_claim_url(capsys, served):
+    view = served.put(make_view("n-1", "kitchen"))
+    served.put(make_view("n-2", "attic", "error", running=False, ready=False, pid=None, attempts=5,
+                         last_error="exited with code 3"))
+    code, out, _ = run(capsys, "node", "list")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["NAME", "ID", "STATUS", "RUNNING"]
+    assert "kitchen" in lines[1] and "unclaimed" in lines[1] and "yes (4242)" in lines[1]
+    assert "attic" in lines[2] and "error" in lines[2] and "exited with code 3" in lines[2]
+    assert view.claim_url not in out and "secret-of" not in out
+
+
+def test_list_with_no_nodes_says_how_to_add(capsys, served):
+    code, out, _ = run(capsys, "node", "list")
+    assert code == 0 and "node add" in out
+
+
+def test_show_prints_key_values_with_the_claim_url(capsys, served):
+    view = served.put(make_view("n-1", "kitchen"))
+    code, out, _ = run(capsys, "node", "show", "n-1")
+    assert code == 0
+    fields = dict(line.split(":", 1) for line in out.splitlines())
+    assert fields["status"].strip() == "unclaimed"
+    assert fields["claim_url"].strip() == view.claim_url
+    code, out, _ = run(capsys, "node", "show", "n-1", "--json")
+    assert json.loads(out) == view.to_json()
+
+
+def test_unknown_node_exits_1_with_the_apis_message(capsys, served):
+    code, out, err = run(capsys, "node", "show", "ghost")
+    assert code == 1 and out == ""
+    assert err.startswith("cadre-desktop: ") and "ghost" in err and err.count("\n") == 1
+
+
+def test_add_with_name(capsys, served):
+    code, out, _ = run(capsys, "node", "add", "--name", "kitchen", "--json")
+    assert code == 0
+    node = json.loads(out)
+    assert node["name"] == "kitchen" and node["status"] == "unclaimed" and node["claim_url"]
+    assert served.host.calls == [("add", "kitchen")]
+    code, out, _ = run(capsys, "node", "add")
+    assert code == 0 and "Added" in out and "node qr" in out and "secret-of" not in out
+
+
+def test_add_name_rejected_by_the_api_exits_1(capsys, served):
+    code, _, err = run(capsys, "node", "add", "--name", "x" * 65)
+    assert code == 1 and "name" in err
+
+
+def test_join_reads_the_invitation_from_stdin(capsys, served, no_tty_stdin):
+    no_tty_stdin("INVITE-SECRET-1\n")
+    code, out, _ = run(capsys, "node", "join", "--name", "j", "--json")
+    assert code == 0 and json.loads(out)["status"] == "joining"
+    assert served.host.calls == [("join", "INVITE-SECRET-1", "j")]
+    assert "INVITE-SECRET-1" not in out
+
+
+def test_join_prompts_hidden_on_a_terminal(capsys, served, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(isatty=lambda: True))
+    monkeypatch.setattr(cli.getpass, "getpass", lambda prompt: "INVITE-SECRET-2")
+    code, out, _ = run(capsys, "node", "join")
+    assert code == 0 and "Joining" in out
+    assert served.host.calls == [("join", "INVITE-SECRET-2", None)]
+
+
+def test_join_with_empty_stdin_exits_1(capsys, served, no_tty_stdin):
+    code, _, err = run(capsys, "node", "join")
+    assert code == 1 and "no invitation" in err
+    assert served.host.calls == []
+
+
+def test_join_without_host_exits_3_before_reading_stdin(capsys, home, no_tty_stdin):
+    assert run(capsys, "node", "join")[0] == 3
+
+
+@pytest.mark.parametrize("action", ["retry", "restart", "regenerate"])
+def test_actions(capsys, served, action):
+    served.put(make_view("n-1", "kitchen", "error" if action == "retry" else "unclaimed"))
+    code, out, _ = run(capsys, "node", action, "n-1", "--json")
+    assert code == 0 and json.loads(out)["id"] == "n-1"
+    assert served.host.calls == [(action, "n-1")]
+
+
+def test_retry_of_a_running_node_is_a_one_line_failure(capsys, served):
+    served.put(make_view("n-1", "kitchen", "joined"))
+    code, _, err = run(capsys, "node", "retry", "n-1")
+    assert code == 1
+    assert err == "cadre-desktop: Node n-1 is joined; only a node in error can be retried.\n"
+
+
+# -- remove ------------------------------------------------------------------------------------
+
+def test_remove_without_yes_and_no_terminal_exits_2(capsys, served, no_tty_stdin):
+    served.put(make_view("n-1", "kitchen"))
+    code, _, err = run(capsys, "node", "remove", "n-1")
+    assert code == 2 and "--yes" in err
+    assert "n-1" in served.host.nodes
+
+
+def test_remove_with_yes_and_twice(capsys, served, no_tty_stdin):
+    served.put(make_view("n-1", "kitchen"))
+    code, out, _ = run(capsys, "node", "remove", "n-1", "--yes")
+    assert code == 0 and "Removed n-1" in out and "n-1" not in served.host.nodes
+    code, out, _ = run(capsys, "node", "remove", "n-1", "--yes")
+    assert code == 0 and "nothing to remove" in out
+
+
+@pytest.mark.parametrize("answer,removed", [("y", True), ("", False)])
+def test_remove_asks_on_a_terminal(capsys, served, monkeypatch, answer, removed):
+    served.put(make_view("n-1", "kitchen"))
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(isatty=lambda: True))
+    asked = []
+    monkeypatch.setattr("builtins.input", lambda q: asked.append(q) or answer)
+    code, _, _ = run(capsys, "node", "remove", "n-1")
+    assert "kitchen" in asked[0]
+    assert code == (0 if removed else 1)
+    assert ("n-1" not in served.host.nodes) is removed
+
+
+# -- qr ----------------------------------------------------------------------------------------
+
+def zbar_decode(path: Path) -> str:
+    done = subprocess.run(["zbarimg", "--quiet", "--raw", str(path)], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("zbarimg") is None, reason="zbar-tools not installed")
+def test_qr_png_decodes_to_the_claim_url(capsys, served, tmp_path):
+    view = served.put(make_view("n-1", "kitchen"))
+    target = tmp_path / "claim.png"
+    code, out, _ = run(capsys, "node", "qr", "n-1", "--png", str(target))
+    assert code == 0 and str(target) in out
+    assert view.claim_url not in out
+    assert zbar_decode(target) == view.claim_url
+    if os.name == "posix":
+        assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_qr_svg_is_written_private(capsys, served, tmp_path):
+    served.put(make_view("n-1", "kitchen"))
+    target = tmp_path / "claim.svg"
+    assert run(capsys, "node", "qr", "n-1", "--svg", str(target))[0] == 0
+    assert target.read_text().lstrip().startswith("<?xml")
+    if os.name == "posix":
+        assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_qr_in_the_terminal_prints_the_code_and_url(capsys, served):
+    view = served.put(make_view("n-1", "kitchen"))
+    code, out, _ = run(capsys, "node", "qr", "n-1")
+    assert code == 0
+    assert "█" in out and view.claim_url in out
+
+
+def test_qr_of_a_claimed_node_exits_1(capsys, served, tmp_path):
+    served.put(make_view("n-1", "kitchen", "joined"))
+    code, _, err = run(capsys, "node", "qr", "n-1", "--png", str(tmp_path / "x.png"))
+    assert code == 1 and "only an unclaimed node" in err
+    assert not (tmp_path / "x.png").exists()
+
+
+# -- logs ------------------------------------------------------------------------------------------
+
+def test_logs_prints_the_last_lines_without_a_host(capsys, home):
+    log = resolve_paths().node_log("n-1")
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"line {i}\n" for i in range(1000)))
+    code, out, _ = run(capsys, "node", "logs", "n-1", "-n", "3")
+    assert (code, out) == (0, "line 997\nline 998\nline 999\n")
+
+
+def test_logs_of_a_node_without_log_exits_1(capsys, home):
+    code, _, err = run(capsys, "node", "logs", "n-1")
+    assert code == 1 and "no log" in err
+
+
+def test_tail_lines_handles_short_files_and_no_final_newline(tmp_path):
+    path = tmp_path / "log"
+    path.write_bytes(b"a\nb\nc")
+    assert logtail.tail_lines(path, 2, block=2) == (b"b\nc", 5)
+    assert logtail.tail_lines(path, 10) == (b"a\nb\nc", 5)
+    assert logtail.tail_lines(path, 0) == (b"", 5)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGINT to a child is POSIX")
+def test_logs_follow_prints_appended_lines_until_ctrl_c(home):
+    log = resolve_paths().node_log("n-1")
+    log.parent.mkdir(parents=True)
+    log.write_text("old\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen([sys.executable, "-m", "cadre_desktop", "node", "logs", "n-1", "-f"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert child.stdout.readline() == b"old\n"
+        with open(log, "a") as fh:
+            fh.write("new\n")
+        assert child.stdout.readline() == b"new\n"
+        log.write_text("after truncation\n")  # trimmed by the host: read from the start
+        assert child.stdout.readline() == b"after truncation\n"
+        child.send_signal(signal.SIGINT)
+        assert child.wait(10) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+# -- watch -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_watch_prints_a_line_per_event_and_exits_3_when_the_host_stops(capsys, home, as_json):
+    served = ServedHost(home)
+    served.put(make_view("n-1", "kitchen"))
+    result = {}
+    argv = ["node", "watch"] + (["--json"] if as_json else [])
+    watcher = threading.Thread(target=lambda: result.setdefault("code", cli.main(argv)))
+    watcher.start()
+    try:
+        wait_until(lambda: served.server._streams, what="the watch stream")
+        served.call(served.host.bus.emit, EventKind.CHANGED, "n-1", "")
+        served.call(served.host.bus.emit, EventKind.REMOVED, "n-9", "")
+    finally:
+        served.close()
+        watcher.join(10)
+    out, err = capsys.readouterr()
+    assert result["code"] == 3 and "stopped" in err
+    if not as_json:
+        first, second = out.splitlines()
+        assert first.split()[1:] == ["changed", "kitchen", "(n-1)", "unclaimed"]
+        assert second.split()[1:] == ["removed", "n-9"]
+        assert "secret-of" not in out
+        return
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [(e["event"], e["id"]) for e in events] == [("changed", "n-1"), ("removed", "n-9")]
+    assert events[0]["node"]["name"] == "kitchen" and events[1]["node"] is None
+
+
+# -- host, gui, autostart ---------------------------------------------------------------------------
+
+def test_no_arguments_start_the_tray_app(monkeypatch, home):
+    seen = []
+    monkeypatch.setattr("cadre_desktop.ui.app.run_gui", lambda argv: seen.append(argv) or 0)
+    assert cli.main([]) == 0 and seen == [[]]
+
+
+def test_headless_runs_the_runner_with_paths_and_settings(monkeypatch, home):
+    (home / "settings.json").write_text(json.dumps({"sweep_ms": 1234}))
+    seen = []
+    fake = types.ModuleType("cadre_desktop.host.runner")
+    fake.run_headless = lambda paths, settings: seen.append((paths, settings)) or 7
+    monkeypatch.setitem(sys.modules, "cadre_desktop.host.runner", fake)
+    assert cli.main(["--headless"]) == 7
+    assert seen[0][0] == resolve_paths() and seen[0][1].sweep_ms == 1234
+
+
+def test_headless_with_bad_settings_exits_1_naming_the_key(capsys, home):
+    (home / "settings.json").write_text(json.dumps({"sweep_msec": 1}))
+    code, _, err = run(capsys, "--headless")
+    assert code == 1 and "sweep_msec" in err and err.startswith("cadre-desktop: ")
+
+
+def test_autostart_not_available_yet(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cadre_desktop.ui.autostart", None)
+    code, _, err = run(capsys, "autostart", "status")
+    assert code == 1 and "not available" in err
+
+
+def test_autostart_calls_the_ui_module(capsys, monkeypatch):
+    calls = []
+    fake = types.ModuleType("cadre_desktop.ui.autostart")
+    fake.enable, fake.disable, fake.status = (lambda: calls.append("on")), (lambda: calls.append("off")), (lambda: True)
+    monkeypatch.setitem(sys.modules, "cadre_desktop.ui.autostart", fake)
+    monkeypatch.setattr("cadre_desktop.ui.autostart", fake, raising=False)
+    assert run(capsys, "autostart", "on")[0] == 0
+    assert run(capsys, "autostart", "off")[0] == 0
+    code, out, _ = run(capsys, "autostart", "status")
+    assert calls == ["on", "off"] and (code, out.strip()) == (0, "autostart is on")

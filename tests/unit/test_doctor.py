@@ -1,0 +1,235 @@
+"""doctor: each check alone, with fakes where the real thing is slow or not ours to touch."""
+
+import json
+import os
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+from cadre_desktop import doctor
+from cadre_desktop.doctor import CheckResult, Outcome
+from cadre_desktop.errors import SecretsError
+from cadre_desktop.paths import Paths
+from cadre_desktop.settings import Settings
+from tests.support.served_host import ServedHost
+
+FAKE_NODE = textwrap.dedent("""
+    import json, os, sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    with open(os.environ["DOCTOR_TEST_REPORT"], "w") as fh:
+        json.dump({"pid": os.getpid(), "env": {k: v for k, v in os.environ.items() if k.startswith("CADRE_")}}, fh)
+    mode = os.environ.get("DOCTOR_TEST_MODE", "serve")
+    if mode == "exit":
+        print("fatal: cannot open the work folder", flush=True)
+        sys.exit(3)
+    if mode == "mute":
+        import time
+        while True:
+            time.sleep(60)
+    class Status(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"state": "unclaimed", "version": "9.9"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+        def log_message(self, *args):
+            pass
+    HTTPServer((os.environ["CADRE_API_HOST"], int(os.environ["CADRE_API_PORT"])), Status).serve_forever()
+""")
+
+
+def home_paths(tmp_path) -> Paths:
+    return Paths(data_dir=tmp_path, config_dir=tmp_path, log_dir=tmp_path / "logs")
+
+
+@pytest.fixture
+def fake_node(tmp_path, monkeypatch):
+    script = tmp_path / "fake_node.py"
+    script.write_text(FAKE_NODE)
+    report = tmp_path / "report.json"
+    monkeypatch.setenv("DOCTOR_TEST_REPORT", str(report))
+
+    def settings(mode="serve"):
+        monkeypatch.setenv("DOCTOR_TEST_MODE", mode)
+        return Settings(node_command=[sys.executable, str(script)], port_range=(47800, 47899))
+    settings.report = lambda: json.loads(report.read_text())
+    return settings
+
+
+# -- settings, home, keyring, ports -----------------------------------------------------------
+
+def test_settings_ok_without_a_file(tmp_path):
+    result, settings = doctor.check_settings(home_paths(tmp_path))
+    assert result.outcome is Outcome.OK and settings == Settings()
+
+
+def test_broken_settings_fail_naming_the_key_and_fall_back_to_defaults(tmp_path):
+    (tmp_path / "settings.json").write_text('{"port_rang": [1, 2]}')
+    result, settings = doctor.check_settings(home_paths(tmp_path))
+    assert result.failed and "port_rang" in result.detail
+    assert settings == Settings()
+
+
+def test_home_writable(tmp_path):
+    assert doctor.check_home_writable(home_paths(tmp_path / "new")).outcome is Outcome.OK
+
+
+def test_home_not_writable_says_what_to_do(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = doctor.check_home_writable(home_paths(blocker / "home"))
+    assert result.failed and "CADRE_DESKTOP_HOME" in result.detail
+
+
+class FakeStore:
+    def __init__(self, error=None):
+        self.error, self.closed = error, False
+
+    def check_sync(self):
+        if self.error:
+            raise self.error
+        return "tests.FakeKeyring"
+
+    def close(self):
+        self.closed = True
+
+
+def test_keyring_round_trip_ok():
+    store = FakeStore()
+    result = doctor.check_keyring(lambda: store)
+    assert result.outcome is Outcome.OK and "tests.FakeKeyring" in result.detail and store.closed
+
+
+@pytest.mark.parametrize("error,words", [
+    (SecretsError("The keyring is locked. Unlock it."), "Unlock it"),
+    (RuntimeError("dbus"), "RuntimeError"),
+])
+def test_keyring_failure_fails_with_what_to_do(error, words):
+    store = FakeStore(error)
+    result = doctor.check_keyring(lambda: store)
+    assert result.failed and words in result.detail and store.closed
+
+
+def test_keyring_check_uses_the_configured_backend(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "tests.support.test_keyring.TestKeyring")
+    monkeypatch.setenv("CADRE_TEST_KEYRING_FILE", str(tmp_path / "keyring.json"))
+    import keyring.core
+    monkeypatch.setattr(keyring.core, "_keyring_backend", None)
+    result = doctor.check_keyring()
+    assert result.outcome is Outcome.OK and "TestKeyring" in result.detail
+    assert json.loads((tmp_path / "keyring.json").read_text()) == {}  # the probe entry was deleted
+
+
+def test_ports_counts_free_ports_in_the_range():
+    settings = Settings(port_range=(47100, 47109))
+    result = doctor.check_ports(settings, is_free=lambda host, port: port % 2 == 0)
+    assert result.outcome is Outcome.OK and "5 of 10" in result.detail
+
+
+def test_fewer_than_two_free_ports_fails():
+    settings = Settings(port_range=(47100, 47109))
+    result = doctor.check_ports(settings, is_free=lambda host, port: port == 47100)
+    assert result.failed and "port_range" in result.detail
+
+
+# -- the node program ----------------------------------------------------------------------------
+
+def test_node_program_that_answers_is_ok_and_stopped(fake_node):
+    result = doctor.check_node_program(fake_node("serve"))
+    assert result.outcome is Outcome.OK, result.detail
+    assert "answered in" in result.detail and "unclaimed" in result.detail
+    seen = fake_node.report()
+    env = seen["env"]
+    assert env["CADRE_API_HOST"] == "127.0.0.1" and len(env["CADRE_CLAIM_SECRET"]) >= 32
+    assert 47800 <= int(env["CADRE_API_PORT"]) <= 47899 and 47800 <= int(env["CADRE_P2P_PORT"]) <= 47899
+    assert "CADRE_INVITATION" not in env
+    assert not psutil.pid_exists(seen["pid"])
+
+
+def test_node_program_that_exits_fails_with_its_last_words(fake_node):
+    result = doctor.check_node_program(fake_node("exit"))
+    assert result.failed
+    assert "code 3" in result.detail and "cannot open the work folder" in result.detail
+
+
+def test_node_program_that_never_answers_fails_and_is_stopped(fake_node):
+    result = doctor.check_node_program(fake_node("mute"), timeout=0.5)
+    assert result.failed and "did not answer" in result.detail
+    assert not psutil.pid_exists(fake_node.report()["pid"])
+
+
+def test_missing_node_program_fails_pointing_at_settings(tmp_path):
+    settings = Settings(node_command=[str(tmp_path / "no-such-program")], port_range=(47800, 47899))
+    result = doctor.check_node_program(settings)
+    assert result.failed and "node_command" in result.detail
+
+
+# -- host, display ------------------------------------------------------------------------------
+
+def test_host_not_running_is_information_not_failure(tmp_path):
+    result = doctor.check_host(home_paths(tmp_path))
+    assert result.outcome is Outcome.INFO and not result.failed
+
+
+def test_running_host_is_reported_with_its_pid(tmp_path):
+    served = ServedHost(tmp_path)
+    try:
+        result = doctor.check_host(home_paths(tmp_path))
+    finally:
+        served.close()
+    assert result.outcome is Outcome.INFO and f"pid {os.getpid()}" in result.detail
+
+
+def test_no_display_skips_tray_and_notifications():
+    def probe():
+        raise AssertionError("must not start Qt without a display")
+    results = doctor.check_desktop(probe, env={}, platform="linux")
+    assert [r.outcome for r in results] == [Outcome.SKIPPED, Outcome.SKIPPED]
+    assert not any(r.failed for r in results)
+
+
+def test_display_with_tray_and_notifications():
+    results = doctor.check_desktop(lambda: {"tray": True, "messages": True}, env={"DISPLAY": ":0"}, platform="linux")
+    assert [r.outcome for r in results] == [Outcome.OK, Outcome.OK]
+
+
+def test_missing_tray_is_a_warning_with_advice():
+    results = doctor.check_desktop(lambda: {"tray": False, "messages": False}, env={}, platform="darwin")
+    assert [r.outcome for r in results] == [Outcome.WARN, Outcome.WARN]
+    assert "--headless" in results[0].detail and not any(r.failed for r in results)
+
+
+def test_qt_failing_to_open_the_display_is_a_warning():
+    def probe():
+        raise RuntimeError("could not connect to display :9")
+    results = doctor.check_desktop(probe, env={"WAYLAND_DISPLAY": "wayland-9"}, platform="linux")
+    assert all(r.outcome is Outcome.WARN and ":9" in r.detail for r in results)
+
+
+def test_display_probe_runs_qt_in_a_child(monkeypatch):
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    found = doctor.probe_display()
+    assert set(found) == {"tray", "messages"}
+
+
+# -- the whole run ----------------------------------------------------------------------------------
+
+def stub_checks(monkeypatch, keyring_outcome):
+    monkeypatch.setattr(doctor, "check_keyring", lambda: CheckResult("keyring", keyring_outcome, "x"))
+    monkeypatch.setattr(doctor, "check_ports", lambda s: doctor.ok("ports", "x"))
+    monkeypatch.setattr(doctor, "check_node_program", lambda s: doctor.ok("node program", "x"))
+    monkeypatch.setattr(doctor, "check_desktop",
+                        lambda: [CheckResult("tray", Outcome.WARN, "no tray", False)])
+
+
+@pytest.mark.parametrize("keyring_outcome,code", [(Outcome.OK, 0), (Outcome.FAIL, 1)])
+def test_exit_code_follows_the_required_checks_only(monkeypatch, tmp_path, capsys, keyring_outcome, code):
+    stub_checks(monkeypatch, keyring_outcome)
+    assert doctor.main(home_paths(tmp_path)) == code
+    lines = capsys.readouterr().out.splitlines()
+    names = [line.split()[1].rstrip(":") for line in lines]
+    assert names == ["settings", "home", "keyring", "ports", "node", "host", "tray"]
+    assert lines[-1].startswith("warn")
