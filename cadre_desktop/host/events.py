@@ -18,6 +18,10 @@ class EventKind(str, Enum):
     GAVE_UP = "gave_up"
     #: A node reported it was claimed or joined a cadre.
     CLAIMED = "claimed"
+    #: The machine woke from sleep (node_id is empty; detail is the seconds slept).
+    WOKE = "woke"
+    #: The address nodes advertise changed (node_id empty; detail is the new address).
+    ADDRESS = "address"
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from typing import Callable
 
 from cadre_desktop.errors import NotFound
 from cadre_desktop.host.address import claim_url, detect_lan_address
+from cadre_desktop.host.netwatch import AddressWatcher
 from cadre_desktop.host.clock import Clock, iso
-from cadre_desktop.host.events import EventBus, HostEvent
+from cadre_desktop.host.events import EventBus, EventKind, HostEvent
 from cadre_desktop.host.lock import HostLock
 from cadre_desktop.host.orchestrator import Orchestrator
 from cadre_desktop.host.ports import PortAllocator
@@ -26,7 +27,7 @@ from cadre_desktop.host.store import RecordStore
 from cadre_desktop.host.supervisor import Supervisor
 from cadre_desktop.host.views import NodeView
 from cadre_desktop.paths import Paths
-from cadre_desktop.settings import Settings
+from cadre_desktop.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class Host:
         secrets: SecretStore | None = None,
         clock: Clock | None = None,
         serve_control_api: bool = True,
+        address_source: Callable[[], str] | None = None,
     ) -> None:
         self.paths = paths
         self.settings = settings
@@ -49,7 +51,9 @@ class Host:
         self.store = RecordStore(paths.records_file)
         self._lock = HostLock(paths.lock_file)
         self._serve_control_api = serve_control_api
-        self._advertise = settings.advertise_host or detect_lan_address()
+        self._address_source = address_source or self._configured_address
+        self._advertise = self._address_source()
+        self.netwatch: AddressWatcher | None = None
         self.orchestrator: Orchestrator | None = None
         self.service: NodeService | None = None
         self.supervisor: Supervisor | None = None
@@ -62,6 +66,20 @@ class Host:
     @property
     def advertise_host(self) -> str:
         return self._advertise
+
+    def _configured_address(self) -> str:
+        """The `advertise_host` setting as it is in settings.json now, else the LAN address.
+
+        Re-reading the file lets a person change the advertised address without
+        restarting the host; a file broken meanwhile keeps the address we have.
+        """
+        try:
+            configured = load_settings(self.paths.settings_file).advertise_host
+        except Exception:
+            if hasattr(self, "_advertise"):
+                return self._advertise
+            configured = self.settings.advertise_host
+        return configured or detect_lan_address()
 
     async def start(self) -> None:
         """Take the home, read the records, re-attach to live children, supervise.
@@ -113,7 +131,14 @@ class Host:
         )
         self.probe.start()
         # A new child is probed at once rather than at the end of the interval.
-        self.events.subscribe(lambda event: self.probe.probe_soon() if self.probe else None)
+        self.events.subscribe(
+            lambda event: self.probe.probe_soon() if self.probe and event.node_id else None
+        )
+        self.netwatch = AddressWatcher(
+            source=self._address_source, clock=self.clock,
+            on_change=self._address_changed, on_wake=self._woke,
+        )
+        self.netwatch.start()
         if self._serve_control_api:
             from cadre_desktop.host.control import ControlServer
 
@@ -137,7 +162,37 @@ class Host:
             stop_nodes = not self.settings.keep_nodes_running_on_quit
         await self._teardown(stop_nodes=stop_nodes)
 
+    def refresh(self) -> None:
+        """Look at the network now (SIGHUP, or the OS said the network changed)."""
+        if self.netwatch:
+            self.netwatch.check_soon()
+
+    def _woke(self, slept_s: float) -> None:
+        if self.probe:
+            self.probe.probe_soon()
+        self.events.emit(EventKind.WOKE, "", f"{slept_s:.0f}")
+
+    async def _address_changed(self, old: str, new: str) -> None:
+        """Restart, one at a time, each running node that still advertises the old address."""
+        self._advertise = new
+        self.events.emit(EventKind.ADDRESS, "", new)
+        for record in self.store.list():
+            self.events.emit(EventKind.CHANGED, record.id)  # its claim URL changed
+        for record in self.store.list():
+            handle = self.orchestrator.get(record.handle)
+            if record.status not in SUPERVISED or handle is None or not handle.alive:
+                continue
+            if handle.advertise_host == new:
+                continue
+            try:
+                await self.supervisor.restart(record.id)
+            except Exception as exc:
+                # The node is down now; the exit its stop raised hands it to the crash path.
+                log.error("restarting node %s for the new address failed: %s", record.id, exc)
+
     async def _teardown(self, *, stop_nodes: bool) -> None:
+        if self.netwatch is not None:
+            await self.netwatch.stop()
         if self.control is not None:
             await self.control.stop()
             self.control = None
@@ -185,6 +240,7 @@ class Host:
             secret = self.service.cached_secret(record.id, SecretKind.CLAIM)
             if secret:
                 url = claim_url(self._advertise, record.api_port, record.id, secret)
+        advertised = handle.advertise_host if running and handle.advertise_host else self._advertise
         return NodeView(
             id=record.id,
             name=record.name,
@@ -201,7 +257,7 @@ class Host:
             next_retry_at=next_retry,
             last_error=record.error,
             claim_url=url,
-            advertise_host=self._advertise,
+            advertise_host=advertised,
             created_at=record.created_at,
             updated_at=record.updated_at,
             started_at=handle.started_at if running else None,

@@ -48,6 +48,8 @@ class Handle:
     api_port: int
     p2p_port: int
     started_at: str
+    #: The address the child was told to advertise (it learns it only at start).
+    advertise_host: str = ""
     alive: bool = True
     stop_requested: bool = False
     returncode: int | None = None
@@ -68,6 +70,7 @@ class Handle:
             "api_port": self.api_port,
             "p2p_port": self.p2p_port,
             "started_at": self.started_at,
+            "advertise_host": self.advertise_host,
         }
 
 
@@ -107,6 +110,7 @@ def _handle_from_row(handle_id: str, row: object) -> Handle:
         api_port=row["api_port"],
         p2p_port=row["p2p_port"],
         started_at=str(row.get("started_at", "")),
+        advertise_host=str(row.get("advertise_host") or ""),
     )
 
 
@@ -138,6 +142,9 @@ class Orchestrator:
         self._handles: dict[str, Handle] = {}
         self._listeners: list[ExitListener] = []
         self._closed = False
+        #: An exit left state.json naming a dead child; see `_persist_soon`.
+        self._persist_pending = False
+        self._persist_scheduled = False
 
     # -- queries -------------------------------------------------------------
 
@@ -204,6 +211,7 @@ class Orchestrator:
         return InitReport(attached=attached, dead=dead)
 
     def _persist(self) -> None:
+        self._persist_pending = False
         rows = {h.id: h.to_row() for h in self._handles.values() if h.alive}
         try:
             write_json_atomic(self.state_file, {"version": STATE_VERSION, "handles": rows})
@@ -322,6 +330,7 @@ class Orchestrator:
             api_port=api_port,
             p2p_port=p2p_port,
             started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            advertise_host=env["CADRE_ADVERTISE_HOST"],
             popen=popen,
         )
         self._handles[handle.id] = handle
@@ -355,10 +364,32 @@ class Orchestrator:
             except Exception:
                 log.exception("exit listener failed")
         if self._handles.get(handle.id) is handle and not self._closed:
-            try:
-                self._persist()
-            except StorageError as exc:
-                log.error("%s", exc.message)
+            self._persist_soon()
+
+    def _persist_soon(self) -> None:
+        """Drop a dead handle from state.json after the exit's listeners had their turn.
+
+        An exit is what starts a respawn, and the respawn rewrites state.json
+        anyway (with the new child); writing it here first would put an fsync
+        pair between the exit and the new child for nothing. Deferring is safe:
+        until the write, the file names a child that is gone, and `init` checks
+        every row against the live process (pid and start time) and drops dead
+        ones, so a host that dies in between loses nothing.
+        """
+        self._persist_pending = True
+        if self._persist_scheduled:
+            return
+        self._persist_scheduled = True
+        asyncio.get_running_loop().call_soon(self._flush_pending)
+
+    def _flush_pending(self) -> None:
+        self._persist_scheduled = False
+        if not self._persist_pending or self._closed:
+            return
+        try:
+            self._persist()
+        except StorageError as exc:
+            log.error("%s", exc.message)
 
     def _same_process(self, handle: Handle) -> bool:
         return handle.identity.matches(procs.read_identity(handle.pid, self.platform))
@@ -452,6 +483,11 @@ class Orchestrator:
     def close(self) -> None:
         """Stop watching; children keep running (a restarted host re-attaches)."""
         self._closed = True
+        if self._persist_pending:
+            try:
+                self._persist()
+            except StorageError as exc:
+                log.error("%s", exc.message)
         for handle in self._handles.values():
             if handle._cancel_watch:
                 handle._cancel_watch()

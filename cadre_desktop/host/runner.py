@@ -58,7 +58,10 @@ async def serve(paths: Paths, settings: Settings) -> int:
     except CadreError as exc:
         print(f"cadre-desktop: {exc.message}", file=sys.stderr)
         return 1
-    log.info("headless host running; SIGINT or SIGTERM stops it")
+    if hasattr(signal, "SIGHUP"):
+        # SIGHUP: look at the network now (a changed address is acted on at once).
+        loop.add_signal_handler(signal.SIGHUP, host.refresh)
+    log.info("headless host running; SIGINT or SIGTERM stops it, SIGHUP re-checks the address")
     await stop.wait()
     log.info("stopping")
     await host.stop()

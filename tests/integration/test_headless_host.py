@@ -43,31 +43,6 @@ def keyring_get(env: dict, user: str) -> str | None:
     return out or None
 
 
-@pytest.fixture
-def host_factory(tmp_path, secret_service):
-    hosts: list[HeadlessHost] = []
-
-    def make(settings: dict | None = None, home=None) -> HeadlessHost:
-        h = HeadlessHost(home or tmp_path / "home", secret_service, settings)
-        hosts.append(h)
-        return h
-
-    yield make
-    pids = []
-    for h in hosts:
-        if h.proc and h.proc.poll() is None:
-            h.stop()
-    for proc in psutil.process_iter(["environ"]):
-        try:
-            env = proc.info["environ"] or {}
-        except psutil.Error:
-            continue
-        if env.get("CADRE_NODE_DIR", "").startswith(str(tmp_path)):
-            pids.append(proc)
-    for proc in pids:
-        proc.kill()
-
-
 def added(host: HeadlessHost, name="Kitchen") -> dict:
     status, body = host.api("POST", "/api/nodes", {"name": name})
     assert status == 201, body

@@ -1,0 +1,126 @@
+"""Noticing a new address and a wake from sleep.
+
+A home host is often a laptop: it changes networks, sleeps and wakes. Nodes
+learn the address they advertise only at start, so when the machine's address
+changes each running node that still advertises the old one must be restarted
+(through the supervisor's serial `restart`, which spends no budget). A flapping
+network must cause one round of restarts, not one per flap: a new address is
+acted on only once it has held for the debounce period.
+
+A wake shows as a gap between the wall clock and the monotonic clock (the
+monotonic clock stops while the machine sleeps). After one, the host probes
+every node at once and tells the UI, which holds back notifications while
+things settle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+from cadre_desktop.host.clock import Clock
+
+log = logging.getLogger(__name__)
+
+AddressSource = Callable[[], str]
+
+
+class AddressWatcher:
+    def __init__(
+        self,
+        *,
+        source: AddressSource,
+        clock: Clock,
+        on_change: Callable[[str, str], Awaitable[None]],
+        on_wake: Callable[[float], None] | None = None,
+        interval_s: float = 15.0,
+        debounce_s: float = 3.0,
+        wake_gap_s: float = 20.0,
+    ) -> None:
+        self.source = source
+        self.clock = clock
+        self.on_change = on_change
+        self.on_wake = on_wake
+        self.interval_s = interval_s
+        self.debounce_s = debounce_s
+        self.wake_gap_s = wake_gap_s
+        self.current = self._read()
+        self._task: asyncio.Task | None = None
+        self._kick = asyncio.Event()
+        self._marks = (clock.now(), clock.monotonic())
+
+    def _read(self) -> str:
+        try:
+            return self.source()
+        except Exception as exc:  # a flaky source never stops the watcher
+            log.debug("address source failed: %s", exc)
+            return getattr(self, "current", "127.0.0.1")
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="address-watcher")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def check_soon(self) -> None:
+        """Look at the address now (SIGHUP, a wake, an OS network notification)."""
+        self._kick.set()
+
+    def detect_wake(self) -> float | None:
+        """Seconds the machine slept since the last look, if it looks like it did."""
+        wall, mono = self.clock.now(), self.clock.monotonic()
+        last_wall, last_mono = self._marks
+        self._marks = (wall, mono)
+        gap = (wall - last_wall).total_seconds() - (mono - last_mono)
+        return gap if gap > self.wake_gap_s else None
+
+    async def _wait(self, seconds: float) -> bool:
+        """Sleep, or return early (True) when kicked."""
+        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
+        kicked = asyncio.ensure_future(self._kick.wait())
+        try:
+            await asyncio.wait({sleeper, kicked}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            kicked.cancel()
+        was_kicked = self._kick.is_set()
+        self._kick.clear()
+        return was_kicked
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wait(self.interval_s)
+            slept = self.detect_wake()
+            if slept is not None:
+                log.info("the machine seems to have slept for %.0fs; checking every node now", slept)
+                if self.on_wake:
+                    self.on_wake(slept)
+            try:
+                await self.check()
+            except Exception:
+                log.exception("address check failed")
+
+    async def check(self) -> bool:
+        """Act on a new address once it has held for the debounce period."""
+        seen = self._read()
+        if seen == self.current:
+            return False
+        # Wait it out: a flap (A -> B -> A) ends where it started and does nothing.
+        await self.clock.sleep(self.debounce_s)
+        settled = self._read()
+        if settled == self.current:
+            log.info("address flapped to %s and back; nothing to do", seen)
+            return False
+        if settled != seen:
+            # Still moving: look again after another debounce rather than chase it.
+            self.check_soon()
+            return False
+        old, self.current = self.current, settled
+        log.info("this machine's address changed from %s to %s", old, settled)
+        await self.on_change(old, settled)
+        return True

@@ -1,0 +1,33 @@
+"""Fixtures for integration tests: real headless hosts on a real Secret Service."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from tests.support.headless import HeadlessHost
+
+
+@pytest.fixture
+def host_factory(tmp_path, secret_service):
+    hosts: list[HeadlessHost] = []
+
+    def make(settings: dict | None = None, home=None) -> HeadlessHost:
+        h = HeadlessHost(home or tmp_path / "home", secret_service, settings)
+        hosts.append(h)
+        return h
+
+    yield make
+    pids = []
+    for h in hosts:
+        if h.proc and h.proc.poll() is None:
+            h.stop()
+    for proc in psutil.process_iter(["environ"]):
+        try:
+            env = proc.info["environ"] or {}
+        except psutil.Error:
+            continue
+        if env.get("CADRE_NODE_DIR", "").startswith(str(tmp_path)):
+            pids.append(proc)
+    for proc in pids:
+        proc.kill()
