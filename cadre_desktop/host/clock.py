@@ -20,6 +20,20 @@ class Clock:
         await asyncio.sleep(seconds)
 
 
+async def sleep_or_kick(clock: Clock, seconds: float, kick: asyncio.Event) -> bool:
+    """Sleep on `clock`, or end early when `kick` is set; True when kicked (and clears it)."""
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    kicked = asyncio.ensure_future(kick.wait())
+    try:
+        await asyncio.wait({sleeper, kicked}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        kicked.cancel()
+    was_kicked = kick.is_set()
+    kick.clear()
+    return was_kicked
+
+
 def iso(dt: datetime) -> str:
     return dt.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from typing import Awaitable, Callable
 
-from cadre_desktop.host.clock import Clock
+from cadre_desktop.host.clock import Clock, sleep_or_kick
 
 log = logging.getLogger(__name__)
 
@@ -79,22 +79,9 @@ class AddressWatcher:
         gap = (wall - last_wall).total_seconds() - (mono - last_mono)
         return gap if gap > self.wake_gap_s else None
 
-    async def _wait(self, seconds: float) -> bool:
-        """Sleep, or return early (True) when kicked."""
-        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
-        kicked = asyncio.ensure_future(self._kick.wait())
-        try:
-            await asyncio.wait({sleeper, kicked}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            kicked.cancel()
-        was_kicked = self._kick.is_set()
-        self._kick.clear()
-        return was_kicked
-
     async def _loop(self) -> None:
         while True:
-            await self._wait(self.interval_s)
+            await sleep_or_kick(self.clock, self.interval_s, self._kick)
             slept = self.detect_wake()
             if slept is not None:
                 log.info("the machine seems to have slept for %.0fs; checking every node now", slept)

@@ -15,7 +15,7 @@ import logging
 from typing import Any, Awaitable, Callable
 
 from cadre_desktop.errors import CadreError
-from cadre_desktop.host.clock import Clock, iso
+from cadre_desktop.host.clock import Clock, iso, sleep_or_kick
 from cadre_desktop.host.events import EventBus, EventKind
 from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
 
@@ -121,18 +121,11 @@ class Probe:
                 await self.probe_all()
             except Exception:
                 log.exception("probe pass failed")
-            self._wake.clear()
             # A child that has not answered yet is starting: look again soon, so the
             # UI can say "ready" quickly. Idle, only the interval runs.
             starting = any(h not in self._answered for h in self._last_ok)
             wait = min(self.interval_s, 0.25) if starting else self.interval_s
-            sleeper = asyncio.ensure_future(self.clock.sleep(wait))
-            waker = asyncio.ensure_future(self._wake.wait())
-            try:
-                await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sleeper.cancel()
-                waker.cancel()
+            await sleep_or_kick(self.clock, wait, self._wake)
 
     async def probe_all(self) -> None:
         try:
