@@ -28,6 +28,7 @@ from cadre_desktop.paths import Paths, resolve_paths
 
 PROG = "cadre-desktop"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_HOST = 0, 1, 2, 3
+NODE_FLAG = "--node"  # the node program inside a bundle; see run_node()
 MAX_INVITATION_INPUT = 64 * 1024
 SHOW_ORDER = (
     "id", "name", "status", "mode", "running", "pid", "api_port", "p2p_port", "peer_id", "cadre",
@@ -291,12 +292,8 @@ def cmd_doctor(args, paths: Paths) -> int:
 
 
 def cmd_autostart(args, paths: Paths) -> int:
-    try:
-        from cadre_desktop.ui import autostart
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("cadre_desktop.ui.autostart", "cadre_desktop.ui"):
-            raise
-        raise Failed("autostart is not available yet") from None
+    from cadre_desktop.ui import autostart  # no Qt at import: the CLI stays light
+
     if args.state == "status":
         state = autostart.status()
         out(f"autostart is {'on' if state is True else 'off' if state is False else state}")
@@ -390,8 +387,23 @@ def fail_line(message: str) -> None:
     print(f"{PROG}: {one_line(message)}", file=sys.stderr, flush=True)
 
 
+def run_node(argv: list[str]) -> int:
+    """`cadre-desktop --node`: the reference node program, as `python -m cadre_desktop.node` runs it.
+
+    A bundle has no Python to run `-m` with, so the host starts the bundle's own
+    executable with `--node` (see `settings.default_node_command`). Honoured
+    installed or bundled alike, so both run one code path; it is not in --help
+    because people start nodes through the host, never by hand.
+    """
+    from cadre_desktop.node.__main__ import main as node_main
+
+    return node_main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [NODE_FLAG]:  # before argparse: the node takes its own (few) arguments
+        return run_node(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -153,14 +153,17 @@ class Probe:
                 await self.orchestrator.stop(handle.id)
             return
         self._last_ok[handle.id] = self.clock.monotonic()
+        first_answer = handle.id not in self._answered
         self._answered.add(handle.id)
         # Re-read after the await: only the record of this very child may change.
         current = self.store.get(snapshot.id)
         if current is None or current.handle != handle.id or current.status not in SUPERVISED:
             return
-        self.apply(current, status)
+        if not self.apply(current, status) and first_answer:
+            self.events.emit(EventKind.CHANGED, current.id)  # it is ready now
 
-    def apply(self, record: NodeRecord, status: dict[str, Any]) -> None:
+    def apply(self, record: NodeRecord, status: dict[str, Any]) -> bool:
+        """Take in what the node says; True when the record changed (an event went out)."""
         state = status.get("state")
         peer_id = status.get("peer_id") if isinstance(status.get("peer_id"), str) else record.peer_id
         cadre = status.get("cadre") if isinstance(status.get("cadre"), str) else None
@@ -187,3 +190,6 @@ class Probe:
         elif peer_id != record.peer_id:
             self.store.put(record.replace(peer_id=peer_id, updated_at=now))
             self.events.emit(EventKind.CHANGED, record.id)
+        else:
+            return False
+        return True

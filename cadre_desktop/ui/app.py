@@ -1,10 +1,108 @@
-"""The tray application's entry point (placeholder until the tray lands)."""
+"""The tray application's entry point, and the one place that creates and closes the qasync loop.
+
+Order of things: a QApplication; if this home already has a tray app, ask it to
+show its window and exit 0; else one qasync loop, on which the Host starts,
+the Shell (every view) runs until Quit or SIGINT/SIGTERM, and the Host stops.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+import qasync
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from cadre_desktop import APP_NAME
+from cadre_desktop.errors import HostBusy
+from cadre_desktop.host.runner import setup_logging
+from cadre_desktop.paths import Paths, resolve_paths
+from cadre_desktop.ui.errors import show_error
+from cadre_desktop.ui.icons import APP_ICON
+from cadre_desktop.ui.single import InstanceServer, hand_off, instance_name
+
+log = logging.getLogger(__name__)
+
+
+def _no_display() -> bool:
+    return (sys.platform.startswith("linux") and not os.environ.get("QT_QPA_PLATFORM")
+            and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
+
 
 def run_gui(argv: list[str] | None = None) -> int:
-    import sys
+    if _no_display():
+        print(f"{APP_NAME}: there is no graphical display (DISPLAY is not set). "
+              f"`{APP_NAME} --headless` hosts nodes without a window.", file=sys.stderr)
+        return 1
+    paths = resolve_paths()
+    setup_logging(paths)
+    app = QApplication.instance() or QApplication([APP_NAME, *(argv or [])])
+    app.setApplicationName(APP_NAME)
+    app.setDesktopFileName(APP_NAME)
+    app.setQuitOnLastWindowClosed(False)
+    app.setWindowIcon(QIcon(str(APP_ICON)))
+    name = instance_name(paths)
+    if hand_off(name):
+        log.info("%s already runs for %s; asked it to show its window", APP_NAME, paths.data_dir)
+        return 0
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(_serve(paths, name))
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
 
-    print("cadre-desktop: the tray app is not built yet; run `cadre-desktop --headless`.", file=sys.stderr)
-    return 1
+
+async def _serve(paths: Paths, name: str) -> int:
+    from cadre_desktop.host.host import Host
+    from cadre_desktop.settings import load_settings
+    from cadre_desktop.ui.shell import Shell
+
+    quit_now = asyncio.Event()
+    _stop_on_signals(quit_now.set)  # before start: a SIGTERM while starting still stops cleanly
+    try:
+        settings = load_settings(paths.settings_file)
+        host = Host(paths, settings)
+        await host.start()
+    except HostBusy as exc:
+        if hand_off(name):  # a tray app that started just before us
+            return 0
+        await _tell(exc, "start: another host runs for this home")
+        return 1
+    except Exception as exc:
+        await _tell(exc, "start the host")
+        return 1
+    server = InstanceServer(name)
+    server.listen()
+    shell = Shell(host, settings)
+    server.show_requested.connect(shell.window.present)
+    shell.quit_requested.connect(quit_now.set)
+    shell.start()
+    log.info("tray app running for %s", paths.data_dir)
+    await quit_now.wait()
+    log.info("quitting")
+    await shell.stop()
+    server.close()
+    return 0
+
+
+async def _tell(error: BaseException, doing: str) -> None:
+    """Show a start-up error (there is no window yet) and wait until it is read."""
+    box: QMessageBox = show_error(None, error, doing)
+    closed = asyncio.get_running_loop().create_future()
+    box.finished.connect(lambda *_: closed.done() or closed.set_result(None))
+    await closed
+
+
+def _stop_on_signals(stop) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop)
+        except (NotImplementedError, RuntimeError, ValueError, AttributeError):
+            pass  # Windows: Quit from the tray

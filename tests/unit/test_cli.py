@@ -402,10 +402,16 @@ def test_headless_with_bad_settings_exits_1_naming_the_key(capsys, home):
     assert code == 1 and "sweep_msec" in err and err.startswith("cadre-desktop: ")
 
 
-def test_autostart_not_available_yet(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "cadre_desktop.ui.autostart", None)
-    code, _, err = run(capsys, "autostart", "status")
-    assert code == 1 and "not available" in err
+def test_autostart_on_off_status_write_and_remove_the_xdg_entry(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    entry = tmp_path / "config" / "autostart" / "cadre-desktop.desktop"
+    assert run(capsys, "autostart", "status")[1].strip() == "autostart is off"
+    assert run(capsys, "autostart", "on")[0] == 0
+    assert entry.is_file() and "Exec=" in entry.read_text()
+    assert run(capsys, "autostart", "status")[1].strip() == "autostart is on"
+    assert run(capsys, "autostart", "off")[0] == 0
+    assert not entry.exists()
 
 
 def test_autostart_calls_the_ui_module(capsys, monkeypatch):

@@ -118,3 +118,16 @@ async def test_answer_for_a_replaced_child_is_not_applied(rig):
     rig.probe.fetch = fetch
     await rig.probe.probe_one(rec)
     assert rig.store.get("n1").status is NodeStatus.UNCLAIMED
+
+
+async def test_first_answer_of_a_child_says_it_is_ready(rig):
+    rig.node(status=NodeStatus.JOINED, live=True)
+    rec = rig.store.get("n1")
+    rig.store.put(rec.replace(peer_id="cn1peer"))
+    rig.answers.by_port[port_of(rig)] = status("joined")
+    assert not rig.probe.is_ready(rec.handle)
+    await rig.probe.probe_all()
+    assert rig.probe.is_ready(rec.handle)
+    assert [e.kind for e in rig.seen] == [EventKind.CHANGED]
+    await rig.probe.probe_all()
+    assert [e.kind for e in rig.seen] == [EventKind.CHANGED]  # nothing new, nothing sent

@@ -1,0 +1,93 @@
+"""What a person asks of the host, as tasks on the loop that report back in one way.
+
+Each action runs a Host coroutine as an asyncio task (kept referenced until it
+ends); a failure goes to `show_error`, a success to an optional callback. While
+an action on a node is in flight the node is `busy` (its buttons wait), and it
+is `quiet`: the notifier says nothing about what the person just asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QWidget
+
+from cadre_desktop.ui.errors import show_error
+
+
+class Actions(QObject):
+    #: A node's busy state changed (or "" for a host-wide action).
+    busy_changed = Signal(str)
+    #: A node was added (or joined) through the UI: its id.
+    added = Signal(str)
+
+    def __init__(self, host, parent_widget: Callable[[], QWidget | None] = lambda: None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.host = host
+        self._parent_widget = parent_widget
+        self._tasks: set[asyncio.Task] = set()
+        self._busy: dict[str, int] = {}
+
+    # -- running ------------------------------------------------------------------
+
+    def run(self, doing: str, work: Awaitable[Any], node_id: str = "",
+            done: Callable[[Any], None] | None = None) -> asyncio.Task:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        self._busy[node_id] = self._busy.get(node_id, 0) + 1
+        self.busy_changed.emit(node_id)
+        task.add_done_callback(lambda t: self._finished(t, doing, node_id, done))
+        return task
+
+    def _finished(self, task: asyncio.Task, doing: str, node_id: str, done) -> None:
+        self._tasks.discard(task)
+        self._busy[node_id] -= 1
+        if not self._busy[node_id]:
+            del self._busy[node_id]
+        self.busy_changed.emit(node_id)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            show_error(self._parent_widget(), error, doing)
+        elif done is not None:
+            done(task.result())
+
+    def busy(self, node_id: str) -> bool:
+        return node_id in self._busy
+
+    async def cancel_all(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- the actions -------------------------------------------------------------------
+
+    def _name(self, node_id: str) -> str:
+        try:
+            return self.host.get_node(node_id).name
+        except Exception:
+            return node_id
+
+    def add(self, name: str | None = None) -> asyncio.Task:
+        return self.run("add a node", self.host.add_node(name), done=lambda v: self.added.emit(v.id))
+
+    def join(self, invitation: str, name: str | None = None) -> asyncio.Task:
+        return self.run("join with the invitation", self.host.join_node(invitation, name),
+                        done=lambda v: self.added.emit(v.id))
+
+    def retry(self, node_id: str) -> asyncio.Task:
+        return self.run(f"retry {self._name(node_id)}", self.host.retry_node(node_id), node_id)
+
+    def restart(self, node_id: str) -> asyncio.Task:
+        return self.run(f"restart {self._name(node_id)}", self.host.restart_node(node_id), node_id)
+
+    def regenerate(self, node_id: str) -> asyncio.Task:
+        return self.run(f"make a new claim code for {self._name(node_id)}",
+                        self.host.regenerate_node(node_id), node_id)
+
+    def remove(self, node_id: str) -> asyncio.Task:
+        return self.run(f"remove {self._name(node_id)}", self.host.remove_node(node_id), node_id)

@@ -1,0 +1,210 @@
+"""Start the tray app at login: XDG autostart on Linux, a LaunchAgent on macOS, HKCU Run on Windows.
+
+No Qt here, so `cadre-desktop autostart on|off|status` stays light. Each
+platform's branch is a small class whose file location, command and registry
+module come in as arguments, so every branch is tested on Linux.
+`enable()`, `disable()` and `status()` at module level use this computer's.
+"""
+
+from __future__ import annotations
+
+import os
+import plistlib
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from cadre_desktop import APP_NAME
+from cadre_desktop.atomicfile import write_bytes_atomic
+from cadre_desktop.errors import CadreError
+
+LABEL = "org.cadre.desktop"
+RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"
+
+
+class AutostartError(CadreError):
+    code = "autostart_failed"
+
+
+def launch_command(*, frozen: bool | None = None, executable: str | None = None,
+                   platform: str | None = None) -> list[str]:
+    """What starts the tray app: the bundle itself when frozen, else this Python with `-m cadre_desktop`."""
+    frozen = getattr(sys, "frozen", False) if frozen is None else frozen
+    executable = executable or sys.executable
+    if frozen:
+        return [executable]
+    if (platform or sys.platform) == "win32":
+        # pythonw.exe opens no console window at login.
+        windowed = Path(executable).with_name("pythonw.exe")
+        if Path(executable).name.lower() == "python.exe" and windowed.exists():
+            executable = str(windowed)
+    return [executable, "-m", "cadre_desktop"]
+
+
+def _failed(doing: str, exc: OSError) -> AutostartError:
+    return AutostartError(f"Could not {doing}: {exc.strerror or exc}")
+
+
+def _delete(path: Path) -> str:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return f"{path} was not there"
+    except OSError as exc:
+        raise _failed(f"delete {path}", exc) from None
+    return f"deleted {path}"
+
+
+# -- Linux and other XDG desktops -------------------------------------------------------
+
+def desktop_exec(command: list[str]) -> str:
+    """Quote arguments as the Desktop Entry spec's Exec key wants them.
+
+    Two levels: an argument with a reserved character is double-quoted with `"`
+    `` ` `` `$` `\\` backslash-escaped, then the value as a whole gets the string
+    escape (every backslash doubled) and `%` is doubled (field codes).
+    """
+    def quote(arg: str) -> str:
+        if arg and not any(c in arg for c in " \t\n\"'\\><~|&;$*?#()`="):
+            return arg
+        escaped = "".join("\\" + c if c in '"`$\\' else c for c in arg)
+        return f'"{escaped}"'
+    return " ".join(quote(a) for a in command).replace("\\", "\\\\").replace("%", "%%")
+
+
+class XdgAutostart:
+    def __init__(self, command: list[str], env: dict[str, str] | None = None) -> None:
+        env = os.environ if env is None else env
+        config = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".config")
+        self.path = Path(config) / "autostart" / f"{APP_NAME}.desktop"
+        self.command = command
+
+    def entry(self) -> str:
+        return (
+            "[Desktop Entry]\n"
+            "Type=Application\n"
+            f"Name={APP_NAME}\n"
+            "Comment=Host cadre nodes on this computer\n"
+            f"Exec={desktop_exec(self.command)}\n"
+            f"Icon={APP_NAME}\n"
+            "Terminal=false\n"
+            "X-GNOME-Autostart-enabled=true\n"
+        )
+
+    def enable(self) -> str:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(self.path, self.entry().encode(), mode=0o644)
+        except OSError as exc:
+            raise _failed(f"write {self.path}", exc) from None
+        return f"wrote {self.path}"
+
+    def disable(self) -> str:
+        return _delete(self.path)
+
+    def status(self) -> bool:
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+        lines = {line.strip().replace(" ", "") for line in text.splitlines()}
+        return not ({"Hidden=true", "X-GNOME-Autostart-enabled=false"} & lines)
+
+
+# -- macOS ----------------------------------------------------------------------------------
+
+class LaunchAgent:
+    def __init__(self, command: list[str], home: Path | None = None) -> None:
+        self.path = (home or Path.home()) / "Library" / "LaunchAgents" / f"{LABEL}.plist"
+        self.command = command
+
+    def plist(self) -> dict[str, Any]:
+        return {"Label": LABEL, "ProgramArguments": list(self.command), "RunAtLoad": True,
+                "ProcessType": "Interactive"}
+
+    def enable(self) -> str:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(self.path, plistlib.dumps(self.plist()), mode=0o644)
+        except OSError as exc:
+            raise _failed(f"write {self.path}", exc) from None
+        return f"wrote {self.path}"
+
+    def disable(self) -> str:
+        return _delete(self.path)
+
+    def status(self) -> bool:
+        return self.path.is_file()
+
+
+# -- Windows -------------------------------------------------------------------------------------
+
+class RunKey:
+    """A value named after the app under HKCU's Run key; `winreg` is passed in."""
+
+    where = f"HKCU\\{RUN_KEY}\\{APP_NAME}"
+
+    def __init__(self, command: list[str], winreg) -> None:
+        self.command = command
+        self.winreg = winreg
+
+    def value(self) -> str:
+        return subprocess.list2cmdline(self.command)
+
+    def enable(self) -> str:
+        reg = self.winreg
+        try:
+            with reg.CreateKeyEx(reg.HKEY_CURRENT_USER, RUN_KEY, 0, reg.KEY_SET_VALUE) as key:
+                reg.SetValueEx(key, APP_NAME, 0, reg.REG_SZ, self.value())
+        except OSError as exc:
+            raise _failed(f"write {self.where}", exc) from None
+        return f"set {self.where}"
+
+    def disable(self) -> str:
+        reg = self.winreg
+        try:
+            with reg.OpenKey(reg.HKEY_CURRENT_USER, RUN_KEY, 0, reg.KEY_SET_VALUE) as key:
+                reg.DeleteValue(key, APP_NAME)
+        except FileNotFoundError:
+            return f"{self.where} was not there"
+        except OSError as exc:
+            raise _failed(f"delete {self.where}", exc) from None
+        return f"deleted {self.where}"
+
+    def status(self) -> bool:
+        reg = self.winreg
+        try:
+            with reg.OpenKey(reg.HKEY_CURRENT_USER, RUN_KEY, 0, reg.KEY_READ) as key:
+                reg.QueryValueEx(key, APP_NAME)
+        except OSError:
+            return False
+        return True
+
+
+# -- this computer ------------------------------------------------------------------------------
+
+def backend(platform: str | None = None, **kwargs):
+    """The branch for `platform` (default: this one); kwargs override its command, home, env, winreg."""
+    platform = platform or sys.platform
+    command = kwargs.get("command") or launch_command(platform=platform)
+    if platform == "win32":
+        winreg = kwargs.get("winreg")
+        if winreg is None:
+            import winreg  # noqa: PLC0415 (Windows only)
+        return RunKey(command, winreg)
+    if platform == "darwin":
+        return LaunchAgent(command, kwargs.get("home"))
+    return XdgAutostart(command, kwargs.get("env"))
+
+
+def enable() -> str:
+    return backend().enable()
+
+
+def disable() -> str:
+    return backend().disable()
+
+
+def status() -> bool | str:
+    return backend().status()

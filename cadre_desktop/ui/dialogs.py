@@ -1,0 +1,83 @@
+"""Small questions: confirm, a node's name, an invitation.
+
+All non-modal (`open()`, never `exec()`), answering through a callback: a nested
+event loop started from inside an asyncio callback would re-enter the loop.
+Tests patch `confirm` to answer for the user.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QVBoxLayout,
+    QWidget,
+)
+
+
+def confirm(parent: QWidget | None, title: str, text: str, yes: str, then: Callable[[], None],
+            detail: str = "") -> QMessageBox:
+    """Ask; call `then()` only if the person picks `yes`. Cancel is the default."""
+    box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.Cancel, parent)
+    if detail:
+        box.setInformativeText(detail)
+    ok = box.addButton(yes, QMessageBox.ButtonRole.DestructiveRole)
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    box.finished.connect(lambda _: then() if box.clickedButton() is ok else None)
+    box.open()
+    return box
+
+
+class _Form(QDialog):
+    def __init__(self, parent: QWidget | None, title: str, intro: str) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(title)
+        layout = QVBoxLayout(self)
+        text = QLabel(intro)
+        text.setWordWrap(True)
+        layout.addWidget(text)
+        self.form = QFormLayout()
+        layout.addLayout(self.form)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout.addWidget(self.buttons)
+
+
+class AddDialog(_Form):
+    def __init__(self, parent: QWidget | None, then: Callable[[str | None], None]) -> None:
+        super().__init__(parent, "Add node", "A new node starts on this computer and waits to be "
+                         "claimed: scan its QR code with your phone to claim it into your cadre.")
+        self.name = QLineEdit()
+        self.name.setPlaceholderText("optional, e.g. Living room")
+        self.name.setMaxLength(64)
+        self.form.addRow("Name:", self.name)
+        self.name.setFocus()
+        self.accepted.connect(lambda: then(self.name.text().strip() or None))
+
+
+class JoinDialog(_Form):
+    def __init__(self, parent: QWidget | None, then: Callable[[str, str | None], None]) -> None:
+        super().__init__(parent, "Join with invitation", "Paste the invitation a member of the cadre sent "
+                         "you. A new node starts on this computer and joins their cadre with it.")
+        self.invitation = QPlainTextEdit()
+        self.invitation.setPlaceholderText("the invitation text")
+        self.invitation.setTabChangesFocus(True)
+        self.name = QLineEdit()
+        self.name.setPlaceholderText("optional")
+        self.name.setMaxLength(64)
+        self.form.addRow("Invitation:", self.invitation)
+        self.form.addRow("Name:", self.name)
+        self.invitation.setFocus()
+        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        ok.setEnabled(False)
+        self.invitation.textChanged.connect(lambda: ok.setEnabled(bool(self.invitation.toPlainText().strip())))
+        self.accepted.connect(lambda: then(self.invitation.toPlainText().strip(), self.name.text().strip() or None))
+
+
+def open_dialog(dialog: QDialog) -> QDialog:
+    """Show a form that deletes itself when closed."""
+    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    dialog.open()
+    return dialog

@@ -1,0 +1,41 @@
+"""The one way the UI shows an error: a non-modal message box in words a person can act on.
+
+A `CadreError` already carries such words. Anything else is a bug: it is logged
+with its traceback and shown as such, pointing at the host log. Non-modal on
+purpose: a nested Qt event loop inside a qasync callback would re-enter asyncio.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox, QWidget
+
+from cadre_desktop.errors import CadreError
+
+log = logging.getLogger(__name__)
+
+
+def error_text(error: BaseException) -> str:
+    if isinstance(error, CadreError):
+        return error.message
+    return (f"Something unexpected went wrong ({type(error).__name__}: {error}). "
+            "The host log (`cadre-desktop paths` shows where) has the details.")
+
+
+def show_error(parent: QWidget | None, error: BaseException, doing: str | None = None) -> QMessageBox:
+    """Show `error`; `doing` completes "Could not …" (e.g. "remove Kitchen")."""
+    if isinstance(error, CadreError):
+        log.warning("could not %s: %s", doing or "do that", error.message)
+    else:
+        log.error("could not %s", doing or "do that", exc_info=error)
+    box = QMessageBox(parent)
+    box.setIcon(QMessageBox.Icon.Warning)
+    box.setWindowTitle("cadre-desktop")
+    box.setText(f"Could not {doing}." if doing else "Something went wrong.")
+    box.setInformativeText(error_text(error))
+    box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.open()
+    return box

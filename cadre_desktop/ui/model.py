@@ -1,0 +1,190 @@
+"""The table of nodes: views re-read from the Host on every event and once a second.
+
+The one-second tick drives the live countdown and uptime, samples CPU and
+memory with psutil, and catches what no event reports (a child that just died
+before the supervisor's pass). Rows keep their place across refreshes so the
+selection survives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+
+from cadre_desktop.host.views import NodeView
+from cadre_desktop.ui.bridge import HostBridge
+from cadre_desktop.ui.status import (
+    COLOURS, first_line, node_state, retry_words, status_words, uptime_words, utcnow,
+)
+
+COLUMNS = ("Name", "Status", "Uptime", "Attempts", "Last error", "Cadre", "Ports", "CPU", "Memory")
+NAME, STATUS, UPTIME, ATTEMPTS, ERROR, CADRE, PORTS, CPU, MEMORY = range(len(COLUMNS))
+TICK_MS = 1000
+
+
+_DOTS: dict[str, QIcon] = {}
+
+
+def status_dot(colour: str) -> QIcon:
+    """A round dot of the status colour, the same when its row is selected (Qt would tint it)."""
+    if colour not in _DOTS:
+        pixmap = QPixmap(14, 14)
+        pixmap.fill(Qt.GlobalColor.transparent)
+        painter = QPainter(pixmap)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor(colour))
+        painter.drawEllipse(1, 1, 12, 12)
+        painter.end()
+        icon = QIcon()
+        for mode in (QIcon.Mode.Normal, QIcon.Mode.Selected, QIcon.Mode.Active):
+            icon.addPixmap(pixmap, mode)
+        _DOTS[colour] = icon
+    return _DOTS[colour]
+
+
+@dataclass
+class Usage:
+    cpu: float | None = None
+    rss: int | None = None
+
+
+class NodeTableModel(QAbstractTableModel):
+    #: After every refresh: the views may have changed.
+    refreshed = Signal()
+
+    def __init__(self, host, bridge: HostBridge, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.host = host
+        self._rows: list[NodeView] = []
+        self._usage: dict[str, Usage] = {}
+        self._procs: dict[int, psutil.Process] = {}
+        self.now = utcnow()
+        self.bridge = bridge
+        bridge.happened.connect(self._on_event)
+        self._tick = QTimer(self)
+        self._tick.setInterval(TICK_MS)
+        self._tick.timeout.connect(self.refresh)
+        self._tick.start()
+        self.refresh()
+
+    def stop(self) -> None:
+        self._tick.stop()
+        self.bridge.happened.disconnect(self._on_event)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def views(self) -> list[NodeView]:
+        return list(self._rows)
+
+    def view_at(self, row: int) -> NodeView | None:
+        return self._rows[row] if 0 <= row < len(self._rows) else None
+
+    def row_of(self, node_id: str) -> int:
+        return next((i for i, v in enumerate(self._rows) if v.id == node_id), -1)
+
+    def view(self, node_id: str) -> NodeView | None:
+        return self.view_at(self.row_of(node_id))
+
+    def _on_event(self, kind: str, node_id: str) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.now = utcnow()
+        fresh = sorted(self.host.list_nodes(), key=lambda v: (v.created_at, v.id))
+        by_id = {v.id: v for v in fresh}
+        for row in reversed(range(len(self._rows))):
+            if self._rows[row].id not in by_id:
+                self.beginRemoveRows(QModelIndex(), row, row)
+                del self._rows[row]
+                self.endRemoveRows()
+        kept = {v.id for v in self._rows}
+        self._rows = [by_id[v.id] for v in self._rows]
+        new = [v for v in fresh if v.id not in kept]
+        if new:
+            self.beginInsertRows(QModelIndex(), len(self._rows), len(self._rows) + len(new) - 1)
+            self._rows.extend(new)
+            self.endInsertRows()
+        self._sample_usage()
+        if self._rows:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self._rows) - 1, len(COLUMNS) - 1))
+        self.refreshed.emit()
+
+    def _sample_usage(self) -> None:
+        """CPU since the last tick and resident memory of each running child."""
+        usage: dict[str, Usage] = {}
+        live: dict[int, psutil.Process] = {}
+        for v in self._rows:
+            if not (v.running and v.pid):
+                continue
+            proc = self._procs.get(v.pid)
+            try:
+                if proc is None:
+                    proc = psutil.Process(v.pid)
+                    proc.cpu_percent(None)  # the first call only starts the measurement
+                    usage[v.id] = Usage(None, proc.memory_info().rss)
+                else:
+                    usage[v.id] = Usage(proc.cpu_percent(None), proc.memory_info().rss)
+                live[v.pid] = proc
+            except psutil.Error:
+                continue
+        self._usage, self._procs = usage, live
+
+    # -- Qt's model interface ------------------------------------------------------------
+
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
+        v = self.view_at(index.row())
+        if v is None:
+            return None
+        col = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self.text(v, col)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == ERROR and v.last_error:
+                return v.last_error
+            if col == NAME:
+                return f"{v.name} ({v.id})"
+            return self.text(v, col) or None
+        if role == Qt.ItemDataRole.DecorationRole and col == STATUS:
+            return status_dot(COLOURS[node_state(v)])
+        if role == Qt.ItemDataRole.ForegroundRole and col == STATUS:
+            return QColor(COLOURS[node_state(v)])
+        if role == Qt.ItemDataRole.UserRole:
+            return v.id
+        return None
+
+    def text(self, v: NodeView, col: int) -> str:
+        usage = self._usage.get(v.id, Usage())
+        if col == NAME:
+            return v.name
+        if col == STATUS:
+            return status_words(v, self.now)
+        if col == UPTIME:
+            return uptime_words(v, self.now)
+        if col == ATTEMPTS:
+            return retry_words(v, self.now)
+        if col == ERROR:
+            return first_line(v.last_error, 80)
+        if col == CADRE:
+            return v.cadre or ""
+        if col == PORTS:
+            return f"{v.api_port} / {v.p2p_port}" if v.api_port else ""
+        if col == CPU:
+            return f"{usage.cpu:.0f} %" if usage.cpu is not None else ""
+        if col == MEMORY:
+            return f"{usage.rss / 1048576:.0f} MB" if usage.rss is not None else ""
+        return ""

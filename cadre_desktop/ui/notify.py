@@ -1,0 +1,94 @@
+"""Desktop notifications: decide what matters before saying anything.
+
+Two things are worth interrupting a person for: the host gave up on a node
+(once per give-up, however often the engine repeats itself, until the node
+leaves `error`), and a node was claimed. Nothing about a node whose action the
+person started and is still running (a Remove, a Restart), nothing once Quit
+began, nothing at all with the `notifications` setting off. Clicking a
+notification opens the window on its node.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QSystemTrayIcon
+
+from cadre_desktop.ui.actions import Actions
+from cadre_desktop.ui.bridge import HostBridge
+from cadre_desktop.ui.status import first_line
+
+log = logging.getLogger(__name__)
+
+SHOW_MS = 15_000
+
+
+class Notifier(QObject):
+    #: Every notification shown: node id, title, body.
+    shown = Signal(str, str, str)
+    #: The person clicked the notification about this node.
+    open_node = Signal(str)
+
+    def __init__(self, host, bridge: HostBridge, actions: Actions, tray: QSystemTrayIcon | None,
+                 enabled: bool = True, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.host, self.actions, self.tray, self.enabled = host, actions, tray, enabled
+        self.muted = False
+        self._given_up: set[str] = set()
+        self._last_node = ""
+        bridge.gave_up.connect(self._on_gave_up)
+        bridge.claimed.connect(self._on_claimed)
+        bridge.changed.connect(self._on_changed)
+        bridge.removed.connect(self._given_up.discard)
+        if tray is not None:
+            tray.messageClicked.connect(self._clicked)
+
+    def mute(self) -> None:
+        """From Quit on: stopping nodes is what the person asked for."""
+        self.muted = True
+
+    def _name(self, node_id: str) -> str | None:
+        try:
+            return self.host.get_node(node_id).name
+        except Exception:
+            return None
+
+    def _on_changed(self, node_id: str) -> None:
+        try:
+            if self.host.get_node(node_id).status != "error":
+                self._given_up.discard(node_id)
+        except Exception:
+            self._given_up.discard(node_id)
+
+    def _on_gave_up(self, node_id: str, reason: str) -> None:
+        if node_id in self._given_up:
+            return
+        self._given_up.add(node_id)
+        name = self._name(node_id)
+        if name is not None:
+            body = first_line(reason, 200) or "It kept stopping."
+            self._notify(node_id, f"{name} stopped", f"{body}\nOpen cadre-desktop to retry it.",
+                         QSystemTrayIcon.MessageIcon.Warning)
+
+    def _on_claimed(self, node_id: str, cadre: str) -> None:
+        try:
+            view = self.host.get_node(node_id)
+        except Exception:
+            return
+        title = f"{view.name} was claimed" if view.mode == "claim" else f"{view.name} joined its cadre"
+        self._notify(node_id, title, f"It joined the cadre {cadre}." if cadre else "It joined its cadre.",
+                     QSystemTrayIcon.MessageIcon.Information)
+
+    def _notify(self, node_id: str, title: str, body: str, icon: QSystemTrayIcon.MessageIcon) -> None:
+        if not self.enabled or self.muted or self.actions.busy(node_id):
+            return
+        self._last_node = node_id
+        log.info("notification: %s", title)
+        if self.tray is not None and self.tray.isVisible() and QSystemTrayIcon.supportsMessages():
+            self.tray.showMessage(title, body, icon, SHOW_MS)
+        self.shown.emit(node_id, title, body)
+
+    def _clicked(self) -> None:
+        if self._last_node:
+            self.open_node.emit(self._last_node)

@@ -1,0 +1,145 @@
+"""What a node's state means to a person: words, colours and the tray's aggregate state.
+
+Pure functions over `NodeView`s and a `now`, so the tray, the menu, the table and
+the tests all say the same thing. No Qt here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Iterable
+
+from cadre_desktop.host.clock import parse_iso
+from cadre_desktop.host.views import NodeView
+
+SUPERVISED = ("unclaimed", "joining", "joined")
+
+
+class TrayState(str, Enum):
+    """The tray icon's picture; members are in rising order of urgency."""
+
+    EMPTY = "empty"
+    JOINED = "joined"
+    UNCLAIMED = "unclaimed"
+    BUSY = "busy"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return list(TrayState).index(self)
+
+
+#: Status colours for the table (readable on light and dark backgrounds).
+COLOURS = {
+    TrayState.EMPTY: "#8a8f98",
+    TrayState.JOINED: "#2e9e44",
+    TrayState.UNCLAIMED: "#2f6fd6",
+    TrayState.BUSY: "#d08a00",
+    TrayState.ERROR: "#d93025",
+}
+
+SUMMARY = {
+    TrayState.EMPTY: "no nodes yet",
+    TrayState.JOINED: "all nodes joined",
+    TrayState.UNCLAIMED: "waiting to be claimed",
+    TrayState.BUSY: "starting or restarting",
+    TrayState.ERROR: "a node needs attention",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def seconds_until(stamp: str | None, now: datetime) -> int | None:
+    when = parse_iso(stamp)
+    if when is None:
+        return None
+    return max(0, int((when - now).total_seconds() + 0.999))
+
+
+def is_down(view: NodeView) -> bool:
+    """A supervised node whose child is not running: the supervisor is bringing it back."""
+    return view.status in SUPERVISED and not view.running
+
+
+def is_starting(view: NodeView) -> bool:
+    """Running, but it has not answered its first status probe (so it cannot be claimed yet)."""
+    return view.status in SUPERVISED and view.running and not view.ready
+
+
+def node_state(view: NodeView) -> TrayState:
+    if view.status == "error":
+        return TrayState.ERROR
+    if view.status in ("spawning", "joining") or is_down(view) or is_starting(view):
+        return TrayState.BUSY
+    if view.status == "unclaimed":
+        return TrayState.UNCLAIMED
+    return TrayState.JOINED
+
+
+def aggregate(views: Iterable[NodeView]) -> TrayState:
+    """The worst state across nodes: error > busy > unclaimed > joined > no nodes."""
+    return max((node_state(v) for v in views), key=lambda s: s.rank, default=TrayState.EMPTY)
+
+
+def status_words(view: NodeView, now: datetime) -> str:
+    if is_down(view):
+        left = seconds_until(view.next_retry_at, now)
+        return f"Restarting in {left} s" if left else "Restarting…"
+    if view.status == "spawning" or is_starting(view):
+        return "Starting…"
+    if view.status == "unclaimed":
+        return "Waiting to be claimed"
+    if view.status == "joining":
+        return "Joining…"
+    if view.status == "joined":
+        return f"Joined {view.cadre}" if view.cadre else "Joined"
+    if view.status == "error":
+        return "Error"
+    return view.status.capitalize()
+
+
+def retry_words(view: NodeView, now: datetime) -> str:
+    """The attempts column: how many respawns in a row, and the countdown while backing off."""
+    left = seconds_until(view.next_retry_at, now) if is_down(view) else None
+    if left:
+        return f"{view.attempts} · next retry in {left} s"
+    return str(view.attempts) if view.attempts else ""
+
+
+def duration_words(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def uptime_words(view: NodeView, now: datetime) -> str:
+    started = parse_iso(view.started_at) if view.running else None
+    return duration_words((now - started).total_seconds()) if started else ""
+
+
+def first_line(text: str | None, width: int = 120) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def tooltip(views: list[NodeView], now: datetime) -> str:
+    state = aggregate(views)
+    if not views:
+        return "cadre-desktop: no nodes yet. Open the window to add one."
+    lines = [f"cadre-desktop: {SUMMARY[state]}"]
+    worst = sorted(views, key=lambda v: -node_state(v).rank)
+    lines += [f"{v.name}: {status_words(v, now)}" for v in worst[:5]]
+    if len(views) > 5:
+        lines.append(f"… and {len(views) - 5} more")
+    return "\n".join(lines)

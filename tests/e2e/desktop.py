@@ -1,0 +1,130 @@
+"""A small real desktop for end-to-end tests: Xvfb, trayer as the system tray, xdotool, screenshots.
+
+Screenshots are taken by `grab.py`, a few lines of Qt on the xcb platform run in
+a subprocess (no ImageMagick needed). Every wait polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.polling import wait_until
+
+GRAB = Path(__file__).with_name("grab.py")
+TOOLS = ("Xvfb", "trayer", "xdotool", "xwininfo", "zbarimg")
+
+
+def missing_tools() -> list[str]:
+    return [t for t in TOOLS if shutil.which(t) is None]
+
+
+@dataclass
+class Box:
+    x: int
+    y: int
+    width: int
+    height: int
+
+    @property
+    def centre(self) -> tuple[int, int]:
+        return self.x + self.width // 2, self.y + self.height // 2
+
+
+class Desktop:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.procs: list[subprocess.Popen] = []
+        self.display = ""
+
+    # -- life ------------------------------------------------------------------------
+
+    def start(self, size: str = "1280x800x24") -> "Desktop":
+        read, write = os.pipe()
+        xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", size, "-nolisten", "tcp"],
+                                pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(write)
+        self.procs.append(xvfb)
+        with os.fdopen(read) as fh:
+            number = fh.readline().strip()
+        if not number:
+            raise RuntimeError("Xvfb did not start")
+        self.display = f":{number}"
+        log = open(self.root / "trayer.log", "wb")
+        self.procs.append(subprocess.Popen(
+            ["trayer", "--edge", "top", "--align", "right", "--widthtype", "request", "--height", "32",
+             "--SetDockType", "true", "--transparent", "false"],
+            env=self.env(), stdout=log, stderr=log))
+        wait_until(lambda: self.window_id("--classname", "panel"), timeout=20, interval=0.05, what="trayer's panel")
+        return self
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {**os.environ, "DISPLAY": self.display, "QT_QPA_PLATFORM": "xcb", **extra}
+        env.pop("WAYLAND_DISPLAY", None)
+        return env
+
+    # -- looking -----------------------------------------------------------------------
+
+    def xdotool(self, *args: str) -> str:
+        out = subprocess.run(["xdotool", *args], env=self.env(), capture_output=True, text=True, timeout=20)
+        return out.stdout.strip()
+
+    def window_id(self, *search: str) -> str | None:
+        ids = self.xdotool("search", "--onlyvisible", *search).split()
+        return ids[-1] if ids else None
+
+    def geometry(self, window: str) -> Box:
+        values = dict(line.split("=", 1) for line in self.xdotool("getwindowgeometry", "--shell", window).splitlines())
+        return Box(int(values["X"]), int(values["Y"]), int(values["WIDTH"]), int(values["HEIGHT"]))
+
+    def visible(self, title: str, min_height: int = 0) -> Box | None:
+        """The first mapped top-level window whose title matches the regex `title` (popup
+        menus included, which `xdotool search` does not see), at least `min_height` tall."""
+        tree = subprocess.run(["xwininfo", "-root", "-children"], env=self.env(), capture_output=True,
+                              text=True, timeout=20).stdout
+        pattern = title
+        for match in re.finditer(r'^\s+(0x[0-9a-f]+) "(.*?)":.*?(\d+)x(\d+)\+(-?\d+)\+(-?\d+)', tree, re.M):
+            window, name, width, height, x, y = match.groups()
+            if not re.fullmatch(pattern, name) or int(height) < min_height:
+                continue
+            info = subprocess.run(["xwininfo", "-id", window], env=self.env(), capture_output=True,
+                                  text=True, timeout=20).stdout
+            if "IsViewable" in info:
+                return Box(int(x), int(y), int(width), int(height))
+        return None
+
+    def tray_box(self) -> Box:
+        return self.geometry(self.window_id("--classname", "panel"))
+
+    def screenshot(self, path: Path, box: Box | None = None) -> dict[str, int]:
+        """Save the screen (or a box of it) to `path`; for a box, return its colours and their counts."""
+        args = [str(path)] + ([str(box.x), str(box.y), str(box.width), str(box.height)] if box else [])
+        out = subprocess.run([sys.executable, str(GRAB), *args], env=self.env(), check=True, timeout=60,
+                             capture_output=True, text=True).stdout
+        return {colour: int(count) for colour, count in (line.split() for line in out.splitlines())}
+
+    # -- doing ---------------------------------------------------------------------------
+
+    def click(self, x: int, y: int, button: int = 1) -> None:
+        self.xdotool("mousemove", str(x), str(y), "click", str(button))
+
+    def focused(self) -> str:
+        """The title of the window with the keyboard focus."""
+        return self.xdotool("getwindowfocus", "getwindowname")
+
+    def keys(self, *keys: str) -> None:
+        self.xdotool("key", "--delay", "60", *keys)

@@ -1,0 +1,136 @@
+"""The real tray app on a real desktop stack: Xvfb, trayer as the tray, gnome-keyring as the keyring.
+
+Driven like a person would: right-click the tray icon, pick from the menu with
+the keyboard, add a node in the window, read its QR code off the screen with
+zbarimg, claim it over HTTP with what was read, and watch the row and the icon
+turn green ("joined"), then Quit from the menu.
+
+The screenshots go to docs/screenshots/ (tray-menu.png, window.png,
+qr-dialog.png) when they are missing there or CADRE_UPDATE_SCREENSHOTS=1, so
+an ordinary run leaves the checkout clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cadre_desktop.ui.status import COLOURS, TrayState
+from tests.e2e.desktop import Box, Desktop, missing_tools
+from tests.support.headless import fast_settings
+from tests.support.polling import wait_until
+from tests.ui.support import claim_when_up, read_qr
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+SHOTS = REPO / "docs" / "screenshots"
+GREEN, BLUE = COLOURS[TrayState.JOINED], COLOURS[TrayState.UNCLAIMED]
+#: The joined tray icon's fill, for light and for dark panels.
+ICON_GREENS = {"#2e9e44", "#3fbf58"}
+
+
+@pytest.fixture
+def desktop(tmp_path):
+    if missing_tools():
+        pytest.fail(f"missing {', '.join(missing_tools())}: ./scripts/test installs them")
+    desktop = Desktop(tmp_path).start()
+    yield desktop
+    desktop.stop()
+
+
+def until(predicate, what: str):
+    return wait_until(predicate, timeout=20, interval=0.1, what=what)
+
+
+def api(home: Path, path: str) -> dict:
+    control = json.loads((home / "control.json").read_text())
+    req = urllib.request.Request(control["url"] + path, headers={"Authorization": f"Bearer {control['token']}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def keep(shot: Path, name: str) -> None:
+    target = SHOTS / name
+    if os.environ.get("CADRE_UPDATE_SCREENSHOTS") == "1" or not target.exists():
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, target)
+
+
+def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "settings.json").write_text(json.dumps(fast_settings()))
+    env = desktop.env(**secret_service, CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO))
+    log = open(tmp_path / "app.log", "wb")
+    app = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=log, stderr=log)
+    try:
+        # The icon docks in the tray, and the tray area is no longer empty.
+        until(lambda: app.poll() is None and desktop.tray_box().width >= 16, "the icon in the tray")
+        tray = desktop.tray_box()
+        colours = until(lambda: len(c := desktop.screenshot(tmp_path / "tray.png", tray)) > 4 and c,
+                        "an icon drawn in the tray")
+        background = max(colours, key=colours.get)
+        assert sum(n for c, n in colours.items() if c != background) > 40
+
+        # Open the window through the menu.
+        desktop.click(*tray.centre, button=3)
+        until(lambda: desktop.visible("cadre-desktop", min_height=80), "the tray menu")
+        desktop.keys("Down", "Return")
+        window = until(lambda: desktop.visible("Nodes .* cadre-desktop"), "the node window")
+
+        # Add a node in the window (Ctrl+N, a name, OK); its QR dialog opens by itself.
+        desktop.keys("ctrl+n")
+        until(lambda: desktop.visible("Add node") and desktop.focused() == "Add node", "the add dialog")
+        desktop.xdotool("type", "--delay", "30", "Kitchen")
+        desktop.keys("Return")
+        qr_box = until(lambda: desktop.visible("Claim Kitchen"), "the QR dialog")
+
+        # Read the claim URL off the screen, as a phone would.
+        screen = tmp_path / "screen.png"
+        urls = until(lambda: desktop.screenshot(screen) is not None and read_qr(screen), "a QR code on screen")
+        node = api(home, "/api/nodes")["nodes"][0]
+        assert urls == [node["claim_url"]] and node["name"] == "Kitchen"
+        desktop.screenshot(tmp_path / "qr.png", qr_box)
+        keep(tmp_path / "qr.png", "qr-dialog.png")
+
+        # Claim over HTTP with what was read; the icon and the row turn green.
+        status, body = claim_when_up(urls[0], "family")
+        assert status == 200, body
+        until(lambda: api(home, f"/api/nodes/{node['id']}")["status"] == "joined", "joined")
+        until(lambda: ICON_GREENS & set(desktop.screenshot(tmp_path / "tray.png", desktop.tray_box())),
+              "a joined tray icon")
+        until(lambda: not desktop.visible("Claim Kitchen"), "the QR dialog to close itself")
+        colours = until(lambda: GREEN in (c := desktop.screenshot(tmp_path / "window.png", window)) and c,
+                        "a joined row")
+        assert BLUE not in colours
+        keep(tmp_path / "window.png", "window.png")
+
+        # The menu names the node; then Quit, from the menu too.
+        tray = desktop.tray_box()
+        desktop.click(*tray.centre, button=3)
+        menu = until(lambda: desktop.visible("cadre-desktop", min_height=80), "the tray menu")
+        left = min(menu.x, tray.x) - 8
+        desktop.screenshot(tmp_path / "menu.png", Box(left, 0, 1280 - left, menu.y + menu.height + 8))
+        keep(tmp_path / "menu.png", "tray-menu.png")
+        pid = api(home, f"/api/nodes/{node['id']}")["pid"]
+        desktop.keys("Up", "Return")
+        assert app.wait(timeout=30) == 0
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except BaseException:
+        desktop.screenshot(tmp_path / "failure.png")
+        print("the screen at the failure:", tmp_path / "failure.png")
+        raise
+    finally:
+        if app.poll() is None:
+            app.terminate()
+            app.wait(timeout=30)
+        log.close()
+        print((tmp_path / "app.log").read_text(errors="replace")[-4000:])

@@ -1,0 +1,151 @@
+"""Start at login, every platform's branch checked on Linux."""
+
+from __future__ import annotations
+
+import plistlib
+import subprocess
+import sys
+
+import pytest
+
+from cadre_desktop.ui import autostart
+from cadre_desktop.ui.autostart import LaunchAgent, RunKey, XdgAutostart, backend, launch_command
+
+COMMAND = ["/opt/my apps/python3", "-m", "cadre_desktop"]
+
+
+def test_linux_writes_an_xdg_autostart_entry(tmp_path):
+    xdg = XdgAutostart(COMMAND, env={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert xdg.status() is False
+    assert "wrote" in xdg.enable()
+    path = tmp_path / "autostart" / "cadre-desktop.desktop"
+    lines = path.read_text().splitlines()
+    assert lines[0] == "[Desktop Entry]"
+    assert 'Exec="/opt/my apps/python3" -m cadre_desktop' in lines
+    assert "Type=Application" in lines and "X-GNOME-Autostart-enabled=true" in lines
+    assert xdg.status() is True
+    assert "deleted" in xdg.disable()
+    assert not path.exists() and xdg.status() is False
+    assert "was not there" in xdg.disable()
+
+
+def test_linux_defaults_to_home_config_and_honours_a_disabled_entry(tmp_path):
+    xdg = XdgAutostart(COMMAND, env={"HOME": str(tmp_path)})
+    assert xdg.path == tmp_path / ".config" / "autostart" / "cadre-desktop.desktop"
+    xdg.enable()
+    xdg.path.write_text(xdg.path.read_text() + "Hidden=true\n")
+    assert xdg.status() is False
+
+
+def test_exec_quoting_follows_the_desktop_entry_spec():
+    assert autostart.desktop_exec(["/usr/bin/python3", "-m", "cadre_desktop"]) == "/usr/bin/python3 -m cadre_desktop"
+    assert autostart.desktop_exec(['/a b/$x"y', "50%"]) == r'"/a b/\\$x\\"y" 50%%'
+
+
+def test_macos_writes_a_launch_agent(tmp_path):
+    agent = LaunchAgent(COMMAND, home=tmp_path)
+    assert agent.status() is False
+    agent.enable()
+    path = tmp_path / "Library" / "LaunchAgents" / "org.cadre.desktop.plist"
+    doc = plistlib.loads(path.read_bytes())
+    assert doc == {"Label": "org.cadre.desktop", "ProgramArguments": COMMAND, "RunAtLoad": True,
+                   "ProcessType": "Interactive"}
+    assert agent.status() is True
+    agent.disable()
+    assert not path.exists() and agent.status() is False
+
+
+class FakeWinreg:
+    """Just enough of `winreg` to record what the Run key branch does."""
+
+    HKEY_CURRENT_USER = "HKCU"
+    KEY_SET_VALUE, KEY_READ, REG_SZ = 2, 1, 1
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, str], tuple[int, str]] = {}
+        self.calls: list[tuple] = []
+
+    class Key:
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            pass
+
+    def CreateKeyEx(self, root, path, reserved, access):  # noqa: N802
+        self.calls.append(("CreateKeyEx", root, path, access))
+        return self.Key(path)
+
+    def OpenKey(self, root, path, reserved, access):  # noqa: N802
+        self.calls.append(("OpenKey", root, path, access))
+        return self.Key(path)
+
+    def SetValueEx(self, key, name, reserved, kind, value):  # noqa: N802
+        self.calls.append(("SetValueEx", key.path, name, kind, value))
+        self.values[(key.path, name)] = (kind, value)
+
+    def QueryValueEx(self, key, name):  # noqa: N802
+        if (key.path, name) not in self.values:
+            raise FileNotFoundError(2, "not found")
+        kind, value = self.values[(key.path, name)]
+        return value, kind
+
+    def DeleteValue(self, key, name):  # noqa: N802
+        self.calls.append(("DeleteValue", key.path, name))
+        if self.values.pop((key.path, name), None) is None:
+            raise FileNotFoundError(2, "not found")
+
+
+def test_windows_sets_the_hkcu_run_value():
+    reg = FakeWinreg()
+    run = RunKey([r"C:\Program Files\Cadre\pythonw.exe", "-m", "cadre_desktop"], reg)
+    assert run.status() is False
+    run.enable()
+    assert ("CreateKeyEx", "HKCU", r"Software\Microsoft\Windows\CurrentVersion\Run", reg.KEY_SET_VALUE) in reg.calls
+    assert reg.values[(autostart.RUN_KEY, "cadre-desktop")] == (
+        reg.REG_SZ, r'"C:\Program Files\Cadre\pythonw.exe" -m cadre_desktop')
+    assert run.status() is True
+    run.disable()
+    assert run.status() is False
+    assert "was not there" in run.disable()
+
+
+def test_each_platform_gets_its_branch(tmp_path):
+    assert isinstance(backend("linux", env={"HOME": str(tmp_path)}), XdgAutostart)
+    assert isinstance(backend("darwin", home=tmp_path), LaunchAgent)
+    assert isinstance(backend("win32", winreg=FakeWinreg()), RunKey)
+
+
+def test_a_frozen_bundle_starts_itself(tmp_path):
+    assert launch_command(frozen=True, executable="/Applications/Cadre.app/Contents/MacOS/cadre") == [
+        "/Applications/Cadre.app/Contents/MacOS/cadre"]
+    assert launch_command(frozen=False, executable="/venv/bin/python", platform="linux") == [
+        "/venv/bin/python", "-m", "cadre_desktop"]
+    (tmp_path / "python.exe").touch()
+    (tmp_path / "pythonw.exe").touch()
+    assert launch_command(frozen=False, executable=str(tmp_path / "python.exe"), platform="win32") == [
+        str(tmp_path / "pythonw.exe"), "-m", "cadre_desktop"]
+
+
+def test_a_write_that_fails_is_an_error_in_words(tmp_path):
+    (tmp_path / "autostart").write_text("a file where a folder should be")
+    with pytest.raises(autostart.AutostartError, match="Could not write"):
+        XdgAutostart(COMMAND, env={"XDG_CONFIG_HOME": str(tmp_path)}).enable()
+
+
+def test_the_cli_uses_the_same_code_and_loads_no_qt(tmp_path):
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg"), "PATH": "/usr/bin:/bin"}
+    run = lambda *args: subprocess.run([sys.executable, "-m", "cadre_desktop", "autostart", *args],  # noqa: E731
+                                       env=env, capture_output=True, text=True, timeout=60)
+    assert run("status").stdout.strip() == "autostart is off"
+    assert run("on").returncode == 0
+    entry = (tmp_path / "cfg" / "autostart" / "cadre-desktop.desktop").read_text()
+    assert f"Exec={sys.executable} -m cadre_desktop" in entry
+    assert run("status").stdout.strip() == "autostart is on"
+    assert run("off").returncode == 0
+    assert run("status").stdout.strip() == "autostart is off"
+    code = "import sys, cadre_desktop.ui.autostart; print([m for m in sys.modules if 'PySide6' in m])"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"

@@ -1,0 +1,42 @@
+"""Qt stays in ui/, imported by name; the engine is reached only through one adapter."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "cadre_desktop"
+QT = ("PySide6", "shiboken6", "qasync")
+
+
+def imports(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield from ((node.module, alias.name) for alias in node.names)
+
+
+def test_qt_is_imported_only_in_ui_and_never_with_a_star():
+    for path in PKG.rglob("*.py"):
+        in_ui = "ui" in path.relative_to(PKG).parts[:1]
+        for module, name in imports(path):
+            if module.startswith(QT):
+                assert in_ui, f"{path} imports {module}"
+                assert name != "*", f"{path} star-imports {module}"
+
+
+def test_only_the_bridge_subscribes_to_engine_events_and_only_app_makes_the_loop():
+    for path in (PKG / "ui").glob("*.py"):
+        text = path.read_text()
+        if path.name != "bridge.py":
+            assert ".subscribe(" not in text, f"{path} subscribes to the engine itself"
+        if path.name != "app.py":
+            assert "QEventLoop(" not in text and "new_event_loop" not in text, f"{path} makes a loop"
+
+
+def test_the_ui_never_touches_the_store_or_the_orchestrator():
+    for path in (PKG / "ui").glob("*.py"):
+        text = path.read_text()
+        for inner in (".store.", ".orchestrator.", ".service.", ".supervisor."):
+            assert inner not in text, f"{path} reaches into the engine ({inner})"

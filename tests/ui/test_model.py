@@ -1,0 +1,68 @@
+"""The node table follows the real host: add, claim, crash, give-up, retry, remove."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+
+from cadre_desktop.ui.model import ATTEMPTS, ERROR, NAME, STATUS
+from cadre_desktop.ui.status import TrayState
+from tests.ui.conftest import crashing_settings
+from tests.ui.support import claim
+
+
+def cell(shell, node_id: str, col: int) -> str:
+    return shell.model.index(shell.model.row_of(node_id), col).data()
+
+
+def test_model_follows_add_claim_crash_and_remove(shell, aio):
+    assert shell.model.rowCount() == 0
+    shell.actions.add("Kitchen")
+    view = aio.wait(lambda: next((v for v in shell.model.views() if v.ready), None))
+    assert cell(shell, view.id, NAME) == "Kitchen"
+    assert cell(shell, view.id, STATUS) == "Waiting to be claimed"
+    assert shell.tray._state is TrayState.UNCLAIMED
+
+    assert claim(view.claim_url, "family")[0] == 200
+    aio.wait(lambda: cell(shell, view.id, STATUS) == "Joined family")
+    assert shell.tray._state is TrayState.JOINED
+
+    os.kill(view.pid, signal.SIGKILL)
+    healed = aio.wait(lambda: (v := shell.model.view(view.id)).running and v.pid != view.pid and v)
+    assert healed.attempts == 1 and healed.peer_id == view.peer_id
+    aio.wait(lambda: cell(shell, view.id, STATUS) == "Joined family")
+
+    aio.run(shell.host.remove_node(view.id))
+    assert shell.model.rowCount() == 0
+    assert shell.tray._state is TrayState.EMPTY
+
+
+@pytest.mark.parametrize("settings_doc", [crashing_settings()], indirect=True)
+def test_model_shows_the_give_up_with_its_reason_then_retry(shell, aio):
+    shell.actions.add("Garage")
+    node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
+    aio.wait(lambda: cell(shell, node_id, STATUS) == "Error")
+    assert "gave up after 3 attempts" in cell(shell, node_id, ERROR)
+    assert "node exploded: bad config" in shell.model.view(node_id).last_error
+    assert shell.tray._state is TrayState.ERROR
+    assert "Garage: Error" in shell.tray.icon.toolTip()
+
+    shell.actions.retry(node_id)
+    aio.wait(lambda: shell.model.view(node_id).status != "error")
+    aio.wait(lambda: cell(shell, node_id, STATUS) == "Error")
+
+
+@pytest.mark.parametrize("settings_doc", [crashing_settings(respawn_backoff_base_ms=2000,
+                                                             respawn_backoff_max_ms=8000)], indirect=True)
+def test_countdown_to_the_next_retry_is_live(shell, aio):
+    shell.actions.add("Attic")
+    node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
+    first = aio.wait(lambda: re.fullmatch(r"Restarting in (\d+) s", cell(shell, node_id, STATUS) or ""))
+    assert re.fullmatch(r"\d+ · next retry in \d+ s", cell(shell, node_id, ATTEMPTS))
+    assert shell.tray._state is TrayState.BUSY
+    later = aio.wait(lambda: (m := re.fullmatch(r"Restarting in (\d+) s", cell(shell, node_id, STATUS) or ""))
+                     and int(m[1]) < int(first[1]) and m)
+    assert int(later[1]) >= 1

@@ -1,0 +1,89 @@
+"""Notifications: exactly one per give-up, one per claim, none for what the person did."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.ui.conftest import crashing_settings
+from tests.ui.support import claim
+
+CRASHING = crashing_settings()
+
+
+@pytest.fixture
+def shown(shell):
+    seen: list[tuple[str, str, str]] = []
+    shell.notifier.shown.connect(lambda *args: seen.append(args))
+    return seen
+
+
+def give_up(shell, aio, name="Garage") -> str:
+    shell.actions.add(name)
+    node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
+    aio.wait(lambda: shell.model.view(node_id).status == "error")
+    return node_id
+
+
+@pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
+def test_one_notification_per_give_up_and_none_on_remove(shell, shown, aio, monkeypatch):
+    from cadre_desktop.ui import dialogs
+
+    node_id = give_up(shell, aio)
+    assert len(shown) == 1
+    assert shown[0][:2] == (node_id, "Garage stopped")
+    assert "gave up after 3 attempts" in shown[0][2]
+    # The engine saying it again is not news.
+    shell.bridge.gave_up.emit(node_id, "gave up again")
+    assert len(shown) == 1
+
+    monkeypatch.setattr(dialogs, "confirm", lambda parent, title, text, yes, then, **k: then())
+    shell.window.select(node_id)
+    shell.window.remove_button.click()
+    aio.wait(lambda: shell.model.rowCount() == 0 and not shell.actions.busy(node_id))
+    assert len(shown) == 1
+
+
+@pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
+def test_a_retried_node_that_fails_again_notifies_again(shell, shown, aio):
+    node_id = give_up(shell, aio)
+    shell.actions.retry(node_id)
+    aio.wait(lambda: shell.model.view(node_id).status != "error")
+    aio.wait(lambda: shell.model.view(node_id).status == "error")
+    assert [s[0] for s in shown] == [node_id, node_id]
+
+
+def test_one_notification_on_claim_and_none_on_restart(shell, shown, aio):
+    shell.actions.add("Kitchen")
+    view = aio.wait(lambda: next((v for v in shell.model.views() if v.ready), None))
+    assert claim(view.claim_url, "family")[0] == 200
+    aio.wait(lambda: shown)
+    assert shown == [(view.id, "Kitchen was claimed", "It joined the cadre family.")]
+    aio.run(shell.host.restart_node(view.id))
+    aio.wait(lambda: (v := shell.model.view(view.id)).running and v.pid != view.pid)
+    assert len(shown) == 1
+
+
+@pytest.mark.parametrize("settings_doc", [{**CRASHING, "notifications": False}], indirect=True)
+def test_the_setting_turns_notifications_off(shell, shown, aio):
+    give_up(shell, aio)
+    assert shown == []
+
+
+@pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
+def test_clicking_the_notification_opens_the_window_on_its_node(shell, shown, aio, qtbot):
+    shell.actions.add("Garage")
+    shell.actions.add("Attic")
+    aio.wait(lambda: len(shown) == 2)
+    last, other = shown[-1][0], shown[0][0]
+    shell.window.select(other)
+    assert not shell.window.isVisible()
+    shell.tray.icon.messageClicked.emit()
+    qtbot.waitExposed(shell.window)
+    assert shell.window.selected_id() == last
+
+
+@pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
+def test_nothing_is_notified_once_quit_began(shell, shown, aio):
+    shell.notifier.mute()
+    give_up(shell, aio)
+    assert shown == []
