@@ -20,6 +20,8 @@ class HostBridge(QObject):
     gave_up = Signal(str, str)
     #: node id, the cadre it joined
     claimed = Signal(str, str)
+    #: the machine woke from sleep: seconds it slept
+    woke = Signal(float)
     #: after any event, these and host-wide ones (a wake from sleep, a new address): (kind, node id)
     happened = Signal(str, str)
 
@@ -36,6 +38,8 @@ class HostBridge(QObject):
             self.gave_up.emit(event.node_id, event.detail)
         elif kind is EventKind.CLAIMED:
             self.claimed.emit(event.node_id, event.detail)
+        elif kind is EventKind.WOKE:
+            self.woke.emit(float(event.detail or 0))
         elif kind in self._per_node:
             self._per_node[kind].emit(event.node_id)
         self.happened.emit(kind.value, event.node_id)

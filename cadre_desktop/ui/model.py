@@ -14,14 +14,15 @@ import psutil
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 
+from cadre_desktop.host.address import url_host
 from cadre_desktop.host.views import NodeView
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.status import (
     COLOURS, first_line, node_state, retry_words, status_words, uptime_words, utcnow,
 )
 
-COLUMNS = ("Name", "Status", "Uptime", "Attempts", "Last error", "Cadre", "Ports", "CPU", "Memory")
-NAME, STATUS, UPTIME, ATTEMPTS, ERROR, CADRE, PORTS, CPU, MEMORY = range(len(COLUMNS))
+COLUMNS = ("Name", "Status", "Uptime", "Attempts", "Last error", "Cadre", "Address", "CPU", "Memory")
+NAME, STATUS, UPTIME, ATTEMPTS, ERROR, CADRE, ADDRESS, CPU, MEMORY = range(len(COLUMNS))
 TICK_MS = 1000
 
 
@@ -68,8 +69,16 @@ class NodeTableModel(QAbstractTableModel):
         self._tick = QTimer(self)
         self._tick.setInterval(TICK_MS)
         self._tick.timeout.connect(self.refresh)
-        self._tick.start()
         self.refresh()
+
+    def set_ticking(self, on: bool) -> None:
+        """The one-second tick runs only while someone looks (the window is shown):
+        idle in the tray, the app wakes for engine events alone."""
+        if on and not self._tick.isActive():
+            self.refresh()
+            self._tick.start()
+        elif not on:
+            self._tick.stop()
 
     def stop(self) -> None:
         self._tick.stop()
@@ -158,6 +167,8 @@ class NodeTableModel(QAbstractTableModel):
                 return v.last_error
             if col == NAME:
                 return f"{v.name} ({v.id})"
+            if col == ADDRESS and v.api_port:
+                return f"Advertised as {v.advertise_host}; API port {v.api_port}, P2P port {v.p2p_port}"
             return self.text(v, col) or None
         if role == Qt.ItemDataRole.DecorationRole and col == STATUS:
             return status_dot(COLOURS[node_state(v)])
@@ -181,8 +192,8 @@ class NodeTableModel(QAbstractTableModel):
             return first_line(v.last_error, 80)
         if col == CADRE:
             return v.cadre or ""
-        if col == PORTS:
-            return f"{v.api_port} / {v.p2p_port}" if v.api_port else ""
+        if col == ADDRESS:
+            return f"{url_host(v.advertise_host)}:{v.api_port}" if v.api_port else ""
         if col == CPU:
             return f"{usage.cpu:.0f} %" if usage.cpu is not None else ""
         if col == MEMORY:

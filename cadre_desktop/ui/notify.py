@@ -6,13 +6,17 @@ leaves `error`), and a node was claimed. Nothing about a node whose action the
 person started and is still running (a Remove, a Restart), nothing once Quit
 began, nothing at all with the `notifications` setting off. Clicking a
 notification opens the window on its node.
+
+After a wake from sleep, give-ups are held for a settle period (nodes that
+died while the machine slept are being respawned meanwhile) and then said in
+one notification, so a wake never produces a burst.
 """
 
 from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QSystemTrayIcon
 
 from cadre_desktop.ui.actions import Actions
@@ -22,6 +26,7 @@ from cadre_desktop.ui.status import first_line
 log = logging.getLogger(__name__)
 
 SHOW_MS = 15_000
+SETTLE_MS = 15_000
 
 
 class Notifier(QObject):
@@ -37,6 +42,12 @@ class Notifier(QObject):
         self.muted = False
         self._given_up: set[str] = set()
         self._last_node = ""
+        self._held: list[tuple[str, str]] = []
+        self._settle = QTimer(self)
+        self._settle.setSingleShot(True)
+        self._settle.setInterval(SETTLE_MS)
+        self._settle.timeout.connect(self._flush_held)
+        bridge.woke.connect(self._on_woke)
         bridge.gave_up.connect(self._on_gave_up)
         bridge.claimed.connect(self._on_claimed)
         bridge.changed.connect(self._on_changed)
@@ -61,10 +72,31 @@ class Notifier(QObject):
         except Exception:
             self._given_up.discard(node_id)
 
+    def _on_woke(self, slept_s: float) -> None:
+        self._settle.start()  # (re)start the settle period
+
+    def _flush_held(self) -> None:
+        held = [(n, r) for n, r in self._held if n in self._given_up]
+        self._held.clear()
+        if len(held) == 1:
+            self._say_gave_up(*held[0])
+        elif held:
+            names = [name for n, _ in held if (name := self._name(n))]
+            if names:
+                self._notify(held[0][0], f"{len(names)} nodes stopped",
+                             f"{', '.join(names)}\nOpen cadre-desktop to retry them.",
+                             QSystemTrayIcon.MessageIcon.Warning)
+
     def _on_gave_up(self, node_id: str, reason: str) -> None:
         if node_id in self._given_up:
             return
         self._given_up.add(node_id)
+        if self._settle.isActive():
+            self._held.append((node_id, reason))
+            return
+        self._say_gave_up(node_id, reason)
+
+    def _say_gave_up(self, node_id: str, reason: str) -> None:
         name = self._name(node_id)
         if name is not None:
             body = first_line(reason, 200) or "It kept stopping."

@@ -208,6 +208,14 @@ class NodeWindow(QMainWindow):
         self.banner.show()
         self.quit_on_close = True
 
+    def showEvent(self, event) -> None:  # noqa: N802
+        self.model.set_ticking(True)
+        super().showEvent(event)
+
+    def hideEvent(self, event) -> None:  # noqa: N802
+        self.model.set_ticking(False)
+        super().hideEvent(event)
+
     def closeEvent(self, event) -> None:  # noqa: N802
         if self.closing:
             event.accept()

@@ -58,6 +58,7 @@ def test_model_shows_the_give_up_with_its_reason_then_retry(shell, aio):
 @pytest.mark.parametrize("settings_doc", [crashing_settings(respawn_backoff_base_ms=2000,
                                                              respawn_backoff_max_ms=8000)], indirect=True)
 def test_countdown_to_the_next_retry_is_live(shell, aio):
+    shell.window.show()  # the one-second tick runs while the window is shown
     shell.actions.add("Attic")
     node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
     first = aio.wait(lambda: re.fullmatch(r"Restarting in (\d+) s", cell(shell, node_id, STATUS) or ""))
@@ -66,3 +67,11 @@ def test_countdown_to_the_next_retry_is_live(shell, aio):
     later = aio.wait(lambda: (m := re.fullmatch(r"Restarting in (\d+) s", cell(shell, node_id, STATUS) or ""))
                      and int(m[1]) < int(first[1]) and m)
     assert int(later[1]) >= 1
+
+
+def test_the_tick_runs_only_while_the_window_is_shown(shell, aio):
+    assert not shell.model._tick.isActive()
+    shell.window.show()
+    assert shell.model._tick.isActive()
+    shell.window.hide()
+    assert not shell.model._tick.isActive()

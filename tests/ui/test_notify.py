@@ -87,3 +87,19 @@ def test_nothing_is_notified_once_quit_began(shell, shown, aio):
     shell.notifier.mute()
     give_up(shell, aio)
     assert shown == []
+
+
+@pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
+def test_a_wake_never_produces_a_burst_of_notifications(shell, shown, aio):
+    from cadre_desktop.host.events import EventKind
+
+    shell.host.events.emit(EventKind.WOKE, "", "3600")
+    shell.actions.add("Garage")
+    shell.actions.add("Attic")
+    aio.wait(lambda: len(shell.model.views()) == 2 and all(v.status == "error" for v in shell.model.views()))
+    assert shown == []  # held while things settle (15 s)
+    shell.notifier._settle.start(1)  # end the settle period now instead of in 15 s
+    aio.wait(lambda: shown)
+    assert len(shown) == 1
+    assert shown[0][1] == "2 nodes stopped"
+    assert "Garage" in shown[0][2] and "Attic" in shown[0][2]
