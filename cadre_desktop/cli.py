@@ -404,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [NODE_FLAG]:  # before argparse: the node takes its own (few) arguments
         return run_node(argv[1:])
+    if argv == ["--probe-display"]:  # doctor's desktop check, in a child of its own
+        from cadre_desktop.ui.probe_display import main as probe_main
+
+        return probe_main()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

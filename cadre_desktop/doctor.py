@@ -217,18 +217,17 @@ def has_display(env: dict[str, str] | None = None, platform: str = sys.platform)
     return platform in ("win32", "darwin") or bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
 
 
-_DISPLAY_PROBE = """
-import json
-from PySide6.QtWidgets import QApplication, QSystemTrayIcon
-app = QApplication([])
-print(json.dumps({"tray": QSystemTrayIcon.isSystemTrayAvailable(),
-                  "messages": QSystemTrayIcon.supportsMessages()}))
-"""
+def display_probe_command(frozen: bool | None = None) -> list[str]:
+    """A bundle has no `-m`: it runs the probe through its own hidden entry."""
+    frozen = getattr(sys, "frozen", False) if frozen is None else frozen
+    if frozen:
+        return [sys.executable, "--probe-display"]
+    return [sys.executable, "-m", "cadre_desktop.ui.probe_display"]
 
 
 def probe_display(timeout: float = DISPLAY_PROBE_TIMEOUT_S) -> dict:
     """Ask Qt in a child process: a display Qt cannot open aborts the process that tries."""
-    done = subprocess.run([sys.executable, "-c", _DISPLAY_PROBE], capture_output=True, text=True,
+    done = subprocess.run(display_probe_command(), capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         lines = (done.stderr or "").strip().splitlines()

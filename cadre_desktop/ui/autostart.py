@@ -12,7 +12,7 @@ import os
 import plistlib
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
 from cadre_desktop import APP_NAME
@@ -32,9 +32,14 @@ def launch_command(*, frozen: bool | None = None, executable: str | None = None,
     """What starts the tray app: the bundle itself when frozen, else this Python with `-m cadre_desktop`."""
     frozen = getattr(sys, "frozen", False) if frozen is None else frozen
     executable = executable or sys.executable
+    windows = (platform or sys.platform) == "win32"
     if frozen:
+        exe = PureWindowsPath(executable) if windows else Path(executable)
+        if windows and exe.name.lower() == "cadre-desktop-cli.exe":
+            # The console twin would open a console window at every login.
+            return [str(exe.with_name("cadre-desktop.exe"))]
         return [executable]
-    if (platform or sys.platform) == "win32":
+    if windows:
         # pythonw.exe opens no console window at login.
         windowed = Path(executable).with_name("pythonw.exe")
         if Path(executable).name.lower() == "python.exe" and windowed.exists():

@@ -149,3 +149,12 @@ def test_the_cli_uses_the_same_code_and_loads_no_qt(tmp_path):
     assert run("status").stdout.strip() == "autostart is off"
     code = "import sys, cadre_desktop.ui.autostart; print([m for m in sys.modules if 'PySide6' in m])"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"
+
+
+def test_bundled_windows_login_entry_points_at_the_windowed_executable():
+    from cadre_desktop.ui.autostart import launch_command
+
+    cmd = launch_command(frozen=True, executable=r"C:\Apps\cadre-desktop\cadre-desktop-cli.exe", platform="win32")
+    assert cmd[0].endswith("cadre-desktop.exe") and "cli" not in cmd[0]
+    assert launch_command(frozen=True, executable="/opt/cadre-desktop/cadre-desktop", platform="linux") == [
+        "/opt/cadre-desktop/cadre-desktop"]

@@ -233,3 +233,25 @@ def test_exit_code_follows_the_required_checks_only(monkeypatch, tmp_path, capsy
     names = [line.split()[1].rstrip(":") for line in lines]
     assert names == ["settings", "home", "keyring", "ports", "node", "host", "tray"]
     assert lines[-1].startswith("warn")
+
+
+def test_display_probe_runs_through_the_bundle_entry_when_frozen():
+    import sys as _sys
+
+    from cadre_desktop.doctor import display_probe_command
+
+    assert display_probe_command(frozen=True) == [_sys.executable, "--probe-display"]
+    assert display_probe_command(frozen=False)[1:] == ["-m", "cadre_desktop.ui.probe_display"]
+
+
+def test_display_probe_answers_json_offscreen():
+    import json
+    import os
+    import subprocess
+    import sys as _sys
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    done = subprocess.run([_sys.executable, "-m", "cadre_desktop", "--probe-display"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout.strip().splitlines()[-1])) == {"tray", "messages"}

@@ -1,0 +1,116 @@
+"""Build the PyInstaller bundle once, and drive its executable like a person would.
+
+Nothing here runs this checkout's Python code: every command is the bundle's own
+executable, with no PYTHONPATH, so a module the spec failed to collect shows up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tests.support.polling import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+APP = "cadre-desktop"
+BUILD_TIMEOUT_S = 600
+
+
+def build(out: Path) -> Path:
+    """`packaging/build.sh` (the README's Linux build command) into `out`; the bundle's folder."""
+    log = out / "build.log"
+    with open(log, "wb") as sink:
+        done = subprocess.run(
+            ["bash", str(REPO / "packaging" / "build.sh"), "--dist", str(out / "dist"), "--work", str(out / "work"),
+             "--no-archive"],
+            stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=BUILD_TIMEOUT_S, cwd=REPO,
+        )
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+        raise AssertionError(f"packaging/build.sh exited with {done.returncode}:\n{tail}")
+    return out / "dist" / APP
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without what would let a Python find this checkout or a venv."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CADRE_", "QT_")) and k not in ("WAYLAND_DISPLAY",)}
+    env.pop("DISPLAY", None)
+    env.update(extra)
+    return env
+
+
+def loopback_settings() -> dict:
+    low = random.randrange(30000, 40000, 50)
+    return {"bind_host": "127.0.0.1", "advertise_host": "127.0.0.1", "port_range": [low, low + 49],
+            "probe_interval_ms": 200, "sweep_ms": 1000, "stop_timeout_ms": 3000}
+
+
+class BundledHost:
+    """`cadre-desktop --headless` from the bundle, with its home in `home`."""
+
+    def __init__(self, exe: Path, home: Path, env: dict[str, str]) -> None:
+        self.exe = exe
+        self.home = home
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "settings.json").write_text(json.dumps(loopback_settings()))
+        self.env = clean_env(**env, CADRE_DESKTOP_HOME=str(home))
+        self.proc: subprocess.Popen | None = None
+        self.stderr_path = home / "host-stderr.txt"
+
+    def start(self, timeout: float = 30) -> float:
+        """Start it; the seconds until its control API answered."""
+        self._stderr = open(self.stderr_path, "wb")
+        started = time.monotonic()
+        self.proc = subprocess.Popen([str(self.exe), "--headless"], env=self.env, cwd=self.home,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr)
+        wait_until(self._answers, timeout=timeout, interval=0.01, what="the bundled host's control API")
+        return time.monotonic() - started
+
+    def _answers(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the bundled host exited with {self.proc.returncode}: {self.stderr()}")
+        try:
+            if json.loads((self.home / "control.json").read_text()).get("pid") != self.proc.pid:
+                return False
+            return self.api("GET", "/api/nodes")[0] == 200
+        except (OSError, ValueError):
+            return False
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        control = json.loads((self.home / "control.json").read_text())
+        req = urllib.request.Request(control["url"] + path, method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": f"Bearer {control['token']}",
+                                              "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.exe), *args], env=self.env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=60)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        self._stderr.close()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
