@@ -37,8 +37,9 @@ from aiohttp import web
 
 from cadre_desktop import __version__
 from cadre_desktop.atomicfile import write_json_atomic
-from cadre_desktop.errors import BadRequest, CadreError, NotFound
+from cadre_desktop.errors import BadRequest, CadreError, NotFound, StorageError
 from cadre_desktop.host.events import HostEvent
+from cadre_desktop.host.jsondoc import read_versioned
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,27 @@ class ApiError(CadreError):
 
 def error_response(status: int, code: str, message: str, headers: dict | None = None) -> web.Response:
     return web.json_response({"error": {"code": code, "message": message}}, status=status, headers=headers)
+
+
+def check_control_file(path: Path) -> None:
+    """Refuse a control.json this host cannot have written; leave it as it is.
+
+    A stale file (a host killed without cleaning up) is normal and is simply
+    replaced at start. One that is empty, not JSON, of a newer version or of the
+    wrong shape was not written by us: like every file the host keeps, it is
+    an error naming the file and the problem, never silently overwritten. Call
+    it before the host changes anything (right after loading the records).
+    """
+    doc, _ = read_versioned(path, what="control", current=CONTROL_VERSION, upgrades={})
+    if doc is None:
+        return
+    for key, kind in (("url", str), ("token", str), ("pid", int)):
+        value = doc.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise StorageError(
+                f"the control file {path} has no valid {key!r}; it was left as it is. "
+                "Delete it if no cadre-desktop host is running."
+            )
 
 
 def valid_node_id(node_id: str) -> bool:
@@ -202,7 +224,9 @@ class ControlServer:
         except (OSError, ValueError):
             return
         # Another host may have taken over the home since; its file is not ours to delete.
-        if isinstance(doc, dict) and doc.get("token") == self.token and doc.get("pid") == os.getpid():
+        theirs = doc.get("token") if isinstance(doc, dict) else None
+        if (isinstance(theirs, str) and hmac.compare_digest(theirs.encode(), self.token.encode())
+                and doc.get("pid") == os.getpid()):
             try:
                 self.control_file.unlink()
             except OSError as exc:
@@ -255,12 +279,17 @@ class ControlServer:
     # -- helpers -----------------------------------------------------------------
 
     async def _body(self, request: web.Request, allowed: set[str]) -> dict[str, Any]:
-        raw = await request.read()  # bounded by client_max_size: 413 above it
+        try:
+            raw = await request.read()  # bounded by client_max_size: 413 above it
+        except web.RequestPayloadError:
+            # The body itself is broken: a Content-Encoding it is not in, a bad chunk.
+            raise BadRequest("The request body could not be read.") from None
         if not raw.strip():
             return {}
         try:
             doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            # RecursionError: a few KiB of "[[[[..." nest deeper than the parser's stack.
             raise BadRequest("The request body is not valid JSON.") from None
         if not isinstance(doc, dict):
             raise BadRequest("The request body must be a JSON object.")

@@ -98,6 +98,11 @@ class Host:
         s = self.settings
         self.paths.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store.load()
+        if self._serve_control_api:
+            from cadre_desktop.host.control import check_control_file
+
+            # A control.json we cannot have written is refused, like every file we keep.
+            check_control_file(self.paths.control_file)
         ports = PortAllocator(*s.port_range, bind_host=s.bind_host)
         self.orchestrator = Orchestrator(
             state_file=self.paths.state_file,

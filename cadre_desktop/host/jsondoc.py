@@ -13,13 +13,20 @@ document, the original is kept as `<name>.v<n>.bak`.
 from __future__ import annotations
 
 import json
+import logging
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from cadre_desktop.errors import StorageError
 
+log = logging.getLogger(__name__)
+
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+
+#: The temp files of `atomicfile.write_bytes_atomic`: `.<name>.<8 hex>.tmp`.
+_INTERRUPTED_WRITE = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
 
 
 def read_versioned(
@@ -75,3 +82,29 @@ def keep_backup(path: Path, version: int) -> None:
     backup = path.with_name(f"{path.name}.v{version}.bak")
     if not backup.exists():
         shutil.copy2(path, backup)
+
+
+def remove_interrupted_writes(folder: Path) -> list[Path]:
+    """Delete the temp files that writes cut short by a crash left in `folder`.
+
+    A SIGKILL between creating a temp file and renaming it over its target
+    leaves the target whole (that is the point) and the temp file behind; a host
+    killed now and then for months would pile them up. Call this only while
+    holding the home's lock, before anything writes: a temp file of a write in
+    progress looks exactly the same.
+    """
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except FileNotFoundError:
+        return removed
+    for path in entries:
+        if _INTERRUPTED_WRITE.fullmatch(path.name) and path.is_file():
+            try:
+                path.unlink()
+                removed.append(path)
+            except OSError as exc:
+                log.warning("could not remove %s, left by an interrupted write: %s", path, exc.strerror or exc)
+    if removed:
+        log.info("removed %d file(s) left by writes a crash interrupted", len(removed))
+    return removed

@@ -25,6 +25,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+import psutil
+
 from cadre_desktop.atomicfile import ensure_private_dir, write_json_atomic
 from cadre_desktop.errors import SpawnError, StorageError
 from cadre_desktop.host import procs
@@ -206,9 +208,59 @@ class Orchestrator:
             else:
                 dead.append(handle.id)
                 log.info("node %s: its child (pid %s) is gone since the last run", handle.node_id, handle.pid)
-        if dead:
+        strays = await asyncio.to_thread(self._find_untracked_children)
+        for handle in strays:
+            self._handles[handle.id] = handle
+            self.ports.reserve(handle.ports)
+            handle._cancel_watch = procs.watch_exit(
+                loop, handle.pid, None, lambda code, h=handle: self._on_exit(h, code)
+            )
+            attached.append(handle)
+            log.warning("node %s: found its child (pid %s) running untracked; tracking it again",
+                        handle.node_id, handle.pid)
+        if dead or strays:
             self._persist()
         return InitReport(attached=attached, dead=dead)
+
+    def _find_untracked_children(self) -> list[Handle]:
+        """Children an earlier host started but died before writing to state.json.
+
+        A host killed between the spawn and the state write leaves a child that
+        nothing names, holding its node's ports and folder, so every respawn of
+        that node would fail. Every child runs with `CADRE_NODE_DIR` under our
+        nodes folder, which finds them: one scan of the process table at start,
+        no extra write on the spawn path. Such a child is tracked again (its
+        record takes it, or the reap of a half-created node stops it).
+        """
+        tracked = {h.pid for h in self._handles.values()}
+        root = str(self.nodes_dir) + os.sep
+        found: list[Handle] = []
+        for proc in psutil.process_iter(["pid"]):
+            if proc.pid in tracked or proc.pid == os.getpid():
+                continue
+            try:
+                env = proc.environ()
+            except (psutil.Error, OSError):
+                continue
+            node_dir, node_id = env.get("CADRE_NODE_DIR", ""), env.get("CADRE_NODE_ID", "")
+            if not node_id or not node_dir.startswith(root) or os.path.basename(node_dir) != node_id:
+                continue
+            if os.path.dirname(node_dir) != str(self.nodes_dir):
+                continue
+            identity = procs.read_identity(proc.pid, self.platform)
+            try:
+                ports = int(env["CADRE_API_PORT"]), int(env["CADRE_P2P_PORT"])
+            except (KeyError, ValueError):
+                continue
+            if identity is None:
+                continue
+            found.append(Handle(
+                id=f"{node_id}.{uuid.uuid4().hex[:8]}", node_id=node_id, pid=proc.pid, identity=identity,
+                api_port=ports[0], p2p_port=ports[1],
+                started_at=datetime.fromtimestamp(proc.create_time(), timezone.utc).isoformat(timespec="milliseconds"),
+                advertise_host=env.get("CADRE_ADVERTISE_HOST", ""),
+            ))
+        return found
 
     def _persist(self) -> None:
         self._persist_pending = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -88,8 +89,19 @@ _KNOWN = {"name", "status", "mode", "respawn", "created_at", "updated_at",
           *_OPTIONAL_STR, *_OPTIONAL_PORT}
 
 
+#: What a node id may look like (the node program refuses any other). It names a
+#: folder under `nodes/` that Remove deletes, so it must never climb out of it.
+NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def is_node_id(node_id: Any) -> bool:
+    return isinstance(node_id, str) and NODE_ID.fullmatch(node_id) is not None and ".." not in node_id
+
+
 def record_from_row(node_id: str, row: Any) -> NodeRecord:
     """Build a record from its JSON row; a row of the wrong shape raises ValueError."""
+    if not is_node_id(node_id):
+        raise ValueError(f"the node id {node_id[:80]!r} is not a valid node id")
     if not isinstance(row, dict):
         raise ValueError(f"node {node_id!r} is not an object")
     name = row.get("name")

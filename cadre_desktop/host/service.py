@@ -93,6 +93,12 @@ class NodeService:
         self._secret_cache: dict[tuple[str, SecretKind], str] = {}
         #: Ids whose add or join is in flight; the reap sweep leaves them alone.
         self._creating: set[str] = set()
+        #: Ids whose removal clean-up is in flight; the reap sweep leaves them alone.
+        self._removing: set[str] = set()
+        #: Removals whose keyring step failed. The sweep does not retry them until the
+        #: keyring works again: on a desktop, every call to a locked keyring can pop
+        #: up an unlock prompt, and one a minute would be a storm.
+        self._keyring_blocked: set[str] = set()
 
     # -- the serial queue ---------------------------------------------------------
 
@@ -109,6 +115,7 @@ class NodeService:
         value = self._secret_cache.get((node_id, kind))
         if value is None:
             value = await self.secrets.get(node_id, kind)
+            self._keyring_blocked.clear()  # the keyring answered: blocked removals may go on
             if value is not None:
                 self._secret_cache[(node_id, kind)] = value
         return value
@@ -124,6 +131,7 @@ class NodeService:
     async def _store_secret(self, node_id: str, kind: SecretKind, value: str) -> None:
         await self.secrets.set(node_id, kind, value)
         self._secret_cache[(node_id, kind)] = value
+        self._keyring_blocked.clear()  # the keyring works: blocked removals may go on
 
     async def _forget_secrets(self, node_id: str) -> None:
         for kind in SecretKind:
@@ -147,7 +155,7 @@ class NodeService:
     def _new_id(self) -> str:
         while True:
             node_id = "n" + _random.token_hex(4)
-            if self.store.get(node_id) is None:
+            if self.store.get(node_id) is None and node_id not in self.store.pending_removals():
                 return node_id
 
     async def add(self, name: str | None = None) -> NodeRecord:
@@ -175,17 +183,19 @@ class NodeService:
         )
         kind = SecretKind.CLAIM if mode is NodeMode.CLAIM else SecretKind.INVITATION
         self._creating.add(node_id)
+        stored = False
         try:
             self.store.put(record)
             try:
                 await self._store_secret(node_id, kind, secret)
+                stored = True
                 current = self.store.get(node_id)
                 if current is None or current.status is not NodeStatus.SPAWNING:
                     raise Conflict(f"Node {node_id} was removed while it was being created.")
                 var = "CADRE_CLAIM_SECRET" if kind is SecretKind.CLAIM else "CADRE_INVITATION"
                 handle = self.orchestrator.spawn(node_id, {var: secret})
             except BaseException:
-                await self._unwind_create(node_id)
+                await self._unwind_create(node_id, stored=stored)
                 raise
             status = NodeStatus.UNCLAIMED if mode is NodeMode.CLAIM else NodeStatus.JOINING
             record = current.replace(
@@ -206,69 +216,105 @@ class NodeService:
         self.events.emit(EventKind.ADDED, node_id)
         return record
 
-    async def _unwind_create(self, node_id: str) -> None:
-        """Undo a half-done add: no record, no child, no work folder, no keyring entry."""
+    async def _unwind_create(self, node_id: str, *, stored: bool = True) -> None:
+        """Undo a half-done add: no record, no child, no work folder, no keyring entry.
+
+        Same order as a Remove, tombstone first, so a host that dies half-way
+        through finishes the job at its next start. If the keyring refused the
+        secret (`stored` False), nothing else exists yet: only the row goes, and
+        the broken keyring is not asked again.
+        """
+        if not stored:
+            try:
+                self.store.remove(node_id)
+            except CadreError as exc:
+                # The `spawning` row stays, and the next reap sweep clears it.
+                log.error("could not remove the record of failed node %s: %s", node_id, exc.message)
+            return
         try:
-            self.store.remove(node_id)
+            self.store.mark_removed(node_id, iso(self.clock.now()))
         except CadreError as exc:
+            # The `spawning` row stays, and the next reap sweep tries again.
             log.error("could not remove the record of failed node %s: %s", node_id, exc.message)
         try:
-            await self.orchestrator.remove_node(node_id)
+            await self._clean_up_removed(node_id)
         except Exception as exc:
-            log.error("could not clean up failed node %s: %s", node_id, exc)
+            message = exc.message if isinstance(exc, CadreError) else str(exc)
+            log.error("could not finish clearing failed node %s (retried later): %s", node_id, message)
+
+    async def _clean_up_removed(self, node_id: str) -> None:
+        """Stop the child, delete folder and keyring entries, then drop the tombstone.
+
+        What fails raises, and leaves the tombstone for the reap sweep (at the
+        latest, the next start) to finish the job.
+        """
+        self._removing.add(node_id)
         try:
-            await self._forget_secrets(node_id)
-        except CadreError as exc:
-            log.error("could not delete the keyring entry of failed node %s: %s", node_id, exc.message)
+            await self.orchestrator.remove_node(node_id)
+            try:
+                await self._forget_secrets(node_id)
+            except SecretsError:
+                self._keyring_blocked.add(node_id)
+                raise
+            self._keyring_blocked.discard(node_id)
+            self.store.removal_done(node_id)
+        finally:
+            self._removing.discard(node_id)
 
     # -- respawn ---------------------------------------------------------------------
 
     async def respawn(self, node_id: str, *, count_attempt: bool = True) -> RespawnResult:
         """Start a node's child again from its record alone. Call it on the serial queue.
 
-        A counted attempt is written before anything can fail, so a spawn that
-        throws still spends budget (the caller re-reads it to decide on giving
-        up). If the record was removed or given up on during the keyring read,
-        the respawn is abandoned: nothing is spawned and nothing counted.
+        A counted attempt is written together with the new handle, in one store
+        write after the spawn, so the child starts without waiting for a file
+        write (an fsync pair, a millisecond or more on the hot path). When the
+        keyring read or the spawn throws, the attempt is written with the error
+        before the exception leaves, so a failed spawn still spends budget (the
+        caller re-reads it to decide on giving up). If the record was removed or
+        given up on during the keyring read, the respawn is abandoned: nothing is
+        spawned and nothing counted.
         """
         record = self.store.get(node_id)
         if record is None or record.status not in SUPERVISED:
             return RespawnResult(RespawnOutcome.ABANDONED, status=record.status if record else None)
-        if count_attempt:
-            record = record.replace(
-                respawn=RespawnInfo(record.attempts + 1, iso(self.clock.now())),
-                updated_at=iso(self.clock.now()),
-            )
-            self.store.put(record)
         try:
             env = await self._secret_env(record)
         except CadreError as exc:
-            self._note_error(node_id, exc.message)
+            self._note_error(node_id, exc.message, count_attempt=count_attempt)
             raise
         record = self.store.get(node_id)
         if record is None or record.status not in SUPERVISED:
             return RespawnResult(RespawnOutcome.ABANDONED, status=record.status if record else None)
         want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
+        # No await from here to the write below: the record read above is still current.
+        attempted_at = iso(self.clock.now())
         try:
             handle = self.orchestrator.spawn(node_id, env, want_ports=want)
-        except CadreError as exc:
-            self._note_error(node_id, exc.message)
+        except Exception as exc:
+            message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
+            self._note_error(node_id, message, count_attempt=count_attempt)
             raise
         record = record.replace(
             handle=handle.id,
             api_port=handle.api_port,
             p2p_port=handle.p2p_port,
+            respawn=RespawnInfo(record.attempts + 1, attempted_at) if count_attempt else record.respawn,
             updated_at=iso(self.clock.now()),
         )
         self.store.put(record)
         self.events.emit(EventKind.CHANGED, node_id)
         return RespawnResult(RespawnOutcome.RESPAWNED, record=record)
 
-    def _note_error(self, node_id: str, message: str) -> None:
+    def _note_error(self, node_id: str, message: str, *, count_attempt: bool = False) -> None:
+        """Write the error (and the failed attempt, if it counts) on the current record."""
         current = self.store.get(node_id)
         if current is not None and current.status in SUPERVISED:
+            changed = current.replace(error=message, updated_at=iso(self.clock.now()))
+            if count_attempt:
+                changed = changed.replace(respawn=RespawnInfo(current.attempts + 1, iso(self.clock.now())))
             try:
-                self.store.put(current.replace(error=message, updated_at=iso(self.clock.now())))
+                self.store.put(changed)
             except CadreError as exc:
                 log.error("could not record the error of node %s: %s", node_id, exc.message)
         self.events.emit(EventKind.CHANGED, node_id)
@@ -337,19 +383,29 @@ class NodeService:
         """Delete a node: record first, then its child, then its folder and keyring entries.
 
         The record goes first so the exit that stopping the child raises finds
-        nothing to respawn. Removing a node that is already gone is not an error.
+        nothing to respawn; it leaves a tombstone in the same write, so a host
+        that dies before the clean-up ends finishes it at its next start rather
+        than leaving a child and a keyring secret that nothing names. Removing
+        a node that is already gone is not an error (and finishes any clean-up
+        left pending). A clean-up that fails (a locked keyring) raises; the node
+        is gone from the list, and a later Remove or start finishes the job.
         """
-        existed = self.store.remove(node_id)
+        existed = self.store.mark_removed(node_id, iso(self.clock.now()))
         if existed:
             self.events.emit(EventKind.REMOVED, node_id)
-        await self.orchestrator.remove_node(node_id)
-        await self._forget_secrets(node_id)
+        await self._clean_up_removed(node_id)
         if existed:
             log.info("node %s removed", node_id)
         return existed
 
     async def reap_stuck(self) -> list[str]:
-        """Clear records left in `spawning` with no handle (the host died mid-add)."""
+        """Finish what an earlier run left half-done.
+
+        Records left in `spawning` with no handle (the host died mid-add) are
+        unwound; removals whose clean-up did not end (the host died mid-remove,
+        or the keyring failed) are finished. Work in flight in this run is left
+        alone.
+        """
         reaped = []
         for record in self.store.list():
             if record.status is NodeStatus.SPAWNING and record.handle is None and record.id not in self._creating:
@@ -357,4 +413,15 @@ class NodeService:
                 await self._unwind_create(record.id)
                 self.events.emit(EventKind.REMOVED, record.id)
                 reaped.append(record.id)
+        for node_id in self.store.pending_removals():
+            if node_id in self._removing or node_id in self._creating or node_id in self._keyring_blocked:
+                continue
+            log.warning("the removal of node %s was left unfinished; finishing it", node_id)
+            try:
+                await self._clean_up_removed(node_id)
+            except Exception as exc:
+                message = exc.message if isinstance(exc, CadreError) else str(exc)
+                log.error("could not finish removing node %s (retried later): %s", node_id, message)
+                continue
+            reaped.append(node_id)
         return reaped

@@ -8,6 +8,13 @@ stale write-back), and nothing else would notice.
 
 The cache is the truth while the host runs; the file is rewritten whole on each
 change (fine for a household's handful of nodes, and for a hundred).
+
+Removal leaves a tombstone: `mark_removed` takes a row out and, in the same
+write, names its id under `removing`; `removal_done` drops the name once the
+child, the work folder and the keyring entries are gone. A host killed between
+the two finds the name at its next start and finishes the job, so a crash never
+leaves a child or a keyring secret that no row names. The key is written only
+while a removal is pending; older builds ignore it.
 """
 
 from __future__ import annotations
@@ -18,8 +25,8 @@ from typing import Any, Mapping
 
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import StorageError
-from cadre_desktop.host.jsondoc import Upgrade, keep_backup, read_versioned
-from cadre_desktop.host.records import NodeRecord, record_from_row
+from cadre_desktop.host.jsondoc import Upgrade, keep_backup, read_versioned, remove_interrupted_writes
+from cadre_desktop.host.records import NodeRecord, is_node_id, record_from_row
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +48,33 @@ class RecordStore:
         self._version = version
         self._upgrades = UPGRADES if upgrades is None else upgrades
         self._cache: dict[str, NodeRecord] | None = None
+        #: Ids removed from the rows whose clean-up is not known to be finished.
+        self._removing: dict[str, str] = {}
         self._upgraded_from: int | None = None
 
     def load(self) -> dict[str, NodeRecord]:
-        """Load once and cache. A missing file is an empty store; a bad one raises."""
+        """Load once and cache. A missing file is an empty store; a bad one raises.
+
+        The first load happens at host start-up, under the home's lock and
+        before anything writes, so it also clears the temp files a crash left
+        beside the records (and beside state.json and control.json, which share
+        the folder).
+        """
         if self._cache is not None:
             return self._cache
+        remove_interrupted_writes(self.path.parent)
         doc, found = read_versioned(
             self.path, what="records", current=self._version, upgrades=self._upgrades
         )
         if doc is None:
-            self._cache = {}
+            self._cache, self._removing = {}, {}
             return self._cache
+        removing = doc.get("removing", {})
+        if not isinstance(removing, dict) or not all(
+                is_node_id(k) and isinstance(v, str) for k, v in removing.items()):
+            raise StorageError(
+                f"the records file {self.path} has a bad 'removing' object; it was left as it is"
+            )
         nodes = doc.get("nodes")
         if not isinstance(nodes, dict):
             raise StorageError(
@@ -69,13 +91,17 @@ class RecordStore:
         if found is not None and found < self._version:
             self._upgraded_from = found
         self._cache = cache
+        self._removing = dict(removing)
         return cache
 
-    def _save(self, nodes: dict[str, NodeRecord]) -> None:
+    def _save(self, nodes: dict[str, NodeRecord], removing: dict[str, str] | None = None) -> None:
+        removing = self._removing if removing is None else removing
         doc: dict[str, Any] = {
             "version": self._version,
             "nodes": {node_id: rec.to_row() for node_id, rec in sorted(nodes.items())},
         }
+        if removing:
+            doc["removing"] = dict(sorted(removing.items()))
         try:
             if self._upgraded_from is not None:
                 keep_backup(self.path, self._upgraded_from)
@@ -109,6 +135,32 @@ class RecordStore:
         self._cache = nodes
         return True
 
+    def mark_removed(self, node_id: str, when: str = "") -> bool:
+        """Take the row out and leave a tombstone, in one write. False if there was no row."""
+        nodes = dict(self.load())
+        if node_id not in nodes:
+            return False
+        del nodes[node_id]
+        removing = {**self._removing, node_id: when}
+        self._save(nodes, removing)
+        self._cache, self._removing = nodes, removing
+        return True
+
+    def removal_done(self, node_id: str) -> None:
+        """Drop the tombstone: the node's child, folder and keyring entries are gone."""
+        self.load()
+        if node_id not in self._removing:
+            return
+        removing = {k: v for k, v in self._removing.items() if k != node_id}
+        self._save(self._cache, removing)
+        self._removing = removing
+
+    def pending_removals(self) -> list[str]:
+        """Ids whose removal a crash (or a failing keyring) left unfinished."""
+        self.load()
+        return sorted(self._removing)
+
     def reload(self) -> None:
         """Forget the cache (after the file was fixed by hand)."""
         self._cache = None
+        self._removing = {}

@@ -12,6 +12,7 @@ end a node that serves its cadre.
 
 The transitions, named where they happen:
   running, attempts old enough        -> REFILL (budget back to zero)
+  down, but a live child of the node  -> ADOPT (the record takes that child)
   down, budget spent                  -> GIVE_UP (record `error`, child stopped, folder kept)
   down, inside backoff                -> WAIT
   down, backoff elapsed               -> RESPAWN (counts one attempt)
@@ -39,9 +40,29 @@ log = logging.getLogger(__name__)
 
 class Transition(str, Enum):
     REFILL = "refill"
+    ADOPT = "adopt"
     GIVE_UP = "give-up"
     WAIT = "wait"
     RESPAWN = "respawn"
+
+
+async def _breathe() -> None:
+    """Let everything already due run before the pass goes on.
+
+    A respawn holds the loop for its spawn and two synced file writes (several
+    ms, tens on a busy disk), so a storm of fifty would stall the control API,
+    the probe and the UI for as long as all of them together. Yielding with
+    `sleep(0)` is not enough: its continuation is queued ahead of the timers that
+    fell due meanwhile, so they would still wait for the next respawn too. A
+    zero-delay timer queues the pass behind them.
+    """
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    handle = loop.call_later(0, lambda: done.done() or done.set_result(None))
+    try:
+        await done
+    finally:
+        handle.cancel()
 
 
 class Policy:
@@ -78,7 +99,9 @@ class Supervisor:
         self.clock = clock
         self._timer: asyncio.Task | None = None
         self._unsubscribe = None
+        #: An exit pass is queued or running; exits meanwhile only set `_exit_pass_wanted`.
         self._exit_pass_queued = False
+        self._exit_pass_wanted = False
         self._disposed = False
         self._tasks: set[asyncio.Task] = set()
 
@@ -139,14 +162,25 @@ class Supervisor:
         return ids
 
     def _on_exit(self, event) -> None:
-        """Cheap on purpose: no store read per exit, just ask for one pass."""
-        if self._disposed or self._exit_pass_queued:
+        """Cheap on purpose: no store read per exit, just ask for one pass.
+
+        Exits before the queued pass begins ride on it. An exit while it runs
+        asks for one more pass after it: the running pass may already have
+        looked at that node (it yields between respawns), and without another
+        pass its death would wait for the sweep.
+        """
+        if self._disposed:
+            return
+        self._exit_pass_wanted = True
+        if self._exit_pass_queued:
             return
         self._exit_pass_queued = True
 
         async def run() -> None:
             try:
-                await self._pass_logged("exit")
+                while self._exit_pass_wanted and not self._disposed:
+                    self._exit_pass_wanted = False
+                    await self._pass_logged("exit")
             finally:
                 self._exit_pass_queued = False
 
@@ -207,6 +241,7 @@ class Supervisor:
             try:
                 if await self._reconcile_one(record):
                     respawned.append(record.id)
+                    await _breathe()
             except Exception as exc:
                 # One bad record never ends the pass; the others may be down too.
                 log.error("supervising node %s failed: %s", record.id, exc)
@@ -219,6 +254,8 @@ class Supervisor:
         if self.orchestrator.is_running(record.handle):
             self._refill_if_healthy(record)
             return False
+        if self._adopt_live_child(record):
+            return False
         attempts = record.attempts
         if attempts >= self.policy.max_attempts:
             # Checked here, not only when a respawn throws: a child that spawns and
@@ -228,6 +265,34 @@ class Supervisor:
         if not self.backoff_elapsed(record):
             return False  # Transition.WAIT
         return await self._attempt(record)
+
+    def _adopt_live_child(self, snapshot: NodeRecord) -> bool:
+        """The record names a dead child, yet a child of this node runs: take it.
+
+        A respawn writes the new handle to the record after the spawn (so the
+        child starts without waiting for a file write). If that write fails (a
+        full disk) or the host dies between the two, the child runs and
+        state.json names it, but the record still names its predecessor.
+        Respawning then would start a second child on the same ports; the
+        record takes the running one instead. Spends no budget.
+        """
+        live = [h for h in self.orchestrator.handles_for(snapshot.id) if h.alive and h.id != snapshot.handle]
+        if not live:
+            return False
+        child = live[-1]
+        current = self.store.get(snapshot.id)
+        if current is None or current.status not in SUPERVISED or current.handle != snapshot.handle:
+            return True  # it changed under us: leave it to the next pass
+        try:
+            self.store.put(current.replace(handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port,
+                                           updated_at=iso(self.clock.now())))
+        except CadreError as exc:
+            log.error("node %s: could not record its running child (pid %s): %s", snapshot.id, child.pid, exc.message)
+            return True  # never start a second child beside a running one
+        log.info("node %s: its record takes the running child pid %s (%s)", snapshot.id, child.pid,
+                 Transition.ADOPT.value)
+        self.service.events.emit(EventKind.CHANGED, snapshot.id)
+        return True
 
     def _down_reason(self, record: NodeRecord) -> str:
         handle = self.orchestrator.get(record.handle)

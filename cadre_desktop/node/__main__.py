@@ -22,7 +22,7 @@ usage: cadre-node   (no arguments; configured by environment variables)
   CADRE_NODE_ID, CADRE_NODE_DIR, CADRE_API_HOST, CADRE_API_PORT, CADRE_P2P_PORT,
   CADRE_ADVERTISE_HOST, and one of CADRE_CLAIM_SECRET or CADRE_INVITATION.
   Optional: CADRE_JOIN_TIMEOUT_MS, CADRE_CLAIM_MAX_FAILURES, CADRE_CLAIM_LOCKOUT_MS,
-  CADRE_LOG_LEVEL. See docs/node-contract.md.
+  CADRE_BODY_TIMEOUT_MS, CADRE_LOG_LEVEL. See docs/node-contract.md.
 """
 
 

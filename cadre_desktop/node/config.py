@@ -29,6 +29,7 @@ class Tuning:
     join_timeout_s: float = 60.0
     claim_max_failures: int = 5
     claim_lockout_s: float = 60.0
+    body_timeout_s: float = 10.0
     log_level: str = "INFO"
 
 
@@ -158,6 +159,10 @@ def _tuning(env: Mapping[str, str]) -> Tuning:
         ),
         claim_lockout_s=_optional_int(
             env, "CADRE_CLAIM_LOCKOUT_MS", defaults.claim_lockout_s * 1000, 100, 86_400_000
+        )
+        / 1000,
+        body_timeout_s=_optional_int(
+            env, "CADRE_BODY_TIMEOUT_MS", defaults.body_timeout_s * 1000, 100, 600_000
         )
         / 1000,
         log_level=log_level,

@@ -24,6 +24,12 @@ from cadre_desktop.node.node import Node
 log = logging.getLogger("cadre.node.http")
 
 MAX_BODY = 4096
+#: How long a request body may take to arrive (CADRE_BODY_TIMEOUT_MS). A few KiB
+#: come in milliseconds; a client that stalls (or a body aiohttp's decoder waits
+#: on forever, like some that claim `Content-Encoding: deflate` and are not) must
+#: not hold a request open.
+BODY_TIMEOUT_S = 10.0
+_BODY_TIMEOUT: Any = web.AppKey("body_timeout_s", float) if hasattr(web, "AppKey") else "body_timeout_s"
 MAX_CADRE_CHARS = 64
 NO_STORE = {"Cache-Control": "no-store"}
 _HTTP_CODES = {
@@ -32,13 +38,15 @@ _HTTP_CODES = {
     403: "forbidden",
     404: "not-found",
     405: "method-not-allowed",
+    408: "body-timeout",
     413: "body-too-large",
 }
 
 
-def build_app(node: Node) -> web.Application:
+def build_app(node: Node, *, body_timeout_s: float = BODY_TIMEOUT_S) -> web.Application:
     api = _Api(node)
     app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors_as_json])
+    app[_BODY_TIMEOUT] = body_timeout_s
     app.router.add_get("/status", api.status)
     app.router.add_get("/claim", api.claim_page)
     app.router.add_post("/claim", api.claim)
@@ -158,15 +166,22 @@ async def _read_json(request: web.Request, *, optional: bool = False) -> dict[st
     too_large = ApiError(413, "body-too-large", f"the request body is over {MAX_BODY} bytes")
     if request.content_length is not None and request.content_length > MAX_BODY:
         raise too_large
+    timeout = request.app[_BODY_TIMEOUT]
     try:
-        raw = await request.read()
+        raw = await asyncio.wait_for(request.read(), timeout)
+    except asyncio.TimeoutError:
+        raise ApiError(408, "body-timeout", f"the request body did not arrive within {timeout:g} s") from None
     except web.HTTPRequestEntityTooLarge:
         raise too_large from None
+    except web.RequestPayloadError:
+        # The body itself is broken: a Content-Encoding it is not in, a bad chunk.
+        raise ApiError(400, "bad-request", "the request body could not be read") from None
     if not raw.strip() and optional:
         return {}
     try:
         doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: a few KiB of "[[[[..." nest deeper than the parser's stack.
         raise ApiError(400, "invalid-json", "the request body is not valid JSON") from None
     if not isinstance(doc, dict):
         raise ApiError(400, "invalid-json", "the request body must be a JSON object")

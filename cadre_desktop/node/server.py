@@ -38,7 +38,7 @@ async def serve(node: Node, started_at: float) -> None:
     _on_stop_signals(stop.set)
 
     runner = web.AppRunner(
-        build_app(node),
+        build_app(node, body_timeout_s=config.tuning.body_timeout_s),
         access_log_class=AccessLog,
         handle_signals=False,
         shutdown_timeout=SHUTDOWN_GRACE_S,
