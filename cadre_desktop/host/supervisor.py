@@ -104,6 +104,9 @@ class Supervisor:
         self._exit_pass_wanted = False
         self._disposed = False
         self._tasks: set[asyncio.Task] = set()
+        #: The pass that ends the earliest backoff, and when it is due.
+        self._backoff_task: asyncio.Task | None = None
+        self._backoff_due: datetime | None = None
 
     # -- life -------------------------------------------------------------------
 
@@ -245,7 +248,41 @@ class Supervisor:
             except Exception as exc:
                 # One bad record never ends the pass; the others may be down too.
                 log.error("supervising node %s failed: %s", record.id, exc)
+        self._arm_backoff_timer()
         return respawned
+
+    def _arm_backoff_timer(self) -> None:
+        """A node waiting out its backoff gets a pass the moment the wait ends.
+
+        Without this it would wait for the periodic sweep (a minute by default),
+        so a "restarting in 10 s" countdown would sit at zero for most of a minute.
+        One timer, for the earliest due node; a pass re-arms it for the next.
+        """
+        if self._disposed:
+            return
+        now = self.clock.now()
+        try:
+            waiting = [self.next_attempt_at(r) for r in self.store.list()
+                       if r.status in SUPERVISED and r.handle and not self.orchestrator.is_running(r.handle)]
+        except CadreError:
+            return
+        due = min((w for w in waiting if w is not None and w > now), default=None)
+        if due is None:
+            return
+        if self._backoff_task is not None and not self._backoff_task.done():
+            if self._backoff_due is not None and self._backoff_due <= due:
+                return
+            self._backoff_task.cancel()
+        self._backoff_due = due
+
+        async def fire() -> None:
+            await self.clock.sleep((due - now).total_seconds())
+            self._backoff_task = None  # this pass may arm the next one
+            await self._pass_logged("backoff")
+
+        self._backoff_task = asyncio.create_task(fire(), name="supervisor-backoff")
+        self._tasks.add(self._backoff_task)
+        self._backoff_task.add_done_callback(self._tasks.discard)
 
     async def _reconcile_one(self, record: NodeRecord) -> bool:
         # No handle: nothing was spawned yet, and the code creating it owns the record.

@@ -397,3 +397,22 @@ async def test_restart_leaves_alone_what_it_should_not_touch(rig, case):
         rig.node(live=False)
     await rig.sup.restart("n1")
     assert rig.orch.spawned == [] and rig.orch.stopped == []
+
+
+async def test_a_node_in_backoff_is_respawned_when_the_wait_ends_not_at_the_sweep(rig):
+    rig.node("a", attempts=1, ago_s=0)  # just tried: the next try is due in 10 s
+    rig.sup.start()
+    await async_wait_until(lambda: rig.sup._backoff_task is not None, what="backoff timer armed")
+    await rig.clock.advance(9.9)
+    assert rig.orch.spawned == []
+    await rig.clock.advance(0.1)
+    await async_wait_until(lambda: rig.orch.spawns_of("a"), what="respawn at the end of the backoff")
+    assert rig.store.get("a").attempts == 2
+    # It dies again: the next wait (20 s) is armed by the pass that follows the exit.
+    rig.orch.exit(rig.store.get("a").handle)
+    await async_wait_until(lambda: rig.sup._backoff_due is not None
+                           and (rig.sup._backoff_due - rig.clock.now()).total_seconds() == 20,
+                           what="next backoff armed")
+    await rig.clock.advance(20)
+    await async_wait_until(lambda: len(rig.orch.spawns_of("a")) == 2, what="second respawn")
+    await rig.sup.stop()
