@@ -1,0 +1,162 @@
+"""Where a respawn's time goes inside the host: a breakdown, and a profile if asked.
+
+    .venv/bin/python bench/profile_respawn.py [-n 30] [--child node|sleep] [--pyinstrument]
+
+Runs the real Host in this process (real keyring, real orchestrator, real
+files), adds one node, SIGKILLs its child N times and timestamps the steps of
+the respawn path by wrapping the engine's methods: kill -> exit noticed ->
+exit pass begins -> service.respawn -> orchestrator.spawn -> Popen -> the child's
+own stamp -> spawn returns -> record written. Prints the p50 of every step. With
+--pyinstrument, also profiles the loop (statistical, 1 ms interval) and prints
+the tree. Writes nothing to bench/results: this is a tool for finding causes,
+not a benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _rig
+
+STEPS = [
+    ("kill", None),
+    ("exit noticed", "Orchestrator._on_exit:enter"),
+    ("exit listeners + state.json", "Orchestrator._on_exit:exit"),
+    ("pass begins", "Supervisor._reconcile_once:enter"),
+    ("service.respawn", "NodeService.respawn:enter"),
+    ("orchestrator.spawn", "Orchestrator.spawn:enter"),
+    ("ports chosen", "Orchestrator._choose_ports:exit"),
+    ("env built", "Orchestrator._node_env:exit"),
+    ("log opened", "Orchestrator._open_log:exit"),
+    ("Popen begins", "Popen.__init__:enter"),
+    ("child stamp", "stamp"),
+    ("Popen returns", "Popen.__init__:exit"),
+    ("spawn returns", "Orchestrator.spawn:exit"),
+    ("respawn returns", "NodeService.respawn:exit"),
+]
+
+
+def instrument(marks: dict[str, int]) -> None:
+    from cadre_desktop.host.orchestrator import Orchestrator
+    from cadre_desktop.host.service import NodeService
+    from cadre_desktop.host.supervisor import Supervisor
+
+    def wrap(owner, attr: str, label: str) -> None:
+        fn = getattr(owner, attr)
+        if asyncio.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def awrapper(*a, **kw):
+                marks.setdefault(f"{label}:enter", time.monotonic_ns())
+                try:
+                    return await fn(*a, **kw)
+                finally:
+                    marks.setdefault(f"{label}:exit", time.monotonic_ns())
+            setattr(owner, attr, awrapper)
+        else:
+            @functools.wraps(fn)
+            def wrapper(*a, **kw):
+                marks.setdefault(f"{label}:enter", time.monotonic_ns())
+                try:
+                    return fn(*a, **kw)
+                finally:
+                    marks.setdefault(f"{label}:exit", time.monotonic_ns())
+            setattr(owner, attr, wrapper)
+
+    wrap(Orchestrator, "_on_exit", "Orchestrator._on_exit")
+    wrap(Orchestrator, "spawn", "Orchestrator.spawn")
+    for attr in ("_choose_ports", "_node_env", "_open_log"):
+        wrap(Orchestrator, attr, f"Orchestrator.{attr}")
+    wrap(Supervisor, "_reconcile_once", "Supervisor._reconcile_once")
+    wrap(NodeService, "respawn", "NodeService.respawn")
+    wrap(subprocess.Popen, "__init__", "Popen.__init__")
+
+
+async def run(rounds: int, child: str, profile: bool) -> None:
+    from cadre_desktop.host.host import Host
+    from cadre_desktop.paths import resolve_paths
+    from cadre_desktop.settings import Settings
+
+    home = Path(tempfile.mkdtemp(prefix="cadre-bench-profile-"))
+    stamps = home / "stamps.txt"
+    stamp = _rig.stamp_binary()
+    program = _rig.node_command() if child == "node" else ["sleep", "100000"]
+    port = random.randrange(21000, 29000, 2)
+    settings = Settings(
+        node_command=[str(stamp), str(stamps), *program], bind_host="127.0.0.1", advertise_host="127.0.0.1",
+        port_range=(port, port + 1), respawn_backoff_base_ms=1, respawn_backoff_max_ms=1,
+        respawn_max_attempts=1_000_000, probe_interval_ms=60_000 if child == "sleep" else 5_000,
+    )
+    host = Host(resolve_paths({"CADRE_DESKTOP_HOME": str(home)}), settings, serve_control_api=False)
+    await host.start()
+    marks: dict[str, int] = {}
+    instrument(marks)
+    rows: list[dict[str, float]] = []
+    profiler = None
+    try:
+        view = await host.add_node("profile")
+        if child == "node":
+            await asyncio.to_thread(_rig.wait_status, view.api_port, 30)
+        if profile:
+            from pyinstrument import Profiler
+            profiler = Profiler(interval=0.001, async_mode="disabled")
+            profiler.start()
+        for _ in range(rounds):
+            await asyncio.sleep(0.3)
+            before = _rig.read_stamps(stamps)
+            marks.clear()
+            marks["kill"] = time.monotonic_ns()
+            os.kill(before[-1][0], signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while "NodeService.respawn:exit" not in marks and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            after = _rig.read_stamps(stamps)
+            if len(after) > len(before):
+                marks["stamp"] = after[len(before)][1]
+            rows.append({label: (marks[key] - marks["kill"]) / 1e6 for label, key in STEPS[1:] if key in marks})
+            if child == "node":
+                await asyncio.to_thread(_rig.wait_status, view.api_port, 30)
+    finally:
+        if profiler is not None:
+            profiler.stop()
+        await host.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    print(f"respawn path, ms after the kill, p50 of {rounds} ({child} child)")
+    prev = 0.0
+    for label, _ in STEPS[1:]:
+        values = [r[label] for r in rows if label in r]
+        if values:
+            p50 = statistics.median(values)
+            print(f"  {label:<30}{p50:>9.2f}   (+{p50 - prev:.2f})")
+            prev = p50
+    if profiler is not None:
+        print(profiler.output_text(unicode=False, color=False, show_all=True, short_mode=False))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-n", type=int, default=30)
+    parser.add_argument("--child", choices=("node", "sleep"), default="sleep")
+    parser.add_argument("--pyinstrument", action="store_true")
+    args = parser.parse_args()
+    session, env = _rig.start_secret_service()
+    os.environ.update(env)
+    try:
+        asyncio.run(run(args.n, args.child, args.pyinstrument))
+    finally:
+        session.stop()
+
+
+if __name__ == "__main__":
+    main()
