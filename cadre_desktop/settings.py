@@ -27,7 +27,9 @@ def default_node_command() -> list[str]:
 @dataclass(frozen=True)
 class Settings:
     node_command: list[str] = field(default_factory=default_node_command)
-    port_range: tuple[int, int] = (47100, 47299)
+    #: Below every OS's ephemeral range (Linux 32768-60999, Windows and macOS from
+    #: 49152), so outgoing connections never take a node's remembered ports.
+    port_range: tuple[int, int] = (28100, 28299)
     bind_host: str = "0.0.0.0"
     advertise_host: str | None = None
     respawn_backoff_base_ms: int = 5_000
@@ -73,7 +75,7 @@ def _node_command(v: Any):
 
 def _port_range(v: Any):
     if not (isinstance(v, list) and len(v) == 2 and all(_is_int(p) for p in v)):
-        return None, "must be a list of two port numbers, like [47100, 47299]"
+        return None, "must be a list of two port numbers, like [28100, 28299]"
     lo, hi = v
     if not (1024 <= lo <= hi <= 65535):
         return None, "must satisfy 1024 <= first <= second <= 65535"

@@ -135,10 +135,8 @@ class Host:
             fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval))),
         )
         self.probe.start()
-        # A new child is probed at once rather than at the end of the interval.
-        self.events.subscribe(
-            lambda event: self.probe.probe_soon() if self.probe and event.node_id else None
-        )
+        # A new child is watched until it answers, rather than waiting out the interval.
+        self.events.subscribe(lambda event: self.probe.watch_node(event.node_id) if self.probe and event.node_id else None)
         self.netwatch = AddressWatcher(
             source=self._address_source, clock=self.clock,
             on_change=self._address_changed, on_wake=self._woke,

@@ -288,11 +288,11 @@ class Orchestrator:
         env.update(secret_env)
         return env
 
-    def _choose_ports(self, want: tuple[int, int] | None) -> tuple[int, int]:
+    def _choose_ports(self, want: tuple[int, int] | None, avoid: Iterable[int] = ()) -> tuple[int, int]:
         """Keep the node's previous ports when they are free, so its claim URL stays valid."""
         if want and self.ports.try_reserve(want):
             return want
-        api, p2p = self.ports.allocate(2)
+        api, p2p = self.ports.allocate(2, avoid=avoid)
         return api, p2p
 
     def _drop_stale(self, node_id: str) -> list[Handle]:
@@ -327,6 +327,7 @@ class Orchestrator:
         secret_env: Mapping[str, str],
         *,
         want_ports: tuple[int, int] | None = None,
+        avoid_ports: Iterable[int] = (),
     ) -> Handle:
         """Start the node program for `node_id` and return its live handle.
 
@@ -339,7 +340,7 @@ class Orchestrator:
             raise SpawnError("the host is shutting down")
         dropped = self._drop_stale(node_id)
         try:
-            api_port, p2p_port = self._choose_ports(want_ports)
+            api_port, p2p_port = self._choose_ports(want_ports, avoid_ports)
         except Exception:
             self._restore(dropped)
             raise

@@ -57,10 +57,18 @@ class PortAllocator:
     def held(self) -> frozenset[int]:
         return frozenset(self._held)
 
-    def allocate(self, count: int = 2) -> list[int]:
-        """Reserve `count` ports, or raise PortsExhausted reserving none."""
+    def allocate(self, count: int = 2, avoid: Iterable[int] = ()) -> list[int]:
+        """Reserve `count` ports, or raise PortsExhausted reserving none.
+
+        Ports in `avoid` (those other nodes remember, and want back when they
+        respawn) are taken only when nothing else is free, so one node moving
+        does not push the next one off its ports, and its claim URL with it.
+        """
+        avoid = frozenset(avoid)
+        preferred = [p for p in range(self.low, self.high + 1) if p not in avoid]
+        fallback = [p for p in range(self.low, self.high + 1) if p in avoid]
         chosen: list[int] = []
-        for port in range(self.low, self.high + 1):
+        for port in preferred + fallback:
             if port in self._held:
                 continue
             try:

@@ -93,6 +93,10 @@ class Probe:
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
+        #: Nodes whose new child is watched until it first answers.
+        self._starting: dict[str, asyncio.Task] = {}
+        #: At most this many requests in flight, so a hundred nodes never crowd one loop turn.
+        self._limit = asyncio.Semaphore(8)
 
     def start(self) -> None:
         if self._task is None:
@@ -103,10 +107,36 @@ class Probe:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        for task in list(self._starting.values()):
+            task.cancel()
+        await asyncio.gather(*self._starting.values(), return_exceptions=True)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         close = getattr(self.fetch, "close", None)
         if close:
             await close()
+
+    def watch_node(self, node_id: str) -> None:
+        """Probe a node's new child every 250 ms until it first answers, so the UI
+        can say "ready" quickly; only that node, and only while it is starting."""
+        if node_id in self._starting or self._task is None:
+            return
+        record = self.store.get(node_id)
+        if record is None or not self.orchestrator.is_running(record.handle) or self.is_ready(record.handle):
+            return
+        task = asyncio.create_task(self._watch_start(record.handle, node_id), name=f"probe-start-{node_id}")
+        self._starting[node_id] = task
+        task.add_done_callback(lambda _t: self._starting.pop(node_id, None))
+
+    async def _watch_start(self, handle_id: str, node_id: str) -> None:
+        deadline = self.clock.monotonic() + self.grace_s
+        while self.clock.monotonic() < deadline:
+            record = self.store.get(node_id)
+            if record is None or record.handle != handle_id or not self.orchestrator.is_running(handle_id):
+                return
+            await self.probe_one(record)
+            if self.is_ready(handle_id):
+                return
+            await self.clock.sleep(0.25)
 
     def is_ready(self, handle_id: str | None) -> bool:
         return handle_id in self._answered
@@ -121,11 +151,7 @@ class Probe:
                 await self.probe_all()
             except Exception:
                 log.exception("probe pass failed")
-            # A child that has not answered yet is starting: look again soon, so the
-            # UI can say "ready" quickly. Idle, only the interval runs.
-            starting = any(h not in self._answered for h in self._last_ok)
-            wait = min(self.interval_s, 0.25) if starting else self.interval_s
-            await sleep_or_kick(self.clock, wait, self._wake)
+            await sleep_or_kick(self.clock, self.interval_s, self._wake)
 
     async def probe_all(self) -> None:
         try:
@@ -145,7 +171,8 @@ class Probe:
         if handle is None:
             return
         first_seen = self._last_ok.setdefault(handle.id, self.clock.monotonic())
-        status = await self.fetch(handle.api_port)
+        async with self._limit:
+            status = await self.fetch(handle.api_port)
         if status is None or status.get("state") not in NODE_STATES:
             if self.clock.monotonic() - first_seen > self.grace_s and self.orchestrator.is_running(handle.id):
                 log.warning("node %s has not answered for %.0fs; treating it as down", snapshot.id, self.grace_s)

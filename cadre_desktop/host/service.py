@@ -150,6 +150,10 @@ class NodeService:
         var = "CADRE_CLAIM_SECRET" if kind is SecretKind.CLAIM else "CADRE_INVITATION"
         return {var: value}
 
+    def _remembered_ports(self, node_id: str) -> set[int]:
+        """Ports other nodes will want back when they respawn (their claim URLs name them)."""
+        return {p for r in self.store.list() if r.id != node_id for p in (r.api_port, r.p2p_port) if p}
+
     # -- create -------------------------------------------------------------------
 
     def _new_id(self) -> str:
@@ -193,7 +197,7 @@ class NodeService:
                 if current is None or current.status is not NodeStatus.SPAWNING:
                     raise Conflict(f"Node {node_id} was removed while it was being created.")
                 var = "CADRE_CLAIM_SECRET" if kind is SecretKind.CLAIM else "CADRE_INVITATION"
-                handle = self.orchestrator.spawn(node_id, {var: secret})
+                handle = self.orchestrator.spawn(node_id, {var: secret}, avoid_ports=self._remembered_ports(node_id))
             except BaseException:
                 await self._unwind_create(node_id, stored=stored)
                 raise
@@ -290,7 +294,8 @@ class NodeService:
         # No await from here to the write below: the record read above is still current.
         attempted_at = iso(self.clock.now())
         try:
-            handle = self.orchestrator.spawn(node_id, env, want_ports=want)
+            handle = self.orchestrator.spawn(node_id, env, want_ports=want,
+                                             avoid_ports=self._remembered_ports(node_id))
         except Exception as exc:
             message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
             self._note_error(node_id, message, count_attempt=count_attempt)

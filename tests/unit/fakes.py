@@ -90,7 +90,7 @@ class FakeOrchestrator:
     def handles_for(self, node_id):
         return [h for h in self.handles.values() if h.node_id == node_id]
 
-    def spawn(self, node_id, secret_env, *, want_ports=None):
+    def spawn(self, node_id, secret_env, *, want_ports=None, avoid_ports=()):
         if self.spawn_error is not None:
             raise self.spawn_error
         for old in self.handles_for(node_id):

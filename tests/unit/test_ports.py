@@ -53,3 +53,11 @@ def test_a_real_listener_makes_its_port_unavailable():
         alloc = PortAllocator(port, port + 2, bind_host="127.0.0.1")
         got = alloc.allocate(2)
         assert port not in got
+
+
+def test_ports_other_nodes_remember_are_taken_last():
+    alloc = PortAllocator(100, 105, is_free=lambda h, p: True)
+    assert alloc.allocate(2, avoid={100, 101}) == [102, 103]
+    # With nothing else free, a remembered pair is still better than no node at all.
+    assert alloc.allocate(2, avoid={100, 101}) == [104, 105]
+    assert alloc.allocate(2, avoid={100, 101}) == [100, 101]

@@ -131,3 +131,29 @@ async def test_first_answer_of_a_child_says_it_is_ready(rig):
     assert [e.kind for e in rig.seen] == [EventKind.CHANGED]
     await rig.probe.probe_all()
     assert [e.kind for e in rig.seen] == [EventKind.CHANGED]  # nothing new, nothing sent
+
+
+async def test_a_starting_child_is_watched_until_it_first_answers_and_no_longer(rig):
+    from tests.unit.test_netwatch import settle
+
+    rig.probe.interval_s = 60
+    rig.probe.start()
+    await settle()
+    rig.node(status=NodeStatus.UNCLAIMED, live=True)
+    port = port_of(rig)
+    rig.answers.calls.clear()
+    rig.probe.watch_node("n1")
+    await settle()
+    assert rig.answers.calls == [port]  # at once, not at the end of the interval
+    await rig.clock.advance(0.25)
+    await settle()
+    assert len(rig.answers.calls) == 2
+    rig.answers.by_port[port] = status("unclaimed")
+    await rig.clock.advance(0.25)
+    await settle()
+    assert rig.probe.is_ready(rig.store.get("n1").handle)
+    calls = len(rig.answers.calls)
+    await rig.clock.advance(1)
+    await settle()
+    assert len(rig.answers.calls) == calls  # ready: the watch is over
+    await rig.probe.stop()

@@ -268,7 +268,7 @@ async def test_one_failing_record_never_ends_the_pass(rig):
     rig.node("b")
     real_spawn = rig.orch.spawn
 
-    def spawn(node_id, env, want_ports=None):
+    def spawn(node_id, env, want_ports=None, avoid_ports=()):
         if node_id == "a":
             raise RuntimeError("unexpected")
         return real_spawn(node_id, env, want_ports=want_ports)
