@@ -361,13 +361,18 @@ class NodeService:
             if record.status not in SUPERVISED:
                 hint = " Use Retry." if record.status is NodeStatus.ERROR else ""
                 raise Conflict(f"Node {record.name} is {record.status.value} and cannot be restarted.{hint}")
-            await self.orchestrator.stop_node(node_id)
-            result = await self.respawn(node_id, count_attempt=False)
-            if result.outcome is RespawnOutcome.ABANDONED:
-                raise Conflict(f"Node {node_id} was removed or stopped while it was being restarted.")
+            restarted = await self._stop_and_respawn(node_id, "restarted")
             log.info("node %s restarted", node_id)
-            return result.record
+            return restarted
         return await self.serialize(work)
+
+    async def _stop_and_respawn(self, node_id: str, doing: str) -> NodeRecord:
+        """Stop the node's child and start it again, spending no budget (on the queue)."""
+        await self.orchestrator.stop_node(node_id)
+        result = await self.respawn(node_id, count_attempt=False)
+        if result.outcome is RespawnOutcome.ABANDONED:
+            raise Conflict(f"Node {node_id} was removed or stopped while it was being {doing}.")
+        return result.record
 
     async def regenerate(self, node_id: str) -> NodeRecord:
         """A new claim secret for an unclaimed node; the old QR code stops working."""
@@ -376,12 +381,9 @@ class NodeService:
             if record.status is not NodeStatus.UNCLAIMED or record.mode is not NodeMode.CLAIM:
                 raise Conflict(f"Node {record.name} is {record.status.value}; only an unclaimed node has a claim code.")
             await self._store_secret(node_id, SecretKind.CLAIM, new_claim_secret())
-            await self.orchestrator.stop_node(node_id)
-            result = await self.respawn(node_id, count_attempt=False)
-            if result.outcome is RespawnOutcome.ABANDONED:
-                raise Conflict(f"Node {node_id} was removed while its claim code was being renewed.")
+            renewed = await self._stop_and_respawn(node_id, "given a new claim code")
             log.info("node %s: new claim code", node_id)
-            return result.record
+            return renewed
         return await self.serialize(work)
 
     async def remove(self, node_id: str) -> bool:

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadre_desktop.node.atomic_file import write_private_file
+from cadre_desktop.atomicfile import write_bytes_atomic
 from cadre_desktop.node.errors import CorruptFileError, NodeDirError
 
 IDENTITY_FILE = "identity.json"
@@ -128,7 +128,7 @@ def _create(path: Path) -> Identity:
         "public_key": b64url(identity.public_key),
     }
     try:
-        write_private_file(path, json.dumps(doc, indent=2).encode() + b"\n")
+        write_bytes_atomic(path, json.dumps(doc, indent=2).encode() + b"\n")
     except OSError as err:
         raise NodeDirError(f"cannot write {path}: {err.strerror}") from None
     return identity

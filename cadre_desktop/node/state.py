@@ -1,7 +1,7 @@
 """What a node remembers across respawns: its cadre, owners, members, invitations.
 
 One JSON document, ``node-state.json`` in the work folder, with a ``version``. It is
-only ever replaced whole (see :mod:`atomic_file`), and only through
+only ever replaced whole (see :mod:`cadre_desktop.atomicfile`), and only through
 :meth:`StateStore.update`, which applies a change to a copy, writes the copy and only
 then makes it current: a failed write leaves both the file and the running node as
 they were. A present-but-unreadable file stops the node (exit code 5) and is never
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cadre_desktop.node.atomic_file import write_private_file
+from cadre_desktop.atomicfile import write_bytes_atomic
 from cadre_desktop.node.errors import CorruptFileError, NodeDirError, StorageError
 
 STATE_FILE = "node-state.json"
@@ -116,7 +116,7 @@ class StateStore:
         result = change(draft)
         data = json.dumps(draft.to_json(), indent=2, sort_keys=True).encode() + b"\n"
         try:
-            write_private_file(self.path, data)
+            write_bytes_atomic(self.path, data)
         except OSError as err:
             raise StorageError(f"cannot save the node state: {err.strerror}") from None
         self._state = draft

@@ -91,7 +91,7 @@ def test_state_is_unchanged_when_saving_fails(tmp_path: Path, monkeypatch) -> No
     def refuse(*_args, **_kw):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("cadre_desktop.node.state.write_private_file", refuse)
+    monkeypatch.setattr("cadre_desktop.node.state.write_bytes_atomic", refuse)
     with pytest.raises(StorageError):
         node.claim("127.0.0.1", SECRET, "family")
     assert node.phase is Phase.UNCLAIMED
