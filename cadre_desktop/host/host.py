@@ -127,7 +127,7 @@ class Host:
             service=self.service, store=self.store, orchestrator=self.orchestrator,
             settings=s, clock=self.clock,
         )
-        self.supervisor.start()
+        self.supervisor.start(stopped_cleanly=report.stopped_cleanly)
         interval = s.probe_interval_ms / 1000
         self.probe = Probe(
             store=self.store, orchestrator=self.orchestrator, events=self.events, clock=self.clock,

@@ -90,6 +90,8 @@ class ExitEvent:
 class InitReport:
     attached: list[Handle]
     dead: list[str]
+    #: Nodes the last host stopped on a clean quit: starting them again is no failed attempt.
+    stopped_cleanly: frozenset[str] = frozenset()
 
 
 ExitListener = Callable[[ExitEvent], None]
@@ -179,10 +181,17 @@ class Orchestrator:
 
     # -- start-up --------------------------------------------------------------
 
-    def _read_state(self) -> dict[str, Handle]:
+    def _read_state(self) -> tuple[dict[str, Handle], frozenset[str]]:
         doc, _ = read_versioned(self.state_file, what="state", current=STATE_VERSION, upgrades={})
         if doc is None:
-            return {}
+            return {}, frozenset()
+        stopped = doc.get("stopped_cleanly", [])
+        if not isinstance(stopped, list) or not all(isinstance(n, str) for n in stopped):
+            raise StorageError(f"the state file {self.state_file} has a bad 'stopped_cleanly' list; "
+                               "it was left as it is")
+        return self._read_handles(doc), frozenset(stopped)
+
+    def _read_handles(self, doc: dict) -> dict[str, Handle]:
         rows = doc.get("handles")
         if not isinstance(rows, dict):
             raise StorageError(f"the state file {self.state_file} has no 'handles' object; it was left as it is")
@@ -194,7 +203,7 @@ class Orchestrator:
     async def init(self) -> InitReport:
         """Re-attach to every persisted child that is still the same process."""
         loop = asyncio.get_running_loop()
-        persisted = self._read_state()
+        persisted, stopped_cleanly = self._read_state()
         attached, dead = [], []
         for handle in persisted.values():
             now = procs.read_identity(handle.pid, self.platform)
@@ -218,9 +227,9 @@ class Orchestrator:
             attached.append(handle)
             log.warning("node %s: found its child (pid %s) running untracked; tracking it again",
                         handle.node_id, handle.pid)
-        if dead or strays:
-            self._persist()
-        return InitReport(attached=attached, dead=dead)
+        if dead or strays or stopped_cleanly:
+            self._persist()  # the clean-stop list is read once
+        return InitReport(attached=attached, dead=dead, stopped_cleanly=stopped_cleanly)
 
     def _find_untracked_children(self) -> list[Handle]:
         """Children an earlier host started but died before writing to state.json.
@@ -262,11 +271,14 @@ class Orchestrator:
             ))
         return found
 
-    def _persist(self) -> None:
+    def _persist(self, stopped_cleanly: Iterable[str] = ()) -> None:
         self._persist_pending = False
         rows = {h.id: h.to_row() for h in self._handles.values() if h.alive}
+        doc = {"version": STATE_VERSION, "handles": rows}
+        if stopped_cleanly:
+            doc["stopped_cleanly"] = sorted(set(stopped_cleanly))
         try:
-            write_json_atomic(self.state_file, {"version": STATE_VERSION, "handles": rows})
+            write_json_atomic(self.state_file, doc)
         except OSError as exc:
             raise StorageError(
                 f"could not save the state file {self.state_file}: {exc.strerror or exc}"
@@ -501,7 +513,14 @@ class Orchestrator:
                 handle._cancel_watch()
 
     async def stop_all(self) -> None:
-        await asyncio.gather(*(self.stop(h.id) for h in list(self._handles.values()) if h.alive))
+        """Stop every child (a clean quit), and write down which were stopped on purpose,
+        so the next host starts them again without counting a failed attempt."""
+        live = [h for h in self._handles.values() if h.alive]
+        await asyncio.gather(*(self.stop(h.id) for h in live))
+        try:
+            self._persist(stopped_cleanly=[h.node_id for h in live])
+        except StorageError as exc:
+            log.error("%s", exc.message)
 
     def log_tail(self, node_id: str, lines: int = 20, max_bytes: int = 16384) -> list[str]:
         """The last lines of the node's log (a bounded read from the end)."""

@@ -106,14 +106,20 @@ class Supervisor:
         self._tasks: set[asyncio.Task] = set()
         #: The pass that ends the earliest backoff, and when it is due.
         self._backoff_task: asyncio.Task | None = None
+        self._uncounted: set[str] = set()
         self._backoff_due: datetime | None = None
 
     # -- life -------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Subscribe to exits, start the sweep timer, report orphans, run the start-up pass."""
+    def start(self, stopped_cleanly: frozenset[str] = frozenset()) -> None:
+        """Subscribe to exits, start the sweep timer, report orphans, run the start-up pass.
+
+        `stopped_cleanly` names nodes the last host stopped on a clean quit: the
+        start-up pass starts them again without counting a failed attempt.
+        """
         if self._timer is not None:
             return
+        self._uncounted = set(stopped_cleanly)
         self._disposed = False
         # Subscribe first, so an exit during the start-up pass is not missed.
         self._unsubscribe = self.orchestrator.subscribe(self._on_exit)
@@ -388,8 +394,10 @@ class Supervisor:
             log.error("could not refill the budget of node %s: %s", snapshot.id, exc.message)
 
     async def _attempt(self, record: NodeRecord) -> bool:
+        count = record.id not in self._uncounted
+        self._uncounted.discard(record.id)
         try:
-            result = await self.service.respawn(record.id)
+            result = await self.service.respawn(record.id, count_attempt=count)
         except Exception as exc:
             message = exc.message if isinstance(exc, CadreError) else str(exc)
             # respawn persisted the counter; decide on what is on disk.

@@ -158,9 +158,13 @@ def test_second_host_on_the_same_home_exits_3_naming_the_first(host_factory):
     first.stop()
 
 
-def test_clean_stop_leaves_no_node_process(host_factory):
+def test_clean_stop_leaves_no_node_process_and_a_restart_counts_no_attempt(host_factory):
     host = host_factory(fast_settings()).start()
     node = running_node(host, added(host)["id"])
     assert host.stop() == 0
     assert not psutil.pid_exists(node["pid"])
     assert not (host.home / "control.json").exists()
+    again = host_factory(home=host.home).start()
+    back = running_node(again, node["id"], not_pid=node["pid"])
+    assert back["attempts"] == 0 and back["status"] == "unclaimed"
+    again.stop()

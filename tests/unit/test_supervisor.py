@@ -416,3 +416,18 @@ async def test_a_node_in_backoff_is_respawned_when_the_wait_ends_not_at_the_swee
     await rig.clock.advance(20)
     await async_wait_until(lambda: len(rig.orch.spawns_of("a")) == 2, what="second respawn")
     await rig.sup.stop()
+
+
+async def test_nodes_stopped_on_a_clean_quit_start_again_without_counting_an_attempt(rig):
+    rig.node("quit")
+    rig.node("crashed")
+    rig.sup.start(stopped_cleanly=frozenset({"quit"}))
+    await async_wait_until(lambda: len(rig.orch.spawned) == 2, what="start-up pass")
+    assert rig.store.get("quit").attempts == 0
+    assert rig.store.get("crashed").attempts == 1
+    # Only that first start is free: a later crash counts as usual.
+    await rig.clock.advance(1)
+    rig.orch.exit(rig.store.get("quit").handle)
+    await async_wait_until(lambda: len(rig.orch.spawns_of("quit")) == 2, what="crash respawn")
+    assert rig.store.get("quit").attempts == 1
+    await rig.sup.stop()
