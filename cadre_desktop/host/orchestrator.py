@@ -20,102 +20,23 @@ import os
 import shutil
 import subprocess
 import uuid
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-import psutil
-
-from cadre_desktop.atomicfile import ensure_private_dir, write_json_atomic
+from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.errors import SpawnError, StorageError
 from cadre_desktop.host import procs
-from cadre_desktop.host.jsondoc import read_versioned
+from cadre_desktop.host.handles import (  # noqa: F401 - re-exported for callers
+    STATE_VERSION, ExitEvent, ExitListener, Handle, InitReport, find_untracked_children, read_state, write_state,
+)
 from cadre_desktop.host.ports import PortAllocator
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
 LOG_CAP_BYTES = 1 << 20
 #: Variables the host sets for the child; inherited copies are dropped first.
 _NODE_VARS_PREFIX = "CADRE_"
-
-
-@dataclass
-class Handle:
-    id: str
-    node_id: str
-    pid: int
-    identity: procs.Identity
-    api_port: int
-    p2p_port: int
-    started_at: str
-    #: The address the child was told to advertise (it learns it only at start).
-    advertise_host: str = ""
-    alive: bool = True
-    stop_requested: bool = False
-    returncode: int | None = None
-    popen: subprocess.Popen | None = field(default=None, repr=False)
-    _cancel_watch: Callable[[], None] | None = field(default=None, repr=False)
-    _exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-
-    @property
-    def ports(self) -> tuple[int, int]:
-        return (self.api_port, self.p2p_port)
-
-    def to_row(self) -> dict:
-        return {
-            "node_id": self.node_id,
-            "pid": self.pid,
-            "start_time": self.identity.start_time,
-            "boot_id": self.identity.boot_id,
-            "api_port": self.api_port,
-            "p2p_port": self.p2p_port,
-            "started_at": self.started_at,
-            "advertise_host": self.advertise_host,
-        }
-
-
-@dataclass(frozen=True)
-class ExitEvent:
-    handle_id: str
-    node_id: str
-    pid: int
-    returncode: int | None
-    #: True when the exit followed a stop this host asked for.
-    requested: bool
-
-
-@dataclass
-class InitReport:
-    attached: list[Handle]
-    dead: list[str]
-    #: Nodes the last host stopped on a clean quit: starting them again is no failed attempt.
-    stopped_cleanly: frozenset[str] = frozenset()
-
-
-ExitListener = Callable[[ExitEvent], None]
-
-
-def _handle_from_row(handle_id: str, row: object) -> Handle:
-    if not isinstance(row, dict):
-        raise ValueError(f"handle {handle_id!r} is not an object")
-    ints = ("pid", "api_port", "p2p_port")
-    if not all(isinstance(row.get(k), int) and not isinstance(row.get(k), bool) for k in ints):
-        raise ValueError(f"handle {handle_id!r} needs whole-number pid and ports")
-    if not isinstance(row.get("node_id"), str) or not isinstance(row.get("start_time"), str):
-        raise ValueError(f"handle {handle_id!r} needs node_id and start_time")
-    boot = row.get("boot_id")
-    return Handle(
-        id=handle_id,
-        node_id=row["node_id"],
-        pid=row["pid"],
-        identity=procs.Identity(row["start_time"], boot if isinstance(boot, str) else None),
-        api_port=row["api_port"],
-        p2p_port=row["p2p_port"],
-        started_at=str(row.get("started_at", "")),
-        advertise_host=str(row.get("advertise_host") or ""),
-    )
 
 
 class Orchestrator:
@@ -181,29 +102,10 @@ class Orchestrator:
 
     # -- start-up --------------------------------------------------------------
 
-    def _read_state(self) -> tuple[dict[str, Handle], frozenset[str]]:
-        doc, _ = read_versioned(self.state_file, what="state", current=STATE_VERSION, upgrades={})
-        if doc is None:
-            return {}, frozenset()
-        stopped = doc.get("stopped_cleanly", [])
-        if not isinstance(stopped, list) or not all(isinstance(n, str) for n in stopped):
-            raise StorageError(f"the state file {self.state_file} has a bad 'stopped_cleanly' list; "
-                               "it was left as it is")
-        return self._read_handles(doc), frozenset(stopped)
-
-    def _read_handles(self, doc: dict) -> dict[str, Handle]:
-        rows = doc.get("handles")
-        if not isinstance(rows, dict):
-            raise StorageError(f"the state file {self.state_file} has no 'handles' object; it was left as it is")
-        try:
-            return {hid: _handle_from_row(hid, row) for hid, row in rows.items()}
-        except ValueError as exc:
-            raise StorageError(f"the state file {self.state_file} has a bad row: {exc}; it was left as it is") from None
-
     async def init(self) -> InitReport:
         """Re-attach to every persisted child that is still the same process."""
         loop = asyncio.get_running_loop()
-        persisted, stopped_cleanly = self._read_state()
+        persisted, stopped_cleanly = read_state(self.state_file)
         attached, dead = [], []
         for handle in persisted.values():
             now = procs.read_identity(handle.pid, self.platform)
@@ -217,7 +119,8 @@ class Orchestrator:
             else:
                 dead.append(handle.id)
                 log.info("node %s: its child (pid %s) is gone since the last run", handle.node_id, handle.pid)
-        strays = await asyncio.to_thread(self._find_untracked_children)
+        tracked = {h.pid for h in self._handles.values()}
+        strays = await asyncio.to_thread(find_untracked_children, self.nodes_dir, tracked, self.platform)
         for handle in strays:
             self._handles[handle.id] = handle
             self.ports.reserve(handle.ports)
@@ -231,60 +134,9 @@ class Orchestrator:
             self._persist()  # the clean-stop list is read once
         return InitReport(attached=attached, dead=dead, stopped_cleanly=stopped_cleanly)
 
-    def _find_untracked_children(self) -> list[Handle]:
-        """Children an earlier host started but died before writing to state.json.
-
-        A host killed between the spawn and the state write leaves a child that
-        nothing names, holding its node's ports and folder, so every respawn of
-        that node would fail. Every child runs with `CADRE_NODE_DIR` under our
-        nodes folder, which finds them: one scan of the process table at start,
-        no extra write on the spawn path. Such a child is tracked again (its
-        record takes it, or the reap of a half-created node stops it).
-        """
-        tracked = {h.pid for h in self._handles.values()}
-        root = str(self.nodes_dir) + os.sep
-        found: list[Handle] = []
-        for proc in psutil.process_iter(["pid"]):
-            if proc.pid in tracked or proc.pid == os.getpid():
-                continue
-            try:
-                env = proc.environ()
-            except (psutil.Error, OSError):
-                continue
-            node_dir, node_id = env.get("CADRE_NODE_DIR", ""), env.get("CADRE_NODE_ID", "")
-            if not node_id or not node_dir.startswith(root) or os.path.basename(node_dir) != node_id:
-                continue
-            if os.path.dirname(node_dir) != str(self.nodes_dir):
-                continue
-            identity = procs.read_identity(proc.pid, self.platform)
-            try:
-                ports = int(env["CADRE_API_PORT"]), int(env["CADRE_P2P_PORT"])
-            except (KeyError, ValueError):
-                continue
-            if identity is None:
-                continue
-            found.append(Handle(
-                id=f"{node_id}.{uuid.uuid4().hex[:8]}", node_id=node_id, pid=proc.pid, identity=identity,
-                api_port=ports[0], p2p_port=ports[1],
-                started_at=datetime.fromtimestamp(proc.create_time(), timezone.utc).isoformat(timespec="milliseconds"),
-                advertise_host=env.get("CADRE_ADVERTISE_HOST", ""),
-            ))
-        return found
-
     def _persist(self, stopped_cleanly: Iterable[str] = ()) -> None:
         self._persist_pending = False
-        rows = {h.id: h.to_row() for h in self._handles.values() if h.alive}
-        doc = {"version": STATE_VERSION, "handles": rows}
-        if stopped_cleanly:
-            doc["stopped_cleanly"] = sorted(set(stopped_cleanly))
-        try:
-            write_json_atomic(self.state_file, doc)
-        except OSError as exc:
-            raise StorageError(
-                f"could not save the state file {self.state_file}: {exc.strerror or exc}"
-            ) from None
-
-    # -- spawn -----------------------------------------------------------------
+        write_state(self.state_file, self._handles.values(), stopped_cleanly)
 
     def _node_env(self, node_id: str, handle_ports: tuple[int, int], secret_env: Mapping[str, str]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_NODE_VARS_PREFIX)}
