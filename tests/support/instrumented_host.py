@@ -49,9 +49,9 @@ class InstrumentedHost(HeadlessHost):
 
 
 def _install_stall(trigger: Path) -> None:
-    from cadre_desktop.host import orchestrator
+    from cadre_desktop.host import handles as state_module  # where state.json is written
 
-    real = orchestrator.write_json_atomic
+    real = state_module.write_json_atomic
     known: set[str] = set()
 
     def write(path, doc, **kw):
@@ -62,7 +62,7 @@ def _install_stall(trigger: Path) -> None:
         real(path, doc, **kw)
         known.update(handles)
 
-    orchestrator.write_json_atomic = write
+    state_module.write_json_atomic = write
 
 
 def _install_full_disk(trigger: Path) -> None:
