@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+
+from tests.support.polling import async_wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_DEADLINE_S = 15.0
@@ -53,17 +54,7 @@ async def poll(
     condition: Callable[[], Any], *, deadline_s: float = 10.0, what: str = "condition"
 ) -> Any:
     """Await ``condition()`` (sync or async) until it returns something truthy."""
-    end = time.monotonic() + deadline_s
-    last: Any = None
-    while True:
-        last = condition()
-        if asyncio.iscoroutine(last):
-            last = await last
-        if last:
-            return last
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
-        await asyncio.sleep(0.02)
+    return await async_wait_until(condition, timeout=deadline_s, interval=0.02, what=what)
 
 
 @dataclass

@@ -12,10 +12,9 @@ import random
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+from tests.support.headless import control_request
 from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,16 +87,7 @@ class BundledHost:
         return self.stderr_path.read_text(errors="replace")
 
     def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        control = json.loads((self.home / "control.json").read_text())
-        req = urllib.request.Request(control["url"] + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Authorization": f"Bearer {control['token']}",
-                                              "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                return resp.status, json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read() or b"{}")
+        return control_request(self.home, method, path, body)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.exe), *args], env=self.env, capture_output=True, text=True,

@@ -34,6 +34,20 @@ def fast_settings(**overrides) -> dict:
     return settings
 
 
+def control_request(home: Path, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    """One call to the control API of the host running for `home`, with its token."""
+    ctl = json.loads((home / "control.json").read_text())
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(ctl["url"] + path, data=data, method=method,
+                                 headers={"Authorization": f"Bearer {ctl['token']}",
+                                          "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
 class HeadlessHost:
     def __init__(self, home: Path, keyring_env: dict[str, str], settings: dict | None = None) -> None:
         self.home = home
@@ -73,16 +87,7 @@ class HeadlessHost:
         return self.stderr_path.read_text(errors="replace")
 
     def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        ctl = self.control
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(ctl["url"] + path, data=data, method=method,
-                                     headers={"Authorization": f"Bearer {ctl['token']}",
-                                              "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                return resp.status, json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read() or b"{}")
+        return control_request(self.home, method, path, body)
 
     def node(self, node_id: str) -> dict:
         status, body = self.api("GET", f"/api/nodes/{node_id}")

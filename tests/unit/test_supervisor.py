@@ -60,6 +60,24 @@ class Rig:
         return self.store.get(node_id)
 
 
+def hold_keyring_reads(rig) -> tuple[asyncio.Event, asyncio.Event]:
+    """Make every keyring read wait at `gate`; `reading` is set when one starts.
+
+    The keyring read is the await inside a respawn where a Remove or a give-up
+    can land, so the races the supervisor guards against are driven from here.
+    """
+    gate, reading = asyncio.Event(), asyncio.Event()
+    real_get = rig.secrets.get
+
+    async def held_get(node_id, kind):
+        reading.set()
+        await gate.wait()
+        return await real_get(node_id, kind)
+
+    rig.secrets.get = held_get
+    return gate, reading
+
+
 @pytest.fixture
 def rig(tmp_path):
     r = Rig(tmp_path)
@@ -221,16 +239,7 @@ async def test_unparsable_timestamp_is_eligible_at_once(rig):
 
 async def test_remove_mid_respawn_abandons_without_counting(rig):
     rig.node()
-    gate = asyncio.Event()
-    reading = asyncio.Event()
-    real_get = rig.secrets.get
-
-    async def slow_get(node_id, kind):
-        reading.set()
-        await gate.wait()
-        return await real_get(node_id, kind)
-
-    rig.secrets.get = slow_get
+    gate, reading = hold_keyring_reads(rig)
     pass_task = asyncio.create_task(rig.sup.reconcile())
     await reading.wait()
     await rig.service.remove("n1")
@@ -243,15 +252,7 @@ async def test_remove_mid_respawn_abandons_without_counting(rig):
 
 async def test_give_up_mid_respawn_abandons(rig):
     rig.node()
-    gate, reading = asyncio.Event(), asyncio.Event()
-    real_get = rig.secrets.get
-
-    async def slow_get(node_id, kind):
-        reading.set()
-        await gate.wait()
-        return await real_get(node_id, kind)
-
-    rig.secrets.get = slow_get
+    gate, reading = hold_keyring_reads(rig)
     result_task = asyncio.create_task(rig.service.respawn("n1"))
     await reading.wait()
     rig.store.put(rig.rec().replace(status=NodeStatus.ERROR))
@@ -359,15 +360,7 @@ async def test_stop_ends_timer_and_subscription(rig):
 async def test_in_flight_pass_abandons_records_it_has_not_reached_after_stop(rig):
     rig.node("a")
     rig.node("b")
-    gate, reading = asyncio.Event(), asyncio.Event()
-    real_get = rig.secrets.get
-
-    async def slow_get(node_id, kind):
-        reading.set()
-        await gate.wait()
-        return await real_get(node_id, kind)
-
-    rig.secrets.get = slow_get
+    gate, reading = hold_keyring_reads(rig)
     task = asyncio.create_task(rig.sup.reconcile())
     await reading.wait()
     rig.sup._disposed = True  # what stop() sets, without cancelling the pass
