@@ -32,7 +32,17 @@ def ensure_private_dir(folder: Path) -> None:
 
 
 def write_bytes_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Replace `path` with `data`; on any error the old file is left intact."""
+    """Replace `path` with `data`; on any error the old file is left intact.
+
+    Out of file descriptors (a flood on an API), it is tried once more with the
+    process's reserve freed (see `fdlimit`): a save must not fail for that.
+    """
+    from cadre_desktop.fdlimit import call_with_reserve
+
+    call_with_reserve(_write_bytes_atomic, path, data, mode)
+
+
+def _write_bytes_atomic(path: Path, data: bytes, mode: int) -> None:
     folder = path.parent
     ensure_private_dir(folder)
     tmp = folder / f".{path.name}.{secrets.token_hex(4)}.tmp"

@@ -132,7 +132,8 @@ class Host:
         self.probe = Probe(
             store=self.store, orchestrator=self.orchestrator, events=self.events, clock=self.clock,
             interval_s=interval,
-            fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval))),
+            fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval)),
+                                    fresh_after_s=min(2.5, interval / 2)),
         )
         self.probe.start()
         # A new child is watched until it answers, rather than waiting out the interval.

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from cadre_desktop import fdlimit
 from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.errors import SpawnError, StorageError
 from cadre_desktop.host import nodelogs, procs, proctree, winjob
@@ -248,7 +249,7 @@ class Orchestrator:
         try:
             ensure_private_dir(work)
             env = self._node_env(node_id, (api_port, p2p_port), secret_env)
-            popen, output, job = self._launch(node_id, handle_id, env, work)
+            popen, output, job = fdlimit.call_with_reserve(self._launch, node_id, handle_id, env, work)
         except OSError as exc:
             self.ports.release((api_port, p2p_port))
             self._restore(dropped)

@@ -35,11 +35,19 @@ def loopback_for(bind_host: str) -> str:
 
 
 class HttpStatusFetcher:
-    """GET /status with one shared session, bounded by a timeout; None if no good answer."""
+    """GET /status with one shared session, bounded by a timeout; None if no good answer.
 
-    def __init__(self, host: str, timeout_s: float) -> None:
+    A pooled connection is kept for less than a probe interval (`fresh_after_s`),
+    so each regular probe opens a fresh one: a node that has stopped accepting
+    connections (its port flooded) is seen as not answering, instead of being
+    read through a keep-alive connection it accepted long ago. The quick probes
+    of a starting node still share one.
+    """
+
+    def __init__(self, host: str, timeout_s: float, fresh_after_s: float = 2.5) -> None:
         self.host = host
         self.timeout_s = timeout_s
+        self.fresh_after_s = fresh_after_s
         self._session = None
 
     async def __call__(self, port: int) -> dict[str, Any] | None:
@@ -48,7 +56,7 @@ class HttpStatusFetcher:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=30),
+                connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=self.fresh_after_s),
             )
         host = f"[{self.host}]" if ":" in self.host else self.host
         try:

@@ -8,6 +8,7 @@ import logging.handlers
 import signal
 import sys
 
+from cadre_desktop import fdlimit, logfilter
 from cadre_desktop.errors import CadreError, HostBusy
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
@@ -16,7 +17,7 @@ log = logging.getLogger("cadre_desktop")
 
 
 def setup_logging(paths: Paths, *, to_stderr: bool = True) -> None:
-    """Plain lines to stderr and a size-capped host.log. Never a secret in either."""
+    """Plain lines to stderr and a size-capped host.log, repeats rate-limited. Never a secret in either."""
     root = logging.getLogger()
     if getattr(root, "_cadre_configured", False):
         return
@@ -34,7 +35,18 @@ def setup_logging(paths: Paths, *, to_stderr: bool = True) -> None:
         paths.host_log.chmod(0o600)
     except OSError as exc:
         print(f"cadre-desktop: cannot write the host log: {exc}", file=sys.stderr)
+    logfilter.install(list(root.handlers))
     root._cadre_configured = True  # type: ignore[attr-defined]
+
+
+def prepare_process(loop: asyncio.AbstractEventLoop) -> None:
+    """What a host process needs before it serves anything: every descriptor the OS
+    allows, a few kept in reserve, and the loop's own errors as single lines."""
+    limits = fdlimit.raise_soft_limit()
+    if limits and limits[0] != limits[1]:
+        log.info("raised the open-file limit from %d to %d", *limits)
+    fdlimit.keep_reserve()
+    logfilter.quiet_loop_errors(loop)
 
 
 async def serve(paths: Paths, settings: Settings) -> int:
@@ -45,6 +57,7 @@ async def serve(paths: Paths, settings: Settings) -> int:
     # SIGTERM sent the moment it does must still stop the host cleanly.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    prepare_process(loop)
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)

@@ -43,9 +43,10 @@ _HTTP_CODES = {
 }
 
 
-def build_app(node: Node, *, body_timeout_s: float = BODY_TIMEOUT_S) -> web.Application:
+def build_app(node: Node, *, body_timeout_s: float = BODY_TIMEOUT_S, first: list | None = None) -> web.Application:
+    """The API; `first` are middlewares that run before everything (the connection guard)."""
     api = _Api(node)
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors_as_json])
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[*(first or []), _errors_as_json])
     app[_BODY_TIMEOUT] = body_timeout_s
     app.router.add_get("/status", api.status)
     app.router.add_get("/claim", api.claim_page)
