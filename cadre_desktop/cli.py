@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from cadre_desktop import __version__, logtail
+from cadre_desktop import __version__, logtail, text
 from cadre_desktop.control_client import ApiError, ControlClient, NoHost
 from cadre_desktop.errors import CadreError
 from cadre_desktop.paths import Paths, resolve_paths
@@ -47,17 +47,21 @@ class Usage(Exception):
 
 
 # -- output -----------------------------------------------------------------------------
+# Everything printed for a person goes through `out` or `one_line`: a node's name,
+# cadre or log line can come from anyone on the network, and an ESC or BEL in it must
+# never reach the terminal as a control sequence (cadre_desktop/text.py). JSON output
+# is escaped by json.dumps itself.
 
-def out(text: str = "") -> None:
-    print(text, flush=True)
+def out(line: str = "") -> None:
+    print(text.escape_lines(line), flush=True)
 
 
 def print_json(doc: Any) -> None:
-    out(json.dumps(doc, indent=2, sort_keys=True))
+    print(json.dumps(doc, indent=2, sort_keys=True), flush=True)
 
 
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
+def one_line(value: Any) -> str:
+    return text.escape(" ".join(str(value).split()))
 
 
 def shown(value: Any) -> str:
@@ -65,7 +69,7 @@ def shown(value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value)
+    return one_line(value)
 
 
 def local_time(stamp: str | None) -> str:
@@ -106,7 +110,7 @@ def node_details(node: dict) -> str:
 
 
 def node_summary(node: dict) -> str:
-    return f"{node.get('name')} ({node.get('id')}): {node.get('status')}"
+    return f"{shown(node.get('name'))} ({shown(node.get('id'))}): {shown(node.get('status'))}"
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -229,7 +233,8 @@ def cmd_remove(args, paths: Paths) -> int:
 
 
 def write_text(data: bytes) -> None:
-    sys.stdout.write(data.decode("utf-8", "replace"))
+    """Log bytes for a terminal: control characters (but line breaks and tabs) as escapes."""
+    sys.stdout.write(text.escape_lines(data.decode("utf-8", "replace")))
     sys.stdout.flush()
 
 
@@ -258,12 +263,12 @@ def cmd_watch(args, paths: Paths) -> int:
         for kind, data in events:
             node = data.get("node") or {}
             if args.json:
-                out(json.dumps({"event": kind, **data}, sort_keys=True))
+                print(json.dumps({"event": kind, **data}, sort_keys=True), flush=True)
                 continue
-            what = f"{node.get('name')} ({data.get('id')})" if node else str(data.get("id"))
-            status = f" {node.get('status')}" if node else ""
+            what = f"{one_line(node.get('name'))} ({one_line(data.get('id'))})" if node else one_line(data.get("id"))
+            status = f" {one_line(node.get('status'))}" if node else ""
             detail = f": {one_line(data['detail'])}" if data.get("detail") else ""
-            out(f"{datetime.now().strftime('%H:%M:%S')} {kind:<8} {what}{status}{detail}")
+            out(f"{datetime.now().strftime('%H:%M:%S')} {one_line(kind):<8} {what}{status}{detail}")
     except KeyboardInterrupt:
         return EXIT_OK
     except TimeoutError:

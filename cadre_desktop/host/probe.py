@@ -11,9 +11,11 @@ one slow node never holds up the others.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any, Awaitable, Callable
 
+from cadre_desktop import text
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.clock import Clock, iso, sleep_or_kick
 from cadre_desktop.host.events import EventBus, EventKind
@@ -23,6 +25,31 @@ log = logging.getLogger(__name__)
 
 Fetch = Callable[[int], Awaitable[dict[str, Any] | None]]
 NODE_STATES = {"unclaimed", "joining", "joined", "failed"}
+#: A /status answer is a few hundred bytes; anything past this is not one.
+MAX_STATUS_BYTES = 64 * 1024
+
+
+def sanitize_status(doc: dict[str, Any]) -> dict[str, Any]:
+    """Only what the host uses of a node's /status, every string checked.
+
+    A node program is anyone's code, and its answer reaches a record, the log
+    and the user's terminal. Identifiers that are not clean text are dropped;
+    the cadre name and the error, which are for a person, keep what they say
+    with unprintable characters written as escapes.
+    """
+    state = doc.get("state")
+    return {
+        "state": state if state in NODE_STATES else None,
+        "node_id": text.clean(doc.get("node_id"), 128),
+        "peer_id": text.clean(doc.get("peer_id"), 128),
+        "cadre": _for_a_person(doc.get("cadre"), 64),
+        "error": _for_a_person(doc.get("error"), 300),
+        "version": text.clean(doc.get("version"), 64),
+    }
+
+
+def _for_a_person(value: Any, limit: int) -> str | None:
+    return text.escape(value, limit) if isinstance(value, str) and value else None
 
 
 def loopback_for(bind_host: str) -> str:
@@ -63,10 +90,13 @@ class HttpStatusFetcher:
             async with self._session.get(f"http://{host}:{port}/status") as resp:
                 if resp.status != 200:
                     return None
-                body = await resp.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+                raw = await resp.content.read(MAX_STATUS_BYTES + 1)  # a node may send anything
+                if len(raw) > MAX_STATUS_BYTES:
+                    return None
+                body = json.loads(raw)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, RecursionError, OSError):
             return None
-        return body if isinstance(body, dict) else None
+        return sanitize_status(body) if isinstance(body, dict) else None
 
     async def close(self) -> None:
         if self._session is not None:

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from cadre_desktop.text import clean as clean_text
 from cadre_desktop.node import invitations
 from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
 from cadre_desktop.node.errors import ApiError, StorageError
@@ -199,7 +200,7 @@ def _text_field(
         value = value.strip()
     if not low <= len(value) <= high:
         raise ApiError(400, "invalid-field", f"{name!r} must be {low} to {high} characters")
-    if not value.isprintable():
+    if clean_text(value, high) is None:
         raise ApiError(400, "invalid-field", f"{name!r} must be printable text")
     return value
 
