@@ -248,7 +248,8 @@ class NodeService:
                 await self._unwind_create(record.id, left_over=True)
                 reaped.append(record.id)
         for node_id in self.store.pending_removals():
-            if node_id in self._removing or node_id in self._creating or node_id in self._keyring_blocked:
+            blocked = node_id in self._keyring_blocked and self.gate.condition is not None
+            if node_id in self._removing or node_id in self._creating or blocked:
                 continue
             log.warning("the removal of node %s was left unfinished; finishing it", node_id)
             try:

@@ -155,7 +155,8 @@ class Supervisor:
             return await work()
 
     def kick(self, trigger: str) -> asyncio.Task | None:
-        if self._disposed:
+        """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
+        if self._disposed or self._timer is None:
             return None
         task = asyncio.create_task(self._pass_logged(trigger), name=f"supervisor-{trigger}")
         self._tasks.add(task)
