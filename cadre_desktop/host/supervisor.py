@@ -32,8 +32,8 @@ import time
 from datetime import datetime, timedelta
 from typing import Awaitable, Callable, TypeVar
 
-from cadre_desktop.errors import CadreError, Conflict, NotFound, SecretsError
-from cadre_desktop.host.clock import Clock, iso, parse_iso
+from cadre_desktop.errors import CadreError, SecretsError
+from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.decide import (
     Decision, Observation, Policy, SecretState, Verdict, decide, exit_words, one_line,
 )
@@ -42,6 +42,7 @@ from cadre_desktop.host.keyring_gate import KeyringGate
 from cadre_desktop.host.lifecycle import Change, Lifecycle
 from cadre_desktop.host.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
 from cadre_desktop.host.secrets import SecretKind
+from cadre_desktop.host.timeline import Timeline
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -106,9 +107,7 @@ class Supervisor:
         self._due_task: asyncio.Task | None = None
         self._due_at: float | None = None
         self._uncounted: set[str] = set()
-        #: (wall time it was derived from, monotonic anchor), per node or child.
-        self._anchors: dict[tuple[str, str], tuple[str, float]] = {}
-        self._seen_start: dict[str, float] = {}
+        self.timeline = Timeline(clock)
         #: The words for each node's last exit this process saw (or the reason it stopped it).
         self._last_exit: dict[str, str] = {}
         self._exit_codes: dict[str, int | None] = {}
@@ -299,7 +298,7 @@ class Supervisor:
             returncode=self._exit_codes.get(record.id, handle.returncode if handle else None),
             answered=answered,
             unresponsive=unresponsive,
-            started_s=self._started_s(handle.id) if handle is not None and status is DriverStatus.RUNNING else None,
+            started_s=self.timeline.seen_for(handle.id) if handle is not None and status is DriverStatus.RUNNING else None,
             since_attempt_s=self._since_attempt_s(record),
             secret=secret,
             stopped_cleanly=record.id in self._uncounted,
@@ -382,14 +381,14 @@ class Supervisor:
             self.lifecycle.apply(node_id, Change.START_FAILED, lambda r: r.replace(
                 error=message, respawn=respawn, start=failed_mark))
             if counted:
-                self._anchor_attempt(node_id, now)
+                self.timeline.mark(("attempt", node_id), now)
             raise
-        self._seen_start[child.id] = self.clock.monotonic()
+        self.timeline.started(child.id)
         change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
         self.lifecycle.apply(node_id, change, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark))
         if counted:
-            self._anchor_attempt(node_id, now)
+            self.timeline.mark(("attempt", node_id), now)
         log.info("node %s started (attempt %d%s), pid %s", node_id, attempt, "" if counted else ", uncounted",
                  child.pid)
         return True
@@ -435,102 +434,12 @@ class Supervisor:
             return reason
         return reason + "\nLast log lines:\n" + self.gate.redact(node_id, "\n".join(one_line(x) for x in lines))
 
-    async def restart(self, node_id: str, *, only_if_running: bool = False,
-                      require: frozenset[NodeStatus] | None = None, doing: str = "restarted") -> NodeRecord | None:
-        """The one restart: stop the node's child and start it again without spending its budget.
-
-        With `only_if_running` a node that is down is left to the crash path
-        (the address watcher's restarts). `require` narrows the statuses that
-        may be restarted (a new claim code only while unclaimed), checked on
-        the queue, so a node claimed meanwhile is not restarted.
-        """
-        async def work() -> NodeRecord | None:
-            record = self._require(node_id)
-            if record.status not in SUPERVISED:
-                if only_if_running:
-                    return None
-                hint = " Use Retry." if record.status is NodeStatus.ERROR else ""
-                raise Conflict(f"Node {record.name} is {record.status.value} and cannot be restarted.{hint}")
-            if require is not None and record.status not in require:
-                raise Conflict(f"Node {record.name} is {record.status.value} now, so it was not {doing}.")
-            if only_if_running and not self.driver.is_running(record.handle):
-                return None
-            if self.gate.cached(node_id, secret_kind(record)) is None:
-                raise self._keyring_error(record)
-            await self.driver.stop_node(node_id)
-            self._last_exit.pop(node_id, None)
-            if not self.start_node(node_id, counted=False, expect_handle=record.handle):
-                raise Conflict(f"Node {node_id} was removed or stopped while it was being {doing}.")
-            log.info("node %s %s", node_id, doing)
-            return self._require(node_id)
-        return await self.serialize(work)
-
-    async def retry(self, node_id: str) -> NodeRecord:
-        """Bring a node back from `error` with a fresh budget and start it now."""
-        async def work() -> NodeRecord:
-            record = self._require(node_id)
-            if record.status is not NodeStatus.ERROR:
-                raise Conflict(f"Node {record.name} is {record.status.value}; only a node in error can be retried.")
-            if self.gate.cached(node_id, secret_kind(record)) is None:
-                raise self._keyring_error(record)
-            # A child left over from the give-up (it is normally stopped) must go first.
-            await self.driver.stop_node(node_id)
-            if record.mode is NodeMode.CLAIM:
-                status = NodeStatus.JOINED if record.cadre else NodeStatus.UNCLAIMED
-            else:
-                status = NodeStatus.JOINED if record.cadre else NodeStatus.JOINING
-            fresh = self.lifecycle.apply(node_id, Change.RETRY, lambda r: r.replace(
-                status=status, error=None, respawn=None,
-                start=dataclasses.replace(r.start, failures=0, answered=True) if r.start else None))
-            if fresh is None:
-                raise Conflict(f"Node {record.name} changed while it was being retried.")
-            self._last_exit.pop(node_id, None)
-            log.info("node %s: retry requested", node_id)
-            self.start_node(node_id, counted=True, expect_handle=fresh.handle)
-            return self._require(node_id)
-        return await self.serialize(work)
-
-    def _keyring_error(self, record: NodeRecord) -> SecretsError:
-        kind = secret_kind(record)
-        if self.gate.is_missing(record.id, kind):
-            return SecretsError(f"The secret of node {record.name} is missing from the keyring, so it cannot be "
-                                "started. Remove the node and add it again.")
-        cond = self.gate.condition
-        self.gate.want(record.id, kind)
-        return SecretsError(cond.message if cond else "The keyring has not answered yet; try again in a moment.",
-                            code=cond.code if cond else "keyring_waiting")
-
-    def _require(self, node_id: str) -> NodeRecord:
-        record = self.lifecycle.get(node_id)
-        if record is None:
-            raise NotFound(f"There is no node {node_id!r} on this host.")
-        return record
-
     # -- time ---------------------------------------------------------------------
-
-    def _anchor_attempt(self, node_id: str, wall: str) -> None:
-        self._anchors[("attempt", node_id)] = (wall, self.clock.monotonic())
-
-    def _since(self, key: tuple[str, str], wall: str | None) -> float | None:
-        """Seconds since `wall`, on the monotonic clock once seen; never negative."""
-        when = parse_iso(wall)
-        if when is None:
-            return None
-        anchor = self._anchors.get(key)
-        if anchor is None or anchor[0] != wall:
-            elapsed = max(0.0, (self.clock.now() - when).total_seconds())
-            anchor = (wall, self.clock.monotonic() - elapsed)
-            self._anchors[key] = anchor
-        return self.clock.monotonic() - anchor[1]
 
     def _since_attempt_s(self, record: NodeRecord) -> float | None:
         if not record.respawn:
             return None
-        return self._since(("attempt", record.id), record.respawn.last_attempt_at)
-
-    def _started_s(self, handle_id: str) -> float:
-        """Since this host started the child, or first saw it (a re-attached child gets a fresh grace)."""
-        return self.clock.monotonic() - self._seen_start.setdefault(handle_id, self.clock.monotonic())
+        return self.timeline.since(("attempt", record.id), record.respawn.last_attempt_at)
 
     def _arm_due_timer(self) -> None:
         """Bring the next pass forward to when the earliest backoff or start grace ends."""
@@ -575,6 +484,11 @@ class Supervisor:
             return None
         remaining = self.policy.backoff_s(record.attempts) - since
         return self.clock.now() + timedelta(seconds=remaining) if remaining > 0 else None
+
+    def forget_exit(self, node_id: str) -> None:
+        """A deliberate start begins with a clean slate: the last exit no longer explains anything."""
+        self._last_exit.pop(node_id, None)
+        self._exit_codes.pop(node_id, None)
 
     def last_exit(self, node_id: str) -> str | None:
         return self._last_exit.get(node_id)
