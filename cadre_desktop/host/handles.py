@@ -23,6 +23,7 @@ from typing import Callable, Iterable
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import StorageError
 from cadre_desktop.host import procs
+from cadre_desktop.host.driver import Exit
 from cadre_desktop.host.jsondoc import read_versioned
 
 STATE_VERSION = 2
@@ -51,6 +52,10 @@ class Handle:
     started_at: str
     #: The address the child was told to advertise (it learns it only at start).
     advertise_host: str = ""
+    #: The start number that made this child (the driver seam keys starts by it).
+    attempt: int = 0
+    #: True when a start found this child already running and took it over.
+    adopted: bool = False
     alive: bool = True
     stop_requested: bool = False
     returncode: int | None = None
@@ -82,6 +87,7 @@ class Handle:
             "p2p_port": self.p2p_port,
             "started_at": self.started_at,
             "advertise_host": self.advertise_host,
+            "attempt": self.attempt,
             "pgid": self.pgid,
             "job": self.job,
             "pump": ({"pid": self.pump_pid, "start_time": self.pump_identity.start_time,
@@ -90,14 +96,8 @@ class Handle:
         }
 
 
-@dataclass(frozen=True)
-class ExitEvent:
-    handle_id: str
-    node_id: str
-    pid: int
-    returncode: int | None
-    #: True when the exit followed a stop this host asked for.
-    requested: bool
+#: The exit a driver reports (kept under its old name for the orchestrator's callers).
+ExitEvent = Exit
 
 
 @dataclass
@@ -144,11 +144,17 @@ def handle_from_row(handle_id: str, row: object) -> Handle:
         p2p_port=row["p2p_port"],
         started_at=str(row.get("started_at", "")),
         advertise_host=str(row.get("advertise_host") or ""),
+        attempt=whole(row.get("attempt")),
         pgid=pgid,
         job=job,
         pump_pid=pump_pid,
         pump_identity=pump_identity,
     )
+
+
+def whole(value: object) -> int:
+    """A non-negative whole number, or 0 for anything else (older files have no attempt)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def read_state(path: Path) -> tuple[dict[str, Handle], frozenset[str]]:

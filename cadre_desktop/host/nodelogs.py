@@ -127,8 +127,11 @@ def tail(path: Path, lines: int, max_bytes: int) -> list[str]:
 
 
 def delete(path: Path) -> None:
+    """Delete a log and its rotation; one that cannot be deleted is logged, not raised."""
     for each in (path, rotated(path)):
         try:
             each.unlink()
         except FileNotFoundError:
             pass
+        except OSError as exc:
+            log.warning("could not delete the log %s: %s", each, exc.strerror or exc)

@@ -32,6 +32,7 @@ from cadre_desktop import fdlimit
 from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.errors import SpawnError, StorageError
 from cadre_desktop.host import nodelogs, procs, proctree, winjob
+from cadre_desktop.host.driver import DriverStatus, status_of
 from cadre_desktop.host.handles import (  # noqa: F401 - re-exported for callers
     STATE_VERSION, ExitEvent, ExitListener, Handle, InitReport, read_state, write_state,
 )
@@ -92,6 +93,11 @@ class Orchestrator:
 
     def list_nodes(self) -> list[Handle]:
         return list(self._handles.values())
+
+    def status(self, handle_id: str | None) -> DriverStatus:
+        if not handle_id:
+            return DriverStatus.UNKNOWN
+        return status_of(self.get(handle_id))
 
     def handles_for(self, node_id: str) -> list[Handle]:
         return [h for h in self._handles.values() if h.node_id == node_id]
@@ -180,7 +186,8 @@ class Orchestrator:
             raise
         self.save_error = None
 
-    def _node_env(self, node_id: str, handle_ports: tuple[int, int], secret_env: Mapping[str, str]) -> dict[str, str]:
+    def _node_env(self, node_id: str, handle_ports: tuple[int, int], secret_env: Mapping[str, str],
+                  attempt: int = 0) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_NODE_VARS_PREFIX)}
         env.update(
             CADRE_NODE_ID=node_id,
@@ -189,6 +196,7 @@ class Orchestrator:
             CADRE_API_PORT=str(handle_ports[0]),
             CADRE_P2P_PORT=str(handle_ports[1]),
             CADRE_ADVERTISE_HOST=self.advertise_host(),
+            CADRE_START_ATTEMPT=str(attempt),
             PYTHONUNBUFFERED="1",
         )
         env.update(secret_env)
@@ -214,6 +222,28 @@ class Orchestrator:
             self._handles[h.id] = h
             self.ports.reserve(h.ports)
 
+    def start(
+        self,
+        node_id: str,
+        attempt: int,
+        secret_env: Mapping[str, str],
+        *,
+        want_ports: tuple[int, int] | None = None,
+        avoid_ports: Iterable[int] = (),
+    ) -> Handle:
+        """The driver seam's start: a live child that this same attempt made is adopted.
+
+        A host that died after starting a child and before its record named it
+        comes back to find that child running (state.json, or the scan for
+        untracked children); starting the same attempt again returns it rather
+        than a second child on the same ports and folder.
+        """
+        for handle in self.handles_for(node_id):
+            if handle.alive and attempt > 0 and handle.attempt == attempt:
+                handle.adopted = True
+                return handle
+        return self.spawn(node_id, secret_env, want_ports=want_ports, avoid_ports=avoid_ports, attempt=attempt)
+
     def spawn(
         self,
         node_id: str,
@@ -221,6 +251,7 @@ class Orchestrator:
         *,
         want_ports: tuple[int, int] | None = None,
         avoid_ports: Iterable[int] = (),
+        attempt: int = 0,
     ) -> Handle:
         """Start the node program for `node_id` and return its live handle.
 
@@ -248,7 +279,7 @@ class Orchestrator:
         job = None
         try:
             ensure_private_dir(work)
-            env = self._node_env(node_id, (api_port, p2p_port), secret_env)
+            env = self._node_env(node_id, (api_port, p2p_port), secret_env, attempt)
             popen, output, job = fdlimit.call_with_reserve(self._launch, node_id, handle_id, env, work)
         except OSError as exc:
             self.ports.release((api_port, p2p_port))
@@ -262,7 +293,7 @@ class Orchestrator:
             self._restore(dropped)
             raise
         # From here on nothing may throw: the child exists and must be tracked.
-        handle = self._track(node_id, handle_id, popen, output, job, (api_port, p2p_port), env)
+        handle = self._track(node_id, handle_id, popen, output, job, (api_port, p2p_port), env, attempt)
         for old in dropped:
             self._unwatch(old)
         try:
@@ -314,7 +345,7 @@ class Orchestrator:
             handle._cancel_pump_watch = cancel
 
     def _track(self, node_id: str, handle_id: str, popen: subprocess.Popen, output: nodelogs.Output,
-               job: Any, ports: tuple[int, int], env: dict[str, str]) -> Handle:
+               job: Any, ports: tuple[int, int], env: dict[str, str], attempt: int) -> Handle:
         identity = procs.read_identity(popen.pid, self.platform) or procs.Identity("unknown")
         pump = output.pump
         handle = Handle(
@@ -326,6 +357,7 @@ class Orchestrator:
             p2p_port=ports[1],
             started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             advertise_host=env["CADRE_ADVERTISE_HOST"],
+            attempt=attempt,
             pgid=None if self.platform == "win32" else popen.pid,
             job=winjob.job_name(handle_id) if job is not None else None,
             pump_pid=pump.pid if pump else None,
@@ -444,8 +476,15 @@ class Orchestrator:
         await asyncio.to_thread(self._delete_files, node_id)
 
     def _delete_files(self, node_id: str) -> None:
-        shutil.rmtree(self.work_dir(node_id), ignore_errors=True)
+        """Delete the work folder and logs; a folder that survives is an error, never a success."""
+        work = self.work_dir(node_id)
+        failures: list[str] = []
+        shutil.rmtree(work, onerror=lambda _fn, path, exc: failures.append(f"{path}: {exc[1]}"))
         nodelogs.delete(self.log_path(node_id))
+        if os.path.lexists(work):
+            detail = failures[0] if failures else "it is still there"
+            raise StorageError(f"could not delete the work folder of node {node_id} ({detail}); "
+                               "the removal is retried later")
 
     def forget(self, handle_id: str) -> None:
         """Drop a dead handle (its ports go back)."""

@@ -36,7 +36,7 @@ from pathlib import Path
 import psutil
 
 from cadre_desktop.host import procs
-from cadre_desktop.host.handles import Handle
+from cadre_desktop.host.handles import Handle, whole
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +151,7 @@ def handle_for(member: Member, platform: str = procs.CURRENT) -> Handle | None:
         identity=member.info.identity, api_port=ports[0], p2p_port=ports[1],
         started_at=started.isoformat(timespec="milliseconds"),
         advertise_host=env.get("CADRE_ADVERTISE_HOST", ""),
+        attempt=whole(int(env["CADRE_START_ATTEMPT"]) if env.get("CADRE_START_ATTEMPT", "").isdigit() else 0),
         pgid=member.info.pgid if platform != "win32" else None,
     )
 

@@ -69,3 +69,21 @@ def test_the_log_pump_needs_only_the_standard_library():
     # It runs as `python -I -S logpump.py`: no site-packages, not even our own package.
     for module in imported_modules(PKG / "logpump.py"):
         assert module.split(".")[0] in sys.stdlib_module_names or module == "__future__", module
+
+
+def test_nothing_but_the_lifecycle_writes_a_record():
+    """One owner of a node's life: the store's writers are called from lifecycle.py only."""
+    writers = ("put", "remove", "mark_removed", "removal_done")
+    for path in (PKG / "host").rglob("*.py"):
+        if path.name in ("lifecycle.py", "store.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in writers
+                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "store"):
+                raise AssertionError(f"{path.name}:{node.lineno} writes a record with store.{node.func.attr}")
+
+
+def test_the_engine_speaks_to_compute_only_through_the_driver_seam():
+    for name in ("supervisor.py", "service.py", "probe.py", "decide.py", "lifecycle.py"):
+        imports = imported_modules(PKG / "host" / name)
+        assert not {"cadre_desktop.host.orchestrator", "cadre_desktop.host.procs", "subprocess"} & imports, name
