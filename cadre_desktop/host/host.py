@@ -11,7 +11,7 @@ import asyncio
 import logging
 from typing import Callable
 
-from cadre_desktop.errors import NotFound
+from cadre_desktop.errors import CadreError, NotFound
 from cadre_desktop.host.address import claim_url, detect_lan_address
 from cadre_desktop.host.netwatch import AddressWatcher
 from cadre_desktop.host.clock import Clock, iso
@@ -23,9 +23,9 @@ from cadre_desktop.host.orchestrator import Orchestrator
 from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.host.probe import HttpStatusFetcher, Probe, loopback_for
 from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
-from cadre_desktop.host.secrets import SecretKind, SecretStore
+from cadre_desktop.host.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.service import NodeService
-from cadre_desktop.host.store import RecordStore
+from cadre_desktop.host.store import KEYRING_LAYOUT, RecordStore
 from cadre_desktop.host.supervisor import Supervisor, secret_kind
 from cadre_desktop.host.views import NodeView
 from cadre_desktop.paths import Paths
@@ -102,6 +102,7 @@ class Host:
         s = self.settings
         self.paths.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store.load()
+        self._bind_keyring()
         if self._serve_control_api:
             from cadre_desktop.host.control import check_control_file
 
@@ -139,6 +140,7 @@ class Host:
             supervisor=self.supervisor, clock=self.clock,
         )
         await self._prefetch_secrets()
+        self._keyring_move = asyncio.ensure_future(self._move_keyring_entries())
         await self.service.reap_stuck()
         self.supervisor.start(stopped_cleanly=report.stopped_cleanly)
         self.probe.start()
@@ -156,6 +158,28 @@ class Host:
             await self.control.start()
         self._started = True
         log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
+
+    def _bind_keyring(self) -> None:
+        """Key this home's keyring entries by its id; an upgraded records file is written
+        first, so the id is on disk before any entry is named after it."""
+        self.store.save_upgrade()
+        self.secrets.bind_home(self.store.home_id, self.store.knows,
+                               legacy=self.store.keyring_layout < KEYRING_LAYOUT)
+
+    async def _move_keyring_entries(self) -> None:
+        """Once, for a home from before home ids: its entries get their home-keyed names."""
+        if not self.secrets.legacy:
+            return
+        ids = [r.id for r in self.store.list()] + self.store.pending_removals()
+        try:
+            moved = await move_legacy_entries(self.secrets, ids)
+            self.store.keyring_moved()
+        except CadreError as exc:
+            log.warning("keyring entries keep their old names for now (%s); they are read there "
+                        "and moved at the next start", exc.message)
+            return
+        self.secrets.legacy = False
+        log.info("moved %d keyring entr%s to names keyed by this home", moved, "y" if moved == 1 else "ies")
 
     async def _prefetch_secrets(self, wait_s: float = 2.0) -> None:
         """Read every supervised node's secret ahead, off the serial queue.
@@ -225,10 +249,11 @@ class Host:
             await self.supervisor.stop()
         if self.gate is not None:
             await self.gate.close()
-        task = getattr(self, "_prefetch_task", None)
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        for name in ("_prefetch_task", "_keyring_move"):
+            task = getattr(self, name, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.orchestrator is not None:
             if stop_nodes:
                 await self.orchestrator.stop_all()

@@ -15,11 +15,18 @@ child, the work folder and the keyring entries are gone. A host killed between
 the two finds the name at its next start and finishes the job, so a crash never
 leaves a child or a keyring secret that no row names. The key is written only
 while a removal is pending; older builds ignore it.
+
+Version 2 added the home's own id (`home_id`, random, made once), which keys
+its keyring entries so two homes of one user never touch each other's, and
+`keyring_layout`: 1 while entries of an upgraded home may still be under their
+old names, 2 once they were moved (see host/secrets.py).
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import secrets
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -30,10 +37,24 @@ from cadre_desktop.host.records import NodeRecord, is_node_id, record_from_row
 
 log = logging.getLogger(__name__)
 
-FILE_VERSION = 1
+FILE_VERSION = 2
+#: Keyring entries named `<home id>/<node id>/<kind>` (1: `<node id>/<kind>`, before home ids).
+KEYRING_LAYOUT = 2
+HOME_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{7,63}")
+
+
+def new_home_id() -> str:
+    return "h" + secrets.token_hex(8)
+
+
+def _upgrade_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["home_id"] = new_home_id()
+    doc["keyring_layout"] = 1  # its entries are still under their old names
+    return doc
+
 
 #: One function per version step: UPGRADES[n] turns a version-n document into n+1.
-UPGRADES: dict[int, Upgrade] = {}
+UPGRADES: dict[int, Upgrade] = {1: _upgrade_1_to_2}
 
 
 class RecordStore:
@@ -51,6 +72,8 @@ class RecordStore:
         #: Ids removed from the rows whose clean-up is not known to be finished.
         self._removing: dict[str, str] = {}
         self._upgraded_from: int | None = None
+        self._home_id: str | None = None
+        self._keyring_layout = KEYRING_LAYOUT
 
     def load(self) -> dict[str, NodeRecord]:
         """Load once and cache. A missing file is an empty store; a bad one raises.
@@ -68,7 +91,9 @@ class RecordStore:
         )
         if doc is None:
             self._cache, self._removing = {}, {}
+            self._home_id, self._keyring_layout = new_home_id(), KEYRING_LAYOUT
             return self._cache
+        self._read_home(doc, upgraded=found is not None and found < self._version)
         removing = doc.get("removing", {})
         if not isinstance(removing, dict) or not all(
                 is_node_id(k) and isinstance(v, str) for k, v in removing.items()):
@@ -94,12 +119,56 @@ class RecordStore:
         self._removing = dict(removing)
         return cache
 
+    def _read_home(self, doc: dict[str, Any], *, upgraded: bool) -> None:
+        home_id, layout = doc.get("home_id"), doc.get("keyring_layout", KEYRING_LAYOUT)
+        if home_id is None and (upgraded or self._version < 2):
+            home_id = new_home_id()  # made now; written with the upgraded file
+        if not isinstance(home_id, str) or not HOME_ID.fullmatch(home_id):
+            raise StorageError(f"the records file {self.path} has no valid 'home_id'; it was left as it is")
+        if layout not in (1, KEYRING_LAYOUT):
+            raise StorageError(f"the records file {self.path} has a bad 'keyring_layout'; it was left as it is")
+        self._home_id, self._keyring_layout = home_id, layout
+
+    @property
+    def home_id(self) -> str:
+        """This home's own id, stable for its life (it keys the keyring entries)."""
+        self.load()
+        assert self._home_id is not None
+        return self._home_id
+
+    @property
+    def keyring_layout(self) -> int:
+        self.load()
+        return self._keyring_layout
+
+    def knows(self, node_id: str) -> bool:
+        """Whether this home has or had (a pending removal) a node of this id."""
+        self.load()
+        return node_id in self._cache or node_id in self._removing
+
+    def save_upgrade(self) -> None:
+        """Write an upgraded file now (its backup kept), so its new home id is on disk
+        before any keyring entry is named after it."""
+        self.load()
+        if self._upgraded_from is not None:
+            self._save(self._cache)
+
+    def keyring_moved(self) -> None:
+        """Every old-form keyring entry of this home has its new name now."""
+        self.load()
+        if self._keyring_layout != KEYRING_LAYOUT:
+            self._keyring_layout = KEYRING_LAYOUT
+            self._save(self._cache)
+
     def _save(self, nodes: dict[str, NodeRecord], removing: dict[str, str] | None = None) -> None:
         removing = self._removing if removing is None else removing
         doc: dict[str, Any] = {
             "version": self._version,
             "nodes": {node_id: rec.to_row() for node_id, rec in sorted(nodes.items())},
         }
+        if self._version >= 2:
+            doc["home_id"] = self._home_id
+            doc["keyring_layout"] = self._keyring_layout
         if removing:
             doc["removing"] = dict(sorted(removing.items()))
         try:
@@ -164,3 +233,4 @@ class RecordStore:
         """Forget the cache (after the file was fixed by hand)."""
         self._cache = None
         self._removing = {}
+        self._home_id = None

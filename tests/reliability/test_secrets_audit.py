@@ -28,7 +28,7 @@ from tests.reliability.conftest import host_settings
 from tests.support.host_calls import call, claim, claim_secret_of, post_json, running
 from tests.support.node_scan import node_processes
 from tests.support.polling import wait_until
-from tests.support.secret_items import secret_items
+from tests.support.secret_items import entry_name, node_of, secret_items
 
 
 class Vault:
@@ -159,8 +159,9 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
 
     problems += scan_processes(host, vault)
     problems += scan_home(host.home, vault, "control token of the second host")
-    assert set(secret_items(secret_service)) >= {f"{a['id']}/claim-secret", f"{b['id']}/invitation",
-                                                 f"{c['id']}/claim-secret", f"{d['id']}/invitation"}
+    assert set(secret_items(secret_service)) >= {
+        entry_name(host.home, a["id"]), entry_name(host.home, b["id"], "invitation"),
+        entry_name(host.home, c["id"]), entry_name(host.home, d["id"], "invitation")}
 
     # Remove everything (API and CLI), stop, and look again.
     for node_id in (a["id"], b["id"], e["id"]):
@@ -171,5 +172,5 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
     assert host.stop() == 0
     problems += scan_home(host.home, vault, None)
     gone = {a["id"], b["id"], c["id"], d["id"], e["id"]}
-    assert not [u for u in secret_items(secret_service) if u.split("/")[0] in gone], "keyring entries outlived their nodes"
+    assert not [u for u in secret_items(secret_service) if node_of(u) in gone], "keyring entries outlived their nodes"
     assert not problems, problems
