@@ -42,7 +42,9 @@ fail() { echo "build-deb.sh: $*" >&2; exit 1; }
 [ "$(uname -s)" = Linux ] || fail "a .deb is built on Linux"
 [ -x "$BUNDLE/$APP" ] && [ -d "$BUNDLE/_internal" ] && [ -f "$BUNDLE/share/applications/$APP.desktop" ] \
     || fail "no Linux bundle in $BUNDLE: run packaging/build.sh first"
-ensure_debs dpkg-dev  # dpkg-shlibdeps, dpkg-gencontrol (and binutils' objdump for them)
+# dpkg-shlibdeps and dpkg-gencontrol; and the libraries of Qt's Wayland plugin, which
+# PyInstaller leaves to the system: dpkg-shlibdeps must find them to depend on them.
+ensure_debs dpkg-dev libwayland-client0 libwayland-cursor0
 
 # The bundle says what it is: "cadre-desktop 0.2.0 (commit 1a2b3c4d5e6f)".
 read -r _ VERSION _ COMMIT < <("$BUNDLE/$APP" --version) || fail "$BUNDLE/$APP --version failed"
