@@ -100,6 +100,16 @@ class BundledHost:
     def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
         return control_request(self.home, method, path, body)
 
+    def add_node(self, name: str, timeout: float = 30) -> dict:
+        """A node added through the control API; its view once it runs and answers."""
+        status, node = self.api("POST", "/api/nodes", {"name": name})
+        assert status == 201, node
+
+        def ready():
+            view = self.api("GET", f"/api/nodes/{node['id']}")[1]
+            return view if view["ready"] else None
+        return wait_until(ready, timeout=timeout, what=f"node {name} running and ready")
+
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.exe), *args], env=self.env, capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, timeout=60)

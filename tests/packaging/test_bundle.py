@@ -94,13 +94,7 @@ def test_headless_host_from_the_bundle_adds_a_node_that_is_unclaimed_and_ready(b
     host = BundledHost(bundle, tmp_path / "home", secret_service)
     try:
         host.start()
-        status, node = host.api("POST", "/api/nodes", {"name": "Kitchen"})
-        assert status == 201, node
-
-        def ready():
-            view = host.api("GET", f"/api/nodes/{node['id']}")[1]
-            return view if view["ready"] else None
-        view = wait_until(ready, timeout=30, what="the bundled node ready")
+        view = host.add_node("Kitchen")
         assert view["status"] == "unclaimed" and view["claim_url"]
 
         # The node is the bundle itself with --node: no Python from outside.
@@ -109,12 +103,12 @@ def test_headless_host_from_the_bundle_adds_a_node_that_is_unclaimed_and_ready(b
         assert child.cmdline()[1:] == ["--node"]
         with urllib.request.urlopen(f"http://127.0.0.1:{view['api_port']}/status", timeout=10) as resp:
             status_doc = json.loads(resp.read())
-        assert (status_doc["node_id"], status_doc["state"], status_doc["version"]) == (node["id"], "unclaimed",
+        assert (status_doc["node_id"], status_doc["state"], status_doc["version"]) == (view["id"], "unclaimed",
                                                                                        __version__)
 
         listed = host.cli("node", "list", "--json")
         assert listed.returncode == 0, listed.stderr
-        assert [(n["id"], n["status"]) for n in json.loads(listed.stdout)["nodes"]] == [(node["id"], "unclaimed")]
+        assert [(n["id"], n["status"]) for n in json.loads(listed.stdout)["nodes"]] == [(view["id"], "unclaimed")]
 
         assert host.stop() == 0, host.stderr()
         assert not psutil.pid_exists(child.pid) or child.status() == psutil.STATUS_ZOMBIE

@@ -178,17 +178,11 @@ def test_installed_headless_host_runs_a_node_that_a_phone_claims(installed, secr
     host = BundledHost(installed, tmp_path / "home", {**secret_service, "PATH": SYSTEM_PATH})
     try:
         host.start()
-        status, node = host.api("POST", "/api/nodes", {"name": "Kitchen"})
-        assert status == 201, node
-
-        def ready():
-            view = host.api("GET", f"/api/nodes/{node['id']}")[1]
-            return view if view["ready"] else None
-        view = wait_until(ready, timeout=30, what="the installed node ready")
+        view = host.add_node("Kitchen")
         assert psutil.Process(view["pid"]).exe() == str(OPT / APP)  # the package's own node program
         status, body = claim(view, "family")  # as a phone does, from the claim URL the API gave
         assert status == 200, body
-        joined = wait_until(lambda: (v := host.api("GET", f"/api/nodes/{node['id']}")[1])["status"] == "joined"
+        joined = wait_until(lambda: (v := host.api("GET", f"/api/nodes/{view['id']}")[1])["status"] == "joined"
                             and v, timeout=30, what="the node joined")
         assert joined["cadre"] == "family" and joined["claim_url"] is None
         assert host.stop() == 0, host.stderr()
