@@ -29,7 +29,7 @@ WORK="$ROOT/build/deb"
 FAST=0
 while (($#)); do
     case "$1" in
-        --bundle) BUNDLE="$(cd "$2" && pwd)"; shift 2 ;;
+        --bundle) BUNDLE="$(realpath -m "$2")"; shift 2 ;;
         --out) OUT="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
         --work) WORK="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
         --fast) FAST=1; shift ;;
@@ -91,11 +91,11 @@ cd "$WORK"
 mapfile -t ELF < <(find "debian/$APP/opt" -type f \( -name "$APP" -o -name '*.so' -o -name '*.so.*' \))
 # As installed paths: dpkg-shlibdeps looks for them inside debian/$APP first.
 mapfile -t LIBDIRS < <(find "debian/$APP/opt" -type f -name 'lib*.so*' -printf '%h\n' | sort -u | sed "s|^debian/$APP||")
-# --ignore-missing-info: the bundled libraries have no shlibs files, being ours. Warnings
-# off: they are about how upstream linked its binaries, nothing this package can change.
-dpkg-shlibdeps -Tdebian/substvars --ignore-missing-info --warnings=0 "${LIBDIRS[@]/#/-l}" "${ELF[@]}" \
+# A library found inside the package is no dependency; a system library it cannot find is
+# an error. Warnings off: they are about how upstream linked its binaries, nothing to change here.
+dpkg-shlibdeps -Tdebian/substvars --warnings=0 "${LIBDIRS[@]/#/-l}" "${ELF[@]}" \
     2> shlibdeps.log || { cat shlibdeps.log >&2; fail "dpkg-shlibdeps failed"; }
-# A system library missing on this machine would silently be no dependency: refuse.
+# An unversioned library it cannot find is only a warning, and would be no dependency: refuse.
 if grep -i "find library" shlibdeps.log >&2; then
     fail "install the system libraries above (they are what the bundle needs from the system), then build again"
 fi

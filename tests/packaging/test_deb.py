@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from cadre_desktop import __version__
-from tests.packaging.bundle import APP, BundledHost, clean_env, loopback_settings
+from tests.packaging.bundle import APP, REPO, BundledHost, clean_env, loopback_settings
 from tests.support.host_calls import claim
 from tests.support.polling import wait_until
 
@@ -101,6 +101,13 @@ def test_package_depends_on_exactly_the_system_libraries_the_bundle_does_not_car
         assert not owners(carried) & depends, carried
     recommends = field(deb, "Recommends")
     assert "gnome-keyring" in package_names(recommends) and "gnome-keyring" not in depends
+
+
+def test_building_without_a_bundle_says_to_build_one_first(tmp_path):
+    done = tool("bash", str(REPO / "packaging" / "build-deb.sh"), "--bundle", str(tmp_path / "none"),
+                "--out", str(tmp_path), timeout=60)
+    assert done.returncode == 1 and "no Linux bundle" in done.stderr and "packaging/build.sh first" in done.stderr
+    assert not list(tmp_path.glob("*.deb"))
 
 
 def test_lintian_finds_no_error_in_the_package(deb):
