@@ -321,8 +321,10 @@ def cmd_autostart(args, paths: Paths) -> int:
 
 
 def run_headless(paths: Paths) -> int:
+    from cadre_desktop.host.preflight import prepare_home
     from cadre_desktop.settings import load_settings
 
+    prepare_home(paths)  # a home it cannot use is one message (exit 1), before settings are read there
     settings = load_settings(paths.settings_file)
     from cadre_desktop.host.runner import run_headless as run
 

@@ -36,8 +36,10 @@ node's output on stdin. Inside a bundle: `cadre-desktop --log-pump ...`.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import stat
 import sys
 
 CHUNK = 64 * 1024
@@ -69,11 +71,18 @@ class CappedLog:
         self._open()
 
     def _open(self) -> None:
+        # O_NONBLOCK: a FIFO put where the log belongs must not hang the pump (and
+        # with it the node, whose output would back up); only a regular file will do.
         flags = (os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
-                 | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-        self.fd = os.open(self.path, flags, 0o600)
+                 | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+        fd = os.open(self.path, flags, 0o600)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, f"{self.path} is not a regular file")
         if _POSIX:
-            os.fchmod(self.fd, 0o600)  # a file an older build left 0644
+            os.set_blocking(fd, True)
+            os.fchmod(fd, 0o600)  # a file an older build left 0644
+        self.fd = fd
 
     def _current(self) -> bool:
         """Whether our descriptor is still the file at `path` (another pump may have rotated it)."""

@@ -43,6 +43,7 @@ from cadre_desktop.host.jsondoc import read_versioned
 from cadre_desktop.host.records import is_node_id
 from cadre_desktop.host.validate import clean_invitation, clean_name
 from cadre_desktop.netguard import ConnectionGuard, GuardedSockSite
+from cadre_desktop.readfile import read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +218,7 @@ class ControlServer:
 
     def _remove_control_file(self) -> None:
         try:
-            doc = json.loads(self.control_file.read_text(encoding="utf-8"))
+            doc = json.loads(read_bytes(self.control_file, max_bytes=64 * 1024, follow_symlinks=False))
         except (OSError, ValueError):
             return
         # Another host may have taken over the home since; its file is not ours to delete.

@@ -21,6 +21,7 @@ from cadre_desktop.host.keyring_gate import KeyringGate
 from cadre_desktop.host.lifecycle import Lifecycle
 from cadre_desktop.host.orchestrator import Orchestrator
 from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.host.preflight import check_bind_host, prepare_home
 from cadre_desktop.host.probe import HttpStatusFetcher, Probe, loopback_for
 from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
 from cadre_desktop.host.secrets import SecretKind, SecretStore, move_legacy_entries
@@ -91,6 +92,7 @@ class Host:
         Refuses to start (and leaves every file as it is) when another host
         holds the home or a file it keeps is unreadable.
         """
+        prepare_home(self.paths)  # one clear error for a home it cannot use, before anything
         self._lock.acquire()
         try:
             await self._start()
@@ -102,12 +104,12 @@ class Host:
         s = self.settings
         self.paths.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store.load()
-        self._bind_keyring()
         if self._serve_control_api:
             from cadre_desktop.host.control import check_control_file
 
             # A control.json we cannot have written is refused, like every file we keep.
             check_control_file(self.paths.control_file)
+        check_bind_host(s.bind_host, str(self.paths.settings_file))
         ports = PortAllocator(*s.port_range, bind_host=s.bind_host)
         self.orchestrator = Orchestrator(
             state_file=self.paths.state_file,
@@ -120,6 +122,8 @@ class Host:
             stop_timeout_s=s.stop_timeout_ms / 1000,
         )
         report = await self.orchestrator.init()
+        # Only once every file was read and found good: an upgrade writes the records.
+        self._bind_keyring()
         if report.attached:
             log.info("re-attached to %d running node(s)", len(report.attached))
         self.gate = KeyringGate(self.secrets, sleep=self.clock.sleep)

@@ -21,6 +21,7 @@ from pathlib import Path
 from cadre_desktop import logpump
 from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.host import procs
+from cadre_desktop.readfile import open_binary, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def open_direct(path: Path, node_id: str, cap: int) -> int:
             os.replace(path, rotated(path))
     except FileNotFoundError:
         pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    fd = open_regular(path, follow_symlinks=False, flags=os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.write(fd, header(node_id))
     return fd
 
@@ -113,7 +114,7 @@ def trim(path: Path, cap: int) -> None:
 def tail(path: Path, lines: int, max_bytes: int) -> list[str]:
     """The last lines of a log (a bounded read from the end), without the host's header lines."""
     try:
-        with open(path, "rb") as fh:
+        with open_binary(path, follow_symlinks=False) as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - max_bytes))

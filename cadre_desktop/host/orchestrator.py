@@ -127,8 +127,9 @@ class Orchestrator:
         child owns (what a leader that died while no host watched left behind)
         is ended before supervision starts.
         """
-        ensure_private_dir(self.nodes_dir)
         persisted, stopped_cleanly = read_state(self.state_file)
+        # nodes/ 0700 before any work folder in it: mkdir(parents=True) would make it 0755.
+        ensure_private_dir(self.nodes_dir, tighten=True)
         attached, dead = [], []
         for handle in persisted.values():
             now = procs.read_identity(handle.pid, self.platform)

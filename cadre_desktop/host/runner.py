@@ -82,5 +82,12 @@ async def serve(paths: Paths, settings: Settings) -> int:
 
 
 def run_headless(paths: Paths, settings: Settings) -> int:
+    from cadre_desktop.host.preflight import prepare_home
+
+    try:
+        prepare_home(paths)  # before the log: an unusable home is one message, not two
+    except CadreError as exc:
+        print(f"cadre-desktop: {exc.message}", file=sys.stderr)
+        return 1
     setup_logging(paths)
     return asyncio.run(serve(paths, settings))
