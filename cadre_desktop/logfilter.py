@@ -128,7 +128,11 @@ class OneLineLogger(logging.LoggerAdapter):
             text = str(msg) % args if args else str(msg)
         except (TypeError, ValueError):
             text = str(msg)
-        detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+        detail = ""
+        if exc is not None:
+            # aiohttp's messages span lines with a caret under the bad byte: one line, no caret.
+            words = " ".join(str(getattr(exc, "message", None) or exc).split()).rstrip(" ^")
+            detail = f": {type(exc).__name__}: {words}"
         line = f"{self.what}: {text}{detail}"
         self.logger.warning("%s", _printable(line, 300))
 

@@ -286,6 +286,8 @@ class Host:
 
     def _view(self, record: NodeRecord) -> NodeView:
         handle = self.orchestrator.get(record.handle) if self.orchestrator else None
+        unsaved = None if handle and handle.alive else self._unsaved_child(record)
+        handle = unsaved or handle
         running = bool(handle and handle.alive)
         next_retry = None
         if record.status in SUPERVISED and not running and self.supervisor:
@@ -304,15 +306,15 @@ class Host:
             status=record.status.value,
             mode=record.mode.value,
             running=running,
-            ready=bool(running and self.probe and self.probe.is_ready(record.handle)),
+            ready=bool(running and self.probe and self.probe.is_ready(handle.id)),
             pid=handle.pid if running else None,
-            api_port=record.api_port,
-            p2p_port=record.p2p_port,
+            api_port=handle.api_port if unsaved else record.api_port,
+            p2p_port=handle.p2p_port if unsaved else record.p2p_port,
             peer_id=record.peer_id,
             cadre=record.cadre,
             attempts=record.attempts,
             next_retry_at=next_retry,
-            last_error=record.error,
+            last_error=self._save_problem(record, unsaved) or record.error,
             claim_url=url,
             advertise_host=advertised,
             created_at=record.created_at,
@@ -324,6 +326,21 @@ class Host:
             waiting_for="keyring" if self.supervisor and self.supervisor.waiting_for_keyring(record.id) else None,
             last_decision=self.supervisor.last_decisions.get(record.id) if self.supervisor else None,
         )
+
+    def _unsaved_child(self, record: NodeRecord):
+        """A live child of the node that its record does not name: the write after its start failed."""
+        if not self.orchestrator or record.status not in SUPERVISED:
+            return None
+        alive = [h for h in self.orchestrator.handles_for(record.id) if h.alive]
+        return alive[-1] if alive else None
+
+    def _save_problem(self, record: NodeRecord, unsaved) -> str | None:
+        """The live truth came from memory, not the records: say why it could not be saved."""
+        if unsaved is None:
+            return None
+        why = self.store.save_error or (self.orchestrator.save_error if self.orchestrator else None)
+        note = f"running, but not saved yet: {why}" if why else "running, but not saved yet"
+        return f"{record.error}; {note}" if record.error else note
 
     def _last_exit(self, record: NodeRecord, running: bool) -> str | None:
         """What ended the node's last start, while it matters: down, or starting again after a failure."""

@@ -74,6 +74,8 @@ class RecordStore:
         self._upgraded_from: int | None = None
         self._home_id: str | None = None
         self._keyring_layout = KEYRING_LAYOUT
+        #: Why the last save failed (None once one succeeds): views show it beside the live truth.
+        self.save_error: str | None = None
 
     def load(self) -> dict[str, NodeRecord]:
         """Load once and cache. A missing file is an empty store; a bad one raises.
@@ -176,11 +178,14 @@ class RecordStore:
                 keep_backup(self.path, self._upgraded_from)
             write_json_atomic(self.path, doc)
         except OSError as exc:
-            raise StorageError(
+            error = StorageError(
                 f"could not save the records file {self.path}: {exc.strerror or exc}. "
                 "The previous file is intact; free some disk space and try again."
-            ) from None
+            )
+            self.save_error = error.message
+            raise error from None
         self._upgraded_from = None
+        self.save_error = None
 
     def get(self, node_id: str) -> NodeRecord | None:
         return self.load().get(node_id)
