@@ -29,7 +29,6 @@ from cadre_desktop.paths import Paths, resolve_paths
 PROG = "cadre-desktop"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_HOST = 0, 1, 2, 3
 NODE_FLAG = "--node"  # the node program inside a bundle; see run_node()
-LOG_PUMP_FLAG = "--log-pump"  # a node's log pump inside a bundle; see host/nodelogs.py
 MAX_INVITATION_INPUT = 64 * 1024
 SHOW_ORDER = (
     "id", "name", "status", "mode", "running", "pid", "api_port", "p2p_port", "peer_id", "cadre",
@@ -439,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [NODE_FLAG]:  # before argparse: the node takes its own (few) arguments
         return run_node(argv[1:])
-    if argv[:1] == [LOG_PUMP_FLAG]:
+    if argv[:1] == ["--log-pump"]:  # a node's log pump inside a bundle (logpump.FLAG; host/nodelogs.py)
         from cadre_desktop import logpump
 
         return logpump.main(argv[1:])

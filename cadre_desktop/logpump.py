@@ -43,6 +43,8 @@ import stat
 import sys
 
 CHUNK = 64 * 1024
+#: How a bundle's executable is told to be a log pump (cli.py dispatches it).
+FLAG = "--log-pump"
 _POSIX = os.name == "posix"
 
 

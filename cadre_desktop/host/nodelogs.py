@@ -26,13 +26,12 @@ from cadre_desktop.readfile import open_binary, open_regular
 log = logging.getLogger(__name__)
 
 HEADER_PREFIX = "--- cadre-desktop:"
-#: The pump as the host runs it: a bundle's own executable, or this Python on the file.
-PUMP_FLAG = "--log-pump"
 
 
 def pump_command() -> list[str]:
+    """The pump as the host runs it: a bundle's own executable, or this Python on the file."""
     if getattr(sys, "frozen", False):
-        return [sys.executable, PUMP_FLAG]
+        return [sys.executable, logpump.FLAG]
     # -I: nothing from the environment or the user's site; -S: no site import at all
     # (the pump needs only the standard library), which also makes it start faster.
     return [sys.executable, "-I", "-S", logpump.__file__]

@@ -22,16 +22,14 @@ import asyncio
 import logging
 import os
 import shutil
-import subprocess
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from cadre_desktop import fdlimit
 from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.errors import SpawnError, StorageError
-from cadre_desktop.host import nodelogs, procs, proctree, winjob
+from cadre_desktop.host import launch, nodelogs, procs, proctree, winjob
 from cadre_desktop.host.driver import DriverStatus, status_of
 from cadre_desktop.host.handles import (  # noqa: F401 - re-exported for callers
     STATE_VERSION, ExitEvent, ExitListener, Handle, InitReport, read_state, write_state,
@@ -277,11 +275,10 @@ class Orchestrator:
             self._restore(dropped)
             raise
         handle_id = f"{node_id}.{uuid.uuid4().hex[:8]}"
-        job = None
         try:
             ensure_private_dir(work)
             env = self._node_env(node_id, (api_port, p2p_port), secret_env, attempt)
-            popen, output, job = fdlimit.call_with_reserve(self._launch, node_id, handle_id, env, work)
+            launched = fdlimit.call_with_reserve(self._launch, node_id, handle_id, env, work)
         except OSError as exc:
             self.ports.release((api_port, p2p_port))
             self._restore(dropped)
@@ -294,7 +291,7 @@ class Orchestrator:
             self._restore(dropped)
             raise
         # From here on nothing may throw: the child exists and must be tracked.
-        handle = self._track(node_id, handle_id, popen, output, job, (api_port, p2p_port), env, attempt)
+        handle = self._track(node_id, handle_id, launched, (api_port, p2p_port), env, attempt)
         for old in dropped:
             self._unwatch(old)
         try:
@@ -303,74 +300,19 @@ class Orchestrator:
             log.error("node %s: %s", node_id, exc.message)
         return handle
 
-    def _launch(self, node_id: str, handle_id: str, env: dict[str, str],
-                work: Path) -> tuple[subprocess.Popen, nodelogs.Output, Any]:
-        """Start the child with its output going to a fresh log pump (and, on Windows, into a job)."""
-        job = name = None
-        if self.platform == "win32":
-            name = winjob.job_name(handle_id)
-            job = winjob.prepare(self.ender.job_ops(), name)
-        output = nodelogs.open_output(self.log_path(node_id), node_id, self.log_cap_bytes,
-                                      platform=self.platform, job=name if job else None)
-        try:
-            popen = subprocess.Popen(
-                self.node_command,
-                env=env,
-                cwd=work,
-                stdin=subprocess.DEVNULL,
-                stdout=output.fd,
-                stderr=output.fd,
-                close_fds=True,
-                **procs.popen_options(self.platform),
-            )
-        except BaseException:
-            self._reap_pump(output.pump)  # it reads end-of-file and ends
-            if job is not None:
-                self.ender.job_ops().close(job)
-            raise
-        finally:
-            os.close(output.fd)
-        job = winjob.assign(self.ender.job_ops(), job, getattr(popen, "_handle", None)) if job else None
-        return popen, output, job
+    def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
+        return launch.launch(self.node_command, env, work, log_path=self.log_path(node_id), node_id=node_id,
+                             log_cap=self.log_cap_bytes, handle_id=handle_id, platform=self.platform,
+                             job_ops=self.ender.job_ops)
 
-    def _reap_pump(self, pump: subprocess.Popen | None, handle: Handle | None = None) -> None:
-        if pump is None:
-            return
-        done = handle._pump_exited.set if handle is not None else (lambda: None)
-        try:
-            cancel = procs.watch_exit(asyncio.get_running_loop(), pump.pid, pump, lambda _code: done())
-        except Exception as exc:
-            log.error("cannot watch the log pump %s: %s", pump.pid, exc)
-            return
-        if handle is not None:
-            handle._cancel_pump_watch = cancel
-
-    def _track(self, node_id: str, handle_id: str, popen: subprocess.Popen, output: nodelogs.Output,
-               job: Any, ports: tuple[int, int], env: dict[str, str], attempt: int) -> Handle:
-        identity = procs.read_identity(popen.pid, self.platform) or procs.Identity("unknown")
-        pump = output.pump
-        handle = Handle(
-            id=handle_id,
-            node_id=node_id,
-            pid=popen.pid,
-            identity=identity,
-            api_port=ports[0],
-            p2p_port=ports[1],
-            started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            advertise_host=env["CADRE_ADVERTISE_HOST"],
-            attempt=attempt,
-            pgid=None if self.platform == "win32" else popen.pid,
-            job=winjob.job_name(handle_id) if job is not None else None,
-            pump_pid=pump.pid if pump else None,
-            pump_identity=procs.read_identity(pump.pid, self.platform) if pump else None,
-            popen=popen,
-        )
-        handle._job_handle = job
+    def _track(self, node_id: str, handle_id: str, launched: launch.Launched, ports: tuple[int, int],
+               env: dict[str, str], attempt: int) -> Handle:
+        handle = launch.new_handle(node_id, handle_id, launched, ports, env, attempt, self.platform)
         self._handles[handle.id] = handle
-        self._reap_pump(pump, handle)
+        launch.watch_pump(launched.output.pump, handle)
         try:
             handle._cancel_watch = procs.watch_exit(
-                asyncio.get_running_loop(), popen.pid, popen, lambda code: self._on_exit(handle, code)
+                asyncio.get_running_loop(), handle.pid, handle.popen, lambda code: self._on_exit(handle, code)
             )
         except Exception as exc:
             log.error("node %s: cannot watch its child for exits: %s", node_id, exc)

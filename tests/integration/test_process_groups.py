@@ -41,15 +41,22 @@ def cleanup():
                 pass
 
 
-async def test_a_leaders_death_ends_its_group_before_the_exit_is_reported(tmp_path, cleanup, monkeypatch):
+async def wrapper_and_node(tmp_path, cleanup, monkeypatch, stop_timeout_s: float = 2.0, grandchild: str = ""):
+    """An orchestrator whose child n1 started a grandchild in its group: a wrapper and its node."""
     monkeypatch.setenv("SLEEPER_MODE", "grandchild")
-    orch = make_orchestrator(tmp_path)
+    monkeypatch.setenv("SLEEPER_GRANDCHILD", grandchild)
+    orch = make_orchestrator(tmp_path, stop_timeout_s=stop_timeout_s)
     await orch.init()
-    seen: list[tuple[ExitEvent, bool]] = []
     handle = orch.spawn("n1", {})
     cleanup.append(handle.pid)
-    grandchild = ready_info(orch, "n1")["grandchild"]
-    cleanup.append(grandchild)
+    pid = ready_info(orch, "n1")["grandchild"]
+    cleanup.append(pid)
+    return orch, handle, pid
+
+
+async def test_a_leaders_death_ends_its_group_before_the_exit_is_reported(tmp_path, cleanup, monkeypatch):
+    orch, handle, grandchild = await wrapper_and_node(tmp_path, cleanup, monkeypatch)
+    seen: list[tuple[ExitEvent, bool]] = []
     # At the moment listeners hear of the exit (and would respawn), the kill is already sent.
     orch.subscribe(lambda event: seen.append((event, procs.group_exists(handle.pgid))))
     os.kill(handle.pid, signal.SIGKILL)  # the wrapper dies; the real node would live on
@@ -60,27 +67,14 @@ async def test_a_leaders_death_ends_its_group_before_the_exit_is_reported(tmp_pa
 
 
 async def test_stop_gives_the_whole_group_its_grace_then_kills_what_ignores_it(tmp_path, cleanup, monkeypatch):
-    monkeypatch.setenv("SLEEPER_MODE", "grandchild")
-    monkeypatch.setenv("SLEEPER_GRANDCHILD", "ignore-term")
-    orch = make_orchestrator(tmp_path, stop_timeout_s=0.5)
-    await orch.init()
-    handle = orch.spawn("n1", {})
-    cleanup.append(handle.pid)
-    grandchild = ready_info(orch, "n1")["grandchild"]
-    cleanup.append(grandchild)
+    orch, handle, grandchild = await wrapper_and_node(tmp_path, cleanup, monkeypatch, 0.5, "ignore-term")
     await orch.stop(handle.id)  # the leader leaves on SIGTERM; its child stays until killed
     assert gone(handle.pid) and gone(grandchild)
     orch.close()
 
 
 async def test_a_restarted_host_ends_what_a_leader_that_died_meanwhile_left(tmp_path, cleanup, monkeypatch):
-    monkeypatch.setenv("SLEEPER_MODE", "grandchild")
-    first = make_orchestrator(tmp_path)
-    await first.init()
-    handle = first.spawn("n1", {})
-    cleanup.append(handle.pid)
-    grandchild = ready_info(first, "n1")["grandchild"]
-    cleanup.append(grandchild)
+    first, handle, grandchild = await wrapper_and_node(tmp_path, cleanup, monkeypatch)
     first.close()  # the host goes away; then the wrapper is killed while nobody watches
     os.kill(handle.pid, signal.SIGKILL)
     wait_until(lambda: gone(handle.pid), what="the leader's death")

@@ -10,24 +10,12 @@ from tests.node.conftest import NodeLauncher
 
 
 @pytest.fixture
-async def fake_inviter():
-    runners = []
-
+def fake_inviter(serve_handler):
     async def serve(answer: dict) -> int:
         async def join(request):
             return web.json_response(answer)
-        app = web.Application()
-        app.router.add_post("/join", join)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        return site._server.sockets[0].getsockname()[1]
-
-    yield serve
-    for runner in runners:
-        await runner.cleanup()
+        return await serve_handler("POST", "/join", join)
+    return serve
 
 
 @pytest.mark.parametrize("cadre", ["\x1b]0;pwned\x07", "fam\x1b[2J", "two\nlines", "bell\x07", "x" * 65, ""])

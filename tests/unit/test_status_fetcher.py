@@ -13,26 +13,14 @@ HOSTILE = "\x1b]0;pwned\x07\x1b[2J"
 
 
 @pytest.fixture
-async def node_server():
-    runners = []
-
-    async def serve(body: bytes, seen: list | None = None):
+def node_server(serve_handler):
+    async def serve(body: bytes, seen: list | None = None) -> int:
         async def status(request):
             if seen is not None:
                 seen.append(request.transport)
             return web.Response(body=body, content_type="application/json")
-        app = web.Application()
-        app.router.add_get("/status", status)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        return site._server.sockets[0].getsockname()[1]
-
-    yield serve
-    for runner in runners:
-        await runner.cleanup()
+        return await serve_handler("GET", "/status", status)
+    return serve
 
 
 def test_strings_of_a_status_answer_are_checked_or_escaped():
