@@ -48,9 +48,13 @@ class Ledger:
         return sorted(n for n, alive in self.exists.items() if alive)
 
 
+#: What this build writes: records and state are both at version 2.
+VERSIONS = {"hosted-nodes.json": 2, "state.json": 2}
+
+
 def parse_versioned(path) -> dict:
     doc = json.loads(path.read_bytes())
-    assert isinstance(doc, dict) and doc.get("version") == 1, f"{path.name}: {doc!r}"
+    assert isinstance(doc, dict) and doc.get("version") == VERSIONS[path.name], f"{path.name}: {doc!r}"
     return doc
 
 
