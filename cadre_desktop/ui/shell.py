@@ -18,8 +18,9 @@ from cadre_desktop.settings import Settings
 from cadre_desktop.ui import autostart as autostart_module
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
+from cadre_desktop.ui.delivery import Delivery
 from cadre_desktop.ui.dialogs import AddDialog, JoinDialog, open_dialog
-from cadre_desktop.ui.icons import TrayIcons
+from cadre_desktop.ui.icons import APP_ICON, TrayIcons
 from cadre_desktop.ui.model import NodeTableModel
 from cadre_desktop.ui.notify import Notifier
 from cadre_desktop.ui.qr import QrDialog
@@ -53,7 +54,8 @@ class Shell(QObject):
         self.window = NodeWindow(host, self.model, self.actions)
         self.icons = TrayIcons(settings.monochrome_icon)
         self.tray = Tray(self.model, self.icons, autostart, self)
-        self.notifier = Notifier(host, self.bridge, self.actions, self.tray.icon, settings.notifications, self)
+        self.delivery = Delivery(self.tray.icon, APP_ICON, parent=self)
+        self.notifier = Notifier(host, self.bridge, self.actions, self.delivery, settings, self)
         self.qr_dialogs: dict[str, QrDialog] = {}
         self.tray_wait_s = tray_wait_s
         self._tray_deadline = 0.0
@@ -139,6 +141,7 @@ class Shell(QObject):
         QTimer.singleShot(PROGRESS_AFTER_MS, self, self._show_progress)
         try:
             await self.actions.cancel_all()
+            await self.notifier.close()
             await self.host.stop()
         finally:
             self.stopped = True
@@ -157,6 +160,7 @@ class Shell(QObject):
         self.progress.show()
 
     def close(self) -> None:
+        self.delivery.close()
         self.bridge.close()
         self.model.stop()
         self.tray.close()

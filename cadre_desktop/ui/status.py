@@ -143,3 +143,15 @@ def tooltip(views: list[NodeView], now: datetime) -> str:
     if len(views) > 5:
         lines.append(f"… and {len(views) - 5} more")
     return "\n".join(lines)
+
+
+def exit_line(view: NodeView | None, reason: str = "") -> str:
+    """The node's own last words: what the engine recorded of its exit, else the last log
+    line the give-up reason quotes, else the reason's first line."""
+    recorded = getattr(view, "last_exit", None) if view is not None else None
+    if recorded:
+        return first_line(recorded, 200)
+    reason = reason or (view.last_error if view is not None else "") or ""
+    head, marker, tail = reason.partition("Last log lines:")
+    quoted = [line.strip() for line in tail.splitlines() if line.strip()] if marker else []
+    return first_line(quoted[-1], 200) if quoted else first_line(head, 200)

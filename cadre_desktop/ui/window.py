@@ -6,6 +6,8 @@ then closing it quits, so nothing runs invisibly.
 
 from __future__ import annotations
 
+import logging
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
@@ -17,6 +19,8 @@ from cadre_desktop.ui import dialogs
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.logview import LogView
 from cadre_desktop.ui.model import COLUMNS, ERROR, NodeTableModel
+
+log = logging.getLogger(__name__)
 
 EMPTY_TEXT = (
     "<h2>No nodes yet</h2>"
@@ -202,6 +206,7 @@ class NodeWindow(QMainWindow):
     def show_node(self, node_id: str) -> None:
         self.present()
         self.select(node_id)
+        log.info("window opened on node %s", node_id)
 
     def explain_no_tray(self, text: str) -> None:
         self.banner.setText(text)
