@@ -53,7 +53,8 @@ class Shell(QObject):
         self.actions = Actions(host, lambda: self.window, self)
         self.window = NodeWindow(host, self.model, self.actions)
         self.icons = TrayIcons(settings.monochrome_icon)
-        self.tray = Tray(self.model, self.icons, autostart, self)
+        self.autostart = autostart
+        self.tray = Tray(self.model, self.icons, self)
         self.delivery = Delivery(self.tray.icon, APP_ICON, parent=self)
         self.notifier = Notifier(host, self.bridge, self.actions, self.delivery, settings, self)
         self.qr_dialogs: dict[str, QrDialog] = {}
@@ -68,6 +69,7 @@ class Shell(QObject):
 
         for signal, slot in (
             (self.tray.open_window, self.window.present), (self.tray.open_node, self.window.show_node),
+            (self.tray.retry_node, self.actions.retry), (self.tray.preferences, self.ask_preferences),
             (self.tray.add_node, self.ask_add), (self.tray.join_node, self.ask_join),
             (self.tray.quit, self.quit_requested), (self.window.add_requested, self.ask_add),
             (self.window.join_requested, self.ask_join), (self.window.qr_requested, self.show_qr),
@@ -103,6 +105,9 @@ class Shell(QObject):
 
     def ask_join(self) -> None:
         open_dialog(JoinDialog(self._dialog_parent(), self.actions.join))
+
+    def ask_preferences(self) -> None:
+        pass
 
     def _dialog_parent(self):
         return self.window if self.window.isVisible() else None

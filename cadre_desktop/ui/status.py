@@ -106,7 +106,34 @@ def retry_words(view: NodeView, now: datetime) -> str:
     left = seconds_until(view.next_retry_at, now) if is_down(view) else None
     if left:
         return f"{view.attempts} · next retry in {left} s"
-    return str(view.attempts) if view.attempts else ""
+    return str(view.attempts)
+
+
+def needs_attention(view: NodeView) -> bool:
+    """The host gave up on it, or it waits for something only the person can give (the keyring)."""
+    return view.status == "error" or bool(getattr(view, "waiting_for", None))
+
+
+def menu_words(view: NodeView) -> str:
+    """Status words without a running countdown: the tray menu changes only when the state does."""
+    if getattr(view, "waiting_for", None):
+        return f"Waiting for the {view.waiting_for}"
+    return "Restarting…" if is_down(view) else status_words(view, utcnow())
+
+
+def summary_line(views: list[NodeView]) -> str:
+    """"7 nodes: 6 running, 1 needs you"."""
+    if not views:
+        return "No nodes yet"
+    running = sum(1 for v in views if v.running)
+    attention = sum(1 for v in views if needs_attention(v))
+    parts = [f"{running} running"] + ([f"{attention} need{'s' if attention == 1 else ''} you"] if attention else [])
+    return f"{len(views)} node{'s' if len(views) != 1 else ''}: {', '.join(parts)}"
+
+
+def attention_first(views: list[NodeView]) -> list[NodeView]:
+    """Nodes that need the person first, then the rest by urgency; ties keep their order."""
+    return sorted(views, key=lambda v: (not needs_attention(v), -node_state(v).rank))
 
 
 def duration_words(seconds: float) -> str:
