@@ -30,7 +30,7 @@ def confirm(parent: QWidget | None, title: str, text: str, yes: str, then: Calla
 
 
 class _Form(QDialog):
-    def __init__(self, parent: QWidget | None, title: str, intro: str) -> None:
+    def __init__(self, parent: QWidget | None, title: str, intro: str, ok: str = "OK") -> None:
         super().__init__(parent)
         self.setWindowTitle(title)
         layout = QVBoxLayout(self)
@@ -40,6 +40,7 @@ class _Form(QDialog):
         self.form = QFormLayout()
         layout.addLayout(self.form)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText(ok)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
@@ -48,7 +49,7 @@ class _Form(QDialog):
 class AddDialog(_Form):
     def __init__(self, parent: QWidget | None, then: Callable[[str | None], None]) -> None:
         super().__init__(parent, "Add node", "A new node starts on this computer and waits to be "
-                         "claimed: scan its QR code with your phone to claim it into your cadre.")
+                         "claimed: scan its QR code with your phone to claim it into your cadre.", "&Add")
         self.name = QLineEdit()
         self.name.setPlaceholderText("optional, e.g. Living room")
         self.name.setMaxLength(64)
@@ -60,7 +61,7 @@ class AddDialog(_Form):
 class JoinDialog(_Form):
     def __init__(self, parent: QWidget | None, then: Callable[[str, str | None], None]) -> None:
         super().__init__(parent, "Join with invitation", "Paste the invitation a member of the cadre sent "
-                         "you. A new node starts on this computer and joins their cadre with it.")
+                         "you. A new node starts on this computer and joins their cadre with it.", "&Join")
         self.invitation = QPlainTextEdit()
         self.invitation.setPlaceholderText("the invitation text")
         self.invitation.setTabChangesFocus(True)

@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 TRAY_WAIT_S = 20.0
 TRAY_POLL_MS = 500
 PROGRESS_AFTER_MS = 400
+WAITING_TEXT = (
+    "<b>Waiting for a system tray…</b> cadre-desktop lives in the tray; until one appears this window "
+    "stands in for it, and closing it quits cadre-desktop."
+)
 NO_TRAY_TEXT = (
     "<b>No system tray was found</b>, so cadre-desktop shows this window instead of a tray icon. "
     "On GNOME, install and enable the “AppIndicator and KStatusNotifierItem Support” extension "
@@ -51,7 +55,7 @@ class Shell(QObject):
         self.bridge = HostBridge(host, self)
         self.model = NodeTableModel(host, self.bridge, self)
         self.actions = Actions(host, lambda: self.window, self)
-        self.window = NodeWindow(host, self.model, self.actions)
+        self.window = NodeWindow(host, self.model, self.actions, host.paths.config_dir / "window.json")
         self.icons = TrayIcons(settings.monochrome_icon)
         self.autostart = autostart
         self.tray = Tray(self.model, self.icons, self)
@@ -68,7 +72,7 @@ class Shell(QObject):
         self.progress: QProgressDialog | None = None
 
         for signal, slot in (
-            (self.tray.open_window, self.window.present), (self.tray.open_node, self.window.show_node),
+            (self.tray.open_window, self.window.present_attention), (self.tray.open_node, self.window.show_node),
             (self.tray.retry_node, self.actions.retry), (self.tray.preferences, self.ask_preferences),
             (self.tray.add_node, self.ask_add), (self.tray.join_node, self.ask_join),
             (self.tray.quit, self.quit_requested), (self.window.add_requested, self.ask_add),
@@ -81,10 +85,12 @@ class Shell(QObject):
     # -- start -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Show the tray icon, or wait for a tray a while, then fall back to the window."""
+        """Show the tray icon; with no tray yet, show the window at once and keep looking a while."""
         self.tray.show()
         if not QSystemTrayIcon.isSystemTrayAvailable():
             log.info("no system tray yet; waiting up to %.0f s for one", self.tray_wait_s)
+            self.window.explain_no_tray(WAITING_TEXT)
+            self.window.present_attention()
             self._tray_deadline = time.monotonic() + self.tray_wait_s
             self._tray_timer.start()
 
@@ -92,6 +98,7 @@ class Shell(QObject):
         if QSystemTrayIcon.isSystemTrayAvailable():
             self._tray_timer.stop()
             self.tray.show()
+            self.window.tray_found()
         elif time.monotonic() >= self._tray_deadline:
             self._tray_timer.stop()
             log.warning("no system tray appeared; showing the window instead")
