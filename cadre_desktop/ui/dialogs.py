@@ -11,7 +11,7 @@ from typing import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QVBoxLayout,
+    QCheckBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QVBoxLayout,
     QWidget,
 )
 
@@ -25,6 +25,30 @@ def confirm(parent: QWidget | None, title: str, text: str, yes: str, then: Calla
     ok = box.addButton(yes, QMessageBox.ButtonRole.DestructiveRole)
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
     box.finished.connect(lambda _: then() if box.clickedButton() is ok else None)
+    box.open()
+    return box
+
+
+QUIT_STOP, QUIT_LEAVE = "&Stop nodes and quit", "&Leave them running"
+
+
+def ask_how_to_quit(parent: QWidget | None, running: int, keep_default: bool,
+                    then: Callable[[bool, bool], None]) -> QMessageBox:
+    """Quit: stop the nodes, or leave them running? `then(keep_running, ask_again)`; Cancel quits nothing."""
+    nodes = f"{running} node{'s' if running != 1 else ''}"
+    box = QMessageBox(QMessageBox.Icon.Question, "Quit cadre-desktop",
+                      f"Stop the {nodes} too, or leave {'them' if running != 1 else 'it'} running?",
+                      QMessageBox.StandardButton.Cancel, parent)
+    box.setInformativeText("Left running, they keep serving their cadres, and the next start of "
+                           "cadre-desktop takes them back. Stopped, they start again with it.")
+    stop = box.addButton(QUIT_STOP, QMessageBox.ButtonRole.AcceptRole)
+    leave = box.addButton(QUIT_LEAVE, QMessageBox.ButtonRole.AcceptRole)
+    box.setDefaultButton(leave if keep_default else stop)
+    remember = QCheckBox("&Don't ask again (Preferences can change it)")
+    box.setCheckBox(remember)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.finished.connect(lambda _: box.clickedButton() in (stop, leave)
+                         and then(box.clickedButton() is leave, not remember.isChecked()))
     box.open()
     return box
 
