@@ -111,9 +111,12 @@ class PreferencesDialog(QDialog):
 
     def _autostart_on(self) -> bool:
         try:
-            return self.autostart.status() is True
+            state = self.autostart.status()
         except (CadreError, OSError):
             return False
+        if isinstance(state, str):  # an entry that starts another app or home: unticked, and why
+            self.start_at_login.setToolTip(f"Start at login is {state}")
+        return state is True
 
     def changes(self) -> dict[str, Any]:
         """What the fields say, as settings.json keys (None: back to the default)."""
