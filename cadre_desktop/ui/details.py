@@ -24,6 +24,8 @@ class DetailsPane(QScrollArea):
         self.node_id: str | None = None
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
+        # Lines wrap to the pane's width rather than scrolling sideways.
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         body = QWidget()
         outer = QVBoxLayout(body)
@@ -38,7 +40,7 @@ class DetailsPane(QScrollArea):
         self.fields: dict[str, QLabel] = {}
         for key, label in ROWS:
             value = QLabel()
-            value.setWordWrap(key != "log")
+            value.setWordWrap(True)
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             value.setTextFormat(Qt.TextFormat.PlainText)
             if key == "log":

@@ -21,6 +21,8 @@ LOG_BYTES_LINES = 400
 _START = re.compile(r"^--- cadre-desktop: starting node \S+ at (\S+) ---$")
 _STAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s+(.*)$")
 _EXIT_CODE = re.compile(r"exit(?:ed with)? code (-?\d+)")
+#: The host's own status probe, as a node's access log records it: noise in "last lines".
+_PROBE = re.compile(r'"GET /status[ ?"]')
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,8 @@ def next_step(v: NodeView) -> str:
 
 
 def log_lines(path: str | Path, count: int = 8) -> list[LogLine]:
-    """The node's last `count` distinct log lines, each with a time, repeats folded."""
+    """The node's last `count` distinct log lines, each with a time, repeats folded, the host's
+    own status probes left out."""
     try:
         data, _ = tail_lines(Path(path), LOG_BYTES_LINES)
     except OSError:
@@ -129,7 +132,7 @@ def log_lines(path: str | Path, count: int = 8) -> list[LogLine]:
         if marker:
             started = parse_iso(marker[1])
             continue
-        if not raw.strip():
+        if not raw.strip() or _PROBE.search(raw):
             continue
         stamped = _STAMPED.match(raw)
         at, text = (_local_stamp(stamped[1]) or started, stamped[2]) if stamped else (started, raw)

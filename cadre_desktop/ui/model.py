@@ -25,8 +25,8 @@ from cadre_desktop.ui.status import (
 COLUMNS = ("Name", "Status", "Uptime", "Attempts", "Cadre", "Address", "CPU", "Memory", "Reason")
 NAME, STATUS, UPTIME, ATTEMPTS, CADRE, ADDRESS, CPU, MEMORY, ERROR = range(len(COLUMNS))
 #: What each column is as wide as, so a ticking countdown never makes widths jump.
-WIDEST = ("Living room node", "Restarting in 300 s", "23 h 59 min", "5 · next retry in 300 s", "family-cadre",
-          "192.168.100.200:28299", "100 %", "1000 MB", "")
+WIDEST = ("Living room", "Waiting to be claimed", "23 h 59 min", "Attempts", "family",
+          "192.168.100.20:28299", "100 %", "1000 MB", "")
 #: A value to sort by (numbers for numbers, urgency for status).
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 TICK_MS = 1000

@@ -102,10 +102,7 @@ def status_words(view: NodeView, now: datetime) -> str:
 
 
 def retry_words(view: NodeView, now: datetime) -> str:
-    """The attempts column: how many respawns in a row, and the countdown while backing off."""
-    left = seconds_until(view.next_retry_at, now) if is_down(view) else None
-    if left:
-        return f"{view.attempts} · next retry in {left} s"
+    """The attempts column: how many respawns in a row (0 too); the countdown is the status's."""
     return str(view.attempts)
 
 

@@ -295,7 +295,9 @@ class NodeWindow(QMainWindow):
             size = PREFERRED.boundedTo(share)
             wanted = QRect(available.center().x() - size.width() // 2, available.center().y() - size.height() // 2,
                            size.width(), size.height())
-        self.setGeometry(fit_rect(wanted, available, self.minimumSize()))
+        placed = fit_rect(wanted, available, self.minimumSize())
+        self.setGeometry(placed)
+        self.splitters[0].setSizes([placed.width() * 11 // 20, placed.width() * 9 // 20])
 
     def _saved_geometry(self) -> QByteArray | None:
         try:

@@ -3,7 +3,7 @@
 Driven like a person would: right-click the tray icon, pick from the menu with
 the keyboard, add a node in the window, read its QR code off the screen with
 zbarimg, claim it over HTTP with what was read, and watch the row and the icon
-turn green ("joined"), then Quit from the menu.
+turn green ("joined"), then Quit from the menu, answering that the node stops too.
 
 The screenshots go to docs/screenshots/ (tray-menu.png, window.png,
 qr-dialog.png) when they are missing there or CADRE_UPDATE_SCREENSHOTS=1, so
@@ -113,15 +113,22 @@ def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp
         assert BLUE not in colours
         keep(tmp_path / "window.png", "window.png")
 
-        # The menu names the node; then Quit, from the menu too.
+        # The menu names the node; then Quit, from the menu too. (The window steps aside for the picture.)
+        desktop.xdotool("windowmove", desktop.window_id("--name", "Nodes .* cadre-desktop"), "0", "40")
         tray = desktop.tray_box()
         desktop.click(*tray.centre, button=3)
         menu = until(lambda: desktop.visible("cadre-desktop", min_height=80), "the tray menu")
         left = min(menu.x, tray.x) - 8
-        desktop.screenshot(tmp_path / "menu.png", Box(left, 0, 1280 - left, menu.y + menu.height + 8))
+        box = Box(left, 0, 1280 - left, menu.y + menu.height + 8)
+        shots: list[dict] = []  # a menu still being painted differs from the next grab
+        until(lambda: shots.append(desktop.screenshot(tmp_path / "menu.png", box)) or shots[-2:-1] == shots[-1:],
+              "the menu painted")
         keep(tmp_path / "menu.png", "tray-menu.png")
         pid = api(home, f"/api/nodes/{node['id']}")["pid"]
         desktop.keys("Up", "Return")
+        # A node runs: Quit asks whether to stop it; Return takes the default, stopping it.
+        until(lambda: desktop.visible("Quit cadre-desktop"), "the quit question")
+        desktop.keys("Return")
         assert app.wait(timeout=30) == 0
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except BaseException:
