@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from cadre_desktop import __version__, logtail
+from cadre_desktop import __version__, build_commit, logtail
 from cadre_desktop.control_client import ApiError, ControlClient, NoHost
 from cadre_desktop.errors import CadreError
 from cadre_desktop.paths import Paths, resolve_paths
@@ -32,7 +32,7 @@ NODE_FLAG = "--node"  # the node program inside a bundle; see run_node()
 MAX_INVITATION_INPUT = 64 * 1024
 SHOW_ORDER = (
     "id", "name", "status", "mode", "running", "pid", "api_port", "p2p_port", "peer_id", "cadre",
-    "attempts", "next_retry_at", "last_error", "claim_url", "advertise_host", "created_at",
+    "attempts", "next_retry_at", "last_error", "last_exit", "exit_code", "waiting_for", "last_decision", "claim_url", "advertise_host", "created_at",
     "updated_at", "started_at", "log_path",
 )
 
@@ -98,10 +98,21 @@ def node_table(nodes: list[dict]) -> str:
     )
 
 
+def decision_words(decision: Any) -> str:
+    """The supervisor's last verdict on a node, for a person: what, when, how long, why."""
+    if not isinstance(decision, dict):
+        return shown(decision)
+    words = f"{decision.get('decision')} at {local_time(decision.get('at'))} ({decision.get('ms')} ms)"
+    if decision.get("error"):
+        words += f": {decision['error']}"
+    return words
+
+
 def node_details(node: dict) -> str:
     keys = [k for k in SHOW_ORDER if k in node] + sorted(k for k in node if k not in SHOW_ORDER)
     width = max(len(k) for k in keys)
-    return "\n".join(f"{k + ':':<{width + 1}} {shown(node[k])}" for k in keys)
+    return "\n".join(f"{k + ':':<{width + 1}} {decision_words(node[k]) if k == 'last_decision' else shown(node[k])}"
+                     for k in keys)
 
 
 def node_summary(node: dict) -> str:
@@ -330,11 +341,27 @@ def count_arg(text: str) -> int:
     return value
 
 
+class VersionAction(argparse.Action):
+    """`--version`: the version, then the commit of the build (looked up only when asked: it may run git)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "print the version and the build's commit, then exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        out(version_line())
+        parser.exit()
+
+
+def version_line() -> str:
+    return f"{PROG} {__version__} (commit {build_commit()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Host cadre nodes on this computer. With no command, start the tray app.",
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     parser.add_argument("--headless", action="store_true", help="run the host without a UI until SIGINT/SIGTERM")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
