@@ -57,8 +57,9 @@ def state_words(v: NodeView, now: datetime) -> str:
 def reason_words(v: NodeView) -> str:
     exit_words = getattr(v, "last_exit", None)
     head = (v.last_error or "").partition("Last log lines:")[0].strip()
-    parts = [p for p in (head, exit_words) if p]
-    return "\n".join(dict.fromkeys(parts)) or "—"
+    if exit_words and exit_words not in head:  # a give-up reason already quotes the exit
+        head = f"{head}\n{exit_words}" if head else exit_words
+    return head or "—"
 
 
 def exit_code(v: NodeView) -> int | None:

@@ -11,6 +11,7 @@ dunst's default action opens the window on the node.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,7 @@ def test_give_up_reaches_the_service_with_retry_and_its_default_action_opens_the
 
         # The give-up, through org.freedesktop.Notifications: critical, Retry, the stderr line.
         first = until(lambda: give_ups(monitor), "the give-up notification")[0]
-        assert f'string "{STDERR_LINE}"' in first
+        assert re.search(rf'string "exited with code 3: {STDERR_LINE}"', first), first
         assert 'string "retry"' in first and 'string "Retry"' in first and 'string "default"' in first
         assert 'string "urgency"' in first and "byte 2" in first
         until(lambda: dunst.displayed() == 1, "dunst showing it")

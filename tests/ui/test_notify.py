@@ -33,7 +33,7 @@ def test_one_notification_per_give_up_and_none_on_remove(shell, shown, aio, monk
     node_id = give_up(shell, aio)
     assert len(shown) == 1
     assert shown[0][:2] == (node_id, "Garage stopped")
-    assert shown[0][2] == "node exploded: bad config"  # the node's own last words
+    assert shown[0][2] == "exited with code 1: node exploded: bad config"  # the node's own last words
     # The engine saying it again is not news.
     shell.bridge.gave_up.emit(node_id, "gave up again")
     assert len(shown) == 1
