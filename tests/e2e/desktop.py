@@ -14,12 +14,15 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from tests.support.polling import wait_until
 
 GRAB = Path(__file__).with_name("grab.py")
+REPO = Path(__file__).resolve().parents[2]
 TOOLS = ("Xvfb", "trayer", "xdotool", "xwininfo", "zbarimg", "dunst", "dunstctl", "dbus-monitor",
          "gtk-sni-tray-standalone")
 
@@ -147,3 +150,33 @@ class Desktop:
 
     def keys(self, *keys: str) -> None:
         self.xdotool("key", "--delay", "60", *keys)
+
+
+def start_desktop(root: Path, bus_env: dict[str, str] | None = None, tray: str = "trayer") -> Desktop:
+    """A started desktop, or the test fails naming the tools ./scripts/test installs."""
+    import pytest
+
+    if missing_tools():
+        pytest.fail(f"missing {', '.join(missing_tools())}: ./scripts/test installs them")
+    return Desktop(root, bus_env=bus_env).start(tray=tray)
+
+
+@contextmanager
+def running_app(desktop: Desktop, home: Path, log: Path, **extra_env: str) -> Iterator[subprocess.Popen]:
+    """The tray app for `home` on this desktop. On a failure the screen is saved; at the
+    end the app is stopped and the last of its log printed."""
+    env = desktop.env(CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO), **extra_env)
+    out = open(log, "ab")
+    app = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=out, stderr=out)
+    try:
+        yield app
+    except BaseException:
+        desktop.screenshot(desktop.root / "failure.png")
+        print("the screen at the failure:", desktop.root / "failure.png")
+        raise
+    finally:
+        if app.poll() is None:
+            app.terminate()
+            app.wait(timeout=30)
+        out.close()
+        print(log.read_text(errors="replace")[-4000:])

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.bus import Dunst, Monitor, registered_items
-from tests.e2e.desktop import Desktop, missing_tools
+from tests.e2e.desktop import running_app, start_desktop
 from tests.support.headless import control_request, fast_settings
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 STDERR_LINE = "cannot open /dev/ttyUSB0"
 BROKEN_NODE = [sys.executable, "-c", f"import sys; sys.stderr.write('{STDERR_LINE}\\n'); sys.exit(3)"]
 
@@ -35,9 +33,7 @@ def until(predicate, what: str, timeout: float = 30):
 
 @pytest.fixture(params=["trayer", "sni"])
 def desktop(request, tmp_path, secret_service):
-    if missing_tools():
-        pytest.fail(f"missing {', '.join(missing_tools())}: ./scripts/test installs them")
-    desktop = Desktop(tmp_path, bus_env=secret_service).start(tray=request.param)
+    desktop = start_desktop(tmp_path, secret_service, tray=request.param)
     yield desktop
     desktop.stop()
 
@@ -54,6 +50,7 @@ def monitor(desktop, tmp_path, dunst):
     monitor = Monitor(desktop.bus_env["DBUS_SESSION_BUS_ADDRESS"], tmp_path / "bus.log",
                       "type='method_call',interface='org.freedesktop.Notifications'")
     yield monitor
+    print(monitor.text()[-4000:])
     monitor.stop()
 
 
@@ -71,12 +68,9 @@ def test_give_up_reaches_the_service_with_retry_and_its_default_action_opens_the
     home = tmp_path / "home"
     home.mkdir()
     (home / "settings.json").write_text(json.dumps(fast_settings(node_command=BROKEN_NODE, sweep_ms=250)))
-    env = desktop.env(CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO))
     log_path = tmp_path / "app.log"
-    log = open(log_path, "wb")
-    app = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=log, stderr=log)
     address = desktop.bus_env["DBUS_SESSION_BUS_ADDRESS"]
-    try:
+    with running_app(desktop, home, log_path):
         until(lambda: (home / "control.json").exists(), "the control API")
         if desktop.tray == "sni":
             until(lambda: registered_items(address), "the item registered with the SNI watcher")
@@ -112,14 +106,3 @@ def test_give_up_reaches_the_service_with_retry_and_its_default_action_opens_the
         until(lambda: desktop.window_id("--name", "Nodes .* cadre-desktop"), "the node window")
         until(lambda: f"window opened on node {node_id}" in log_path.read_text(errors="replace"),
               "the window on that node")
-    except BaseException:
-        desktop.screenshot(tmp_path / "failure.png")
-        print("the screen at the failure:", tmp_path / "failure.png")
-        print(monitor.text()[-4000:])
-        raise
-    finally:
-        if app.poll() is None:
-            app.terminate()
-            app.wait(timeout=30)
-        log.close()
-        print(log_path.read_text(errors="replace")[-4000:])

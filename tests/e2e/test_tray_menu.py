@@ -14,18 +14,16 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from cadre_desktop.ui.tray import NODE_SLOTS
 from tests.e2e.bus import Monitor, menu_layout, registered_items
-from tests.e2e.desktop import Desktop, missing_tools
+from tests.e2e.desktop import REPO, running_app, start_desktop
 from tests.support.headless import control_request, fast_settings
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 NODES = 30
 BROKEN_NODE = [sys.executable, "-c", "import sys; sys.exit('no such device')"]
 FIXED = ["Open window", "Add node…", "Join with invitation…", "Preferences…", "Quit"]
@@ -38,9 +36,7 @@ def until(predicate, what: str, timeout: float = 60):
 
 @pytest.fixture
 def desktop(tmp_path, secret_service):
-    if missing_tools():
-        pytest.fail(f"missing {', '.join(missing_tools())}: ./scripts/test installs them")
-    desktop = Desktop(tmp_path, bus_env=secret_service).start(tray="sni")
+    desktop = start_desktop(tmp_path, secret_service, tray="sni")
     yield desktop
     desktop.stop()
 
@@ -60,10 +56,7 @@ def test_sni_menu_with_30_nodes_is_capped_and_silent_while_nothing_changes(deskt
     env = desktop.env(CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO))
     address = desktop.bus_env["DBUS_SESSION_BUS_ADDRESS"]
     monitor = Monitor(address, tmp_path / "bus.log", "type='signal',interface='com.canonical.dbusmenu'")
-    log_path = tmp_path / "app.log"
-    log = open(log_path, "wb")
-    app = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=log, stderr=log)
-    try:
+    with running_app(desktop, home, tmp_path / "app.log"):
         item = until(lambda: registered_items(address), "the item registered with the watcher")[0]
         until(lambda: (home / "control.json").exists(), "the control API")
         for i in range(NODES):
@@ -93,14 +86,4 @@ def test_sni_menu_with_30_nodes_is_capped_and_silent_while_nothing_changes(deskt
             assert monitor.count("LayoutUpdated") + monitor.count("ItemsPropertiesUpdated") == signals
             time.sleep(0.1)
         assert menu_layout(address, item)[0] == revision
-    except BaseException:
-        desktop.screenshot(tmp_path / "failure.png")
-        print("the screen at the failure:", tmp_path / "failure.png")
-        raise
-    finally:
-        if app.poll() is None:
-            app.terminate()
-            app.wait(timeout=30)
-        monitor.stop()
-        log.close()
-        print(log_path.read_text(errors="replace")[-4000:])
+    monitor.stop()

@@ -17,13 +17,12 @@ from pathlib import Path
 import pytest
 
 from cadre_desktop.ui.status import COLOURS, TrayState
-from tests.e2e.desktop import Box, Desktop, missing_tools
+from tests.e2e.desktop import REPO, Box, Desktop, running_app, start_desktop
 from tests.e2e.test_tray_app import keep
 from tests.support.headless import control_request, fast_settings
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
 RED = COLOURS[TrayState.ERROR]
 #: The real node, unless the home holds a file `broken`: then it names a device and dies.
 SWITCHABLE_NODE = [sys.executable, "-c", (
@@ -40,17 +39,16 @@ def until(predicate, what: str, timeout: float = 30):
 
 @pytest.fixture
 def desktop(tmp_path, secret_service):
-    if missing_tools():
-        pytest.fail(f"missing {', '.join(missing_tools())}: ./scripts/test installs them")
-    desktop = Desktop(tmp_path, bus_env=secret_service).start()
+    desktop = start_desktop(tmp_path, secret_service)
     yield desktop
     desktop.stop()
 
 
-def launch(desktop: Desktop, home: Path, log: Path, **extra: str) -> subprocess.Popen:
+def launch_second(desktop: Desktop, home: Path, **extra: str) -> int:
+    """Another launch for the same home: it asks the first to show its window, and exits."""
     env = desktop.env(CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO), **extra)
-    out = open(log, "ab")
-    return subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=out, stderr=out)
+    return subprocess.run([sys.executable, "-m", "cadre_desktop"], env=env, capture_output=True,
+                          timeout=60).returncode
 
 
 def make_home(tmp_path: Path) -> Path:
@@ -61,17 +59,9 @@ def make_home(tmp_path: Path) -> Path:
     return home
 
 
-def stop(app: subprocess.Popen, log: Path) -> None:
-    if app.poll() is None:
-        app.terminate()
-        app.wait(timeout=30)
-    print(log.read_text(errors="replace")[-3000:])
-
-
 def test_the_window_explains_a_node_in_error_and_preferences_open_from_the_tray(desktop, tmp_path):
     home, log = make_home(tmp_path), tmp_path / "app.log"
-    app = launch(desktop, home, log)
-    try:
+    with running_app(desktop, home, log):
         until(lambda: (home / "control.json").exists() and desktop.tray_box().width >= 16, "the app in the tray")
         for name in ("Kitchen", "Attic"):
             assert control_request(home, "POST", "/api/nodes", {"name": name})[0] == 201
@@ -83,8 +73,7 @@ def test_the_window_explains_a_node_in_error_and_preferences_open_from_the_tray(
         until(lambda: control_request(home, "GET", f"/api/nodes/{garage['id']}")[1]["status"] == "error",
               "Garage given up on")
 
-        second = launch(desktop, home, tmp_path / "second.log")  # asks the first to show its window
-        assert second.wait(timeout=60) == 0
+        assert launch_second(desktop, home) == 0
         window = until(lambda: desktop.visible(WINDOW), "the node window")
         until(lambda: f"window opened on node {garage['id']}" in log.read_text(errors="replace")
               or RED in desktop.screenshot(tmp_path / "w.png", window), "the window on Garage")
@@ -106,24 +95,14 @@ def test_the_window_explains_a_node_in_error_and_preferences_open_from_the_tray(
         prefs = until(lambda: desktop.visible("Preferences .* cadre-desktop"), "the Preferences dialog")
         desktop.screenshot(tmp_path / "prefs.png", prefs)
         keep(tmp_path / "prefs.png", "preferences.png")
-    except BaseException:
-        desktop.screenshot(tmp_path / "failure.png")
-        print("the screen at the failure:", tmp_path / "failure.png")
-        raise
-    finally:
-        stop(app, log)
 
 
 def test_at_twice_the_scale_the_window_fits_a_1280x800_screen(desktop, tmp_path):
-    home, log = make_home(tmp_path), tmp_path / "app.log"
-    app = launch(desktop, home, log, QT_SCALE_FACTOR="2")
-    try:
+    home = make_home(tmp_path)
+    with running_app(desktop, home, tmp_path / "app.log", QT_SCALE_FACTOR="2"):
         until(lambda: (home / "control.json").exists() and desktop.tray_box().width >= 16, "the app in the tray")
-        second = launch(desktop, home, tmp_path / "second.log", QT_SCALE_FACTOR="2")
-        assert second.wait(timeout=60) == 0
+        assert launch_second(desktop, home, QT_SCALE_FACTOR="2") == 0
         window = until(lambda: desktop.visible(WINDOW), "the node window")
         assert window.x >= 0 and window.y >= 0
         assert window.x + window.width <= 1280 and window.y + window.height <= 800, window
         assert window.width >= 600  # it still takes most of the screen, not a sliver
-    finally:
-        stop(app, log)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.ui.conftest import crashing_settings
-from tests.ui.support import claim
+from tests.ui.support import claim, give_up
 
 CRASHING = crashing_settings()
 
@@ -17,13 +17,6 @@ def shown(shell):
     seen: list[tuple[str, str, str]] = []
     shell.notifier.shown.connect(lambda *args: seen.append(args))
     return seen
-
-
-def give_up(shell, aio, name="Garage") -> str:
-    shell.actions.add(name)
-    node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
-    aio.wait(lambda: shell.model.view(node_id).status == "error")
-    return node_id
 
 
 @pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from tests.support.headless import fast_settings
 from tests.ui.conftest import crashing_settings
+from tests.ui.support import give_up
 
 WRAPPED_NODE = [sys.executable, "-c", "import runpy; runpy.run_module('cadre_desktop.node', run_name='__main__')"]
 
@@ -82,9 +83,7 @@ def test_a_new_node_command_restarts_running_nodes_without_spending_their_budget
 
 @pytest.mark.parametrize("settings_doc", [crashing_settings()], indirect=True)
 def test_retry_after_fixing_the_node_command_uses_the_new_one(shell, aio):
-    shell.actions.add("Garage")
-    node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
-    aio.wait(lambda: shell.model.view(node_id).status == "error")
+    node_id = give_up(shell, aio)
     dialog = shell.ask_preferences()
     assert "node exploded" in dialog.node_command.text()
     dialog.node_command.setText("")  # back to the reference node

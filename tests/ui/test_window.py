@@ -7,7 +7,7 @@ import re
 import pytest
 
 from tests.ui.conftest import crashing_settings
-from tests.ui.support import claim
+from tests.ui.support import claim, give_up
 
 
 def enabled(window) -> set[str]:
@@ -49,9 +49,7 @@ def test_buttons_follow_the_selected_nodes_state(shell, aio, qtbot):
 @pytest.mark.parametrize("settings_doc", [crashing_settings()], indirect=True)
 def test_only_a_node_in_error_can_be_retried(shell, aio):
     window = shell.window
-    shell.actions.add("Garage")
-    node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
-    aio.wait(lambda: shell.model.view(node_id).status == "error")
+    node_id = give_up(shell, aio)
     window.select(node_id)
     assert enabled(window) == {"retry", "remove", "log"}
 
@@ -123,9 +121,7 @@ def test_a_keyring_failure_is_shown_in_words_and_adds_nothing(shell, aio, monkey
 @pytest.mark.parametrize("settings_doc", [crashing_settings()], indirect=True)
 def test_details_pane_explains_a_node_in_error(shell, aio):
     window = shell.window
-    shell.actions.add("Garage")
-    node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
-    aio.wait(lambda: shell.model.view(node_id).status == "error")
+    node_id = give_up(shell, aio)
     window.select(node_id)
     text = aio.wait(lambda: "Stopped" in (t := window.details.text()) and t)
     assert "Garage" in text and f"Node id: {node_id}" in text
