@@ -73,7 +73,7 @@ def _run() -> int:
     from cadre_desktop.node.state import StateStore
 
     setup_logging(config.node_id, config.tuning.log_level)
-    redact(config.claim_secret, config.invitation)
+    redact(config.claim_secret, config.invitation, config.host_token)
     lock_fd = prepare_node_dir(config.node_dir)
     try:
         identity = load_or_create_identity(config.node_dir)
