@@ -47,6 +47,12 @@ class Settings:
     stop_timeout_ms: int = 5_000
     keep_nodes_running_on_quit: bool = False
     notifications: bool = True
+    #: Per kind, under the `notifications` switch: the host gave up on a node; a node was claimed.
+    notify_gave_up: bool = True
+    notify_claimed: bool = True
+    #: Quit asks whether to stop the nodes or leave them running (the answer goes to
+    #: `keep_nodes_running_on_quit`); false once the person ticked "don't ask again".
+    ask_on_quit: bool = True
     monochrome_icon: bool = False
 
     def with_changes(self, **changes: Any) -> "Settings":
@@ -134,6 +140,9 @@ _CHECKS = {
     "stop_timeout_ms": _whole(1, 10 * _MINUTE_MS, "ten minutes"),
     "keep_nodes_running_on_quit": _bool,
     "notifications": _bool,
+    "notify_gave_up": _bool,
+    "notify_claimed": _bool,
+    "ask_on_quit": _bool,
     "monochrome_icon": _bool,
 }
 

@@ -14,6 +14,7 @@ from typing import Callable
 from cadre_desktop.errors import CadreError, NotFound
 from cadre_desktop.host.address import claim_url, detect_lan_address
 from cadre_desktop.host.netwatch import AddressWatcher
+from cadre_desktop.host import live_settings
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.events import EventBus, EventKind, HostEvent
 from cadre_desktop.host.lock import HostLock
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 
 class Host:
+    #: `await host.apply_settings(new)`: take new settings while running (host/live_settings.py).
+    apply_settings = live_settings.apply_settings
+
     def __init__(
         self,
         paths: Paths,
@@ -372,6 +376,19 @@ class Host:
 
     async def regenerate_node(self, node_id: str) -> NodeView:
         return self._view(await self.service.regenerate(node_id))
+
+    async def invite_node(self, node_id: str, name: str | None = None) -> NodeView:
+        """A new node that joins the cadre of `node_id` (host/invite.py)."""
+        from cadre_desktop.host.invite import invite_another
+
+        return await invite_another(self, node_id, name)
+
+    def driver_running(self, handle_id: str | None) -> bool:
+        return bool(self.orchestrator and self.orchestrator.is_running(handle_id))
+
+    def node_address(self) -> str:
+        """Where this machine reaches the nodes it runs."""
+        return loopback_for(self.settings.bind_host)
 
     async def remove_node(self, node_id: str) -> bool:
         return await self.service.remove(node_id)

@@ -27,6 +27,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import secrets as _random
 import socket
 import time
 from datetime import datetime, timedelta
@@ -49,13 +50,26 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def new_host_token() -> str:
+    return _random.token_urlsafe(32)
+
+
 def secret_kind(record: NodeRecord) -> SecretKind:
     return SecretKind.CLAIM if record.mode is NodeMode.CLAIM else SecretKind.INVITATION
 
 
-def secret_env(record: NodeRecord, value: str) -> dict[str, str]:
+def secret_env(record: NodeRecord, value: str, host_token: str | None = None) -> dict[str, str]:
+    """What a start adds to the node contract's environment: the secret, the name, the host's token.
+
+    The host token (node contract §1) is made anew for each start and kept in
+    this process's memory only: it lets the host mint an invitation from a
+    node it runs, over loopback, with no owner token to copy.
+    """
     var = "CADRE_CLAIM_SECRET" if record.mode is NodeMode.CLAIM else "CADRE_INVITATION"
-    return {var: value}
+    env = {var: value, "CADRE_NODE_NAME": record.name}
+    if host_token:
+        env["CADRE_HOST_TOKEN"] = host_token
+    return env
 
 
 async def _breathe() -> None:
@@ -112,6 +126,8 @@ class Supervisor:
         self._last_exit: dict[str, str] = {}
         self._exit_codes: dict[str, int | None] = {}
         self._waiting_keyring: set[str] = set()
+        #: Per child this process started, the host token it was given (memory only).
+        self.host_tokens: dict[str, str] = {}
         #: Per node, the last verdict: decision, when, how long it took, error.
         self.last_decisions: dict[str, dict] = {}
         gate.on_ready(lambda: self.kick("keyring"))
@@ -372,8 +388,9 @@ class Supervisor:
         mark = self._next_mark(record, attempt, now, counted, words)
         respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
         want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
+        token = new_host_token()
         try:
-            child = self.driver.start(node_id, attempt, secret_env(record, value), want_ports=want,
+            child = self.driver.start(node_id, attempt, secret_env(record, value, token), want_ports=want,
                                       avoid_ports=self.lifecycle.remembered_ports(node_id))
         except Exception as exc:
             message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
@@ -384,6 +401,8 @@ class Supervisor:
                 self.timeline.mark(("attempt", node_id), now)
             raise
         self.timeline.started(child.id)
+        if not getattr(child, "adopted", False):
+            self.host_tokens[child.id] = token
         change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
         self.lifecycle.apply(node_id, change, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark))

@@ -76,7 +76,7 @@ def _run() -> int:
 
     setup_logging(config.node_id, config.tuning.log_level)
     fdlimit.raise_soft_limit()
-    redact(config.claim_secret, config.invitation)
+    redact(config.claim_secret, config.invitation, config.host_token)
     lock_fd = prepare_node_dir(config.node_dir)
     try:
         identity = load_or_create_identity(config.node_dir)

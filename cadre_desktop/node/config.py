@@ -20,6 +20,7 @@ NODE_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 HOSTNAME_PATTERN = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})")
 MIN_SECRET_CHARS = 16
 MAX_SECRET_CHARS = 512
+MAX_NAME_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,17 @@ class NodeConfig:
     claim_secret: str | None
     invitation: str | None
     tuning: Tuning = Tuning()
+    #: The name the person gave the node (shown on the claim page); not a secret.
+    node_name: str | None = None
+    #: The host's own credential for the owner endpoints, accepted from loopback only.
+    host_token: str | None = None
 
     def __repr__(self) -> str:  # never let a secret reach a log through repr()
         return (
             f"NodeConfig(node_id={self.node_id!r}, node_dir={str(self.node_dir)!r}, "
             f"api={self.api_host}:{self.api_port}, p2p_port={self.p2p_port}, "
-            f"advertise_host={self.advertise_host!r}, "
-            f"mode={'invitation' if self.invitation else 'claim'})"
+            f"advertise_host={self.advertise_host!r}, node_name={self.node_name!r}, "
+            f"mode={'invitation' if self.invitation else 'claim'}, host_token={'set' if self.host_token else 'unset'})"
         )
 
     __str__ = __repr__
@@ -83,7 +88,10 @@ def load_config(env: Mapping[str, str]) -> NodeConfig:
     if not claim_secret and not invitation:
         raise ConfigError("set one of CADRE_CLAIM_SECRET or CADRE_INVITATION")
     if claim_secret is not None:
-        _check_secret(claim_secret)
+        _check_secret("CADRE_CLAIM_SECRET", claim_secret)
+    host_token = env.get("CADRE_HOST_TOKEN") or None
+    if host_token is not None:
+        _check_secret("CADRE_HOST_TOKEN", host_token)
     # An invitation's content is checked by the node itself, not here: a malformed
     # one is reported through /status ("failed" with a reason) so the host and the
     # user can read why, rather than as a crash loop.
@@ -98,6 +106,8 @@ def load_config(env: Mapping[str, str]) -> NodeConfig:
         claim_secret=claim_secret,
         invitation=invitation,
         tuning=_tuning(env),
+        node_name=_name(env),
+        host_token=host_token,
     )
 
 
@@ -131,15 +141,25 @@ def _is_decimal(value: str) -> bool:
     return value.isascii() and value.isdigit() and len(value) <= 10
 
 
-def _check_secret(secret: str) -> None:
+def _check_secret(name: str, secret: str) -> None:
     # The value is never echoed: a message naming the variable is enough.
     if not MIN_SECRET_CHARS <= len(secret) <= MAX_SECRET_CHARS:
         raise ConfigError(
-            f"CADRE_CLAIM_SECRET must be {MIN_SECRET_CHARS} to {MAX_SECRET_CHARS} "
-            "characters long"
+            f"{name} must be {MIN_SECRET_CHARS} to {MAX_SECRET_CHARS} characters long"
         )
     if not secret.isprintable() or any(ch.isspace() for ch in secret):
-        raise ConfigError("CADRE_CLAIM_SECRET must be printable, without spaces")
+        raise ConfigError(f"{name} must be printable, without spaces")
+
+
+def _name(env: Mapping[str, str]) -> str | None:
+    value = env.get("CADRE_NODE_NAME", "").strip()
+    if not value:
+        return None
+    if len(value) > MAX_NAME_CHARS or not value.isprintable():
+        raise ConfigError(
+            f"CADRE_NODE_NAME must be 1-{MAX_NAME_CHARS} printable characters on one line"
+        )
+    return value
 
 
 def _tuning(env: Mapping[str, str]) -> Tuning:
