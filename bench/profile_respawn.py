@@ -38,8 +38,8 @@ STEPS = [
     ("orchestrator.spawn", "Orchestrator.spawn:enter"),
     ("ports chosen", "Orchestrator._choose_ports:exit"),
     ("env built", "Orchestrator._node_env:exit"),
-    ("log pump started", "nodelogs.open_output:exit"),
     ("child stamp", "stamp"),
+    ("log pump started", "nodelogs.start_pump:exit"),
     ("launch returns", "Orchestrator._launch:exit"),
     ("spawn returns", "Orchestrator.spawn:exit"),
     ("respawn returns", "NodeService.respawn:exit"),
@@ -78,7 +78,7 @@ def instrument(marks: dict[str, int]) -> None:
         wrap(Orchestrator, attr, f"Orchestrator.{attr}")
     from cadre_desktop.host import nodelogs
 
-    wrap(nodelogs, "open_output", "nodelogs.open_output")
+    wrap(nodelogs, "start_pump", "nodelogs.start_pump")
     wrap(Supervisor, "_reconcile_once", "Supervisor._reconcile_once")
     wrap(NodeService, "respawn", "NodeService.respawn")
 

@@ -1,10 +1,10 @@
-"""A node child's log: the pump that writes it, its tail, and the legacy sweep.
+"""A node child's log: the pump that writes it, its tail, and the sweep for older children.
 
 Each child's stdout and stderr go into a pipe read by a log pump
 (`cadre_desktop.logpump`), which keeps `logs/node-<id>.log` under its cap as
-it writes and outlives the host as the node does. If the pump cannot be
-started, the child writes into the file directly, as builds before the pump
-did, and `trim` keeps that file near its cap once per sweep.
+it writes and outlives the host as the node does. Children an older build
+started write into the file directly; `trim` keeps those near the cap once
+per sweep.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from cadre_desktop import logpump
 from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.host import procs
-from cadre_desktop.readfile import open_binary, open_regular
+from cadre_desktop.readfile import open_binary
 
 log = logging.getLogger(__name__)
 
@@ -42,50 +41,19 @@ def header(node_id: str) -> bytes:
     return f"{HEADER_PREFIX} starting node {node_id} at {stamp} ---\n".encode()
 
 
-@dataclass
-class Output:
-    """Where a new child writes: `fd` for its stdout and stderr, and the pump behind it."""
-
-    fd: int
-    pump: subprocess.Popen | None
-
-
 def _pump_env() -> dict[str, str]:
     # No CADRE_ variables: the pump is not a node process, and must not look like one.
     return {k: v for k, v in os.environ.items() if not k.startswith("CADRE_")}
 
 
-def open_output(path: Path, node_id: str, cap: int, *, platform: str, job: str | None = None) -> Output:
-    """A pipe into a fresh pump for the node's log, else the file itself (logged once)."""
+def start_pump(read_end: int, path: Path, cap: int, *, platform: str, job: str | None = None) -> subprocess.Popen:
+    """A log pump reading `read_end` into `path` (in a session of its own, like the node)."""
     ensure_private_dir(path.parent)
-    read_end, write_end = os.pipe()
-    try:
-        os.write(write_end, header(node_id))
-        command = [*pump_command(), str(path), str(cap), *(["--job", job] if job else [])]
-        pump = subprocess.Popen(
-            command, stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            close_fds=True, env=_pump_env(), **procs.popen_options(platform),
-        )
-    except OSError as exc:
-        os.close(write_end)
-        log.warning("node %s: cannot start its log pump (%s); it writes its log directly",
-                    node_id, exc.strerror or exc)
-        return Output(open_direct(path, node_id, cap), None)
-    finally:
-        os.close(read_end)
-    return Output(write_end, pump)
-
-
-def open_direct(path: Path, node_id: str, cap: int) -> int:
-    ensure_private_dir(path.parent)
-    try:
-        if path.stat().st_size > cap:
-            os.replace(path, rotated(path))
-    except FileNotFoundError:
-        pass
-    fd = open_regular(path, follow_symlinks=False, flags=os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.write(fd, header(node_id))
-    return fd
+    command = [*pump_command(), str(path), str(cap), *(["--job", job] if job else [])]
+    return subprocess.Popen(
+        command, stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        close_fds=True, env=_pump_env(), **procs.popen_options(platform),
+    )
 
 
 def rotated(path: Path) -> Path:

@@ -26,7 +26,6 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from cadre_desktop import fdlimit
 from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.errors import SpawnError, StorageError
 from cadre_desktop.host import launch, nodelogs, procs, proctree, winjob
@@ -278,7 +277,7 @@ class Orchestrator:
         try:
             ensure_private_dir(work)
             env = self._node_env(node_id, (api_port, p2p_port), secret_env, attempt)
-            launched = fdlimit.call_with_reserve(self._launch, node_id, handle_id, env, work)
+            launched = self._launch(node_id, handle_id, env, work)
         except OSError as exc:
             self.ports.release((api_port, p2p_port))
             self._restore(dropped)
@@ -309,7 +308,7 @@ class Orchestrator:
                env: dict[str, str], attempt: int) -> Handle:
         handle = launch.new_handle(node_id, handle_id, launched, ports, env, attempt, self.platform)
         self._handles[handle.id] = handle
-        launch.watch_pump(launched.output.pump, handle)
+        launch.watch_pump(launched.pump, handle)
         try:
             handle._cancel_watch = procs.watch_exit(
                 asyncio.get_running_loop(), handle.pid, handle.popen, lambda code: self._on_exit(handle, code)

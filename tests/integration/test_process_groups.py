@@ -151,3 +151,28 @@ async def test_a_child_writes_through_a_pump_that_outlives_the_host_and_caps_the
     await second.remove_node("n1")  # the pump ends with its node's output, before the log is deleted
     assert gone(pump.pid) and not path.exists()
     second.close()
+
+
+async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_clearly(tmp_path, monkeypatch):
+    from cadre_desktop.errors import SpawnError
+    from cadre_desktop.host import nodelogs
+
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    started: list[int] = []
+    real_popen = __import__("subprocess").Popen
+
+    def popen(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc.pid)
+        return proc
+
+    def no_pump(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr("cadre_desktop.host.launch.subprocess.Popen", popen)
+    monkeypatch.setattr(nodelogs, "start_pump", no_pump)
+    with pytest.raises(SpawnError, match="log pump"):
+        orch.spawn("n1", {})
+    assert started and all(gone(pid) for pid in started), "the node started for the failed spawn still runs"
+    assert orch.list_nodes() == [] and orch.ports.held == frozenset()
+    orch.close()
