@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import logging.handlers
+import os
 import signal
 import sys
 
@@ -14,6 +15,18 @@ from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger("cadre_desktop")
+
+
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """host.log and its rotations, 0600 from their creation (a rollover makes a new file,
+    which the stock handler would create with the umask's mode)."""
+
+    def _open(self):
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
+                     0o600)
+        if os.name == "posix":
+            os.fchmod(fd, 0o600)
+        return open(fd, "a", encoding=self.encoding, errors=self.errors)
 
 
 def setup_logging(paths: Paths, *, to_stderr: bool = True) -> None:
@@ -29,10 +42,9 @@ def setup_logging(paths: Paths, *, to_stderr: bool = True) -> None:
         root.addHandler(err)
     try:
         paths.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fh = logging.handlers.RotatingFileHandler(paths.host_log, maxBytes=1 << 20, backupCount=2, encoding="utf-8")
+        fh = PrivateRotatingFileHandler(paths.host_log, maxBytes=1 << 20, backupCount=2, encoding="utf-8")
         fh.setFormatter(fmt)
         root.addHandler(fh)
-        paths.host_log.chmod(0o600)
     except OSError as exc:
         print(f"cadre-desktop: cannot write the host log: {exc}", file=sys.stderr)
     logfilter.install(list(root.handlers))

@@ -82,3 +82,25 @@ def test_prepare_home_names_what_is_wrong(tmp_path):
     os.mkfifo(home / "state.json")
     with pytest.raises(StorageError, match=r"state file .*state.json is a named pipe \(FIFO\), not a file"):
         prepare_home(resolve_paths({"CADRE_DESKTOP_HOME": str(home)}))
+
+
+def test_host_log_rotations_are_created_0600_whatever_the_umask(tmp_path):
+    import logging
+
+    from cadre_desktop.host.runner import PrivateRotatingFileHandler
+
+    old = os.umask(0o022)
+    try:
+        handler = PrivateRotatingFileHandler(tmp_path / "host.log", maxBytes=200, backupCount=2, encoding="utf-8")
+        logger = logging.getLogger("rotation-test")
+        logger.addHandler(handler)
+        logger.propagate = False
+        for i in range(50):
+            logger.warning("line %d %s", i, "y" * 30)
+        handler.close()
+        logger.removeHandler(handler)
+    finally:
+        os.umask(old)
+    files = sorted(tmp_path.iterdir())
+    assert [p.name for p in files] == ["host.log", "host.log.1", "host.log.2"]
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in files)
