@@ -176,7 +176,7 @@ class RecordStore:
         try:
             if self._upgraded_from is not None:
                 keep_backup(self.path, self._upgraded_from)
-            write_json_atomic(self.path, doc)
+            write_json_atomic(self.path, doc, compact=True)
         except OSError as exc:
             error = StorageError(
                 f"could not save the records file {self.path}: {exc.strerror or exc}. "
