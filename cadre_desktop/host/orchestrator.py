@@ -76,6 +76,8 @@ class Orchestrator:
         #: An exit left state.json naming a dead child; see `_persist_soon`.
         self._persist_pending = False
         self._persist_scheduled = False
+        #: A Quit is stopping every child: it writes state.json once at its end.
+        self._stopping_all = False
         #: Why the last write of state.json failed (None once one succeeds): shown with the views.
         self.save_error: str | None = None
 
@@ -339,7 +341,7 @@ class Orchestrator:
                 listener(event)
             except Exception:
                 log.exception("exit listener failed")
-        if self._handles.get(handle.id) is handle and not self._closed:
+        if self._handles.get(handle.id) is handle and not self._closed and not self._stopping_all:
             self._persist_soon()
 
     def _persist_soon(self) -> None:
@@ -381,20 +383,30 @@ class Orchestrator:
         handle = self.get(handle_id)
         if handle is None or not handle.alive:
             return
+        deadline = asyncio.get_running_loop().time() + self.stop_timeout_s
+        if self._terminate(handle):
+            await self._finish_stop(handle, deadline)
+        else:
+            await self.ender.end_leftovers(handle)
+
+    def _terminate(self, handle: Handle) -> bool:
+        """Send the group its terminate; False when the leader is no longer ours to signal."""
         handle.stop_requested = True
         if not self._same_process(handle):
             # The pid is gone or belongs to someone else now: never signal it.
             self._on_exit(handle, None)
-            await self.ender.end_leftovers(handle)
-            return
-        loop = asyncio.get_running_loop()
+            return False
         self.ender.signal(handle, kill=False)
-        if await self.ender.wait_gone(handle, loop.time() + self.stop_timeout_s):
+        return True
+
+    async def _finish_stop(self, handle: Handle, deadline: float) -> None:
+        """Wait for the group until `deadline`, then kill what is left of it."""
+        if await self.ender.wait_gone(handle, deadline):
             return
         log.warning("node %s did not stop within %.1fs; killing it", handle.node_id, self.stop_timeout_s)
         if self._same_process(handle) or (not handle.alive and not self.ender.group_gone(handle)):
             self.ender.signal(handle, kill=True)
-        if not await self.ender.wait_gone(handle, loop.time() + 5.0) and handle.alive:
+        if not await self.ender.wait_gone(handle, asyncio.get_running_loop().time() + 5.0) and handle.alive:
             self._on_exit(handle, None)
 
     async def stop_node(self, node_id: str) -> None:
@@ -436,16 +448,29 @@ class Orchestrator:
             self._unwatch(handle)
 
     async def stop_all(self) -> None:
-        """Stop every child (a clean quit), end any stray of our nodes, and write down which
-        were stopped on purpose, so the next host starts them again without counting a
-        failed attempt."""
+        """Stop every child at once (a clean quit), end any stray of our nodes, and write
+        down which were stopped on purpose, so the next host starts them again without
+        counting a failed attempt.
+
+        Every group gets its terminate in one go and all share one grace period;
+        what is left when it ends is killed. `state.json` is written once, at
+        the end, not once per exit.
+        """
         live = [h for h in self._handles.values() if h.alive]
-        await asyncio.gather(*(self.stop(h.id) for h in live))
+        self._stopping_all = True
         try:
-            await self.ender.end_strays(self._owned())
-        except Exception as exc:  # a quit must finish; the next start's census tries again
-            log.error("could not look for stray node processes: %s", exc)
-        await asyncio.gather(*(self.ender.wait_pump(h) for h in self._handles.values()))
+            deadline = asyncio.get_running_loop().time() + self.stop_timeout_s
+            signalled = [h for h in live if self._terminate(h)]
+            gone = [h for h in live if h not in signalled]
+            await asyncio.gather(*(self._finish_stop(h, deadline) for h in signalled),
+                                 *(self.ender.end_leftovers(h) for h in gone))
+            try:
+                await self.ender.end_strays(self._owned())
+            except Exception as exc:  # a quit must finish; the next start's census tries again
+                log.error("could not look for stray node processes: %s", exc)
+            await asyncio.gather(*(self.ender.wait_pump(h) for h in self._handles.values()))
+        finally:
+            self._stopping_all = False
         try:
             self._persist(stopped_cleanly=[h.node_id for h in live])
         except StorageError as exc:

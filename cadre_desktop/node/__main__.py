@@ -94,7 +94,27 @@ def _run() -> int:
             return ExitCode.INTERNAL
     finally:
         os.close(lock_fd)
-    return ExitCode.OK
+    _exit_at_once(ExitCode.OK)
+    return ExitCode.OK  # not reached
+
+
+def _exit_at_once(code: int) -> None:
+    """End a node that stopped cleanly without the interpreter's own teardown.
+
+    Its state is written whole as it changes and its listeners are closed by
+    now, so tearing down every module and object (tens of ms of CPU per node,
+    which a Quit of many nodes pays all at once on few cores) saves nothing
+    worth keeping; the log lines are flushed first.
+    """
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

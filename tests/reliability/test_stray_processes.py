@@ -39,6 +39,21 @@ def real_nodes(home) -> dict[str, list[psutil.Process]]:
     return found
 
 
+def log_pumps(home) -> list[psutil.Process]:
+    """The live log pumps writing into `home`'s logs (they carry no CADRE_ variables)."""
+    logs = str(home / "logs") + "/"
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            cmd = proc.cmdline()
+            if proc.status() != psutil.STATUS_ZOMBIE and any(part.startswith(logs) for part in cmd) and any(
+                    "logpump" in part for part in cmd):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
 def test_sigkilled_wrappers_leave_exactly_one_node_per_record_and_none_after_quit(hosts, rng):
     host = hosts(host_settings(rng, node_command=WRAPPER, respawn_max_attempts=40,
                                respawn_backoff_max_ms=200)).start()
@@ -58,5 +73,8 @@ def test_sigkilled_wrappers_leave_exactly_one_node_per_record_and_none_after_qui
         assert view["status"] == "unclaimed" and view["running"], view
         assert len(nodes[node_id]) == 1, f"{node_id}: {[p.pid for p in nodes[node_id]]}"
         assert nodes[node_id][0].ppid() == view["pid"], "the real node is not the tracked wrapper's child"
+    pumps = log_pumps(host.home)
+    assert len(pumps) == 2, f"one log pump per live node: {[p.pid for p in pumps]}"
     assert host.stop() == 0
     assert not node_processes(host.home), "quit left node processes or wrappers running"
+    assert not log_pumps(host.home), "quit left log pumps running"
