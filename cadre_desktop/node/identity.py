@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,12 +117,8 @@ def _parse(path: Path, raw: bytes) -> Identity:
 
 
 def _create(path: Path) -> Identity:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    key = Ed25519PrivateKey.generate()
-    identity = Identity(
-        private_key=key.private_bytes_raw(), public_key=_public_bytes(key.public_key())
-    )
+    private_key, public_key = _new_key_pair()
+    identity = Identity(private_key=private_key, public_key=public_key)
     doc = {
         "version": IDENTITY_VERSION,
         "kind": "ed25519",
@@ -132,6 +130,54 @@ def _create(path: Path) -> Identity:
     except OSError as err:
         raise NodeDirError(f"cannot write {path}: {err.strerror}") from None
     return identity
+
+
+def _new_key_pair() -> tuple[bytes, bytes]:
+    """A fresh (seed, public key), made where `cryptography` does not stay loaded if possible.
+
+    A first start would otherwise carry the library (about 8 MB resident) for
+    the whole life of the node, though only creating the key needed it. On
+    POSIX the key is made in a forked child that hands the 64 bytes back
+    through a pipe and exits; the node has no threads yet, so forking is safe.
+    """
+    if not _can_fork():
+        return _generate()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: make the key, hand it over, leave without any clean-up of the parent's
+        code = 1
+        try:
+            os.close(read_end)
+            seed, public = _generate()
+            os.write(write_end, seed + public)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    try:
+        data = b""
+        while len(data) < 64:
+            chunk = os.read(read_end, 64 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    if len(data) != 64:
+        return _generate()  # the child failed (out of memory?): make it here after all
+    return data[:32], data[32:]
+
+
+def _can_fork() -> bool:
+    return hasattr(os, "fork") and sys.platform != "darwin"  # macOS: fork after Objective-C runtime use is unsafe
+
+
+def _generate() -> tuple[bytes, bytes]:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    return key.private_bytes_raw(), _public_bytes(key.public_key())
 
 
 def _private_key_object(seed: bytes):  # -> Ed25519PrivateKey, imported lazily

@@ -43,3 +43,55 @@ def test_an_ordinary_start_does_not_load_cryptography() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30
     )
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_a_first_start_makes_its_key_without_keeping_cryptography_loaded(tmp_path) -> None:
+    # Creating the identity needs the library; on POSIX a forked child makes the key,
+    # so the node does not carry the library for the rest of its life.
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from cadre_desktop.node.identity import load_or_create_identity\n"
+        f"first = load_or_create_identity(Path({str(tmp_path)!r}))\n"
+        "loaded = 'cryptography' in sys.modules\n"
+        f"again = load_or_create_identity(Path({str(tmp_path)!r}))\n"
+        "assert again == first, 'the created identity did not read back'\n"
+        "sig = first.sign(b'm')\n"
+        "from cadre_desktop.node.identity import verify_signature\n"
+        "assert verify_signature(first.public_key, sig, b'm'), 'the two keys do not belong together'\n"
+        "print(loaded)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    expected = "False" if sys.platform.startswith("linux") else result.stdout.strip()
+    assert result.stdout.strip() == expected
+
+
+def test_without_fork_the_key_is_made_in_process(tmp_path, monkeypatch) -> None:
+    from cadre_desktop.node import identity
+
+    monkeypatch.setattr(identity, "_can_fork", lambda: False)  # Windows, macOS
+    made = identity.load_or_create_identity(tmp_path)
+    assert identity.verify_signature(made.public_key, made.sign(b"m"), b"m")
+    assert identity.load_or_create_identity(tmp_path) == made
+
+
+def test_a_key_child_that_dies_falls_back_to_making_it_in_process(tmp_path, monkeypatch) -> None:
+    from cadre_desktop.node import identity
+
+    import os
+
+    real, parent = identity._generate, os.getpid()
+
+    def generate():
+        if os.getpid() != parent:
+            raise MemoryError("the forked child cannot")
+        return real()
+
+    monkeypatch.setattr(identity, "_generate", generate)
+    if not identity._can_fork():
+        return
+    made = identity.load_or_create_identity(tmp_path)
+    assert identity.verify_signature(made.public_key, made.sign(b"m"), b"m")
