@@ -54,6 +54,14 @@ class Settings:
     #: `keep_nodes_running_on_quit`); false once the person ticked "don't ask again".
     ask_on_quit: bool = True
     monochrome_icon: bool = False
+    #: Keep one node program loaded in standby for the next start (docs/node-contract.md):
+    #: null (the default) means on for the reference node and off for any other program.
+    warm_standby: bool | None = None
+
+    def uses_warm_standby(self) -> bool:
+        if self.warm_standby is None:
+            return self.node_command == default_node_command()
+        return self.warm_standby
 
     def with_changes(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)
@@ -82,6 +90,12 @@ def _whole(minimum: int, maximum: int, words: str = ""):
 def _bool(v: Any):
     if not isinstance(v, bool):
         return None, "must be true or false"
+    return v, None
+
+
+def _bool_or_null(v: Any):
+    if v is not None and not isinstance(v, bool):
+        return None, "must be true, false or null"
     return v, None
 
 
@@ -144,6 +158,7 @@ _CHECKS = {
     "notify_claimed": _bool,
     "ask_on_quit": _bool,
     "monochrome_icon": _bool,
+    "warm_standby": _bool_or_null,
 }
 
 KNOWN_KEYS = tuple(_CHECKS)

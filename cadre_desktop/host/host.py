@@ -124,6 +124,7 @@ class Host:
             bind_host=s.bind_host,
             advertise_host=lambda: self._advertise,
             stop_timeout_s=s.stop_timeout_ms / 1000,
+            warm_standby=s.uses_warm_standby(),
         )
         report = await self.orchestrator.init()
         # Only once every file was read and found good: an upgrade writes the records.

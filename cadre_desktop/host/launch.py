@@ -74,6 +74,19 @@ def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Pat
     return Launched(popen, pump, job)
 
 
+def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platform: str) -> Launched:
+    """A standby that was just told who it is (`standby.StandbyPool.take`) gets its log pump."""
+    try:
+        pump = call_with_reserve(nodelogs.start_pump, standby.out_read, log_path, log_cap, platform=platform)
+    except OSError as exc:
+        _undo(standby.popen, None, lambda: None, platform)  # type: ignore[arg-type, return-value]
+        raise SpawnError(f"could not start the log pump of node {node_id}: {exc.strerror or exc}; "
+                         "the node was stopped again") from None
+    finally:
+        standby.close_fds()
+    return Launched(standby.popen, pump)
+
+
 def _undo(popen: subprocess.Popen, job: Any, job_ops: Callable[[], winjob.JobOps], platform: str) -> None:
     """End a child that cannot be given a log pump (it has only just started)."""
     ended = platform == "win32" and winjob.end(job_ops(), job)

@@ -34,6 +34,7 @@ from cadre_desktop.host.handles import (  # noqa: F401 - re-exported for callers
     STATE_VERSION, ExitEvent, ExitListener, Handle, InitReport, read_state, write_state,
 )
 from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.host.standby import StandbyPool
 from cadre_desktop.host.teardown import Ender, wait_pids_gone
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class Orchestrator:
         platform: str = procs.CURRENT,
         log_cap_bytes: int = LOG_CAP_BYTES,
         job_ops: Callable[[], winjob.JobOps] | None = None,
+        warm_standby: bool = False,
     ) -> None:
         self.state_file = state_file
         self.nodes_dir = nodes_dir
@@ -70,6 +72,8 @@ class Orchestrator:
         self.platform = platform
         self.log_cap_bytes = log_cap_bytes
         self.ender = Ender(nodes_dir, platform, job_ops)
+        #: One node program loaded ahead for the next start (see `standby`); None: every start is cold.
+        self.standby = StandbyPool(node_command, nodes_dir, lambda: dict(os.environ), platform) if warm_standby else None
         self._handles: dict[str, Handle] = {}
         self._listeners: list[ExitListener] = []
         self._closed = False
@@ -154,6 +158,8 @@ class Orchestrator:
             await wait_pids_gone(pids, self.platform)
         if dead or census.untracked or stopped_cleanly:
             self._persist()  # the clean-stop list is read once
+        if self.standby is not None:
+            self.standby.fill_soon()
         return InitReport(attached=attached, dead=dead, stopped_cleanly=stopped_cleanly)
 
     def _attach(self, handle: Handle) -> None:
@@ -302,6 +308,12 @@ class Orchestrator:
         return handle
 
     def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
+        if self.standby is not None:
+            taken = self.standby.take(env, nodelogs.header(node_id))
+            self.standby.fill_soon()
+            if taken is not None:
+                return launch.hand_over(taken, log_path=self.log_path(node_id), node_id=node_id,
+                                        log_cap=self.log_cap_bytes, platform=self.platform)
         return launch.launch(self.node_command, env, work, log_path=self.log_path(node_id), node_id=node_id,
                              log_cap=self.log_cap_bytes, handle_id=handle_id, platform=self.platform,
                              job_ops=self.ender.job_ops)
@@ -456,6 +468,8 @@ class Orchestrator:
         what is left when it ends is killed. `state.json` is written once, at
         the end, not once per exit.
         """
+        if self.standby is not None:
+            self.standby.close()
         live = [h for h in self._handles.values() if h.alive]
         self._stopping_all = True
         try:
@@ -490,6 +504,8 @@ class Orchestrator:
     def close(self) -> None:
         """Stop watching; children keep running (a restarted host re-attaches)."""
         self._closed = True
+        if self.standby is not None:
+            self.standby.close()
         if self._persist_pending:
             try:
                 self._persist()

@@ -43,12 +43,68 @@ def main(argv: list[str] | None = None) -> int:
     # the process at once, still with exit code 0 (the host asked for it).
     signal.signal(signal.SIGTERM, _stop_during_start_up)
     try:
+        if os.environ.get(STANDBY_VAR) == "1":
+            if not _stand_by():
+                return ExitCode.OK  # the host went away before it needed this standby
         return _run()
     except NodeError as err:
         print(f"cadre-node: error: {err.message}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:  # Ctrl-C before the loop's own handler was installed
         return ExitCode.OK
+
+
+STANDBY_VAR = "CADRE_STANDBY"
+#: The one line a standby reads: {"env": {"CADRE_...": "..."}}; far more than any real one.
+MAX_STANDBY_LINE = 64 * 1024
+
+
+def _stand_by() -> bool:
+    """Load everything a node needs, then wait on stdin to be told who it is (docs/node-contract.md).
+
+    Until that line comes the process has no identity, opens no port and
+    touches no work folder. The line carries the node's CADRE_ variables,
+    secrets included: a pipe, never the command line. False: stdin closed
+    without a line (the host no longer wants it).
+    """
+    import asyncio  # noqa: F401 - loaded now, so the node is ready the moment it is told
+    import logging  # noqa: F401
+
+    from cadre_desktop.node import identity, node, state  # noqa: F401
+    from cadre_desktop.node.aiohttp_import import import_aiohttp
+
+    import_aiohttp()
+    from cadre_desktop.node import server  # noqa: F401
+
+    line = sys.stdin.buffer.readline(MAX_STANDBY_LINE + 1)
+    if not line:
+        return False
+    env = _standby_env(line)
+    os.environ.pop(STANDBY_VAR, None)
+    os.environ.update(env)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # nothing more is read; the host's end may close
+    os.close(devnull)
+    return True
+
+
+def _standby_env(line: bytes) -> dict[str, str]:
+    import json
+
+    from cadre_desktop.node.errors import ConfigError
+
+    if len(line) > MAX_STANDBY_LINE or not line.endswith(b"\n"):
+        raise ConfigError("the standby line on stdin is too long or cut off")
+    try:
+        doc = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        raise ConfigError("the standby line on stdin is not JSON") from None
+    env = doc.get("env") if isinstance(doc, dict) else None
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and k.startswith("CADRE_") and k != STANDBY_VAR and isinstance(v, str)
+            and "\0" not in v for k, v in env.items()):
+        raise ConfigError('the standby line must be {"env": {"CADRE_...": "text", ...}}')
+    return env
 
 
 def _stop_during_start_up(signum: int, frame: object) -> None:

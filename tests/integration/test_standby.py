@@ -1,0 +1,140 @@
+"""Warm starts: the orchestrator hands a loaded standby of the reference node to the next start."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import psutil
+import pytest
+
+from cadre_desktop.host import standby as standby_module
+from cadre_desktop.host.orchestrator import Orchestrator
+from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.settings import Settings, default_node_command
+from tests.support.polling import async_wait_until
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="standbys are POSIX only")
+
+REFERENCE = [sys.executable, "-m", "cadre_desktop.node"]
+
+
+def make(home, command=REFERENCE) -> Orchestrator:
+    return Orchestrator(
+        state_file=home / "state.json", nodes_dir=home / "nodes", log_dir=home / "logs", node_command=command,
+        ports=PortAllocator(47700, 47799, bind_host="127.0.0.1"), bind_host="127.0.0.1",
+        advertise_host=lambda: "127.0.0.1", stop_timeout_s=2.0, warm_standby=True,
+    )
+
+
+def status(port: int) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=1) as resp:
+            return json.loads(resp.read())
+    except OSError:
+        return None
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture
+def orch(tmp_path):
+    made = make(tmp_path)
+    yield made
+    if made.standby is not None:
+        made.standby.close()
+    for handle in made.list_nodes():
+        try:
+            os.killpg(handle.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+async def ready_standby(orch, other_than: int | None = None) -> int:
+    await async_wait_until(lambda: orch.standby.ready is not None and orch.standby.ready.popen.pid != other_than,
+                           timeout=15, what="a standby")
+    return orch.standby.ready.popen.pid
+
+
+async def test_a_start_takes_the_loaded_standby_and_another_is_loaded(orch):
+    await orch.init()
+    pid = await ready_standby(orch)
+    secret = secrets.token_urlsafe(32)
+    handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secret})
+    assert handle.pid == pid, "the start did not take the standby"
+    await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the node answering")
+    assert status(handle.api_port)["node_id"] == "n1"
+    await ready_standby(orch, other_than=pid)
+    # The secret went through the pipe: not in the command line, not in the exec-time environment.
+    proc = psutil.Process(pid)
+    assert secret not in " ".join(proc.cmdline()) and secret not in json.dumps(proc.environ())
+    log_text = orch.log_path("n1").read_text()
+    assert "starting node n1" in log_text and "listening on" in log_text and secret not in log_text
+    await orch.stop_all()
+
+
+async def test_a_standby_never_answers_as_a_node_before_it_is_told_who_it_is(orch):
+    await orch.init()
+    pid = await ready_standby(orch)
+    proc = psutil.Process(pid)
+    assert not proc.net_connections(kind="inet"), "a standby opened a port"
+    assert not any(k.startswith("CADRE_") and k != "CADRE_STANDBY" for k in proc.environ())
+    assert not any(orch.nodes_dir.iterdir()) if orch.nodes_dir.exists() else True  # no work folder touched
+
+
+async def test_a_standby_that_dies_is_replaced_quietly_and_counts_for_no_node(orch, monkeypatch):
+    monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.05)
+    exits = []
+    orch.subscribe(exits.append)
+    await orch.init()
+    pid = await ready_standby(orch)
+    os.kill(pid, signal.SIGKILL)
+    await ready_standby(orch, other_than=pid)
+    assert exits == [] and orch.list_nodes() == []
+
+
+async def test_a_program_that_cannot_stand_by_is_started_cold(tmp_path, monkeypatch):
+    monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.02)
+    orch = make(tmp_path, [sys.executable, "-c", "import sys; sys.exit(2)"])
+    await orch.init()
+    await async_wait_until(lambda: not orch.standby.enabled, timeout=10, what="the pool giving up")
+    assert orch.standby.ready is None
+    orch.close()
+
+
+async def test_quit_and_close_leave_no_standby(tmp_path, orch):
+    await orch.init()
+    pid = await ready_standby(orch)
+    await orch.stop_all()
+    assert gone(pid), "quit left the standby running"
+    other = make(tmp_path / "b")
+    await other.init()
+    second = await ready_standby(other)
+    other.close()  # the host leaves, its nodes stay; the standby goes with the host
+    assert gone(second), "closing the host left the standby running"
+
+
+def test_warm_standby_is_on_for_the_reference_node_only_unless_set():
+    assert Settings(node_command=default_node_command()).uses_warm_standby()
+    assert not Settings(node_command=["/opt/other-node"]).uses_warm_standby()
+    assert Settings(node_command=["/opt/other-node"], warm_standby=True).uses_warm_standby()
+    assert not Settings(warm_standby=False).uses_warm_standby()
+
+
+@pytest.mark.parametrize("line, code", [(b"", 0), (b"not json\n", 2), (b'{"env": {"PATH": "/x"}}\n', 2)])
+def test_a_standby_leaves_quietly_on_eof_and_refuses_a_bad_line(tmp_path, line, code):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CADRE_")}
+    env["CADRE_STANDBY"] = "1"
+    out = subprocess.run(REFERENCE, input=line, env=env, cwd=tmp_path, capture_output=True, timeout=30)
+    assert out.returncode == code, out.stderr
+    assert b"Traceback" not in out.stderr
