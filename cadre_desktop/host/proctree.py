@@ -71,6 +71,23 @@ def names_node(env: dict[str, str], nodes_dir: Path, node_id: str | None = None)
     return found
 
 
+def node_environment(pid: int) -> dict[str, str]:
+    """The environment a process was started with, completed for a node born of a standby.
+
+    A standby learns its node's variables on a pipe after exec, so its
+    environment as the OS shows it names no node; once told, it moves into its
+    work folder (node contract, "Standby"), and that folder names the node.
+    """
+    env = procs.environment(pid)
+    if env.get("CADRE_STANDBY") == "1" and "CADRE_NODE_ID" not in env:
+        try:
+            cwd = psutil.Process(pid).cwd()
+        except (psutil.Error, OSError):
+            return env
+        env = {**env, "CADRE_NODE_DIR": cwd, "CADRE_NODE_ID": os.path.basename(cwd)}
+    return env
+
+
 def _windows_table() -> list[procs.ProcInfo]:
     """Windows has no groups: the parent pid stands in for both, so no process looks like a leader."""
     found = []
@@ -91,7 +108,7 @@ def members(nodes_dir: Path, platform: str = procs.CURRENT, node_id: str | None 
     for info in table:
         if info.pid == me:
             continue
-        owner = names_node(procs.environment(info.pid), nodes_dir, node_id)
+        owner = names_node(node_environment(info.pid), nodes_dir, node_id)
         if owner is not None:
             found.append(Member(info, owner))
     return found
@@ -247,6 +264,6 @@ def lock_holder(node_dir: Path, node_id: str, platform: str = procs.CURRENT) -> 
     if written.isdigit():
         candidates.append(int(written))
     for pid in candidates:
-        if pid != os.getpid() and names_node(procs.environment(pid), node_dir.parent, node_id):
+        if pid != os.getpid() and names_node(node_environment(pid), node_dir.parent, node_id):
             return pid
     return None

@@ -82,6 +82,12 @@ def _stand_by() -> bool:
     env = _standby_env(line)
     os.environ.pop(STANDBY_VAR, None)
     os.environ.update(env)
+    try:
+        # The host finds its node processes by their environment, which for a standby names
+        # no node: the work folder as the current directory does (and a cold start has it too).
+        os.chdir(env.get("CADRE_NODE_DIR") or ".")
+    except OSError:
+        pass  # load_config reports a missing or bad folder in words
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # nothing more is read; the host's end may close
     os.close(devnull)

@@ -78,6 +78,10 @@ async def test_a_start_takes_the_loaded_standby_and_another_is_loaded(orch):
     # The secret went through the pipe: not in the command line, not in the exec-time environment.
     proc = psutil.Process(pid)
     assert secret not in " ".join(proc.cmdline()) and secret not in json.dumps(proc.environ())
+    from cadre_desktop.host import proctree
+
+    assert [m.pid for m in proctree.members(orch.nodes_dir, node_id="n1")] == [pid], \
+        "the host cannot find the node born of a standby among its processes"
     log_text = orch.log_path("n1").read_text()
     assert "starting node n1" in log_text and "listening on" in log_text and secret not in log_text
     await orch.stop_all()

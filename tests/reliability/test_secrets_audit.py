@@ -22,6 +22,7 @@ import urllib.parse
 from pathlib import Path
 
 import psutil
+import pytest
 
 from cadre_desktop.node.invitation_code import InvitationCode, parse_invitation
 from tests.reliability.conftest import host_settings
@@ -78,6 +79,14 @@ def scan_processes(host, vault: Vault) -> list[str]:
             own |= {n + " (its inner secret)" for n in own}
             problems += [f"{name} in node {node_id}'s environment (not its own secret)"
                          for name in vault.leaks_in(Path(f"/proc/{child.pid}/environ").read_bytes(), own)]
+    for proc in psutil.process_iter():
+        try:
+            environ = Path(f"/proc/{proc.pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if b"CADRE_STANDBY=1" in environ.split(b"\0"):  # standbys and the nodes they became
+            problems += [f"{name} in the exec-time environment of standby {proc.pid}"
+                         for name in vault.leaks_in(environ)]
     return problems
 
 
@@ -92,9 +101,11 @@ def mint(view: dict, owner_token: str) -> str:
     return body["invitation"]
 
 
-def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng, secret_service):
+@pytest.mark.parametrize("warm_standby", [False, True], ids=["cold", "warm"])
+def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng, secret_service, warm_standby):
+    """Warm: every start after the first takes a standby, whose secrets come through a pipe."""
     vault = Vault()
-    host = hosts(host_settings(rng, respawn_max_attempts=2)).start()
+    host = hosts(host_settings(rng, respawn_max_attempts=2, warm_standby=warm_standby)).start()
     vault.add("control token of the first host", host.control["token"])
 
     # Add, through the API and the CLI; a new claim code for the second.
@@ -136,7 +147,8 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
     problems = scan_processes(host, vault)
     # The scanner sees what it looks for: A's own secret is in A's environment (allowed there).
     a_env = Path(f"/proc/{host.node(a['id'])['pid']}/environ").read_bytes()
-    assert vault.leaks_in(a_env) == ["claim secret of A"]
+    warm = b"CADRE_STANDBY=1" in a_env.split(b"\0")  # told through a pipe: its secret is not there
+    assert vault.leaks_in(a_env) == ([] if warm else ["claim secret of A"])
 
     # Crashes: a node, then the host (a new host, a new token).
     os.kill(host.node(b["id"])["pid"], signal.SIGKILL)
@@ -156,6 +168,10 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
     (host.home / "nodes" / c["id"] / "crash").unlink()
     assert call(host, "POST", f"/api/nodes/{c['id']}/retry")[0] == 200
     running(host, c["id"])
+    if warm_standby:
+        born_warm = [n for n in (a["id"], b["id"], c["id"], d["id"]) if b"CADRE_STANDBY=1" in
+                     Path(f"/proc/{host.node(n)['pid']}/environ").read_bytes().split(b"\0")]
+        assert born_warm, "no start took a standby: the hand-over went unaudited"
 
     problems += scan_processes(host, vault)
     problems += scan_home(host.home, vault, "control token of the second host")

@@ -78,3 +78,32 @@ def test_sigkilled_wrappers_leave_exactly_one_node_per_record_and_none_after_qui
     assert host.stop() == 0
     assert not node_processes(host.home), "quit left node processes or wrappers running"
     assert not log_pumps(host.home), "quit left log pumps running"
+
+
+def standbys(home) -> list[psutil.Process]:
+    """Live standbys (and the nodes they became) started for `home`."""
+    nodes = str(home / "nodes")
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if (proc.environ().get("CADRE_STANDBY") == "1" and proc.cwd().startswith(nodes)
+                    and proc.status() != psutil.STATUS_ZOMBIE):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_quit_with_warm_starts_leaves_no_node_standby_or_pump(hosts, rng):
+    host = hosts(host_settings(rng, warm_standby=True, respawn_max_attempts=10)).start()
+    ids = [call(host, "POST", "/api/nodes", {"name": f"warm {i}"})[1]["id"] for i in range(2)]
+    views = {node_id: running(host, node_id) for node_id in ids}
+    wait_until(lambda: any(p.cwd() == str(host.home / "nodes") for p in standbys(host.home)), timeout=15,
+               what="a standby waiting")
+    os.kill(views[ids[0]]["pid"], signal.SIGKILL)
+    respawned = running(host, ids[0], not_pid=views[ids[0]]["pid"])
+    assert psutil.Process(respawned["pid"]).environ().get("CADRE_STANDBY") == "1", "the respawn started cold"
+    assert host.stop() == 0
+    assert not node_processes(host.home), "quit left node processes running"
+    assert not standbys(host.home), "quit left a standby running"
+    assert not log_pumps(host.home), "quit left log pumps running"

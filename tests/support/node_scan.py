@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from cadre_desktop.host.proctree import node_environment
+
 SUPERVISED = {"unclaimed", "joining", "joined"}
 
 
@@ -28,9 +30,8 @@ def node_processes(home: Path) -> dict[str, list[psutil.Process]]:
     prefix = str(home / "nodes") + "/"
     found: dict[str, list[psutil.Process]] = {}
     for proc in psutil.process_iter():
-        try:
-            env = proc.environ()
-        except psutil.Error:
+        env = node_environment(proc.pid)  # a node born of a standby names itself by its folder
+        if not env:
             continue
         node_dir = env.get("CADRE_NODE_DIR", "")
         if node_dir.startswith(prefix) and _alive(proc):
