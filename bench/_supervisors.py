@@ -101,7 +101,7 @@ class Ours(Supervised):
             "port_range": [api_port, api_port + 1],
             "respawn_backoff_base_ms": 1,
             "respawn_backoff_max_ms": 1,
-            "respawn_max_attempts": 1_000_000,
+            "respawn_max_attempts": 1000,  # the setting's ceiling; a run kills each child far fewer times
             **(settings or {}),
         }
         self.host = HeadlessHost(work / "home", keyring_env, self.settings)
@@ -111,6 +111,9 @@ class Ours(Supervised):
 
     def host_pid(self) -> int | None:
         return self.host.proc.pid if self.host.proc else None
+
+    #: Warm starts on (a standby takes each respawn); see `OursWarm`.
+    warm = False
 
     def start(self) -> None:
         self.host.start()
@@ -231,3 +234,26 @@ class Floor(Supervised):
         if getattr(self, "proc", None) and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=30)
+
+
+class OursWarm(Ours):
+    """Our host with `warm_standby` on: each respawn takes the loaded standby.
+
+    The stamp wrapper runs when a standby starts, before any kill, so (a) has
+    no meaning here; the child's pid comes from the control API instead.
+    """
+
+    name = "cadre-desktop (warm)"
+    warm = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = OursWarm.name
+        self.settings["warm_standby"] = True
+        self.host = HeadlessHost(self.work / "home", kwargs["keyring_env"], self.settings)
+
+    def current_pid(self) -> int | None:
+        if self.node_id is None or self.host.proc is None:
+            return None
+        status, body = self.host.api("GET", f"/api/nodes/{self.node_id}")
+        return body.get("pid") if status == 200 and body.get("running") else None
