@@ -29,6 +29,7 @@ def fast_settings(**overrides) -> dict:
         "sweep_ms": 1000,
         "probe_interval_ms": 200,
         "stop_timeout_ms": 3000,
+        "warm_standby": False,
     }
     settings.update(overrides)
     return settings
