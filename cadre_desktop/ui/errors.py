@@ -24,13 +24,6 @@ def error_text(error: BaseException) -> str:
             "The host log (`cadre-desktop paths` shows where) has the details.")
 
 
-#: Boxes shown with no parent window (the tray app builds its window only when first
-#: opened): Python owns them, so each is held here while shown and let go at the next
-#: error after it was closed. No signal connection: a closure holding its box would
-#: make a cycle for the collector to tear down under Qt.
-_parentless: list[QMessageBox] = []
-
-
 def show_error(parent: QWidget | None, error: BaseException, doing: str | None = None) -> QMessageBox:
     """Show `error`; `doing` completes "Could not …" (e.g. "remove Kitchen")."""
     if isinstance(error, CadreError):
@@ -43,10 +36,6 @@ def show_error(parent: QWidget | None, error: BaseException, doing: str | None =
     box.setText(f"Could not {doing}." if doing else "Something went wrong.")
     box.setInformativeText(error_text(error))
     box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    if parent is None:
-        _parentless[:] = [shown for shown in _parentless if shown.isVisible()]
-        _parentless.append(box)
-    else:
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     box.open()
     return box

@@ -59,31 +59,6 @@ def test_without_a_tray_the_window_opens_and_explains(shell, qtbot, monkeypatch)
         shell.window.close()  # with no tray, closing the window quits
 
 
-def test_with_a_tray_no_window_is_built_until_it_is_opened(shell, qtbot, monkeypatch):
-    from cadre_desktop.ui import shell as shell_module
-
-    monkeypatch.setattr(shell_module.QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
-    shell.start()
-    assert shell._window is None, "the tray built its window before anyone opened it"
-    shell.tray.open_window.emit()
-    assert shell._window is not None and shell.window.isVisible()
-    assert shell.window is shell._window  # built once
-    with qtbot.waitSignal(shell.quit_requested, timeout=1000):
-        shell.window.quit_requested.emit()  # the late-built window is wired like the rest
-
-
-def test_the_tray_app_imports_no_window_dialog_or_qr_code_until_shown():
-    lazy = ("cadre_desktop.ui.window", "cadre_desktop.ui.dialogs", "cadre_desktop.ui.qr",
-            "cadre_desktop.ui.preferences", "cadre_desktop.ui.table", "cadre_desktop.ui.details",
-            "cadre_desktop.claim_qr", "segno")
-    code = ("import sys, cadre_desktop.ui.app, cadre_desktop.ui.shell, cadre_desktop.host.host; "
-            f"print(sorted(m for m in {lazy!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(REPO), "QT_QPA_PLATFORM": "offscreen"})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]", f"imported at start: {out.stdout}"
-
-
 def test_quit_stops_the_host_and_its_nodes(shell, aio):
     view = aio.run(shell.host.add_node("Kitchen"))
     aio.wait(lambda: shell.model.view(view.id).ready)
