@@ -1,6 +1,7 @@
 """The node's configuration, read from its environment and nowhere else.
 
-Secrets (the claim secret, the invitation) come only from the environment: a
+Secrets (the claim secret, the invitation, a donated node's seed token) come
+only from the environment: a
 command line is visible to every user of the machine through the process table.
 Every problem is reported as a :class:`ConfigError` naming the variable, and the
 message never repeats the value of a secret variable.
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cadre_desktop.node.donated import DonatedConfig, load_donated
 from cadre_desktop.node.errors import ConfigError
 
 NODE_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -44,13 +46,21 @@ class NodeConfig:
     claim_secret: str | None
     invitation: str | None
     tuning: Tuning = Tuning()
+    #: Set when the node was lent to another party (CADRE_DONATION_ID and friends).
+    donated: DonatedConfig | None = None
+
+    @property
+    def mode(self) -> str:
+        if self.donated is not None:
+            return "donated"
+        return "invitation" if self.invitation else "claim"
 
     def __repr__(self) -> str:  # never let a secret reach a log through repr()
         return (
             f"NodeConfig(node_id={self.node_id!r}, node_dir={str(self.node_dir)!r}, "
             f"api={self.api_host}:{self.api_port}, p2p_port={self.p2p_port}, "
             f"advertise_host={self.advertise_host!r}, "
-            f"mode={'invitation' if self.invitation else 'claim'})"
+            f"mode={self.mode})"
         )
 
     __str__ = __repr__
@@ -76,14 +86,19 @@ def load_config(env: Mapping[str, str]) -> NodeConfig:
 
     claim_secret = env.get("CADRE_CLAIM_SECRET") or None
     invitation = (env.get("CADRE_INVITATION") or "").strip() or None
-    if claim_secret and invitation:
+    donated = load_donated(env, _check_secret)
+    given = [name for name, value in (("CADRE_CLAIM_SECRET", claim_secret),
+                                      ("CADRE_INVITATION", invitation),
+                                      ("CADRE_DONATION_ID", donated)) if value]
+    if len(given) > 1:
         raise ConfigError(
-            "set exactly one of CADRE_CLAIM_SECRET or CADRE_INVITATION, not both"
+            "set exactly one of CADRE_CLAIM_SECRET, CADRE_INVITATION or CADRE_DONATION_ID,"
+            f" not {' and '.join(given)}"
         )
-    if not claim_secret and not invitation:
-        raise ConfigError("set one of CADRE_CLAIM_SECRET or CADRE_INVITATION")
+    if not given:
+        raise ConfigError("set one of CADRE_CLAIM_SECRET, CADRE_INVITATION or CADRE_DONATION_ID")
     if claim_secret is not None:
-        _check_secret(claim_secret)
+        _check_secret("CADRE_CLAIM_SECRET", claim_secret)
     # An invitation's content is checked by the node itself, not here: a malformed
     # one is reported through /status ("failed" with a reason) so the host and the
     # user can read why, rather than as a crash loop.
@@ -98,6 +113,7 @@ def load_config(env: Mapping[str, str]) -> NodeConfig:
         claim_secret=claim_secret,
         invitation=invitation,
         tuning=_tuning(env),
+        donated=donated,
     )
 
 
@@ -131,15 +147,14 @@ def _is_decimal(value: str) -> bool:
     return value.isascii() and value.isdigit() and len(value) <= 10
 
 
-def _check_secret(secret: str) -> None:
+def _check_secret(name: str, secret: str) -> None:
     # The value is never echoed: a message naming the variable is enough.
     if not MIN_SECRET_CHARS <= len(secret) <= MAX_SECRET_CHARS:
         raise ConfigError(
-            f"CADRE_CLAIM_SECRET must be {MIN_SECRET_CHARS} to {MAX_SECRET_CHARS} "
-            "characters long"
+            f"{name} must be {MIN_SECRET_CHARS} to {MAX_SECRET_CHARS} characters long"
         )
     if not secret.isprintable() or any(ch.isspace() for ch in secret):
-        raise ConfigError("CADRE_CLAIM_SECRET must be printable, without spaces")
+        raise ConfigError(f"{name} must be printable, without spaces")
 
 
 def _tuning(env: Mapping[str, str]) -> Tuning:

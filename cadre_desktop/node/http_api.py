@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from cadre_desktop.node import invitations
+from cadre_desktop.node import donated, invitations
 from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
 from cadre_desktop.node.errors import ApiError, StorageError
 from cadre_desktop.node.identity import b64url_decode
@@ -54,6 +54,7 @@ def build_app(node: Node, *, body_timeout_s: float = BODY_TIMEOUT_S) -> web.Appl
     app.router.add_get("/invitations", api.list_invitations)
     app.router.add_get("/members", api.members)
     app.router.add_post("/join", api.join)
+    app.router.add_post("/seed", api.seed)
     return app
 
 
@@ -128,6 +129,11 @@ class _Api:
             signature=_bytes_field(body, "signature", 64),
         )
         return _json(answer)
+
+
+    async def seed(self, request: web.Request) -> web.Response:
+        body = await _read_json(request)
+        return _json(donated.accept_seed(self.node, _client(request), _bearer(request), body))
 
 
 @web.middleware
