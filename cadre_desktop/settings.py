@@ -42,9 +42,31 @@ class Settings:
     keep_nodes_running_on_quit: bool = False
     notifications: bool = True
     monochrome_icon: bool = False
+    #: Lending: the lend API's port (on `bind_host`), and how many nodes may be lent in all.
+    lend_port: int = 28090
+    lend_max_nodes: int = 10
+    #: Supervision of lent nodes; null means "as for hosted nodes".
+    donation_respawn_backoff_base_ms: int | None = None
+    donation_respawn_backoff_max_ms: int | None = None
+    donation_respawn_max_attempts: int | None = None
+    donation_respawn_healthy_ms: int | None = None
+    #: A lent node that has not answered this long after its request, or not been
+    #: seeded this long after it answered, is cleared (its loan ends).
+    donation_provisioning_ttl_ms: int = 120_000
+    donation_awaiting_seed_ttl_ms: int = 86_400_000
 
     def with_changes(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)
+
+    def donation_supervision(self) -> "Settings":
+        """These settings with the lent nodes' supervision keys in place of the hosted ones."""
+        chosen = {
+            key: getattr(self, f"donation_{key}")
+            for key in ("respawn_backoff_base_ms", "respawn_backoff_max_ms", "respawn_max_attempts",
+                        "respawn_healthy_ms")
+            if getattr(self, f"donation_{key}") is not None
+        }
+        return self.with_changes(**chosen)
 
 
 def _is_int(v: Any) -> bool:
@@ -59,6 +81,21 @@ def _positive_int(minimum: int = 1):
             return None, f"must be at least {minimum}"
         return v, None
     return check
+
+
+def _nullable(check):
+    def nullable(v: Any):
+        if v is None:
+            return None, None
+        value, problem = check(v)
+        return value, problem and problem + " (or null)"
+    return nullable
+
+
+def _port(v: Any):
+    if not _is_int(v) or not 1024 <= v <= 65535:
+        return None, "must be a port number from 1024 to 65535"
+    return v, None
 
 
 def _bool(v: Any):
@@ -117,6 +154,14 @@ _CHECKS = {
     "keep_nodes_running_on_quit": _bool,
     "notifications": _bool,
     "monochrome_icon": _bool,
+    "lend_port": _port,
+    "lend_max_nodes": _positive_int(1),
+    "donation_respawn_backoff_base_ms": _nullable(_positive_int(1)),
+    "donation_respawn_backoff_max_ms": _nullable(_positive_int(1)),
+    "donation_respawn_max_attempts": _nullable(_positive_int(1)),
+    "donation_respawn_healthy_ms": _nullable(_positive_int(1)),
+    "donation_provisioning_ttl_ms": _positive_int(1000),
+    "donation_awaiting_seed_ttl_ms": _positive_int(1000),
 }
 
 KNOWN_KEYS = tuple(_CHECKS)
@@ -141,6 +186,14 @@ def parse_settings(doc: Any, source: str) -> Settings:
         raise SettingsError(
             f"{source}: setting 'respawn_backoff_max_ms' must not be below 'respawn_backoff_base_ms'"
         )
+    donation = settings.donation_supervision()
+    if donation.respawn_backoff_max_ms < donation.respawn_backoff_base_ms:
+        raise SettingsError(
+            f"{source}: the lent nodes' backoff cap ('donation_respawn_backoff_max_ms', or the hosted "
+            "one) must not be below their backoff base"
+        )
+    if settings.lend_port in range(settings.port_range[0], settings.port_range[1] + 1):
+        raise SettingsError(f"{source}: setting 'lend_port' must be outside 'port_range' (nodes use those)")
     return settings
 
 

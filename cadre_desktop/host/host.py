@@ -59,6 +59,8 @@ class Host:
         self.supervisor: Supervisor | None = None
         self.probe: Probe | None = None
         self.control = None
+        #: Grants, lent nodes and the lend API (host/lend_host.py).
+        self.lending = None
         self._started = False
 
     # -- life ---------------------------------------------------------------------
@@ -98,6 +100,10 @@ class Host:
         s = self.settings
         self.paths.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store.load()
+        from cadre_desktop.host.lend_host import Lending
+
+        self.lending = Lending(self)
+        self.lending.load()
         if self._serve_control_api:
             from cadre_desktop.host.control import check_control_file
 
@@ -128,6 +134,7 @@ class Host:
             settings=s, clock=self.clock,
         )
         self.supervisor.start(stopped_cleanly=report.stopped_cleanly)
+        await self.lending.start()
         interval = s.probe_interval_ms / 1000
         self.probe = Probe(
             store=self.store, orchestrator=self.orchestrator, events=self.events, clock=self.clock,
@@ -199,6 +206,8 @@ class Host:
         if self.control is not None:
             await self.control.stop()
             self.control = None
+        if self.lending is not None:
+            await self.lending.stop()
         if self.probe is not None:
             await self.probe.stop()
         if self.supervisor is not None:

@@ -1,10 +1,11 @@
-"""Claim secrets and invitations in the OS keyring.
+"""Claim secrets, invitations and lending tokens in the OS keyring.
 
-Service name `cadre-desktop`, user name `<node id>/claim-secret` or
-`<node id>/invitation`. The backend is keyring's own choice, so
-`PYTHON_KEYRING_BACKEND` is honoured. There is no plaintext fallback: no usable
-backend, a locked keyring or a failing backend is a SecretsError a person can
-act on, and the node is not created.
+Service name `cadre-desktop`, user name `<node id>/claim-secret`,
+`<node id>/invitation`, `<grant id>/grant-token` or `<donation id>/seed-token`.
+The backend is keyring's own choice, so `PYTHON_KEYRING_BACKEND` is honoured.
+There is no plaintext fallback: no usable backend, a locked keyring or a
+failing backend is a SecretsError a person can act on, and the node is not
+created.
 
 Keyring calls can block for a long time (an unlock prompt, a slow D-Bus
 service), so every call runs on one dedicated worker thread: off the event loop,
@@ -57,6 +58,14 @@ class KeyringLocked(SecretsError):
 class SecretKind(str, Enum):
     CLAIM = "claim-secret"
     INVITATION = "invitation"
+    #: Lending: a grant's token (`<grant id>/grant-token`), a donated node's seed token
+    #: (`<donation id>/seed-token`).
+    GRANT_TOKEN = "grant-token"
+    SEED_TOKEN = "seed-token"
+
+
+#: What a hosted node may have in the keyring (what removing it deletes).
+NODE_KINDS = (SecretKind.CLAIM, SecretKind.INVITATION)
 
 
 def user_name(node_id: str, kind: SecretKind) -> str:
@@ -173,8 +182,8 @@ class SecretStore:
     async def delete(self, node_id: str, kind: SecretKind) -> bool:
         return await self._run(self.delete_sync, node_id, kind)
 
-    async def delete_all(self, node_id: str) -> None:
-        for kind in SecretKind:
+    async def delete_all(self, node_id: str, kinds: tuple[SecretKind, ...] = NODE_KINDS) -> None:
+        for kind in kinds:
             await self.delete(node_id, kind)
 
     async def check(self) -> str:

@@ -45,7 +45,7 @@ _HTTP_CODES = {
 
 def build_app(node: Node, *, body_timeout_s: float = BODY_TIMEOUT_S) -> web.Application:
     api = _Api(node)
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[_errors_as_json])
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[errors_as_json])
     app[_BODY_TIMEOUT] = body_timeout_s
     app.router.add_get("/status", api.status)
     app.router.add_get("/claim", api.claim_page)
@@ -137,7 +137,7 @@ class _Api:
 
 
 @web.middleware
-async def _errors_as_json(request: web.Request, handler: Any) -> web.StreamResponse:
+async def errors_as_json(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         response = await handler(request)
     except ApiError as err:
@@ -169,10 +169,21 @@ def _json(body: Any, *, status: int = 200, headers: dict[str, str] | None = None
 
 
 async def _read_json(request: web.Request, *, optional: bool = False) -> dict[str, Any]:
-    too_large = ApiError(413, "body-too-large", f"the request body is over {MAX_BODY} bytes")
-    if request.content_length is not None and request.content_length > MAX_BODY:
+    return await read_json_body(
+        request, max_body=MAX_BODY, timeout=request.app[_BODY_TIMEOUT], optional=optional
+    )
+
+
+async def read_json_body(
+    request: web.Request, *, max_body: int, timeout: float, optional: bool = False
+) -> dict[str, Any]:
+    """A JSON object of at most ``max_body`` bytes arriving within ``timeout`` s, else an ApiError.
+
+    Also used by the host's lend API, which faces the same kind of clients.
+    """
+    too_large = ApiError(413, "body-too-large", f"the request body is over {max_body} bytes")
+    if request.content_length is not None and request.content_length > max_body:
         raise too_large
-    timeout = request.app[_BODY_TIMEOUT]
     try:
         raw = await asyncio.wait_for(request.read(), timeout)
     except asyncio.TimeoutError:
