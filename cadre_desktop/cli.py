@@ -375,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_parser("watch", parents=[as_json], help="print host events as they happen, until Ctrl-C"
                      ).set_defaults(func=cmd_watch)
 
+    from cadre_desktop import cli_lending  # grant and donation: lending
+
+    cli_lending.add_parsers(commands, as_json)
     commands.add_parser("doctor", help="check that this computer can host nodes").set_defaults(func=cmd_doctor)
     commands.add_parser("paths", parents=[as_json], help="where files are kept").set_defaults(func=cmd_paths)
     auto = commands.add_parser("autostart", help="start the tray app at login")
