@@ -37,6 +37,10 @@ class Settings:
     respawn_max_attempts: int = 5
     respawn_healthy_ms: int = 600_000
     sweep_ms: int = 60_000
+    #: A start that has not answered GET /status within this is a failed start;
+    #: doubled per failed start before it, up to `start_grace_max_ms`. 0: off.
+    start_grace_ms: int = 15_000
+    start_grace_max_ms: int = 600_000
     probe_interval_ms: int = 5_000
     stop_timeout_ms: int = 5_000
     keep_nodes_running_on_quit: bool = False
@@ -149,6 +153,8 @@ _CHECKS = {
     "respawn_max_attempts": _positive_int(1),
     "respawn_healthy_ms": _positive_int(1),
     "sweep_ms": _positive_int(10),
+    "start_grace_ms": _positive_int(0),
+    "start_grace_max_ms": _positive_int(0),
     "probe_interval_ms": _positive_int(10),
     "stop_timeout_ms": _positive_int(1),
     "keep_nodes_running_on_quit": _bool,

@@ -40,13 +40,13 @@ from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import BadRequest, CadreError, NotFound, StorageError
 from cadre_desktop.host.events import LENDING_EVENTS, HostEvent
 from cadre_desktop.host.jsondoc import read_versioned
+from cadre_desktop.host.records import is_node_id
+from cadre_desktop.host.validate import clean_invitation, clean_name
 
 log = logging.getLogger(__name__)
 
 CONTROL_VERSION = 1
 MAX_BODY = 64 * 1024
-MAX_NAME = 64
-MAX_INVITATION = 4096
 HEARTBEAT_S = 15.0
 #: Events a slow SSE client may have queued before it is cut off.
 STREAM_BACKLOG = 1000
@@ -110,32 +110,15 @@ def check_control_file(path: Path) -> None:
 
 def valid_node_id(node_id: str) -> bool:
     """Ids come from the host; refuse anything that could escape a folder before it gets there."""
-    return (
-        0 < len(node_id) <= 128
-        and node_id not in (".", "..")
-        and node_id.isprintable()
-        and not any(c in node_id for c in "/\\ \t")
-    )
+    return is_node_id(node_id)
 
 
 def check_name(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise BadRequest("'name' must be a string.")
-    name = value.strip()
-    if not name or len(name) > MAX_NAME or not name.isprintable():
-        raise BadRequest(f"'name' must be 1 to {MAX_NAME} printable characters.")
-    return name
+    return clean_name(value, None)
 
 
 def check_invitation(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise BadRequest("'invitation' is required: the invitation string a cadre member gave you.")
-    invitation = value.strip()
-    if len(invitation) > MAX_INVITATION:
-        raise BadRequest(f"'invitation' is longer than {MAX_INVITATION} characters; is it the right text?")
-    return invitation
+    return clean_invitation(value)
 
 
 def _redact(text: str, secrets_: list[str]) -> str:

@@ -16,6 +16,8 @@ class EventKind(str, Enum):
     REMOVED = "removed"
     #: The host gave up on a node (also sent as CHANGED); the UI notifies on this one.
     GAVE_UP = "gave_up"
+    #: A node's child ended on its own (detail: "exited with code 3: <its last log line>").
+    EXITED = "exited"
     #: A node reported it was claimed or joined a cadre.
     CLAIMED = "claimed"
     #: The machine woke from sleep (node_id is empty; detail is the seconds slept).

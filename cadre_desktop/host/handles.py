@@ -22,6 +22,7 @@ import psutil
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import StorageError
 from cadre_desktop.host import procs
+from cadre_desktop.host.driver import Exit
 from cadre_desktop.host.jsondoc import read_versioned
 
 STATE_VERSION = 1
@@ -38,6 +39,10 @@ class Handle:
     started_at: str
     #: The address the child was told to advertise (it learns it only at start).
     advertise_host: str = ""
+    #: The start number that made this child (the driver seam keys starts by it).
+    attempt: int = 0
+    #: True when a start found this child already running and took it over.
+    adopted: bool = False
     alive: bool = True
     stop_requested: bool = False
     returncode: int | None = None
@@ -59,17 +64,12 @@ class Handle:
             "p2p_port": self.p2p_port,
             "started_at": self.started_at,
             "advertise_host": self.advertise_host,
+            "attempt": self.attempt,
         }
 
 
-@dataclass(frozen=True)
-class ExitEvent:
-    handle_id: str
-    node_id: str
-    pid: int
-    returncode: int | None
-    #: True when the exit followed a stop this host asked for.
-    requested: bool
+#: The exit a driver reports (kept under its old name for the orchestrator's callers).
+ExitEvent = Exit
 
 
 @dataclass
@@ -101,7 +101,13 @@ def handle_from_row(handle_id: str, row: object) -> Handle:
         p2p_port=row["p2p_port"],
         started_at=str(row.get("started_at", "")),
         advertise_host=str(row.get("advertise_host") or ""),
+        attempt=_whole(row.get("attempt")),
     )
+
+
+def _whole(value: object) -> int:
+    """A non-negative whole number, or 0 for anything else (older files have no attempt)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 
@@ -168,5 +174,6 @@ def find_untracked_children(nodes_dir: Path, tracked: set[int], platform: str) -
             api_port=ports[0], p2p_port=ports[1],
             started_at=datetime.fromtimestamp(proc.create_time(), timezone.utc).isoformat(timespec="milliseconds"),
             advertise_host=env.get("CADRE_ADVERTISE_HOST", ""),
+            attempt=_whole(int(env["CADRE_START_ATTEMPT"]) if env.get("CADRE_START_ATTEMPT", "").isdigit() else 0),
         ))
     return found

@@ -17,6 +17,8 @@ from cadre_desktop.host.netwatch import AddressWatcher
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.events import EventBus, EventKind, HostEvent
 from cadre_desktop.host.lock import HostLock
+from cadre_desktop.host.keyring_gate import KeyringGate
+from cadre_desktop.host.lifecycle import Lifecycle
 from cadre_desktop.host.orchestrator import Orchestrator
 from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.host.probe import HttpStatusFetcher, Probe, loopback_for
@@ -24,7 +26,7 @@ from cadre_desktop.host.records import SUPERVISED, NodeMode, NodeRecord, NodeSta
 from cadre_desktop.host.secrets import SecretKind, SecretStore
 from cadre_desktop.host.service import NodeService
 from cadre_desktop.host.store import RecordStore
-from cadre_desktop.host.supervisor import Supervisor
+from cadre_desktop.host.supervisor import Supervisor, secret_kind
 from cadre_desktop.host.views import NodeView
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings, load_settings
@@ -49,6 +51,8 @@ class Host:
         self.events = EventBus()
         self.secrets = secrets or SecretStore()
         self.store = RecordStore(paths.records_file)
+        self.lifecycle = Lifecycle(store=self.store, events=self.events, clock=self.clock)
+        self.gate: KeyringGate | None = None
         self._lock = HostLock(paths.lock_file)
         self._serve_control_api = serve_control_api
         self._address_source = address_source or self._configured_address
@@ -123,24 +127,26 @@ class Host:
         report = await self.orchestrator.init()
         if report.attached:
             log.info("re-attached to %d running node(s)", len(report.attached))
-        self.service = NodeService(
-            store=self.store, orchestrator=self.orchestrator, secrets=self.secrets,
-            events=self.events, clock=self.clock,
-        )
-        await self._prefetch_claim_secrets()
-        await self.service.reap_stuck()
-        self.supervisor = Supervisor(
-            service=self.service, store=self.store, orchestrator=self.orchestrator,
-            settings=s, clock=self.clock,
-        )
-        self.supervisor.start(stopped_cleanly=report.stopped_cleanly)
-        await self.lending.start()
+        self.gate = KeyringGate(self.secrets, sleep=self.clock.sleep)
         interval = s.probe_interval_ms / 1000
         self.probe = Probe(
-            store=self.store, orchestrator=self.orchestrator, events=self.events, clock=self.clock,
+            lifecycle=self.lifecycle, driver=self.orchestrator, clock=self.clock,
             interval_s=interval,
             fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval))),
+            on_unresponsive=lambda _node_id: self.supervisor and self.supervisor.kick("unresponsive"),
         )
+        self.supervisor = Supervisor(
+            lifecycle=self.lifecycle, driver=self.orchestrator, gate=self.gate, settings=s, clock=self.clock,
+            probe=self.probe, on_sweep=lambda: self.service.reap_stuck(),
+        )
+        self.service = NodeService(
+            lifecycle=self.lifecycle, driver=self.orchestrator, gate=self.gate,
+            supervisor=self.supervisor, clock=self.clock,
+        )
+        await self._prefetch_secrets()
+        await self.service.reap_stuck()
+        self.supervisor.start(stopped_cleanly=report.stopped_cleanly)
+        await self.lending.start()
         self.probe.start()
         # A new child is watched until it answers, rather than waiting out the interval.
         self.events.subscribe(lambda event: self.probe.watch_node(event.node_id) if self.probe and event.node_id else None)
@@ -157,14 +163,26 @@ class Host:
         self._started = True
         log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
 
-    async def _prefetch_claim_secrets(self) -> None:
-        """Read unclaimed nodes' secrets once, so views can show their claim URL."""
-        for record in self.store.list():
-            if record.status is NodeStatus.UNCLAIMED and record.mode is NodeMode.CLAIM:
-                try:
-                    await self.service.load_secret(record.id, SecretKind.CLAIM)
-                except Exception as exc:
-                    log.error("cannot read the claim secret of node %s: %s", record.id, exc)
+    async def _prefetch_secrets(self, wait_s: float = 2.0) -> None:
+        """Read every supervised node's secret ahead, off the serial queue.
+
+        The first pass waits for it at most `wait_s`: a keyring that is locked
+        or hangs (an unlock prompt at login) must not hold up the host. Nodes
+        whose secret has not arrived wait for it without spending their budget,
+        and start the moment it does.
+        """
+        wanted = [(r.id, secret_kind(r)) for r in self.store.list()
+                  if r.status in SUPERVISED or r.status is NodeStatus.ERROR]
+        if not wanted:
+            return
+        task = asyncio.ensure_future(self.gate.prefetch(wanted))
+        self._prefetch_task = task
+        try:
+            await asyncio.wait_for(asyncio.shield(task), wait_s)
+        except asyncio.TimeoutError:
+            log.warning("the keyring has not answered yet; nodes that need a secret wait for it")
+        except Exception as exc:
+            log.error("reading secrets ahead failed: %s", exc)
 
     async def stop(self, stop_nodes: bool | None = None) -> None:
         """Stop serving; stop the nodes too unless `keep_nodes_running_on_quit`."""
@@ -195,7 +213,7 @@ class Host:
             if handle.advertise_host == new:
                 continue
             try:
-                await self.supervisor.restart(record.id)
+                await self.supervisor.restart(record.id, only_if_running=True, doing="restarted for the new address")
             except Exception as exc:
                 # The node is down now; the exit its stop raised hands it to the crash path.
                 log.error("restarting node %s for the new address failed: %s", record.id, exc)
@@ -213,6 +231,12 @@ class Host:
         if self.supervisor is not None:
             # First, so the exits the stops below raise trigger no respawn.
             await self.supervisor.stop()
+        if self.gate is not None:
+            await self.gate.close()
+        task = getattr(self, "_prefetch_task", None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         if self.orchestrator is not None:
             if stop_nodes:
                 await self.orchestrator.stop_all()
@@ -248,8 +272,8 @@ class Host:
             if when is not None and when > self.clock.now():
                 next_retry = iso(when)
         url = None
-        if record.status is NodeStatus.UNCLAIMED and record.api_port and self.service:
-            secret = self.service.cached_secret(record.id, SecretKind.CLAIM)
+        if record.status is NodeStatus.UNCLAIMED and record.api_port and self.gate:
+            secret = self.gate.cached(record.id, SecretKind.CLAIM)
             if secret:
                 url = claim_url(self._advertise, record.api_port, record.id, secret)
         advertised = handle.advertise_host if running and handle.advertise_host else self._advertise
@@ -274,7 +298,25 @@ class Host:
             updated_at=record.updated_at,
             started_at=handle.started_at if running else None,
             log_path=str(self.paths.node_log(record.id)),
+            last_exit=self._last_exit(record, running),
+            exit_code=None if running or not self.supervisor else self.supervisor.exit_code(record.id),
+            waiting_for="keyring" if self.supervisor and self.supervisor.waiting_for_keyring(record.id) else None,
+            last_decision=self.supervisor.last_decisions.get(record.id) if self.supervisor else None,
         )
+
+    def _last_exit(self, record: NodeRecord, running: bool) -> str | None:
+        """What ended the node's last start, while it matters: down, or starting again after a failure."""
+        seen = self.supervisor.last_exit(record.id) if self.supervisor else None
+        if seen:
+            return seen
+        mark = record.start
+        if mark is not None and mark.last_exit and (not running or not mark.answered):
+            return mark.last_exit
+        return None
+
+    def keyring_condition(self):
+        """Why the keyring cannot be used now (code, message), or None when it works."""
+        return self.gate.condition if self.gate else None
 
     # -- actions ----------------------------------------------------------------------
 

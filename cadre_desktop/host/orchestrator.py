@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Mapping
 from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.errors import SpawnError, StorageError
 from cadre_desktop.host import procs
+from cadre_desktop.host.driver import DriverStatus, status_of
 from cadre_desktop.host.handles import (  # noqa: F401 - re-exported for callers
     STATE_VERSION, ExitEvent, ExitListener, Handle, InitReport, find_untracked_children, read_state, write_state,
 )
@@ -83,6 +84,11 @@ class Orchestrator:
     def list_nodes(self) -> list[Handle]:
         return list(self._handles.values())
 
+    def status(self, handle_id: str | None) -> DriverStatus:
+        if not handle_id:
+            return DriverStatus.UNKNOWN
+        return status_of(self.get(handle_id))
+
     def handles_for(self, node_id: str) -> list[Handle]:
         return [h for h in self._handles.values() if h.node_id == node_id]
 
@@ -138,7 +144,8 @@ class Orchestrator:
         self._persist_pending = False
         write_state(self.state_file, self._handles.values(), stopped_cleanly)
 
-    def _node_env(self, node_id: str, handle_ports: tuple[int, int], secret_env: Mapping[str, str]) -> dict[str, str]:
+    def _node_env(self, node_id: str, handle_ports: tuple[int, int], secret_env: Mapping[str, str],
+                  attempt: int = 0) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_NODE_VARS_PREFIX)}
         env.update(
             CADRE_NODE_ID=node_id,
@@ -147,6 +154,7 @@ class Orchestrator:
             CADRE_API_PORT=str(handle_ports[0]),
             CADRE_P2P_PORT=str(handle_ports[1]),
             CADRE_ADVERTISE_HOST=self.advertise_host(),
+            CADRE_START_ATTEMPT=str(attempt),
             PYTHONUNBUFFERED="1",
         )
         env.update(secret_env)
@@ -185,6 +193,28 @@ class Orchestrator:
         os.write(fd, f"--- cadre-desktop: starting node {node_id} at {stamp} ---\n".encode())
         return fd
 
+    def start(
+        self,
+        node_id: str,
+        attempt: int,
+        secret_env: Mapping[str, str],
+        *,
+        want_ports: tuple[int, int] | None = None,
+        avoid_ports: Iterable[int] = (),
+    ) -> Handle:
+        """The driver seam's start: a live child that this same attempt made is adopted.
+
+        A host that died after starting a child and before its record named it
+        comes back to find that child running (state.json, or the scan for
+        untracked children); starting the same attempt again returns it rather
+        than a second child on the same ports and folder.
+        """
+        for handle in self.handles_for(node_id):
+            if handle.alive and attempt > 0 and handle.attempt == attempt:
+                handle.adopted = True
+                return handle
+        return self.spawn(node_id, secret_env, want_ports=want_ports, avoid_ports=avoid_ports, attempt=attempt)
+
     def spawn(
         self,
         node_id: str,
@@ -192,6 +222,7 @@ class Orchestrator:
         *,
         want_ports: tuple[int, int] | None = None,
         avoid_ports: Iterable[int] = (),
+        attempt: int = 0,
     ) -> Handle:
         """Start the node program for `node_id` and return its live handle.
 
@@ -211,7 +242,7 @@ class Orchestrator:
         try:
             work = self.work_dir(node_id)
             ensure_private_dir(work)
-            env = self._node_env(node_id, (api_port, p2p_port), secret_env)
+            env = self._node_env(node_id, (api_port, p2p_port), secret_env, attempt)
             log_fd = self._open_log(node_id)
             try:
                 popen = subprocess.Popen(
@@ -248,6 +279,7 @@ class Orchestrator:
             p2p_port=p2p_port,
             started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             advertise_host=env["CADRE_ADVERTISE_HOST"],
+            attempt=attempt,
             popen=popen,
         )
         self._handles[handle.id] = handle
@@ -349,12 +381,21 @@ class Orchestrator:
         await asyncio.to_thread(self._delete_files, node_id)
 
     def _delete_files(self, node_id: str) -> None:
-        shutil.rmtree(self.work_dir(node_id), ignore_errors=True)
+        """Delete the work folder and logs; a folder that survives is an error, never a success."""
+        work = self.work_dir(node_id)
+        failures: list[str] = []
+        shutil.rmtree(work, onerror=lambda _fn, path, exc: failures.append(f"{path}: {exc[1]}"))
         for path in (self.log_path(node_id), self.log_path(node_id).with_name(f"node-{node_id}.log.1")):
             try:
                 path.unlink()
             except FileNotFoundError:
                 pass
+            except OSError as exc:
+                log.warning("could not delete the log %s: %s", path, exc)
+        if os.path.lexists(work):
+            detail = failures[0] if failures else "it is still there"
+            raise StorageError(f"could not delete the work folder of node {node_id} ({detail}); "
+                               "the removal is retried later")
 
     def forget(self, handle_id: str) -> None:
         """Drop a dead handle (its ports go back)."""

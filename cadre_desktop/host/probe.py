@@ -2,21 +2,24 @@
 
 `GET /status` on the node's API port is both its liveness and its news: an
 unclaimed node that reports `joined` was claimed from a phone; a joining node
-that reports `failed` could not redeem its invitation. A child that keeps not
-answering past its grace is stopped, which hands it to the supervisor's normal
-crash path (and counts an attempt). Every request is bounded by a timeout, and
-one slow node never holds up the others.
+that reports `failed` could not redeem its invitation. The probe judges
+nothing: it tells the supervisor which children answered (a start that answers
+spends its start mark) and which stopped answering, and the supervisor
+decides. Every request is bounded by a timeout, and one slow node never holds
+up the others. Records change only through the lifecycle.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any, Awaitable, Callable
 
 from cadre_desktop.errors import CadreError
-from cadre_desktop.host.clock import Clock, iso, sleep_or_kick
-from cadre_desktop.host.events import EventBus, EventKind
+from cadre_desktop.host.clock import Clock, sleep_or_kick
+from cadre_desktop.host.decide import one_line
+from cadre_desktop.host.lifecycle import Change, Lifecycle
 from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
 
 log = logging.getLogger(__name__)
@@ -70,31 +73,31 @@ class Probe:
     def __init__(
         self,
         *,
-        store,
-        orchestrator,
-        events: EventBus,
+        lifecycle: Lifecycle,
+        driver,
         clock: Clock,
         interval_s: float,
         fetch: Fetch,
         grace_s: float | None = None,
+        on_unresponsive: Callable[[str], None] | None = None,
     ) -> None:
-        self.store = store
-        self.orchestrator = orchestrator
-        self.events = events
+        self.lifecycle = lifecycle
+        self.store = lifecycle.store
+        self.orchestrator = driver
         self.clock = clock
+        self.on_unresponsive = on_unresponsive
         self.interval_s = interval_s
         self.fetch = fetch
-        #: How long a child may go without answering (from its first sighting,
-        #: or its last answer) before it is taken for dead.
+        #: How long a child that answered may go silent before it is reported unresponsive.
         self.grace_s = grace_s if grace_s is not None else max(15.0, 3 * interval_s)
         self._last_ok: dict[str, float] = {}
         #: Children that have answered /status at least once: "ready" in the contract.
         self._answered: set[str] = set()
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
-        self._tasks: set[asyncio.Task] = set()
         #: Nodes whose new child is watched until it first answers.
         self._starting: dict[str, asyncio.Task] = {}
+        self._stopping: set[asyncio.Task] = set()
         #: At most this many requests in flight, so a hundred nodes never crowd one loop turn.
         self._limit = asyncio.Semaphore(8)
 
@@ -109,8 +112,7 @@ class Probe:
             self._task = None
         for task in list(self._starting.values()):
             task.cancel()
-        await asyncio.gather(*self._starting.values(), return_exceptions=True)
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._starting.values(), *self._stopping, return_exceptions=True)
         close = getattr(self.fetch, "close", None)
         if close:
             await close()
@@ -128,18 +130,24 @@ class Probe:
         task.add_done_callback(lambda _t: self._starting.pop(node_id, None))
 
     async def _watch_start(self, handle_id: str, node_id: str) -> None:
-        deadline = self.clock.monotonic() + self.grace_s
-        while self.clock.monotonic() < deadline:
+        """Every 250 ms for the first seconds, then at the interval, until it answers or is replaced."""
+        quick_until = self.clock.monotonic() + max(15.0, self.interval_s)
+        while True:
             record = self.store.get(node_id)
             if record is None or record.handle != handle_id or not self.orchestrator.is_running(handle_id):
                 return
             await self.probe_one(record)
             if self.is_ready(handle_id):
                 return
-            await self.clock.sleep(0.25)
+            await self.clock.sleep(0.25 if self.clock.monotonic() < quick_until else self.interval_s)
 
     def is_ready(self, handle_id: str | None) -> bool:
         return handle_id in self._answered
+
+    def unresponsive(self, handle_id: str | None) -> bool:
+        """It answered once, and has not for longer than the grace since."""
+        last = self._last_ok.get(handle_id) if handle_id in self._answered else None
+        return last is not None and self.clock.monotonic() - last > self.grace_s
 
     def probe_soon(self) -> None:
         """Probe every node now instead of at the end of the interval (after a wake)."""
@@ -170,53 +178,57 @@ class Probe:
         handle = self.orchestrator.get(snapshot.handle)
         if handle is None:
             return
-        first_seen = self._last_ok.setdefault(handle.id, self.clock.monotonic())
         async with self._limit:
             status = await self.fetch(handle.api_port)
         if status is None or status.get("state") not in NODE_STATES:
-            if self.clock.monotonic() - first_seen > self.grace_s and self.orchestrator.is_running(handle.id):
-                log.warning("node %s has not answered for %.0fs; treating it as down", snapshot.id, self.grace_s)
-                self._last_ok.pop(handle.id, None)
-                await self.orchestrator.stop(handle.id)
+            if self.unresponsive(handle.id) and self.orchestrator.is_running(handle.id):
+                log.warning("node %s has not answered for %.0f s", snapshot.id, self.grace_s)
+                if self.on_unresponsive is not None:
+                    self.on_unresponsive(snapshot.id)
             return
         self._last_ok[handle.id] = self.clock.monotonic()
         first_answer = handle.id not in self._answered
         self._answered.add(handle.id)
-        # Re-read after the await: only the record of this very child may change.
-        current = self.store.get(snapshot.id)
-        if current is None or current.handle != handle.id or current.status not in SUPERVISED:
-            return
-        if not self.apply(current, status) and first_answer:
-            self.events.emit(EventKind.CHANGED, current.id)  # it is ready now
+        if first_answer:
+            # A start that answers spends its mark (the next start counts failures from 0).
+            self.lifecycle.apply(snapshot.id, Change.ANSWERED, _spend_mark, handle=handle.id)
+        self.apply(snapshot.id, handle.id, status)
 
-    def apply(self, record: NodeRecord, status: dict[str, Any]) -> bool:
-        """Take in what the node says; True when the record changed (an event went out)."""
+    def apply(self, node_id: str, handle_id: str, status: dict[str, Any]) -> None:
+        """Take in what the node says, about this very child only."""
+        record = self.store.get(node_id)
+        if record is None or record.handle != handle_id or record.status not in SUPERVISED:
+            return
         state = status.get("state")
-        peer_id = status.get("peer_id") if isinstance(status.get("peer_id"), str) else record.peer_id
-        cadre = status.get("cadre") if isinstance(status.get("cadre"), str) else None
-        now = iso(self.clock.now())
+        peer_id = _text(status.get("peer_id"), 128) or record.peer_id
+        cadre = _text(status.get("cadre"), 128)
         if state == "joined" and (record.status is not NodeStatus.JOINED or record.cadre != cadre):
-            was = record.status
-            self.store.put(record.replace(status=NodeStatus.JOINED, cadre=cadre, peer_id=peer_id,
-                                          error=None, updated_at=now))
-            self.events.emit(EventKind.CHANGED, record.id)
-            if was is not NodeStatus.JOINED:
-                log.info("node %s joined cadre %r", record.id, cadre)
-                self.events.emit(EventKind.CLAIMED, record.id, cadre or "")
+            if self.lifecycle.apply(node_id, Change.JOINED, lambda r: r.replace(
+                    status=NodeStatus.JOINED, cadre=cadre, peer_id=peer_id, error=None), handle=handle_id):
+                if record.status is not NodeStatus.JOINED:
+                    log.info("node %s joined cadre %r", node_id, cadre)
         elif state == "failed" and record.status is NodeStatus.JOINING:
-            reason = str(status.get("error") or "no reason given")[:300]
-            message = f"invitation failed: {reason}"
-            self.store.put(record.replace(status=NodeStatus.ERROR, error=message, peer_id=peer_id, updated_at=now))
-            log.warning("node %s: %s", record.id, message)
-            self.events.emit(EventKind.CHANGED, record.id)
-            self.events.emit(EventKind.GAVE_UP, record.id, message)
-            # Stopped after the write, like a give-up; the work folder stays.
-            task = asyncio.ensure_future(self.orchestrator.stop(record.handle))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            message = f"invitation failed: {_text(status.get('error'), 300) or 'no reason given'}"
+            if self.lifecycle.apply(node_id, Change.INVITATION_FAILED, lambda r: r.replace(
+                    status=NodeStatus.ERROR, error=message, peer_id=peer_id), handle=handle_id, detail=message):
+                log.warning("node %s: %s", node_id, message)
+                # Stopped after the write, like a give-up; the work folder stays.
+                self._stop_later(handle_id)
         elif peer_id != record.peer_id:
-            self.store.put(record.replace(peer_id=peer_id, updated_at=now))
-            self.events.emit(EventKind.CHANGED, record.id)
-        else:
-            return False
-        return True
+            self.lifecycle.apply(node_id, Change.PEER, lambda r: r.replace(peer_id=peer_id), handle=handle_id)
+
+    def _stop_later(self, handle_id: str) -> None:
+        task = asyncio.ensure_future(self.orchestrator.stop(handle_id))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+
+def _spend_mark(record: NodeRecord) -> NodeRecord:
+    if record.start is None or record.start.answered:
+        return record
+    return record.replace(start=dataclasses.replace(record.start, answered=True))
+
+
+def _text(value: Any, limit: int) -> str | None:
+    """A string a node sent, made safe for a record: one printable line, bounded; else None."""
+    return one_line(value, limit) or None if isinstance(value, str) else None

@@ -37,6 +37,47 @@ class RespawnInfo:
 
 
 @dataclass(frozen=True)
+class StartMark:
+    """The host's note of the last start of a node.
+
+    Which start it was (`attempt`, the node's start number, which only grows),
+    when and by whom, how many failed starts came right before it, and what
+    was seen of the last of them. A start that answers `GET /status` spends its
+    mark (`answered`): the next start counts its failures from zero. The mark
+    lives in the record, so it is written in the same write as the new handle
+    and survives a host restart.
+    """
+
+    attempt: int
+    at: str
+    by: str = ""
+    failures: int = 0
+    last_exit: str | None = None
+    answered: bool = False
+
+    def to_row(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "at": self.at, "by": self.by, "failures": self.failures,
+                "last_exit": self.last_exit, "answered": self.answered}
+
+
+def mark_from_row(node_id: str, raw: Any) -> StartMark | None:
+    """A start mark from JSON; one of the wrong shape raises ValueError."""
+    if raw is None:
+        return None
+    ok = (isinstance(raw, dict) and _whole(raw.get("attempt")) and isinstance(raw.get("at"), str)
+          and _whole(raw.get("failures", 0)) and isinstance(raw.get("by", ""), str)
+          and isinstance(raw.get("last_exit"), (str, type(None))) and isinstance(raw.get("answered", False), bool))
+    if not ok:
+        raise ValueError(f"node {node_id!r}: start must hold attempt, at, failures, by, last_exit and answered")
+    return StartMark(attempt=raw["attempt"], at=raw["at"], by=raw.get("by", ""), failures=raw.get("failures", 0),
+                     last_exit=raw.get("last_exit"), answered=raw.get("answered", False))
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+@dataclass(frozen=True)
 class NodeRecord:
     id: str
     name: str
@@ -50,6 +91,7 @@ class NodeRecord:
     cadre: str | None = None
     error: str | None = None
     respawn: RespawnInfo | None = None
+    start: StartMark | None = None
     created_at: str = ""
     updated_at: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -60,6 +102,11 @@ class NodeRecord:
     @property
     def attempts(self) -> int:
         return self.respawn.attempts if self.respawn else 0
+
+    @property
+    def next_start(self) -> int:
+        """The start number the next start of this node gets."""
+        return (self.start.attempt if self.start else 0) + 1
 
     def to_row(self) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -79,13 +126,15 @@ class NodeRecord:
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
+        if self.start is not None:
+            row["start"] = self.start.to_row()
         row.update(self.extra)
         return row
 
 
 _OPTIONAL_STR = ("handle", "peer_id", "cadre", "error")
 _OPTIONAL_PORT = ("api_port", "p2p_port")
-_KNOWN = {"name", "status", "mode", "respawn", "created_at", "updated_at",
+_KNOWN = {"name", "status", "mode", "respawn", "start", "created_at", "updated_at",
           *_OPTIONAL_STR, *_OPTIONAL_PORT}
 
 
@@ -141,6 +190,7 @@ def record_from_row(node_id: str, row: Any) -> NodeRecord:
         cadre=row.get("cadre"),
         error=row.get("error"),
         respawn=respawn,
+        start=mark_from_row(node_id, row.get("start")),
         created_at=str(row.get("created_at") or ""),
         updated_at=str(row.get("updated_at") or ""),
         # Keys a newer build added are carried through untouched, never dropped.

@@ -55,6 +55,19 @@ class KeyringLocked(SecretsError):
     code = "keyring_locked"
 
 
+class KeyringTimeout(SecretsError):
+    code = "keyring_timeout"
+
+
+#: How long one keyring call may take before the host stops waiting for it.
+KEYRING_TIMEOUT_S = 10.0
+
+_HELP_TIMEOUT = (
+    "The keyring did not answer within {s:.0f} s; it may be waiting for you to unlock it "
+    "(look for an unlock prompt). cadre-desktop carries on and asks again when it answers."
+)
+
+
 class SecretKind(str, Enum):
     CLAIM = "claim-secret"
     INVITATION = "invitation"
@@ -98,9 +111,22 @@ def backend_label(backend: KeyringBackend) -> str:
 
 
 class SecretStore:
-    def __init__(self, backend: KeyringBackend | None = None) -> None:
+    """The keyring, one call at a time on a worker thread, every call bounded.
+
+    A call that does not answer within `timeout_s` fails with KeyringTimeout,
+    but its thread cannot be interrupted: it is still waiting (an unlock prompt
+    nobody answered). Until it returns, every further call fails at once with
+    the same error instead of queueing behind it, so a hung keyring costs each
+    caller nothing but that error. `on_answer` listeners hear when a hung call
+    finally returns: the keyring works again.
+    """
+
+    def __init__(self, backend: KeyringBackend | None = None, *, timeout_s: float = KEYRING_TIMEOUT_S) -> None:
         self._backend = backend
+        self.timeout_s = timeout_s
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keyring")
+        self._hung: asyncio.Future | None = None
+        self._answer_listeners: list[Callable[[], None]] = []
 
     # -- on the worker thread -------------------------------------------------
 
@@ -169,9 +195,38 @@ class SecretStore:
 
     # -- on the event loop -----------------------------------------------------
 
+    def on_answer(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Hear when a call that had timed out returns at last."""
+        self._answer_listeners.append(listener)
+        return lambda: self._answer_listeners.remove(listener) if listener in self._answer_listeners else None
+
+    @property
+    def hung(self) -> bool:
+        return self._hung is not None and not self._hung.done()
+
     async def _run(self, fn: Callable[..., T], *args) -> T:
+        if self.hung:
+            raise KeyringTimeout(_HELP_TIMEOUT.format(s=self.timeout_s))
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        future = loop.run_in_executor(self._executor, fn, *args)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
+        except asyncio.TimeoutError:
+            self._hung = future
+            future.add_done_callback(self._answered)
+            raise KeyringTimeout(_HELP_TIMEOUT.format(s=self.timeout_s)) from None
+
+    def _answered(self, future: asyncio.Future) -> None:
+        if not future.cancelled():
+            future.exception()  # retrieved, so asyncio does not log it as lost
+        if future is self._hung:
+            self._hung = None
+            log.info("the keyring answered again")
+            for listener in list(self._answer_listeners):
+                try:
+                    listener()
+                except Exception:
+                    log.exception("keyring listener failed")
 
     async def get(self, node_id: str, kind: SecretKind) -> str | None:
         return await self._run(self.get_sync, node_id, kind)

@@ -1,60 +1,69 @@
 """The supervisor: an `unclaimed`, `joining` or `joined` node is expected to run.
 
-One reconcile pass behind three triggers: once at start (after the
-orchestrator re-attached, catching every node that died while the host was
-down), on every child exit (a crash is noticed in milliseconds; a storm of exits
-coalesces into one queued pass), and a periodic sweep as the backstop for exits
-nothing reported. Every pass runs on the service's serial queue.
+One reconcile pass behind three triggers: once at start (after the driver
+re-attached, catching every node that died while the host was down), on every
+child exit (a crash is noticed in milliseconds; a storm of exits coalesces into
+one queued pass), and a periodic sweep as the backstop. A timer also brings the
+pass forward to the moment the earliest backoff or start grace ends.
 
-Records are reconciled to handles, never handles to records: a handle that no
-record names is reported once at start and left running, since stopping it could
-end a node that serves its cadre.
+Each pass gives one verdict per node (`decide.py`, a pure function of the
+record and what the driver, the probe and the keyring gate say) and carries it
+out here: starting, stopping, giving up. Every record write goes through the
+lifecycle. Passes, Retry and Restart share one serial queue, and nothing on it
+ever waits for the keyring: secrets come from the gate's memory, or the node
+waits for the keyring without spending its budget.
 
-The transitions, named where they happen:
-  running, attempts old enough        -> REFILL (budget back to zero)
-  down, but a live child of the node  -> ADOPT (the record takes that child)
-  down, budget spent                  -> GIVE_UP (record `error`, child stopped, folder kept)
-  down, inside backoff                -> WAIT
-  down, backoff elapsed               -> RESPAWN (counts one attempt)
-  respawn threw with budget spent     -> GIVE_UP
-  respawn abandoned                   -> nothing (not a failure)
+Records are reconciled to instances, never instances to records: a child no
+record names is reported once at start and left running.
+
+Timing runs on the monotonic clock. Wall-clock times in the records only carry
+a wait across a host restart, and a clock stepped back never makes a wait
+longer than it is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
+import socket
+import time
 from datetime import datetime, timedelta
-from enum import Enum
+from typing import Awaitable, Callable, TypeVar
 
-from cadre_desktop.errors import CadreError
+from cadre_desktop.errors import CadreError, Conflict, NotFound, SecretsError
 from cadre_desktop.host.clock import Clock, iso, parse_iso
-from cadre_desktop.host.events import EventKind
-from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
-from cadre_desktop.host.service import NodeService, RespawnOutcome
-from cadre_desktop.host.store import RecordStore
+from cadre_desktop.host.decide import (
+    Decision, Observation, Policy, SecretState, Verdict, decide, exit_words, one_line,
+)
+from cadre_desktop.host.driver import DriverStatus, Exit, NodeDriver
+from cadre_desktop.host.keyring_gate import KeyringGate
+from cadre_desktop.host.lifecycle import Change, Lifecycle
+from cadre_desktop.host.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
+from cadre_desktop.host.secrets import SecretKind
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-class Transition(str, Enum):
-    REFILL = "refill"
-    ADOPT = "adopt"
-    GIVE_UP = "give-up"
-    WAIT = "wait"
-    RESPAWN = "respawn"
+def secret_kind(record: NodeRecord) -> SecretKind:
+    return SecretKind.CLAIM if record.mode is NodeMode.CLAIM else SecretKind.INVITATION
+
+
+def secret_env(record: NodeRecord, value: str) -> dict[str, str]:
+    var = "CADRE_CLAIM_SECRET" if record.mode is NodeMode.CLAIM else "CADRE_INVITATION"
+    return {var: value}
 
 
 async def _breathe() -> None:
     """Let everything already due run before the pass goes on.
 
-    A respawn holds the loop for its spawn and two synced file writes (several
-    ms, tens on a busy disk), so a storm of fifty would stall the control API,
-    the probe and the UI for as long as all of them together. Yielding with
-    `sleep(0)` is not enough: its continuation is queued ahead of the timers that
-    fell due meanwhile, so they would still wait for the next respawn too. A
-    zero-delay timer queues the pass behind them.
+    A start holds the loop for its spawn and a synced file write, so a storm of
+    fifty would stall the control API, the probe and the UI for all of them
+    together. `sleep(0)` would queue the pass ahead of timers that fell due
+    meanwhile; a zero-delay timer queues it behind them.
     """
     loop = asyncio.get_running_loop()
     done = loop.create_future()
@@ -65,70 +74,69 @@ async def _breathe() -> None:
         handle.cancel()
 
 
-class Policy:
-    """The numbers of supervision, from settings."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.base_ms = settings.respawn_backoff_base_ms
-        self.max_ms = settings.respawn_backoff_max_ms
-        self.max_attempts = settings.respawn_max_attempts
-        self.healthy_ms = settings.respawn_healthy_ms
-        self.sweep_s = settings.sweep_ms / 1000
-
-    def backoff(self, attempts: int) -> timedelta:
-        """No attempt yet: at once. After n attempts: base * 2^n, capped."""
-        if attempts <= 0:
-            return timedelta(0)
-        return timedelta(milliseconds=min(self.base_ms * (2 ** min(attempts, 40)), self.max_ms))
-
-
 class Supervisor:
     def __init__(
         self,
         *,
-        service: NodeService,
-        store: RecordStore,
-        orchestrator,
+        lifecycle: Lifecycle,
+        driver: NodeDriver,
+        gate: KeyringGate,
         settings: Settings,
         clock: Clock,
+        probe=None,
+        on_sweep: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
-        self.service = service
-        self.store = store
-        self.orchestrator = orchestrator
+        self.lifecycle = lifecycle
+        self.store = lifecycle.store
+        self.driver = driver
+        self.gate = gate
         self.policy = Policy(settings)
         self.clock = clock
+        #: Tells whether a child answered (`is_ready`) or stopped answering (`unresponsive`).
+        self.probe = probe
+        self._on_sweep = on_sweep
+        self.supervisor_id = f"{socket.gethostname()}:{os.getpid()}"
+        self._queue = asyncio.Lock()
         self._timer: asyncio.Task | None = None
         self._unsubscribe = None
-        #: An exit pass is queued or running; exits meanwhile only set `_exit_pass_wanted`.
         self._exit_pass_queued = False
         self._exit_pass_wanted = False
         self._disposed = False
         self._tasks: set[asyncio.Task] = set()
-        #: The pass that ends the earliest backoff, and when it is due.
-        self._backoff_task: asyncio.Task | None = None
+        self._due_task: asyncio.Task | None = None
+        self._due_at: float | None = None
         self._uncounted: set[str] = set()
-        self._backoff_due: datetime | None = None
+        #: (wall time it was derived from, monotonic anchor), per node or child.
+        self._anchors: dict[tuple[str, str], tuple[str, float]] = {}
+        self._seen_start: dict[str, float] = {}
+        #: The words for each node's last exit this process saw (or the reason it stopped it).
+        self._last_exit: dict[str, str] = {}
+        self._exit_codes: dict[str, int | None] = {}
+        self._waiting_keyring: set[str] = set()
+        #: Per node, the last verdict: decision, when, how long it took, error.
+        self.last_decisions: dict[str, dict] = {}
+        gate.on_ready(lambda: self.kick("keyring"))
 
     # -- life -------------------------------------------------------------------
 
     def start(self, stopped_cleanly: frozenset[str] = frozenset()) -> None:
-        """Subscribe to exits, start the sweep timer, report orphans, run the start-up pass.
+        """Subscribe to exits, start the sweep, report orphans, run the start-up pass.
 
         `stopped_cleanly` names nodes the last host stopped on a clean quit: the
-        start-up pass starts them again without counting a failed attempt.
+        start-up pass starts them again whatever their budget or backoff says,
+        without counting an attempt.
         """
         if self._timer is not None:
             return
         self._uncounted = set(stopped_cleanly)
         self._disposed = False
-        # Subscribe first, so an exit during the start-up pass is not missed.
-        self._unsubscribe = self.orchestrator.subscribe(self._on_exit)
+        self._unsubscribe = self.driver.subscribe(self._on_exit)
         self._timer = asyncio.create_task(self._sweep_forever(), name="supervisor-sweep")
         self._report_orphans()
-        self._spawn_pass("startup")
+        self.kick("startup")
 
     async def stop(self) -> None:
-        """End the timer and the subscription; an in-flight pass drops what it has not reached."""
+        """End the timers and the subscription; an in-flight pass drops what it has not reached."""
         self._disposed = True
         if self._unsubscribe:
             self._unsubscribe()
@@ -141,24 +149,32 @@ class Supervisor:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _sweep_forever(self) -> None:
-        while True:
-            await self.clock.sleep(self.policy.sweep_s)
-            try:
-                await self.service.reap_stuck()
-            except Exception as exc:
-                log.error("reaping half-created nodes failed: %s", exc)
-            try:
-                self.orchestrator.trim_logs()
-            except Exception as exc:
-                log.debug("log trim failed: %s", exc)
-            await self._pass_logged("timer")
+    async def serialize(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run `work` on the serial queue every pass, Retry and Restart share."""
+        async with self._queue:
+            return await work()
 
-    def _spawn_pass(self, trigger: str) -> asyncio.Task:
+    def kick(self, trigger: str) -> asyncio.Task | None:
+        if self._disposed:
+            return None
         task = asyncio.create_task(self._pass_logged(trigger), name=f"supervisor-{trigger}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await self.clock.sleep(self.policy.sweep_s)
+            if self._on_sweep is not None:
+                try:
+                    await self._on_sweep()
+                except Exception:
+                    log.exception("the sweep's housekeeping failed")
+            try:
+                self.driver.trim_logs()
+            except Exception as exc:
+                log.debug("log trim failed: %s", exc)
+            await self._pass_logged("timer")
 
     async def _pass_logged(self, trigger: str) -> list[str]:
         try:
@@ -167,19 +183,15 @@ class Supervisor:
             log.exception("supervisor pass (%s) failed", trigger)
             return []
         if ids:
-            log.info("%s pass respawned %s", trigger, ", ".join(ids))
+            log.info("%s pass started %s", trigger, ", ".join(ids))
         return ids
 
-    def _on_exit(self, event) -> None:
-        """Cheap on purpose: no store read per exit, just ask for one pass.
-
-        Exits before the queued pass begins ride on it. An exit while it runs
-        asks for one more pass after it: the running pass may already have
-        looked at that node (it yields between respawns), and without another
-        pass its death would wait for the sweep.
-        """
+    def _on_exit(self, event: Exit) -> None:
+        """An exit is an event at once; the pass it asks for is queued (storms coalesce)."""
         if self._disposed:
             return
+        if not event.requested:
+            self._note_exit(event)
         self._exit_pass_wanted = True
         if self._exit_pass_queued:
             return
@@ -197,13 +209,25 @@ class Supervisor:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _note_exit(self, event: Exit) -> None:
+        lines = self.driver.log_tail(event.node_id, 1)
+        last = one_line(self.gate.redact(event.node_id, lines[-1])) if lines else None
+        words = exit_words(event.returncode, last)
+        self._last_exit[event.node_id] = words
+        self._exit_codes[event.node_id] = event.returncode
+        try:
+            self.lifecycle.apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
+        except CadreError as exc:
+            log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
+        log.warning("node %s %s", event.node_id, words)
+
     def _report_orphans(self) -> None:
         try:
             known = {r.id for r in self.store.list()}
         except CadreError as exc:
             log.error("cannot check for orphaned children: %s", exc.message)
             return
-        for handle in self.orchestrator.list_nodes():
+        for handle in self.driver.list_nodes():
             if handle.node_id not in known:
                 log.warning(
                     "a child for node %s (pid %s) runs but no record names it; it is left running. "
@@ -215,222 +239,347 @@ class Supervisor:
 
     async def reconcile(self) -> list[str]:
         """One pass over the records, queued behind any other pass, Retry or Restart."""
-        return await self.service.serialize(self._reconcile_once)
-
-    async def restart(self, node_id: str) -> None:
-        """Restart a running node for a change it picks up only at start (its address).
-
-        Leaves alone a record that is not supervised, has no handle, or whose
-        node is down (that is the crash path's). Never spends the budget.
-        """
-        async def work() -> None:
-            if self._disposed:
-                return
-            record = self.store.get(node_id)
-            if record is None or record.status not in SUPERVISED or not record.handle:
-                return
-            if not self.orchestrator.is_running(record.handle):
-                return
-            await self.orchestrator.stop(record.handle)
-            result = await self.service.respawn(node_id, count_attempt=False)
-            log.info("node %s restarted: %s", node_id, result.outcome.value)
-        await self.service.serialize(work)
+        return await self.serialize(self._reconcile_once)
 
     async def _reconcile_once(self) -> list[str]:
-        respawned: list[str] = []
+        started: list[str] = []
         try:
             candidates = [r for r in self.store.list() if r.status in SUPERVISED]
         except CadreError as exc:
-            # A malformed records file fails every load: log it, never let it out of the timer.
             log.error("supervisor cannot read the records: %s", exc.message)
-            return respawned
+            return started
         for record in candidates:
             if self._disposed:
                 break
+            t0 = time.perf_counter()
+            verdict, error = None, None
             try:
-                if await self._reconcile_one(record):
-                    respawned.append(record.id)
+                verdict = decide(record, self.observe(record), self.policy)
+                if await self._carry_out(record, verdict):
+                    started.append(record.id)
                     await _breathe()
             except Exception as exc:
                 # One bad record never ends the pass; the others may be down too.
-                log.error("supervising node %s failed: %s", record.id, exc)
-        self._arm_backoff_timer()
-        return respawned
+                error = exc.message if isinstance(exc, CadreError) else f"{type(exc).__name__}: {exc}"
+                log.error("supervising node %s failed: %s", record.id, error)
+            if verdict is not None and verdict.decision is not Decision.LEAVE or error:
+                self._note_decision(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
+        self._arm_due_timer()
+        return started
 
-    def _arm_backoff_timer(self) -> None:
-        """A node waiting out its backoff gets a pass the moment the wait ends.
+    def _note_decision(self, node_id: str, verdict: Verdict | None, ms: float, error: str | None) -> None:
+        self.last_decisions[node_id] = {
+            "decision": verdict.decision.value if verdict else "error",
+            "at": iso(self.clock.now()),
+            "ms": round(ms, 3),
+            "error": error or (verdict.reason if verdict else None),
+        }
 
-        Without this it would wait for the periodic sweep (a minute by default),
-        so a "restarting in 10 s" countdown would sit at zero for most of a minute.
-        One timer, for the earliest due node; a pass re-arms it for the next.
+    def observe(self, record: NodeRecord) -> Observation:
+        """Everything the decision needs, read from the driver, the probe and the gate."""
+        handle = self.driver.get(record.handle)
+        status = self.driver.status(record.handle)
+        secret = SecretState.READY
+        kind = secret_kind(record)
+        if self.gate.cached(record.id, kind) is None:
+            secret = SecretState.MISSING if self.gate.is_missing(record.id, kind) else SecretState.WAITING
+        answered = unresponsive = False
+        if status is DriverStatus.RUNNING and handle is not None:
+            mark = record.start
+            answered = bool(self.probe and self.probe.is_ready(handle.id)) or bool(
+                mark and mark.answered and mark.attempt == getattr(handle, "attempt", -1))
+            unresponsive = bool(self.probe and self.probe.unresponsive(handle.id))
+        last_exit = self._last_exit.get(record.id)
+        if last_exit is None and status is not DriverStatus.RUNNING and handle is not None:
+            lines = self.driver.log_tail(record.id, 1)
+            last_exit = exit_words(handle.returncode, one_line(self.gate.redact(record.id, lines[-1])) if lines else None)
+        return Observation(
+            status=status,
+            returncode=self._exit_codes.get(record.id, handle.returncode if handle else None),
+            answered=answered,
+            unresponsive=unresponsive,
+            started_s=self._started_s(handle.id) if handle is not None and status is DriverStatus.RUNNING else None,
+            since_attempt_s=self._since_attempt_s(record),
+            secret=secret,
+            stopped_cleanly=record.id in self._uncounted,
+            last_exit=last_exit,
+        )
+
+    async def _carry_out(self, record: NodeRecord, verdict: Verdict) -> bool:
+        """Do what the verdict says; True when a child was started."""
+        d = verdict.decision
+        if d is not Decision.WAIT_KEYRING:
+            self._waiting_keyring.discard(record.id)
+        if d is Decision.REFILL:
+            self.lifecycle.apply(record.id, Change.REFILL, lambda r: r.replace(
+                respawn=RespawnInfo(0, r.respawn.last_attempt_at) if r.respawn else None))
+            log.info("node %s stayed up; its respawn budget is full again", record.id)
+        elif d in (Decision.STALLED, Decision.HUNG):
+            self._last_exit[record.id] = verdict.reason
+            self._exit_codes.pop(record.id, None)
+            log.warning("node %s %s; stopping it", record.id, verdict.reason)
+            self.lifecycle.apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason)
+            await self.driver.stop(record.handle)
+        elif d is Decision.GIVE_UP:
+            await self.give_up(record.id, verdict.reason or "the node did not stay running")
+        elif d is Decision.WAIT_KEYRING:
+            self.gate.want(record.id, secret_kind(record))
+            if record.id not in self._waiting_keyring:
+                self._waiting_keyring.add(record.id)
+                self.lifecycle.apply(record.id, Change.WAITING)
+        elif d is Decision.START:
+            self._uncounted.discard(record.id)
+            try:
+                return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle)
+            except Exception as exc:
+                message = exc.message if isinstance(exc, CadreError) else str(exc)
+                current = self.lifecycle.get(record.id)
+                attempts = current.attempts if current else 0
+                log.warning("start attempt %d of node %s failed: %s", attempts, record.id, message)
+                if attempts >= self.policy.max_attempts:
+                    await self.give_up(record.id, f"could not be started: {message}")
+                    return False
+                raise
+        return False
+
+    # -- effects ------------------------------------------------------------------
+
+    def start_node(self, node_id: str, *, counted: bool, expect_handle: str | None = None) -> bool:
+        """The one start of a node: re-read, start through the driver, write handle and mark.
+
+        Synchronous from the re-read to the write: nothing can change the
+        record in between. A live child of the node that the record does not
+        name yet is taken over instead (spends nothing): a host that died after
+        starting it, or a write that failed, never gets a second child beside it.
         """
-        if self._disposed:
-            return
-        now = self.clock.now()
+        record = self.lifecycle.get(node_id)
+        if record is None or record.status not in SUPERVISED or record.handle != expect_handle:
+            return False
+        live = [h for h in self.driver.handles_for(node_id) if h.alive and h.id != record.handle]
+        if live:
+            child = live[-1]
+            self.lifecycle.apply(node_id, Change.ADOPT, lambda r: r.replace(
+                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port))
+            log.info("node %s: its record takes the running child pid %s", node_id, child.pid)
+            return False
+        value = self.gate.cached(node_id, secret_kind(record))
+        if value is None:
+            raise SecretsError(f"the secret of node {node_id} has not been read from the keyring yet")
+        attempt = record.next_start
+        now = iso(self.clock.now())
+        words = self._last_exit.pop(node_id, None)
+        self._exit_codes.pop(node_id, None)
+        mark = self._next_mark(record, attempt, now, counted, words)
+        respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
+        want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
         try:
-            waiting = [self.next_attempt_at(r) for r in self.store.list()
-                       if r.status in SUPERVISED and r.handle and not self.orchestrator.is_running(r.handle)]
-        except CadreError:
-            return
-        due = min((w for w in waiting if w is not None and w > now), default=None)
-        if due is None:
-            return
-        if self._backoff_task is not None and not self._backoff_task.done():
-            if self._backoff_due is not None and self._backoff_due <= due:
-                return
-            self._backoff_task.cancel()
-        self._backoff_due = due
-
-        async def fire() -> None:
-            await self.clock.sleep((due - now).total_seconds())
-            self._backoff_task = None  # this pass may arm the next one
-            await self._pass_logged("backoff")
-
-        self._backoff_task = asyncio.create_task(fire(), name="supervisor-backoff")
-        self._tasks.add(self._backoff_task)
-        self._backoff_task.add_done_callback(self._tasks.discard)
-
-    async def _reconcile_one(self, record: NodeRecord) -> bool:
-        # No handle: nothing was spawned yet, and the code creating it owns the record.
-        if not record.handle:
-            return False
-        if self.orchestrator.is_running(record.handle):
-            self._refill_if_healthy(record)
-            return False
-        if self._adopt_live_child(record):
-            return False
-        attempts = record.attempts
-        if attempts >= self.policy.max_attempts:
-            # Checked here, not only when a respawn throws: a child that spawns and
-            # dies at once never throws, and would otherwise be respawned forever.
-            await self.give_up(record.id, attempts, self._down_reason(record))
-            return False
-        if not self.backoff_elapsed(record):
-            return False  # Transition.WAIT
-        return await self._attempt(record)
-
-    def _adopt_live_child(self, snapshot: NodeRecord) -> bool:
-        """The record names a dead child, yet a child of this node runs: take it.
-
-        A respawn writes the new handle to the record after the spawn (so the
-        child starts without waiting for a file write). If that write fails (a
-        full disk) or the host dies between the two, the child runs and
-        state.json names it, but the record still names its predecessor.
-        Respawning then would start a second child on the same ports; the
-        record takes the running one instead. Spends no budget.
-        """
-        live = [h for h in self.orchestrator.handles_for(snapshot.id) if h.alive and h.id != snapshot.handle]
-        if not live:
-            return False
-        child = live[-1]
-        current = self.store.get(snapshot.id)
-        if current is None or current.status not in SUPERVISED or current.handle != snapshot.handle:
-            return True  # it changed under us: leave it to the next pass
-        try:
-            self.store.put(current.replace(handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port,
-                                           updated_at=iso(self.clock.now())))
-        except CadreError as exc:
-            log.error("node %s: could not record its running child (pid %s): %s", snapshot.id, child.pid, exc.message)
-            return True  # never start a second child beside a running one
-        log.info("node %s: its record takes the running child pid %s (%s)", snapshot.id, child.pid,
-                 Transition.ADOPT.value)
-        self.service.events.emit(EventKind.CHANGED, snapshot.id)
-        return True
-
-    def _down_reason(self, record: NodeRecord) -> str:
-        handle = self.orchestrator.get(record.handle)
-        code = getattr(handle, "returncode", None)
-        reason = "the node did not stay running after its last respawn"
-        if code is not None:
-            reason += f" (exit code {code})"
-        return reason
-
-    def _with_log_tail(self, node_id: str, reason: str) -> str:
-        tail = getattr(self.orchestrator, "log_tail", None)
-        lines = tail(node_id, 5) if tail else []
-        if not lines:
-            return reason
-        return reason + "\nLast log lines:\n" + self.service.redact(node_id, "\n".join(lines))
-
-    def next_attempt_at(self, record: NodeRecord) -> datetime | None:
-        """When the backoff of a down node ends; None when it may go at once or never."""
-        if not record.respawn or record.attempts >= self.policy.max_attempts:
-            return None
-        last = parse_iso(record.respawn.last_attempt_at)
-        if last is None:
-            return None
-        return last + self.policy.backoff(record.attempts)
-
-    def backoff_elapsed(self, record: NodeRecord) -> bool:
-        """No history, or an unparsable timestamp, is eligible at once: bad data never wedges a node."""
-        if not record.respawn:
-            return True
-        last = parse_iso(record.respawn.last_attempt_at)
-        if last is None:
-            return True
-        return self.clock.now() - last >= self.policy.backoff(record.attempts)
-
-    def _refill_due(self, record: NodeRecord) -> bool:
-        """An unparsable timestamp is *not* due: erasing real history is worse than keeping it."""
-        if not record.respawn or record.respawn.attempts == 0:
-            return False
-        last = parse_iso(record.respawn.last_attempt_at)
-        if last is None:
-            return False
-        return self.clock.now() - last > timedelta(milliseconds=self.policy.healthy_ms)
-
-    def _refill_if_healthy(self, snapshot: NodeRecord) -> None:
-        if not self._refill_due(snapshot):
-            return
-        # Re-read: the snapshot may be several awaits old, and writing it back
-        # would undo a claim or a removal that landed meanwhile.
-        current = self.store.get(snapshot.id)
-        if current is None or not self._refill_due(current):
-            return
-        try:
-            self.store.put(current.replace(respawn=current.respawn.__class__(0, current.respawn.last_attempt_at)))
-            log.info("node %s stayed up; its respawn budget is full again (%s)", snapshot.id, Transition.REFILL.value)
-        except CadreError as exc:
-            log.error("could not refill the budget of node %s: %s", snapshot.id, exc.message)
-
-    async def _attempt(self, record: NodeRecord) -> bool:
-        count = record.id not in self._uncounted
-        self._uncounted.discard(record.id)
-        try:
-            result = await self.service.respawn(record.id, count_attempt=count)
+            child = self.driver.start(node_id, attempt, secret_env(record, value), want_ports=want,
+                                      avoid_ports=self.lifecycle.remembered_ports(node_id))
         except Exception as exc:
-            message = exc.message if isinstance(exc, CadreError) else str(exc)
-            # respawn persisted the counter; decide on what is on disk.
-            current = self.store.get(record.id)
-            attempts = current.attempts if current else 0
-            log.warning("respawn attempt %d of node %s failed: %s", attempts, record.id, message)
-            if attempts >= self.policy.max_attempts:
-                await self.give_up(record.id, attempts, message)
-            return False
-        if result.outcome is RespawnOutcome.ABANDONED:
-            log.info("respawn of node %s abandoned (record went %s)", record.id,
-                     result.status.value if result.status else "missing")
-            return False
-        log.info("node %s respawned (%s)", record.id, Transition.RESPAWN.value)
+            message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
+            failed_mark = dataclasses.replace(mark, last_exit=f"could not be started: {message}")
+            self.lifecycle.apply(node_id, Change.START_FAILED, lambda r: r.replace(
+                error=message, respawn=respawn, start=failed_mark))
+            if counted:
+                self._anchor_attempt(node_id, now)
+            raise
+        self._seen_start[child.id] = self.clock.monotonic()
+        change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
+        self.lifecycle.apply(node_id, change, lambda r: r.replace(
+            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark))
+        if counted:
+            self._anchor_attempt(node_id, now)
+        log.info("node %s started (attempt %d%s), pid %s", node_id, attempt, "" if counted else ", uncounted",
+                 child.pid)
         return True
 
-    async def give_up(self, node_id: str, attempts: int, reason: str) -> None:
+    def _next_mark(self, record: NodeRecord, attempt: int, now: str, counted: bool, words: str | None) -> StartMark:
+        prev = record.start
+        failed_before = prev is not None and not prev.answered
+        if not failed_before:
+            failures = 0
+        elif counted:
+            failures = prev.failures + 1
+        else:
+            failures = prev.failures  # a deliberate restart neither adds to nor forgives failures
+        return StartMark(attempt=attempt, at=now, by=self.supervisor_id, failures=failures,
+                         last_exit=words or (prev.last_exit if prev and failed_before else None))
+
+    async def give_up(self, node_id: str, reason: str) -> None:
         """Stop trying: the record becomes `error` first, then the child is stopped.
 
-        The write comes before the stop because the stop raises an exit, and the
-        pass it triggers must not find a supervised record with no child. The
-        work folder is kept: it holds the identity its cadre knows.
+        The write comes first because the stop raises an exit, and the pass it
+        triggers must not find a supervised record with no child. The work
+        folder is kept: it holds the identity its cadre knows.
         """
-        record = self.store.get(node_id)
+        record = self.lifecycle.get(node_id)
         if record is None or record.status not in SUPERVISED:
-            return  # removed or already given up on while the failing attempt ran
-        message = self._with_log_tail(node_id, f"gave up after {attempts} attempts: {reason}")
-        self.store.put(record.replace(status=NodeStatus.ERROR, error=message, updated_at=iso(self.clock.now())))
-        log.warning("node %s: %s (%s)", node_id, message, Transition.GIVE_UP.value)
-        self.service.events.emit(EventKind.CHANGED, node_id)
-        self.service.events.emit(EventKind.GAVE_UP, node_id, message)
+            return
+        n = record.attempts
+        head = f"gave up after {n} attempt{'s' if n != 1 else ''}: {reason}" if n else f"gave up: {reason}"
+        message = self._with_log_tail(node_id, head)
+        if self.lifecycle.apply(node_id, Change.GIVE_UP, lambda r: r.replace(status=NodeStatus.ERROR, error=message),
+                                detail=message) is None:
+            return
+        log.warning("node %s: %s", node_id, head)
         if record.handle:
             try:
-                await self.orchestrator.stop(record.handle)
+                await self.driver.stop(record.handle)
             except Exception as exc:
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
+
+    def _with_log_tail(self, node_id: str, reason: str) -> str:
+        lines = self.driver.log_tail(node_id, 5)
+        if not lines:
+            return reason
+        return reason + "\nLast log lines:\n" + self.gate.redact(node_id, "\n".join(one_line(x) for x in lines))
+
+    async def restart(self, node_id: str, *, only_if_running: bool = False,
+                      require: frozenset[NodeStatus] | None = None, doing: str = "restarted") -> NodeRecord | None:
+        """The one restart: stop the node's child and start it again without spending its budget.
+
+        With `only_if_running` a node that is down is left to the crash path
+        (the address watcher's restarts). `require` narrows the statuses that
+        may be restarted (a new claim code only while unclaimed), checked on
+        the queue, so a node claimed meanwhile is not restarted.
+        """
+        async def work() -> NodeRecord | None:
+            record = self._require(node_id)
+            if record.status not in SUPERVISED:
+                if only_if_running:
+                    return None
+                hint = " Use Retry." if record.status is NodeStatus.ERROR else ""
+                raise Conflict(f"Node {record.name} is {record.status.value} and cannot be restarted.{hint}")
+            if require is not None and record.status not in require:
+                raise Conflict(f"Node {record.name} is {record.status.value} now, so it was not {doing}.")
+            if only_if_running and not self.driver.is_running(record.handle):
+                return None
+            if self.gate.cached(node_id, secret_kind(record)) is None:
+                raise self._keyring_error(record)
+            await self.driver.stop_node(node_id)
+            self._last_exit.pop(node_id, None)
+            if not self.start_node(node_id, counted=False, expect_handle=record.handle):
+                raise Conflict(f"Node {node_id} was removed or stopped while it was being {doing}.")
+            log.info("node %s %s", node_id, doing)
+            return self._require(node_id)
+        return await self.serialize(work)
+
+    async def retry(self, node_id: str) -> NodeRecord:
+        """Bring a node back from `error` with a fresh budget and start it now."""
+        async def work() -> NodeRecord:
+            record = self._require(node_id)
+            if record.status is not NodeStatus.ERROR:
+                raise Conflict(f"Node {record.name} is {record.status.value}; only a node in error can be retried.")
+            if self.gate.cached(node_id, secret_kind(record)) is None:
+                raise self._keyring_error(record)
+            # A child left over from the give-up (it is normally stopped) must go first.
+            await self.driver.stop_node(node_id)
+            if record.mode is NodeMode.CLAIM:
+                status = NodeStatus.JOINED if record.cadre else NodeStatus.UNCLAIMED
+            else:
+                status = NodeStatus.JOINED if record.cadre else NodeStatus.JOINING
+            fresh = self.lifecycle.apply(node_id, Change.RETRY, lambda r: r.replace(
+                status=status, error=None, respawn=None,
+                start=dataclasses.replace(r.start, failures=0, answered=True) if r.start else None))
+            if fresh is None:
+                raise Conflict(f"Node {record.name} changed while it was being retried.")
+            self._last_exit.pop(node_id, None)
+            log.info("node %s: retry requested", node_id)
+            self.start_node(node_id, counted=True, expect_handle=fresh.handle)
+            return self._require(node_id)
+        return await self.serialize(work)
+
+    def _keyring_error(self, record: NodeRecord) -> SecretsError:
+        kind = secret_kind(record)
+        if self.gate.is_missing(record.id, kind):
+            return SecretsError(f"The secret of node {record.name} is missing from the keyring, so it cannot be "
+                                "started. Remove the node and add it again.")
+        cond = self.gate.condition
+        self.gate.want(record.id, kind)
+        return SecretsError(cond.message if cond else "The keyring has not answered yet; try again in a moment.",
+                            code=cond.code if cond else "keyring_waiting")
+
+    def _require(self, node_id: str) -> NodeRecord:
+        record = self.lifecycle.get(node_id)
+        if record is None:
+            raise NotFound(f"There is no node {node_id!r} on this host.")
+        return record
+
+    # -- time ---------------------------------------------------------------------
+
+    def _anchor_attempt(self, node_id: str, wall: str) -> None:
+        self._anchors[("attempt", node_id)] = (wall, self.clock.monotonic())
+
+    def _since(self, key: tuple[str, str], wall: str | None) -> float | None:
+        """Seconds since `wall`, on the monotonic clock once seen; never negative."""
+        when = parse_iso(wall)
+        if when is None:
+            return None
+        anchor = self._anchors.get(key)
+        if anchor is None or anchor[0] != wall:
+            elapsed = max(0.0, (self.clock.now() - when).total_seconds())
+            anchor = (wall, self.clock.monotonic() - elapsed)
+            self._anchors[key] = anchor
+        return self.clock.monotonic() - anchor[1]
+
+    def _since_attempt_s(self, record: NodeRecord) -> float | None:
+        if not record.respawn:
+            return None
+        return self._since(("attempt", record.id), record.respawn.last_attempt_at)
+
+    def _started_s(self, handle_id: str) -> float:
+        """Since this host started the child, or first saw it (a re-attached child gets a fresh grace)."""
+        return self.clock.monotonic() - self._seen_start.setdefault(handle_id, self.clock.monotonic())
+
+    def _arm_due_timer(self) -> None:
+        """Bring the next pass forward to when the earliest backoff or start grace ends."""
+        if self._disposed:
+            return
+        try:
+            records = [r for r in self.store.list() if r.status in SUPERVISED and r.handle]
+        except CadreError:
+            return
+        waits = []
+        for record in records:
+            verdict = decide(record, self.observe(record), self.policy)
+            if verdict.due_in_s is not None:
+                waits.append(verdict.due_in_s)
+        if not waits:
+            return
+        due = self.clock.monotonic() + min(waits)
+        if self._due_task is not None and not self._due_task.done():
+            if self._due_at is not None and self._due_at <= due:
+                return
+            self._due_task.cancel()
+        self._due_at = due
+        delay = max(0.0, min(waits))
+
+        async def fire() -> None:
+            await self.clock.sleep(delay)
+            self._due_task = None  # this pass may arm the next one
+            await self._pass_logged("due")
+
+        self._due_task = asyncio.create_task(fire(), name="supervisor-due")
+        self._tasks.add(self._due_task)
+        self._due_task.add_done_callback(self._tasks.discard)
+
+    # -- what views show --------------------------------------------------------------
+
+    def next_attempt_at(self, record: NodeRecord) -> datetime | None:
+        """When the backoff of a down node ends (wall time, for views); None when now or never."""
+        if record.status not in SUPERVISED or not record.respawn or record.attempts >= self.policy.max_attempts:
+            return None
+        since = self._since_attempt_s(record)
+        if since is None:
+            return None
+        remaining = self.policy.backoff_s(record.attempts) - since
+        return self.clock.now() + timedelta(seconds=remaining) if remaining > 0 else None
+
+    def last_exit(self, node_id: str) -> str | None:
+        return self._last_exit.get(node_id)
+
+    def exit_code(self, node_id: str) -> int | None:
+        return self._exit_codes.get(node_id)
+
+    def waiting_for_keyring(self, node_id: str) -> bool:
+        return node_id in self._waiting_keyring

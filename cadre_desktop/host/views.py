@@ -31,6 +31,15 @@ class NodeView:
     updated_at: str
     started_at: str | None
     log_path: str
+    #: What ended its last start, in words ("exited with code 3: <its last line>",
+    #: "never answered within 15 s"), while the node is down or starting again.
+    last_exit: str | None = None
+    #: The exit code of its last child while it is down, when known.
+    exit_code: int | None = None
+    #: "keyring" while it waits for the keyring to start (no attempt is spent).
+    waiting_for: str | None = None
+    #: The supervisor's last verdict on it: decision, at, ms, error.
+    last_decision: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

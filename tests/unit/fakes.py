@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from cadre_desktop.errors import SpawnError
-from cadre_desktop.host.orchestrator import ExitEvent
+from cadre_desktop.host.driver import DriverStatus, Exit, status_of
 
 
 class FakeClock:
@@ -54,6 +54,10 @@ class FakeHandle:
     alive: bool = True
     returncode: int | None = None
     started_at: str = "2026-01-01T00:00:00Z"
+    advertise_host: str = ""
+    attempt: int = 0
+    adopted: bool = False
+    stop_requested: bool = False
 
     @property
     def ports(self):
@@ -61,6 +65,8 @@ class FakeHandle:
 
 
 class FakeOrchestrator:
+    """A driver (host.driver.NodeDriver) with no processes: children live and die on command."""
+
     def __init__(self) -> None:
         self.handles: dict[str, FakeHandle] = {}
         self.listeners = []
@@ -68,6 +74,8 @@ class FakeOrchestrator:
         self.stopped: list[str] = []
         self.removed: list[str] = []
         self.spawn_error: Exception | None = None
+        #: Per node, the log lines log_tail returns.
+        self.logs: dict[str, list[str]] = {}
         #: Called at every stop with the handle id (to observe ordering).
         self.on_stop = None
         self._ids = itertools.count(1)
@@ -90,14 +98,24 @@ class FakeOrchestrator:
     def handles_for(self, node_id):
         return [h for h in self.handles.values() if h.node_id == node_id]
 
-    def spawn(self, node_id, secret_env, *, want_ports=None, avoid_ports=()):
+    def status(self, handle_id):
+        return DriverStatus.UNKNOWN if not handle_id else status_of(self.get(handle_id))
+
+    def start(self, node_id, attempt, secret_env, *, want_ports=None, avoid_ports=()):
+        for h in self.handles_for(node_id):
+            if h.alive and attempt > 0 and h.attempt == attempt:
+                h.adopted = True
+                return h
+        return self.spawn(node_id, secret_env, want_ports=want_ports, avoid_ports=avoid_ports, attempt=attempt)
+
+    def spawn(self, node_id, secret_env, *, want_ports=None, avoid_ports=(), attempt=0):
         if self.spawn_error is not None:
             raise self.spawn_error
         for old in self.handles_for(node_id):
             del self.handles[old.id]
         n = next(self._ids)
         api, p2p = want_ports or (40000 + 2 * n, 40001 + 2 * n)
-        handle = FakeHandle(f"{node_id}.{n}", node_id, 1000 + n, api, p2p)
+        handle = FakeHandle(f"{node_id}.{n}", node_id, 1000 + n, api, p2p, attempt=attempt)
         self.handles[handle.id] = handle
         self.spawned.append((node_id, dict(secret_env)))
         return handle
@@ -108,7 +126,8 @@ class FakeOrchestrator:
             self.on_stop(handle_id)
         h = self.get(handle_id)
         if h and h.alive:
-            self.exit(handle_id, requested=True)
+            h.stop_requested = True
+            self.exit(handle_id, code=0, requested=True)
 
     async def stop_node(self, node_id):
         for h in self.handles_for(node_id):
@@ -123,8 +142,8 @@ class FakeOrchestrator:
     def trim_logs(self):
         pass
 
-    def log_tail(self, node_id, lines=20):
-        return []
+    def log_tail(self, node_id, lines=20, max_bytes=16384):
+        return self.logs.get(node_id, [])[-lines:]
 
     # test controls
     def add_live(self, node_id, handle_id=None) -> FakeHandle:
@@ -138,7 +157,7 @@ class FakeOrchestrator:
         h.alive = False
         h.returncode = code
         for listener in list(self.listeners):
-            listener(ExitEvent(h.id, h.node_id, h.pid, code, requested))
+            listener(Exit(h.id, h.node_id, h.pid, code, requested))
 
     def spawns_of(self, node_id):
         return [s for s in self.spawned if s[0] == node_id]

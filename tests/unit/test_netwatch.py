@@ -11,7 +11,7 @@ from cadre_desktop.host.netwatch import AddressWatcher
 from cadre_desktop.host.records import NodeStatus, RespawnInfo
 from tests.support.polling import async_wait_until
 from tests.unit.fakes import FakeClock
-from tests.unit.test_supervisor import Rig
+from tests.unit.rig import Answers, Rig
 
 
 class Source:
@@ -95,10 +95,10 @@ async def test_wake_is_a_gap_between_wall_and_monotonic_clocks():
 # -- the host's reaction, on a fake orchestrator -------------------------------------------
 
 @pytest.fixture
-def rig(tmp_path):
+async def rig(tmp_path):
     r = Rig(tmp_path)
     yield r
-    r.secrets.close()
+    await r.close()
 
 
 async def restart_stale(rig, new_address):
@@ -130,14 +130,13 @@ async def test_change_restarts_only_stale_running_supervised_nodes_without_budge
 
 async def test_after_a_wake_every_node_is_probed_at_once(rig):
     from cadre_desktop.host.probe import Probe
-    from tests.unit.test_probe import Answers
 
     rig.node("a", live=True)
     rig.node("b", live=True)
     answers = Answers()
     for h in rig.orch.handles.values():
         answers.by_port[h.api_port] = {"state": "joined", "peer_id": "p", "cadre": "c"}
-    probe = Probe(store=rig.store, orchestrator=rig.orch, events=rig.events, clock=rig.clock,
+    probe = Probe(lifecycle=rig.lifecycle, driver=rig.orch, clock=rig.clock,
                   interval_s=60, fetch=answers, grace_s=180)
     probe.start()
     await async_wait_until(lambda: len(answers.calls) == 2, what="first round")

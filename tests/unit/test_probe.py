@@ -5,30 +5,17 @@ from __future__ import annotations
 import pytest
 
 from cadre_desktop.host.events import EventKind
-from cadre_desktop.host.probe import Probe
 from cadre_desktop.host.records import NodeMode, NodeStatus
 from tests.support.polling import async_wait_until
-from tests.unit.test_supervisor import Rig
-
-
-class Answers:
-    def __init__(self):
-        self.by_port: dict[int, dict | None] = {}
-        self.calls: list[int] = []
-
-    async def __call__(self, port):
-        self.calls.append(port)
-        return self.by_port.get(port)
+from tests.unit.rig import Rig
 
 
 @pytest.fixture
-def rig(tmp_path):
+async def rig(tmp_path):
     r = Rig(tmp_path)
-    r.answers = Answers()
-    r.probe = Probe(store=r.store, orchestrator=r.orch, events=r.events, clock=r.clock,
-                    interval_s=5, fetch=r.answers, grace_s=15)
     yield r
-    r.secrets.close()
+    await r.probe.stop()
+    await r.close()
 
 
 def status(state, cadre=None, error=None, peer="cn1peer"):
@@ -72,29 +59,42 @@ async def test_unclaimed_answer_only_fills_the_peer_id(rig):
     assert rec.status is NodeStatus.UNCLAIMED and rec.peer_id == "cn1peer"
 
 
-async def test_node_that_keeps_not_answering_past_its_grace_is_stopped(rig):
+async def test_a_node_that_answered_then_went_silent_is_reported_unresponsive_never_stopped(rig):
     rig.node(status=NodeStatus.JOINED, live=True)
     handle = rig.store.get("n1").handle
+    reported = []
+    rig.probe.on_unresponsive = reported.append
+    rig.answers.by_port[port_of(rig)] = status("joined")
     await rig.probe.probe_all()
+    rig.answers.by_port[port_of(rig)] = None
     await rig.clock.advance(15)
     await rig.probe.probe_all()
-    assert rig.orch.stopped == []
+    assert reported == [] and not rig.probe.unresponsive(handle)
     await rig.clock.advance(0.5)
     await rig.probe.probe_all()
-    assert rig.orch.stopped == [handle]
+    assert reported == ["n1"] and rig.probe.unresponsive(handle)
+    assert rig.orch.stopped == []  # judging is the supervisor's
+
+
+async def test_a_node_that_never_answered_is_not_unresponsive_its_start_grace_is_the_supervisors(rig):
+    rig.node(status=NodeStatus.JOINED, live=True)
+    await rig.probe.probe_all()
+    await rig.clock.advance(100)
+    await rig.probe.probe_all()
+    assert not rig.probe.unresponsive(rig.store.get("n1").handle)
 
 
 async def test_an_answer_resets_the_grace(rig):
     rig.node(status=NodeStatus.JOINED, live=True)
     port = port_of(rig)
+    rig.answers.by_port[port] = status("joined")
     await rig.probe.probe_all()
     await rig.clock.advance(14)
-    rig.answers.by_port[port] = status("joined")
     await rig.probe.probe_all()
     rig.answers.by_port[port] = None
     await rig.clock.advance(14)
     await rig.probe.probe_all()
-    assert rig.orch.stopped == []
+    assert not rig.probe.unresponsive(rig.store.get("n1").handle)
 
 
 async def test_down_and_unsupervised_nodes_are_not_probed(rig):
@@ -120,6 +120,14 @@ async def test_answer_for_a_replaced_child_is_not_applied(rig):
     assert rig.store.get("n1").status is NodeStatus.UNCLAIMED
 
 
+async def test_hostile_text_in_a_status_answer_is_made_one_bounded_printable_line(rig):
+    rig.node(status=NodeStatus.UNCLAIMED, live=True)
+    rig.answers.by_port[port_of(rig)] = status("joined", cadre="fam\x1b]0;pwned\x07ily\n" + "x" * 500)
+    await rig.probe.probe_all()
+    cadre = rig.store.get("n1").cadre
+    assert cadre.isprintable() and "\x1b" not in cadre and len(cadre) <= 128
+
+
 async def test_first_answer_of_a_child_says_it_is_ready(rig):
     rig.node(status=NodeStatus.JOINED, live=True)
     rec = rig.store.get("n1")
@@ -131,6 +139,14 @@ async def test_first_answer_of_a_child_says_it_is_ready(rig):
     assert [e.kind for e in rig.seen] == [EventKind.CHANGED]
     await rig.probe.probe_all()
     assert [e.kind for e in rig.seen] == [EventKind.CHANGED]  # nothing new, nothing sent
+
+
+async def test_first_answer_spends_the_start_mark(rig):
+    rig.node(status=NodeStatus.JOINED, live=True, answered=False)
+    assert rig.store.get("n1").start.answered is False
+    rig.answers.by_port[port_of(rig)] = status("joined")
+    await rig.probe.probe_all()
+    assert rig.store.get("n1").start.answered is True
 
 
 async def test_a_starting_child_is_watched_until_it_first_answers_and_no_longer(rig):

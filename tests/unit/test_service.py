@@ -7,16 +7,16 @@ import pytest
 from cadre_desktop.errors import BadRequest, Conflict, NotFound, SecretsError, SpawnError, StorageError
 from cadre_desktop.host.events import EventKind
 from cadre_desktop.host.records import NodeMode, NodeStatus, RespawnInfo
-from cadre_desktop.host.secrets import SERVICE
-from tests.unit.test_supervisor import Rig
+from cadre_desktop.host.secrets import SERVICE, SecretKind
+from tests.unit.rig import Rig
 from tests.unit.test_secrets import LockedKeyring
 
 
 @pytest.fixture
-def rig(tmp_path):
+async def rig(tmp_path):
     r = Rig(tmp_path)
     yield r
-    r.secrets.close()
+    await r.close()
 
 
 async def test_add_mints_a_secret_spawns_and_records_unclaimed(rig):
@@ -62,12 +62,13 @@ async def test_failed_spawn_unwinds_everything(rig):
 async def test_locked_keyring_fails_add_with_nothing_left(tmp_path):
     r = Rig(tmp_path)
     from cadre_desktop.host.secrets import SecretStore
-    r.service.secrets = SecretStore(LockedKeyring())
+    r.gate.secrets = SecretStore(LockedKeyring())
     with pytest.raises(SecretsError) as err:
         await r.service.add("A")
     assert "locked" in err.value.message.lower()
     assert r.store.list() == [] and r.orch.spawned == []
-    r.secrets.close()
+    r.gate.secrets.close()
+    await r.close()
 
 
 async def test_failed_final_write_stops_the_child_and_unwinds(rig, monkeypatch):
@@ -156,10 +157,12 @@ async def test_reap_clears_records_stuck_in_spawning(rig):
     assert rig.orch.handles_for("stuck") == []
 
 
-async def test_missing_secret_is_a_counted_failed_attempt(rig):
-    rig.node("a")
+async def test_missing_secret_gives_up_at_once_without_spending_attempts(rig):
+    rig.node("a", cached=False)
     del rig.keyring.items[(SERVICE, "a/claim-secret")]
-    with pytest.raises(SecretsError, match="missing from the keyring"):
-        await rig.service.respawn("a")
-    assert rig.store.get("a").attempts == 1
-    assert "missing from the keyring" in rig.store.get("a").error
+    await rig.gate.prefetch([("a", SecretKind.CLAIM)])
+    await rig.sup.reconcile()
+    rec = rig.store.get("a")
+    assert rec.status is NodeStatus.ERROR and rec.attempts == 0
+    assert "missing from the keyring" in rec.error
+    assert rig.orch.spawned == []

@@ -1,88 +1,24 @@
-"""Every supervision rule, each alone, on a fake clock and a fake orchestrator."""
+"""Every supervision rule of the first shape, each alone, on a fake clock and a fake driver."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
 
 import pytest
 
 from cadre_desktop.errors import SpawnError
-from cadre_desktop.host.clock import iso
-from cadre_desktop.host.events import EventBus, EventKind
-from cadre_desktop.host.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo
-from cadre_desktop.host.secrets import SERVICE, SecretStore
-from cadre_desktop.host.service import NodeService, RespawnOutcome
-from cadre_desktop.host.store import RecordStore
-from cadre_desktop.host.supervisor import Supervisor
-from cadre_desktop.settings import Settings
+from cadre_desktop.host.events import EventKind
+from cadre_desktop.host.records import NodeMode, NodeStatus
 from tests.support.polling import async_wait_until
-from tests.unit.fakes import FakeClock, FakeOrchestrator
-from tests.unit.test_secrets import MemoryKeyring
-
-
-class Rig:
-    def __init__(self, tmp_path, **settings):
-        self.clock = FakeClock()
-        self.keyring = MemoryKeyring()
-        self.secrets = SecretStore(self.keyring)
-        self.store = RecordStore(tmp_path / "hosted-nodes.json")
-        self.orch = FakeOrchestrator()
-        self.events = EventBus()
-        self.seen: list = []
-        self.events.subscribe(self.seen.append)
-        self.service = NodeService(store=self.store, orchestrator=self.orch, secrets=self.secrets,
-                                   events=self.events, clock=self.clock)
-        self.settings = Settings(**settings)
-        self.sup = Supervisor(service=self.service, store=self.store, orchestrator=self.orch,
-                              settings=self.settings, clock=self.clock)
-
-    def node(self, node_id="n1", status=NodeStatus.JOINED, live=False, attempts=None, ago_s=0.0,
-             last_attempt_at=None, handle="auto", mode=NodeMode.CLAIM) -> NodeRecord:
-        if handle == "auto":
-            h = self.orch.add_live(node_id)
-            if not live:
-                h.alive = False
-            handle = h.id
-        respawn = None
-        if attempts is not None:
-            when = last_attempt_at if last_attempt_at is not None else iso(self.clock.now() - timedelta(seconds=ago_s))
-            respawn = RespawnInfo(attempts, when)
-        rec = NodeRecord(id=node_id, name=node_id, status=status, mode=mode, handle=handle,
-                         respawn=respawn, created_at=node_id)
-        self.store.put(rec)
-        kind = "claim-secret" if mode is NodeMode.CLAIM else "invitation"
-        self.keyring.items[(SERVICE, f"{node_id}/{kind}")] = f"secret-of-{node_id}"
-        return rec
-
-    def rec(self, node_id="n1") -> NodeRecord | None:
-        return self.store.get(node_id)
-
-
-def hold_keyring_reads(rig) -> tuple[asyncio.Event, asyncio.Event]:
-    """Make every keyring read wait at `gate`; `reading` is set when one starts.
-
-    The keyring read is the await inside a respawn where a Remove or a give-up
-    can land, so the races the supervisor guards against are driven from here.
-    """
-    gate, reading = asyncio.Event(), asyncio.Event()
-    real_get = rig.secrets.get
-
-    async def held_get(node_id, kind):
-        reading.set()
-        await gate.wait()
-        return await real_get(node_id, kind)
-
-    rig.secrets.get = held_get
-    return gate, reading
+from tests.unit.rig import Rig
 
 
 @pytest.fixture
-def rig(tmp_path):
+async def rig(tmp_path):
     r = Rig(tmp_path)
     yield r
-    r.secrets.close()
+    await r.close()
 
 
 # 2. what is supervised ----------------------------------------------------------------
@@ -137,11 +73,13 @@ async def test_unparsable_timestamp_never_erases_history(rig):
 
 
 async def test_refill_rereads_the_record_and_never_writes_a_stale_snapshot(rig):
-    snapshot = rig.node(live=True, attempts=2, ago_s=601)
+    snapshot = rig.node(live=True, attempts=2, ago_s=601, status=NodeStatus.UNCLAIMED)
     # A claim lands after the pass took its snapshot.
     rig.store.put(rig.rec().replace(status=NodeStatus.JOINED, cadre="family"))
-    rig.sup._refill_if_healthy(snapshot.replace(cadre=None))
-    assert rig.rec().cadre == "family"
+    verdict = rig.sup.observe(snapshot)
+    from cadre_desktop.host.decide import decide
+    await rig.sup._carry_out(snapshot, decide(snapshot, verdict, rig.sup.policy))
+    assert rig.rec().cadre == "family" and rig.rec().status is NodeStatus.JOINED
     assert rig.rec().attempts == 0
 
 
@@ -152,7 +90,7 @@ async def test_gives_up_when_down_with_budget_spent_record_first_then_stop(rig):
     status_at_stop = []
     rig.orch.on_stop = lambda hid: status_at_stop.append(rig.rec().status)
     # The supervisor sees the node down while a child is still there to stop.
-    rig.orch.is_running = lambda hid, real=rig.orch.is_running: False if hid == rec.handle else real(hid)
+    rig.orch.status = lambda hid, real=rig.orch.status: "failed" if hid == rec.handle else real(hid)
     assert await rig.sup.reconcile() == []
     after = rig.rec()
     assert after.status is NodeStatus.ERROR
@@ -163,17 +101,19 @@ async def test_gives_up_when_down_with_budget_spent_record_first_then_stop(rig):
     assert EventKind.GAVE_UP in kinds and EventKind.CHANGED in kinds
 
 
-async def test_gives_up_after_fifth_attempt_of_a_node_that_dies_at_once(rig):
+async def test_gives_up_after_fifth_attempt_of_a_node_that_dies_at_once(tmp_path):
+    rig = Rig(tmp_path, start_grace_ms=0)  # no grace timer: this test drives every pass itself
     rig.node()
     for attempt in range(1, 6):
         respawned = await rig.sup.reconcile()
         assert respawned == ["n1"], f"attempt {attempt}"
         rig.orch.exit(rig.rec().handle)
-        await rig.clock.advance(rig.sup.policy.backoff(attempt).total_seconds())
+        await rig.clock.advance(rig.sup.policy.backoff_s(attempt))
     await rig.sup.reconcile()
     assert rig.rec().status is NodeStatus.ERROR
     assert len(rig.orch.spawned) == 5
     assert [e.kind for e in rig.seen].count(EventKind.GAVE_UP) == 1
+    await rig.close()
 
 
 async def test_respawn_that_throws_with_budget_spent_gives_up(rig):
@@ -199,14 +139,14 @@ async def test_respawn_that_throws_below_budget_counts_and_waits(rig):
 async def test_give_up_leaves_a_record_removed_mid_pass_alone(rig):
     rig.node(attempts=5)
     rig.store.remove("n1")
-    await rig.sup.give_up("n1", 5, "x")
+    await rig.sup.give_up("n1", "x")
     assert rig.rec() is None
     assert rig.orch.stopped == []
 
 
 async def test_give_up_leaves_a_record_already_in_error_alone(rig):
     rig.node(status=NodeStatus.ERROR)
-    await rig.sup.give_up("n1", 5, "second reason")
+    await rig.sup.give_up("n1", "second reason")
     assert rig.rec().error is None
     assert rig.seen == []
 
@@ -222,12 +162,12 @@ async def test_backoff_doubles_from_the_base(rig, attempts, wait_s):
     assert rig.rec().attempts == attempts + 1
 
 
-def test_backoff_is_capped(tmp_path):
+async def test_backoff_is_capped(tmp_path):
     r = Rig(tmp_path, respawn_max_attempts=20)
-    assert r.sup.policy.backoff(0) == timedelta(0)
-    assert r.sup.policy.backoff(6) == timedelta(minutes=5)
-    assert r.sup.policy.backoff(19) == timedelta(minutes=5)
-    r.secrets.close()
+    assert r.sup.policy.backoff_s(0) == 0
+    assert r.sup.policy.backoff_s(6) == 300
+    assert r.sup.policy.backoff_s(19) == 300
+    await r.close()
 
 
 async def test_unparsable_timestamp_is_eligible_at_once(rig):
@@ -237,29 +177,29 @@ async def test_unparsable_timestamp_is_eligible_at_once(rig):
 
 # 6. abandoned ------------------------------------------------------------------------
 
-async def test_remove_mid_respawn_abandons_without_counting(rig):
+async def test_remove_while_a_pass_is_queued_abandons_without_counting(rig):
     rig.node()
-    gate, reading = hold_keyring_reads(rig)
+    held = asyncio.Event()
+
+    async def hold():
+        await held.wait()
+    queued = asyncio.create_task(rig.sup.serialize(hold))
     pass_task = asyncio.create_task(rig.sup.reconcile())
-    await reading.wait()
+    await asyncio.sleep(0)
     await rig.service.remove("n1")
-    gate.set()
+    held.set()
+    await queued
     assert await pass_task == []
     assert rig.orch.spawned == []
     assert rig.rec() is None
     assert rig.keyring.items == {}
 
 
-async def test_give_up_mid_respawn_abandons(rig):
-    rig.node()
-    gate, reading = hold_keyring_reads(rig)
-    result_task = asyncio.create_task(rig.service.respawn("n1"))
-    await reading.wait()
+async def test_give_up_between_the_decision_and_the_start_abandons(rig):
+    rec = rig.node()
     rig.store.put(rig.rec().replace(status=NodeStatus.ERROR))
-    gate.set()
-    result = await result_task
-    assert result.outcome is RespawnOutcome.ABANDONED and result.status is NodeStatus.ERROR
-    assert rig.orch.spawned == []
+    assert rig.sup.start_node("n1", counted=True, expect_handle=rec.handle) is False
+    assert rig.orch.spawned == [] and rig.rec().attempts == 0
 
 
 # 7. failures stay local -------------------------------------------------------------
@@ -269,10 +209,10 @@ async def test_one_failing_record_never_ends_the_pass(rig):
     rig.node("b")
     real_spawn = rig.orch.spawn
 
-    def spawn(node_id, env, want_ports=None, avoid_ports=()):
+    def spawn(node_id, env, want_ports=None, avoid_ports=(), attempt=0):
         if node_id == "a":
             raise RuntimeError("unexpected")
-        return real_spawn(node_id, env, want_ports=want_ports)
+        return real_spawn(node_id, env, want_ports=want_ports, attempt=attempt)
 
     rig.orch.spawn = spawn
     assert await rig.sup.reconcile() == ["b"]
@@ -360,12 +300,14 @@ async def test_stop_ends_timer_and_subscription(rig):
 async def test_in_flight_pass_abandons_records_it_has_not_reached_after_stop(rig):
     rig.node("a")
     rig.node("b")
-    gate, reading = hold_keyring_reads(rig)
-    task = asyncio.create_task(rig.sup.reconcile())
-    await reading.wait()
-    rig.sup._disposed = True  # what stop() sets, without cancelling the pass
-    gate.set()
-    assert await task == ["a"]
+    real_start = rig.sup.start_node
+
+    def start_then_stop(node_id, **kw):
+        started = real_start(node_id, **kw)
+        rig.sup._disposed = True  # what stop() sets, without cancelling the pass
+        return started
+    rig.sup.start_node = start_then_stop
+    assert await rig.sup.reconcile() == ["a"]
     assert rig.orch.spawns_of("b") == []
 
 
@@ -381,21 +323,25 @@ async def test_restart_stops_and_respawns_without_spending_budget(rig):
 
 
 @pytest.mark.parametrize("case", ["error", "no-handle", "down", "missing"])
-async def test_restart_leaves_alone_what_it_should_not_touch(rig, case):
+async def test_address_restart_leaves_alone_what_it_should_not_touch(rig, case):
     if case == "error":
         rig.node(status=NodeStatus.ERROR, live=True)
     elif case == "no-handle":
         rig.node(handle=None)
     elif case == "down":
         rig.node(live=False)
-    await rig.sup.restart("n1")
+    if case == "missing":
+        with pytest.raises(Exception, match="no node"):
+            await rig.sup.restart("n1", only_if_running=True)
+    else:
+        assert await rig.sup.restart("n1", only_if_running=True) is None
     assert rig.orch.spawned == [] and rig.orch.stopped == []
 
 
 async def test_a_node_in_backoff_is_respawned_when_the_wait_ends_not_at_the_sweep(rig):
     rig.node("a", attempts=1, ago_s=0)  # just tried: the next try is due in 10 s
     rig.sup.start()
-    await async_wait_until(lambda: rig.sup._backoff_task is not None, what="backoff timer armed")
+    await async_wait_until(lambda: rig.sup._due_task is not None, what="backoff timer armed")
     await rig.clock.advance(9.9)
     assert rig.orch.spawned == []
     await rig.clock.advance(0.1)
@@ -403,10 +349,11 @@ async def test_a_node_in_backoff_is_respawned_when_the_wait_ends_not_at_the_swee
     assert rig.store.get("a").attempts == 2
     # It dies again: the next wait (20 s) is armed by the pass that follows the exit.
     rig.orch.exit(rig.store.get("a").handle)
-    await async_wait_until(lambda: rig.sup._backoff_due is not None
-                           and (rig.sup._backoff_due - rig.clock.now()).total_seconds() == 20,
-                           what="next backoff armed")
-    await rig.clock.advance(20)
+    await async_wait_until(lambda: rig.sup.last_decisions["a"]["decision"] == "wait", what="the pass after the exit")
+    await rig.clock.advance(15)  # the start grace timer fires on the way: the pass re-arms for the rest
+    await rig.clock.advance(4.5)
+    assert len(rig.orch.spawns_of("a")) == 1
+    await rig.clock.advance(0.5)
     await async_wait_until(lambda: len(rig.orch.spawns_of("a")) == 2, what="second respawn")
     await rig.sup.stop()
 

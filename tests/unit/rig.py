@@ -1,0 +1,108 @@
+"""The supervision rig for unit tests: the real lifecycle, gate, supervisor, service and
+probe over a fake clock, a fake driver and an in-memory keyring."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import timedelta
+
+from cadre_desktop.host.clock import iso
+from cadre_desktop.host.events import EventBus
+from cadre_desktop.host.keyring_gate import KeyringGate
+from cadre_desktop.host.lifecycle import Lifecycle
+from cadre_desktop.host.probe import Probe
+from cadre_desktop.host.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
+from cadre_desktop.host.secrets import SERVICE, SecretKind, SecretStore
+from cadre_desktop.host.service import NodeService
+from cadre_desktop.host.store import RecordStore
+from cadre_desktop.host.supervisor import Supervisor
+from cadre_desktop.settings import Settings
+from tests.unit.fakes import FakeClock, FakeOrchestrator
+from tests.unit.test_secrets import MemoryKeyring
+
+
+class Answers:
+    """A fake GET /status: what each port answers (None: no answer)."""
+
+    def __init__(self):
+        self.by_port: dict[int, dict | None] = {}
+        self.calls: list[int] = []
+
+    async def __call__(self, port):
+        self.calls.append(port)
+        return self.by_port.get(port)
+
+
+class HangingKeyring(MemoryKeyring):
+    """Every read waits until `release` is set (an unlock prompt nobody answers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+
+    def get_password(self, service, username):
+        self.release.wait(30)
+        return super().get_password(service, username)
+
+
+class Rig:
+    def __init__(self, tmp_path, keyring=None, keyring_timeout_s: float = 5.0, **settings):
+        self.clock = FakeClock()
+        self.keyring = keyring or MemoryKeyring()
+        self.secrets = SecretStore(self.keyring, timeout_s=keyring_timeout_s)
+        self.store = RecordStore(tmp_path / "hosted-nodes.json")
+        self.orch = FakeOrchestrator()
+        self.events = EventBus()
+        self.seen: list = []
+        self.events.subscribe(self.seen.append)
+        self.lifecycle = Lifecycle(store=self.store, events=self.events, clock=self.clock)
+        self.gate = KeyringGate(self.secrets, sleep=self.clock.sleep)
+        self.settings = Settings(**settings)
+        self.answers = Answers()
+        self.probe = Probe(lifecycle=self.lifecycle, driver=self.orch, clock=self.clock, interval_s=5,
+                           fetch=self.answers, grace_s=15)
+        self.sup = Supervisor(lifecycle=self.lifecycle, driver=self.orch, gate=self.gate, settings=self.settings,
+                              clock=self.clock, probe=self.probe)
+        self.service = NodeService(lifecycle=self.lifecycle, driver=self.orch, gate=self.gate,
+                                   supervisor=self.sup, clock=self.clock)
+
+    def node(self, node_id="n1", status=NodeStatus.JOINED, live=False, attempts=None, ago_s=0.0,
+             last_attempt_at=None, handle="auto", mode=NodeMode.CLAIM, cached=True, mark=None,
+             answered=True) -> NodeRecord:
+        """A record with a child (live or dead), its secret in the keyring and, if `cached`, in memory."""
+        if handle == "auto":
+            h = self.orch.add_live(node_id)
+            if not live:
+                h.alive = False
+                h.returncode = 1
+            handle = h.id
+        respawn = None
+        if attempts is not None:
+            when = last_attempt_at if last_attempt_at is not None else iso(self.clock.now() - timedelta(seconds=ago_s))
+            respawn = RespawnInfo(attempts, when)
+        if mark is None and handle:
+            mark = StartMark(attempt=self.orch.get(handle).attempt if self.orch.get(handle) else 0,
+                             at=iso(self.clock.now()), answered=answered)
+        rec = NodeRecord(id=node_id, name=node_id, status=status, mode=mode, handle=handle,
+                         respawn=respawn, start=mark, created_at=node_id)
+        self.store.put(rec)
+        kind = SecretKind.CLAIM if mode is NodeMode.CLAIM else SecretKind.INVITATION
+        self.keyring.items[(SERVICE, f"{node_id}/{kind.value}")] = f"secret-of-{node_id}"
+        if cached:
+            self.gate._cache[(node_id, kind)] = f"secret-of-{node_id}"
+        return rec
+
+    def rec(self, node_id="n1") -> NodeRecord | None:
+        return self.store.get(node_id)
+
+    def kinds(self):
+        return [e.kind for e in self.seen]
+
+    async def close(self):
+        await self.sup.stop()
+        await self.gate.close()
+        if hasattr(self.keyring, "release"):
+            self.keyring.release.set()
+        self.secrets.close()
+        await asyncio.sleep(0)
