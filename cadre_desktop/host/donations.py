@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.errors import CadreError
-from cadre_desktop.host.records import RespawnInfo
+from cadre_desktop.host.records import RespawnInfo, StartMark, mark_from_row
 from cadre_desktop.host.rowstore import RowStore
 from cadre_desktop.node.seed import (
     MAX_BOOTSTRAP_NODES,
@@ -89,6 +89,8 @@ class Donation:
     peer_id: str | None = None
     error: str | None = None
     respawn: RespawnInfo | None = None
+    #: The host's note of its last start (see records.StartMark).
+    start: StartMark | None = None
     created_at: str = ""
     updated_at: str = ""
     #: When it reached `awaiting_seed` (the unseeded reaper's clock) and `seeded`.
@@ -102,6 +104,11 @@ class Donation:
     @property
     def attempts(self) -> int:
         return self.respawn.attempts if self.respawn else 0
+
+    @property
+    def next_start(self) -> int:
+        """The start number the next start of this node gets."""
+        return (self.start.attempt if self.start else 0) + 1
 
     @property
     def respawnable(self) -> bool:
@@ -142,6 +149,8 @@ class Donation:
             "awaiting_since": self.awaiting_since,
             "seeded_at": self.seeded_at,
         }
+        if self.start is not None:
+            row["start"] = self.start.to_row()
         if self.bootstrap_nodes is not None:
             row["bootstrap_nodes"] = list(self.bootstrap_nodes)
         if self.owner_keys is not None:
@@ -152,7 +161,7 @@ class Donation:
 
 _OPTIONAL_STR = ("handle", "peer_id", "error", "awaiting_since", "seeded_at")
 _OPTIONAL_PORT = ("api_port", "p2p_port")
-_KNOWN = {"grant_id", "party_id", "profile", "status", "respawn", "created_at", "updated_at",
+_KNOWN = {"grant_id", "party_id", "profile", "status", "respawn", "start", "created_at", "updated_at",
           "bootstrap_nodes", "owner_keys", *_OPTIONAL_STR, *_OPTIONAL_PORT}
 
 
@@ -214,6 +223,7 @@ def donation_from_row(donation_id: str, row: Any) -> Donation:
         peer_id=row.get("peer_id"),
         error=row.get("error"),
         respawn=respawn,
+        start=mark_from_row(donation_id, row.get("start")),
         created_at=str(row.get("created_at") or ""),
         updated_at=str(row.get("updated_at") or ""),
         awaiting_since=row.get("awaiting_since"),

@@ -147,8 +147,8 @@ def new_grant_id() -> str:
     return "gr_" + "".join(_random.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(12))
 
 
-def new_grant_token() -> str:
-    """256 random bits, URL-safe (it travels in a link's fragment and a QR code)."""
+def new_token() -> str:
+    """256 random bits, URL-safe: a grant token (it travels in a link's fragment and a QR code), a seed token."""
     return _random.token_urlsafe(32)
 
 

@@ -137,7 +137,7 @@ class Host:
         )
         self.supervisor = Supervisor(
             lifecycle=self.lifecycle, driver=self.orchestrator, gate=self.gate, settings=s, clock=self.clock,
-            probe=self.probe, on_sweep=lambda: self.service.reap_stuck(),
+            probe=self.probe, on_sweep=self._sweep_housekeeping,
         )
         self.service = NodeService(
             lifecycle=self.lifecycle, driver=self.orchestrator, gate=self.gate,
@@ -145,6 +145,7 @@ class Host:
         )
         await self._prefetch_secrets()
         await self.service.reap_stuck()
+        self.lending.attach()  # lent nodes: the same supervisor, probe and gate, from the first pass
         self.supervisor.start(stopped_cleanly=report.stopped_cleanly)
         await self.lending.start()
         self.probe.start()
@@ -184,6 +185,11 @@ class Host:
         except Exception as exc:
             log.error("reading secrets ahead failed: %s", exc)
 
+    async def _sweep_housekeeping(self) -> None:
+        await self.service.reap_stuck()
+        if self.lending is not None and self.lending.service is not None:
+            await self.lending.sweep()
+
     async def stop(self, stop_nodes: bool | None = None) -> None:
         """Stop serving; stop the nodes too unless `keep_nodes_running_on_quit`."""
         if stop_nodes is None:
@@ -217,6 +223,8 @@ class Host:
             except Exception as exc:
                 # The node is down now; the exit its stop raised hands it to the crash path.
                 log.error("restarting node %s for the new address failed: %s", record.id, exc)
+        if self.lending is not None and self.lending.service is not None:
+            await self.lending.address_changed(new)
 
     async def _teardown(self, *, stop_nodes: bool) -> None:
         if self.netwatch is not None:

@@ -1,24 +1,28 @@
-"""Lending inside the Host: its stores, service, views and lend API, wired and owned here.
+"""Lending inside the Host: its stores, lifecycle, service, views and lend API, wired here.
 
 The Host makes one `Lending` right after it loaded its records (so a broken
-grants or donations file stops the start like any file the host keeps), and
-starts it once the orchestrator has re-attached to the children that outlived
-the last run. From then on a pass every `sweep_ms` finishes what a crash left
-half-done, ends the loans that waited too long or whose grant ended, and opens
-or closes the lend API's port as grants come and go.
+grants or donations file stops the start like any file the host keeps),
+`attach`es it to the supervisor and the probe before their first pass (lent
+nodes are supervised on the same core, the same passes and queue), and
+`start`s it once supervision runs. Each sweep of the supervisor then also
+finishes what a crash left half-done, ends the loans that waited too long or
+whose grant ended, and opens or closes the lend API's port as grants come
+and go.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from cadre_desktop.host.donations import DonationStatus, DonationStore
+from cadre_desktop.host.donations import DONATION_SUPERVISED, DonationStatus, DonationStore
 from cadre_desktop.host.grants import GrantStore
 from cadre_desktop.host.lend_api import LendServer, NodeSeedClient
+from cadre_desktop.host.lend_kind import DONATED
 from cadre_desktop.host.lend_views import LendingViews
 from cadre_desktop.host.lending import LendingService
-from cadre_desktop.host.probe import HttpStatusFetcher, loopback_for
+from cadre_desktop.host.lifecycle import Lifecycle
+from cadre_desktop.host.probe import loopback_for
+from cadre_desktop.host.secrets import SecretKind
 
 log = logging.getLogger(__name__)
 
@@ -28,59 +32,64 @@ class Lending:
         self.host = host
         self.grants = GrantStore(host.paths.grants_file)
         self.donations = DonationStore(host.paths.donations_file)
+        self.lifecycle = Lifecycle(store=self.donations, events=host.events, clock=host.clock, kind=DONATED)
         self.service: LendingService | None = None
         self.views: LendingViews | None = None
         self.server: LendServer | None = None
-        self._fetch: HttpStatusFetcher | None = None
         self._seed_client: NodeSeedClient | None = None
-        self._task: asyncio.Task | None = None
 
     def load(self) -> None:
         """Read both files now; a broken one raises (and is left as it is)."""
         self.grants.load()
         self.donations.load()
 
-    async def start(self) -> None:
+    def attach(self) -> None:
+        """Join the host's supervision: same supervisor, probe, ports and keyring gate."""
         host, s = self.host, self.host.settings
-        loopback = loopback_for(s.bind_host)
-        self._fetch = HttpStatusFetcher(loopback, timeout_s=2.0)
-        self._seed_client = NodeSeedClient(loopback)
+        host.lifecycle.neighbours.append(self.lifecycle)
+        self.lifecycle.neighbours.append(host.lifecycle)
+        host.supervisor.watch(self.lifecycle)
+        host.probe.watch(self.lifecycle)
+        self._seed_client = NodeSeedClient(loopback_for(s.bind_host))
         self.service = LendingService(
-            grants=self.grants, donations=self.donations, orchestrator=host.orchestrator,
-            secrets=host.secrets, events=host.events, clock=host.clock, settings=s,
-            advertise_host=lambda: host.advertise_host,
-            hosted_ports=lambda: {p for r in host.store.list() for p in (r.api_port, r.p2p_port) if p},
-            fetch_status=self._fetch, post_seed=self._seed_client,
+            grants=self.grants, lifecycle=self.lifecycle, driver=host.orchestrator, gate=host.gate,
+            supervisor=host.supervisor, clock=host.clock, settings=s,
+            advertise_host=lambda: host.advertise_host, post_seed=self._seed_client,
         )
         self.views = LendingViews(self.service, log_path=lambda d: str(host.paths.node_log(d)))
         self.server = LendServer(self.service, self.views, bind_host=s.bind_host, port=s.lend_port)
         self.service.on_grants_changed = self.server.sync
+        # Seed tokens are read ahead, in the background: a lent node whose token has
+        # not arrived waits for the keyring, like a hosted node, without spending budget.
+        for donation in self.donations.list():
+            if donation.status in DONATION_SUPERVISED or donation.status is DonationStatus.ERROR:
+                host.gate.want(donation.id, SecretKind.SEED_TOKEN)
+
+    async def start(self) -> None:
         await self.service.reap()
         await self.server.sync()
-        self._task = asyncio.create_task(self._sweep_forever(), name="lending-sweep")
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            await self.host.clock.sleep(self.host.settings.sweep_ms / 1000)
-            await self.sweep()
 
     async def sweep(self) -> None:
-        """One pass: clear what waited too long, look at nodes still starting, follow the grants."""
+        """At each supervisor sweep: clear what waited too long, follow the grants."""
         await self.service.reap()
-        for donation in self.donations.list():
-            if donation.status is DonationStatus.PROVISIONING and donation.handle:
-                status = await self._fetch(donation.api_port) if donation.api_port else None
-                if status is not None:
-                    self.service.apply_status(donation.id, donation.handle, status)
         await self.server.sync()
 
+    async def address_changed(self, new: str) -> None:
+        """Restart, one at a time, each running lent node that still advertises the old address."""
+        for donation in self.donations.list():
+            handle = self.host.orchestrator.get(donation.handle)
+            if donation.status not in DONATION_SUPERVISED or handle is None or not handle.alive:
+                continue
+            if handle.advertise_host == new:
+                continue
+            try:
+                await self.host.supervisor.restart(donation.id, only_if_running=True,
+                                                   doing="restarted for the new address")
+            except Exception as exc:
+                log.error("restarting lent node %s for the new address failed: %s", donation.id, exc)
+
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
         if self.server is not None:
             await self.server.close()
-        for client in (self._fetch, self._seed_client):
-            if client is not None:
-                await client.close()
+        if self._seed_client is not None:
+            await self._seed_client.close()

@@ -53,6 +53,12 @@ class DonationView:
     attempts: int
     next_retry_at: str | None
     last_error: str | None
+    #: What ended its last start ("exited with code 1: ..."), while that matters.
+    last_exit: str | None
+    #: "keyring" while its start waits for the keyring, else None.
+    waiting_for: str | None
+    #: The supervisor's last decision about it: decision, at, ms, error.
+    last_decision: dict | None
     #: False on a row without every input of its first start: it is not restarted.
     respawnable: bool
     created_at: str
@@ -80,6 +86,7 @@ def donation_view(
     advertise_host: str,
     next_retry: datetime | None,
     log_path: str,
+    supervisor=None,
 ) -> DonationView:
     running = bool(handle and handle.alive)
     host = handle.advertise_host if running and getattr(handle, "advertise_host", "") else advertise_host
@@ -99,6 +106,9 @@ def donation_view(
         attempts=donation.attempts,
         next_retry_at=iso(next_retry) if next_retry else None,
         last_error=donation.error,
+        last_exit=_last_exit(donation, running, supervisor),
+        waiting_for="keyring" if supervisor and supervisor.waiting_for_keyring(donation.id) else None,
+        last_decision=supervisor.last_decisions.get(donation.id) if supervisor else None,
         respawnable=donation.respawnable,
         created_at=donation.created_at,
         updated_at=donation.updated_at,
@@ -106,6 +116,17 @@ def donation_view(
         started_at=handle.started_at if running else None,
         log_path=log_path,
     )
+
+
+def _last_exit(donation: Donation, running: bool, supervisor) -> str | None:
+    """What ended its last start, while it matters: down, or starting again after a failure."""
+    seen = supervisor.last_exit(donation.id) if supervisor else None
+    if seen:
+        return seen
+    mark = donation.start
+    if mark is not None and mark.last_exit and (not running or not mark.answered):
+        return mark.last_exit
+    return None
 
 
 def borrower_view(view: DonationView, donation: Donation) -> dict[str, Any]:
@@ -145,13 +166,11 @@ def borrower_grant(grant: Grant, now: datetime, donations: list[dict[str, Any]])
 
 
 class LendingViews:
-    """Views read fresh from the stores and the orchestrator, for every audience."""
+    """Views read fresh from the stores, the driver and the supervisor, for every audience."""
 
-    def __init__(self, service, *, log_path, next_attempt_at=None) -> None:
+    def __init__(self, service, *, log_path) -> None:
         self.service = service
         self.log_path = log_path
-        #: Set by supervision: when a down lent node's backoff ends (None: at once, or never).
-        self.next_attempt_at = next_attempt_at
 
     def grants(self) -> list[GrantView]:
         now = self.service.now()
@@ -164,6 +183,10 @@ class LendingViews:
         grant = self.service.require_grant(grant_id)
         return grant_view(grant, len(self.service.donations.of_grant(grant_id)), self.service.now())
 
+    def link(self, grant_id: str) -> str | None:
+        """The grant link if its token is in memory (the window never waits for the keyring)."""
+        return self.service.cached_link(grant_id)
+
     def donations(self, grant_id: str | None = None) -> list[DonationView]:
         rows = self.service.donations.of_grant(grant_id) if grant_id else self.service.donations.list()
         return [self._view(d) for d in rows]
@@ -173,14 +196,16 @@ class LendingViews:
 
     def _view(self, donation: Donation) -> DonationView:
         service = self.service
-        handle = service.orchestrator.get(donation.handle)
+        supervisor = service.supervisor
+        handle = service.driver.get(donation.handle)
         next_retry = None
-        if self.next_attempt_at is not None and not (handle and handle.alive):
-            when = self.next_attempt_at(donation)
+        if supervisor is not None and not (handle and handle.alive):
+            when = supervisor.next_attempt_at(donation)
             next_retry = when if when is not None and when > service.now() else None
         return donation_view(
             donation, grant=service.grants.get(donation.grant_id), handle=handle,
             advertise_host=service.advertise_host(), next_retry=next_retry, log_path=self.log_path(donation.id),
+            supervisor=supervisor,
         )
 
     def for_borrower(self, donation: Donation) -> dict[str, Any]:

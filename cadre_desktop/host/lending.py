@@ -2,36 +2,32 @@
 
 What the owner does (create, revoke, share a grant; retry or end a loan) and
 what a borrower asks through the lend API (a node, its seed, the end of its
-loan) both come here. The same rules as for hosted nodes hold:
+loan) come here. A lent node is supervised on the hosted nodes' core: its rows
+change only through its lifecycle (host/lend_kind.py says what is particular
+to it), it is started and stopped through the driver, kept running by the
+same supervisor, and its seed token goes through the same keyring gate.
+
+The same rules as for hosted nodes hold:
 
 * The stores are synchronous, and nothing awaits between reading a row and
   writing it back; a row read before an await is re-read after it.
 * A row is written before its keyring entry, and removed (with a tombstone)
   before its child, folder and keyring entry are cleaned up, so a host killed
-  at any point leaves a row that the reaper (`reap`) finishes: never a child, a
-  folder or a keyring entry that no row names.
-
-Each status change of a donation happens in `_move`, which names the
-transition, writes the row and emits the event.
+  at any point leaves a row that the reaper (host/lend_reaper.py) finishes:
+  never a child, a folder or a keyring entry that no row names.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from typing import Any, Awaitable, Callable
 
 from cadre_desktop.errors import CadreError, Conflict, NotFound, SecretsError
 from cadre_desktop.host.clock import Clock, iso
-from cadre_desktop.host.donations import (
-    DonationRequest,
-    Donation,
-    DonationStatus,
-    DonationStore,
-    is_donation_id,
-    new_donation_id,
-)
-from cadre_desktop.host.events import EventBus, EventKind
+from cadre_desktop.host.donations import Donation, DonationRequest, DonationStatus, is_donation_id, new_donation_id
+from cadre_desktop.host.events import EventKind
 from cadre_desktop.host.grants import (
     Grant,
     GrantState,
@@ -41,15 +37,18 @@ from cadre_desktop.host.grants import (
     expiry_after,
     grant_link,
     new_grant_id,
-    new_grant_token,
+    new_token,
     token_digest,
 )
-from cadre_desktop.host.secrets import SecretKind, SecretStore
+from cadre_desktop.host.keyring_gate import KeyringGate
+from cadre_desktop.host.lifecycle import Change, Lifecycle
+from cadre_desktop.host.records import StartMark
+from cadre_desktop.host.secrets import SecretKind
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
 
-#: What a borrower's software may wait for a new node to answer before the request is answered.
+#: How long a borrower's request may wait for its new node to answer before it is answered.
 READY_WAIT_S = 10.0
 _DUMMY_DIGEST = "0" * 64
 
@@ -63,7 +62,6 @@ class LendError(CadreError):
         self.headers = headers or {}
 
 
-StatusFetch = Callable[[int], Awaitable[dict[str, Any] | None]]
 SeedPost = Callable[[int, str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 
 
@@ -72,35 +70,31 @@ class LendingService:
         self,
         *,
         grants: GrantStore,
-        donations: DonationStore,
-        orchestrator,
-        secrets: SecretStore,
-        events: EventBus,
+        lifecycle: Lifecycle,
+        driver,
+        gate: KeyringGate,
+        supervisor,
         clock: Clock,
         settings: Settings,
         advertise_host: Callable[[], str],
-        hosted_ports: Callable[[], set[int]],
-        fetch_status: StatusFetch,
         post_seed: SeedPost,
+        ready_wait_s: float = READY_WAIT_S,
     ) -> None:
         self.grants = grants
-        self.donations = donations
-        self.orchestrator = orchestrator
-        self.secrets = secrets
-        self.events = events
+        self.lifecycle = lifecycle
+        self.donations = lifecycle.store
+        self.events = lifecycle.events
+        self.driver = driver
+        self.gate = gate
+        self.supervisor = supervisor
         self.clock = clock
         self.settings = settings
         self.advertise_host = advertise_host
-        self.hosted_ports = hosted_ports
-        self.fetch_status = fetch_status
         self.post_seed = post_seed
-        #: Tokens read once stay in this process's memory (never anywhere else).
-        self._tokens: dict[tuple[str, SecretKind], str] = {}
+        self.ready_wait_s = ready_wait_s
         #: Ids whose creation (or clean-up) is in flight; the reaper leaves them alone.
         self._creating: set[str] = set()
         self._removing: set[str] = set()
-        #: The serial queue of supervision (respawns, retries); one of its own until wired.
-        self.serialize: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]] = _run_now
         #: Called after grants change, to open or close the lend API's port.
         self.on_grants_changed: Callable[[], Awaitable[None]] | None = None
 
@@ -130,37 +124,9 @@ class LendingService:
         """Ids a create or an end is working on in this run (the reaper leaves them alone)."""
         return self._creating | self._removing
 
-    def cached_token(self, row_id: str, kind: SecretKind) -> str | None:
-        return self._tokens.get((row_id, kind))
-
-    async def token(self, row_id: str, kind: SecretKind) -> str | None:
-        value = self._tokens.get((row_id, kind))
-        if value is None:
-            value = await self.secrets.get(row_id, kind)
-            if value is not None:
-                self._tokens[(row_id, kind)] = value
-        return value
-
-    async def _store_token(self, row_id: str, kind: SecretKind, value: str) -> None:
-        await self.secrets.set(row_id, kind, value)
-        self._tokens[(row_id, kind)] = value
-
     async def forget_token(self, row_id: str, kind: SecretKind) -> None:
-        self._tokens.pop((row_id, kind), None)
-        await self.secrets.delete(row_id, kind)
-
-    def redact(self, text: str) -> str:
-        """Take every lending token this process knows out of text from outside (a log)."""
-        for value in self._tokens.values():
-            text = text.replace(value, "<redacted>")
-        return text
-
-    def ports_in_use(self, except_id: str) -> set[int]:
-        ports = set(self.hosted_ports())
-        for d in self.donations.list():
-            if d.id != except_id:
-                ports.update(p for p in (d.api_port, d.p2p_port) if p)
-        return ports
+        self.gate.drop(row_id)
+        await self.gate.forget(row_id, (kind,))
 
     async def grants_changed(self) -> None:
         if self.on_grants_changed is not None:
@@ -173,23 +139,17 @@ class LendingService:
 
     async def create_grant(self, label: Any = None, max_nodes: Any = None, expires_in_s: Any = None) -> Grant:
         """A new active grant; its token goes to the keyring, its link is `link_of`."""
-        cap = self.settings.lend_max_nodes
-        max_nodes = check_max_nodes(max_nodes, cap)
+        max_nodes = check_max_nodes(max_nodes, self.settings.lend_max_nodes)
         now = self.now()
         expires = expiry_after(now, expires_in_s)
         grant_id = new_grant_id()
         while self.grants.get(grant_id) is not None:
             grant_id = new_grant_id()
-        token = new_grant_token()
+        token = new_token()
         grant = Grant(
-            id=grant_id,
-            label=clean_label(label, f"Grant {len(self.grants.list()) + 1}"),
-            max_nodes=max_nodes,
-            token_sha256=token_digest(token),
-            created_at=iso(now),
-            updated_at=iso(now),
-            expires_at=iso(expires) if expires else None,
-            creating=True,
+            id=grant_id, label=clean_label(label, f"Grant {len(self.grants.list()) + 1}"), max_nodes=max_nodes,
+            token_sha256=token_digest(token), created_at=iso(now), updated_at=iso(now),
+            expires_at=iso(expires) if expires else None, creating=True,
         )
         # The row first (marked creating): a host killed before the keyring write
         # leaves a row the reaper clears, never a keyring entry no row names.
@@ -197,7 +157,7 @@ class LendingService:
         try:
             self.grants.put(grant)
             try:
-                await self._store_token(grant_id, SecretKind.GRANT_TOKEN, token)
+                await self.gate.store(grant_id, SecretKind.GRANT_TOKEN, token)
             except BaseException:
                 self._unwind_grant(grant_id)
                 raise
@@ -223,12 +183,18 @@ class LendingService:
         state = grant.state(self.now())
         if state is not GrantState.ACTIVE:
             raise Conflict(f"Grant {grant.label} is {state.value}; its link no longer works.")
-        token = await self.token(grant_id, SecretKind.GRANT_TOKEN)
+        token = await self.gate.load(grant_id, SecretKind.GRANT_TOKEN)
         if token is None:
-            raise SecretsError(
-                f"The token of grant {grant.label} is missing from the keyring. Revoke the grant and "
-                "create a new one."
-            )
+            raise SecretsError(f"The token of grant {grant.label} is missing from the keyring. Revoke the grant "
+                               "and create a new one.")
+        return grant_link(self.advertise_host(), self.settings.lend_port, grant_id, token)
+
+    def cached_link(self, grant_id: str) -> str | None:
+        """The link, if its token is in memory already (never waits for the keyring)."""
+        grant = self.grants.get(grant_id)
+        token = self.gate.cached(grant_id, SecretKind.GRANT_TOKEN)
+        if grant is None or token is None or grant.state(self.now()) is not GrantState.ACTIVE:
+            return None
         return grant_link(self.advertise_host(), self.settings.lend_port, grant_id, token)
 
     async def revoke_grant(self, grant_id: str) -> Grant:
@@ -246,8 +212,9 @@ class LendingService:
 
     async def close_grant(self, grant_id: str) -> None:
         """End the loans of a revoked or expired grant and delete its token; then mark it closed."""
-        for donation in self.donations.of_grant(grant_id):
-            await self.end(donation.id, why=f"its grant {grant_id} ended")
+        for donation in self.donations.list():
+            if donation.grant_id == grant_id:
+                await self.end(donation.id, why=f"its grant {grant_id} ended")
         await self.forget_token(grant_id, SecretKind.GRANT_TOKEN)
         current = self.grants.get(grant_id)
         if current is not None and not current.closed_at:
@@ -266,8 +233,8 @@ class LendingService:
         """
         grant = self.grants.get(grant_id) if isinstance(grant_id, str) else None
         expected = grant.token_sha256 if grant is not None and not grant.creating else _DUMMY_DIGEST
-        given = token_digest(token or "")
-        if not hmac.compare_digest(given, expected) or grant is None or grant.creating or not token:
+        matches = hmac.compare_digest(token_digest(token or ""), expected)
+        if not matches or grant is None or grant.creating or not token:
             raise LendError(403, "wrong-token", "this grant token is not valid for this grant")
         state = grant.state(self.now())
         if state is GrantState.REVOKED:
@@ -288,7 +255,7 @@ class LendingService:
         """Start a node for the borrower; answered once it awaits its seed (or after a bounded wait)."""
         # The caps are checked and the row written with no await in between: two
         # requests racing for the last place cannot both get it.
-        if len(self.donations.of_grant(grant.id)) >= grant.max_nodes:
+        if sum(1 for d in self.donations.list() if d.grant_id == grant.id) >= grant.max_nodes:
             raise LendError(409, "grant-full", f"this grant allows {grant.max_nodes} node(s), all lent")
         if len(self.donations.list()) + len(self.donations.pending_removals()) >= self.settings.lend_max_nodes:
             raise LendError(409, "host-full", "this host lends no more nodes right now")
@@ -296,44 +263,44 @@ class LendingService:
         while self.donations.get(donation_id) is not None or donation_id in self.donations.pending_removals():
             donation_id = new_donation_id()
         now = iso(self.now())
-        row = Donation(
-            id=donation_id, grant_id=grant.id, party_id=wanted.party_id, profile=wanted.profile,
-            status=DonationStatus.PROVISIONING, bootstrap_nodes=wanted.bootstrap_nodes,
-            owner_keys=wanted.owner_keys, created_at=now, updated_at=now,
-        )
         self._creating.add(donation_id)
         try:
-            self.donations.put(row)
-            self.events.emit(EventKind.DONATION_ADDED, donation_id)
+            self.lifecycle.create(Donation(
+                id=donation_id, grant_id=grant.id, party_id=wanted.party_id, profile=wanted.profile,
+                status=DonationStatus.PROVISIONING, bootstrap_nodes=wanted.bootstrap_nodes,
+                owner_keys=wanted.owner_keys, created_at=now, updated_at=now,
+            ))
             await self._provision(donation_id)
         finally:
             self._creating.discard(donation_id)
         log.info("node %s lent to party %r under grant %s", donation_id, wanted.party_id, grant.id)
-        await self.wait_ready(donation_id, READY_WAIT_S)
+        await self._wait_answered(donation_id)
         return self.require_donation(donation_id)
 
     async def _provision(self, donation_id: str) -> None:
         """Seed token to the keyring, then the child; any failure ends the loan it began."""
-        token = new_grant_token()
         try:
-            await self._store_token(donation_id, SecretKind.SEED_TOKEN, token)
+            await self.gate.store(donation_id, SecretKind.SEED_TOKEN, new_token())
         except BaseException:
             await self._unwind(donation_id)
             raise
         current = self.donations.get(donation_id)
-        if current is None or current.status is not DonationStatus.PROVISIONING:
+        token = self.gate.cached(donation_id, SecretKind.SEED_TOKEN)
+        if current is None or current.status is not DonationStatus.PROVISIONING or token is None:
             await self._unwind(donation_id)
             raise LendError(409, "donation-ended", "the loan ended while its node was being set up")
         try:
             # No await from the re-read above to the write below.
-            handle = self.orchestrator.spawn(donation_id, current.node_env(token),
-                                             avoid_ports=self.ports_in_use(donation_id))
-            self.donations.put(current.replace(handle=handle.id, api_port=handle.api_port,
-                                               p2p_port=handle.p2p_port, updated_at=iso(self.now())))
+            child = self.driver.start(donation_id, 1, current.node_env(token),
+                                      avoid_ports=self.lifecycle.remembered_ports(donation_id))
+            mark = StartMark(attempt=child.attempt or 1, at=iso(self.now()), by=self.supervisor.supervisor_id)
+            done = self.lifecycle.apply(donation_id, Change.SPAWNED, lambda r: r.replace(
+                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark))
+            if done is None:
+                raise LendError(409, "donation-ended", "the loan ended while its node was being set up")
         except BaseException:
             await self._unwind(donation_id)
             raise
-        self.events.emit(EventKind.DONATION_CHANGED, donation_id)
 
     async def _unwind(self, donation_id: str) -> None:
         try:
@@ -342,91 +309,85 @@ class LendingService:
             message = exc.message if isinstance(exc, CadreError) else str(exc)
             log.error("could not clear failed donation %s (retried later): %s", donation_id, message)
 
-    async def wait_ready(self, donation_id: str, timeout_s: float) -> None:
-        """Read the new child's /status until it answers (bounded); the row learns its peer id."""
-        deadline = self.clock.monotonic() + timeout_s
-        while self.clock.monotonic() < deadline:
-            donation = self.donations.get(donation_id)
-            if donation is None or donation.status is not DonationStatus.PROVISIONING:
-                return
-            if not donation.handle or not self.orchestrator.is_running(donation.handle):
-                return
-            status = await self.fetch_status(donation.api_port)
-            if status is not None and self.apply_status(donation_id, donation.handle, status):
-                return
-            await self.clock.sleep(0.1)
+    async def _wait_answered(self, donation_id: str) -> None:
+        """Until the new node answered (the probe moves it on), the loan ended, or the wait is over."""
+        def settled() -> bool:
+            row = self.donations.get(donation_id)
+            return row is None or row.status is not DonationStatus.PROVISIONING
 
-    def apply_status(self, donation_id: str, handle_id: str | None, status: dict[str, Any]) -> bool:
-        """Take in what a donated node says of itself; True when it answered as one."""
-        state, peer_id = status.get("state"), status.get("peer_id")
-        if state not in ("awaiting_seed", "seeded") or status.get("donation_id") != donation_id:
-            return False
-        current = self.donations.get(donation_id)
-        if current is None or current.handle != handle_id or current.status is DonationStatus.ERROR:
-            return True
-        peer = peer_id if isinstance(peer_id, str) and len(peer_id) <= 64 and peer_id.isprintable() else None
-        if state == "seeded" and current.status is not DonationStatus.SEEDED:
-            self.move(current, DonationStatus.SEEDED, "the node says it is seeded",
-                       peer_id=peer, seeded_at=current.seeded_at or iso(self.now()))
-        elif state == "awaiting_seed" and current.status is DonationStatus.PROVISIONING:
-            self.move(current, DonationStatus.AWAITING_SEED, "the node answers", peer_id=peer,
-                       awaiting_since=iso(self.now()))
-        elif peer != current.peer_id and peer is not None:
-            self.donations.put(current.replace(peer_id=peer, updated_at=iso(self.now())))
-            self.events.emit(EventKind.DONATION_CHANGED, donation_id)
-        return True
+        if settled() or self.ready_wait_s <= 0:
+            return
+        done = asyncio.get_running_loop().create_future()
 
-    def move(self, current: Donation, status: DonationStatus, why: str, **changes: Any) -> Donation:
-        """The one place a donation's status changes: write, log, emit."""
-        moved = current.replace(status=status, updated_at=iso(self.now()), **changes)
-        self.donations.put(moved)
-        log.info("lent node %s: %s -> %s (%s)", current.id, current.status.value, status.value, why)
-        self.events.emit(EventKind.DONATION_CHANGED, current.id)
-        return moved
+        def heard(event) -> None:
+            if event.node_id == donation_id and settled() and not done.done():
+                done.set_result(None)
+
+        unsubscribe = self.events.subscribe(heard)
+        try:
+            await asyncio.wait_for(done, self.ready_wait_s)
+        except asyncio.TimeoutError:
+            pass  # answered 201 still `provisioning`; the borrower polls
+        finally:
+            unsubscribe()
 
     async def seed(self, grant: Grant, donation_id: str, seed: dict[str, Any]) -> Donation:
         """Present the borrower's seed to the node, with the seed token only the host knows."""
         donation = self.donation_in(grant, donation_id)
-        if donation.status is DonationStatus.PROVISIONING and donation.handle:
-            await self.wait_ready(donation_id, 2.0)
-            donation = self.donation_in(grant, donation_id)
         if donation.status is DonationStatus.PROVISIONING:
             raise LendError(409, "not-ready", "the node is still starting; send the seed once its status "
                             "is awaiting_seed", headers={"Retry-After": "2"})
         if donation.status is DonationStatus.ERROR:
             raise LendError(409, "donation-failed", "the host gave up on this node; its owner can retry it")
-        if not self.orchestrator.is_running(donation.handle) or not donation.api_port:
+        if not self.driver.is_running(donation.handle) or not donation.api_port:
             raise LendError(503, "node-unavailable", "the node is restarting; try again shortly",
                             headers={"Retry-After": "5"})
-        token = await self.token(donation_id, SecretKind.SEED_TOKEN)
+        try:
+            token = await self.gate.load(donation_id, SecretKind.SEED_TOKEN)
+        except SecretsError:
+            token = None
         if token is None:
             raise LendError(503, "node-unavailable", "the host cannot read this node's seed token from its "
                             "keyring right now", headers={"Retry-After": "30"})
         status, body = await self.post_seed(donation.api_port, token, {"seed": seed})
-        if status == 200:
-            current = self.donations.get(donation_id)
-            if current is not None and current.status in (DonationStatus.AWAITING_SEED, DonationStatus.SEEDED):
-                if current.status is not DonationStatus.SEEDED:
-                    self.move(current, DonationStatus.SEEDED, "seeded by its party",
-                               seeded_at=iso(self.now()))
-            return self.donation_in(grant, donation_id)
-        raise _node_refusal(status, body)
+        if status != 200:
+            raise _node_refusal(status, body)
+        self.lifecycle.apply(donation_id, Change.SEEDED, lambda r: r.replace(
+            status=DonationStatus.SEEDED, seeded_at=r.seeded_at or iso(self.now())), handle=donation.handle)
+        return self.donation_in(grant, donation_id)
+
+    async def retry(self, donation_id: str) -> Donation:
+        """Bring a lent node back from `error` with a fresh budget (the supervisor's Retry)."""
+        donation = self.require_donation(donation_id)
+        if donation.status is not DonationStatus.ERROR:
+            raise Conflict(f"Lent node {donation_id} is {donation.status.value}; only one in error can be retried.")
+        if await self.gate.load(donation_id, SecretKind.SEED_TOKEN) is None:  # before the queue, bounded
+            raise SecretsError(f"The seed token of lent node {donation_id} is missing from the keyring; end its "
+                               "loan instead.")
+        return await self.supervisor.retry(donation_id)
 
     async def end(self, donation_id: str, why: str = "its loan ended") -> bool:
-        """End a loan: row (with tombstone) first, then child, folder and seed token."""
-        existed = self.donations.mark_removed(donation_id, iso(self.now()))
+        """End a loan: row (with tombstone) first, then child, folder and seed token.
+
+        The row goes first, so the exit that stopping the child raises finds
+        nothing to start again, and a start already decided finds no row and is
+        abandoned (nothing started, nothing counted).
+        """
+        existed = self.lifecycle.mark_removed(donation_id, announce_unborn=True)
         if existed:
             log.info("lent node %s: loan ended (%s)", donation_id, why)
-            self.events.emit(EventKind.DONATION_REMOVED, donation_id)
+        elif donation_id not in self.donations.pending_removals():
+            return False
         await self.clean_up(donation_id)
         return existed
 
     async def clean_up(self, donation_id: str) -> None:
         self._removing.add(donation_id)
         try:
-            await self.orchestrator.remove_node(donation_id)
-            await self.forget_token(donation_id, SecretKind.SEED_TOKEN)
-            self.donations.removal_done(donation_id)
+            self.gate.drop(donation_id)
+            await self.driver.remove_node(donation_id)
+            await self.gate.forget(donation_id, (SecretKind.SEED_TOKEN,))
+            self.lifecycle.removal_done(donation_id)
         finally:
             self._removing.discard(donation_id)
 
@@ -434,22 +395,6 @@ class LendingService:
         from cadre_desktop.host.lend_reaper import reap
 
         return await reap(self)
-
-    # -- starting a lent node again (host/lend_supervision.py) -------------------------------
-
-    async def start_node(self, donation_id: str, *, count_attempt: bool = True) -> Donation | None:
-        from cadre_desktop.host.lend_supervision import start_node
-
-        return await start_node(self, donation_id, count_attempt=count_attempt)
-
-    async def retry(self, donation_id: str) -> Donation:
-        from cadre_desktop.host.lend_supervision import retry
-
-        return await retry(self, donation_id)
-
-
-async def _run_now(work: Callable[[], Awaitable[Any]]) -> Any:
-    return await work()
 
 
 def _node_refusal(status: int, body: dict[str, Any]) -> LendError:
