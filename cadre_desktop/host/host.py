@@ -223,8 +223,9 @@ class Host:
             except Exception as exc:
                 # The node is down now; the exit its stop raised hands it to the crash path.
                 log.error("restarting node %s for the new address failed: %s", record.id, exc)
-        if self.lending is not None and self.lending.service is not None:
-            await self.lending.address_changed(new)
+        lending = getattr(self, "lending", None)
+        if lending is not None and lending.service is not None:
+            await lending.address_changed(new)
 
     async def _teardown(self, *, stop_nodes: bool) -> None:
         if self.netwatch is not None:
