@@ -78,6 +78,13 @@ class LendServer:
     def listening(self) -> bool:
         return self._runner is not None
 
+    @property
+    def bound_port(self) -> int | None:
+        """The port it listens on (the setting's, or the one the OS chose for port 0)."""
+        if self._runner is None or not self._runner.addresses:
+            return None
+        return self._runner.addresses[0][1]
+
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[errors_as_json, self._refusals])
         app.router.add_post("/grants/{grant}/donations", self._request)
@@ -110,7 +117,7 @@ class LendServer:
             log.error("%s (setting 'lend_port'); tried again at the next pass", self.error)
             return
         self._runner, self.error = runner, None
-        log.info("lend API listening on %s:%s", self.bind_host, self.port)
+        log.info("lend API listening on %s:%s", self.bind_host, self.bound_port)
 
     async def _stop(self) -> None:
         runner, self._runner = self._runner, None

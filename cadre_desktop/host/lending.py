@@ -304,7 +304,9 @@ class LendingService:
 
     async def _unwind(self, donation_id: str) -> None:
         try:
-            await self.end(donation_id, why="its node could not be set up")
+            if not await self.end(donation_id, why="its node could not be set up"):
+                # Ended meanwhile: its seed token may have landed after that end deleted it.
+                await self.gate.forget(donation_id, (SecretKind.SEED_TOKEN,))
         except Exception as exc:
             message = exc.message if isinstance(exc, CadreError) else str(exc)
             log.error("could not clear failed donation %s (retried later): %s", donation_id, message)
