@@ -33,6 +33,13 @@ def duration_arg(text: str) -> int:
     return int(match.group(1)) * _UNIT_S[match.group(2)]
 
 
+def positive_arg(text: str) -> int:
+    value = cli.count_arg(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     rows = [header] + rows
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
@@ -175,7 +182,7 @@ def add_parsers(commands, as_json: argparse.ArgumentParser) -> None:
     grants = grant.add_subparsers(dest="grant_command", metavar="ACTION", required=True)
     create = grants.add_parser("create", parents=[as_json], help="a new grant, and its link to share")
     create.add_argument("--label", help="who it is for, e.g. \"Alice's cadre\"")
-    create.add_argument("--max-nodes", type=cli.count_arg, metavar="N", help="nodes it may borrow (2)")
+    create.add_argument("--max-nodes", type=positive_arg, metavar="N", help="nodes it may borrow (2)")
     create.add_argument("--expires-in", type=duration_arg, metavar="TIME", help="e.g. 12h, 7d (never)")
     create.set_defaults(func=cmd_grant_create)
     grants.add_parser("list", parents=[as_json], help="every grant").set_defaults(func=cmd_grant_list)

@@ -123,3 +123,34 @@ def test_wrong_revoked_and_expired_grants_are_refused(lending_host, tmp_path, se
     assert codes == [403] * 5 + [429]
     assert lend_call(kept["link"], "GET")[0] == 429
     assert host.stop() == 0
+
+
+def test_the_owner_lends_from_the_command_line(lending_host, tmp_path):
+    host = lending_host().start()
+    made = host.cli("grant", "create", "--label", "Alice's cadre", "--max-nodes", "2", "--expires-in", "7d")
+    assert made.returncode == 0, made.stderr
+    link = next(line for line in made.stdout.splitlines() if line.startswith("http://"))
+    grant_id = link.split("/grants/")[1].split("#")[0]
+    listing = host.cli("grant", "list")
+    assert "Alice's cadre" in listing.stdout and "active" in listing.stdout and link.split("#")[1] not in listing.stdout
+    qr = host.cli("grant", "link", grant_id, "--qr")
+    assert qr.returncode == 0 and qr.stdout.strip().endswith(link) and "▀" in qr.stdout
+    assert host.cli("grant", "create", "--max-nodes", "0").returncode == 2
+    assert host.cli("grant", "create", "--max-nodes", "99").returncode == 1  # over the host's cap
+
+    lent = borrow(link, "alice", tmp_path / "owner.json")
+    assert lent.returncode == 0, lent.stderr
+    donation_id = json.loads(lent.stdout)["id"]
+    shown = json.loads(host.cli("donation", "show", donation_id, "--json").stdout)
+    assert shown["status"] == "seeded" and shown["grant_label"] == "Alice's cadre" and shown["respawnable"]
+    assert donation_id in host.cli("donation", "list").stdout
+    logs = host.cli("donation", "logs", donation_id, "-n", "5")
+    assert logs.returncode == 0 and "seeded" in logs.stdout
+    assert host.cli("donation", "retry", donation_id).returncode == 1  # only one in error can be retried
+    assert host.cli("donation", "end", donation_id).returncode == 2  # no terminal to confirm on
+    ended = host.cli("donation", "end", "--yes", donation_id)
+    assert ended.returncode == 0 and "Ended the loan" in ended.stdout
+    revoked = host.cli("grant", "revoke", "--yes", grant_id, "--json")
+    assert revoked.returncode == 0 and json.loads(revoked.stdout)["status"] == "revoked"
+    assert host.cli("grant", "link", grant_id).returncode == 1
+    assert host.stop() == 0
