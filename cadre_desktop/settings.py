@@ -54,6 +54,8 @@ class Settings:
     donation_respawn_backoff_max_ms: int | None = None
     donation_respawn_max_attempts: int | None = None
     donation_respawn_healthy_ms: int | None = None
+    donation_start_grace_ms: int | None = None
+    donation_start_grace_max_ms: int | None = None
     #: A lent node that has not answered this long after its request, or not been
     #: seeded this long after it answered, is cleared (its loan ends).
     donation_provisioning_ttl_ms: int = 120_000
@@ -67,7 +69,7 @@ class Settings:
         chosen = {
             key: getattr(self, f"donation_{key}")
             for key in ("respawn_backoff_base_ms", "respawn_backoff_max_ms", "respawn_max_attempts",
-                        "respawn_healthy_ms")
+                        "respawn_healthy_ms", "start_grace_ms", "start_grace_max_ms")
             if getattr(self, f"donation_{key}") is not None
         }
         return self.with_changes(**chosen)
@@ -166,6 +168,8 @@ _CHECKS = {
     "donation_respawn_backoff_max_ms": _nullable(_positive_int(1)),
     "donation_respawn_max_attempts": _nullable(_positive_int(1)),
     "donation_respawn_healthy_ms": _nullable(_positive_int(1)),
+    "donation_start_grace_ms": _nullable(_positive_int(0)),
+    "donation_start_grace_max_ms": _nullable(_positive_int(0)),
     "donation_provisioning_ttl_ms": _positive_int(1000),
     "donation_awaiting_seed_ttl_ms": _positive_int(1000),
 }
