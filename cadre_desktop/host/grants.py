@@ -32,11 +32,11 @@ from cadre_desktop.errors import BadRequest
 from cadre_desktop.host.address import url_host
 from cadre_desktop.host.clock import parse_iso
 from cadre_desktop.host.rowstore import RowStore
+from cadre_desktop.host.validate import clean_name
 
 FILE_VERSION = 1
 GRANT_ID = re.compile(r"gr_[a-z0-9]{12}")
 DEFAULT_MAX_NODES = 2
-MAX_LABEL = 64
 #: A grant may be made for at most a year; an expiry is at least a minute away.
 MIN_EXPIRY_S, MAX_EXPIRY_S = 60, 366 * 24 * 3600
 
@@ -163,16 +163,7 @@ def grant_link(advertise_host: str, lend_port: int, grant_id: str, token: str) -
 # -- what a person may ask for ---------------------------------------------------------------
 
 def clean_label(label: Any, fallback: str) -> str:
-    if label is None:
-        return fallback
-    if not isinstance(label, str):
-        raise BadRequest("The grant's label must be text.")
-    label = " ".join(label.split())
-    if not label:
-        return fallback
-    if len(label) > MAX_LABEL or not label.isprintable():
-        raise BadRequest(f"The grant's label must be at most {MAX_LABEL} printable characters.")
-    return label
+    return clean_name(label, fallback, "grant's label")
 
 
 def check_max_nodes(value: Any, host_cap: int) -> int:
