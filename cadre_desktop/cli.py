@@ -32,7 +32,7 @@ NODE_FLAG = "--node"  # the node program inside a bundle; see run_node()
 MAX_INVITATION_INPUT = 64 * 1024
 SHOW_ORDER = (
     "id", "name", "status", "mode", "running", "pid", "api_port", "p2p_port", "peer_id", "cadre",
-    "attempts", "next_retry_at", "last_error", "claim_url", "advertise_host", "created_at",
+    "attempts", "next_retry_at", "last_error", "last_exit", "exit_code", "waiting_for", "last_decision", "claim_url", "advertise_host", "created_at",
     "updated_at", "started_at", "log_path",
 )
 
@@ -98,10 +98,21 @@ def node_table(nodes: list[dict]) -> str:
     )
 
 
+def decision_words(decision: Any) -> str:
+    """The supervisor's last verdict on a node, for a person: what, when, how long, why."""
+    if not isinstance(decision, dict):
+        return shown(decision)
+    words = f"{decision.get('decision')} at {local_time(decision.get('at'))} ({decision.get('ms')} ms)"
+    if decision.get("error"):
+        words += f": {decision['error']}"
+    return words
+
+
 def node_details(node: dict) -> str:
     keys = [k for k in SHOW_ORDER if k in node] + sorted(k for k in node if k not in SHOW_ORDER)
     width = max(len(k) for k in keys)
-    return "\n".join(f"{k + ':':<{width + 1}} {shown(node[k])}" for k in keys)
+    return "\n".join(f"{k + ':':<{width + 1}} {decision_words(node[k]) if k == 'last_decision' else shown(node[k])}"
+                     for k in keys)
 
 
 def node_summary(node: dict) -> str:

@@ -22,7 +22,7 @@ from cadre_desktop.host.lifecycle import Lifecycle
 from cadre_desktop.host.orchestrator import Orchestrator
 from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.host.probe import HttpStatusFetcher, Probe, loopback_for
-from cadre_desktop.host.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus
+from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
 from cadre_desktop.host.secrets import SecretKind, SecretStore
 from cadre_desktop.host.service import NodeService
 from cadre_desktop.host.store import RecordStore
@@ -219,7 +219,7 @@ class Host:
             if handle.advertise_host == new:
                 continue
             try:
-                await self.supervisor.restart(record.id, only_if_running=True, doing="restarted for the new address")
+                await self.service.restart(record.id, only_if_running=True)
             except Exception as exc:
                 # The node is down now; the exit its stop raised hands it to the crash path.
                 log.error("restarting node %s for the new address failed: %s", record.id, exc)

@@ -53,7 +53,7 @@ class Lending:
         self._seed_client = NodeSeedClient(loopback_for(s.bind_host))
         self.service = LendingService(
             grants=self.grants, lifecycle=self.lifecycle, driver=host.orchestrator, gate=host.gate,
-            supervisor=host.supervisor, clock=host.clock, settings=s,
+            supervisor=host.supervisor, nodes=host.service, clock=host.clock, settings=s,
             advertise_host=lambda: host.advertise_host, post_seed=self._seed_client,
         )
         self.views = LendingViews(self.service, log_path=lambda d: str(host.paths.node_log(d)))
@@ -83,8 +83,7 @@ class Lending:
             if handle.advertise_host == new:
                 continue
             try:
-                await self.host.supervisor.restart(donation.id, only_if_running=True,
-                                                   doing="restarted for the new address")
+                await self.host.service.restart(donation.id, only_if_running=True)
             except Exception as exc:
                 log.error("restarting lent node %s for the new address failed: %s", donation.id, exc)
 

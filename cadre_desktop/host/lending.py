@@ -74,6 +74,7 @@ class LendingService:
         driver,
         gate: KeyringGate,
         supervisor,
+        nodes,
         clock: Clock,
         settings: Settings,
         advertise_host: Callable[[], str],
@@ -87,6 +88,8 @@ class LendingService:
         self.driver = driver
         self.gate = gate
         self.supervisor = supervisor
+        #: The node service: its Retry and Restart serve lent nodes too.
+        self.nodes = nodes
         self.clock = clock
         self.settings = settings
         self.advertise_host = advertise_host
@@ -359,14 +362,9 @@ class LendingService:
         return self.donation_in(grant, donation_id)
 
     async def retry(self, donation_id: str) -> Donation:
-        """Bring a lent node back from `error` with a fresh budget (the supervisor's Retry)."""
-        donation = self.require_donation(donation_id)
-        if donation.status is not DonationStatus.ERROR:
-            raise Conflict(f"Lent node {donation_id} is {donation.status.value}; only one in error can be retried.")
-        if await self.gate.load(donation_id, SecretKind.SEED_TOKEN) is None:  # before the queue, bounded
-            raise SecretsError(f"The seed token of lent node {donation_id} is missing from the keyring; end its "
-                               "loan instead.")
-        return await self.supervisor.retry(donation_id)
+        """Bring a lent node back from `error` with a fresh budget: the one Retry, a hosted node's."""
+        self.require_donation(donation_id)
+        return await self.nodes.retry(donation_id)
 
     async def end(self, donation_id: str, why: str = "its loan ended") -> bool:
         """End a loan: row (with tombstone) first, then child, folder and seed token.

@@ -22,6 +22,7 @@ from typing import Any, Awaitable, Callable
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.clock import Clock, sleep_or_kick
 from cadre_desktop.host.decide import one_line
+from cadre_desktop.host.driver import NodeDriver
 from cadre_desktop.host.lifecycle import Change, Lifecycle
 from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
 
@@ -77,7 +78,7 @@ class Probe:
         self,
         *,
         lifecycle: Lifecycle,
-        driver,
+        driver: NodeDriver,
         clock: Clock,
         interval_s: float,
         fetch: Fetch,

@@ -37,16 +37,17 @@ import time
 from datetime import datetime, timedelta
 from typing import Awaitable, Callable, TypeVar
 
-from cadre_desktop.errors import CadreError, Conflict, NotFound, SecretsError
-from cadre_desktop.host.clock import Clock, iso, parse_iso
+from cadre_desktop.errors import CadreError, SecretsError
+from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.decide import (
     Decision, Observation, Policy, SecretState, Verdict, decide, exit_words, one_line,
 )
 from cadre_desktop.host.driver import DriverStatus, Exit, NodeDriver
 from cadre_desktop.host.keyring_gate import KeyringGate
 from cadre_desktop.host.lifecycle import HOSTED, Change, Lifecycle
-from cadre_desktop.host.records import NodeRecord, NodeStatus, RespawnInfo, StartMark
+from cadre_desktop.host.records import NodeRecord, RespawnInfo, StartMark
 from cadre_desktop.host.secrets import SecretKind
+from cadre_desktop.host.timeline import Timeline
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -116,9 +117,7 @@ class Supervisor:
         self._due_task: asyncio.Task | None = None
         self._due_at: float | None = None
         self._uncounted: set[str] = set()
-        #: (wall time it was derived from, monotonic anchor), per node or child.
-        self._anchors: dict[tuple[str, str], tuple[str, float]] = {}
-        self._seen_start: dict[str, float] = {}
+        self.timeline = Timeline(clock)
         #: The words for each node's last exit this process saw (or the reason it stopped it).
         self._last_exit: dict[str, str] = {}
         self._exit_codes: dict[str, int | None] = {}
@@ -134,7 +133,7 @@ class Supervisor:
         self.lifecycles.append(lifecycle)
         self._policies[lifecycle.kind.noun] = Policy(lifecycle.kind.settings(self.settings))
 
-    def _lc(self, node_id: str) -> Lifecycle:
+    def lifecycle_of(self, node_id: str) -> Lifecycle:
         """The lifecycle whose store holds this id (the hosted one when none does)."""
         for lc in self.lifecycles[1:]:
             if lc.store.get(node_id) is not None:
@@ -185,7 +184,8 @@ class Supervisor:
             return await work()
 
     def kick(self, trigger: str) -> asyncio.Task | None:
-        if self._disposed:
+        """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
+        if self._disposed or self._timer is None:
             return None
         task = asyncio.create_task(self._pass_logged(trigger), name=f"supervisor-{trigger}")
         self._tasks.add(task)
@@ -246,7 +246,7 @@ class Supervisor:
         self._last_exit[event.node_id] = words
         self._exit_codes[event.node_id] = event.returncode
         try:
-            self._lc(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
+            self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
         except CadreError as exc:
             log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
         log.warning("node %s %s", event.node_id, words)
@@ -325,7 +325,7 @@ class Supervisor:
         handle = self.driver.get(record.handle)
         status = self.driver.status(record.handle)
         secret = SecretState.READY
-        kind = self._lc(record.id).kind.secret_kind(record)
+        kind = self.lifecycle_of(record.id).kind.secret_kind(record)
         if self.gate.cached(record.id, kind) is None:
             secret = SecretState.MISSING if self.gate.is_missing(record.id, kind) else SecretState.WAITING
         answered = unresponsive = False
@@ -343,7 +343,7 @@ class Supervisor:
             returncode=self._exit_codes.get(record.id, handle.returncode if handle else None),
             answered=answered,
             unresponsive=unresponsive,
-            started_s=self._started_s(handle.id) if handle is not None and status is DriverStatus.RUNNING else None,
+            started_s=self.timeline.seen_for(handle.id) if handle is not None and status is DriverStatus.RUNNING else None,
             since_attempt_s=self._since_attempt_s(record),
             secret=secret,
             stopped_cleanly=record.id in self._uncounted,
@@ -356,19 +356,19 @@ class Supervisor:
         if d is not Decision.WAIT_KEYRING:
             self._waiting_keyring.discard(record.id)
         if d is Decision.REFILL:
-            self._lc(record.id).apply(record.id, Change.REFILL, lambda r: r.replace(
+            self.lifecycle_of(record.id).apply(record.id, Change.REFILL, lambda r: r.replace(
                 respawn=RespawnInfo(0, r.respawn.last_attempt_at) if r.respawn else None))
             log.info("node %s stayed up; its respawn budget is full again", record.id)
         elif d in (Decision.STALLED, Decision.HUNG):
             self._last_exit[record.id] = verdict.reason
             self._exit_codes.pop(record.id, None)
             log.warning("node %s %s; stopping it", record.id, verdict.reason)
-            self._lc(record.id).apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason)
+            self.lifecycle_of(record.id).apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason)
             await self.driver.stop(record.handle)
         elif d is Decision.GIVE_UP:
             await self.give_up(record.id, verdict.reason or "the node did not stay running")
         elif d is Decision.WAIT_KEYRING:
-            lc = self._lc(record.id)
+            lc = self.lifecycle_of(record.id)
             self.gate.want(record.id, lc.kind.secret_kind(record))
             if record.id not in self._waiting_keyring:
                 self._waiting_keyring.add(record.id)
@@ -379,7 +379,7 @@ class Supervisor:
                 return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle)
             except Exception as exc:
                 message = exc.message if isinstance(exc, CadreError) else str(exc)
-                lc = self._lc(record.id)
+                lc = self.lifecycle_of(record.id)
                 current = lc.get(record.id)
                 attempts = current.attempts if current else 0
                 log.warning("start attempt %d of %s %s failed: %s", attempts, lc.kind.noun, record.id, message)
@@ -399,7 +399,7 @@ class Supervisor:
         name yet is taken over instead (spends nothing): a host that died after
         starting it, or a write that failed, never gets a second child beside it.
         """
-        lc = self._lc(node_id)
+        lc = self.lifecycle_of(node_id)
         record = lc.get(node_id)
         if record is None or record.status not in lc.kind.supervised or record.handle != expect_handle:
             return False
@@ -429,14 +429,14 @@ class Supervisor:
             lc.apply(node_id, Change.START_FAILED, lambda r: r.replace(
                 error=message, respawn=respawn, start=failed_mark))
             if counted:
-                self._anchor_attempt(node_id, now)
+                self.timeline.mark(("attempt", node_id), now)
             raise
-        self._seen_start[child.id] = self.clock.monotonic()
+        self.timeline.started(child.id)
         change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
         lc.apply(node_id, change, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark))
         if counted:
-            self._anchor_attempt(node_id, now)
+            self.timeline.mark(("attempt", node_id), now)
         log.info("node %s started (attempt %d%s), pid %s", node_id, attempt, "" if counted else ", uncounted",
                  child.pid)
         return True
@@ -460,7 +460,7 @@ class Supervisor:
         triggers must not find a supervised record with no child. The work
         folder is kept: it holds the identity its cadre knows.
         """
-        lc = self._lc(node_id)
+        lc = self.lifecycle_of(node_id)
         record = lc.get(node_id)
         if record is None or record.status not in lc.kind.supervised:
             return
@@ -483,105 +483,12 @@ class Supervisor:
             return reason
         return reason + "\nLast log lines:\n" + self.gate.redact(node_id, "\n".join(one_line(x) for x in lines))
 
-    async def restart(self, node_id: str, *, only_if_running: bool = False,
-                      require: frozenset[NodeStatus] | None = None, doing: str = "restarted") -> NodeRecord | None:
-        """The one restart: stop the node's child and start it again without spending its budget.
-
-        With `only_if_running` a node that is down is left to the crash path
-        (the address watcher's restarts). `require` narrows the statuses that
-        may be restarted (a new claim code only while unclaimed), checked on
-        the queue, so a node claimed meanwhile is not restarted.
-        """
-        async def work() -> NodeRecord | None:
-            record = self._require(node_id)
-            kind = self._lc(node_id).kind
-            if record.status not in kind.supervised:
-                if only_if_running:
-                    return None
-                hint = " Use Retry." if record.status is kind.error else ""
-                raise Conflict(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value} and cannot "
-                               f"be restarted.{hint}")
-            if require is not None and record.status not in require:
-                raise Conflict(f"Node {kind.label(record)} is {record.status.value} now, so it was not {doing}.")
-            if only_if_running and not self.driver.is_running(record.handle):
-                return None
-            if self.gate.cached(node_id, kind.secret_kind(record)) is None:
-                raise self._keyring_error(record)
-            await self.driver.stop_node(node_id)
-            self._last_exit.pop(node_id, None)
-            if not self.start_node(node_id, counted=False, expect_handle=record.handle):
-                raise Conflict(f"Node {node_id} was removed or stopped while it was being {doing}.")
-            log.info("node %s %s", node_id, doing)
-            return self._require(node_id)
-        return await self.serialize(work)
-
-    async def retry(self, node_id: str) -> NodeRecord:
-        """Bring a node back from `error` with a fresh budget and start it now."""
-        async def work() -> NodeRecord:
-            record = self._require(node_id)
-            lc = self._lc(node_id)
-            kind = lc.kind
-            if record.status is not kind.error:
-                raise Conflict(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only one "
-                               "in error can be retried.")
-            if self.gate.cached(node_id, kind.secret_kind(record)) is None:
-                raise self._keyring_error(record)
-            # A child left over from the give-up (it is normally stopped) must go first.
-            await self.driver.stop_node(node_id)
-            fields = kind.retry(record, iso(self.clock.now()))
-            fresh = lc.apply(node_id, Change.RETRY, lambda r: r.replace(
-                error=None, respawn=None,
-                start=dataclasses.replace(r.start, failures=0, answered=True) if r.start else None, **fields))
-            if fresh is None:
-                raise Conflict(f"{kind.noun.capitalize()} {kind.label(record)} changed while it was being retried.")
-            self._last_exit.pop(node_id, None)
-            log.info("node %s: retry requested", node_id)
-            self.start_node(node_id, counted=True, expect_handle=fresh.handle)
-            return self._require(node_id)
-        return await self.serialize(work)
-
-    def _keyring_error(self, record: NodeRecord) -> SecretsError:
-        record_kind = self._lc(record.id).kind
-        kind = record_kind.secret_kind(record)
-        if self.gate.is_missing(record.id, kind):
-            return SecretsError(f"The secret of {record_kind.noun} {record_kind.label(record)} is missing from the "
-                                "keyring, so it cannot be started. Remove it and add it again.")
-        cond = self.gate.condition
-        self.gate.want(record.id, kind)
-        return SecretsError(cond.message if cond else "The keyring has not answered yet; try again in a moment.",
-                            code=cond.code if cond else "keyring_waiting")
-
-    def _require(self, node_id: str) -> NodeRecord:
-        record = self._lc(node_id).get(node_id)
-        if record is None:
-            raise NotFound(f"There is no node {node_id!r} on this host.")
-        return record
-
     # -- time ---------------------------------------------------------------------
-
-    def _anchor_attempt(self, node_id: str, wall: str) -> None:
-        self._anchors[("attempt", node_id)] = (wall, self.clock.monotonic())
-
-    def _since(self, key: tuple[str, str], wall: str | None) -> float | None:
-        """Seconds since `wall`, on the monotonic clock once seen; never negative."""
-        when = parse_iso(wall)
-        if when is None:
-            return None
-        anchor = self._anchors.get(key)
-        if anchor is None or anchor[0] != wall:
-            elapsed = max(0.0, (self.clock.now() - when).total_seconds())
-            anchor = (wall, self.clock.monotonic() - elapsed)
-            self._anchors[key] = anchor
-        return self.clock.monotonic() - anchor[1]
 
     def _since_attempt_s(self, record: NodeRecord) -> float | None:
         if not record.respawn:
             return None
-        return self._since(("attempt", record.id), record.respawn.last_attempt_at)
-
-    def _started_s(self, handle_id: str) -> float:
-        """Since this host started the child, or first saw it (a re-attached child gets a fresh grace)."""
-        return self.clock.monotonic() - self._seen_start.setdefault(handle_id, self.clock.monotonic())
+        return self.timeline.since(("attempt", record.id), record.respawn.last_attempt_at)
 
     def _arm_due_timer(self) -> None:
         """Bring the next pass forward to when the earliest backoff or start grace ends."""
@@ -619,7 +526,7 @@ class Supervisor:
 
     def next_attempt_at(self, record: NodeRecord) -> datetime | None:
         """When the backoff of a down node ends (wall time, for views); None when now or never."""
-        lc = self._lc(record.id)
+        lc = self.lifecycle_of(record.id)
         policy = self.policy_for(lc)
         if record.status not in lc.kind.supervised or not record.respawn or record.attempts >= policy.max_attempts:
             return None
@@ -628,6 +535,11 @@ class Supervisor:
             return None
         remaining = policy.backoff_s(record.attempts) - since
         return self.clock.now() + timedelta(seconds=remaining) if remaining > 0 else None
+
+    def forget_exit(self, node_id: str) -> None:
+        """A deliberate start begins with a clean slate: the last exit no longer explains anything."""
+        self._last_exit.pop(node_id, None)
+        self._exit_codes.pop(node_id, None)
 
     def last_exit(self, node_id: str) -> str | None:
         return self._last_exit.get(node_id)

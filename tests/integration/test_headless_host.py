@@ -95,19 +95,31 @@ def test_sigkilled_node_comes_back_as_the_same_node(host_factory):
 
 
 def test_node_that_always_exits_is_given_up_on_then_retried(host_factory):
-    crash = [sys.executable, "-c", "import sys; print('node exploded: bad config', flush=True); sys.exit(4)"]
+    crash = [sys.executable, "-c", "import sys; print('node exploded: bad config', flush=True); sys.exit(1)"]
     host = host_factory(fast_settings(node_command=crash)).start()
     node = added(host)
     failed = wait_until(lambda: (n := host.node(node["id"]))["status"] == "error" and n, timeout=20,
                         what="give-up")
-    assert "gave up after 3 attempts" in failed["last_error"]
-    assert "exit code 4" in failed["last_error"]
+    assert "gave up after 3 attempts: exited with code 1: node exploded: bad config" in failed["last_error"]
     assert "node exploded: bad config" in failed["last_error"]
     assert not failed["running"]
     status, body = host.api("POST", f"/api/nodes/{node['id']}/retry")
     assert status == 200, body
     assert body["status"] == "unclaimed" and body["attempts"] == 1
     wait_until(lambda: host.node(node["id"])["status"] == "error", timeout=20, what="second give-up")
+    host.stop()
+
+
+def test_an_exit_that_retrying_cannot_fix_gives_up_at_once_with_the_nodes_line(host_factory):
+    crash = [sys.executable, "-c",
+             "import sys; print('cadre-node: error: CADRE_API_PORT is not a port', file=sys.stderr); sys.exit(2)"]
+    host = host_factory(fast_settings(node_command=crash)).start()
+    node = added(host)
+    failed = wait_until(lambda: (n := host.node(node["id"]))["status"] == "error" and n, timeout=20,
+                        what="give-up")
+    assert failed["last_error"].startswith(
+        "gave up: exited with code 2: cadre-node: error: CADRE_API_PORT is not a port")
+    assert failed["attempts"] == 0 and failed["last_decision"]["decision"] == "give-up"
     host.stop()
 
 

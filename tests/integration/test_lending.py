@@ -144,7 +144,7 @@ def test_the_owner_lends_from_the_command_line(lending_host, tmp_path):
     shown = json.loads(host.cli("donation", "show", donation_id, "--json").stdout)
     assert shown["status"] == "seeded" and shown["grant_label"] == "Alice's cadre" and shown["respawnable"]
     assert donation_id in host.cli("donation", "list").stdout
-    logs = host.cli("donation", "logs", donation_id, "-n", "5")
+    logs = host.cli("donation", "logs", donation_id, "-n", "500")
     assert logs.returncode == 0 and "seeded" in logs.stdout
     assert host.cli("donation", "retry", donation_id).returncode == 1  # only one in error can be retried
     assert host.cli("donation", "end", donation_id).returncode == 2  # no terminal to confirm on

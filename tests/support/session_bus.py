@@ -75,3 +75,42 @@ class SecretServiceSession:
             except subprocess.TimeoutExpired:
                 proc.kill()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def lock_default_collection(keyring_env: dict) -> None:
+    """Lock the login collection, as at the start of a session before the user unlocks it."""
+    from contextlib import closing
+
+    import secretstorage
+    from jeepney.io.blocking import open_dbus_connection
+
+    with closing(open_dbus_connection(bus=keyring_env["DBUS_SESSION_BUS_ADDRESS"])) as conn:
+        collection = secretstorage.get_default_collection(conn)
+        collection.lock()
+        assert collection.is_locked()
+
+
+def unlock_default_collection(keyring_env: dict, password: bytes = b"test-keyring-password") -> None:
+    """Unlock it again with its password and no prompt (what typing it into the unlock prompt does).
+
+    gnome-keyring's own D-Bus method for this takes the password as a Secret
+    Service secret, over a `plain` session opened on the same connection.
+    """
+    from contextlib import closing
+
+    import secretstorage
+    from jeepney import DBusAddress, new_method_call
+    from jeepney.io.blocking import open_dbus_connection
+
+    with closing(open_dbus_connection(bus=keyring_env["DBUS_SESSION_BUS_ADDRESS"])) as conn:
+        service = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets",
+                              interface="org.freedesktop.Secret.Service")
+        reply = conn.send_and_get_reply(new_method_call(service, "OpenSession", "sv", ("plain", ("s", ""))))
+        session_path = reply.body[1]
+        collection = secretstorage.get_default_collection(conn)
+        internal = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets",
+                               interface="org.gnome.keyring.InternalUnsupportedGuiltRiddenInterface")
+        conn.send_and_get_reply(new_method_call(internal, "UnlockWithMasterPassword", "o(oayays)",
+                                                (collection.collection_path,
+                                                 (session_path, b"", password, "text/plain"))))
+        assert not collection.is_locked()

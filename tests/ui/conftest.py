@@ -23,7 +23,7 @@ import pytest  # noqa: E402
 
 from tests.support.headless import fast_settings  # noqa: E402
 
-CRASHING_NODE = [sys.executable, "-c", "import sys; print('node exploded: bad config', flush=True); sys.exit(4)"]
+CRASHING_NODE = [sys.executable, "-c", "import sys; print('node exploded: bad config', flush=True); sys.exit(1)"]
 
 
 def crashing_settings(**overrides) -> dict:

@@ -45,6 +45,7 @@ class LendRig(Rig):
         self.seeds = SeedAnswers()
         self.lending = LendingService(
             grants=self.grants, lifecycle=self.dlc, driver=self.orch, gate=self.gate, supervisor=self.sup,
+            nodes=self.service,
             clock=self.clock, settings=self.settings, advertise_host=lambda: "192.0.2.10",
             post_seed=self.seeds, ready_wait_s=0,
         )

@@ -110,6 +110,7 @@ async def restart_stale(rig, new_address):
     host.store = rig.store
     host.orchestrator = rig.orch
     host.supervisor = rig.sup
+    host.service = rig.service
     await Host._address_changed(host, "old", new_address)
 
 

@@ -316,7 +316,7 @@ async def test_in_flight_pass_abandons_records_it_has_not_reached_after_stop(rig
 async def test_restart_stops_and_respawns_without_spending_budget(rig):
     rig.node(live=True, attempts=2, ago_s=5)
     old = rig.rec().handle
-    await rig.sup.restart("n1")
+    await rig.service.restart("n1")
     assert rig.orch.stopped == [old]
     assert rig.rec().handle != old and rig.orch.is_running(rig.rec().handle)
     assert rig.rec().attempts == 2
@@ -332,9 +332,9 @@ async def test_address_restart_leaves_alone_what_it_should_not_touch(rig, case):
         rig.node(live=False)
     if case == "missing":
         with pytest.raises(Exception, match="no node"):
-            await rig.sup.restart("n1", only_if_running=True)
+            await rig.service.restart("n1", only_if_running=True)
     else:
-        assert await rig.sup.restart("n1", only_if_running=True) is None
+        assert await rig.service.restart("n1", only_if_running=True) is None
     assert rig.orch.spawned == [] and rig.orch.stopped == []
 
 
