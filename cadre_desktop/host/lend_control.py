@@ -53,10 +53,9 @@ def routes(server) -> list[web.RouteDef]:
     async def create_grant(request: web.Request) -> web.Response:
         body = await server._body(request, GRANT_FIELDS)
         lending = _lending(server)
-        grant = await lending.service.create_grant(body.get("label"), body.get("max_nodes"),
-                                                   body.get("expires_in_s"))
+        grant = await lending.create_grant(body.get("label"), body.get("max_nodes"), body.get("expires_in_s"))
         view = lending.views.grant(grant.id).to_json()
-        view["link"] = await lending.service.link_of(grant.id)
+        view["link"] = await lending.link_of(grant.id)
         return web.json_response(view, status=201)
 
     async def get_grant(request: web.Request) -> web.Response:
@@ -66,12 +65,12 @@ def routes(server) -> list[web.RouteDef]:
         return web.json_response(view)
 
     async def grant_link(request: web.Request) -> web.Response:
-        return web.json_response({"link": await _lending(server).service.link_of(_id(request))})
+        return web.json_response({"link": await _lending(server).link_of(_id(request))})
 
     async def revoke_grant(request: web.Request) -> web.Response:
         await server._body(request, set())
         lending, grant_id = _lending(server), _id(request)
-        await lending.service.revoke_grant(grant_id)
+        await lending.revoke_grant(grant_id)
         return web.json_response(lending.views.grant(grant_id).to_json())
 
     async def list_donations(request: web.Request) -> web.Response:
@@ -83,13 +82,12 @@ def routes(server) -> list[web.RouteDef]:
     async def retry_donation(request: web.Request) -> web.Response:
         await server._body(request, set())
         lending, donation_id = _lending(server), _id(request)
-        await lending.service.retry(donation_id)
+        await lending.retry(donation_id)
         return web.json_response(lending.views.donation(donation_id).to_json())
 
     async def end_donation(request: web.Request) -> web.Response:
         donation_id = request.match_info["id"]
-        existed = valid_node_id(donation_id) and await _lending(server).service.end(
-            donation_id, why="its owner ended it")
+        existed = valid_node_id(donation_id) and await _lending(server).end_loan(donation_id)
         return web.json_response({"ended": donation_id, "existed": bool(existed)})
 
     return [

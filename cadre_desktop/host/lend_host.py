@@ -87,6 +87,23 @@ class Lending:
             except Exception as exc:
                 log.error("restarting lent node %s for the new address failed: %s", donation.id, exc)
 
+    # -- what the owner asks (the window, the tray); the control API asks the same ----------
+
+    async def create_grant(self, label=None, max_nodes=None, expires_in_s=None):
+        return await self.service.create_grant(label, max_nodes, expires_in_s)
+
+    async def link_of(self, grant_id: str) -> str:
+        return await self.service.link_of(grant_id)
+
+    async def revoke_grant(self, grant_id: str):
+        return await self.service.revoke_grant(grant_id)
+
+    async def end_loan(self, donation_id: str) -> bool:
+        return await self.service.end(donation_id, why="its owner ended it")
+
+    async def retry(self, donation_id: str):
+        return await self.service.retry(donation_id)
+
     async def stop(self) -> None:
         if self.server is not None:
             await self.server.close()

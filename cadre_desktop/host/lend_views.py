@@ -208,6 +208,11 @@ class LendingViews:
             supervisor=supervisor,
         )
 
+    def log_tail(self, donation_id: str, lines: int = 200) -> list[str]:
+        """The last lines of a lent node's log (a bounded read from the end)."""
+        self.service.require_donation(donation_id)
+        return self.service.driver.log_tail(donation_id, lines, max_bytes=256 * 1024)
+
     def for_borrower(self, donation: Donation) -> dict[str, Any]:
         return borrower_view(self._view(donation), donation)
 

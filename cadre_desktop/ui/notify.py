@@ -34,6 +34,8 @@ class Notifier(QObject):
     shown = Signal(str, str, str)
     #: The person clicked the notification about this node.
     open_node = Signal(str)
+    #: ... about a node lent to another cadre.
+    open_lent = Signal()
 
     def __init__(self, host, bridge: HostBridge, actions: Actions, tray: QSystemTrayIcon | None,
                  enabled: bool = True, parent: QObject | None = None) -> None:
@@ -49,6 +51,8 @@ class Notifier(QObject):
         self._settle.timeout.connect(self._flush_held)
         bridge.woke.connect(self._on_woke)
         bridge.gave_up.connect(self._on_gave_up)
+        bridge.donation_gave_up.connect(self._on_gave_up)  # a lent node: told like a hosted one
+        bridge.happened.connect(self._on_lending)
         bridge.claimed.connect(self._on_claimed)
         bridge.changed.connect(self._on_changed)
         bridge.removed.connect(self._given_up.discard)
@@ -63,7 +67,23 @@ class Notifier(QObject):
         try:
             return self.host.get_node(node_id).name
         except Exception:
+            pass
+        lent = self._lent(node_id)
+        return f"The node lent to {lent.party_id}" if lent is not None else None
+
+    def _lent(self, node_id: str):
+        lending = getattr(self.host, "lending", None)
+        try:
+            return lending.views.donation(node_id) if lending is not None and lending.views else None
+        except Exception:
             return None
+
+    def _on_lending(self, kind: str, node_id: str) -> None:
+        """A lent node that left `error` (a Retry) or is gone may be told about again."""
+        if kind in ("donation_changed", "donation_removed") and node_id in self._given_up:
+            lent = self._lent(node_id)
+            if lent is None or lent.status != "error":
+                self._given_up.discard(node_id)
 
     def _on_changed(self, node_id: str) -> None:
         try:
@@ -122,5 +142,7 @@ class Notifier(QObject):
         self.shown.emit(node_id, title, body)
 
     def _clicked(self) -> None:
-        if self._last_node:
+        if self._last_node and self._lent(self._last_node) is not None:
+            self.open_lent.emit()
+        elif self._last_node:
             self.open_node.emit(self._last_node)

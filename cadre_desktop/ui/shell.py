@@ -20,6 +20,7 @@ from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.dialogs import AddDialog, JoinDialog, open_dialog
 from cadre_desktop.ui.icons import TrayIcons
+from cadre_desktop.ui.lent import LentUi
 from cadre_desktop.ui.model import NodeTableModel
 from cadre_desktop.ui.notify import Notifier
 from cadre_desktop.ui.qr import QrDialog
@@ -51,8 +52,9 @@ class Shell(QObject):
         self.model = NodeTableModel(host, self.bridge, self)
         self.actions = Actions(host, lambda: self.window, self)
         self.window = NodeWindow(host, self.model, self.actions)
+        self.lent = LentUi(host, self.bridge, self.actions, self.window, self)  # the window's Lent tab
         self.icons = TrayIcons(settings.monochrome_icon)
-        self.tray = Tray(self.model, self.icons, autostart, self)
+        self.tray = Tray(self.model, self.icons, autostart, self, lent=self.lent.model)
         self.notifier = Notifier(host, self.bridge, self.actions, self.tray.icon, settings.notifications, self)
         self.qr_dialogs: dict[str, QrDialog] = {}
         self.tray_wait_s = tray_wait_s
@@ -70,7 +72,8 @@ class Shell(QObject):
             (self.tray.quit, self.quit_requested), (self.window.add_requested, self.ask_add),
             (self.window.join_requested, self.ask_join), (self.window.qr_requested, self.show_qr),
             (self.window.quit_requested, self.quit_requested), (self.notifier.open_node, self.window.show_node),
-            (self.actions.added, self._added),
+            (self.actions.added, self._added), (self.tray.lend_nodes, self.lent.ask_lend),
+            (self.tray.open_lent, self.lent.show_lent), (self.notifier.open_lent, self.lent.show_lent),
         ):
             signal.connect(slot)
 

@@ -27,11 +27,16 @@ class Tray(QObject):
     open_node = Signal(str)
     add_node = Signal()
     join_node = Signal()
+    lend_nodes = Signal()
+    open_lent = Signal()
     quit = Signal()
 
-    def __init__(self, model: NodeTableModel, icons: TrayIcons, autostart, parent: QObject | None = None) -> None:
+    def __init__(self, model: NodeTableModel, icons: TrayIcons, autostart, parent: QObject | None = None,
+                 lent=None) -> None:
         super().__init__(parent)
         self.model, self.icons, self.autostart = model, icons, autostart
+        #: The lent nodes (ui/lent.py): they count in the colour and the menu.
+        self.lent = lent
         self.icon = QSystemTrayIcon(self)
         self.menu = QMenu()
         self.icon.setContextMenu(self.menu)
@@ -42,6 +47,8 @@ class Tray(QObject):
         self.rebuilds = 0
         self._closed = False
         model.refreshed.connect(self.update)
+        if lent is not None:
+            lent.refreshed.connect(self.update)
         self.update()
 
     def show(self) -> None:
@@ -49,6 +56,8 @@ class Tray(QObject):
 
     def close(self) -> None:
         self.model.refreshed.disconnect(self.update)
+        if self.lent is not None:
+            self.lent.refreshed.disconnect(self.update)
         self._closed = True
         self.icon.hide()
         self.menu.deleteLater()
@@ -61,14 +70,17 @@ class Tray(QObject):
         if self._closed:
             return
         views, now = self.model.views(), self.model.now
-        state = aggregate(views)
+        lent_states = self.lent.states() if self.lent is not None else []
+        state = max([aggregate(views), *lent_states], key=lambda s: s.rank)
         if state != self._state:
             self._state = state
             self.icon.setIcon(self.icons.icon(state))
-        text = tooltip(views, now)
+        text = tooltip(views, now) + (f"\nLent to other cadres: {len(lent_states)}" if lent_states else "")
         if self.icon.toolTip() != text:
             self.icon.setToolTip(text)
         lines = tuple((v.id, f"{v.name}: {status_words(v, now)}") for v in views)
+        if lent_states:
+            lines += (("", f"Lent to other cadres: {len(lent_states)} node{'s' if len(lent_states) != 1 else ''}"),)
         if lines == self._shown_menu or self.menu.isVisible():
             return
         self._rebuild(lines)
@@ -81,11 +93,16 @@ class Tray(QObject):
         if not lines:
             menu.addAction("No nodes yet").setEnabled(False)
         for node_id, text in lines:
+            if not node_id:  # the lent nodes' line
+                menu.addAction(text).triggered.connect(self.open_lent.emit)
+                continue
             menu.addAction(text).triggered.connect(lambda _=False, i=node_id: self.open_node.emit(i))
         menu.addSeparator()
         menu.addAction("Open window").triggered.connect(self.open_window.emit)
         menu.addAction("Add node…").triggered.connect(self.add_node.emit)
         menu.addAction("Join with invitation…").triggered.connect(self.join_node.emit)
+        if self.lent is not None:
+            menu.addAction("Lend nodes…").triggered.connect(self.lend_nodes.emit)
         menu.addSeparator()
         login = menu.addAction("Start at login")
         login.setCheckable(True)

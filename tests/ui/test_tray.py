@@ -16,7 +16,7 @@ def texts(menu) -> list[str]:
 def test_menu_lists_nodes_then_the_commands(shell, aio):
     menu = shell.tray.menu
     assert texts(menu) == ["No nodes yet", "Open window", "Add node…", "Join with invitation…",
-                           "Start at login", "Quit"]
+                           "Lend nodes…", "Start at login", "Quit"]
     assert not menu.actions()[0].isEnabled()
     view = aio.run(shell.host.add_node("Kitchen"))
     aio.wait(lambda: texts(menu)[0] == "Kitchen: Waiting to be claimed")
