@@ -58,6 +58,7 @@ class GrantDialog(QDialog):
         form_layout.addLayout(form)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.make_button = self.buttons.addButton("Make grant", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.buttons.button(QDialogButtonBox.StandardButton.Cancel).setAutoDefault(False)
         self.buttons.accepted.connect(self._make)
         self.buttons.rejected.connect(self.reject)
         form_layout.addWidget(self.buttons)
@@ -80,7 +81,8 @@ class GrantDialog(QDialog):
         row = QHBoxLayout()
         self.copy = QPushButton("Copy link")
         close = QPushButton("Close")
-        close.setDefault(True)
+        close.setAutoDefault(False)  # the default only once its page shows (see show_link)
+        self.close_button = close
         row.addWidget(self.copy)
         row.addStretch(1)
         row.addWidget(close)
@@ -96,6 +98,12 @@ class GrantDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(self.pages)
         self.label.setFocus()
+
+    def showEvent(self, event) -> None:  # noqa: N802
+        super().showEvent(event)
+        # Return in the form makes the grant (the button box picks its own default when shown).
+        if self.pages.currentWidget() is self.form_page:
+            self.make_button.setDefault(True)
 
     def _make(self) -> None:
         self.make_button.setEnabled(False)
@@ -114,4 +122,6 @@ class GrantDialog(QDialog):
         self.link.setCursorPosition(0)
         self.qr.set_url(link)
         self.pages.setCurrentWidget(self.link_page)
+        self.make_button.setDefault(False)
+        self.close_button.setDefault(True)
         self.adjustSize()

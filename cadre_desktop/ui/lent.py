@@ -324,7 +324,6 @@ class LentUi(QObject):
         self.model = LentModel(host, bridge, self)
         self.view = LentView(host, self.model, actions)
         self.tabs = install_tab(window, self.view, self.model)
-        self.dialogs: list = []
         self.view.lend_requested.connect(self.ask_lend)
         self.view.link_requested.connect(self.show_link)
 

@@ -78,6 +78,7 @@ def test_the_grant_dialog_makes_a_grant_whose_qr_code_is_its_link(shell, aio, qt
     dialog.copy.click()
     assert QGuiApplication.clipboard().text() == link
     aio.wait(lambda: lent_rows(shell) and lent_rows(shell)[0][:3] == ["Alice's cadre", "Active", "0 of 1"])
+    dialog.close()
 
 
 @pytest.mark.parametrize("settings_doc", LENDING, indirect=True)
@@ -104,6 +105,7 @@ def test_a_lent_node_shows_its_party_and_status_and_counts_in_the_tray(shell, ai
     dialog = shell.lent.show_link(grant.id)
     aio.wait(lambda: dialog.pages.currentWidget() is dialog.link_page)
     assert dialog.link.text() == aio.run(shell.host.lending.link_of(grant.id))
+    dialog.close()
 
 
 @pytest.mark.parametrize("settings_doc", LENDING, indirect=True)
@@ -152,3 +154,23 @@ def test_a_lent_node_given_up_on_is_told_like_a_hosted_one_and_retry_brings_it_b
     back = aio.wait(lambda: (d := shell.host.lending.views.donation(donation_id)).running and d.status == "seeded"
                     and d)
     assert back.peer_id == running.peer_id and back.attempts == 1
+
+
+def test_return_in_the_grant_form_makes_the_grant(qtbot):
+    """Bug: the button box made Cancel the default, so Return in the form threw the grant away."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from cadre_desktop.ui.grant_dialog import GrantDialog
+
+    made = []
+    dialog = GrantDialog(None, 10, lambda d, *fields: made.append(fields))
+    qtbot.addWidget(dialog)
+    dialog.open()
+    qtbot.waitExposed(dialog)
+    QTest.keyClicks(dialog.label, "Alice")
+    QTest.keyClick(dialog.label, Qt.Key.Key_Return)
+    assert made == [("Alice", 2, None)] and dialog.isVisible()
+    assert not dialog.make_button.isEnabled()  # until the grant is made, or fails
+    dialog.failed()
+    assert dialog.make_button.isEnabled()
