@@ -147,6 +147,15 @@ def confirm(question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
+def needs_terminal(args, what: str) -> bool:
+    """True when the person must be asked (no --yes); a Usage error when nobody can answer."""
+    if args.yes:
+        return False
+    if sys.stdin is None or not sys.stdin.isatty():
+        raise Usage(f"stdin is not a terminal, so nothing can confirm the {what}; add --yes")
+    return True
+
+
 # -- node commands ------------------------------------------------------------------------
 
 def cmd_list(args, paths: Paths) -> int:
@@ -220,9 +229,7 @@ def cmd_qr(args, paths: Paths) -> int:
 
 def cmd_remove(args, paths: Paths) -> int:
     api = client(paths)
-    if not args.yes:
-        if sys.stdin is None or not sys.stdin.isatty():
-            raise Usage("stdin is not a terminal, so nothing can confirm the removal; add --yes")
+    if needs_terminal(args, "removal"):
         try:
             node = api.get_node(args.id)
         except ApiError as exc:

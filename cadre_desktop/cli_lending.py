@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from cadre_desktop import cli
-from cadre_desktop.cli import EXIT_FAILED, EXIT_OK, PROG, Failed, Usage, clip, out, print_json, shown
+from cadre_desktop.cli import EXIT_FAILED, EXIT_OK, PROG, Failed, clip, out, print_json, shown
 from cadre_desktop.paths import Paths
 
 _DURATION = re.compile(r"(\d{1,9})([smhdw]?)")
@@ -105,9 +105,7 @@ def cmd_grant_link(args, paths: Paths) -> int:
 
 def cmd_grant_revoke(args, paths: Paths) -> int:
     api = cli.client(paths)
-    if not args.yes:
-        if sys.stdin is None or not sys.stdin.isatty():
-            raise Usage("stdin is not a terminal, so nothing can confirm the revoke; add --yes")
+    if cli.needs_terminal(args, "revoke"):
         grant = api.get_grant(args.id)
         if not cli.confirm(f"Revoke {grant_line(grant)}? Every node lent under it stops and is deleted."):
             out("Not revoked.")
@@ -156,9 +154,7 @@ def cmd_donation_retry(args, paths: Paths) -> int:
 
 def cmd_donation_end(args, paths: Paths) -> int:
     api = cli.client(paths)
-    if not args.yes:
-        if sys.stdin is None or not sys.stdin.isatty():
-            raise Usage("stdin is not a terminal, so nothing can confirm the end of the loan; add --yes")
+    if cli.needs_terminal(args, "end of the loan"):
         donation = api.get_donation(args.id)
         if not cli.confirm(f"End the loan of {donation.get('id')} to {donation.get('party_id')}? Its process, "
                            "work folder and seed token are deleted."):

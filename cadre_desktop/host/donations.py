@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.errors import CadreError
-from cadre_desktop.host.records import RespawnInfo, StartMark, mark_from_row
+from cadre_desktop.host.records import RespawnInfo, StartMark, check_optional, mark_from_row, respawn_from_row
 from cadre_desktop.host.rowstore import RowStore
 from cadre_desktop.node.seed import (
     MAX_BOOTSTRAP_NODES,
@@ -195,20 +195,8 @@ def donation_from_row(donation_id: str, row: Any) -> Donation:
         status = DonationStatus(row.get("status"))
     except ValueError:
         raise ValueError(f"donation {donation_id!r} has an unknown status {row.get('status')!r}") from None
-    for key in _OPTIONAL_STR:
-        if row.get(key) is not None and not isinstance(row[key], str):
-            raise ValueError(f"donation {donation_id!r}: {key} must be a string")
-    for key in _OPTIONAL_PORT:
-        v = row.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-            raise ValueError(f"donation {donation_id!r}: {key} must be a port number")
-    respawn = None
-    raw = row.get("respawn")
-    if raw is not None:
-        if (not isinstance(raw, dict) or not isinstance(raw.get("attempts"), int)
-                or not isinstance(raw.get("last_attempt_at"), str)):
-            raise ValueError(f"donation {donation_id!r}: respawn must hold attempts and last_attempt_at")
-        respawn = RespawnInfo(attempts=raw["attempts"], last_attempt_at=raw["last_attempt_at"])
+    check_optional(f"donation {donation_id!r}", row, _OPTIONAL_STR, _OPTIONAL_PORT)
+    respawn = respawn_from_row(f"donation {donation_id!r}", row.get("respawn"))
     return Donation(
         id=donation_id,
         grant_id=row["grant_id"],
@@ -261,22 +249,22 @@ def check_request(body: dict[str, Any]) -> DonationRequest:
     nodes = body.get("bootstrap_nodes", [])
     if not isinstance(nodes, list) or len(nodes) > MAX_BOOTSTRAP_NODES:
         raise FieldError(f"'bootstrap_nodes' must be a list of at most {MAX_BOOTSTRAP_NODES} addresses")
-    for index, address in enumerate(nodes):
-        try:
-            check_bootstrap_address(address)
-        except SeedError as exc:
-            raise FieldError(f"'bootstrap_nodes'[{index}]: {exc}") from None
+    _each("bootstrap_nodes", nodes, check_bootstrap_address)
     keys = body.get("owner_keys")
     if not isinstance(keys, list) or not 1 <= len(keys) <= MAX_OWNER_KEYS:
         raise FieldError(f"'owner_keys' must be a list of 1 to {MAX_OWNER_KEYS} base64url Ed25519 public keys")
-    for index, key in enumerate(keys):
-        try:
-            parse_key(key)
-        except SeedError as exc:
-            raise FieldError(f"'owner_keys'[{index}]: {exc}") from None
+    _each("owner_keys", keys, parse_key)
     return DonationRequest(
         party_id=party_id,
         profile=profile,
         bootstrap_nodes=tuple(dict.fromkeys(nodes)),
         owner_keys=tuple(dict.fromkeys(k.rstrip("=") for k in keys)),
     )
+
+
+def _each(field: str, items: list, check) -> None:
+    for index, item in enumerate(items):
+        try:
+            check(item)
+        except SeedError as exc:
+            raise FieldError(f"'{field}'[{index}]: {exc}") from None

@@ -31,7 +31,7 @@ GRANT_FIELDS = {"label", "max_nodes", "expires_in_s"}
 
 
 def _lending(server):
-    lending = server.host.lending
+    lending = getattr(server.host, "lending", None)
     if lending is None or lending.service is None:
         raise CadreError("Lending is not ready yet; try again in a moment.", code="not_ready")
     return lending
@@ -105,7 +105,7 @@ def routes(server) -> list[web.RouteDef]:
 
 def event_data(host, event: HostEvent) -> dict[str, Any]:
     """What an event stream carries for a lending event: the row's view, or null once it is gone."""
-    lending = host.lending
+    lending = getattr(host, "lending", None)
     kind = "grant" if event.kind.value.startswith("grant") else "donation"
     view = None
     if lending is not None and lending.views is not None:

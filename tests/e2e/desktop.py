@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,3 +129,22 @@ class Desktop:
 
     def keys(self, *keys: str) -> None:
         self.xdotool("key", "--delay", "60", *keys)
+
+
+@contextmanager
+def tray_app(desktop: Desktop, env: dict[str, str], root: Path):
+    """The real tray app on `desktop`; on a failure, the screen is kept; the app's log is printed at the end."""
+    log = open(root / "app.log", "wb")
+    app = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=log, stderr=log)
+    try:
+        yield app
+    except BaseException:
+        desktop.screenshot(root / "failure.png")
+        print("the screen at the failure:", root / "failure.png")
+        raise
+    finally:
+        if app.poll() is None:
+            app.terminate()
+            app.wait(timeout=30)
+        log.close()
+        print((root / "app.log").read_text(errors="replace")[-4000:])

@@ -4,13 +4,12 @@ off the screen with zbarimg, a borrower lending a node with what was read, Quit.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import psutil
 import pytest
 
-from tests.e2e.test_tray_app import REPO, api, desktop, until  # noqa: F401 - desktop is a fixture
+from tests.e2e.desktop import tray_app
+from tests.e2e.test_tray_app import REPO, api, until
 from tests.support.borrower import borrow, free_lend_port
 from tests.support.headless import fast_settings
 from tests.ui.support import read_qr
@@ -18,14 +17,12 @@ from tests.ui.support import read_qr
 pytestmark = pytest.mark.e2e
 
 
-def test_tray_app_lends_a_node_from_a_grant_read_off_the_screen(desktop, secret_service, tmp_path):  # noqa: F811
+def test_tray_app_lends_a_node_from_a_grant_read_off_the_screen(desktop, secret_service, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "settings.json").write_text(json.dumps(fast_settings(lend_port=free_lend_port())))
     env = desktop.env(**secret_service, CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO))
-    log = open(tmp_path / "app.log", "wb")
-    app = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=log, stderr=log)
-    try:
+    with tray_app(desktop, env, tmp_path) as app:
         until(lambda: app.poll() is None and desktop.tray_box().width >= 16, "the icon in the tray")
         tray = desktop.tray_box()
         desktop.click(*tray.centre, button=3)
@@ -55,13 +52,3 @@ def test_tray_app_lends_a_node_from_a_grant_read_off_the_screen(desktop, secret_
         desktop.keys("Up", "Return")  # Quit
         assert app.wait(timeout=30) == 0
         assert not psutil.pid_exists(view["pid"]) or psutil.Process(view["pid"]).status() == psutil.STATUS_ZOMBIE
-    except BaseException:
-        desktop.screenshot(tmp_path / "failure.png")
-        print("the screen at the failure:", tmp_path / "failure.png")
-        raise
-    finally:
-        if app.poll() is None:
-            app.terminate()
-            app.wait(timeout=30)
-        log.close()
-        print((tmp_path / "app.log").read_text(errors="replace")[-4000:])

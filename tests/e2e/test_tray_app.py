@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -24,7 +22,7 @@ import psutil
 import pytest
 
 from cadre_desktop.ui.status import COLOURS, TrayState
-from tests.e2e.desktop import Box, Desktop, missing_tools
+from tests.e2e.desktop import Box, tray_app
 from tests.support.headless import fast_settings
 from tests.support.polling import wait_until
 from tests.ui.support import claim_when_up, read_qr
@@ -35,15 +33,6 @@ SHOTS = REPO / "docs" / "screenshots"
 GREEN, BLUE = COLOURS[TrayState.JOINED], COLOURS[TrayState.UNCLAIMED]
 #: The joined tray icon's fill, for light and for dark panels.
 ICON_GREENS = {"#2e9e44", "#3fbf58"}
-
-
-@pytest.fixture
-def desktop(tmp_path):
-    if missing_tools():
-        pytest.fail(f"missing {', '.join(missing_tools())}: ./scripts/test installs them")
-    desktop = Desktop(tmp_path).start()
-    yield desktop
-    desktop.stop()
 
 
 def until(predicate, what: str):
@@ -69,9 +58,7 @@ def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp
     home.mkdir()
     (home / "settings.json").write_text(json.dumps(fast_settings()))
     env = desktop.env(**secret_service, CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO))
-    log = open(tmp_path / "app.log", "wb")
-    app = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=log, stderr=log)
-    try:
+    with tray_app(desktop, env, tmp_path) as app:
         # The icon docks in the tray, and the tray area is no longer empty.
         until(lambda: app.poll() is None and desktop.tray_box().width >= 16, "the icon in the tray")
         tray = desktop.tray_box()
@@ -124,13 +111,3 @@ def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp
         desktop.keys("Up", "Return")
         assert app.wait(timeout=30) == 0
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except BaseException:
-        desktop.screenshot(tmp_path / "failure.png")
-        print("the screen at the failure:", tmp_path / "failure.png")
-        raise
-    finally:
-        if app.poll() is None:
-            app.terminate()
-            app.wait(timeout=30)
-        log.close()
-        print((tmp_path / "app.log").read_text(errors="replace")[-4000:])

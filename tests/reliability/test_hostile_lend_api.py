@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from cadre_desktop.host.donations import DonationStatus
 from tests.reliability.test_hostile_input import FUZZ, SEED, json_values, near_misses, requests, texts
 from tests.support.lend_server import ThreadedLendServer
-from tests.support.node_server import raw_request
+from tests.support.node_server import raw_request, send_raw
 from tests.unit.lend_rig import OWNER_KEY
 
 
@@ -131,23 +131,13 @@ def test_near_miss_tokens_never_open_the_grant(lend, token):
 
 
 def test_malformed_http_never_5xx_nor_stops_the_lend_api(lend):
-    import socket
-
     junk = [b"GARBAGE\r\n\r\n", b"POST /grants/x/donations HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
             b"POST /grants/x/donations HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
             b"POST /grants/x/donations HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n",
             b"GET /grants/\x00 HTTP/1.1\r\n\r\n", b"\xff" * 9000 + b"\r\n\r\n",
             b"GET " + b"/" * 20000 + b" HTTP/1.1\r\n\r\n"]
     for raw in junk:
-        with socket.create_connection(("127.0.0.1", lend.port), timeout=5) as sock:
-            sock.sendall(raw)
-            sock.shutdown(socket.SHUT_WR)
-            reply = b""
-            try:
-                while chunk := sock.recv(65536):
-                    reply += chunk
-            except (ConnectionResetError, TimeoutError):
-                pass
+        reply = send_raw(lend.port, raw)
         if reply:
             assert int(reply.split(b" ", 2)[1]) < 500, (raw[:60], reply[:200])
     assert raw_request(lend.port, "GET", f"/grants/{lend.grant.id}", b"",
