@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from cadre_desktop import __version__, logtail
+from cadre_desktop import __version__, build_commit, logtail
 from cadre_desktop.control_client import ApiError, ControlClient, NoHost
 from cadre_desktop.errors import CadreError
 from cadre_desktop.paths import Paths, resolve_paths
@@ -348,11 +348,27 @@ def count_arg(text: str) -> int:
     return value
 
 
+class VersionAction(argparse.Action):
+    """`--version`: the version, then the commit of the build (looked up only when asked: it may run git)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "print the version and the build's commit, then exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        out(version_line())
+        parser.exit()
+
+
+def version_line() -> str:
+    return f"{PROG} {__version__} (commit {build_commit()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="Host cadre nodes on this computer. With no command, start the tray app.",
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--version", action=VersionAction)
     parser.add_argument("--headless", action="store_true", help="run the host without a UI until SIGINT/SIGTERM")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 

@@ -1,6 +1,6 @@
 # Build the one-folder Windows bundle of cadre-desktop with PyInstaller.
 #
-#   powershell -ExecutionPolicy Bypass -File packaging\build.ps1 [-Dist DIR] [-Work DIR] [-NoArchive]
+#   powershell -ExecutionPolicy Bypass -File packaging\build.ps1 [-Dist DIR] [-Work DIR] [-NoArchive] [-Installer]
 #
 # Needs Python 3.11 or later (python.org installer, with the `py` launcher or `python`
 # on PATH). Makes .venv if missing, installs the project with its `package` extra
@@ -8,10 +8,14 @@
 #   dist\cadre-desktop\cadre-desktop.exe       the tray app (no console window)
 #   dist\cadre-desktop\cadre-desktop-cli.exe   the same program with a console: --headless, node ..., doctor
 #   dist\cadre-desktop-<version>-windows-<arch>.zip
+#   dist\cadre-desktop-<version>-windows-x64-setup.exe   with -Installer: Inno Setup 6 (iscc) makes it
+#                                                        from windows\cadre-desktop.iss (on GitHub's runners
+#                                                        already; elsewhere: winget install JRSoftware.InnoSetup)
 param(
     [string]$Dist = "",
     [string]$Work = "",
-    [switch]$NoArchive
+    [switch]$NoArchive,
+    [switch]$Installer
 )
 $ErrorActionPreference = "Stop"
 Set-StrictMode -Version Latest
@@ -61,4 +65,18 @@ if (-not $NoArchive) {
     if (Test-Path $Zip) { Remove-Item $Zip }
     Compress-Archive -Path $Bundle -DestinationPath $Zip
     Write-Output "archive: $Zip"
+}
+
+if ($Installer) {
+    $Iscc = Get-Command iscc -ErrorAction SilentlyContinue
+    $Iscc = if ($Iscc) { $Iscc.Source } else { Join-Path ${env:ProgramFiles(x86)} "Inno Setup 6\ISCC.exe" }
+    if (-not (Test-Path $Iscc)) { throw "-Installer needs Inno Setup 6 (iscc): winget install JRSoftware.InnoSetup" }
+    if (-not [Environment]::Is64BitOperatingSystem -or $env:PROCESSOR_ARCHITECTURE -eq "ARM64") {
+        throw "the installer is made for x64 Windows only"
+    }
+    # The icon the spec rendered into the work folder (icons\make_icons.py).
+    $Icon = Join-Path $Work "$App\icons\$App.ico"
+    Invoke-Checked $Iscc /Q "/DAppVersion=$Version" "/DBundle=$Bundle" "/DIcon=$Icon" "/DOutDir=$Dist" `
+        (Join-Path $Root "packaging\windows\cadre-desktop.iss")
+    Write-Output "installer: $(Join-Path $Dist "$App-$Version-windows-x64-setup.exe")"
 }

@@ -3,9 +3,10 @@
 #
 #   packaging/build.sh [--dist DIR] [--work DIR] [--no-archive]
 #
-# Installs what the build needs first (Debian: binutils through apt-get; PyInstaller
+# Installs what the build needs first (Debian: binutils and the Qt xcb libraries through apt-get; PyInstaller
 # into .venv through the `package` extra), then runs packaging/cadre-desktop.spec.
-#   Linux  dist/cadre-desktop/            the bundle: ./cadre-desktop, ./install.sh, share/ (menu entry, icons)
+#   Linux  dist/cadre-desktop/            the bundle: ./cadre-desktop, ./install.sh, share/ (menu entry, icons,
+#                                         AppStream metainfo); packaging/build-deb.sh makes the .deb from it
 #          dist/cadre-desktop-<version>-linux-<arch>.tar.gz
 #   macOS  dist/cadre-desktop.app         (no Dock icon: LSUIElement)
 #          dist/cadre-desktop-<version>-macos-<arch>.zip
@@ -21,14 +22,16 @@ while (($#)); do
         --dist) DIST="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
         --work) WORK="$(mkdir -p "$2" && cd "$2" && pwd)"; shift 2 ;;
         --no-archive) ARCHIVE=0; shift ;;
-        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
         *) echo "build.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 
 OS="$(uname -s)"
 case "$OS" in
-    Linux) ensure_debs python3-venv binutils ;;  # PyInstaller runs objcopy and strip
+    # PyInstaller runs objcopy and strip, and bundles the libraries Qt's xcb plugin loads
+    # only where they are installed: without QT_DEBS the bundle would lack them.
+    Linux) ensure_debs python3-venv binutils "${QT_DEBS[@]}" ;;
     Darwin) ;;
     *) echo "build.sh is for Linux and macOS; on Windows run packaging\\build.ps1" >&2; exit 2 ;;
 esac
@@ -39,6 +42,7 @@ fi
 ensure_venv package
 
 APP=cadre-desktop
+APP_ID=org.cadre.desktop  # AppStream id; the macOS bundle identifier too
 VERSION="$("$VENV/bin/python" -c 'import cadre_desktop; print(cadre_desktop.__version__)')"
 ARCH="$(uname -m)"
 started=$SECONDS
@@ -55,6 +59,9 @@ if [ "$OS" = Linux ]; then
         size="$(basename "$png" .png)"
         install -D -m 0644 "$png" "$BUNDLE/share/icons/hicolor/${size}x${size}/apps/$APP.png"
     done
+    install -d "$BUNDLE/share/metainfo"
+    "$VENV/bin/python" "$ROOT/packaging/release-notes.py" --metainfo "$ROOT/packaging/linux/$APP_ID.metainfo.xml" \
+        > "$BUNDLE/share/metainfo/$APP_ID.metainfo.xml"
     install -m 0755 "$ROOT/packaging/linux/install.sh" "$BUNDLE/install.sh"
     PRODUCT="$BUNDLE"
     if ((ARCHIVE)); then

@@ -208,15 +208,23 @@ class NodeService:
         """A new claim secret for an unclaimed node; the old QR code stops working.
 
         The keyring write comes first, off the queue; the restart then checks
-        on the queue that the node is still unclaimed. A node claimed
-        meanwhile is left running as it is (its claim secret no longer matters).
+        on the queue that the node is still unclaimed. A node claimed or given
+        up on meanwhile is left as it is, and its old secret is put back, so
+        the keyring always holds the secret the node runs with.
         """
         record = self._require(node_id)
         if record.status is not NodeStatus.UNCLAIMED or record.mode is not NodeMode.CLAIM:
             raise Conflict(f"Node {record.name} is {record.status.value}; only an unclaimed node has a claim code.")
+        previous = await self.gate.load(node_id, SecretKind.CLAIM)
         await self.gate.store(node_id, SecretKind.CLAIM, new_claim_secret())
-        renewed = await self._restart(node_id, require=frozenset({NodeStatus.UNCLAIMED}),
-                                      doing="given a new claim code")
+        try:
+            renewed = await self._restart(node_id, require=frozenset({NodeStatus.UNCLAIMED}),
+                                          doing="given a new claim code")
+        except Conflict:
+            # It changed meanwhile (claimed, given up on): the code it runs with stays the valid one.
+            if previous is not None and self.store.get(node_id) is not None:
+                await self.gate.store(node_id, SecretKind.CLAIM, previous)
+            raise
         log.info("node %s: new claim code", node_id)
         return renewed
 

@@ -22,19 +22,30 @@ APP = "cadre-desktop"
 BUILD_TIMEOUT_S = 600
 
 
-def build(out: Path) -> Path:
-    """`packaging/build.sh` (the README's Linux build command) into `out`; the bundle's folder."""
-    log = out / "build.log"
+def run_script(script: str, *args: str, log: Path) -> None:
+    """bash packaging/<script> with `args`, its output in `log`; its tail in the error if it fails."""
     with open(log, "wb") as sink:
-        done = subprocess.run(
-            ["bash", str(REPO / "packaging" / "build.sh"), "--dist", str(out / "dist"), "--work", str(out / "work"),
-             "--no-archive"],
-            stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=BUILD_TIMEOUT_S, cwd=REPO,
-        )
+        done = subprocess.run(["bash", str(REPO / "packaging" / script), *args], stdout=sink,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=BUILD_TIMEOUT_S, cwd=REPO)
     if done.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
-        raise AssertionError(f"packaging/build.sh exited with {done.returncode}:\n{tail}")
+        raise AssertionError(f"packaging/{script} exited with {done.returncode}:\n{tail}")
+
+
+def build(out: Path) -> Path:
+    """`packaging/build.sh` (the README's Linux build command) into `out`; the bundle's folder."""
+    run_script("build.sh", "--dist", str(out / "dist"), "--work", str(out / "work"), "--no-archive",
+               log=out / "build.log")
     return out / "dist" / APP
+
+
+def build_deb(bundle_dir: Path, out: Path) -> Path:
+    """`packaging/build-deb.sh --fast` from the bundle in `bundle_dir` into `out`; the .deb."""
+    run_script("build-deb.sh", "--bundle", str(bundle_dir), "--out", str(out / "dist"), "--work", str(out / "work"),
+               "--fast", log=out / "build-deb.log")
+    debs = list((out / "dist").glob(f"{APP}_*.deb"))
+    assert len(debs) == 1, debs
+    return debs[0]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -88,6 +99,16 @@ class BundledHost:
 
     def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
         return control_request(self.home, method, path, body)
+
+    def add_node(self, name: str, timeout: float = 30) -> dict:
+        """A node added through the control API; its view once it runs and answers."""
+        status, node = self.api("POST", "/api/nodes", {"name": name})
+        assert status == 201, node
+
+        def ready():
+            view = self.api("GET", f"/api/nodes/{node['id']}")[1]
+            return view if view["ready"] else None
+        return wait_until(ready, timeout=timeout, what=f"node {name} running and ready")
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.exe), *args], env=self.env, capture_output=True, text=True,

@@ -1,10 +1,11 @@
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.packaging.bundle import APP, build
+from tests.packaging.bundle import APP, build, build_deb
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +21,16 @@ def bundle(tmp_path_factory) -> Path:
     exe = folder / APP
     assert exe.is_file() and os.access(exe, os.X_OK), f"no executable at {exe}"
     return exe
+
+
+@pytest.fixture(scope="session")
+def deb(bundle, tmp_path_factory) -> Path:
+    """The .deb, built once per session from the session's bundle by packaging/build-deb.sh.
+
+    --fast (gzip, not xz): the release's compression costs half a minute and tests nothing
+    of ours. CADRE_DEB names an already built package instead.
+    """
+    if shutil.which("dpkg-deb") is None:
+        pytest.skip("a .deb is built with dpkg's tools: this is not a Debian-based system")
+    prebuilt = os.environ.get("CADRE_DEB")
+    return Path(prebuilt) if prebuilt else build_deb(bundle.parent, tmp_path_factory.mktemp("deb"))

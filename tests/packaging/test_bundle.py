@@ -9,6 +9,7 @@ on a real X server, and the Linux install layout.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cadre_desktop import __version__
+from cadre_desktop import BUILD_FILE, __version__, build_commit
 from tests.packaging.bundle import APP, BundledHost, clean_env, loopback_settings
 from tests.support.polling import wait_until
 
@@ -41,9 +42,14 @@ def folder_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink()) / 1e6
 
 
-def test_version_of_the_app_and_of_its_node_entry(bundle):
+def test_version_of_the_app_with_the_commit_it_was_built_from_and_of_its_node_entry(bundle):
     app = run(bundle, "--version")
-    assert (app.returncode, app.stdout.strip()) == (0, f"{APP} {__version__}"), app.stderr
+    assert app.returncode == 0, app.stderr
+    # The bundle has no checkout to ask: the spec recorded the commit (cadre_desktop._build.json).
+    recorded = json.loads((bundle.parent / "_internal" / "cadre_desktop" / BUILD_FILE).read_text())["commit"]
+    assert app.stdout.strip() == f"{APP} {__version__} (commit {recorded})"
+    if not os.environ.get("CADRE_BUNDLE_DIR"):  # built by this session, from this checkout
+        assert recorded.removesuffix("-dirty") == build_commit().removesuffix("-dirty")
     node = run(bundle, "--node", "--version")
     assert (node.returncode, node.stdout.strip()) == (0, f"cadre-node {__version__}"), node.stderr
 
@@ -88,13 +94,7 @@ def test_headless_host_from_the_bundle_adds_a_node_that_is_unclaimed_and_ready(b
     host = BundledHost(bundle, tmp_path / "home", secret_service)
     try:
         host.start()
-        status, node = host.api("POST", "/api/nodes", {"name": "Kitchen"})
-        assert status == 201, node
-
-        def ready():
-            view = host.api("GET", f"/api/nodes/{node['id']}")[1]
-            return view if view["ready"] else None
-        view = wait_until(ready, timeout=30, what="the bundled node ready")
+        view = host.add_node("Kitchen")
         assert view["status"] == "unclaimed" and view["claim_url"]
 
         # The node is the bundle itself with --node: no Python from outside.
@@ -103,12 +103,12 @@ def test_headless_host_from_the_bundle_adds_a_node_that_is_unclaimed_and_ready(b
         assert child.cmdline()[1:] == ["--node"]
         with urllib.request.urlopen(f"http://127.0.0.1:{view['api_port']}/status", timeout=10) as resp:
             status_doc = json.loads(resp.read())
-        assert (status_doc["node_id"], status_doc["state"], status_doc["version"]) == (node["id"], "unclaimed",
+        assert (status_doc["node_id"], status_doc["state"], status_doc["version"]) == (view["id"], "unclaimed",
                                                                                        __version__)
 
         listed = host.cli("node", "list", "--json")
         assert listed.returncode == 0, listed.stderr
-        assert [(n["id"], n["status"]) for n in json.loads(listed.stdout)["nodes"]] == [(node["id"], "unclaimed")]
+        assert [(n["id"], n["status"]) for n in json.loads(listed.stdout)["nodes"]] == [(view["id"], "unclaimed")]
 
         assert host.stop() == 0, host.stderr()
         assert not psutil.pid_exists(child.pid) or child.status() == psutil.STATUS_ZOMBIE

@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -74,9 +75,11 @@ def test_join_never_takes_the_invitation_from_argv(capsys, home, argv):
     assert "INVITE-SECRET" not in out
 
 
-def test_version(capsys):
+def test_version_names_the_version_then_the_build_commit(capsys):
     code, out, _ = run(capsys, "--version")
-    assert (code, out.strip()) == (0, f"cadre-desktop {__version__}")
+    assert code == 0
+    assert re.fullmatch(rf"cadre-desktop {re.escape(__version__)} \(commit ([0-9a-f]{{7,40}}(-dirty)?|unknown)\)",
+                        out.strip())
 
 
 def test_help_exits_0(capsys):

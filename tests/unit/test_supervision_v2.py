@@ -48,7 +48,8 @@ async def test_locked_keyring_counts_no_attempt_and_the_node_waits_for_it(tmp_pa
     assert rec.status is NodeStatus.JOINED and rec.attempts == 0
     assert rig.sup.waiting_for_keyring("n1")
     assert rig.orch.spawned == []
-    assert rig.gate.condition is not None and rig.gate.condition.code == "keyring_locked"
+    await async_wait_until(lambda: rig.gate.condition is not None, what="the gate heard the keyring refuse")
+    assert rig.gate.condition.code == "keyring_locked"
     assert rig.sup.last_decisions["n1"]["decision"] == "waiting-for-keyring"
     assert EventKind.GAVE_UP not in rig.kinds()
     await rig.close()
@@ -291,6 +292,7 @@ async def test_regenerate_racing_a_claim_does_not_restart_the_claimed_node(rig):
     with pytest.raises(Conflict, match="joined now"):
         await rig.service.regenerate("n1")
     assert rig.orch.stopped == [] and rig.rec().handle == rec.handle
+    assert rig.keyring.items[(SERVICE, "n1/claim-secret")] == "secret-of-n1"  # the secret it runs with
 
 
 async def test_remove_whose_folder_survives_keeps_the_tombstone_and_is_retried(tmp_path):
