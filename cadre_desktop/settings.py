@@ -47,6 +47,7 @@ class Settings:
     notifications: bool = True
     monochrome_icon: bool = False
     #: Lending: the lend API's port (on `bind_host`), and how many nodes may be lent in all.
+    #: Left unset and inside `port_range`, it moves to the port just below that range.
     lend_port: int = 28090
     lend_max_nodes: int = 10
     #: Supervision of lent nodes; null means "as for hosted nodes".
@@ -202,8 +203,12 @@ def parse_settings(doc: Any, source: str) -> Settings:
             f"{source}: the lent nodes' backoff cap ('donation_respawn_backoff_max_ms', or the hosted "
             "one) must not be below their backoff base"
         )
-    if settings.lend_port in range(settings.port_range[0], settings.port_range[1] + 1):
-        raise SettingsError(f"{source}: setting 'lend_port' must be outside 'port_range' (nodes use those)")
+    low, high = settings.port_range
+    if low <= settings.lend_port <= high:
+        if "lend_port" in values:
+            raise SettingsError(f"{source}: setting 'lend_port' must be outside 'port_range' (nodes use those)")
+        # The default falls inside a range someone chose for their nodes: the port just below it (or above).
+        settings = settings.with_changes(lend_port=low - 1 if low > 1024 else high + 1)
     return settings
 
 

@@ -21,6 +21,7 @@ here logs a token: the access log has no headers, and paths hold none.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 MAX_BODY = 8 * 1024
 BODY_TIMEOUT_S = 10.0
 SEED_TIMEOUT_S = 5.0
+MAX_ANSWER = 16 * 1024
 MAX_FAILURES = 5
 LOCKOUT_S = 60.0
 
@@ -230,9 +232,10 @@ class NodeSeedClient:
         try:
             async with self._session.post(f"http://{host}:{port}/seed", json=body,
                                           headers={"Authorization": f"Bearer {token}"}) as resp:
+                raw = await resp.content.read(MAX_ANSWER)  # a node's answer is small; never more than this
                 try:
-                    answer = await resp.json(content_type=None)
-                except ValueError:
+                    answer = json.loads(raw)
+                except (ValueError, RecursionError):
                     answer = {}
                 return resp.status, answer if isinstance(answer, dict) else {}
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):

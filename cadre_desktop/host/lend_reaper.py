@@ -13,7 +13,8 @@ sweep:
   end of a loan left unfinished (a tombstone)       -> child, folder and seed token removed
 
 Work in flight in this run (a create, an end) is left alone. A pass never
-raises: one failing step is logged and tried again at the next.
+raises: one failing step is logged and tried again at the next. While the
+keyring refuses, the pass waits for it (see `reap`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def _older(stamp: str | None, now: datetime, age: timedelta) -> bool:
 async def reap(service) -> list[str]:
     """One pass over grants and donations; the ids it finished or cleared."""
     reaped: list[str] = []
+    if service.gate.condition is not None:
+        # Every step ends with a keyring call, and the keyring refuses now: asking it again
+        # each sweep could pop up an unlock prompt a minute. Nothing waits on this meanwhile
+        # (an ended grant is refused by the lend API all the same); the first sweep after the
+        # keyring works again catches up.
+        return reaped
     for step in (_reap_grants, _reap_donations, _finish_removals):
         try:
             reaped += await step(service)

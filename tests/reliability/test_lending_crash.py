@@ -73,6 +73,8 @@ def lend(host, ledger: Ledger, rng) -> bool:
                                      {"party_id": "crashers", "owner_keys": [OWNER_KEY]})
             if status == 409:
                 return True  # full
+            if status == 410:
+                return revoked_meanwhile(ledger, grant_id)
             assert status == 201, body
             ledger.lent[body["id"]] = grant_id
         else:
@@ -80,10 +82,14 @@ def lend(host, ledger: Ledger, rng) -> bool:
             link = ledger.grants[ledger.lent[donation_id]]
             if op == "end":
                 status, body = lend_call(link, "DELETE", f"/donations/{donation_id}")
+                if status == 410:
+                    return revoked_meanwhile(ledger, ledger.lent[donation_id])
                 assert status in (200, 404), body
                 ledger.ended.add(donation_id)
                 return True
             status, view = lend_call(link, "GET", f"/donations/{donation_id}")
+            if status == 410:
+                return revoked_meanwhile(ledger, ledger.lent[donation_id])
             if status != 200 or not view.get("peer_id") or view["status"] not in ("awaiting_seed", "seeded"):
                 return True
             seed = sign_seed(OWNER.private_bytes_raw(), donation_id, "crashers", view["peer_id"]).to_json()
@@ -97,6 +103,13 @@ def lend(host, ledger: Ledger, rng) -> bool:
     except OSError:  # a lend API call whose answer was lost: the host died
         wait_until(lambda: host.proc.poll() is not None, timeout=5, what="the host to be dead")
         return False
+
+
+def revoked_meanwhile(ledger: Ledger, grant_id: str) -> bool:
+    """A revoke whose answer a crash lost did happen (the lend API says 410): take it as done."""
+    ledger.revoked.add(grant_id)
+    ledger.ended |= {d for d, g in ledger.lent.items() if g == grant_id}
+    return True
 
 
 def check_after_restart(host, ledger: Ledger, keyring_env, baseline: set[str]) -> None:

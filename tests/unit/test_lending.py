@@ -348,3 +348,15 @@ async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leak
     finally:
         orch.close()
         await rig.close()
+
+
+async def test_the_reaper_waits_while_the_keyring_refuses_and_catches_up_after(rig):
+    grant, _ = await rig.grant()
+    donation = await rig.request(grant)
+    await rig.clock.advance(121)  # past the provisioning TTL
+    from cadre_desktop.host.keyring_gate import KeyringCondition
+
+    rig.gate.condition = KeyringCondition("keyring_locked", "The keyring is locked.")
+    assert await rig.lending.reap() == [] and rig.drow(donation.id) is not None
+    rig.gate.condition = None
+    assert await rig.lending.reap() == [donation.id]

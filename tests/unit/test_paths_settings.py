@@ -105,3 +105,12 @@ def test_bad_lending_settings_name_the_key(doc, key):
     with pytest.raises(SettingsError) as err:
         parse_settings(doc, "settings.json")
     assert repr(key) in err.value.message
+
+
+def test_the_default_lend_port_moves_out_of_a_port_range_that_holds_it():
+    """Bug: a port_range that held 28090 (valid before lending existed) made every start fail."""
+    from cadre_desktop.settings import parse_settings
+
+    assert parse_settings({"port_range": [28050, 28099]}, "s").lend_port == 28049
+    assert parse_settings({"port_range": [1024, 30000]}, "s").lend_port == 30001
+    assert parse_settings({}, "s").lend_port == 28090
