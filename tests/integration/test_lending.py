@@ -154,3 +154,24 @@ def test_the_owner_lends_from_the_command_line(lending_host, tmp_path):
     assert revoked.returncode == 0 and json.loads(revoked.stdout)["status"] == "revoked"
     assert host.cli("grant", "link", grant_id).returncode == 1
     assert host.stop() == 0
+
+
+def test_the_event_stream_carries_grant_and_donation_events_with_their_views(lending_host, tmp_path):
+    from cadre_desktop.control_client import ControlClient
+
+    host = lending_host().start()
+    events = ControlClient.from_file(host.home / "control.json").events()
+    grant = create_grant(host, label="watched")
+    kind, data = next(events)
+    assert kind == "grant_added" and data["grant"]["label"] == "watched" and "link" not in data["grant"]
+    lent = borrow(grant["link"], "friends", tmp_path / "owner.json", "--request-only")
+    assert lent.returncode == 0, lent.stderr
+    donation_id = json.loads(lent.stdout)["id"]
+    seen = []
+    for kind, data in events:
+        seen.append(kind)
+        if kind == "donation_changed" and (data["donation"] or {}).get("status") == "awaiting_seed":
+            break
+    assert seen[0] == "donation_added" and data["id"] == donation_id
+    assert grant["link"].split("#")[1] not in json.dumps(data)
+    assert host.stop() == 0

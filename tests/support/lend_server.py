@@ -42,6 +42,10 @@ class ThreadedLendServer:
         async def teardown():
             await self.server.close()
             await self.rig.close()
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in rest:  # connections the fuzzer left half-open
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
 
         try:
             self.run(teardown())
