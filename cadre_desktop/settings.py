@@ -45,6 +45,12 @@ class Settings:
     stop_timeout_ms: int = 5_000
     keep_nodes_running_on_quit: bool = False
     notifications: bool = True
+    #: Per kind, under the `notifications` switch: the host gave up on a node; a node was claimed.
+    notify_gave_up: bool = True
+    notify_claimed: bool = True
+    #: Quit asks whether to stop the nodes or leave them running (the answer goes to
+    #: `keep_nodes_running_on_quit`); false once the person ticked "don't ask again".
+    ask_on_quit: bool = True
     monochrome_icon: bool = False
     #: Lending: the lend API's port (on `bind_host`), and how many nodes may be lent in all.
     #: Left unset and inside `port_range`, it moves to the port just below that range.
@@ -162,6 +168,9 @@ _CHECKS = {
     "stop_timeout_ms": _positive_int(1),
     "keep_nodes_running_on_quit": _bool,
     "notifications": _bool,
+    "notify_gave_up": _bool,
+    "notify_claimed": _bool,
+    "ask_on_quit": _bool,
     "monochrome_icon": _bool,
     "lend_port": _port,
     "lend_max_nodes": _positive_int(1),

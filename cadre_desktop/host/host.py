@@ -14,6 +14,7 @@ from typing import Callable
 from cadre_desktop.errors import NotFound
 from cadre_desktop.host.address import claim_url, detect_lan_address
 from cadre_desktop.host.netwatch import AddressWatcher
+from cadre_desktop.host import live_settings
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.events import EventBus, EventKind, HostEvent
 from cadre_desktop.host.lock import HostLock
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 
 
 class Host:
+    #: `await host.apply_settings(new)`: take new settings while running (host/live_settings.py).
+    apply_settings = live_settings.apply_settings
+
     def __init__(
         self,
         paths: Paths,

@@ -19,7 +19,9 @@ import asyncio
 import logging
 import os
 import secrets as _random
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
+from concurrent.futures import Executor, Future
 from enum import Enum
 from typing import Callable, TypeVar
 
@@ -110,6 +112,54 @@ def backend_label(backend: KeyringBackend) -> str:
     return f"{type(backend).__module__}.{type(backend).__name__}"
 
 
+class _DaemonWorker(Executor):
+    """One daemon thread that runs keyring calls in order.
+
+    Not a ThreadPoolExecutor: Python joins those threads at exit, so a call
+    stuck on an unlock prompt would keep a quitting app alive until someone
+    answers the prompt. A daemon thread is simply left behind.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._started = False
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the keyring worker is closed")
+            if not self._started:
+                self._thread.start()
+                self._started = True
+            self._jobs.put((future, fn, args, kwargs))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            future, fn, args, kwargs = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # handed to the caller, never lost
+                future.set_exception(exc)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._closed = True
+            if self._started:
+                self._jobs.put(None)
+        if wait and self._started:
+            self._thread.join()
+
+
 class SecretStore:
     """The keyring, one call at a time on a worker thread, every call bounded.
 
@@ -124,7 +174,7 @@ class SecretStore:
     def __init__(self, backend: KeyringBackend | None = None, *, timeout_s: float = KEYRING_TIMEOUT_S) -> None:
         self._backend = backend
         self.timeout_s = timeout_s
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keyring")
+        self._executor = _DaemonWorker("keyring")
         self._hung: asyncio.Future | None = None
         self._answer_listeners: list[Callable[[], None]] = []
 

@@ -75,7 +75,7 @@ def _run() -> int:
     from cadre_desktop.node.state import StateStore
 
     setup_logging(config.node_id, config.tuning.log_level)
-    redact(config.claim_secret, config.invitation,
+    redact(config.claim_secret, config.invitation, config.host_token,
            config.donated.seed_token if config.donated else None)
     lock_fd = prepare_node_dir(config.node_dir)
     try:

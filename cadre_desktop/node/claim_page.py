@@ -13,7 +13,7 @@ import html
 import re
 import secrets
 
-_PLACEHOLDER = re.compile(r"__(NONCE|NODE_ID|REQUESTED)__")
+_PLACEHOLDER = re.compile(r"__(NONCE|NODE_ID|NODE_LABEL|REQUESTED)__")
 
 _PAGE = """<!doctype html>
 <html lang="en">
@@ -21,7 +21,7 @@ _PAGE = """<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
-<title>Claim cadre node __NODE_ID__</title>
+<title>Claim __NODE_LABEL__</title>
 <style nonce="__NONCE__">
   :root { color-scheme: light dark; --accent: #2f6fde; --ok: #1b7f3b; --bad: #b3261e; }
   * { box-sizing: border-box; }
@@ -47,7 +47,7 @@ _PAGE = """<!doctype html>
 <body>
 <main id="app" data-node-id="__NODE_ID__" data-requested-node="__REQUESTED__">
   <h1>Claim this cadre node</h1>
-  <p class="node">Node <strong>__NODE_ID__</strong></p>
+  <p class="node"><strong>__NODE_LABEL__</strong></p>
   <form id="claim-form" autocomplete="on">
     <label for="cadre">Your cadre's name</label>
     <input id="cadre" name="cadre" maxlength="64" required autocapitalize="none"
@@ -153,12 +153,15 @@ _PAGE = """<!doctype html>
 """
 
 
-def render_claim_page(node_id: str, requested_node: str | None) -> tuple[str, str]:
-    """The page for this node, and the nonce its Content-Security-Policy must name."""
+def render_claim_page(node_id: str, requested_node: str | None,
+                      node_name: str | None = None) -> tuple[str, str]:
+    """The page for this node (named as its person named it, else by its id), and the
+    nonce its Content-Security-Policy must name."""
     nonce = secrets.token_urlsafe(16)
     values = {
         "NONCE": nonce,
         "NODE_ID": html.escape(node_id),
+        "NODE_LABEL": html.escape(node_name or f"Node {node_id}"),
         "REQUESTED": html.escape((requested_node or "")[:128]),
     }
     # One pass, so a value can never be mistaken for a placeholder.

@@ -22,6 +22,7 @@ NODE_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 HOSTNAME_PATTERN = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})")
 MIN_SECRET_CHARS = 16
 MAX_SECRET_CHARS = 512
+MAX_NAME_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class NodeConfig:
     tuning: Tuning = Tuning()
     #: Set when the node was lent to another party (CADRE_DONATION_ID and friends).
     donated: DonatedConfig | None = None
+    #: The name the person gave the node (shown on the claim page); not a secret.
+    node_name: str | None = None
+    #: The host's own credential for the owner endpoints, accepted from loopback only.
+    host_token: str | None = None
 
     @property
     def mode(self) -> str:
@@ -59,8 +64,8 @@ class NodeConfig:
         return (
             f"NodeConfig(node_id={self.node_id!r}, node_dir={str(self.node_dir)!r}, "
             f"api={self.api_host}:{self.api_port}, p2p_port={self.p2p_port}, "
-            f"advertise_host={self.advertise_host!r}, "
-            f"mode={self.mode})"
+            f"advertise_host={self.advertise_host!r}, node_name={self.node_name!r}, "
+            f"mode={self.mode}, host_token={'set' if self.host_token else 'unset'})"
         )
 
     __str__ = __repr__
@@ -99,6 +104,9 @@ def load_config(env: Mapping[str, str]) -> NodeConfig:
         raise ConfigError("set one of CADRE_CLAIM_SECRET, CADRE_INVITATION or CADRE_DONATION_ID")
     if claim_secret is not None:
         _check_secret("CADRE_CLAIM_SECRET", claim_secret)
+    host_token = env.get("CADRE_HOST_TOKEN") or None
+    if host_token is not None:
+        _check_secret("CADRE_HOST_TOKEN", host_token)
     # An invitation's content is checked by the node itself, not here: a malformed
     # one is reported through /status ("failed" with a reason) so the host and the
     # user can read why, rather than as a crash loop.
@@ -114,6 +122,8 @@ def load_config(env: Mapping[str, str]) -> NodeConfig:
         invitation=invitation,
         tuning=_tuning(env),
         donated=donated,
+        node_name=_name(env),
+        host_token=host_token,
     )
 
 
@@ -155,6 +165,17 @@ def _check_secret(name: str, secret: str) -> None:
         )
     if not secret.isprintable() or any(ch.isspace() for ch in secret):
         raise ConfigError(f"{name} must be printable, without spaces")
+
+
+def _name(env: Mapping[str, str]) -> str | None:
+    value = env.get("CADRE_NODE_NAME", "").strip()
+    if not value:
+        return None
+    if len(value) > MAX_NAME_CHARS or not value.isprintable():
+        raise ConfigError(
+            f"CADRE_NODE_NAME must be 1-{MAX_NAME_CHARS} printable characters on one line"
+        )
+    return value
 
 
 def _tuning(env: Mapping[str, str]) -> Tuning:

@@ -80,7 +80,8 @@ class _Api:
         return _json(self.node.status())
 
     async def claim_page(self, request: web.Request) -> web.Response:
-        page, nonce = render_claim_page(self.node.config.node_id, request.query.get("node"))
+        page, nonce = render_claim_page(self.node.config.node_id, request.query.get("node"),
+                                        self.node.config.node_name)
         headers = {
             "Content-Security-Policy": content_security_policy(nonce),
             "Referrer-Policy": "no-referrer",
@@ -96,7 +97,7 @@ class _Api:
         return _json(self.node.claim(_client(request), secret, cadre))
 
     async def mint_invitation(self, request: web.Request) -> web.Response:
-        self.node.authorize_owner(_bearer(request))
+        self.node.authorize_owner(_bearer(request), request.remote)
         body = await _read_json(request, optional=True)
         ttl_s = body.get("ttl_s", invitations.DEFAULT_TTL_S)
         if isinstance(ttl_s, bool) or not isinstance(ttl_s, int):
@@ -110,11 +111,11 @@ class _Api:
         return _json(invitations.mint_invitation(self.node, ttl_s), status=201)
 
     async def list_invitations(self, request: web.Request) -> web.Response:
-        self.node.authorize_owner(_bearer(request))
+        self.node.authorize_owner(_bearer(request), request.remote)
         return _json(invitations.list_invitations(self.node))
 
     async def members(self, request: web.Request) -> web.Response:
-        self.node.authorize_owner(_bearer(request))
+        self.node.authorize_owner(_bearer(request), request.remote)
         return _json(invitations.list_members(self.node))
 
     async def join(self, request: web.Request) -> web.Response:

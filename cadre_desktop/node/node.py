@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import ipaddress
 import logging
 import secrets
 from typing import Any
@@ -54,6 +55,13 @@ def sha256_hex(text: str) -> str:
 def same_cadre(a: str, b: str) -> bool:
     """Cadre names match ignoring case: a phone keyboard capitalises on its own."""
     return a.casefold() == b.casefold()
+
+
+def _is_loopback(remote: str | None) -> bool:
+    try:
+        return ipaddress.ip_address((remote or "").split("%")[0]).is_loopback
+    except ValueError:
+        return False
 
 
 class Node:
@@ -175,8 +183,9 @@ class Node:
             log.info("claimed again by the owner of cadre %r; a new owner token issued", held)
         return {"cadre": held, "owner_token": token, "peer_id": self.peer_id}
 
-    def authorize_owner(self, token: str | None) -> None:
-        """Accept only a bearer of an owner token this node issued (and still keeps)."""
+    def authorize_owner(self, token: str | None, remote: str | None = None) -> None:
+        """Accept only a bearer of an owner token this node issued (and still keeps), or
+        the host's own token (`CADRE_HOST_TOKEN`) on a connection from this machine."""
         if not token:
             raise ApiError(
                 401,
@@ -189,6 +198,10 @@ class Node:
         matched = False
         for stored in self.store.state.owner_token_sha256:
             matched |= hmac.compare_digest(digest, stored)
+        host_token = self.config.host_token
+        if host_token is not None:
+            # From the LAN it is just an unknown token: the host never sends it there.
+            matched |= hmac.compare_digest(digest, sha256_hex(host_token)) and _is_loopback(remote)
         if not matched:
             raise ApiError(403, "forbidden", "this owner token is not valid for this node")
 

@@ -4,6 +4,12 @@ No Qt here, so `cadre-desktop autostart on|off|status` stays light. Each
 platform's branch is a small class whose file location, command and registry
 module come in as arguments, so every branch is tested on Linux.
 `enable()`, `disable()` and `status()` at module level use this computer's.
+
+The entry carries what the running app needs to find the same nodes at login:
+`CADRE_DESKTOP_HOME` (made absolute), the keyring backend, and the XDG data and
+state folders platformdirs reads when no home is set. `status()` is True when the entry
+starts this app as it runs now, False when there is none, and a sentence when
+one exists but starts something else (another Python, another home).
 """
 
 from __future__ import annotations
@@ -21,6 +27,25 @@ from cadre_desktop.errors import CadreError
 
 LABEL = "org.cadre.desktop"
 RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"
+#: What the app started at login needs in its environment to find this home's nodes.
+CARRIED = ("CADRE_DESKTOP_HOME", "PYTHON_KEYRING_BACKEND")
+#: platformdirs' folders, carried only when no home is set (a home holds everything).
+#: XDG_CONFIG_HOME is not: a session that finds the entry there has that one already.
+CARRIED_WITHOUT_HOME = ("XDG_DATA_HOME", "XDG_STATE_HOME")
+
+
+def carried_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if env is None else env
+    names = CARRIED if env.get("CADRE_DESKTOP_HOME") else CARRIED + CARRIED_WITHOUT_HOME
+    out = {name: env[name] for name in names if env.get(name)}
+    if "CADRE_DESKTOP_HOME" in out:
+        out["CADRE_DESKTOP_HOME"] = str(Path(out["CADRE_DESKTOP_HOME"]).expanduser().absolute())
+    return out
+
+
+def _elsewhere(found: str, expected: str) -> str:
+    return (f"on, but the entry starts `{found}`, not this app (`{expected}`); "
+            "`cadre-desktop autostart on` points it here")
 
 
 class AutostartError(CadreError):
@@ -79,11 +104,17 @@ def desktop_exec(command: list[str]) -> str:
 
 
 class XdgAutostart:
-    def __init__(self, command: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, command: list[str], env: dict[str, str] | None = None,
+                 carried: dict[str, str] | None = None) -> None:
         env = os.environ if env is None else env
         config = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".config")
         self.path = Path(config) / "autostart" / f"{APP_NAME}.desktop"
         self.command = command
+        self.carried = dict(carried or {})
+
+    def exec_line(self) -> str:
+        prefix = ["env", *(f"{k}={v}" for k, v in self.carried.items())] if self.carried else []
+        return desktop_exec(prefix + list(self.command))
 
     def entry(self) -> str:
         return (
@@ -91,7 +122,7 @@ class XdgAutostart:
             "Type=Application\n"
             f"Name={APP_NAME}\n"
             "Comment=Host cadre nodes on this computer\n"
-            f"Exec={desktop_exec(self.command)}\n"
+            f"Exec={self.exec_line()}\n"
             f"Icon={APP_NAME}\n"
             "Terminal=false\n"
             "X-GNOME-Autostart-enabled=true\n"
@@ -108,25 +139,32 @@ class XdgAutostart:
     def disable(self) -> str:
         return _delete(self.path)
 
-    def status(self) -> bool:
+    def status(self) -> bool | str:
         try:
             text = self.path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return False
         lines = {line.strip().replace(" ", "") for line in text.splitlines()}
-        return not ({"Hidden=true", "X-GNOME-Autostart-enabled=false"} & lines)
+        if {"Hidden=true", "X-GNOME-Autostart-enabled=false"} & lines:
+            return False
+        found = next((line.strip()[5:] for line in text.splitlines() if line.strip().startswith("Exec=")), "")
+        return True if found == self.exec_line() else _elsewhere(found, self.exec_line())
 
 
 # -- macOS ----------------------------------------------------------------------------------
 
 class LaunchAgent:
-    def __init__(self, command: list[str], home: Path | None = None) -> None:
+    def __init__(self, command: list[str], home: Path | None = None, carried: dict[str, str] | None = None) -> None:
         self.path = (home or Path.home()) / "Library" / "LaunchAgents" / f"{LABEL}.plist"
         self.command = command
+        self.carried = dict(carried or {})
 
     def plist(self) -> dict[str, Any]:
-        return {"Label": LABEL, "ProgramArguments": list(self.command), "RunAtLoad": True,
-                "ProcessType": "Interactive"}
+        doc = {"Label": LABEL, "ProgramArguments": list(self.command), "RunAtLoad": True,
+               "ProcessType": "Interactive"}
+        if self.carried:
+            doc["EnvironmentVariables"] = dict(self.carried)
+        return doc
 
     def enable(self) -> str:
         try:
@@ -139,8 +177,18 @@ class LaunchAgent:
     def disable(self) -> str:
         return _delete(self.path)
 
-    def status(self) -> bool:
-        return self.path.is_file()
+    def status(self) -> bool | str:
+        try:
+            found = plistlib.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError) as exc:
+            return f"on, but {self.path} cannot be read ({exc}); `cadre-desktop autostart on` rewrites it"
+        if found == self.plist():
+            return True
+        words = lambda doc: " ".join([*(f"{k}={v}" for k, v in (doc.get("EnvironmentVariables") or {}).items()),  # noqa: E731
+                                      *map(str, doc.get("ProgramArguments") or [])])
+        return _elsewhere(words(found), words(self.plist()))
 
 
 # -- Windows -------------------------------------------------------------------------------------
@@ -150,12 +198,19 @@ class RunKey:
 
     where = f"HKCU\\{RUN_KEY}\\{APP_NAME}"
 
-    def __init__(self, command: list[str], winreg) -> None:
+    def __init__(self, command: list[str], winreg, carried: dict[str, str] | None = None) -> None:
         self.command = command
         self.winreg = winreg
+        self.carried = dict(carried or {})
 
     def value(self) -> str:
-        return subprocess.list2cmdline(self.command)
+        """The command line; with variables to carry, cmd sets them and starts the app (a Run
+        value has no environment of its own)."""
+        line = subprocess.list2cmdline(self.command)
+        if not self.carried:
+            return line
+        sets = " && ".join(f'set "{k}={v}"' for k, v in self.carried.items())
+        return f'cmd.exe /d /s /c "{sets} && start "" {line}"'
 
     def enable(self) -> str:
         reg = self.winreg
@@ -177,14 +232,14 @@ class RunKey:
             raise _failed(f"delete {self.where}", exc) from None
         return f"deleted {self.where}"
 
-    def status(self) -> bool:
+    def status(self) -> bool | str:
         reg = self.winreg
         try:
             with reg.OpenKey(reg.HKEY_CURRENT_USER, RUN_KEY, 0, reg.KEY_READ) as key:
-                reg.QueryValueEx(key, APP_NAME)
+                found, _kind = reg.QueryValueEx(key, APP_NAME)
         except OSError:
             return False
-        return True
+        return True if found == self.value() else _elsewhere(str(found), self.value())
 
 
 # -- this computer ------------------------------------------------------------------------------
@@ -193,14 +248,15 @@ def backend(platform: str | None = None, **kwargs):
     """The branch for `platform` (default: this one); kwargs override its command, home, env, winreg."""
     platform = platform or sys.platform
     command = kwargs.get("command") or launch_command(platform=platform)
+    carried = kwargs["carried"] if "carried" in kwargs else carried_env(kwargs.get("env"))
     if platform == "win32":
         winreg = kwargs.get("winreg")
         if winreg is None:
             import winreg  # noqa: PLC0415 (Windows only)
-        return RunKey(command, winreg)
+        return RunKey(command, winreg, carried)
     if platform == "darwin":
-        return LaunchAgent(command, kwargs.get("home"))
-    return XdgAutostart(command, kwargs.get("env"))
+        return LaunchAgent(command, kwargs.get("home"), carried)
+    return XdgAutostart(command, kwargs.get("env"), carried)
 
 
 def enable() -> str:

@@ -11,7 +11,7 @@ from typing import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QVBoxLayout,
+    QCheckBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QVBoxLayout,
     QWidget,
 )
 
@@ -29,8 +29,32 @@ def confirm(parent: QWidget | None, title: str, text: str, yes: str, then: Calla
     return box
 
 
+QUIT_STOP, QUIT_LEAVE = "&Stop nodes and quit", "&Leave them running"
+
+
+def ask_how_to_quit(parent: QWidget | None, running: int, keep_default: bool,
+                    then: Callable[[bool, bool], None]) -> QMessageBox:
+    """Quit: stop the nodes, or leave them running? `then(keep_running, ask_again)`; Cancel quits nothing."""
+    nodes = f"{running} node{'s' if running != 1 else ''}"
+    box = QMessageBox(QMessageBox.Icon.Question, "Quit cadre-desktop",
+                      f"Stop the {nodes} too, or leave {'them' if running != 1 else 'it'} running?",
+                      QMessageBox.StandardButton.Cancel, parent)
+    box.setInformativeText("Left running, they keep serving their cadres, and the next start of "
+                           "cadre-desktop takes them back. Stopped, they start again with it.")
+    stop = box.addButton(QUIT_STOP, QMessageBox.ButtonRole.AcceptRole)
+    leave = box.addButton(QUIT_LEAVE, QMessageBox.ButtonRole.AcceptRole)
+    box.setDefaultButton(leave if keep_default else stop)
+    remember = QCheckBox("&Don't ask again (Preferences can change it)")
+    box.setCheckBox(remember)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.finished.connect(lambda _: box.clickedButton() in (stop, leave)
+                         and then(box.clickedButton() is leave, not remember.isChecked()))
+    box.open()
+    return box
+
+
 class _Form(QDialog):
-    def __init__(self, parent: QWidget | None, title: str, intro: str) -> None:
+    def __init__(self, parent: QWidget | None, title: str, intro: str, ok: str = "OK") -> None:
         super().__init__(parent)
         self.setWindowTitle(title)
         layout = QVBoxLayout(self)
@@ -40,6 +64,7 @@ class _Form(QDialog):
         self.form = QFormLayout()
         layout.addLayout(self.form)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText(ok)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
@@ -48,7 +73,7 @@ class _Form(QDialog):
 class AddDialog(_Form):
     def __init__(self, parent: QWidget | None, then: Callable[[str | None], None]) -> None:
         super().__init__(parent, "Add node", "A new node starts on this computer and waits to be "
-                         "claimed: scan its QR code with your phone to claim it into your cadre.")
+                         "claimed: scan its QR code with your phone to claim it into your cadre.", "&Add")
         self.name = QLineEdit()
         self.name.setPlaceholderText("optional, e.g. Living room")
         self.name.setMaxLength(64)
@@ -60,7 +85,7 @@ class AddDialog(_Form):
 class JoinDialog(_Form):
     def __init__(self, parent: QWidget | None, then: Callable[[str, str | None], None]) -> None:
         super().__init__(parent, "Join with invitation", "Paste the invitation a member of the cadre sent "
-                         "you. A new node starts on this computer and joins their cadre with it.")
+                         "you. A new node starts on this computer and joins their cadre with it.", "&Join")
         self.invitation = QPlainTextEdit()
         self.invitation.setPlaceholderText("the invitation text")
         self.invitation.setTabChangesFocus(True)

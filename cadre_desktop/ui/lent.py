@@ -9,6 +9,7 @@ from the Host's lending on every lending event and once a second while shown.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import shiboken6
@@ -56,6 +57,30 @@ def donation_words(v: DonationView, now: datetime) -> str:
         return f"Restarting in {left} s" if left else "Restarting…"
     return {"provisioning": "Starting…", "awaiting_seed": "Waiting for its seed",
             "seeded": f"Seeded for {v.party_id}", "error": "Error"}.get(v.status, v.status)
+
+
+@dataclass(frozen=True)
+class LentNoticeView:
+    """What a notification says of a lent node (the fields a hosted node's view gives it)."""
+
+    id: str
+    name: str
+    status: str
+    mode: str
+    last_exit: str | None
+    last_error: str | None
+    lent: bool = True
+
+
+def lent_notice_view(host, donation_id: str) -> LentNoticeView | None:
+    lending = getattr(host, "lending", None)
+    try:
+        v = lending.views.donation(donation_id) if lending is not None and lending.views is not None else None
+    except Exception:
+        return None
+    if v is None:
+        return None
+    return LentNoticeView(v.id, f"The node lent to {v.party_id}", v.status, "donated", v.last_exit, v.last_error)
 
 
 class LentModel(QObject):

@@ -11,18 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psutil
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
 
 from cadre_desktop.host.address import url_host
+from cadre_desktop.host.clock import parse_iso
 from cadre_desktop.host.views import NodeView
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.status import (
     COLOURS, first_line, node_state, retry_words, status_words, uptime_words, utcnow,
 )
 
-COLUMNS = ("Name", "Status", "Uptime", "Attempts", "Last error", "Cadre", "Address", "CPU", "Memory")
-NAME, STATUS, UPTIME, ATTEMPTS, ERROR, CADRE, ADDRESS, CPU, MEMORY = range(len(COLUMNS))
+COLUMNS = ("Name", "Status", "Uptime", "Attempts", "Cadre", "Address", "CPU", "Memory", "Reason")
+NAME, STATUS, UPTIME, ATTEMPTS, CADRE, ADDRESS, CPU, MEMORY, ERROR = range(len(COLUMNS))
+#: What each column is as wide as, so a ticking countdown never makes widths jump.
+WIDEST = ("Living room", "Waiting to be claimed", "23 h 59 min", "Attempts", "family",
+          "192.168.100.20:28299", "100 %", "1000 MB", "")
+#: A value to sort by (numbers for numbers, urgency for status).
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 TICK_MS = 1000
 
 
@@ -30,15 +36,16 @@ _DOTS: dict[str, QIcon] = {}
 
 
 def status_dot(colour: str) -> QIcon:
-    """A round dot of the status colour, the same when its row is selected (Qt would tint it)."""
+    """A round dot of the status colour, the same when its row is selected (Qt would tint it),
+    ringed in white so it stays visible on a selection colour of the same hue."""
     if colour not in _DOTS:
         pixmap = QPixmap(14, 14)
         pixmap.fill(Qt.GlobalColor.transparent)
         painter = QPainter(pixmap)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setPen(QPen(QColor("#ffffff"), 1.5))
         painter.setBrush(QColor(colour))
-        painter.drawEllipse(1, 1, 12, 12)
+        painter.drawEllipse(QRectF(1, 1, 12, 12))
         painter.end()
         icon = QIcon()
         for mode in (QIcon.Mode.Normal, QIcon.Mode.Selected, QIcon.Mode.Active):
@@ -176,7 +183,24 @@ class NodeTableModel(QAbstractTableModel):
             return QColor(COLOURS[node_state(v)])
         if role == Qt.ItemDataRole.UserRole:
             return v.id
+        if role == SORT_ROLE:
+            return self.sort_key(v, col)
         return None
+
+    def sort_key(self, v: NodeView, col: int):
+        usage = self._usage.get(v.id, Usage())
+        if col == STATUS:
+            return f"{9 - node_state(v).rank}{self.text(v, col)}"
+        if col == UPTIME:
+            started = parse_iso(v.started_at) if v.running else None
+            return (self.now - started).total_seconds() if started else -1.0
+        if col == ATTEMPTS:
+            return float(v.attempts)
+        if col == CPU:
+            return usage.cpu if usage.cpu is not None else -1.0
+        if col == MEMORY:
+            return float(usage.rss) if usage.rss is not None else -1.0
+        return self.text(v, col).casefold()
 
     def text(self, v: NodeView, col: int) -> str:
         usage = self._usage.get(v.id, Usage())

@@ -14,15 +14,20 @@ import time
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QProgressDialog, QSystemTrayIcon
 
+from cadre_desktop.errors import CadreError, SettingsError
 from cadre_desktop.settings import Settings
 from cadre_desktop.ui import autostart as autostart_module
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
-from cadre_desktop.ui.dialogs import AddDialog, JoinDialog, open_dialog
-from cadre_desktop.ui.icons import TrayIcons
+from cadre_desktop.ui.delivery import Delivery
+from cadre_desktop.ui.dialogs import AddDialog, JoinDialog, ask_how_to_quit, open_dialog
+from cadre_desktop.ui.icons import APP_ICON, TrayIcons
 from cadre_desktop.ui.lent import LentUi
 from cadre_desktop.ui.model import NodeTableModel
+from cadre_desktop.ui.errors import show_error
 from cadre_desktop.ui.notify import Notifier
+from cadre_desktop.ui.preferences import PreferencesDialog
+from cadre_desktop.ui.settings_store import SettingsWatcher, save_changes
 from cadre_desktop.ui.qr import QrDialog
 from cadre_desktop.ui.tray import Tray
 from cadre_desktop.ui.window import NodeWindow
@@ -32,6 +37,10 @@ log = logging.getLogger(__name__)
 TRAY_WAIT_S = 20.0
 TRAY_POLL_MS = 500
 PROGRESS_AFTER_MS = 400
+WAITING_TEXT = (
+    "<b>Waiting for a system tray…</b> cadre-desktop lives in the tray; until one appears this window "
+    "stands in for it, and closing it quits cadre-desktop."
+)
 NO_TRAY_TEXT = (
     "<b>No system tray was found</b>, so cadre-desktop shows this window instead of a tray icon. "
     "On GNOME, install and enable the “AppIndicator and KStatusNotifierItem Support” extension "
@@ -51,12 +60,21 @@ class Shell(QObject):
         self.bridge = HostBridge(host, self)
         self.model = NodeTableModel(host, self.bridge, self)
         self.actions = Actions(host, lambda: self.window, self)
-        self.window = NodeWindow(host, self.model, self.actions)
+        self.window = NodeWindow(host, self.model, self.actions, host.paths.config_dir / "window.json")
         self.lent = LentUi(host, self.bridge, self.actions, self.window, self)  # the window's Lent tab
         self.icons = TrayIcons(settings.monochrome_icon)
-        self.tray = Tray(self.model, self.icons, autostart, self, lent=self.lent.model)
-        self.notifier = Notifier(host, self.bridge, self.actions, self.tray.icon, settings.notifications, self)
+        self.autostart = autostart
+        self.tray = Tray(self.model, self.icons, self, lent=self.lent.model)
+        self.delivery = Delivery(self.tray.icon, APP_ICON, parent=self)
+        self.notifier = Notifier(host, self.bridge, self.actions, self.delivery, settings, self)
         self.qr_dialogs: dict[str, QrDialog] = {}
+        self.preferences: PreferencesDialog | None = None
+        self.refusal = None
+        self.settings_watcher = SettingsWatcher(host.paths.settings_file, settings, self)
+        self.settings_watcher.changed.connect(self.apply_settings)
+        self.settings_watcher.refused.connect(self._settings_refused)
+        #: How the coming quit treats the nodes (the question's answer, else the setting).
+        self.stop_nodes_on_quit: bool | None = None
         self.tray_wait_s = tray_wait_s
         self._tray_deadline = 0.0
         self._tray_timer = QTimer(self)
@@ -67,11 +85,12 @@ class Shell(QObject):
         self.progress: QProgressDialog | None = None
 
         for signal, slot in (
-            (self.tray.open_window, self.window.present), (self.tray.open_node, self.window.show_node),
+            (self.tray.open_window, self.window.present_attention), (self.tray.open_node, self.window.show_node),
+            (self.tray.retry_node, self.actions.retry), (self.tray.preferences, self.ask_preferences),
             (self.tray.add_node, self.ask_add), (self.tray.join_node, self.ask_join),
-            (self.tray.quit, self.quit_requested), (self.window.add_requested, self.ask_add),
+            (self.tray.quit, self.ask_quit), (self.window.add_requested, self.ask_add),
             (self.window.join_requested, self.ask_join), (self.window.qr_requested, self.show_qr),
-            (self.window.quit_requested, self.quit_requested), (self.notifier.open_node, self.window.show_node),
+            (self.window.quit_requested, self.ask_quit), (self.notifier.open_node, self.window.show_node),
             (self.actions.added, self._added), (self.tray.lend_nodes, self.lent.ask_lend),
             (self.tray.open_lent, self.lent.show_lent), (self.notifier.open_lent, self.lent.show_lent),
         ):
@@ -80,10 +99,12 @@ class Shell(QObject):
     # -- start -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Show the tray icon, or wait for a tray a while, then fall back to the window."""
+        """Show the tray icon; with no tray yet, show the window at once and keep looking a while."""
         self.tray.show()
         if not QSystemTrayIcon.isSystemTrayAvailable():
             log.info("no system tray yet; waiting up to %.0f s for one", self.tray_wait_s)
+            self.window.explain_no_tray(WAITING_TEXT)
+            self.window.present_attention()
             self._tray_deadline = time.monotonic() + self.tray_wait_s
             self._tray_timer.start()
 
@@ -91,6 +112,7 @@ class Shell(QObject):
         if QSystemTrayIcon.isSystemTrayAvailable():
             self._tray_timer.stop()
             self.tray.show()
+            self.window.tray_found()
         elif time.monotonic() >= self._tray_deadline:
             self._tray_timer.stop()
             log.warning("no system tray appeared; showing the window instead")
@@ -104,6 +126,32 @@ class Shell(QObject):
 
     def ask_join(self) -> None:
         open_dialog(JoinDialog(self._dialog_parent(), self.actions.join))
+
+    def ask_preferences(self) -> PreferencesDialog:
+        if self.preferences is None:
+            dialog = PreferencesDialog(self.settings, self.host.paths.settings_file, self.autostart,
+                                       self.host.advertise_host, self._dialog_parent())
+            dialog.saved.connect(self.apply_settings)
+            dialog.destroyed.connect(lambda *_: setattr(self, "preferences", None))
+            self.preferences = open_dialog(dialog)
+        self.preferences.show()
+        self.preferences.raise_()
+        self.preferences.activateWindow()
+        return self.preferences
+
+    def apply_settings(self, settings: Settings) -> None:
+        """New settings (Preferences, or settings.json edited by hand): the UI at once, the host live."""
+        if settings == self.settings:
+            return
+        self.settings = settings
+        self.settings_watcher.accept(settings)
+        self.notifier.apply(settings)
+        self.actions.run("apply the new settings", self.host.apply_settings(settings))
+
+    def _settings_refused(self, message: str) -> None:
+        # Kept: a box with no parent window would be deleted with its Python wrapper.
+        self.refusal = show_error(self._dialog_parent(), SettingsError(message + " The settings in use stay as they were."),
+                   "use the edited settings.json")
 
     def _dialog_parent(self):
         return self.window if self.window.isVisible() else None
@@ -128,6 +176,24 @@ class Shell(QObject):
 
     # -- quit ------------------------------------------------------------------------------
 
+    def ask_quit(self) -> None:
+        """Quit; first ask whether to stop the nodes, unless the person said not to ask again."""
+        running = sum(1 for v in self.model.views() if v.running)
+        if not running or not self.settings.ask_on_quit:
+            self.quit_requested.emit()
+            return
+        ask_how_to_quit(self._dialog_parent(), running, self.settings.keep_nodes_running_on_quit, self._answered)
+
+    def _answered(self, keep_running: bool, ask_again: bool) -> None:
+        self.stop_nodes_on_quit = not keep_running
+        changes = {"keep_nodes_running_on_quit": keep_running, "ask_on_quit": ask_again}
+        if any(getattr(self.settings, k) != v for k, v in changes.items()):
+            try:
+                self.apply_settings(save_changes(self.host.paths.settings_file, changes))
+            except CadreError as exc:  # quitting goes on; the answer holds for this time
+                log.warning("cannot remember the answer to quitting: %s", exc.message)
+        self.quit_requested.emit()
+
     async def stop(self) -> None:
         """Stop the host (nodes too, unless `keep_nodes_running_on_quit`), then close every view."""
         if self.stopping:
@@ -136,13 +202,17 @@ class Shell(QObject):
         self.notifier.mute()
         self.tray.menu.hide()
         running = sum(1 for v in self.model.views() if v.running)
+        stop_nodes = self.stop_nodes_on_quit
+        if stop_nodes is None:
+            stop_nodes = not self.settings.keep_nodes_running_on_quit
         self.stopping_text = (
-            "Stopping the host; the nodes keep running." if self.settings.keep_nodes_running_on_quit or not running
-            else f"Stopping {running} node{'s' if running != 1 else ''}…")
+            f"Stopping {running} node{'s' if running != 1 else ''}…" if stop_nodes and running
+            else "Stopping the host; the nodes keep running.")
         QTimer.singleShot(PROGRESS_AFTER_MS, self, self._show_progress)
         try:
             await self.actions.cancel_all()
-            await self.host.stop()
+            await self.notifier.close()
+            await self.host.stop(stop_nodes=stop_nodes)
         finally:
             self.stopped = True
             if self.progress is not None:
@@ -160,10 +230,12 @@ class Shell(QObject):
         self.progress.show()
 
     def close(self) -> None:
+        self.delivery.close()
         self.bridge.close()
         self.model.stop()
         self.tray.close()
-        for dialog in list(self.qr_dialogs.values()):
-            dialog.close()
+        for dialog in [*self.qr_dialogs.values(), self.preferences]:
+            if dialog is not None:
+                dialog.close()
         self.window.closing = True
         self.window.close()

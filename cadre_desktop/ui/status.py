@@ -102,11 +102,35 @@ def status_words(view: NodeView, now: datetime) -> str:
 
 
 def retry_words(view: NodeView, now: datetime) -> str:
-    """The attempts column: how many respawns in a row, and the countdown while backing off."""
-    left = seconds_until(view.next_retry_at, now) if is_down(view) else None
-    if left:
-        return f"{view.attempts} · next retry in {left} s"
-    return str(view.attempts) if view.attempts else ""
+    """The attempts column: how many respawns in a row (0 too); the countdown is the status's."""
+    return str(view.attempts)
+
+
+def needs_attention(view: NodeView) -> bool:
+    """The host gave up on it, or it waits for something only the person can give (the keyring)."""
+    return view.status == "error" or bool(getattr(view, "waiting_for", None))
+
+
+def menu_words(view: NodeView) -> str:
+    """Status words without a running countdown: the tray menu changes only when the state does."""
+    if getattr(view, "waiting_for", None):
+        return f"Waiting for the {view.waiting_for}"
+    return "Restarting…" if is_down(view) else status_words(view, utcnow())
+
+
+def summary_line(views: list[NodeView]) -> str:
+    """"7 nodes: 6 running, 1 needs you"."""
+    if not views:
+        return "No nodes yet"
+    running = sum(1 for v in views if v.running)
+    attention = sum(1 for v in views if needs_attention(v))
+    parts = [f"{running} running"] + ([f"{attention} need{'s' if attention == 1 else ''} you"] if attention else [])
+    return f"{len(views)} node{'s' if len(views) != 1 else ''}: {', '.join(parts)}"
+
+
+def attention_first(views: list[NodeView]) -> list[NodeView]:
+    """Nodes that need the person first, then the rest by urgency; ties keep their order."""
+    return sorted(views, key=lambda v: (not needs_attention(v), -node_state(v).rank))
 
 
 def duration_words(seconds: float) -> str:
@@ -143,3 +167,15 @@ def tooltip(views: list[NodeView], now: datetime) -> str:
     if len(views) > 5:
         lines.append(f"… and {len(views) - 5} more")
     return "\n".join(lines)
+
+
+def exit_line(view: NodeView | None, reason: str = "") -> str:
+    """The node's own last words: what the engine recorded of its exit, else the last log
+    line the give-up reason quotes, else the reason's first line."""
+    recorded = getattr(view, "last_exit", None) if view is not None else None
+    if recorded:
+        return first_line(recorded, 200)
+    reason = reason or (view.last_error if view is not None else "") or ""
+    head, marker, tail = reason.partition("Last log lines:")
+    quoted = [line.strip() for line in tail.splitlines() if line.strip()] if marker else []
+    return first_line(quoted[-1], 200) if quoted else first_line(head, 200)

@@ -1,9 +1,16 @@
-"""The tray icon: the worst state across nodes as picture and tooltip, and the context menu.
+"""The tray icon: the worst state across nodes as picture and tooltip, and a menu that scales.
 
-The menu is rebuilt from the model's views, only when what it would show
-changed, and never while it is open (some platforms show a stale or broken
-menu when its actions change under it): a change that lands while it is open
-is applied once it closes. Every QAction is created with the menu as parent.
+The menu is built once: a summary line ("7 nodes: 6 running, 1 needs you"),
+five node slots (nodes that need the person first, each with its own *Retry*
+slot under it), *Show all…* when there are more, then the fixed items. After
+that it is only updated in place, and only where a text, a visibility or an
+enabled state really changed: under a StatusNotifierItem host every change is
+a D-Bus signal, and a menu that is cleared and refilled floods the bus. No
+countdown appears in it, so it does not change every second.
+
+It is not changed while open (some platforms show a stale or broken menu when
+its actions change under it): a change that lands while it is open is applied
+once it closes. Every QAction is created with the menu as parent.
 """
 
 from __future__ import annotations
@@ -11,45 +18,90 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
-from cadre_desktop.errors import CadreError
-from cadre_desktop.ui.errors import show_error
 from cadre_desktop.ui.icons import TrayIcons
 from cadre_desktop.ui.model import NodeTableModel
-from cadre_desktop.ui.status import aggregate, status_words, tooltip
+from cadre_desktop.ui.status import aggregate, attention_first, menu_words, summary_line, tooltip
 
 log = logging.getLogger(__name__)
+
+NODE_SLOTS = 5
+
+
+def _escaped(text: str) -> str:
+    """A node's name is not a mnemonic."""
+    return text.replace("&", "&&")
 
 
 class Tray(QObject):
     open_window = Signal()
     open_node = Signal(str)
+    retry_node = Signal(str)
     add_node = Signal()
     join_node = Signal()
     lend_nodes = Signal()
     open_lent = Signal()
+    preferences = Signal()
     quit = Signal()
 
-    def __init__(self, model: NodeTableModel, icons: TrayIcons, autostart, parent: QObject | None = None,
-                 lent=None) -> None:
+    def __init__(self, model: NodeTableModel, icons: TrayIcons, parent: QObject | None = None, lent=None) -> None:
         super().__init__(parent)
-        self.model, self.icons, self.autostart = model, icons, autostart
-        #: The lent nodes (ui/lent.py): they count in the colour and the menu.
+        self.model, self.icons = model, icons
+        #: The lent nodes (ui/lent.py): they count in the colour, the tooltip and the menu.
         self.lent = lent
         self.icon = QSystemTrayIcon(self)
         self.menu = QMenu()
+        self._state = None
+        self._slot_ids: list[str | None] = [None] * NODE_SLOTS
+        #: How many item changes were applied (each is a signal to a StatusNotifierItem host).
+        self.changes = 0
+        self._closed = False
+        self._build()
         self.icon.setContextMenu(self.menu)
         self.menu.aboutToHide.connect(lambda: QTimer.singleShot(0, self, self.update))
         self.icon.activated.connect(self._activated)
-        self._state = None
-        self._shown_menu: tuple | None = None
-        self.rebuilds = 0
-        self._closed = False
         model.refreshed.connect(self.update)
         if lent is not None:
             lent.refreshed.connect(self.update)
         self.update()
+
+    def _build(self) -> None:
+        menu = self.menu
+        self.summary = menu.addAction("")
+        self.summary.setEnabled(False)
+        menu.addSeparator()
+        self.node_actions: list[QAction] = []
+        self.retry_actions: list[QAction] = []
+        for slot in range(NODE_SLOTS):
+            node = menu.addAction("")
+            node.setVisible(False)
+            node.triggered.connect(lambda _=False, s=slot: self._slot_signal(s, self.open_node))
+            retry = menu.addAction("")
+            retry.setVisible(False)
+            retry.triggered.connect(lambda _=False, s=slot: self._slot_signal(s, self.retry_node))
+            self.node_actions.append(node)
+            self.retry_actions.append(retry)
+        self.show_all = menu.addAction("Show all…")
+        self.show_all.setVisible(False)
+        self.show_all.triggered.connect(self.open_window.emit)
+        self.lent_action = menu.addAction("")
+        self.lent_action.setVisible(False)
+        self.lent_action.triggered.connect(self.open_lent.emit)
+        menu.addSeparator()
+        for text, signal in (("Open window", self.open_window), ("Add node…", self.add_node),
+                             ("Join with invitation…", self.join_node), ("Lend nodes…", self.lend_nodes)):
+            menu.addAction(text).triggered.connect(signal.emit)
+        menu.addSeparator()
+        menu.addAction("Preferences…").triggered.connect(self.preferences.emit)
+        menu.addSeparator()
+        menu.addAction("Quit").triggered.connect(self.quit.emit)
+
+    def _slot_signal(self, slot: int, signal) -> None:
+        node_id = self._slot_ids[slot]
+        if node_id:
+            signal.emit(node_id)
 
     def show(self) -> None:
         self.icon.show()
@@ -66,62 +118,48 @@ class Tray(QObject):
         if reason in (QSystemTrayIcon.ActivationReason.Trigger, QSystemTrayIcon.ActivationReason.DoubleClick):
             self.open_window.emit()
 
+    # -- following the nodes ------------------------------------------------------------------
+
     def update(self) -> None:
         if self._closed:
             return
         views, now = self.model.views(), self.model.now
-        lent_states = self.lent.states() if self.lent is not None else []
-        state = max([aggregate(views), *lent_states], key=lambda s: s.rank)
+        lent = self.lent.states() if self.lent is not None else []
+        state = max([aggregate(views), *lent], key=lambda s: s.rank)
         if state != self._state:
             self._state = state
             self.icon.setIcon(self.icons.icon(state))
-        text = tooltip(views, now) + (f"\nLent to other cadres: {len(lent_states)}" if lent_states else "")
+        text = tooltip(views, now) + (f"\nLent to other cadres: {len(lent)}" if lent else "")
         if self.icon.toolTip() != text:
             self.icon.setToolTip(text)
-        lines = tuple((v.id, f"{v.name}: {status_words(v, now)}") for v in views)
-        if lent_states:
-            lines += (("", f"Lent to other cadres: {len(lent_states)} node{'s' if len(lent_states) != 1 else ''}"),)
-        if lines == self._shown_menu or self.menu.isVisible():
-            return
-        self._rebuild(lines)
+        if not self.menu.isVisible():
+            self._update_menu(views)
+            self._set(self.lent_action, visible=bool(lent),
+                      text=f"Lent to other cadres: {len(lent)} node{'s' if len(lent) != 1 else ''}…" if lent else None)
 
-    def _rebuild(self, lines: tuple) -> None:
-        self._shown_menu = lines
-        self.rebuilds += 1
-        menu = self.menu
-        menu.clear()
-        if not lines:
-            menu.addAction("No nodes yet").setEnabled(False)
-        for node_id, text in lines:
-            if not node_id:  # the lent nodes' line
-                menu.addAction(text).triggered.connect(self.open_lent.emit)
+    def _update_menu(self, views) -> None:
+        self._set(self.summary, text=summary_line(views))
+        shown = attention_first(views)[:NODE_SLOTS]
+        for slot in range(NODE_SLOTS):
+            v = shown[slot] if slot < len(shown) else None
+            self._slot_ids[slot] = v.id if v else None
+            node, retry = self.node_actions[slot], self.retry_actions[slot]
+            if v is None:
+                self._set(node, visible=False)
+                self._set(retry, visible=False)
                 continue
-            menu.addAction(text).triggered.connect(lambda _=False, i=node_id: self.open_node.emit(i))
-        menu.addSeparator()
-        menu.addAction("Open window").triggered.connect(self.open_window.emit)
-        menu.addAction("Add node…").triggered.connect(self.add_node.emit)
-        menu.addAction("Join with invitation…").triggered.connect(self.join_node.emit)
-        if self.lent is not None:
-            menu.addAction("Lend nodes…").triggered.connect(self.lend_nodes.emit)
-        menu.addSeparator()
-        login = menu.addAction("Start at login")
-        login.setCheckable(True)
-        login.setChecked(self._autostart_on())
-        login.toggled.connect(self._set_autostart)
-        menu.addSeparator()
-        menu.addAction("Quit").triggered.connect(self.quit.emit)
+            self._set(node, text=_escaped(f"{v.name}: {menu_words(v)}"), visible=True)
+            if v.status == "error":
+                self._set(retry, text=_escaped(f"Retry {v.name}"), visible=True)
+            else:
+                self._set(retry, visible=False)
+        more = len(views) > NODE_SLOTS
+        self._set(self.show_all, text=f"Show all {len(views)} nodes…" if more else "Show all…", visible=more)
 
-    def _autostart_on(self) -> bool:
-        try:
-            return self.autostart.status() is True
-        except (CadreError, OSError) as exc:
-            log.warning("cannot read the start-at-login setting: %s", exc)
-            return False
-
-    def _set_autostart(self, on: bool) -> None:
-        try:
-            log.info("start at login: %s", (self.autostart.enable if on else self.autostart.disable)())
-        except (CadreError, OSError) as exc:
-            show_error(None, exc, "change start at login")
-        self._shown_menu = None  # the check mark follows what is on disk
-        QTimer.singleShot(0, self, self.update)
+    def _set(self, action: QAction, *, text: str | None = None, visible: bool | None = None) -> None:
+        if text is not None and action.text() != text:
+            action.setText(text)
+            self.changes += 1
+        if visible is not None and action.isVisible() != visible:
+            action.setVisible(visible)
+            self.changes += 1

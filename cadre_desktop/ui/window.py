@@ -1,23 +1,38 @@
-"""The node window: the table, the selected node's actions, its log, and an empty state.
+"""The node window: a sortable, filterable table, the selected node's details and actions, its log.
 
 Closing it hides it (the app lives in the tray), except when there is no tray:
-then closing it quits, so nothing runs invisibly.
+then closing it quits, so nothing runs invisibly. Opened from the tray or a
+notification it selects the node that needs the person. It fits the screen it
+opens on at any scale, and remembers its size and place (`window.json`, 0600).
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+import base64
+import json
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
-    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QMainWindow, QPushButton, QSplitter, QStackedWidget,
-    QTableView, QVBoxLayout, QWidget,
+    QHBoxLayout, QLabel, QLineEdit, QMainWindow, QPushButton, QSplitter, QStackedWidget, QVBoxLayout, QWidget,
 )
 
+from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.ui import dialogs
 from cadre_desktop.ui.actions import Actions
+from cadre_desktop.ui.details import DetailsPane
 from cadre_desktop.ui.logview import LogView
-from cadre_desktop.ui.model import COLUMNS, ERROR, NodeTableModel
+from cadre_desktop.ui.model import NodeTableModel
+from cadre_desktop.ui.status import attention_first, needs_attention
+from cadre_desktop.ui.table import NodeProxy, NodeTable
 
+log = logging.getLogger(__name__)
+
+PREFERRED = QSize(1100, 620)
+MINIMUM = QSize(420, 300)
+SCREEN_SHARE = 0.9
 EMPTY_TEXT = (
     "<h2>No nodes yet</h2>"
     "<p>A node is a program this computer runs for a cadre, a group of peers owned by a person.</p>"
@@ -25,6 +40,25 @@ EMPTY_TEXT = (
     "(on the same network) to claim it into your cadre.</p>"
     "<p>If a member of a cadre sent you an invitation, use <b>Join with invitation</b> instead.</p>"
 )
+BUTTONS = (  # attribute, text with its mnemonic, tooltip
+    ("add_button", "&Add node…", "Start a new node that waits to be claimed (Ctrl+N)"),
+    ("join_button", "&Join with invitation…", "Start a new node that joins a cadre with an invitation"),
+    ("qr_button", "Show &QR", "Show the claim QR code of the selected node (Enter)"),
+    ("retry_button", "&Retry", "Try again a node the host gave up on, with a fresh budget (Ctrl+R)"),
+    ("restart_button", "Re&start", "Stop and start the node; does not count as a failed attempt (Ctrl+R)"),
+    ("remove_button", "Re&move…", "Remove the node and its work folder (Delete)"),
+    ("log_button", "View &log", "Show the selected node's whole log"),
+    ("copy_button", "&Copy claim link", "Copy the claim link; it holds the claim secret"),
+)
+
+
+def fit_rect(wanted: QRect, available: QRect, minimum: QSize = MINIMUM) -> QRect:
+    """`wanted`, shrunk to fit `available` and moved inside it (a saved place on a screen since gone)."""
+    width = max(min(wanted.width(), available.width()), min(minimum.width(), available.width()))
+    height = max(min(wanted.height(), available.height()), min(minimum.height(), available.height()))
+    x = min(max(wanted.x(), available.left()), available.right() + 1 - width)
+    y = min(max(wanted.y(), available.top()), available.bottom() + 1 - height)
+    return QRect(x, y, width, height)
 
 
 class NodeWindow(QMainWindow):
@@ -34,47 +68,45 @@ class NodeWindow(QMainWindow):
     #: Closed while there is no tray: the app should quit.
     quit_requested = Signal()
 
-    def __init__(self, host, model: NodeTableModel, actions: Actions) -> None:
+    def __init__(self, host, model: NodeTableModel, actions: Actions, state_file: Path | None = None) -> None:
         super().__init__()
         self.host, self.model, self.actions = host, model, actions
+        self.state_file = state_file
         self.quit_on_close = False
         self.closing = False
+        self._placed = False
         self.setWindowTitle("Nodes — cadre-desktop")
-        self.resize(980, 520)
+        self.setMinimumSize(MINIMUM)
 
         self.banner = QLabel()
         self.banner.setWordWrap(True)
         self.banner.setTextFormat(Qt.TextFormat.RichText)
         self.banner.setStyleSheet("QLabel { background: #fff4ce; color: #3d3000; padding: 8px; }")
         self.banner.hide()
-
-        self.add_button = QPushButton("Add node…")
-        self.join_button = QPushButton("Join with invitation…")
-        self.qr_button = QPushButton("Show QR")
-        self.retry_button = QPushButton("Retry")
-        self.restart_button = QPushButton("Restart")
-        self.remove_button = QPushButton("Remove…")
-        self.log_button = QPushButton("View log")
+        for attr, text, tip in BUTTONS:
+            button = QPushButton(text)
+            button.setToolTip(tip)
+            setattr(self, attr, button)
         self.log_button.setCheckable(True)
-        self.copy_button = QPushButton("Copy claim link")
-        self.retry_button.setToolTip("Try again a node the host gave up on")
-        self.restart_button.setToolTip("Stop and start the node; does not count as a failed attempt")
 
-        self.table = QTableView()
-        self.table.setModel(model)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.verticalHeader().hide()
-        self.table.setWordWrap(False)
-        header = self.table.horizontalHeader()
-        for col in range(len(COLUMNS)):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(ERROR, QHeaderView.ResizeMode.Stretch)
+        self.proxy = NodeProxy(model, self)
+        self.table = NodeTable(self.proxy)
+        self.filter = QLineEdit()
+        self.filter.setPlaceholderText("Filter nodes (Ctrl+F)")
+        self.filter.setClearButtonEnabled(True)
+        self.filter.setToolTip("Show only nodes whose name, status, cadre, address or id contains this")
+        self.details = DetailsPane(model)
         self.log = LogView(host)
         self.log.hide()
+        across = QSplitter(Qt.Orientation.Horizontal)
+        across.addWidget(self.table)
+        across.addWidget(self.details)
+        across.setStretchFactor(0, 3)
+        across.setStretchFactor(1, 2)
         split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.table)
+        split.addWidget(across)
         split.addWidget(self.log)
+        self.splitters = (across, split)
 
         node_row = QHBoxLayout()
         for button in (self.qr_button, self.retry_button, self.restart_button, self.remove_button,
@@ -100,6 +132,7 @@ class NodeWindow(QMainWindow):
         top_row.addWidget(self.add_button)
         top_row.addWidget(self.join_button)
         top_row.addStretch(1)
+        top_row.addWidget(self.filter)
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.addWidget(self.banner)
@@ -108,7 +141,9 @@ class NodeWindow(QMainWindow):
         self.setCentralWidget(central)
 
         for text, keys, slot in (("Add node…", QKeySequence.StandardKey.New, self.add_requested.emit),
-                                 ("Close", QKeySequence.StandardKey.Close, self.close)):
+                                 ("Close", QKeySequence.StandardKey.Close, self.close),
+                                 ("Filter", QKeySequence.StandardKey.Find, self.filter.setFocus),
+                                 ("Retry or restart", QKeySequence("Ctrl+R"), self.retry_or_restart)):
             action = QAction(text, self)
             action.setShortcut(keys)
             action.triggered.connect(slot)
@@ -122,10 +157,13 @@ class NodeWindow(QMainWindow):
         self.remove_button.clicked.connect(lambda: self._with_selected(self.ask_remove))
         self.copy_button.clicked.connect(self._copy_link)
         self.log_button.toggled.connect(self.log.setVisible)
+        self.filter.textChanged.connect(self._filter)
         self.table.selectionModel().selectionChanged.connect(self.update_buttons)
         self.table.doubleClicked.connect(lambda _: self._with_selected(self._open_default))
+        self.table.open_requested.connect(lambda: self._with_selected(self._open_default))
+        self.table.remove_requested.connect(lambda: self._with_selected(self.ask_remove))
         model.refreshed.connect(self.update_buttons)
-        model.rowsInserted.connect(self._select_first_if_none)
+        self.proxy.rowsInserted.connect(self._select_first_if_none)
         actions.busy_changed.connect(self.update_buttons)
         self.update_buttons()
 
@@ -133,17 +171,28 @@ class NodeWindow(QMainWindow):
 
     def selected_id(self) -> str | None:
         rows = self.table.selectionModel().selectedRows()
-        v = self.model.view_at(rows[0].row()) if rows else None
-        return v.id if v else None
+        return rows[0].data(Qt.ItemDataRole.UserRole) if rows else None
 
-    def select(self, node_id: str) -> None:
+    def select(self, node_id: str) -> bool:
         row = self.model.row_of(node_id)
-        if row >= 0:
-            self.table.selectRow(row)
+        if row < 0:
+            return False
+        index = self.proxy.mapFromSource(self.model.index(row, 0))
+        if not index.isValid():  # filtered out: show it anyway
+            self.filter.clear()
+            index = self.proxy.mapFromSource(self.model.index(row, 0))
+        self.table.selectRow(index.row())
+        self.table.scrollTo(index)
+        return True
 
     def _select_first_if_none(self, *_) -> None:
-        if self.selected_id() is None and self.model.rowCount():
+        if self.selected_id() is None and self.proxy.rowCount():
             self.table.selectRow(0)
+
+    def _filter(self, text: str) -> None:
+        self.proxy.set_filter(text)
+        self._select_first_if_none()
+        self.update_buttons()
 
     def _with_selected(self, act) -> None:
         node_id = self.selected_id()
@@ -162,12 +211,20 @@ class NodeWindow(QMainWindow):
         self.copy_button.setEnabled(ready and bool(v.claim_url))
         self.log_button.setEnabled(v is not None)
         self.log.follow(node_id)
+        if self.details.node_id != node_id:
+            self.details.show_node(node_id)
 
     # -- actions -----------------------------------------------------------------------
 
+    def retry_or_restart(self) -> None:
+        if self.retry_button.isEnabled():
+            self.retry_button.click()
+        elif self.restart_button.isEnabled():
+            self.restart_button.click()
+
     def ask_remove(self, node_id: str) -> None:
         v = self.model.view(node_id)
-        if v is None:
+        if v is None or self.actions.busy(node_id):
             return
         dialogs.confirm(
             self, "Remove node", f"Remove {v.name}?", "Remove",
@@ -193,26 +250,79 @@ class NodeWindow(QMainWindow):
     # -- showing ------------------------------------------------------------------------
 
     def present(self) -> None:
+        if not self._placed:
+            self._place()
         self.show()
         if self.isMinimized():
             self.showNormal()
         self.raise_()
         self.activateWindow()
 
+    def present_attention(self) -> None:
+        """Opened from the tray: the node that needs the person first, else what was selected."""
+        self.present()
+        first = next(iter(attention_first(self.model.views())), None)
+        if first is not None and needs_attention(first):
+            self.select(first.id)
+        self.table.setFocus()
+
     def show_node(self, node_id: str) -> None:
         self.present()
         self.select(node_id)
+        self.table.setFocus()
+        log.info("window opened on node %s", node_id)
 
     def explain_no_tray(self, text: str) -> None:
         self.banner.setText(text)
         self.banner.show()
         self.quit_on_close = True
 
+    def tray_found(self) -> None:
+        self.banner.hide()
+        self.quit_on_close = False
+
+    # -- size and place ---------------------------------------------------------------------
+
+    def _place(self) -> None:
+        self._placed = True
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        available = screen.availableGeometry() if screen else QRect(0, 0, PREFERRED.width(), PREFERRED.height())
+        saved = self._saved_geometry()
+        if saved is not None and self.restoreGeometry(saved):
+            wanted = self.geometry()
+        else:
+            share = QSize(int(available.width() * SCREEN_SHARE), int(available.height() * SCREEN_SHARE))
+            size = PREFERRED.boundedTo(share)
+            wanted = QRect(available.center().x() - size.width() // 2, available.center().y() - size.height() // 2,
+                           size.width(), size.height())
+        placed = fit_rect(wanted, available, self.minimumSize())
+        self.setGeometry(placed)
+        self.splitters[0].setSizes([placed.width() * 11 // 20, placed.width() * 9 // 20])
+
+    def _saved_geometry(self) -> QByteArray | None:
+        try:
+            doc = json.loads(self.state_file.read_text(encoding="utf-8")) if self.state_file else None
+            return QByteArray(base64.b64decode(doc["geometry"], validate=True)) if isinstance(doc, dict) else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # no saved place, or one we cannot read: a fresh one does no harm
+
+    def save_geometry(self) -> None:
+        if self.state_file is None or not self._placed:
+            return
+        doc = {"version": 1, "geometry": base64.b64encode(bytes(self.saveGeometry().data())).decode()}
+        try:
+            write_json_atomic(self.state_file, doc)
+        except OSError as exc:
+            log.warning("cannot remember the window's place in %s: %s", self.state_file, exc)
+
+    # -- events -----------------------------------------------------------------------------
+
     def showEvent(self, event) -> None:  # noqa: N802
         self.model.set_ticking(True)
         super().showEvent(event)
 
     def hideEvent(self, event) -> None:  # noqa: N802
+        self.save_geometry()
         self.model.set_ticking(False)
         super().hideEvent(event)
 

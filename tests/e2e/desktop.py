@@ -1,4 +1,7 @@
-"""A small real desktop for end-to-end tests: Xvfb, trayer as the system tray, xdotool, screenshots.
+"""A small real desktop for end-to-end tests: Xvfb, a system tray, xdotool, screenshots.
+
+The tray is `trayer` (the XEmbed protocol) or `gtk-sni-tray-standalone` with its
+own StatusNotifierWatcher (the StatusNotifierItem protocol, over D-Bus).
 
 Screenshots are taken by `grab.py`, a few lines of Qt on the xcb platform run in
 a subprocess (no ImageMagick needed). Every wait polls with a deadline.
@@ -14,11 +17,14 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from tests.support.polling import wait_until
 
 GRAB = Path(__file__).with_name("grab.py")
-TOOLS = ("Xvfb", "trayer", "xdotool", "xwininfo", "zbarimg")
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = ("Xvfb", "trayer", "xdotool", "xwininfo", "zbarimg", "dunst", "dunstctl", "dbus-monitor",
+         "gtk-sni-tray-standalone")
 
 
 def missing_tools() -> list[str]:
@@ -38,14 +44,16 @@ class Box:
 
 
 class Desktop:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, bus_env: dict[str, str] | None = None) -> None:
         self.root = root
+        self.bus_env = dict(bus_env or {})
         self.procs: list[subprocess.Popen] = []
         self.display = ""
+        self.tray = ""
 
     # -- life ------------------------------------------------------------------------
 
-    def start(self, size: str = "1280x800x24") -> "Desktop":
+    def start(self, size: str = "1280x800x24", tray: str = "trayer") -> "Desktop":
         read, write = os.pipe()
         xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", size, "-nolisten", "tcp"],
                                 pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -56,12 +64,25 @@ class Desktop:
         if not number:
             raise RuntimeError("Xvfb did not start")
         self.display = f":{number}"
+        self.tray = tray
+        if tray == "sni":
+            return self._start_sni()
         log = open(self.root / "trayer.log", "wb")
         self.procs.append(subprocess.Popen(
             ["trayer", "--edge", "top", "--align", "right", "--widthtype", "request", "--height", "32",
              "--SetDockType", "true", "--transparent", "false"],
             env=self.env(), stdout=log, stderr=log))
         wait_until(lambda: self.window_id("--classname", "panel"), timeout=20, interval=0.05, what="trayer's panel")
+        return self
+
+    def _start_sni(self) -> "Desktop":
+        from tests.e2e.bus import WATCHER, has_owner
+
+        log = open(self.root / "sni-tray.log", "wb")
+        self.procs.append(subprocess.Popen(["gtk-sni-tray-standalone", "--watcher", "--top", "--end", "-s", "32"],
+                                           env=self.env(), stdout=log, stderr=log))
+        address = self.bus_env["DBUS_SESSION_BUS_ADDRESS"]
+        wait_until(lambda: has_owner(address, WATCHER), timeout=20, interval=0.05, what="the SNI watcher")
         return self
 
     def stop(self) -> None:
@@ -74,7 +95,7 @@ class Desktop:
                 proc.wait()
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {**os.environ, "DISPLAY": self.display, "QT_QPA_PLATFORM": "xcb", **extra}
+        env = {**os.environ, **self.bus_env, "DISPLAY": self.display, "QT_QPA_PLATFORM": "xcb", **extra}
         env.pop("WAYLAND_DISPLAY", None)
         return env
 
@@ -131,20 +152,31 @@ class Desktop:
         self.xdotool("key", "--delay", "60", *keys)
 
 
+def start_desktop(root: Path, bus_env: dict[str, str] | None = None, tray: str = "trayer") -> Desktop:
+    """A started desktop, or the test fails naming the tools ./scripts/test installs."""
+    import pytest
+
+    if missing_tools():
+        pytest.fail(f"missing {', '.join(missing_tools())}: ./scripts/test installs them")
+    return Desktop(root, bus_env=bus_env).start(tray=tray)
+
+
 @contextmanager
-def tray_app(desktop: Desktop, env: dict[str, str], root: Path):
-    """The real tray app on `desktop`; on a failure, the screen is kept; the app's log is printed at the end."""
-    log = open(root / "app.log", "wb")
-    app = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=log, stderr=log)
+def running_app(desktop: Desktop, home: Path, log: Path, **extra_env: str) -> Iterator[subprocess.Popen]:
+    """The tray app for `home` on this desktop. On a failure the screen is saved; at the
+    end the app is stopped and the last of its log printed."""
+    env = desktop.env(CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO), **extra_env)
+    out = open(log, "ab")
+    app = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=out, stderr=out)
     try:
         yield app
     except BaseException:
-        desktop.screenshot(root / "failure.png")
-        print("the screen at the failure:", root / "failure.png")
+        desktop.screenshot(desktop.root / "failure.png")
+        print("the screen at the failure:", desktop.root / "failure.png")
         raise
     finally:
         if app.poll() is None:
             app.terminate()
             app.wait(timeout=30)
-        log.close()
-        print((root / "app.log").read_text(errors="replace")[-4000:])
+        out.close()
+        print(log.read_text(errors="replace")[-4000:])

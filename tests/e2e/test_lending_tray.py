@@ -8,8 +8,8 @@ import json
 import psutil
 import pytest
 
-from tests.e2e.desktop import tray_app
-from tests.e2e.test_tray_app import REPO, api, until
+from tests.e2e.desktop import running_app
+from tests.e2e.test_tray_app import api, desktop, until  # noqa: F401 - desktop is the fixture
 from tests.support.borrower import borrow, free_lend_port
 from tests.support.headless import fast_settings
 from tests.ui.support import read_qr
@@ -17,12 +17,11 @@ from tests.ui.support import read_qr
 pytestmark = pytest.mark.e2e
 
 
-def test_tray_app_lends_a_node_from_a_grant_read_off_the_screen(desktop, secret_service, tmp_path):
+def test_tray_app_lends_a_node_from_a_grant_read_off_the_screen(desktop, secret_service, tmp_path):  # noqa: F811
     home = tmp_path / "home"
     home.mkdir()
     (home / "settings.json").write_text(json.dumps(fast_settings(lend_port=free_lend_port())))
-    env = desktop.env(**secret_service, CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO))
-    with tray_app(desktop, env, tmp_path) as app:
+    with running_app(desktop, home, tmp_path / "app.log") as app:
         until(lambda: app.poll() is None and desktop.tray_box().width >= 16, "the icon in the tray")
         tray = desktop.tray_box()
         desktop.click(*tray.centre, button=3)

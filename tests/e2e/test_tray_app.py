@@ -3,7 +3,7 @@
 Driven like a person would: right-click the tray icon, pick from the menu with
 the keyboard, add a node in the window, read its QR code off the screen with
 zbarimg, claim it over HTTP with what was read, and watch the row and the icon
-turn green ("joined"), then Quit from the menu.
+turn green ("joined"), then Quit from the menu, answering that the node stops too.
 
 The screenshots go to docs/screenshots/ (tray-menu.png, window.png,
 qr-dialog.png) when they are missing there or CADRE_UPDATE_SCREENSHOTS=1, so
@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from cadre_desktop.ui.status import COLOURS, TrayState
-from tests.e2e.desktop import Box, tray_app
+from tests.e2e.desktop import Box, running_app, start_desktop
 from tests.support.headless import fast_settings
 from tests.support.polling import wait_until
 from tests.ui.support import claim_when_up, read_qr
@@ -33,6 +33,13 @@ SHOTS = REPO / "docs" / "screenshots"
 GREEN, BLUE = COLOURS[TrayState.JOINED], COLOURS[TrayState.UNCLAIMED]
 #: The joined tray icon's fill, for light and for dark panels.
 ICON_GREENS = {"#2e9e44", "#3fbf58"}
+
+
+@pytest.fixture
+def desktop(tmp_path, secret_service):
+    desktop = start_desktop(tmp_path, secret_service)
+    yield desktop
+    desktop.stop()
 
 
 def until(predicate, what: str):
@@ -57,8 +64,7 @@ def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp
     home = tmp_path / "home"
     home.mkdir()
     (home / "settings.json").write_text(json.dumps(fast_settings()))
-    env = desktop.env(**secret_service, CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO))
-    with tray_app(desktop, env, tmp_path) as app:
+    with running_app(desktop, home, tmp_path / "app.log") as app:
         # The icon docks in the tray, and the tray area is no longer empty.
         until(lambda: app.poll() is None and desktop.tray_box().width >= 16, "the icon in the tray")
         tray = desktop.tray_box()
@@ -100,14 +106,21 @@ def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp
         assert BLUE not in colours
         keep(tmp_path / "window.png", "window.png")
 
-        # The menu names the node; then Quit, from the menu too.
+        # The menu names the node; then Quit, from the menu too. (The window steps aside for the picture.)
+        desktop.xdotool("windowmove", desktop.window_id("--name", "Nodes .* cadre-desktop"), "0", "40")
         tray = desktop.tray_box()
         desktop.click(*tray.centre, button=3)
         menu = until(lambda: desktop.visible("cadre-desktop", min_height=80), "the tray menu")
         left = min(menu.x, tray.x) - 8
-        desktop.screenshot(tmp_path / "menu.png", Box(left, 0, 1280 - left, menu.y + menu.height + 8))
+        box = Box(left, 0, 1280 - left, menu.y + menu.height + 8)
+        shots: list[dict] = []  # a menu still being painted differs from the next grab
+        until(lambda: shots.append(desktop.screenshot(tmp_path / "menu.png", box)) or shots[-2:-1] == shots[-1:],
+              "the menu painted")
         keep(tmp_path / "menu.png", "tray-menu.png")
         pid = api(home, f"/api/nodes/{node['id']}")["pid"]
         desktop.keys("Up", "Return")
+        # A node runs: Quit asks whether to stop it; Return takes the default, stopping it.
+        until(lambda: desktop.visible("Quit cadre-desktop"), "the quit question")
+        desktop.keys("Return")
         assert app.wait(timeout=30) == 0
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -158,3 +158,63 @@ def test_bundled_windows_login_entry_points_at_the_windowed_executable():
     assert cmd[0].endswith("cadre-desktop.exe") and "cli" not in cmd[0]
     assert launch_command(frozen=True, executable="/opt/cadre-desktop/cadre-desktop", platform="linux") == [
         "/opt/cadre-desktop/cadre-desktop"]
+
+
+# -- the entry finds the same home -------------------------------------------------------------
+
+def test_the_login_entry_carries_the_home_made_absolute_and_the_keyring(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg"), "CADRE_DESKTOP_HOME": "my home",
+           "PYTHON_KEYRING_BACKEND": "keyring.backends.SecretService.Keyring", "XDG_DATA_HOME": "/elsewhere"}
+    xdg = backend("linux", env=env, command=COMMAND)
+    xdg.enable()
+    exec_line = next(line for line in xdg.path.read_text().splitlines() if line.startswith("Exec="))
+    assert exec_line == (f'Exec=env "CADRE_DESKTOP_HOME={tmp_path}/my home" '
+                         '"PYTHON_KEYRING_BACKEND=keyring.backends.SecretService.Keyring" "/opt/my apps/python3" '
+                         '-m cadre_desktop').replace("\\", "\\\\")
+    assert "XDG_DATA_HOME" not in exec_line  # a home holds everything
+    assert xdg.status() is True
+
+
+def test_without_a_home_the_platform_folders_are_carried():
+    assert autostart.carried_env({"XDG_DATA_HOME": "/d", "XDG_STATE_HOME": "/s", "XDG_CONFIG_HOME": "/c"}) == {
+        "XDG_DATA_HOME": "/d", "XDG_STATE_HOME": "/s"}
+
+
+def test_status_says_when_the_entry_starts_something_else(tmp_path):
+    env = {"XDG_CONFIG_HOME": str(tmp_path), "CADRE_DESKTOP_HOME": str(tmp_path / "a")}
+    backend("linux", env=env, command=COMMAND).enable()
+    other = backend("linux", env={**env, "CADRE_DESKTOP_HOME": str(tmp_path / "b")}, command=COMMAND)
+    said = other.status()
+    assert isinstance(said, str) and said.startswith("on, but the entry starts")
+    assert str(tmp_path / "a") in said and "autostart on` points it here" in said
+    other.enable()
+    assert other.status() is True
+
+
+def test_macos_and_windows_entries_carry_the_home_too(tmp_path):
+    carried = {"CADRE_DESKTOP_HOME": "/Users/me/cadre"}
+    agent = LaunchAgent(COMMAND, home=tmp_path, carried=carried)
+    agent.enable()
+    assert plistlib.loads(agent.path.read_bytes())["EnvironmentVariables"] == carried
+    assert agent.status() is True
+    assert isinstance(LaunchAgent(COMMAND, home=tmp_path).status(), str)
+
+    reg = FakeWinreg()
+    run = RunKey([r"C:\Apps\cadre-desktop.exe"], reg, {"CADRE_DESKTOP_HOME": r"C:\Users\me\cadre"})
+    run.enable()
+    assert reg.values[(autostart.RUN_KEY, "cadre-desktop")][1] == (
+        r'cmd.exe /d /s /c "set "CADRE_DESKTOP_HOME=C:\Users\me\cadre" && start "" C:\Apps\cadre-desktop.exe"')
+    assert run.status() is True
+    assert isinstance(RunKey([r"C:\Apps\cadre-desktop.exe"], reg).status(), str)
+
+
+def test_the_cli_says_when_the_entry_points_elsewhere(tmp_path):
+    base = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg"), "PATH": "/usr/bin:/bin"}
+    run = lambda home, *args: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "cadre_desktop", "autostart", *args], env={**base, "CADRE_DESKTOP_HOME": home},
+        capture_output=True, text=True, timeout=60)
+    assert run(str(tmp_path / "a"), "on").returncode == 0
+    assert run(str(tmp_path / "a"), "status").stdout.strip() == "autostart is on"
+    said = run(str(tmp_path / "b"), "status").stdout.strip()
+    assert said.startswith("autostart is on, but the entry starts") and str(tmp_path / "a") in said

@@ -62,7 +62,7 @@ def test_countdown_to_the_next_retry_is_live(shell, aio):
     shell.actions.add("Attic")
     node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
     first = aio.wait(lambda: re.fullmatch(r"Restarting in (\d+) s", cell(shell, node_id, STATUS) or ""))
-    assert re.fullmatch(r"\d+ · next retry in \d+ s", cell(shell, node_id, ATTEMPTS))
+    assert re.fullmatch(r"\d+", cell(shell, node_id, ATTEMPTS))  # the countdown is in Status alone
     assert shell.tray._state is TrayState.BUSY
     later = aio.wait(lambda: (m := re.fullmatch(r"Restarting in (\d+) s", cell(shell, node_id, STATUS) or ""))
                      and int(m[1]) < int(first[1]) and m)

@@ -1,11 +1,13 @@
-"""Notifications: exactly one per give-up, one per claim, none for what the person did."""
+"""Notifications: exactly one per give-up, one per claim, none for what the person did;
+Retry and a click answer them. Delivery through a real notification service is in
+tests/e2e/test_notifications.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.ui.conftest import crashing_settings
-from tests.ui.support import claim
+from tests.ui.support import claim, give_up
 
 CRASHING = crashing_settings()
 
@@ -17,13 +19,6 @@ def shown(shell):
     return seen
 
 
-def give_up(shell, aio, name="Garage") -> str:
-    shell.actions.add(name)
-    node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
-    aio.wait(lambda: shell.model.view(node_id).status == "error")
-    return node_id
-
-
 @pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
 def test_one_notification_per_give_up_and_none_on_remove(shell, shown, aio, monkeypatch):
     from cadre_desktop.ui import dialogs
@@ -31,7 +26,7 @@ def test_one_notification_per_give_up_and_none_on_remove(shell, shown, aio, monk
     node_id = give_up(shell, aio)
     assert len(shown) == 1
     assert shown[0][:2] == (node_id, "Garage stopped")
-    assert "gave up after 3 attempts" in shown[0][2]
+    assert shown[0][2] == "exited with code 1: node exploded: bad config"  # the node's own last words
     # The engine saying it again is not news.
     shell.bridge.gave_up.emit(node_id, "gave up again")
     assert len(shown) == 1
@@ -69,37 +64,40 @@ def test_the_setting_turns_notifications_off(shell, shown, aio):
     assert shown == []
 
 
+@pytest.mark.parametrize("settings_doc", [{**CRASHING, "notify_gave_up": False}], indirect=True)
+def test_each_kind_has_its_own_switch(shell, shown, aio):
+    give_up(shell, aio)
+    assert shown == []
+
+
 @pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
 def test_clicking_the_notification_opens_the_window_on_its_node(shell, shown, aio, qtbot):
+    from cadre_desktop.ui.delivery import DEFAULT
+
     shell.actions.add("Garage")
     shell.actions.add("Attic")
     aio.wait(lambda: len(shown) == 2)
     last, other = shown[-1][0], shown[0][0]
     shell.window.select(other)
     assert not shell.window.isVisible()
-    shell.tray.icon.messageClicked.emit()
+    shell.delivery.acted.emit(f"gave_up:{last}", DEFAULT)  # what the service or the balloon reports
     qtbot.waitExposed(shell.window)
     assert shell.window.selected_id() == last
 
 
 @pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
-def test_nothing_is_notified_once_quit_began(shell, shown, aio):
-    shell.notifier.mute()
-    give_up(shell, aio)
-    assert shown == []
+def test_retry_on_the_notification_retries_the_node_once(shell, shown, aio):
+    node_id = give_up(shell, aio)
+    before = shell.model.view(node_id).updated_at
+    shell.delivery.acted.emit(f"gave_up:{node_id}", "retry")
+    assert shell.actions.busy(node_id)
+    shell.delivery.acted.emit(f"gave_up:{node_id}", "retry")  # a second press while it runs does nothing more
+    aio.wait(lambda: not shell.actions.busy(node_id))
+    aio.wait(lambda: shell.model.view(node_id).updated_at != before)
+    assert not [w for w in _message_boxes()]  # no "could not retry" error
 
 
-@pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
-def test_a_wake_never_produces_a_burst_of_notifications(shell, shown, aio):
-    from cadre_desktop.host.events import EventKind
+def _message_boxes():
+    from PySide6.QtWidgets import QApplication, QMessageBox
 
-    shell.host.events.emit(EventKind.WOKE, "", "3600")
-    shell.actions.add("Garage")
-    shell.actions.add("Attic")
-    aio.wait(lambda: len(shell.model.views()) == 2 and all(v.status == "error" for v in shell.model.views()))
-    assert shown == []  # held while things settle (15 s)
-    shell.notifier._settle.start(1)  # end the settle period now instead of in 15 s
-    aio.wait(lambda: shown)
-    assert len(shown) == 1
-    assert shown[0][1] == "2 nodes stopped"
-    assert "Garage" in shown[0][2] and "Attic" in shown[0][2]
+    return [w for w in QApplication.topLevelWidgets() if isinstance(w, QMessageBox) and w.isVisible()]

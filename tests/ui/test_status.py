@@ -10,7 +10,8 @@ import pytest
 from cadre_desktop.host.clock import iso
 from cadre_desktop.host.views import NodeView
 from cadre_desktop.ui.status import (
-    TrayState, aggregate, duration_words, retry_words, status_words, tooltip, uptime_words,
+    TrayState, aggregate, attention_first, duration_words, exit_line, menu_words, retry_words, status_words,
+    summary_line, tooltip, uptime_words,
 )
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -42,8 +43,8 @@ def test_status_in_words(changes, words):
 
 def test_countdown_and_uptime():
     down = node(running=False, attempts=2, next_retry_at=iso(NOW + timedelta(seconds=12)))
-    assert retry_words(down, NOW) == "2 · next retry in 12 s"
-    assert retry_words(node(attempts=1), NOW) == "1"
+    assert retry_words(down, NOW) == "2"  # the countdown is the status column's
+    assert retry_words(node(attempts=0), NOW) == "0"  # 0 is shown, not left blank
     assert uptime_words(node(), NOW) == "3 min"
     assert uptime_words(down, NOW) == ""
     assert [duration_words(s) for s in (5, 3700, 90000)] == ["5 s", "1 h 1 min", "1 d 1 h"]
@@ -69,3 +70,75 @@ def test_tooltip_names_the_worst_nodes_first():
     text = tooltip([node(status="joined", cadre="c", name="A"), node(status="error", name="B")], NOW)
     assert text.splitlines() == ["cadre-desktop: a node needs attention", "B: Error", "A: Joined c"]
     assert "no nodes" in tooltip([], NOW)
+
+
+# -- the tray menu's words and order -----------------------------------------------------------
+
+def test_summary_line_counts_running_and_needing_you():
+    assert summary_line([]) == "No nodes yet"
+    assert summary_line([node()]) == "1 node: 1 running"
+    views = [node(id=str(i)) for i in range(6)] + [node(id="e", status="error", running=False)]
+    assert summary_line(views) == "7 nodes: 6 running, 1 needs you"
+    assert summary_line(views + [node(id="f", status="error", running=False)]) == "8 nodes: 6 running, 2 need you"
+
+
+def test_menu_words_carry_no_countdown():
+    down = node(running=False, next_retry_at=iso(NOW + timedelta(seconds=12)))
+    assert menu_words(down) == "Restarting…"
+    assert menu_words(node(status="joined", cadre="family")) == "Joined family"
+
+
+def test_attention_first_keeps_order_within_a_kind():
+    a, b = node(id="a", status="joined", cadre="c"), node(id="b")
+    e1, e2 = node(id="e1", status="error", running=False), node(id="e2", status="error", running=False)
+    assert [v.id for v in attention_first([a, e1, b, e2])] == ["e1", "e2", "b", "a"]
+
+
+def test_exit_line_prefers_the_engine_words_then_the_quoted_log_then_the_reason():
+    reason = "gave up after 3 attempts: exit code 4\nLast log lines:\nstarting\ncannot open /dev/ttyUSB0\n"
+    assert exit_line(node(), reason) == "cannot open /dev/ttyUSB0"
+    assert exit_line(node(), "never answered within 15 s") == "never answered within 15 s"
+
+    class WithExit:
+        last_exit = "exited with code 3: cannot open /dev/ttyUSB0"
+    assert exit_line(WithExit(), reason) == "exited with code 3: cannot open /dev/ttyUSB0"
+
+
+# -- the details pane's words ------------------------------------------------------------------
+
+def test_details_words_for_a_node_in_error(tmp_path):
+    from cadre_desktop.ui import explain
+
+    log = tmp_path / "node.log"
+    log.write_text("--- cadre-desktop: starting node n1 at 2026-01-02T03:00:00+00:00 ---\n"
+                   "boom\n--- cadre-desktop: starting node n1 at 2026-01-02T03:00:05+00:00 ---\nboom\n"
+                   "2026-01-02T03:00:06+00:00 INFO node n1: other\n"
+                   '2026-01-02T03:00:07 INFO aiohttp.access: 127.0.0.1 "GET /status" 200\n')
+    v = node(status="error", running=False, last_error="gave up after 3 attempts: (exit code 4)\nLast log lines:\nboom",
+             log_path=str(log))
+    assert explain.state_words(v, NOW).startswith("Stopped")
+    assert explain.reason_words(v) == "gave up after 3 attempts: (exit code 4)"
+    assert explain.exit_code(v) == 4
+    assert "Retry" in explain.next_step(v)
+    lines = explain.log_lines(log)
+    assert [(line.text, line.count) for line in lines] == [("boom", 2), ("INFO node n1: other", 1)]
+    assert lines[0].at == datetime(2026, 1, 2, 3, 0, 5, tzinfo=timezone.utc)
+    assert "(×2)" in explain.log_words(lines)
+
+
+def test_details_words_read_new_engine_fields_when_there():
+    from cadre_desktop.ui import explain
+
+    class Newer:
+        status, running, ready, attempts, next_retry_at, cadre = "unclaimed", False, False, 0, None, None
+        last_error = None
+        last_exit = "exited with code 3: cannot open /dev/ttyUSB0"
+        exit_code = 3
+        waiting_for = "keyring"
+        last_decision = {"decision": "wait", "at": iso(NOW - timedelta(seconds=5)), "ms": 0.2, "error": None}
+    v = Newer()
+    assert explain.exit_code(v) == 3
+    assert explain.state_words(v, NOW).startswith("Waiting for the keyring")
+    assert "Unlock your keyring" in explain.next_step(v)
+    assert explain.decision_words(v, NOW).startswith("wait, at ") and "(5 s ago)" in explain.decision_words(v, NOW)
+    assert explain.reason_words(v) == "exited with code 3: cannot open /dev/ttyUSB0"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.ui.conftest import crashing_settings
-from tests.ui.support import claim
+from tests.ui.support import claim, give_up
 
 
 def enabled(window) -> set[str]:
@@ -47,9 +49,7 @@ def test_buttons_follow_the_selected_nodes_state(shell, aio, qtbot):
 @pytest.mark.parametrize("settings_doc", [crashing_settings()], indirect=True)
 def test_only_a_node_in_error_can_be_retried(shell, aio):
     window = shell.window
-    shell.actions.add("Garage")
-    node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
-    aio.wait(lambda: shell.model.view(node_id).status == "error")
+    node_id = give_up(shell, aio)
     window.select(node_id)
     assert enabled(window) == {"retry", "remove", "log"}
 
@@ -114,3 +114,175 @@ def test_a_keyring_failure_is_shown_in_words_and_adds_nothing(shell, aio, monkey
     assert box.text() == "Could not add a node."
     assert "No usable keyring" in box.informativeText()
     assert shell.model.rowCount() == 0
+
+
+# -- the window that explains ------------------------------------------------------------------
+
+@pytest.mark.parametrize("settings_doc", [crashing_settings()], indirect=True)
+def test_details_pane_explains_a_node_in_error(shell, aio):
+    window = shell.window
+    node_id = give_up(shell, aio)
+    window.select(node_id)
+    text = aio.wait(lambda: "Stopped" in (t := window.details.text()) and t)
+    assert "Garage" in text and f"Node id: {node_id}" in text
+    assert "Stopped: the host gave up on it" in text
+    reason = window.details.fields["reason"].text()
+    assert "gave up after 3 attempts" in reason and reason.count("node exploded: bad config") == 1
+    aio.wait(lambda: shell.model.refresh() or window.details.fields["decision"].text().startswith("give-up, at "))
+    assert window.details.fields["exit"].text() == "1"
+    assert "press Retry" in window.details.fields["next"].text()
+    log_text = window.details.fields["log"].text()
+    assert re.search(r"^\d\d:\d\d:\d\d  node exploded: bad config", log_text, re.M)
+    assert log_text.count("node exploded: bad config") < 4  # repeats are folded, with their count
+    assert "(×" in log_text
+
+
+def test_details_pane_names_address_peer_and_next_step_of_an_unclaimed_node(shell, aio):
+    view = added(shell, aio)
+    shell.window.select(view.id)
+    fields = shell.window.details.fields
+    assert fields["status"].text() == "Running, waiting to be claimed"
+    assert fields["address"].text() == f"127.0.0.1:{view.api_port} (API), P2P port {view.p2p_port}"
+    assert aio.wait(lambda: shell.model.view(view.id).peer_id) == fields["peer"].text() or fields["peer"].text()
+    assert "QR code" in fields["next"].text()
+
+
+def test_table_sorts_by_each_column_and_filters(shell, aio):
+    from PySide6.QtCore import Qt
+
+    from cadre_desktop.ui.model import ATTEMPTS, NAME
+
+    window = shell.window
+    for name in ("Cellar", "attic", "Barn"):
+        shell.actions.add(name)
+    aio.wait(lambda: shell.model.rowCount() == 3)
+    names = lambda: [window.proxy.index(r, NAME).data() for r in range(window.proxy.rowCount())]  # noqa: E731
+    assert names() == ["Cellar", "attic", "Barn"]  # added order until a header is clicked
+    window.table.sortByColumn(NAME, Qt.SortOrder.AscendingOrder)
+    assert names() == ["attic", "Barn", "Cellar"]
+    window.table.sortByColumn(NAME, Qt.SortOrder.DescendingOrder)
+    assert names() == ["Cellar", "Barn", "attic"]
+    assert {window.proxy.index(r, ATTEMPTS).data() for r in range(3)} == {"0"}  # shown as 0, not blank
+
+    window.filter.setText("BARN")  # any case; no hex id can contain it
+    assert names() == ["Barn"] and window.selected_id() == shell.model.views()[2].id
+    window.filter.setText(shell.model.views()[0].id)  # the id matches too
+    assert names() == ["Cellar"]
+    window.filter.clear()
+    assert len(names()) == 3
+
+
+def test_column_widths_do_not_follow_a_ticking_countdown(shell, aio):
+    window = shell.window
+    added(shell, aio)
+    widths = [window.table.columnWidth(c) for c in range(shell.model.columnCount())]
+    for _ in range(3):
+        shell.model.refresh()
+    assert [window.table.columnWidth(c) for c in range(shell.model.columnCount())] == widths
+
+
+def test_the_selected_status_cell_uses_the_selection_text_colour(shell, aio):
+    from PySide6.QtGui import QPalette
+    from PySide6.QtWidgets import QStyle, QStyleOptionViewItem
+
+    from cadre_desktop.ui.model import STATUS
+
+    window = shell.window
+    added(shell, aio)
+    index = window.proxy.index(0, STATUS)
+    delegate = window.table.itemDelegateForColumn(STATUS)
+    plain, chosen = QStyleOptionViewItem(), QStyleOptionViewItem()
+    chosen.state |= QStyle.StateFlag.State_Selected
+    delegate.initStyleOption(plain, index)
+    delegate.initStyleOption(chosen, index)
+    assert chosen.palette.color(QPalette.ColorRole.Text) == chosen.palette.color(QPalette.ColorRole.HighlightedText)
+
+
+@pytest.mark.parametrize("settings_doc", [crashing_settings()], indirect=True)
+def test_opened_from_the_tray_the_node_that_needs_you_is_selected(shell, aio, qtbot):
+    from cadre_desktop.ui.status import needs_attention
+
+    shell.actions.add("Garage")
+    node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
+    aio.wait(lambda: needs_attention(shell.model.view(node_id)))
+    shell.window.table.clearSelection()
+    shell.tray.open_window.emit()
+    qtbot.waitExposed(shell.window)
+    assert shell.window.selected_id() == node_id and shell.window.retry_button.isEnabled()
+
+
+# -- keyboard ----------------------------------------------------------------------------------
+
+def test_the_table_is_one_tab_stop_and_enter_delete_ctrl_r_act_on_the_row(shell, aio, qtbot, monkeypatch):
+    from PySide6.QtCore import Qt
+
+    from cadre_desktop.ui import dialogs
+
+    window = shell.window
+    window.show()
+    qtbot.waitExposed(window)
+    view = added(shell, aio)
+    assert not window.table.tabKeyNavigation()
+    window.table.setFocus()
+    with qtbot.waitSignal(window.qr_requested, timeout=1000) as opened:
+        qtbot.keyClick(window.table, Qt.Key.Key_Return)
+    assert opened.args == [view.id]
+
+    asked = []
+    monkeypatch.setattr(dialogs, "confirm", lambda *a, **k: asked.append(a[2]))
+    qtbot.keyClick(window.table, Qt.Key.Key_Delete)
+    assert asked == ["Remove Kitchen?"]
+
+    from PySide6.QtGui import QKeySequence
+
+    from PySide6.QtWidgets import QWidget
+
+    ctrl_r = next(a for a in QWidget.actions(window) if a.shortcut() == QKeySequence("Ctrl+R"))
+    ctrl_r.trigger()  # a running node: restart
+    assert shell.actions.busy(view.id)
+    aio.wait(lambda: not shell.actions.busy(view.id))
+
+
+def test_every_button_has_a_mnemonic_and_a_tooltip_and_add_says_add(shell):
+    from PySide6.QtWidgets import QApplication, QDialogButtonBox
+
+    from cadre_desktop.ui.window import BUTTONS
+
+    for attr, _text, _tip in BUTTONS:
+        button = getattr(shell.window, attr)
+        assert "&" in button.text() and button.toolTip(), attr
+    shell.ask_add()
+    dialog = next(w for w in QApplication.topLevelWidgets() if w.windowTitle() == "Add node" and w.isVisible())
+    assert dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).text() == "&Add"
+    dialog.reject()
+
+
+# -- size and place ----------------------------------------------------------------------------
+
+def test_fit_rect_shrinks_and_moves_the_window_onto_the_screen():
+    from PySide6.QtCore import QRect, QSize
+
+    from cadre_desktop.ui.window import fit_rect
+
+    screen = QRect(0, 0, 640, 400)  # 1280x800 at a scale of 2
+    assert fit_rect(QRect(100, 50, 1100, 620), screen, QSize(420, 300)) == QRect(0, 0, 640, 400)
+    assert fit_rect(QRect(3000, 900, 500, 300), screen, QSize(420, 300)) == QRect(140, 100, 500, 300)
+    assert fit_rect(QRect(10, 10, 100, 100), QRect(0, 0, 300, 200), QSize(420, 300)) == QRect(0, 0, 300, 200)
+
+
+def test_the_window_remembers_its_size_and_place_in_a_private_file(shell, qtbot):
+    from PySide6.QtCore import QRect
+
+    window = shell.window
+    window.present()
+    qtbot.waitExposed(window)
+    window.setGeometry(QRect(40, 30, 700, 450))
+    window.hide()
+    state = shell.host.paths.config_dir / "window.json"
+    assert state.stat().st_mode & 0o777 == 0o600
+    again = type(window)(shell.host, shell.model, shell.actions, state)
+    again.present()
+    qtbot.waitExposed(again)
+    assert again.size() == window.size()
+    again.closing = True
+    again.close()

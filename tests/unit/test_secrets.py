@@ -118,3 +118,33 @@ async def test_check_round_trips_and_leaves_nothing_behind():
 def test_claim_secrets_are_long_and_fresh():
     a, b = new_claim_secret(), new_claim_secret()
     assert a != b and len(a) >= 40
+
+
+def test_a_keyring_call_stuck_on_a_prompt_never_keeps_a_quitting_app_alive():
+    """The stuck call times out for its caller, and the process still exits (its thread is a daemon)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import asyncio, threading\n"
+        "from keyring.backend import KeyringBackend\n"
+        "from cadre_desktop.host.secrets import KeyringTimeout, SecretKind, SecretStore\n"
+        "class Stuck(KeyringBackend):\n"
+        "    priority = 1\n"
+        "    def get_password(self, s, u): threading.Event().wait(600)\n"
+        "    def set_password(self, s, u, p): pass\n"
+        "    def delete_password(self, s, u): pass\n"
+        "async def main():\n"
+        "    store = SecretStore(Stuck(), timeout_s=0.1)\n"
+        "    try:\n"
+        "        await store.get('n1', SecretKind.CLAIM)\n"
+        "    except KeyringTimeout as exc:\n"
+        "        print('timed out:', exc.code)\n"
+        "    store.close()\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "timed out: keyring_timeout"

@@ -1,0 +1,90 @@
+"""Settings changed while the host runs (Preferences, or settings.json edited by hand).
+
+`apply_settings` swaps in what can change live: the node command, the port
+range, the advertised address, the stop grace, the supervision numbers, and the
+switches only the UI reads (notifications, quitting). Nodes that must restart to
+pick a change up are restarted one at a time, as a Restart does, so no budget
+is spent: each running node for a new node command, each running node whose
+ports fall outside a new range. A node the host gave up on is left alone; its
+Retry starts the new command. A new advertised address goes through the address
+watcher, which restarts the nodes that advertise the old one. `bind_host` and
+`probe_interval_ms` are read at start only: the result names them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from cadre_desktop.host.records import SUPERVISED
+from cadre_desktop.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Keys a running host cannot take without starting again.
+AT_START_ONLY = ("bind_host", "probe_interval_ms")
+
+
+@dataclass
+class Applied:
+    #: Nodes restarted to pick the change up.
+    restarted: list[str] = field(default_factory=list)
+    #: Nodes whose restart failed (they are down; the supervisor brings them back).
+    failed: dict[str, str] = field(default_factory=dict)
+    #: Changed keys that take effect at the next start.
+    at_next_start: list[str] = field(default_factory=list)
+
+
+def _running_supervised(host) -> list:
+    orchestrator = host.orchestrator
+    out = []
+    for record in host.store.list():
+        handle = orchestrator.get(record.handle) if orchestrator else None
+        if record.status in SUPERVISED and handle is not None and handle.alive:
+            out.append((record, handle))
+    return out
+
+
+def _to_restart(host, old: Settings, new: Settings) -> list[str]:
+    low, high = new.port_range
+    ids = []
+    for record, handle in _running_supervised(host):
+        ports = tuple(p for p in getattr(handle, "ports", (record.api_port, record.p2p_port)) if p is not None)
+        outside = any(not (low <= p <= high) for p in ports)
+        if new.node_command != old.node_command or (new.port_range != old.port_range and outside):
+            ids.append(record.id)
+    return ids
+
+
+def _swap(host, new: Settings) -> None:
+    orchestrator = host.orchestrator
+    if orchestrator is not None:
+        orchestrator.node_command = list(new.node_command)
+        orchestrator.stop_timeout_s = new.stop_timeout_ms / 1000
+        ports = getattr(orchestrator, "ports", None)
+        if ports is not None:
+            ports.low, ports.high = new.port_range
+    supervisor = host.supervisor
+    if supervisor is not None and hasattr(supervisor, "policy"):
+        supervisor.policy = type(supervisor.policy)(new)
+
+
+async def apply_settings(host, new: Settings) -> Applied:
+    """Take `new` as the settings from now on; restart, one at a time, the nodes that need it."""
+    old = host.settings
+    applied = Applied(at_next_start=[k for k in AT_START_ONLY if getattr(old, k) != getattr(new, k)])
+    restart = _to_restart(host, old, new)
+    host.settings = new
+    _swap(host, new)
+    if new.advertise_host != old.advertise_host:
+        host.refresh()  # the watcher re-reads the address and restarts who advertises the old one
+    for node_id in restart:
+        try:
+            await host.restart_node(node_id)
+            applied.restarted.append(node_id)
+        except Exception as exc:  # removed meanwhile, or it failed to start: say so, go on
+            applied.failed[node_id] = getattr(exc, "message", None) or str(exc)
+            log.warning("node %s: restart for the new settings failed: %s", node_id, applied.failed[node_id])
+    if applied.restarted:
+        log.info("settings applied; restarted %d node(s) for them", len(applied.restarted))
+    return applied

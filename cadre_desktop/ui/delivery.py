@@ -1,0 +1,177 @@
+"""Handing a notice to the desktop: the platform's notification service, else Qt's tray balloon.
+
+The service is reached through desktop-notifier, on the app's one asyncio loop:
+org.freedesktop.Notifications over D-Bus on Linux (under any tray, XEmbed or
+StatusNotifierItem), the user notification centre on macOS, toasts on Windows.
+A notice there carries buttons and a default action (clicking the notice).
+Qt's balloon is the fallback where no service answers (no D-Bus session, an
+unbundled app on macOS): it has no buttons, and clicking it is the default action.
+
+One live notice per key: sending a key again replaces its notice, `withdraw`
+takes it away. Every call to the service is bounded, and its work runs one at a
+time, so a withdraw never overtakes the send it withdraws.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QSystemTrayIcon
+
+log = logging.getLogger(__name__)
+
+#: The action id of clicking the notice itself.
+DEFAULT = "default"
+SERVICE_TIMEOUT_S = 5.0
+BALLOON_MS = 15_000
+
+
+@dataclass(frozen=True)
+class Notice:
+    key: str
+    node_id: str
+    title: str
+    body: str
+    critical: bool = False
+    #: Buttons besides the default action: (action id, label).
+    actions: tuple[tuple[str, str], ...] = ()
+    #: The body for a balloon, which has no buttons (defaults to `body`).
+    balloon_body: str = ""
+
+
+def _desktop_notifier(app_icon: Path):
+    from desktop_notifier import DesktopNotifier, Icon
+
+    return DesktopNotifier(app_name="cadre-desktop", app_icon=Icon(path=app_icon))
+
+
+class Delivery(QObject):
+    #: The person picked an action on a notice: its key, the action id (DEFAULT for the notice itself).
+    acted = Signal(str, str)
+    #: A notice went out: its key, and "service" or "balloon" (or "" when nothing could show it).
+    delivered = Signal(str, str)
+
+    def __init__(self, tray: QSystemTrayIcon | None, app_icon: Path,
+                 make_notifier: Callable[[Path], object] = _desktop_notifier, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.tray, self.app_icon, self._make = tray, app_icon, make_notifier
+        self._notifier = None
+        self._live: dict[str, str] = {}
+        self._balloon_key = ""
+        self._lock = asyncio.Lock()
+        if tray is not None:
+            tray.messageClicked.connect(self._balloon_clicked)
+
+    # -- the service ---------------------------------------------------------------------
+
+    async def _service(self):
+        """The notifier when a service answers now, else None (asked again each time: one may appear)."""
+        from desktop_notifier import Capability
+
+        try:
+            if self._notifier is None:
+                self._notifier = self._make(self.app_icon)
+            caps = await asyncio.wait_for(self._notifier.get_capabilities(), SERVICE_TIMEOUT_S)
+        except Exception as exc:  # no session bus, no service, a service that hangs
+            log.info("no notification service (%s); using the tray's balloon", exc or type(exc).__name__)
+            self._notifier = None
+            return None
+        return self._notifier if Capability.TITLE in caps else None
+
+    async def _send_service(self, notifier, notice: Notice) -> bool:
+        from desktop_notifier import Button, Notification, Urgency
+
+        sent: list[bool] = []
+        buttons = tuple(Button(title=label, identifier=action,
+                               on_pressed=lambda a=action: self._act(notice.key, a))
+                        for action, label in notice.actions)
+        note = Notification(
+            title=notice.title, message=notice.body, buttons=buttons,
+            urgency=Urgency.Critical if notice.critical else Urgency.Normal,
+            on_clicked=lambda: self._act(notice.key, DEFAULT),
+            on_dismissed=lambda: self._forget(notice.key),
+            on_dispatched=lambda: sent.append(True),
+        )
+        try:
+            identifier = await asyncio.wait_for(notifier.send_notification(note), SERVICE_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("the notification service did not take the notice: %s", exc or type(exc).__name__)
+            return False
+        if sent:  # desktop-notifier logs and swallows a failed send; dispatched means it arrived
+            self._live[notice.key] = identifier
+        return bool(sent)
+
+    # -- what the Notifier calls ------------------------------------------------------------
+
+    async def send(self, notice: Notice) -> str:
+        async with self._lock:
+            await self._withdraw(notice.key)
+            notifier = await self._service()
+            if notifier is not None and await self._send_service(notifier, notice):
+                via = "service"
+            else:
+                via = self._balloon(notice)
+        self.delivered.emit(notice.key, via)
+        return via
+
+    async def withdraw(self, key: str) -> None:
+        async with self._lock:
+            await self._withdraw(key)
+
+    async def withdraw_all(self) -> None:
+        async with self._lock:
+            for key in list(self._live):
+                await self._withdraw(key)
+
+    def close(self) -> None:
+        """Let go of the service's connection (desktop-notifier keeps its bus open otherwise)."""
+        bus = getattr(getattr(self._notifier, "_backend", None), "bus", None)
+        self._notifier = None
+        if bus is not None:
+            try:
+                bus.disconnect()
+            except Exception as exc:
+                log.debug("closing the notification bus: %r", exc)
+
+    def is_live(self, key: str) -> bool:
+        return key in self._live
+
+    async def _withdraw(self, key: str) -> None:
+        identifier = self._live.pop(key, None)
+        if self._balloon_key == key:
+            self._balloon_key = ""
+        if identifier is None or self._notifier is None:
+            return
+        try:
+            await asyncio.wait_for(self._notifier.clear(identifier), SERVICE_TIMEOUT_S)
+        except Exception as exc:  # KeyError: the service closed it already (a click, a dismiss)
+            log.debug("withdrawing notice %s: %r", key, exc)
+
+    # -- the balloon ---------------------------------------------------------------------------
+
+    def _balloon(self, notice: Notice) -> str:
+        tray = self.tray
+        if tray is None or not tray.isVisible() or not QSystemTrayIcon.supportsMessages():
+            return ""
+        icon = QSystemTrayIcon.MessageIcon.Critical if notice.critical else QSystemTrayIcon.MessageIcon.Information
+        tray.showMessage(notice.title, notice.balloon_body or notice.body, icon, BALLOON_MS)
+        self._balloon_key = notice.key
+        return "balloon"
+
+    def _balloon_clicked(self) -> None:
+        if self._balloon_key:
+            self._act(self._balloon_key, DEFAULT)
+
+    # -- answers ---------------------------------------------------------------------------------
+
+    def _act(self, key: str, action: str) -> None:
+        self._forget(key)  # the service closes a notice once it is acted on
+        self.acted.emit(key, action)
+
+    def _forget(self, key: str) -> None:
+        self._live.pop(key, None)

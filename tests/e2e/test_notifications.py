@@ -1,0 +1,108 @@
+"""Give-up notifications reach the desktop's notification service under either kind of tray.
+
+A real `dunst` owns org.freedesktop.Notifications on the session bus; `dbus-monitor`
+records what the app sends it. Under `trayer` (XEmbed) and under
+`gtk-sni-tray-standalone` (StatusNotifierItem) alike: the give-up arrives through
+the service, critical, with Retry and the node's own stderr line; a Retry from
+elsewhere withdraws it; Retry picked in dunst's own menu restarts the node; and
+dunst's default action opens the window on the node.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.bus import Dunst, Monitor, registered_items
+from tests.e2e.desktop import running_app, start_desktop
+from tests.support.headless import control_request, fast_settings
+from tests.support.polling import wait_until
+
+pytestmark = pytest.mark.e2e
+STDERR_LINE = "cannot open /dev/ttyUSB0"
+BROKEN_NODE = [sys.executable, "-c", f"import sys; sys.stderr.write('{STDERR_LINE}\\n'); sys.exit(3)"]
+
+
+def until(predicate, what: str, timeout: float = 30):
+    return wait_until(predicate, timeout=timeout, interval=0.1, what=what)
+
+
+@pytest.fixture(params=["trayer", "sni"])
+def desktop(request, tmp_path, secret_service):
+    desktop = start_desktop(tmp_path, secret_service, tray=request.param)
+    yield desktop
+    desktop.stop()
+
+
+@pytest.fixture
+def dunst(desktop, tmp_path):
+    dunst = Dunst(tmp_path, desktop.env())
+    yield dunst
+    dunst.stop()
+
+
+@pytest.fixture
+def monitor(desktop, tmp_path, dunst):
+    monitor = Monitor(desktop.bus_env["DBUS_SESSION_BUS_ADDRESS"], tmp_path / "bus.log",
+                      "type='method_call',interface='org.freedesktop.Notifications'")
+    yield monitor
+    print(monitor.text()[-4000:])
+    monitor.stop()
+
+
+def starts(home: Path, node_id: str) -> int:
+    path = home / "logs" / f"node-{node_id}.log"
+    return path.read_text(errors="replace").count("--- cadre-desktop: starting node") if path.exists() else 0
+
+
+def give_ups(monitor: Monitor) -> list[str]:
+    return [c for c in monitor.calls("Notify") if 'string "Garage stopped"' in c]
+
+
+def test_give_up_reaches_the_service_with_retry_and_its_default_action_opens_the_window(
+        desktop, dunst, monitor, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "settings.json").write_text(json.dumps(fast_settings(node_command=BROKEN_NODE, sweep_ms=250)))
+    log_path = tmp_path / "app.log"
+    address = desktop.bus_env["DBUS_SESSION_BUS_ADDRESS"]
+    with running_app(desktop, home, log_path):
+        until(lambda: (home / "control.json").exists(), "the control API")
+        if desktop.tray == "sni":
+            until(lambda: registered_items(address), "the item registered with the SNI watcher")
+        else:
+            until(lambda: desktop.tray_box().width >= 16, "the icon in trayer")
+        status, body = control_request(home, "POST", "/api/nodes", {"name": "Garage"})
+        assert status in (200, 201), body
+        node_id = body["id"]
+
+        # The give-up, through org.freedesktop.Notifications: critical, Retry, the stderr line.
+        first = until(lambda: give_ups(monitor), "the give-up notification")[0]
+        assert re.search(rf'string "exited with code 3: {STDERR_LINE}"', first), first
+        assert 'string "retry"' in first and 'string "Retry"' in first and 'string "default"' in first
+        assert 'string "urgency"' in first and "byte 2" in first
+        until(lambda: dunst.displayed() == 1, "dunst showing it")
+
+        # Retried from elsewhere (the CLI, the window): the notice is withdrawn.
+        assert control_request(home, "POST", f"/api/nodes/{node_id}/retry")[0] == 200
+        until(lambda: monitor.calls("CloseNotification"), "the notice withdrawn")
+        second = until(lambda: len(give_ups(monitor)) >= 2, "the next give-up")
+        assert second
+
+        # Retry picked in dunst's own menu: the node starts again, and gives up again.
+        before = starts(home, node_id)
+        dunst.ctl("context")
+        until(lambda: starts(home, node_id) > before, "the node started again by Retry")
+        until(lambda: len(give_ups(monitor)) >= 3, "the give-up after that Retry")
+        until(lambda: dunst.displayed() == 1, "dunst showing the new one")
+
+        # The default action: the window opens on the node.
+        assert not desktop.window_id("--name", "Nodes .* cadre-desktop")
+        dunst.ctl("action", "0")
+        until(lambda: desktop.window_id("--name", "Nodes .* cadre-desktop"), "the node window")
+        until(lambda: f"window opened on node {node_id}" in log_path.read_text(errors="replace"),
+              "the window on that node")

@@ -1,0 +1,168 @@
+"""Preferences: checked like settings.json, written atomically 0600, applied live; settings.json
+edited by hand is picked up or refused; Quit asks once how to treat the nodes."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import psutil
+import pytest
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from tests.support.headless import fast_settings
+from tests.ui.conftest import crashing_settings
+from tests.ui.support import give_up
+
+WRAPPED_NODE = [sys.executable, "-c", "import runpy; runpy.run_module('cadre_desktop.node', run_name='__main__')"]
+
+
+def message_box():
+    return next((w for w in QApplication.topLevelWidgets() if isinstance(w, QMessageBox) and w.isVisible()), None)
+
+
+def ready_node(shell, aio, name="Kitchen"):
+    shell.actions.add(name)
+    return aio.wait(lambda: next((v for v in shell.model.views() if v.name == name and v.ready), None))
+
+
+def test_preferences_show_the_settings_in_use(shell, settings_doc):
+    dialog = shell.ask_preferences()
+    assert dialog.advertise.text() == "127.0.0.1"
+    assert [dialog.port_low.value(), dialog.port_high.value()] == settings_doc["port_range"]
+    assert dialog.node_command.text() == ""  # the default node
+    assert dialog.notify.isChecked() and dialog.notify_gave_up.isChecked() and dialog.ask_on_quit.isChecked()
+    assert shell.ask_preferences() is dialog  # one at a time
+    dialog.reject()
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("advertise", "http://10.0.0.5:80", "'advertise_host' must be a bare host name"),
+    ("node_command", "python -c 'unclosed", "not a valid command line"),
+    ("ports", (30010, 30000), "'port_range' must satisfy 1024 <= first <= second"),
+])
+def test_invalid_input_is_refused_in_the_dialog_and_nothing_is_written(shell, home, field, value, words):
+    before = (home / "settings.json").read_bytes()
+    dialog = shell.ask_preferences()
+    if field == "ports":
+        dialog.port_low.setValue(value[0])
+        dialog.port_high.setValue(value[1])
+    else:
+        getattr(dialog, field).setText(value)
+    dialog.accept()
+    assert dialog.isVisible() and dialog.error.isVisible()
+    assert words in dialog.error.text()
+    assert (home / "settings.json").read_bytes() == before
+    dialog.reject()
+
+
+def test_saving_writes_only_what_changed_atomically_and_0600_and_applies_it(shell, home, qtbot):
+    dialog = shell.ask_preferences()
+    dialog.notify_claimed.setChecked(False)
+    with qtbot.waitSignal(dialog.saved, timeout=2000):
+        dialog.accept()
+    doc = json.loads((home / "settings.json").read_text())
+    assert doc["notify_claimed"] is False and "notify_gave_up" not in doc and "node_command" not in doc
+    assert (home / "settings.json").stat().st_mode & 0o777 == 0o600
+    assert shell.settings.notify_claimed is False and shell.notifier.settings.notify_claimed is False
+    qtbot.waitUntil(lambda: shell.host.settings.notify_claimed is False)
+
+
+def test_a_new_node_command_restarts_running_nodes_without_spending_their_budget(shell, aio):
+    first, second = ready_node(shell, aio, "Kitchen"), ready_node(shell, aio, "Attic")
+    dialog = shell.ask_preferences()
+    dialog.node_command.setText(shlex.join(WRAPPED_NODE))
+    dialog.accept()
+    for old in (first, second):
+        new = aio.wait(lambda o=old: (v := shell.model.view(o.id)).ready and v.pid != o.pid and v)
+        assert "runpy" in " ".join(psutil.Process(new.pid).cmdline())
+        assert new.attempts == old.attempts == 0
+    assert json.loads(shell.host.paths.settings_file.read_text())["node_command"] == WRAPPED_NODE
+
+
+@pytest.mark.parametrize("settings_doc", [crashing_settings()], indirect=True)
+def test_retry_after_fixing_the_node_command_uses_the_new_one(shell, aio):
+    node_id = give_up(shell, aio)
+    dialog = shell.ask_preferences()
+    assert "node exploded" in dialog.node_command.text()
+    dialog.node_command.setText("")  # back to the reference node
+    dialog.accept()
+    assert not dialog.isVisible()
+    aio.wait(lambda: not shell.actions.busy(""))
+    assert shell.model.view(node_id).status == "error"  # a node given up on waits for Retry
+    shell.actions.retry(node_id)
+    view = aio.wait(lambda: (v := shell.model.view(node_id)).ready and v)
+    assert view.status == "unclaimed" and "cadre_desktop.node" in " ".join(psutil.Process(view.pid).cmdline())
+
+
+def test_a_new_port_range_moves_only_the_nodes_outside_it(shell, aio, settings_doc):
+    view = ready_node(shell, aio)
+    low = settings_doc["port_range"][0] + 20
+    dialog = shell.ask_preferences()
+    dialog.port_low.setValue(low)
+    dialog.port_high.setValue(low + 9)
+    dialog.accept()
+    moved = aio.wait(lambda: (v := shell.model.view(view.id)).ready and v.pid != view.pid and v)
+    assert low <= moved.api_port <= low + 9 and low <= moved.p2p_port <= low + 9
+    assert moved.attempts == 0
+
+
+def test_settings_json_edited_by_hand_is_picked_up(shell, home, aio):
+    doc = {**fast_settings(), "notifications": False}
+    doc["port_range"] = json.loads((home / "settings.json").read_text())["port_range"]
+    (home / "settings.json").write_text(json.dumps(doc))
+    aio.wait(lambda: shell.settings.notifications is False)
+    assert shell.notifier.settings.notifications is False
+
+
+def test_a_broken_hand_edit_is_refused_with_its_error_and_changes_nothing(shell, home, aio):
+    before = shell.settings
+    (home / "settings.json").write_text('{"notifications": "yes"}')
+    box = aio.wait(message_box)
+    assert box.text() == "Could not use the edited settings.json."
+    assert "'notifications' must be true or false" in box.informativeText()
+    assert shell.settings is before
+    box.close()
+
+
+# -- quitting ----------------------------------------------------------------------------------
+
+def test_quit_asks_once_whether_to_stop_the_nodes_and_remembers(shell, aio, qtbot, home):
+    from cadre_desktop.ui.dialogs import QUIT_LEAVE
+
+    view = ready_node(shell, aio)
+    shell.ask_quit()
+    box = aio.wait(message_box)
+    assert "Stop the 1 node too, or leave it running?" == box.text()
+    box.checkBox().setChecked(True)  # don't ask again
+    leave = next(b for b in box.buttons() if b.text() == QUIT_LEAVE)
+    with qtbot.waitSignal(shell.quit_requested, timeout=2000):
+        leave.click()
+    doc = json.loads((home / "settings.json").read_text())
+    assert doc["keep_nodes_running_on_quit"] is True and doc["ask_on_quit"] is False
+    aio.run(shell.stop())
+    assert psutil.Process(view.pid).is_running()  # left running, as answered
+    psutil.Process(view.pid).kill()
+
+
+def test_quit_does_not_ask_when_told_not_to_or_nothing_runs(shell, aio, qtbot):
+    with qtbot.waitSignal(shell.quit_requested, timeout=1000):
+        shell.ask_quit()  # nothing runs
+    assert message_box() is None
+    ready_node(shell, aio)
+    shell.settings = shell.settings.with_changes(ask_on_quit=False)
+    with qtbot.waitSignal(shell.quit_requested, timeout=1000):
+        shell.ask_quit()
+    assert message_box() is None
+
+
+def test_cancel_quits_nothing(shell, aio, qtbot):
+    ready_node(shell, aio)
+    quits = []
+    shell.quit_requested.connect(lambda: quits.append(1))
+    shell.ask_quit()
+    box = aio.wait(message_box)
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    qtbot.waitUntil(lambda: not box.isVisible())
+    assert quits == []
