@@ -166,6 +166,7 @@ class ControlServer:
             web.post("/api/nodes/{id}/retry", self._action("retry_node")),
             web.post("/api/nodes/{id}/restart", self._action("restart_node")),
             web.post("/api/nodes/{id}/regenerate", self._action("regenerate_node")),
+            web.post("/api/nodes/{id}/invite", self._invite_node),
             web.get("/api/events", self._events),
         ])
         from cadre_desktop.host import lend_control  # lending's routes live beside it
@@ -315,6 +316,11 @@ class ControlServer:
             request[_SECRETS] = [body["invitation"], body["invitation"].strip()]
         invitation = check_invitation(body.get("invitation"))
         view = await self.host.join_node(invitation, check_name(body.get("name")))
+        return web.json_response(view.to_json(), status=201)
+
+    async def _invite_node(self, request: web.Request) -> web.Response:
+        body = await self._body(request, {"name"})
+        view = await self.host.invite_node(self._node_id(request), check_name(body.get("name")))
         return web.json_response(view.to_json(), status=201)
 
     def _action(self, method: str) -> Handler:

@@ -348,5 +348,18 @@ class Host:
     async def regenerate_node(self, node_id: str) -> NodeView:
         return self._view(await self.service.regenerate(node_id))
 
+    async def invite_node(self, node_id: str, name: str | None = None) -> NodeView:
+        """A new node that joins the cadre of `node_id` (host/invite.py)."""
+        from cadre_desktop.host.invite import invite_another
+
+        return await invite_another(self, node_id, name)
+
+    def driver_running(self, handle_id: str | None) -> bool:
+        return bool(self.orchestrator and self.orchestrator.is_running(handle_id))
+
+    def node_address(self) -> str:
+        """Where this machine reaches the nodes it runs."""
+        return loopback_for(self.settings.bind_host)
+
     async def remove_node(self, node_id: str) -> bool:
         return await self.service.remove(node_id)

@@ -115,7 +115,8 @@ DONATED = RecordKind(
     announce=_announce,
     removed_event=EventKind.DONATION_REMOVED,
     secret_kind=lambda donation: SecretKind.SEED_TOKEN,
-    secret_env=lambda donation, token: donation.node_env(token),
+    # No host token: the owner's host has no say in a party's node beyond its life.
+    secret_env=lambda donation, seed_token, host_token=None: donation.node_env(seed_token),
     retry=_retry,
     label=lambda donation: f"{donation.id} (party {donation.party_id})",
     cannot_start=_cannot_start,

@@ -99,8 +99,18 @@ def _hosted_secret_kind(record: NodeRecord) -> SecretKind:
     return SecretKind.CLAIM if record.mode is NodeMode.CLAIM else SecretKind.INVITATION
 
 
-def _hosted_secret_env(record: NodeRecord, value: str) -> dict[str, str]:
-    return {"CADRE_CLAIM_SECRET" if record.mode is NodeMode.CLAIM else "CADRE_INVITATION": value}
+def _hosted_secret_env(record: NodeRecord, value: str, host_token: str | None = None) -> dict[str, str]:
+    """What a start adds to the node contract's environment: the secret, the name, the host's token.
+
+    The host token (node contract §1) is made anew for each start and kept in
+    this process's memory only: it lets the host mint an invitation from a
+    node it runs, over loopback, with no owner token to copy.
+    """
+    var = "CADRE_CLAIM_SECRET" if record.mode is NodeMode.CLAIM else "CADRE_INVITATION"
+    env = {var: value, "CADRE_NODE_NAME": record.name}
+    if host_token:
+        env["CADRE_HOST_TOKEN"] = host_token
+    return env
 
 
 def _hosted_retry(record: NodeRecord, now: str) -> dict[str, Any]:
@@ -125,7 +135,8 @@ class RecordKind:
     announce: Callable[[EventBus, Change, Any, Any, str], None]
     removed_event: EventKind
     secret_kind: Callable[[Any], Any]
-    secret_env: Callable[[Any, str], dict]
+    #: (record, secret, host token or None) -> the variables a start adds to the node's environment.
+    secret_env: Callable[..., dict]
     #: The fields a Retry sets (the status it comes back in, at least), given the record and now.
     retry: Callable[[Any, str], dict]
     #: A person's name for a record.

@@ -27,7 +27,7 @@ from cadre_desktop.host.keyring_gate import KeyringGate
 from cadre_desktop.host.lifecycle import Change, Lifecycle, RecordKind
 from cadre_desktop.host.records import NodeMode, NodeRecord, NodeStatus, StartMark
 from cadre_desktop.host.secrets import SecretKind, new_claim_secret
-from cadre_desktop.host.supervisor import Supervisor, secret_env
+from cadre_desktop.host.supervisor import Supervisor, new_host_token, secret_env
 from cadre_desktop.host.validate import clean_invitation, clean_name, require_node_id
 
 log = logging.getLogger(__name__)
@@ -100,8 +100,10 @@ class NodeService:
                 current = self.store.get(node_id)
                 if current is None or current.status is not NodeStatus.SPAWNING:
                     raise Conflict(f"Node {node_id} was removed while it was being created.")
-                child = self.driver.start(node_id, 1, secret_env(current, secret),
+                token = new_host_token()
+                child = self.driver.start(node_id, 1, secret_env(current, secret, token),
                                           avoid_ports=self.lifecycle.remembered_ports(node_id))
+                self.supervisor.host_tokens[child.id] = token
             except BaseException:
                 await self._unwind_create(node_id, stored=stored)
                 raise

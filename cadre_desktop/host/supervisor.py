@@ -32,6 +32,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import secrets as _random
 import socket
 import time
 from datetime import datetime, timedelta
@@ -54,12 +55,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def new_host_token() -> str:
+    return _random.token_urlsafe(32)
+
+
 def secret_kind(record: NodeRecord) -> SecretKind:
     return HOSTED.secret_kind(record)
 
 
-def secret_env(record: NodeRecord, value: str) -> dict[str, str]:
-    return HOSTED.secret_env(record, value)
+def secret_env(record: NodeRecord, value: str, host_token: str | None = None) -> dict[str, str]:
+    """What a start of a hosted node adds to the node contract's environment (see lifecycle.HOSTED)."""
+    return HOSTED.secret_env(record, value, host_token)
 
 
 async def _breathe() -> None:
@@ -122,6 +128,8 @@ class Supervisor:
         self._last_exit: dict[str, str] = {}
         self._exit_codes: dict[str, int | None] = {}
         self._waiting_keyring: set[str] = set()
+        #: Per child this process started, the host token it was given (memory only).
+        self.host_tokens: dict[str, str] = {}
         #: Per node, the last verdict: decision, when, how long it took, error.
         self.last_decisions: dict[str, dict] = {}
         gate.on_ready(lambda: self.kick("keyring"))
@@ -420,8 +428,10 @@ class Supervisor:
         mark = self._next_mark(record, attempt, now, counted, words)
         respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
         want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
+        token = new_host_token()
         try:
-            child = self.driver.start(node_id, attempt, lc.kind.secret_env(record, value), want_ports=want,
+            env = lc.kind.secret_env(record, value, token)
+            child = self.driver.start(node_id, attempt, env, want_ports=want,
                                       avoid_ports=lc.remembered_ports(node_id))
         except Exception as exc:
             message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
@@ -432,6 +442,8 @@ class Supervisor:
                 self.timeline.mark(("attempt", node_id), now)
             raise
         self.timeline.started(child.id)
+        if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
+            self.host_tokens[child.id] = token
         change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
         lc.apply(node_id, change, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark))

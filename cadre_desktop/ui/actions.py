@@ -79,6 +79,10 @@ class Actions(QObject):
         return self.run("join with the invitation", self.host.join_node(invitation, name),
                         done=lambda v: self.added.emit(v.id))
 
+    def invite(self, node_id: str, name: str | None = None) -> asyncio.Task:
+        return self.run(f"add another node to the cadre of {self._name(node_id)}",
+                        self.host.invite_node(node_id, name), done=lambda v: self.added.emit(v.id))
+
     def retry(self, node_id: str) -> asyncio.Task:
         return self.run(f"retry {self._name(node_id)}", self.host.retry_node(node_id), node_id)
 

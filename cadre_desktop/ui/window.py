@@ -16,7 +16,8 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
-    QHBoxLayout, QLabel, QLineEdit, QMainWindow, QPushButton, QSplitter, QStackedWidget, QVBoxLayout, QWidget,
+    QHBoxLayout, QInputDialog, QLabel, QLineEdit, QMainWindow, QPushButton, QSplitter, QStackedWidget,
+    QVBoxLayout, QWidget,
 )
 
 from cadre_desktop.atomicfile import write_json_atomic
@@ -49,6 +50,7 @@ BUTTONS = (  # attribute, text with its mnemonic, tooltip
     ("remove_button", "Re&move…", "Remove the node and its work folder (Delete)"),
     ("log_button", "View &log", "Show the selected node's whole log"),
     ("copy_button", "&Copy claim link", "Copy the claim link; it holds the claim secret"),
+    ("invite_button", "Add a&nother node…", "Start a new node that joins this node's cadre; no token to copy"),
 )
 
 
@@ -110,7 +112,7 @@ class NodeWindow(QMainWindow):
 
         node_row = QHBoxLayout()
         for button in (self.qr_button, self.retry_button, self.restart_button, self.remove_button,
-                       self.log_button, self.copy_button):
+                       self.log_button, self.copy_button, self.invite_button):
             node_row.addWidget(button)
         node_row.addStretch(1)
         table_page = QWidget()
@@ -156,6 +158,7 @@ class NodeWindow(QMainWindow):
         self.restart_button.clicked.connect(lambda: self._with_selected(actions.restart))
         self.remove_button.clicked.connect(lambda: self._with_selected(self.ask_remove))
         self.copy_button.clicked.connect(self._copy_link)
+        self.invite_button.clicked.connect(lambda: self._with_selected(self.ask_invite))
         self.log_button.toggled.connect(self.log.setVisible)
         self.filter.textChanged.connect(self._filter)
         self.table.selectionModel().selectionChanged.connect(self.update_buttons)
@@ -209,6 +212,9 @@ class NodeWindow(QMainWindow):
         self.restart_button.setEnabled(ready and v.status in ("unclaimed", "joining", "joined"))
         self.remove_button.setEnabled(ready)
         self.copy_button.setEnabled(ready and bool(v.claim_url))
+        self.invite_button.setEnabled(ready and v.status == "joined")
+        cadre = v.cadre if v is not None and v.status == "joined" and v.cadre else None
+        self.invite_button.setText(f'Add a&nother node to "{cadre}"…' if cadre else "Add a&nother node…")
         self.log_button.setEnabled(v is not None)
         self.log.follow(node_id)
         if self.details.node_id != node_id:
@@ -221,6 +227,16 @@ class NodeWindow(QMainWindow):
             self.retry_button.click()
         elif self.restart_button.isEnabled():
             self.restart_button.click()
+
+    def ask_invite(self, node_id: str) -> None:
+        """Name the new node (optional); the host gets the invitation from the node itself."""
+        v = self.model.view(node_id)
+        if v is None or v.status != "joined":
+            return
+        name, ok = QInputDialog.getText(self, "Add another node",
+                                        f'A new node joins "{v.cadre}". Its name (optional):')
+        if ok:
+            self.actions.invite(node_id, name.strip() or None)
 
     def ask_remove(self, node_id: str) -> None:
         v = self.model.view(node_id)

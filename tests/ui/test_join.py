@@ -57,3 +57,25 @@ def test_a_malformed_invitation_is_refused_in_words(shell, aio):
     assert box.text() == "Could not join with the invitation."
     assert "does not look like an invitation" in box.informativeText()
     assert shell.model.rowCount() == 0
+
+
+def test_a_joined_node_adds_another_to_its_cadre_from_the_window_with_no_token(shell, aio, monkeypatch):
+    from PySide6.QtWidgets import QInputDialog
+
+    shell.actions.add("Kitchen")
+    first = aio.wait(lambda: next((v for v in shell.model.views() if v.ready), None))
+    window = shell.window
+    window.present()
+    assert window.select(first.id)
+    assert not window.invite_button.isEnabled()  # not in a cadre yet
+    assert claim(first.claim_url, "family")[0] == 200
+    aio.wait(lambda: shell.model.view(first.id).status == "joined")
+    window.update_buttons()
+    assert window.invite_button.isEnabled()
+    assert window.invite_button.text().replace("&", "") == 'Add another node to "family"…'
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("Garage", True))
+    window.invite_button.click()
+    second = aio.wait(lambda: next((v for v in shell.model.views() if v.name == "Garage"), None))
+    assert second.mode == "invitation"
+    aio.wait(lambda: shell.model.view(second.id).status == "joined", timeout=30)
+    assert shell.model.view(second.id).cadre == "family"

@@ -11,6 +11,9 @@ from cadre_desktop.errors import SpawnError
 from cadre_desktop.host.driver import DriverStatus, Exit, status_of
 
 
+SECRET_VARS = ("CADRE_CLAIM_SECRET", "CADRE_INVITATION")
+
+
 class FakeClock:
     def __init__(self, start: datetime | None = None) -> None:
         self._now = start or datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -71,6 +74,7 @@ class FakeOrchestrator:
         self.handles: dict[str, FakeHandle] = {}
         self.listeners = []
         self.spawned: list[tuple[str, dict]] = []
+        self.envs: list[tuple[str, dict]] = []
         self.stopped: list[str] = []
         self.removed: list[str] = []
         self.spawn_error: Exception | None = None
@@ -117,7 +121,9 @@ class FakeOrchestrator:
         api, p2p = want_ports or (40000 + 2 * n, 40001 + 2 * n)
         handle = FakeHandle(f"{node_id}.{n}", node_id, 1000 + n, api, p2p, attempt=attempt)
         self.handles[handle.id] = handle
-        self.spawned.append((node_id, dict(secret_env)))
+        # What a test compares: the secret the child got (name and host token are checked apart).
+        self.spawned.append((node_id, {k: v for k, v in secret_env.items() if k in SECRET_VARS}))
+        self.envs.append((node_id, dict(secret_env)))
         return handle
 
     async def stop(self, handle_id):

@@ -123,7 +123,7 @@ async def test_a_request_starts_a_donated_node_from_what_the_row_holds(rig):
     grant, _ = await rig.grant()
     donation = await rig.request(grant)
     assert donation.status is D.PROVISIONING and donation.handle and donation.start.attempt == 1
-    (node_id, env), = rig.orch.spawned
+    (node_id, env), = rig.orch.envs
     seed_token = rig.token_of(donation.id, SecretKind.SEED_TOKEN)
     assert node_id == donation.id and seed_token and len(seed_token) >= 43
     assert env == {"CADRE_DONATION_ID": donation.id, "CADRE_PARTY_ID": "friends",
@@ -199,7 +199,8 @@ async def test_a_crashed_lent_node_is_started_again_from_its_row_with_its_ports(
     again = rig.drow()
     assert again.status is D.SEEDED and again.attempts == 1 and again.handle != row.handle
     assert (again.api_port, again.p2p_port) == (row.api_port, row.p2p_port)
-    (_, env), = rig.orch.spawns_of(row.id)
+    (_, env), = [e for e in rig.orch.envs if e[0] == row.id]
+    assert "CADRE_HOST_TOKEN" not in env and "CADRE_NODE_NAME" not in env  # a party's node, not the owner's
     assert env["CADRE_SEED_TOKEN"] == f"seed-token-of-{row.id}" and env["CADRE_PARTY_ID"] == "friends"
 
 

@@ -350,3 +350,16 @@ async def test_a_wait_carried_across_a_restart_from_a_future_timestamp_is_at_mos
     assert await rig.sup.reconcile() == []
     await rig.clock.advance(10)
     assert await rig.sup.reconcile() == ["n1"]
+
+
+async def test_every_start_gets_the_nodes_name_and_a_fresh_host_token_kept_in_memory_only(rig, tmp_path):
+    rig.node()
+    await rig.sup.reconcile()
+    rig.orch.exit(rig.rec().handle)
+    await rig.clock.advance(10)
+    await rig.sup.reconcile()
+    first, second = (env for node_id, env in rig.orch.envs if node_id == "n1")
+    assert first["CADRE_NODE_NAME"] == "n1"
+    assert len(first["CADRE_HOST_TOKEN"]) >= 40 and first["CADRE_HOST_TOKEN"] != second["CADRE_HOST_TOKEN"]
+    assert rig.sup.host_tokens[rig.rec().handle] == second["CADRE_HOST_TOKEN"]
+    assert second["CADRE_HOST_TOKEN"] not in (tmp_path / "hosted-nodes.json").read_text()
