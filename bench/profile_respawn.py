@@ -22,7 +22,6 @@ import random
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,10 +38,9 @@ STEPS = [
     ("orchestrator.spawn", "Orchestrator.spawn:enter"),
     ("ports chosen", "Orchestrator._choose_ports:exit"),
     ("env built", "Orchestrator._node_env:exit"),
-    ("log opened", "Orchestrator._open_log:exit"),
-    ("Popen begins", "Popen.__init__:enter"),
     ("child stamp", "stamp"),
-    ("Popen returns", "Popen.__init__:exit"),
+    ("log pump started", "nodelogs.start_pump:exit"),
+    ("launch returns", "Orchestrator._launch:exit"),
     ("spawn returns", "Orchestrator.spawn:exit"),
     ("respawn returns", "NodeService.respawn:exit"),
 ]
@@ -76,11 +74,13 @@ def instrument(marks: dict[str, int]) -> None:
 
     wrap(Orchestrator, "_on_exit", "Orchestrator._on_exit")
     wrap(Orchestrator, "spawn", "Orchestrator.spawn")
-    for attr in ("_choose_ports", "_node_env", "_open_log"):
+    for attr in ("_choose_ports", "_node_env", "_launch"):
         wrap(Orchestrator, attr, f"Orchestrator.{attr}")
+    from cadre_desktop.host import nodelogs
+
+    wrap(nodelogs, "start_pump", "nodelogs.start_pump")
     wrap(Supervisor, "_reconcile_once", "Supervisor._reconcile_once")
     wrap(NodeService, "respawn", "NodeService.respawn")
-    wrap(subprocess.Popen, "__init__", "Popen.__init__")
 
 
 async def run(rounds: int, child: str, profile: bool) -> None:

@@ -27,12 +27,28 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def ensure_private_dir(folder: Path) -> None:
+def ensure_private_dir(folder: Path, *, tighten: bool = False) -> None:
+    """Make `folder` (0700) if missing; with `tighten`, also take group and other
+    access away from one that exists and is ours (POSIX; an older build made 0755)."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if tighten and _POSIX:
+        st = folder.stat()
+        if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+            os.chmod(folder, 0o700)
 
 
 def write_bytes_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:
-    """Replace `path` with `data`; on any error the old file is left intact."""
+    """Replace `path` with `data`; on any error the old file is left intact.
+
+    Out of file descriptors (a flood on an API), it is tried once more with the
+    process's reserve freed (see `fdlimit`): a save must not fail for that.
+    """
+    from cadre_desktop.fdlimit import call_with_reserve
+
+    call_with_reserve(_write_bytes_atomic, path, data, mode)
+
+
+def _write_bytes_atomic(path: Path, data: bytes, mode: int) -> None:
     folder = path.parent
     ensure_private_dir(folder)
     tmp = folder / f".{path.name}.{secrets.token_hex(4)}.tmp"

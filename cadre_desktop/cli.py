@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from cadre_desktop import __version__, build_commit, logtail
+from cadre_desktop import __version__, build_commit, logtail, text
 from cadre_desktop.control_client import ApiError, ControlClient, NoHost
 from cadre_desktop.errors import CadreError
 from cadre_desktop.paths import Paths, resolve_paths
@@ -46,17 +46,21 @@ class Usage(Exception):
 
 
 # -- output -----------------------------------------------------------------------------
+# Everything printed for a person goes through `out` or `one_line`: a node's name,
+# cadre or log line can come from anyone on the network, and an ESC or BEL in it must
+# never reach the terminal as a control sequence (cadre_desktop/text.py). JSON output
+# is escaped by json.dumps itself.
 
-def out(text: str = "") -> None:
-    print(text, flush=True)
+def out(line: str = "") -> None:
+    print(text.escape_lines(line), flush=True)
 
 
 def print_json(doc: Any) -> None:
-    out(json.dumps(doc, indent=2, sort_keys=True))
+    print(json.dumps(doc, indent=2, sort_keys=True), flush=True)
 
 
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
+def one_line(value: Any) -> str:
+    return text.escape(" ".join(str(value).split()))
 
 
 def shown(value: Any) -> str:
@@ -64,7 +68,7 @@ def shown(value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value)
+    return one_line(value)
 
 
 def local_time(stamp: str | None) -> str:
@@ -116,7 +120,7 @@ def node_details(node: dict) -> str:
 
 
 def node_summary(node: dict) -> str:
-    return f"{node.get('name')} ({node.get('id')}): {node.get('status')}"
+    return f"{shown(node.get('name'))} ({shown(node.get('id'))}): {shown(node.get('status'))}"
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -246,7 +250,8 @@ def cmd_remove(args, paths: Paths) -> int:
 
 
 def write_text(data: bytes) -> None:
-    sys.stdout.write(data.decode("utf-8", "replace"))
+    """Log bytes for a terminal: control characters (but line breaks and tabs) as escapes."""
+    sys.stdout.write(text.escape_lines(data.decode("utf-8", "replace")))
     sys.stdout.flush()
 
 
@@ -275,12 +280,12 @@ def cmd_watch(args, paths: Paths) -> int:
         for kind, data in events:
             node = data.get("node") or {}
             if args.json:
-                out(json.dumps({"event": kind, **data}, sort_keys=True))
+                print(json.dumps({"event": kind, **data}, sort_keys=True), flush=True)
                 continue
-            what = f"{node.get('name')} ({data.get('id')})" if node else str(data.get("id"))
-            status = f" {node.get('status')}" if node else ""
+            what = f"{one_line(node.get('name'))} ({one_line(data.get('id'))})" if node else one_line(data.get("id"))
+            status = f" {one_line(node.get('status'))}" if node else ""
             detail = f": {one_line(data['detail'])}" if data.get("detail") else ""
-            out(f"{datetime.now().strftime('%H:%M:%S')} {kind:<8} {what}{status}{detail}")
+            out(f"{datetime.now().strftime('%H:%M:%S')} {one_line(kind):<8} {what}{status}{detail}")
     except KeyboardInterrupt:
         return EXIT_OK
     except TimeoutError:
@@ -322,8 +327,10 @@ def cmd_autostart(args, paths: Paths) -> int:
 
 
 def run_headless(paths: Paths) -> int:
+    from cadre_desktop.host.preflight import prepare_home
     from cadre_desktop.settings import load_settings
 
+    prepare_home(paths)  # a home it cannot use is one message (exit 1), before settings are read there
     settings = load_settings(paths.settings_file)
     from cadre_desktop.host.runner import run_headless as run
 
@@ -441,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [NODE_FLAG]:  # before argparse: the node takes its own (few) arguments
         return run_node(argv[1:])
+    if argv[:1] == ["--log-pump"]:  # a node's log pump inside a bundle (logpump.FLAG; host/nodelogs.py)
+        from cadre_desktop import logpump
+
+        return logpump.main(argv[1:])
     if argv == ["--probe-display"]:  # doctor's desktop check, in a child of its own
         from cadre_desktop.ui.probe_display import main as probe_main
 

@@ -17,6 +17,8 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Any, Iterator
 
+from cadre_desktop.readfile import read_bytes
+
 READ_TIMEOUT_S = 10.0
 #: Adding or restarting a node waits for a spawn; give it time.
 ACTION_TIMEOUT_S = 90.0
@@ -62,11 +64,14 @@ def pid_alive(pid: int) -> bool:
 def read_control(path: Path) -> ControlInfo:
     """What control.json says, if a live process wrote it; else NoHost."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        # Never a FIFO (it would hang the CLI) nor a huge file: control.json is ~200 bytes.
+        doc = json.loads(read_bytes(path, max_bytes=64 * 1024, follow_symlinks=False).decode("utf-8"))
         info = ControlInfo(url=str(doc["url"]), token=str(doc["token"]), pid=int(doc["pid"]))
     except FileNotFoundError:
         raise NoHost(f"no host is running for this home ({path} does not exist)") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except OSError as exc:
+        raise NoHost(f"{path} is unreadable ({exc.strerror or type(exc).__name__}); is a host running?") from None
+    except (ValueError, KeyError, TypeError) as exc:
         raise NoHost(f"{path} is unreadable ({type(exc).__name__}); is a host running?") from None
     if not info.url.startswith("http://127.0.0.1:") and not info.url.startswith("http://[::1]:"):
         raise NoHost(f"{path} names a non-loopback address; refusing to send the token there")

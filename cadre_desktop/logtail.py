@@ -12,12 +12,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from cadre_desktop.readfile import open_binary
+
 FOLLOW_INTERVAL_S = 0.25
 
 
 def tail_lines(path: Path, count: int, block: int = 8192) -> tuple[bytes, int]:
     """The last `count` lines of the file and the size they end at, reading from the end."""
-    with open(path, "rb") as fh:
+    with open_binary(path, follow_symlinks=False) as fh:
         end = fh.seek(0, os.SEEK_END)
         pos, data = end, b""
         while pos > 0 and data.count(b"\n") <= count:
@@ -37,7 +39,7 @@ def follow(path: Path, offset: int, write: Callable[[bytes], None], interval: fl
     when the file grew back past that point between two polls, by the last
     bytes read no longer being where they were.
     """
-    fh = open(path, "rb")
+    fh = open_binary(path, follow_symlinks=False)
     try:
         fh.seek(max(0, offset - 64))
         seen = fh.read(offset - fh.tell())
@@ -48,7 +50,7 @@ def follow(path: Path, offset: int, write: Callable[[bytes], None], interval: fl
                 st = None
             if st is not None and st.st_ino != os.fstat(fh.fileno()).st_ino:
                 fh.close()
-                fh, seen = open(path, "rb"), b""
+                fh, seen = open_binary(path, follow_symlinks=False), b""
             elif st is not None and (st.st_size < fh.tell() or not _still_there(fh, seen)):
                 fh.seek(0)
                 seen = b""

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.errors import SettingsError
+from cadre_desktop.readfile import read_bytes
+from cadre_desktop.text import clean
 
 
 def default_node_command() -> list[str]:
@@ -86,12 +88,18 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _positive_int(minimum: int = 1):
+_MINUTE_MS, _HOUR_MS, _DAY_MS = 60_000, 3_600_000, 86_400_000
+
+
+def _whole(minimum: int, maximum: int, words: str = ""):
+    """A whole number in [minimum, maximum]; the error names the bound (and what it means)."""
     def check(v: Any) -> Any:
         if not _is_int(v):
             return None, "must be a whole number"
         if v < minimum:
             return None, f"must be at least {minimum}"
+        if v > maximum:
+            return None, f"must be at most {maximum}{f' ({words})' if words else ''}"
         return v, None
     return check
 
@@ -141,6 +149,8 @@ def _host(allow_null: bool):
         if not isinstance(v, str) or not v.strip():
             return None, "must be a host name or IP address" + (" (or null)" if allow_null else "")
         v = v.strip()
+        if clean(v, 253) is None:
+            return None, "must be a host name or IP address of printable characters (at most 253)"
         if any(c in v for c in "/#?@ ") :
             return None, "must be a bare host name or IP address, without a scheme, port or path"
         try:
@@ -157,15 +167,17 @@ _CHECKS = {
     "port_range": _port_range,
     "bind_host": _host(allow_null=False),
     "advertise_host": _host(allow_null=True),
-    "respawn_backoff_base_ms": _positive_int(1),
-    "respawn_backoff_max_ms": _positive_int(1),
-    "respawn_max_attempts": _positive_int(1),
-    "respawn_healthy_ms": _positive_int(1),
-    "sweep_ms": _positive_int(10),
-    "start_grace_ms": _positive_int(0),
-    "start_grace_max_ms": _positive_int(0),
-    "probe_interval_ms": _positive_int(10),
-    "stop_timeout_ms": _positive_int(1),
+    # Every number has a ceiling: a value too large to use (10**15 ms) would be
+    # accepted and then break arithmetic, timers or JSON far from here.
+    "respawn_backoff_base_ms": _whole(1, _HOUR_MS, "one hour"),
+    "respawn_backoff_max_ms": _whole(1, _DAY_MS, "one day"),
+    "respawn_max_attempts": _whole(1, 1000),
+    "respawn_healthy_ms": _whole(1, 7 * _DAY_MS, "one week"),
+    "sweep_ms": _whole(10, _HOUR_MS, "one hour"),
+    "start_grace_ms": _whole(0, _HOUR_MS, "one hour"),
+    "start_grace_max_ms": _whole(0, _DAY_MS, "one day"),
+    "probe_interval_ms": _whole(10, 10 * _MINUTE_MS, "ten minutes"),
+    "stop_timeout_ms": _whole(1, 10 * _MINUTE_MS, "ten minutes"),
     "keep_nodes_running_on_quit": _bool,
     "notifications": _bool,
     "notify_gave_up": _bool,
@@ -173,15 +185,16 @@ _CHECKS = {
     "ask_on_quit": _bool,
     "monochrome_icon": _bool,
     "lend_port": _port,
-    "lend_max_nodes": _positive_int(1),
-    "donation_respawn_backoff_base_ms": _nullable(_positive_int(1)),
-    "donation_respawn_backoff_max_ms": _nullable(_positive_int(1)),
-    "donation_respawn_max_attempts": _nullable(_positive_int(1)),
-    "donation_respawn_healthy_ms": _nullable(_positive_int(1)),
-    "donation_start_grace_ms": _nullable(_positive_int(0)),
-    "donation_start_grace_max_ms": _nullable(_positive_int(0)),
-    "donation_provisioning_ttl_ms": _positive_int(1000),
-    "donation_awaiting_seed_ttl_ms": _positive_int(1000),
+    "lend_max_nodes": _whole(1, 1000),
+    # Lent nodes' supervision: the same bounds as the hosted keys they stand in for.
+    "donation_respawn_backoff_base_ms": _nullable(_whole(1, _HOUR_MS, "one hour")),
+    "donation_respawn_backoff_max_ms": _nullable(_whole(1, _DAY_MS, "one day")),
+    "donation_respawn_max_attempts": _nullable(_whole(1, 1000)),
+    "donation_respawn_healthy_ms": _nullable(_whole(1, 7 * _DAY_MS, "one week")),
+    "donation_start_grace_ms": _nullable(_whole(0, _HOUR_MS, "one hour")),
+    "donation_start_grace_max_ms": _nullable(_whole(0, _DAY_MS, "one day")),
+    "donation_provisioning_ttl_ms": _whole(1000, _DAY_MS, "one day"),
+    "donation_awaiting_seed_ttl_ms": _whole(1000, 30 * _DAY_MS, "30 days"),
 }
 
 KNOWN_KEYS = tuple(_CHECKS)
@@ -199,7 +212,7 @@ def parse_settings(doc: Any, source: str) -> Settings:
             )
         value, problem = check(raw)
         if problem:
-            raise SettingsError(f"{source}: setting {key!r} {problem} (got {json.dumps(raw)})")
+            raise SettingsError(f"{source}: setting {key!r} {problem} (got {json.dumps(raw)[:200]})")
         values[key] = value
     settings = Settings(**values)
     if settings.respawn_backoff_max_ms < settings.respawn_backoff_base_ms:
@@ -221,10 +234,19 @@ def parse_settings(doc: Any, source: str) -> Settings:
     return settings
 
 
+#: settings.json is a few hundred bytes; nothing larger is read at all.
+MAX_SETTINGS_BYTES = 1 << 20
+
+
 def load_settings(path: Path) -> Settings:
-    """Read settings.json; a missing file means every default."""
+    """Read settings.json; a missing file means every default.
+
+    It may be a symbolic link (dotfile managers make them), but what it names
+    must be a regular file of at most 1 MiB: a FIFO would hang the start and
+    /dev/zero would fill memory.
+    """
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = read_bytes(path, max_bytes=MAX_SETTINGS_BYTES).decode("utf-8")
     except FileNotFoundError:
         return Settings()
     except OSError as exc:

@@ -21,3 +21,25 @@ def secret_service():
         yield session.start()
     finally:
         session.stop()
+
+
+@pytest.fixture
+async def serve_handler():
+    """Serve one aiohttp handler on 127.0.0.1 (a stand-in node or inviter); returns its port."""
+    from aiohttp import web
+
+    runners = []
+
+    async def serve(method: str, path: str, handler) -> int:
+        app = web.Application()
+        app.router.add_route(method, path, handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        return site._server.sockets[0].getsockname()[1]
+
+    yield serve
+    for runner in runners:
+        await runner.cleanup()

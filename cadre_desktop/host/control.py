@@ -35,13 +35,15 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from cadre_desktop import __version__
+from cadre_desktop import __version__, logfilter
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import BadRequest, CadreError, NotFound, StorageError
 from cadre_desktop.host.events import LENDING_EVENTS, HostEvent
 from cadre_desktop.host.jsondoc import read_versioned
 from cadre_desktop.host.records import is_node_id
 from cadre_desktop.host.validate import clean_invitation, clean_name
+from cadre_desktop.netguard import ConnectionGuard, GuardedSockSite
+from cadre_desktop.readfile import read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,12 @@ MAX_BODY = 64 * 1024
 HEARTBEAT_S = 15.0
 #: Events a slow SSE client may have queued before it is cut off.
 STREAM_BACKLOG = 1000
+#: Connections the API holds at most (every client is local, so one source is all of
+#: them); idle or half-sent ones are closed after IDLE_S. See cadre_desktop/netguard.py.
+MAX_CONNECTIONS = 64
+IDLE_S = 5.0
+#: How long a request body may take to arrive.
+BODY_TIMEOUT_S = 10.0
 
 _LOOPBACK = ("127.0.0.1", "::1")
 _TOKENISH = {"token", "access_token", "auth", "authorization", "bearer", "key", "api_key"}
@@ -143,6 +151,8 @@ class ControlServer:
         self._streams: set[asyncio.Queue] = set()
         self._unsubscribe: Callable[[], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.guard = ConnectionGuard(per_source=MAX_CONNECTIONS, total=MAX_CONNECTIONS, idle_s=IDLE_S,
+                                     name="control API")
 
     @property
     def url(self) -> str:
@@ -155,7 +165,8 @@ class ControlServer:
         """Listen on a free loopback port, then publish url, token and pid in control.json."""
         self._loop = asyncio.get_running_loop()
         self.token = secrets.token_urlsafe(32)
-        app = web.Application(middlewares=[self._errors, self._guard], client_max_size=MAX_BODY)
+        app = web.Application(middlewares=[self.guard.middleware, self._errors, self._guard],
+                              client_max_size=MAX_BODY)
         app.add_routes([
             web.get("/api/host", self._get_host),
             web.get("/api/nodes", self._list_nodes),
@@ -178,9 +189,13 @@ class ControlServer:
             sock.bind((self.bind, 0))
             self.port = sock.getsockname()[1]
             # No access log: request lines are not worth the risk of a secret in them.
-            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+            # A request aiohttp cannot parse is logged as one line (no traceback).
+            self._runner = web.AppRunner(
+                app, access_log=None, shutdown_timeout=2.0, keepalive_timeout=IDLE_S,
+                logger=logfilter.OneLineLogger(log, "control API: a malformed request"),
+            )
             await self._runner.setup()
-            await web.SockSite(self._runner, sock).start()
+            await GuardedSockSite(self._runner, sock, self.guard).start()
         except BaseException:
             sock.close()
             if self._runner is not None:
@@ -207,7 +222,7 @@ class ControlServer:
 
     def _remove_control_file(self) -> None:
         try:
-            doc = json.loads(self.control_file.read_text(encoding="utf-8"))
+            doc = json.loads(read_bytes(self.control_file, max_bytes=64 * 1024, follow_symlinks=False))
         except (OSError, ValueError):
             return
         # Another host may have taken over the home since; its file is not ours to delete.
@@ -267,7 +282,11 @@ class ControlServer:
 
     async def _body(self, request: web.Request, allowed: set[str]) -> dict[str, Any]:
         try:
-            raw = await request.read()  # bounded by client_max_size: 413 above it
+            # Bounded by client_max_size (413 above it) and in time: a trickled body
+            # would hold its connection busy, out of reach of the idle limit.
+            raw = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise BadRequest(f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.") from None
         except web.RequestPayloadError:
             # The body itself is broken: a Content-Encoding it is not in, a bad chunk.
             raise BadRequest("The request body could not be read.") from None

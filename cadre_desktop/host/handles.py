@@ -2,22 +2,23 @@
 
 A handle names one child by its pid *and* its process start time (and boot id
 on Linux), so a pid the OS has since given to another program is never taken
-for our child. Live handles persist in `state.json` (0600, versioned); nothing
-of a child's environment is ever written there.
+for our child. It also names what the child may leave behind: its process
+group (POSIX; the session the child leads has the same id), its Job object
+(Windows), and the log pump that writes its output. Live handles persist in
+`state.json` (0600, versioned); nothing of a child's environment is ever
+written there.
+
+Version 2 added `pgid`, `job` and `pump`. A version-1 row gets `pgid` = its
+pid, which is what every version-1 host started (a session of its own).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable
-
-import psutil
 
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import StorageError
@@ -25,7 +26,19 @@ from cadre_desktop.host import procs
 from cadre_desktop.host.driver import Exit
 from cadre_desktop.host.jsondoc import read_versioned
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+
+
+def _upgrade_1_to_2(doc: dict) -> dict:
+    rows = doc.get("handles")
+    if isinstance(rows, dict):
+        for row in rows.values():
+            if isinstance(row, dict) and "pgid" not in row:
+                row["pgid"] = row.get("pid")
+    return doc
+
+
+STATE_UPGRADES = {1: _upgrade_1_to_2}
 
 
 @dataclass
@@ -46,9 +59,19 @@ class Handle:
     alive: bool = True
     stop_requested: bool = False
     returncode: int | None = None
+    #: The process group (and session) the child leads on POSIX; it outlives a dead leader.
+    pgid: int | None = None
+    #: The name of the child's Job object on Windows.
+    job: str | None = None
+    #: The log pump writing the child's output, if one was started.
+    pump_pid: int | None = None
+    pump_identity: procs.Identity | None = None
     popen: subprocess.Popen | None = field(default=None, repr=False)
     _cancel_watch: Callable[[], None] | None = field(default=None, repr=False)
     _exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _job_handle: object | None = field(default=None, repr=False)
+    _cancel_pump_watch: Callable[[], None] | None = field(default=None, repr=False)
+    _pump_exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     @property
     def ports(self) -> tuple[int, int]:
@@ -65,6 +88,11 @@ class Handle:
             "started_at": self.started_at,
             "advertise_host": self.advertise_host,
             "attempt": self.attempt,
+            "pgid": self.pgid,
+            "job": self.job,
+            "pump": ({"pid": self.pump_pid, "start_time": self.pump_identity.start_time,
+                      "boot_id": self.pump_identity.boot_id}
+                     if self.pump_pid and self.pump_identity else None),
         }
 
 
@@ -92,6 +120,21 @@ def handle_from_row(handle_id: str, row: object) -> Handle:
     if not isinstance(row.get("node_id"), str) or not isinstance(row.get("start_time"), str):
         raise ValueError(f"handle {handle_id!r} needs node_id and start_time")
     boot = row.get("boot_id")
+    pgid = row.get("pgid")
+    if pgid is not None and (not isinstance(pgid, int) or isinstance(pgid, bool) or pgid <= 0):
+        raise ValueError(f"handle {handle_id!r} has a bad pgid")
+    job = row.get("job")
+    if job is not None and (not isinstance(job, str) or len(job) > 200):
+        raise ValueError(f"handle {handle_id!r} has a bad job name")
+    pump = row.get("pump")
+    pump_pid, pump_identity = None, None
+    if pump is not None:
+        if (not isinstance(pump, dict) or not isinstance(pump.get("pid"), int) or isinstance(pump.get("pid"), bool)
+                or not isinstance(pump.get("start_time"), str)):
+            raise ValueError(f"handle {handle_id!r} has a bad pump")
+        pump_boot = pump.get("boot_id")
+        pump_pid = pump["pid"]
+        pump_identity = procs.Identity(pump["start_time"], pump_boot if isinstance(pump_boot, str) else None)
     return Handle(
         id=handle_id,
         node_id=row["node_id"],
@@ -101,19 +144,22 @@ def handle_from_row(handle_id: str, row: object) -> Handle:
         p2p_port=row["p2p_port"],
         started_at=str(row.get("started_at", "")),
         advertise_host=str(row.get("advertise_host") or ""),
-        attempt=_whole(row.get("attempt")),
+        attempt=whole(row.get("attempt")),
+        pgid=pgid,
+        job=job,
+        pump_pid=pump_pid,
+        pump_identity=pump_identity,
     )
 
 
-def _whole(value: object) -> int:
+def whole(value: object) -> int:
     """A non-negative whole number, or 0 for anything else (older files have no attempt)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-
 def read_state(path: Path) -> tuple[dict[str, Handle], frozenset[str]]:
     """The persisted handles, and the nodes the last host stopped on a clean quit."""
-    doc, _ = read_versioned(path, what="state", current=STATE_VERSION, upgrades={})
+    doc, _ = read_versioned(path, what="state", current=STATE_VERSION, upgrades=STATE_UPGRADES)
     if doc is None:
         return {}, frozenset()
     stopped = doc.get("stopped_cleanly", [])
@@ -136,44 +182,3 @@ def write_state(path: Path, handles: Iterable[Handle], stopped_cleanly: Iterable
         write_json_atomic(path, doc)
     except OSError as exc:
         raise StorageError(f"could not save the state file {path}: {exc.strerror or exc}") from None
-
-
-def find_untracked_children(nodes_dir: Path, tracked: set[int], platform: str) -> list[Handle]:
-    """Children an earlier host started but died before writing to state.json.
-
-    A host killed between the spawn and the state write leaves a child that
-    nothing names, holding its node's ports and folder, so every respawn of
-    that node would fail. Every child runs with `CADRE_NODE_DIR` under our
-    nodes folder, which finds them: one scan of the process table at start,
-    no extra write on the spawn path. Such a child is tracked again (its
-    record takes it, or the reap of a half-created node stops it).
-    """
-    root = str(nodes_dir) + os.sep
-    found: list[Handle] = []
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid in tracked or proc.pid == os.getpid():
-            continue
-        try:
-            env = proc.environ()
-        except (psutil.Error, OSError):
-            continue
-        node_dir, node_id = env.get("CADRE_NODE_DIR", ""), env.get("CADRE_NODE_ID", "")
-        if not node_id or not node_dir.startswith(root) or os.path.basename(node_dir) != node_id:
-            continue
-        if os.path.dirname(node_dir) != str(nodes_dir):
-            continue
-        identity = procs.read_identity(proc.pid, platform)
-        try:
-            ports = int(env["CADRE_API_PORT"]), int(env["CADRE_P2P_PORT"])
-        except (KeyError, ValueError):
-            continue
-        if identity is None:
-            continue
-        found.append(Handle(
-            id=f"{node_id}.{uuid.uuid4().hex[:8]}", node_id=node_id, pid=proc.pid, identity=identity,
-            api_port=ports[0], p2p_port=ports[1],
-            started_at=datetime.fromtimestamp(proc.create_time(), timezone.utc).isoformat(timespec="milliseconds"),
-            advertise_host=env.get("CADRE_ADVERTISE_HOST", ""),
-            attempt=_whole(int(env["CADRE_START_ATTEMPT"]) if env.get("CADRE_START_ATTEMPT", "").isdigit() else 0),
-        ))
-    return found

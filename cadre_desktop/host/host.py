@@ -11,7 +11,7 @@ import asyncio
 import logging
 from typing import Callable
 
-from cadre_desktop.errors import NotFound
+from cadre_desktop.errors import CadreError, NotFound
 from cadre_desktop.host.address import claim_url, detect_lan_address
 from cadre_desktop.host.netwatch import AddressWatcher
 from cadre_desktop.host import live_settings
@@ -22,11 +22,12 @@ from cadre_desktop.host.keyring_gate import KeyringGate
 from cadre_desktop.host.lifecycle import Lifecycle
 from cadre_desktop.host.orchestrator import Orchestrator
 from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.host.preflight import check_bind_host, prepare_home
 from cadre_desktop.host.probe import HttpStatusFetcher, Probe, loopback_for
 from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
-from cadre_desktop.host.secrets import SecretKind, SecretStore
+from cadre_desktop.host.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.service import NodeService
-from cadre_desktop.host.store import RecordStore
+from cadre_desktop.host.store import KEYRING_LAYOUT, RecordStore
 from cadre_desktop.host.supervisor import Supervisor, secret_kind
 from cadre_desktop.host.views import NodeView
 from cadre_desktop.paths import Paths
@@ -97,6 +98,7 @@ class Host:
         Refuses to start (and leaves every file as it is) when another host
         holds the home or a file it keeps is unreadable.
         """
+        prepare_home(self.paths)  # one clear error for a home it cannot use, before anything
         self._lock.acquire()
         try:
             await self._start()
@@ -117,6 +119,7 @@ class Host:
 
             # A control.json we cannot have written is refused, like every file we keep.
             check_control_file(self.paths.control_file)
+        check_bind_host(s.bind_host, str(self.paths.settings_file))
         ports = PortAllocator(*s.port_range, bind_host=s.bind_host)
         self.orchestrator = Orchestrator(
             state_file=self.paths.state_file,
@@ -129,6 +132,8 @@ class Host:
             stop_timeout_s=s.stop_timeout_ms / 1000,
         )
         report = await self.orchestrator.init()
+        # Only once every file was read and found good: an upgrade writes the records.
+        self._bind_keyring()
         if report.attached:
             log.info("re-attached to %d running node(s)", len(report.attached))
         self.gate = KeyringGate(self.secrets, sleep=self.clock.sleep)
@@ -136,7 +141,8 @@ class Host:
         self.probe = Probe(
             lifecycle=self.lifecycle, driver=self.orchestrator, clock=self.clock,
             interval_s=interval,
-            fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval))),
+            fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval)),
+                                    fresh_after_s=min(2.5, interval / 2)),
             on_unresponsive=lambda _node_id: self.supervisor and self.supervisor.kick("unresponsive"),
         )
         self.supervisor = Supervisor(
@@ -148,6 +154,7 @@ class Host:
             supervisor=self.supervisor, clock=self.clock,
         )
         await self._prefetch_secrets()
+        self._keyring_move = asyncio.ensure_future(self._move_keyring_entries())
         await self.service.reap_stuck()
         self.lending.attach()  # lent nodes: the same supervisor, probe and gate, from the first pass
         self.supervisor.start(stopped_cleanly=report.stopped_cleanly)
@@ -167,6 +174,30 @@ class Host:
             await self.control.start()
         self._started = True
         log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
+
+    def _bind_keyring(self) -> None:
+        """Key this home's keyring entries by its id; an upgraded records file is written
+        first, so the id is on disk before any entry is named after it."""
+        self.store.save_upgrade()
+        lending = self.lending
+        owns = self.store.knows if lending is None else lending.owns_or(self.store.knows)
+        self.secrets.bind_home(self.store.home_id, owns, legacy=self.store.keyring_layout < KEYRING_LAYOUT)
+
+    async def _move_keyring_entries(self) -> None:
+        """Once, for a home from before home ids: its entries get their home-keyed names."""
+        if not self.secrets.legacy:
+            return
+        ids = [r.id for r in self.store.list()] + self.store.pending_removals()
+        ids += self.lending.ids() if self.lending is not None else []
+        try:
+            moved = await move_legacy_entries(self.secrets, ids)
+            self.store.keyring_moved()
+        except CadreError as exc:
+            log.warning("keyring entries keep their old names for now (%s); they are read there "
+                        "and moved at the next start", exc.message)
+            return
+        self.secrets.legacy = False
+        log.info("moved %d keyring entr%s to names keyed by this home", moved, "y" if moved == 1 else "ies")
 
     async def _prefetch_secrets(self, wait_s: float = 2.0) -> None:
         """Read every supervised node's secret ahead, off the serial queue.
@@ -246,10 +277,11 @@ class Host:
             await self.supervisor.stop()
         if self.gate is not None:
             await self.gate.close()
-        task = getattr(self, "_prefetch_task", None)
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        for name in ("_prefetch_task", "_keyring_move"):
+            task = getattr(self, name, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.orchestrator is not None:
             if stop_nodes:
                 await self.orchestrator.stop_all()
@@ -278,6 +310,8 @@ class Host:
 
     def _view(self, record: NodeRecord) -> NodeView:
         handle = self.orchestrator.get(record.handle) if self.orchestrator else None
+        unsaved = None if handle and handle.alive else self._unsaved_child(record)
+        handle = unsaved or handle
         running = bool(handle and handle.alive)
         next_retry = None
         if record.status in SUPERVISED and not running and self.supervisor:
@@ -296,15 +330,15 @@ class Host:
             status=record.status.value,
             mode=record.mode.value,
             running=running,
-            ready=bool(running and self.probe and self.probe.is_ready(record.handle)),
+            ready=bool(running and self.probe and self.probe.is_ready(handle.id)),
             pid=handle.pid if running else None,
-            api_port=record.api_port,
-            p2p_port=record.p2p_port,
+            api_port=handle.api_port if unsaved else record.api_port,
+            p2p_port=handle.p2p_port if unsaved else record.p2p_port,
             peer_id=record.peer_id,
             cadre=record.cadre,
             attempts=record.attempts,
             next_retry_at=next_retry,
-            last_error=record.error,
+            last_error=self._save_problem(record, unsaved) or record.error,
             claim_url=url,
             advertise_host=advertised,
             created_at=record.created_at,
@@ -316,6 +350,21 @@ class Host:
             waiting_for="keyring" if self.supervisor and self.supervisor.waiting_for_keyring(record.id) else None,
             last_decision=self.supervisor.last_decisions.get(record.id) if self.supervisor else None,
         )
+
+    def _unsaved_child(self, record: NodeRecord):
+        """A live child of the node that its record does not name: the write after its start failed."""
+        if not self.orchestrator or record.status not in SUPERVISED:
+            return None
+        alive = [h for h in self.orchestrator.handles_for(record.id) if h.alive]
+        return alive[-1] if alive else None
+
+    def _save_problem(self, record: NodeRecord, unsaved) -> str | None:
+        """The live truth came from memory, not the records: say why it could not be saved."""
+        if unsaved is None:
+            return None
+        why = self.store.save_error or (self.orchestrator.save_error if self.orchestrator else None)
+        note = f"running, but not saved yet: {why}" if why else "running, but not saved yet"
+        return f"{record.error}; {note}" if record.error else note
 
     def _last_exit(self, record: NodeRecord, running: bool) -> str | None:
         """What ended the node's last start, while it matters: down, or starting again after a failure."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from cadre_desktop.errors import StorageError
+from cadre_desktop.readfile import read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +30,25 @@ Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 _INTERRUPTED_WRITE = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
 
 
+#: The largest file of each kind the host will read (a hundred nodes' records are ~100 KiB).
+MAX_BYTES = 16 << 20
+
+
 def read_versioned(
     path: Path,
     *,
     what: str,
     current: int,
     upgrades: Mapping[int, Upgrade],
+    max_bytes: int = MAX_BYTES,
 ) -> tuple[dict[str, Any] | None, int | None]:
-    """Return (document at `current` version, version found on disk) or (None, None) if absent."""
+    """Return (document at `current` version, version found on disk) or (None, None) if absent.
+
+    Only a regular file is read (never a FIFO, a device or a symbolic link: the
+    host writes these files itself), and at most `max_bytes` of it.
+    """
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path, max_bytes=max_bytes, follow_symlinks=False)
     except FileNotFoundError:
         return None, None
     except OSError as exc:

@@ -43,6 +43,15 @@ class Lending:
         self.grants.load()
         self.donations.load()
 
+    def owns_or(self, hosted_knows):
+        """Which ids' keyring entries this home may delete: its nodes', grants' and lent nodes'."""
+        return lambda row_id: hosted_knows(row_id) or self.grants.knows(row_id) or self.donations.knows(row_id)
+
+    def ids(self) -> list[str]:
+        """Every grant and lent node this home has or had (their keyring entries are its)."""
+        return ([g.id for g in self.grants.list()] + self.grants.pending_removals()
+                + [d.id for d in self.donations.list()] + self.donations.pending_removals())
+
     def attach(self) -> None:
         """Join the host's supervision: same supervisor, probe, ports and keyring gate."""
         host, s = self.host, self.host.settings

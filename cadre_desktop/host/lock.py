@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cadre_desktop.errors import HostBusy
+from cadre_desktop.errors import HostBusy, StorageError
+from cadre_desktop.readfile import open_regular, read_bytes
 
 
 class HostLock:
@@ -19,14 +20,17 @@ class HostLock:
 
     def holder_pid(self) -> int | None:
         try:
-            text = self.path.read_text().strip()
+            text = read_bytes(self.path, max_bytes=64, follow_symlinks=False).decode("ascii").strip()
             return int(text) if text else None
         except (OSError, ValueError):
             return None
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = open_regular(self.path, follow_symlinks=False, flags=os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise StorageError(f"cannot use the lock file {self.path}: {exc.strerror or exc}") from None
         fh = os.fdopen(fd, "r+")
         try:
             _lock(fh)

@@ -7,9 +7,13 @@ given to another program is never adopted or signalled. Live handles persist in
 and reports the others as dead. Secrets reach the child through its environment
 only; nothing of the environment is persisted.
 
-Each child runs in its own session / process group, so the host's death does
-not take it down, and Stop ends the whole group: terminate, a grace period,
-then kill.
+Each child runs in its own session / process group (a Job object on
+Windows), so the host's death does not take it down, and everything it starts
+is ended with it: Stop ends the whole group (terminate, a grace period, then
+kill), and so do a respawn, a give-up, a Remove and a Quit when the leader has
+already died, since what it left behind would hold the node's work folder and
+ports (see `proctree`). Its output goes to a log pump that keeps the log under
+its cap as it is written (see `nodelogs`).
 """
 
 from __future__ import annotations
@@ -18,20 +22,19 @@ import asyncio
 import logging
 import os
 import shutil
-import subprocess
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.errors import SpawnError, StorageError
-from cadre_desktop.host import procs
+from cadre_desktop.host import launch, nodelogs, procs, proctree, winjob
 from cadre_desktop.host.driver import DriverStatus, status_of
 from cadre_desktop.host.handles import (  # noqa: F401 - re-exported for callers
-    STATE_VERSION, ExitEvent, ExitListener, Handle, InitReport, find_untracked_children, read_state, write_state,
+    STATE_VERSION, ExitEvent, ExitListener, Handle, InitReport, read_state, write_state,
 )
 from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.host.teardown import Ender, wait_pids_gone
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,7 @@ class Orchestrator:
         stop_timeout_s: float = 5.0,
         platform: str = procs.CURRENT,
         log_cap_bytes: int = LOG_CAP_BYTES,
+        job_ops: Callable[[], winjob.JobOps] | None = None,
     ) -> None:
         self.state_file = state_file
         self.nodes_dir = nodes_dir
@@ -65,12 +69,15 @@ class Orchestrator:
         self.stop_timeout_s = stop_timeout_s
         self.platform = platform
         self.log_cap_bytes = log_cap_bytes
+        self.ender = Ender(nodes_dir, platform, job_ops)
         self._handles: dict[str, Handle] = {}
         self._listeners: list[ExitListener] = []
         self._closed = False
         #: An exit left state.json naming a dead child; see `_persist_soon`.
         self._persist_pending = False
         self._persist_scheduled = False
+        #: Why the last write of state.json failed (None once one succeeds): shown with the views.
+        self.save_error: str | None = None
 
     # -- queries -------------------------------------------------------------
 
@@ -109,40 +116,73 @@ class Orchestrator:
     # -- start-up --------------------------------------------------------------
 
     async def init(self) -> InitReport:
-        """Re-attach to every persisted child that is still the same process."""
-        loop = asyncio.get_running_loop()
+        """Re-attach to every persisted child that is still the same process.
+
+        Then one census of the process table: a session leader running for one
+        of our nodes that no handle names (a host killed between a spawn and its
+        state write) is tracked again; anything else of our nodes that no live
+        child owns (what a leader that died while no host watched left behind)
+        is ended before supervision starts.
+        """
         persisted, stopped_cleanly = read_state(self.state_file)
+        # nodes/ 0700 before any work folder in it: mkdir(parents=True) would make it 0755.
+        ensure_private_dir(self.nodes_dir, tighten=True)
         attached, dead = [], []
         for handle in persisted.values():
             now = procs.read_identity(handle.pid, self.platform)
             if handle.identity.matches(now):
-                self._handles[handle.id] = handle
-                self.ports.reserve(handle.ports)
-                handle._cancel_watch = procs.watch_exit(
-                    loop, handle.pid, None, lambda code, h=handle: self._on_exit(h, code)
-                )
+                self._attach(handle)
                 attached.append(handle)
             else:
                 dead.append(handle.id)
                 log.info("node %s: its child (pid %s) is gone since the last run", handle.node_id, handle.pid)
-        tracked = {h.pid for h in self._handles.values()}
-        strays = await asyncio.to_thread(find_untracked_children, self.nodes_dir, tracked, self.platform)
-        for handle in strays:
-            self._handles[handle.id] = handle
-            self.ports.reserve(handle.ports)
-            handle._cancel_watch = procs.watch_exit(
-                loop, handle.pid, None, lambda code, h=handle: self._on_exit(h, code)
-            )
+        census = await asyncio.to_thread(proctree.take_census, self.nodes_dir, self._owned(), self.platform)
+        for member in census.untracked:
+            handle = proctree.handle_for(member, self.platform)
+            if handle is None:
+                continue
+            self._attach(handle)
             attached.append(handle)
             log.warning("node %s: found its child (pid %s) running untracked; tracking it again",
                         handle.node_id, handle.pid)
-        if dead or strays or stopped_cleanly:
+        if census.leftovers:
+            pids = [m.pid for m in census.leftovers]
+            log.warning("ending %d process(es) that dead node children left behind: %s", len(pids), pids)
+            procs.kill_pids(pids)
+            await wait_pids_gone(pids, self.platform)
+        if dead or census.untracked or stopped_cleanly:
             self._persist()  # the clean-stop list is read once
         return InitReport(attached=attached, dead=dead, stopped_cleanly=stopped_cleanly)
 
+    def _attach(self, handle: Handle) -> None:
+        loop = asyncio.get_running_loop()
+        self._handles[handle.id] = handle
+        self.ports.reserve(handle.ports)
+        if self.platform == "win32":
+            handle._job_handle = winjob.reopen(self.ender.job_ops(), handle.job)
+        handle._cancel_watch = procs.watch_exit(
+            loop, handle.pid, None, lambda code, h=handle: self._on_exit(h, code)
+        )
+        if handle.pump_pid and handle.pump_identity:
+            if handle.pump_identity.matches(procs.read_identity(handle.pump_pid, self.platform)):
+                handle._cancel_pump_watch = procs.watch_exit(
+                    loop, handle.pump_pid, None, lambda _code, h=handle: h._pump_exited.set())
+            else:
+                handle._pump_exited.set()
+
+    def _owned(self) -> dict[int, str]:
+        """Each live leader's group id (its pid on Windows) -> its node."""
+        return {(h.pid if self.platform == "win32" else h.pgid or h.pid): h.node_id
+                for h in self._handles.values() if h.alive}
+
     def _persist(self, stopped_cleanly: Iterable[str] = ()) -> None:
         self._persist_pending = False
-        write_state(self.state_file, self._handles.values(), stopped_cleanly)
+        try:
+            write_state(self.state_file, self._handles.values(), stopped_cleanly)
+        except StorageError as exc:
+            self.save_error = exc.message
+            raise
+        self.save_error = None
 
     def _node_env(self, node_id: str, handle_ports: tuple[int, int], secret_env: Mapping[str, str],
                   attempt: int = 0) -> dict[str, str]:
@@ -179,19 +219,6 @@ class Orchestrator:
         for h in dropped:
             self._handles[h.id] = h
             self.ports.reserve(h.ports)
-
-    def _open_log(self, node_id: str) -> int:
-        ensure_private_dir(self.log_dir)
-        path = self.log_path(node_id)
-        try:
-            if path.stat().st_size > self.log_cap_bytes:
-                os.replace(path, path.with_name(path.name + ".1"))
-        except FileNotFoundError:
-            pass
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        os.write(fd, f"--- cadre-desktop: starting node {node_id} at {stamp} ---\n".encode())
-        return fd
 
     def start(
         self,
@@ -230,33 +257,27 @@ class Orchestrator:
         handle of the node is dropped (its ports released) before the launch,
         and put back exactly as it was if the launch fails. Restoring is sound
         only because nothing else can run in between; do not add an await here.
+        Whatever a previous child left behind (its group, a stray holding the
+        work folder's lock) is sent a kill first; nothing here waits for it.
         """
         if self._closed:
             raise SpawnError("the host is shutting down")
         dropped = self._drop_stale(node_id)
+        for old in dropped:
+            if not old.alive:
+                self.ender.end_now(old)
+        work = self.work_dir(node_id)
+        self.ender.end_lock_holder(node_id, work)
         try:
             api_port, p2p_port = self._choose_ports(want_ports, avoid_ports)
         except Exception:
             self._restore(dropped)
             raise
+        handle_id = f"{node_id}.{uuid.uuid4().hex[:8]}"
         try:
-            work = self.work_dir(node_id)
             ensure_private_dir(work)
             env = self._node_env(node_id, (api_port, p2p_port), secret_env, attempt)
-            log_fd = self._open_log(node_id)
-            try:
-                popen = subprocess.Popen(
-                    self.node_command,
-                    env=env,
-                    cwd=work,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_fd,
-                    stderr=log_fd,
-                    close_fds=True,
-                    **procs.popen_options(self.platform),
-                )
-            finally:
-                os.close(log_fd)
+            launched = self._launch(node_id, handle_id, env, work)
         except OSError as exc:
             self.ports.release((api_port, p2p_port))
             self._restore(dropped)
@@ -269,34 +290,37 @@ class Orchestrator:
             self._restore(dropped)
             raise
         # From here on nothing may throw: the child exists and must be tracked.
-        identity = procs.read_identity(popen.pid, self.platform) or procs.Identity("unknown")
-        handle = Handle(
-            id=f"{node_id}.{uuid.uuid4().hex[:8]}",
-            node_id=node_id,
-            pid=popen.pid,
-            identity=identity,
-            api_port=api_port,
-            p2p_port=p2p_port,
-            started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            advertise_host=env["CADRE_ADVERTISE_HOST"],
-            attempt=attempt,
-            popen=popen,
-        )
-        self._handles[handle.id] = handle
+        handle = self._track(node_id, handle_id, launched, (api_port, p2p_port), env, attempt)
         for old in dropped:
-            if old._cancel_watch:
-                old._cancel_watch()
-        try:
-            handle._cancel_watch = procs.watch_exit(
-                asyncio.get_running_loop(), popen.pid, popen, lambda code: self._on_exit(handle, code)
-            )
-        except Exception as exc:
-            log.error("node %s: cannot watch its child for exits: %s", node_id, exc)
+            self._unwatch(old)
         try:
             self._persist()
         except StorageError as exc:
             log.error("node %s: %s", node_id, exc.message)
         return handle
+
+    def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
+        return launch.launch(self.node_command, env, work, log_path=self.log_path(node_id), node_id=node_id,
+                             log_cap=self.log_cap_bytes, handle_id=handle_id, platform=self.platform,
+                             job_ops=self.ender.job_ops)
+
+    def _track(self, node_id: str, handle_id: str, launched: launch.Launched, ports: tuple[int, int],
+               env: dict[str, str], attempt: int) -> Handle:
+        handle = launch.new_handle(node_id, handle_id, launched, ports, env, attempt, self.platform)
+        self._handles[handle.id] = handle
+        launch.watch_pump(launched.pump, handle)
+        try:
+            handle._cancel_watch = procs.watch_exit(
+                asyncio.get_running_loop(), handle.pid, handle.popen, lambda code: self._on_exit(handle, code)
+            )
+        except Exception as exc:
+            log.error("node %s: cannot watch its child for exits: %s", node_id, exc)
+        return handle
+
+    def _unwatch(self, handle: Handle) -> None:
+        if handle._cancel_watch:
+            handle._cancel_watch()
+            handle._cancel_watch = None
 
     # -- exits and stops -----------------------------------------------------------
 
@@ -306,6 +330,9 @@ class Orchestrator:
         handle.alive = False
         handle.returncode = code
         handle._exited.set()
+        if not handle.stop_requested:
+            # Before the listeners hear of it: the respawn they start needs the folder and ports.
+            self.ender.end_now(handle)
         event = ExitEvent(handle.id, handle.node_id, handle.pid, code, handle.stop_requested)
         for listener in list(self._listeners):
             try:
@@ -344,7 +371,13 @@ class Orchestrator:
         return handle.identity.matches(procs.read_identity(handle.pid, self.platform))
 
     async def stop(self, handle_id: str | None) -> None:
-        """Terminate the child's group, wait the grace period, then kill it."""
+        """Terminate the child's group, wait the grace period, then kill what is left of it.
+
+        The grace covers the whole group: a leader that exits on the terminate
+        while something it started does not still has that killed at the end.
+        A leader that is already gone is never signalled; what its group left
+        is ended if it carries the node's environment.
+        """
         handle = self.get(handle_id)
         if handle is None or not handle.alive:
             return
@@ -352,19 +385,16 @@ class Orchestrator:
         if not self._same_process(handle):
             # The pid is gone or belongs to someone else now: never signal it.
             self._on_exit(handle, None)
+            await self.ender.end_leftovers(handle)
             return
-        procs.terminate_group(handle.pid, self.platform)
-        try:
-            await asyncio.wait_for(handle._exited.wait(), self.stop_timeout_s)
+        loop = asyncio.get_running_loop()
+        self.ender.signal(handle, kill=False)
+        if await self.ender.wait_gone(handle, loop.time() + self.stop_timeout_s):
             return
-        except asyncio.TimeoutError:
-            pass
         log.warning("node %s did not stop within %.1fs; killing it", handle.node_id, self.stop_timeout_s)
-        if self._same_process(handle):
-            procs.kill_group(handle.pid, self.platform)
-        try:
-            await asyncio.wait_for(handle._exited.wait(), 5.0)
-        except asyncio.TimeoutError:
+        if self._same_process(handle) or (not handle.alive and not self.ender.group_gone(handle)):
+            self.ender.signal(handle, kill=True)
+        if not await self.ender.wait_gone(handle, loop.time() + 5.0) and handle.alive:
             self._on_exit(handle, None)
 
     async def stop_node(self, node_id: str) -> None:
@@ -372,11 +402,18 @@ class Orchestrator:
             await self.stop(handle.id)
 
     async def remove_node(self, node_id: str) -> None:
-        """Stop every child of the node, forget its handles, delete its work folder and log."""
+        """Stop every process of the node, forget its handles, delete its work folder and log.
+
+        Strays of the node (anything still carrying its environment) are ended
+        first: its folder is never deleted from under a running process.
+        """
         await self.stop_node(node_id)
-        for handle in self._drop_stale(node_id):
-            if handle._cancel_watch:
-                handle._cancel_watch()
+        dropped = self._drop_stale(node_id)
+        for handle in dropped:
+            self._unwatch(handle)
+        await self.ender.end_strays(self._owned(), node_id)
+        for handle in dropped:
+            await self.ender.wait_pump(handle)
         self._persist()
         await asyncio.to_thread(self._delete_files, node_id)
 
@@ -385,13 +422,7 @@ class Orchestrator:
         work = self.work_dir(node_id)
         failures: list[str] = []
         shutil.rmtree(work, onerror=lambda _fn, path, exc: failures.append(f"{path}: {exc[1]}"))
-        for path in (self.log_path(node_id), self.log_path(node_id).with_name(f"node-{node_id}.log.1")):
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                log.warning("could not delete the log %s: %s", path, exc)
+        nodelogs.delete(self.log_path(node_id))
         if os.path.lexists(work):
             detail = failures[0] if failures else "it is still there"
             raise StorageError(f"could not delete the work folder of node {node_id} ({detail}); "
@@ -402,14 +433,19 @@ class Orchestrator:
         handle = self._handles.pop(handle_id, None)
         if handle is not None:
             self.ports.release(handle.ports)
-            if handle._cancel_watch:
-                handle._cancel_watch()
+            self._unwatch(handle)
 
     async def stop_all(self) -> None:
-        """Stop every child (a clean quit), and write down which were stopped on purpose,
-        so the next host starts them again without counting a failed attempt."""
+        """Stop every child (a clean quit), end any stray of our nodes, and write down which
+        were stopped on purpose, so the next host starts them again without counting a
+        failed attempt."""
         live = [h for h in self._handles.values() if h.alive]
         await asyncio.gather(*(self.stop(h.id) for h in live))
+        try:
+            await self.ender.end_strays(self._owned())
+        except Exception as exc:  # a quit must finish; the next start's census tries again
+            log.error("could not look for stray node processes: %s", exc)
+        await asyncio.gather(*(self.ender.wait_pump(h) for h in self._handles.values()))
         try:
             self._persist(stopped_cleanly=[h.node_id for h in live])
         except StorageError as exc:
@@ -417,33 +453,14 @@ class Orchestrator:
 
     def log_tail(self, node_id: str, lines: int = 20, max_bytes: int = 16384) -> list[str]:
         """The last lines of the node's log (a bounded read from the end)."""
-        path = self.log_path(node_id)
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - max_bytes))
-                data = fh.read()
-        except OSError:
-            return []
-        text = data.decode("utf-8", "replace").splitlines()
-        if size > max_bytes and text:
-            text = text[1:]  # the first line is probably cut
-        return [line for line in text if not line.startswith("--- cadre-desktop:")][-lines:]
+        return nodelogs.tail(self.log_path(node_id), lines, max_bytes)
 
     def trim_logs(self) -> None:
-        """Keep each node's log under its cap: the old part moves to `.1`."""
+        """Keep under their cap the logs that no pump writes (children of an older build,
+        or a pump that could not start); a pump caps its log as it writes."""
         for handle in self._handles.values():
-            path = self.log_path(handle.node_id)
-            try:
-                if path.stat().st_size <= self.log_cap_bytes:
-                    continue
-                shutil.copyfile(path, path.with_name(path.name + ".1"))
-                # The child appends with O_APPEND, so it carries on at the new end.
-                with open(path, "r+b") as fh:
-                    fh.truncate(0)
-            except OSError:
-                continue
+            if not handle.pump_pid:
+                nodelogs.trim(self.log_path(handle.node_id), self.log_cap_bytes)
 
     def close(self) -> None:
         """Stop watching; children keep running (a restarted host re-attaches)."""
@@ -454,8 +471,12 @@ class Orchestrator:
             except StorageError as exc:
                 log.error("%s", exc.message)
         for handle in self._handles.values():
-            if handle._cancel_watch:
-                handle._cancel_watch()
-                handle._cancel_watch = None
+            self._unwatch(handle)
+            if handle._cancel_pump_watch:
+                handle._cancel_pump_watch()
+                handle._cancel_pump_watch = None
+            if handle._job_handle is not None:
+                # The node's pump holds the job too, so closing ours does not end the node.
+                self.ender.job_ops().close(handle._job_handle)
+                handle._job_handle = None
         self._listeners.clear()
-

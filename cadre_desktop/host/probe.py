@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 from typing import Any, Awaitable, Callable
 
+from cadre_desktop import text
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.clock import Clock, sleep_or_kick
 from cadre_desktop.host.decide import one_line
@@ -30,6 +32,35 @@ log = logging.getLogger(__name__)
 
 Fetch = Callable[[int], Awaitable[dict[str, Any] | None]]
 NODE_STATES = {"unclaimed", "joining", "joined", "failed", "awaiting_seed", "seeded"}
+#: A /status answer is a few hundred bytes; anything past this is not one.
+MAX_STATUS_BYTES = 64 * 1024
+
+
+def sanitize_status(doc: dict[str, Any]) -> dict[str, Any]:
+    """Only what the host uses of a node's /status, every string checked.
+
+    A node program is anyone's code, and its answer reaches a record, the log
+    and the user's terminal. Identifiers that are not clean text are dropped;
+    the cadre name and the error, which are for a person, keep what they say
+    with unprintable characters written as escapes.
+    """
+    state = doc.get("state")
+    lent = {}
+    if "donation_id" in doc:  # a lent node's (node contract §10): which donation, for which party
+        lent = {"donation_id": text.clean(doc.get("donation_id"), 64), "party": text.clean(doc.get("party"), 64)}
+    return {
+        **lent,
+        "state": state if state in NODE_STATES else None,
+        "node_id": text.clean(doc.get("node_id"), 128),
+        "peer_id": text.clean(doc.get("peer_id"), 128),
+        "cadre": _for_a_person(doc.get("cadre"), 64),
+        "error": _for_a_person(doc.get("error"), 300),
+        "version": text.clean(doc.get("version"), 64),
+    }
+
+
+def _for_a_person(value: Any, limit: int) -> str | None:
+    return text.escape(value, limit) if isinstance(value, str) and value else None
 
 
 def loopback_for(bind_host: str) -> str:
@@ -42,11 +73,19 @@ def loopback_for(bind_host: str) -> str:
 
 
 class HttpStatusFetcher:
-    """GET /status with one shared session, bounded by a timeout; None if no good answer."""
+    """GET /status with one shared session, bounded by a timeout; None if no good answer.
 
-    def __init__(self, host: str, timeout_s: float) -> None:
+    A pooled connection is kept for less than a probe interval (`fresh_after_s`),
+    so each regular probe opens a fresh one: a node that has stopped accepting
+    connections (its port flooded) is seen as not answering, instead of being
+    read through a keep-alive connection it accepted long ago. The quick probes
+    of a starting node still share one.
+    """
+
+    def __init__(self, host: str, timeout_s: float, fresh_after_s: float = 2.5) -> None:
         self.host = host
         self.timeout_s = timeout_s
+        self.fresh_after_s = fresh_after_s
         self._session = None
 
     async def __call__(self, port: int) -> dict[str, Any] | None:
@@ -55,17 +94,20 @@ class HttpStatusFetcher:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=30),
+                connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=self.fresh_after_s),
             )
         host = f"[{self.host}]" if ":" in self.host else self.host
         try:
             async with self._session.get(f"http://{host}:{port}/status") as resp:
                 if resp.status != 200:
                     return None
-                body = await resp.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+                raw = await resp.content.read(MAX_STATUS_BYTES + 1)  # a node may send anything
+                if len(raw) > MAX_STATUS_BYTES:
+                    return None
+                body = json.loads(raw)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, RecursionError, OSError):
             return None
-        return body if isinstance(body, dict) else None
+        return sanitize_status(body) if isinstance(body, dict) else None
 
     async def close(self) -> None:
         if self._session is not None:

@@ -77,6 +77,85 @@ def _linux_identity(pid: int) -> Identity | None:
     return Identity(start_time=fields[19], boot_id=_linux_boot_id())
 
 
+@dataclass(frozen=True)
+class ProcInfo:
+    """One live process as the table shows it: who it is and which group and session it is in."""
+
+    pid: int
+    pgid: int
+    sid: int
+    identity: Identity
+
+
+def _linux_stat(pid: int, boot_id: str | None) -> ProcInfo | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    try:
+        return ProcInfo(pid, int(fields[2]), int(fields[3]), Identity(fields[19], boot_id))
+    except ValueError:
+        return None
+
+
+def process_table(platform: str = CURRENT) -> list[ProcInfo]:
+    """Every live (non-zombie) process with its group and session; POSIX only.
+
+    Linux reads /proc directly (one small read per process); elsewhere psutil
+    lists the pids and the os module gives group and session.
+    """
+    found: list[ProcInfo] = []
+    if platform.startswith("linux"):
+        boot = _linux_boot_id()
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return found
+        for name in names:
+            if name.isdigit():
+                info = _linux_stat(int(name), boot)
+                if info is not None:
+                    found.append(info)
+        return found
+    if platform == "win32":
+        return found
+    for pid in psutil.pids():
+        try:
+            pgid, sid = os.getpgid(pid), os.getsid(pid)
+        except (OSError, AttributeError):
+            continue
+        identity = _psutil_identity(pid)
+        if identity is not None:
+            found.append(ProcInfo(pid, pgid, sid, identity))
+    return found
+
+
+def process_info(pid: int, platform: str = CURRENT) -> ProcInfo | None:
+    """Group, session and identity of one live process (None if gone or a zombie)."""
+    if pid <= 0 or platform == "win32":
+        return None
+    if platform.startswith("linux"):
+        return _linux_stat(pid, _linux_boot_id())
+    try:
+        pgid, sid = os.getpgid(pid), os.getsid(pid)
+    except (OSError, AttributeError):
+        return None
+    identity = _psutil_identity(pid)
+    return ProcInfo(pid, pgid, sid, identity) if identity else None
+
+
+def environment(pid: int) -> dict[str, str]:
+    """A process's environment, or {} when it cannot be read (gone, or not ours)."""
+    try:
+        return psutil.Process(pid).environ()
+    except (psutil.Error, OSError):
+        return {}
+
+
 def _psutil_identity(pid: int) -> Identity | None:
     try:
         proc = psutil.Process(pid)
@@ -148,6 +227,47 @@ def kill_group(pid: int, platform: str = CURRENT, ops: SignalOps | None = None) 
             ops.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError, OSError) as exc:
         log.debug("kill of group %s: %s", pid, exc)
+
+
+def group_exists(pgid: int, platform: str = CURRENT, ops: SignalOps | None = None) -> bool:
+    """Whether a process group we may signal still has a member (zombies count until reaped).
+
+    A group of someone else's (EPERM) counts as not existing: it is not ours to end.
+    """
+    if platform == "win32" or pgid <= 1:
+        return False
+    ops = ops or SignalOps()
+    try:
+        ops.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    except OSError:
+        return False
+    return True
+
+
+def group_alive(pgid: int, platform: str = CURRENT, ops: SignalOps | None = None) -> bool:
+    """Whether a group we may signal has a member that is not a zombie.
+
+    The kernel keeps a zombie in its group until it is reaped, and an orphan's
+    zombie waits for init, which in some containers never reaps. So a group
+    that still exists is looked up in the process table (only then: this is
+    the rare path) for a live member.
+    """
+    if not group_exists(pgid, platform, ops):
+        return False
+    return any(p.pgid == pgid for p in process_table(platform))
+
+
+def kill_pids(pids: list[int], ops: SignalOps | None = None, sig: int | None = None) -> None:
+    """Signal single processes (leftovers already checked to be ours); gone ones are skipped."""
+    ops = ops or SignalOps()
+    sig = getattr(signal, "SIGKILL", 9) if sig is None else sig
+    for pid in pids:
+        try:
+            ops.kill(pid, sig)
+        except (ProcessLookupError, PermissionError, OSError) as exc:
+            log.debug("signal %s to %s: %s", sig, pid, exc)
 
 
 ExitCallback = Callable[[int | None], None]

@@ -65,6 +65,8 @@ class RowStore(Generic[R]):
         #: Ids removed from the rows whose clean-up is not known to be finished.
         self._removing: dict[str, str] = {}
         self._upgraded_from: int | None = None
+        #: Why the last save failed (None once one succeeds): views show it beside the live truth.
+        self.save_error: str | None = None
 
     def load(self) -> dict[str, R]:
         """Load once and cache. A missing file is an empty store; a bad one raises.
@@ -82,7 +84,9 @@ class RowStore(Generic[R]):
         )
         if doc is None:
             self._cache, self._removing = {}, {}
+            self._read_top(None, upgraded=False)
             return self._cache
+        self._read_top(doc, upgraded=found is not None and found < self._version)
         removing = doc.get("removing", {})
         if not isinstance(removing, dict) or not all(
                 self._is_id(k) and isinstance(v, str) for k, v in removing.items()):
@@ -108,11 +112,19 @@ class RowStore(Generic[R]):
         self._removing = dict(removing)
         return cache
 
+    def _read_top(self, doc: dict[str, Any] | None, *, upgraded: bool) -> None:
+        """Read the file's own fields beside its rows (None: there is no file yet); for subclasses."""
+
+    def _top(self) -> dict[str, Any]:
+        """The file's own fields to write beside its rows; for subclasses."""
+        return {}
+
     def _save(self, rows: dict[str, R], removing: dict[str, str] | None = None) -> None:
         removing = self._removing if removing is None else removing
         doc: dict[str, Any] = {
             "version": self._version,
             self._key: {row_id: row.to_row() for row_id, row in sorted(rows.items())},
+            **self._top(),
         }
         if removing:
             doc["removing"] = dict(sorted(removing.items()))
@@ -121,11 +133,14 @@ class RowStore(Generic[R]):
                 keep_backup(self.path, self._upgraded_from)
             write_json_atomic(self.path, doc)
         except OSError as exc:
-            raise StorageError(
+            error = StorageError(
                 f"could not save the {self._what} file {self.path}: {exc.strerror or exc}. "
                 "The previous file is intact; free some disk space and try again."
-            ) from None
+            )
+            self.save_error = error.message
+            raise error from None
         self._upgraded_from = None
+        self.save_error = None
 
     def get(self, row_id: str) -> R | None:
         return self.load().get(row_id)
@@ -168,6 +183,11 @@ class RowStore(Generic[R]):
         removing = {k: v for k, v in self._removing.items() if k != row_id}
         self._save(self._cache, removing)
         self._removing = removing
+
+    def knows(self, row_id: str) -> bool:
+        """Whether this store has or had (a pending removal) a row of this id."""
+        self.load()
+        return row_id in self._cache or row_id in self._removing
 
     def pending_removals(self) -> list[str]:
         """Ids whose removal a crash (or a failing keyring) left unfinished."""

@@ -1,11 +1,17 @@
 """Claim secrets, invitations and lending tokens in the OS keyring.
 
-Service name `cadre-desktop`, user name `<node id>/claim-secret`,
-`<node id>/invitation`, `<grant id>/grant-token` or `<donation id>/seed-token`.
-The backend is keyring's own choice, so `PYTHON_KEYRING_BACKEND` is honoured.
-There is no plaintext fallback: no usable backend, a locked keyring or a
-failing backend is a SecretsError a person can act on, and the node is not
-created.
+Service name `cadre-desktop`, user name `<home id>/<node id>/claim-secret` or
+`<home id>/<node id>/invitation`, and for lending `<home id>/<grant id>/grant-token`
+and `<home id>/<donation id>/seed-token`: the home id (kept in the records file)
+keeps two homes of one user apart, so a Remove in one never deletes a secret of
+the other. Entries are only ever deleted for an id this home has or had (a row
+or a tombstone, `owns`); removing an id the home does not know touches
+nothing. Homes from before the home id used `<node id>/<kind>`; those entries
+are moved to the new names once (`migrate`), and read where they are until
+then (see docs/keyring.md). The backend is keyring's own choice, so
+`PYTHON_KEYRING_BACKEND` is honoured. There is no plaintext fallback: no usable
+backend, a locked keyring or a failing backend is a SecretsError a person can
+act on, and the node is not created.
 
 Keyring calls can block for a long time (an unlock prompt, a slow D-Bus
 service), so every call runs on one dedicated worker thread: off the event loop,
@@ -23,7 +29,7 @@ import queue
 import threading
 from concurrent.futures import Executor, Future
 from enum import Enum
-from typing import Callable, TypeVar
+from typing import Callable, Iterable, TypeVar
 
 import keyring
 import keyring.errors
@@ -83,8 +89,17 @@ class SecretKind(str, Enum):
 NODE_KINDS = (SecretKind.CLAIM, SecretKind.INVITATION)
 
 
-def user_name(node_id: str, kind: SecretKind) -> str:
-    return f"{node_id}/{kind.value}"
+def user_name(node_id: str, kind: SecretKind, home_id: str | None = None) -> str:
+    """The keyring user name of a node's secret; without a home id, the old form."""
+    return f"{home_id}/{node_id}/{kind.value}" if home_id else f"{node_id}/{kind.value}"
+
+
+def _delete_name(b: KeyringBackend, name: str) -> bool:
+    try:
+        b.delete_password(SERVICE, name)
+    except keyring.errors.PasswordDeleteError:
+        return False
+    return True
 
 
 def new_claim_secret() -> str:
@@ -171,12 +186,26 @@ class SecretStore:
     finally returns: the keyring works again.
     """
 
-    def __init__(self, backend: KeyringBackend | None = None, *, timeout_s: float = KEYRING_TIMEOUT_S) -> None:
+    def __init__(self, backend: KeyringBackend | None = None, *, timeout_s: float = KEYRING_TIMEOUT_S,
+                 home_id: str | None = None, owns: Callable[[str], bool] | None = None,
+                 legacy: bool = False) -> None:
         self._backend = backend
         self.timeout_s = timeout_s
+        self.bind_home(home_id, owns, legacy=legacy)
         self._executor = _DaemonWorker("keyring")
         self._hung: asyncio.Future | None = None
         self._answer_listeners: list[Callable[[], None]] = []
+
+    def bind_home(self, home_id: str | None, owns: Callable[[str], bool] | None = None, *,
+                  legacy: bool = False) -> None:
+        """Key entries by `home_id`; delete only for ids `owns` accepts; read old names while `legacy`."""
+        self.home_id = home_id
+        self._owns = owns
+        #: Entries of this home may still be under the old names (not migrated yet).
+        self.legacy = legacy and home_id is not None
+
+    def _name(self, node_id: str, kind: SecretKind) -> str:
+        return user_name(node_id, kind, self.home_id)
 
     # -- on the worker thread -------------------------------------------------
 
@@ -212,35 +241,66 @@ class SecretStore:
             ) from None
 
     def get_sync(self, node_id: str, kind: SecretKind) -> str | None:
-        return self._call(
-            "read a secret", lambda b: b.get_password(SERVICE, user_name(node_id, kind))
-        )
+        def read(b: KeyringBackend) -> str | None:
+            value = b.get_password(SERVICE, self._name(node_id, kind))
+            if value is None and self.legacy:
+                value = self._move_legacy(b, node_id, kind)
+            return value
+        return self._call("read a secret", read)
+
+    def _move_legacy(self, b: KeyringBackend, node_id: str, kind: SecretKind) -> str | None:
+        """Move one entry from its old name to its home-keyed name; its value, or None if none."""
+        old = user_name(node_id, kind)
+        value = b.get_password(SERVICE, old)
+        if value is None:
+            return None
+        if b.get_password(SERVICE, self._name(node_id, kind)) is None:
+            self._write(b, node_id, kind, value)
+        _delete_name(b, old)
+        return value
+
+    def _write(self, b: KeyringBackend, node_id: str, kind: SecretKind, value: str) -> None:
+        b.set_password(SERVICE, self._name(node_id, kind), value)
+        # Some backends accept a write they cannot keep; read it back once.
+        if b.get_password(SERVICE, self._name(node_id, kind)) != value:
+            raise KeyringUnavailable(
+                f"{_HELP_UNAVAILABLE} (the backend {backend_label(b)} did not keep a secret)"
+            )
 
     def set_sync(self, node_id: str, kind: SecretKind, value: str) -> None:
-        def store(b: KeyringBackend) -> None:
-            b.set_password(SERVICE, user_name(node_id, kind), value)
-            # Some backends accept a write they cannot keep; read it back once.
-            if b.get_password(SERVICE, user_name(node_id, kind)) != value:
-                raise KeyringUnavailable(
-                    f"{_HELP_UNAVAILABLE} (the backend {backend_label(b)} did not keep a secret)"
-                )
-        self._call("store a secret", store, secret=value)
+        self._call("store a secret", lambda b: self._write(b, node_id, kind, value), secret=value)
 
     def delete_sync(self, node_id: str, kind: SecretKind) -> bool:
+        """Delete a node's entry; an id this home neither has nor had is never touched."""
+        if self._owns is not None and not self._owns(node_id):
+            log.info("not deleting keyring entries of %s: no node of this home has or had that id", node_id)
+            return False
+
         def delete(b: KeyringBackend) -> bool:
-            try:
-                b.delete_password(SERVICE, user_name(node_id, kind))
-            except keyring.errors.PasswordDeleteError:
-                return False
-            return True
+            deleted = _delete_name(b, self._name(node_id, kind))
+            if self.legacy:
+                deleted = _delete_name(b, user_name(node_id, kind)) or deleted
+            return deleted
         return self._call("delete a secret", delete)
+
+    def migrate_sync(self, node_id: str) -> int:
+        """Move a node's old-form entries to their home-keyed names; how many moved."""
+        if self.home_id is None:
+            return 0
+        return self._call("move a secret to its new name", lambda b: sum(
+            self._move_legacy(b, node_id, kind) is not None for kind in SecretKind))
 
     def check_sync(self) -> str:
         """A round trip through the backend with a throwaway entry; returns its name."""
-        probe_id = f"doctor-{_random.token_hex(4)}"
+        name = f"doctor-{_random.token_hex(4)}/{SecretKind.CLAIM.value}"
         value = _random.token_urlsafe(16)
-        self.set_sync(probe_id, SecretKind.CLAIM, value)
-        self.delete_sync(probe_id, SecretKind.CLAIM)
+
+        def round_trip(b: KeyringBackend) -> None:
+            b.set_password(SERVICE, name, value)
+            if b.get_password(SERVICE, name) != value:
+                raise KeyringUnavailable(f"{_HELP_UNAVAILABLE} (the backend {backend_label(b)} did not keep a secret)")
+            _delete_name(b, name)
+        self._call("store a secret", round_trip, secret=value)
         return backend_label(self._resolve())
 
     # -- on the event loop -----------------------------------------------------
@@ -287,6 +347,9 @@ class SecretStore:
     async def delete(self, node_id: str, kind: SecretKind) -> bool:
         return await self._run(self.delete_sync, node_id, kind)
 
+    async def migrate(self, node_id: str) -> int:
+        return await self._run(self.migrate_sync, node_id)
+
     async def delete_all(self, node_id: str, kinds: tuple[SecretKind, ...] = NODE_KINDS) -> None:
         for kind in kinds:
             await self.delete(node_id, kind)
@@ -296,3 +359,15 @@ class SecretStore:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def move_legacy_entries(store: SecretStore, node_ids: Iterable[str]) -> int:
+    """Give every old-form entry of these nodes its home-keyed name, one node per keyring call.
+
+    Raises SecretsError when the keyring fails; what was moved stays moved, and
+    reads still find the rest under their old names, so it can simply run again.
+    """
+    moved = 0
+    for node_id in node_ids:
+        moved += await store.migrate(node_id)
+    return moved

@@ -74,7 +74,10 @@ def _run() -> int:
     from cadre_desktop.node.aiohttp_import import import_aiohttp
     from cadre_desktop.node.state import StateStore
 
+    from cadre_desktop import fdlimit
+
     setup_logging(config.node_id, config.tuning.log_level)
+    fdlimit.raise_soft_limit()
     redact(config.claim_secret, config.invitation, config.host_token,
            config.donated.seed_token if config.donated else None)
     lock_fd = prepare_node_dir(config.node_dir)

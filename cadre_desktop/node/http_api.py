@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from cadre_desktop.text import clean as clean_text
 from cadre_desktop.node import donated, invitations
 from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
 from cadre_desktop.node.errors import ApiError, StorageError
@@ -43,9 +44,10 @@ _HTTP_CODES = {
 }
 
 
-def build_app(node: Node, *, body_timeout_s: float = BODY_TIMEOUT_S) -> web.Application:
+def build_app(node: Node, *, body_timeout_s: float = BODY_TIMEOUT_S, first: list | None = None) -> web.Application:
+    """The API; `first` are middlewares that run before everything (the connection guard)."""
     api = _Api(node)
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[errors_as_json])
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[*(first or []), errors_as_json])
     app[_BODY_TIMEOUT] = body_timeout_s
     app.router.add_get("/status", api.status)
     app.router.add_get("/claim", api.claim_page)
@@ -216,7 +218,7 @@ def _text_field(
         value = value.strip()
     if not low <= len(value) <= high:
         raise ApiError(400, "invalid-field", f"{name!r} must be {low} to {high} characters")
-    if not value.isprintable():
+    if clean_text(value, high) is None:
         raise ApiError(400, "invalid-field", f"{name!r} must be printable text")
     return value
 

@@ -18,6 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from cadre_desktop.text import clean as clean_text
 from cadre_desktop.node.identity import b64url, b64url_decode
 
 PREFIX = "cadre-inv1."
@@ -81,7 +82,7 @@ def parse_invitation(text: str) -> InvitationCode:
         raise MalformedInvitation("it has no valid invitation id")
     if not isinstance(secret, str) or not _TOKEN.fullmatch(secret) or len(secret) < 16:
         raise MalformedInvitation("it has no valid secret")
-    if not isinstance(peer, str) or not 1 <= len(peer) <= 128:
+    if clean_text(peer, 128) is None:
         raise MalformedInvitation("it has no valid inviting peer id")
     return InvitationCode(host=host, port=port, id=ident, secret=secret, peer=peer)
 

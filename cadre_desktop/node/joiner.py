@@ -13,6 +13,7 @@ import asyncio
 import logging
 from typing import Any
 
+from cadre_desktop.text import clean as clean_text
 from cadre_desktop.node.errors import NodeError
 from cadre_desktop.node.identity import b64url
 from cadre_desktop.node.invitation_code import (
@@ -25,6 +26,7 @@ from cadre_desktop.node.node import Node
 log = logging.getLogger("cadre.node.joiner")
 
 ATTEMPT_TIMEOUT_S = 5.0
+MAX_CADRE_CHARS = 64
 FIRST_PAUSE_S = 0.1
 MAX_PAUSE_S = 2.0
 
@@ -101,8 +103,16 @@ async def redeem_invitation(node: Node, text: str, timeout_s: float) -> None:
 def _accept(node: Node, expected_inviter: str, where: str, payload: Any) -> None:
     cadre = payload.get("cadre") if isinstance(payload, dict) else None
     inviter = payload.get("inviter") if isinstance(payload, dict) else None
-    if not isinstance(cadre, str) or not 1 <= len(cadre) <= 64:
+    if cadre is None:
         node.join_failed(f"the inviting node at {where} gave an answer without a cadre")
+        return
+    # The inviter's answer is hostile until checked: the name reaches our state,
+    # /status, the host's records and the user's terminal.
+    if clean_text(cadre, MAX_CADRE_CHARS) is None:
+        node.join_failed(
+            f"the inviting node at {where} gave a cadre name that is not 1 to {MAX_CADRE_CHARS} "
+            "printable characters on one line"
+        )
         return
     if inviter != expected_inviter:
         node.join_failed(

@@ -1,4 +1,4 @@
-"""Plain log lines on stderr, with secrets scrubbed as a last line of defence.
+"""Plain log lines on stderr, with secrets scrubbed as a last line of defence, repeats rate-limited.
 
 The code never logs a secret on purpose; the scrubber is for the accident (an
 exception message that happens to quote one). It knows the claim secret and the
@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import sys
 from collections import deque
+
+from cadre_desktop import logfilter
 
 _secrets: deque[str] = deque(maxlen=64)
 
@@ -38,6 +40,9 @@ def setup_logging(node_id: str, level: str) -> None:
             datefmt="%Y-%m-%dT%H:%M:%S",
         )
     )
+    # Anyone who can reach the API can make lines (a request each): repeated ones are
+    # rate-limited so a flood cannot fill the disk (cadre_desktop/logfilter.py).
+    logfilter.install([handler])
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -1,19 +1,26 @@
 """The node's work folder: created if missing, checked writable, and locked.
 
 The lock (an exclusive ``flock`` on ``node.lock``) makes a second process started on
-the same folder fail at once with a clear message instead of two processes
-overwriting each other's state. The kernel drops it when the process dies, even by
-SIGKILL, so a respawn is never blocked by a stale lock.
+the same folder fail with a clear message instead of two processes overwriting each
+other's state. The kernel drops it when the process dies, even by SIGKILL, so a
+respawn is never blocked by a stale lock. A holder that is being killed (the host
+ends what a crashed node left behind just before it respawns it) may take a moment
+to die, so the lock is waited for a short while before giving up. The holder writes
+its pid into the file, so the host and the error message can name it.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from cadre_desktop.node.errors import NodeDirError
 
 LOCK_FILE = "node.lock"
+#: How long a start waits for another process to let go of the lock.
+LOCK_WAIT_S = 3.0
+_LOCK_POLL_S = 0.05
 
 
 def prepare_node_dir(node_dir: Path) -> int:
@@ -40,11 +47,31 @@ def prepare_node_dir(node_dir: Path) -> int:
         import fcntl
     except ImportError:  # Windows: no advisory locks; the host runs one process per folder
         return fd
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                holder = _written_pid(fd)
+                os.close(fd)
+                who = f" (pid {holder})" if holder else ""
+                raise NodeDirError(
+                    f"CADRE_NODE_DIR {node_dir} is in use by another node process{who}"
+                ) from None
+            time.sleep(_LOCK_POLL_S)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
     except OSError:
-        os.close(fd)
-        raise NodeDirError(
-            f"CADRE_NODE_DIR {node_dir} is in use by another node process"
-        ) from None
+        pass  # the pid is a courtesy; the lock is what matters
     return fd
+
+
+def _written_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

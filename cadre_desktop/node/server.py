@@ -20,6 +20,8 @@ import time
 
 from aiohttp import web
 
+from cadre_desktop import logfilter
+from cadre_desktop.netguard import ConnectionGuard, GuardedSockSite, bind_socket
 from cadre_desktop.node.errors import BindError
 from cadre_desktop.node.http_api import AccessLog, build_app
 from cadre_desktop.node.joiner import redeem_invitation
@@ -29,6 +31,11 @@ from cadre_desktop.node.p2p import start_p2p_listener
 log = logging.getLogger("cadre.node")
 
 SHUTDOWN_GRACE_S = 0.5
+#: Connections from one address and in all; idle or half-sent ones close after IDLE_S.
+#: Anyone on the LAN can connect, so none of this may grow without bound (netguard).
+MAX_PER_SOURCE = 32
+MAX_CONNECTIONS = 128
+IDLE_S = 5.0
 
 
 async def serve(node: Node, started_at: float) -> None:
@@ -36,21 +43,25 @@ async def serve(node: Node, started_at: float) -> None:
     config = node.config
     stop = asyncio.Event()
     _on_stop_signals(stop.set)
+    logfilter.quiet_loop_errors(asyncio.get_running_loop(), log)
 
+    guard = ConnectionGuard(per_source=MAX_PER_SOURCE, total=MAX_CONNECTIONS, idle_s=IDLE_S, name="node API")
     runner = web.AppRunner(
-        build_app(node, body_timeout_s=config.tuning.body_timeout_s),
+        build_app(node, body_timeout_s=config.tuning.body_timeout_s, first=[guard.middleware]),
         access_log_class=AccessLog,
         handle_signals=False,
         shutdown_timeout=SHUTDOWN_GRACE_S,
+        keepalive_timeout=IDLE_S,
+        logger=logfilter.OneLineLogger(log, "a malformed request"),
     )
     await runner.setup()
     p2p = None
     join_task: asyncio.Task[None] | None = None
     try:
         p2p = await start_p2p_listener(config.api_host, config.p2p_port, node.peer_id)
-        site = web.TCPSite(runner, config.api_host, config.api_port)
         try:
-            await site.start()
+            sock = bind_socket(config.api_host, config.api_port)
+            await GuardedSockSite(runner, sock, guard).start()
         except OSError as err:
             raise BindError(
                 f"cannot listen on API port {config.api_host}:{config.api_port}: "

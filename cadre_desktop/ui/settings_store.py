@@ -21,7 +21,8 @@ from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal
 
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import CadreError, SettingsError
-from cadre_desktop.settings import Settings, load_settings, parse_settings
+from cadre_desktop.readfile import read_bytes
+from cadre_desktop.settings import MAX_SETTINGS_BYTES, Settings, load_settings, parse_settings
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def read_doc(path: Path) -> dict[str, Any]:
     """The file's document as it is; a broken file raises its error (and is left alone)."""
     load_settings(path)  # the same checks, the same words
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_bytes(path, max_bytes=MAX_SETTINGS_BYTES).decode("utf-8"))
     except FileNotFoundError:
         return {}
 

@@ -17,6 +17,7 @@ import pytest
 from cadre_desktop import __version__
 from tests.support.headless import HeadlessHost, fast_settings
 from tests.support.polling import wait_until
+from tests.support.secret_items import entry_name
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def test_add_list_show_qr_remove_through_the_cli(host, keyring_env, tmp_path):
     url = listed["claim_url"]
     assert url.startswith(f"http://127.0.0.1:{listed['api_port']}/claim?node={node_id}#")
     secret = url.split("#", 1)[1]
-    assert keyring_get(keyring_env, f"{node_id}/claim-secret") == secret
+    assert keyring_get(keyring_env, entry_name(host.home, node_id)) == secret
 
     table = ok(host.cli("node", "list"))
     assert "Kitchen" in table and "unclaimed" in table and secret not in table
@@ -78,7 +79,7 @@ def test_add_list_show_qr_remove_through_the_cli(host, keyring_env, tmp_path):
     assert json.loads(ok(host.cli("node", "list", "--json"))) == {"nodes": []}
     missing = host.cli("node", "show", node_id)
     assert missing.returncode == 1 and missing.stderr.startswith("cadre-desktop: ")
-    assert keyring_get(keyring_env, f"{node_id}/claim-secret") is None
+    assert keyring_get(keyring_env, entry_name(host.home, node_id)) is None
 
 
 def test_second_host_on_the_same_home_exits_3_naming_the_pid(host):

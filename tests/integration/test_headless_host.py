@@ -19,6 +19,7 @@ import pytest
 
 from tests.support.headless import HeadlessHost, fast_settings
 from tests.support.polling import wait_until
+from tests.support.secret_items import entry_name
 
 
 def post_json(url: str, body: dict) -> tuple[int, dict]:
@@ -149,13 +150,13 @@ def test_remove_ends_the_process_and_deletes_folder_and_keyring_entry(host_facto
     node = running_node(host, added(host)["id"])
     work = host.home / "nodes" / node["id"]
     assert work.is_dir()
-    assert keyring_get(secret_service, f"{node['id']}/claim-secret")
+    assert keyring_get(secret_service, entry_name(host.home, node['id']))
     status, body = host.api("DELETE", f"/api/nodes/{node['id']}")
     assert status == 200 and body["existed"] is True
     assert host.api("GET", f"/api/nodes/{node['id']}")[0] == 404
     assert not work.exists()
     assert not psutil.pid_exists(node["pid"])
-    assert keyring_get(secret_service, f"{node['id']}/claim-secret") is None
+    assert keyring_get(secret_service, entry_name(host.home, node['id'])) is None
     status, body = host.api("DELETE", f"/api/nodes/{node['id']}")
     assert status == 200 and body["existed"] is False
     host.stop()

@@ -16,7 +16,7 @@ from tests.support.borrower import borrow, create_grant, free_lend_port, lend_ca
 from tests.support.headless import fast_settings
 from tests.support.node_scan import node_processes
 from tests.support.polling import wait_until
-from tests.support.secret_items import secret_items
+from tests.support.secret_items import secret_items, without_home
 
 
 @pytest.fixture
@@ -39,6 +39,11 @@ def seeded_and_running(host, donation_id: str, not_pid=None) -> dict:
     return wait_until(check, timeout=30, what=f"lent node {donation_id} seeded and running")
 
 
+def entries(keyring_env) -> set[str]:
+    """The keyring's cadre-desktop entries, as `<id>/<kind>`."""
+    return {without_home(u) for u in secret_items(keyring_env)}
+
+
 def listens(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -56,7 +61,7 @@ def test_a_node_is_lent_seeded_survives_a_crash_and_leaves_nothing_when_the_loan
     view = json.loads(result.stdout)
     assert view["status"] == "seeded" and view["party_id"] == "friends" and view["peer_id"].startswith("cn1")
     first = seeded_and_running(host, view["id"])
-    assert f"{view['id']}/seed-token" in secret_items(secret_service)
+    assert f"{view['id']}/seed-token" in entries(secret_service)
 
     os.kill(first["pid"], signal.SIGKILL)
     again = seeded_and_running(host, view["id"], not_pid=first["pid"])
@@ -68,7 +73,7 @@ def test_a_node_is_lent_seeded_survives_a_crash_and_leaves_nothing_when_the_loan
     assert (status, ended) == (200, {"id": view["id"], "ended": True})
     assert host.api("GET", f"/api/donations/{view['id']}")[0] == 404
     assert not (host.home / "nodes" / view["id"]).exists()
-    assert f"{view['id']}/seed-token" not in secret_items(secret_service)
+    assert f"{view['id']}/seed-token" not in entries(secret_service)
     wait_until(lambda: view["id"] not in node_processes(host.home), timeout=10, what="the lent node to stop")
     assert host.stop() == 0
 
@@ -104,7 +109,7 @@ def test_wrong_revoked_and_expired_grants_are_refused(lending_host, tmp_path, se
     assert status == 200
     refused = borrow(revoked["link"], "friends", tmp_path / "k.json")
     assert refused.returncode == 1 and "410 grant-revoked" in refused.stderr
-    assert f"{revoked['id']}/grant-token" not in secret_items(secret_service)
+    assert f"{revoked['id']}/grant-token" not in entries(secret_service)
 
     # The expiry passes while the host is down (its file says when): refused, and its loan ended at start.
     assert host.stop() == 0

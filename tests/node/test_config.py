@@ -131,7 +131,7 @@ async def test_second_process_on_the_same_node_dir_exits_4(nodes: NodeLauncher) 
     running = await nodes.start("cfg")
     result = nodes.run_to_exit(nodes.env_for("cfg", node_dir=running.node_dir))
     assert result.returncode == 4
-    assert_one_line_naming(result.stderr, "in use")
+    assert_one_line_naming(result.stderr, "in use", f"(pid {running.proc.pid})")
 
 
 @pytest.mark.parametrize("content", [b"{ torn", b'{"version": 99}', b"[]", b'{"version": 1}'])

@@ -26,7 +26,7 @@ from tests.support.host_calls import call, claim_secret_of, running
 from tests.support.instrumented_host import STALL_ENV, InstrumentedHost
 from tests.support.node_scan import check_invariant, node_processes, read_json, wait_settled
 from tests.support.polling import wait_until
-from tests.support.secret_items import node_of, secret_items
+from tests.support.secret_items import entry_name, node_of, secret_items, without_home
 
 ROUNDS = 10
 BUDGET_S = 45.0
@@ -48,9 +48,13 @@ class Ledger:
         return sorted(n for n, alive in self.exists.items() if alive)
 
 
+#: What this build writes: records and state are both at version 2.
+VERSIONS = {"hosted-nodes.json": 2, "state.json": 2}
+
+
 def parse_versioned(path) -> dict:
     doc = json.loads(path.read_bytes())
-    assert isinstance(doc, dict) and doc.get("version") == 1, f"{path.name}: {doc!r}"
+    assert isinstance(doc, dict) and doc.get("version") == VERSIONS[path.name], f"{path.name}: {doc!r}"
     return doc
 
 
@@ -118,7 +122,8 @@ def check_after_restart(host, ledger: Ledger, keyring_env, baseline: set[str], t
         parse_versioned(home / "state.json")
     left = [p.name for p in torn if p.exists()]
     assert not left, f"temp files of writes the crash interrupted are still there: {left}"
-    items = {u: s for u, s in secret_items(keyring_env).items() if u not in baseline}
+    # One home here: its entries by `<node id>/<kind>`, the home id taken off.
+    items = {without_home(u): s for u, s in secret_items(keyring_env).items() if u not in baseline}
     kind = {"claim": "claim-secret", "invitation": "invitation"}
     for node_id, row in records.items():
         assert row["status"] not in ("spawning", "removing"), f"{node_id} left {row['status']} after the reap"
@@ -216,7 +221,7 @@ def test_host_killed_mid_remove_finishes_the_removal_at_next_start(hosts, rng, s
     assert status == 201, added
     view = running(host, added["id"])
     node_id = view["id"]
-    assert f"{node_id}/claim-secret" in secret_items(secret_service)
+    assert entry_name(host.home, node_id) in secret_items(secret_service)
     # A frozen child cannot act on SIGTERM, so the remove waits in its stop: kill the host there.
     os.kill(view["pid"], signal.SIGSTOP)
     remover = threading.Thread(target=call, args=(host, "DELETE", f"/api/nodes/{node_id}"), daemon=True)
@@ -229,7 +234,7 @@ def test_host_killed_mid_remove_finishes_the_removal_at_next_start(hosts, rng, s
     host.start()
     assert node_id not in read_json(host.home / "hosted-nodes.json")["nodes"]
     assert not read_json(host.home / "hosted-nodes.json").get("removing")
-    assert f"{node_id}/claim-secret" not in secret_items(secret_service)
+    assert entry_name(host.home, node_id) not in secret_items(secret_service)
     assert not (host.home / "nodes" / node_id).exists()
     wait_until(lambda: node_id not in node_processes(host.home), timeout=5, what="the child to be stopped")
     assert host.stop() == 0

@@ -27,7 +27,7 @@ from tests.support.borrower import free_lend_port, lend_call
 from tests.support.host_calls import call
 from tests.support.node_scan import node_processes, read_json, wait_settled
 from tests.support.polling import wait_until
-from tests.support.secret_items import node_of, secret_items
+from tests.support.secret_items import node_of, secret_items, without_home
 
 ROUNDS = 6
 BUDGET_S = 40.0
@@ -118,7 +118,7 @@ def check_after_restart(host, ledger: Ledger, keyring_env, baseline: set[str]) -
     donations_doc = parse_versioned(home / "donations.json") if (home / "donations.json").exists() else {}
     donations = donations_doc.get("donations", {})
     assert not donations_doc.get("removing"), "an end of loan was left unfinished after the start-up reap"
-    items = {u: s for u, s in secret_items(keyring_env).items() if u not in baseline}
+    items = {without_home(u): s for u, s in secret_items(keyring_env).items() if u not in baseline}
     for grant_id, row in grants.items():
         assert not row.get("creating"), f"grant {grant_id} left half-created"
         has_token = f"{grant_id}/grant-token" in items

@@ -67,7 +67,7 @@ CORRUPTIONS = {
         "empty": (b"   \n", "empty"),
         "truncated": (pretty(STATE)[:60], "not valid JSON"),
         "not JSON": (b"handles: none", "not valid JSON"),
-        "future version": (pretty({"version": 2, "handles": {}}), "version 2"),
+        "future version": (pretty({"version": 99, "handles": {}}), "version 99"),
         "handles not an object": (pretty({"version": 1, "handles": "all"}), "'handles'"),
         "row of the wrong shape": (pretty({"version": 1, "handles": {"h": {"pid": "12"}}}), "bad row"),
     },

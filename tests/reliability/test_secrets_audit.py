@@ -28,7 +28,7 @@ from tests.reliability.conftest import host_settings
 from tests.support.host_calls import call, claim, claim_secret_of, post_json, running
 from tests.support.node_scan import node_processes
 from tests.support.polling import wait_until
-from tests.support.secret_items import secret_items
+from tests.support.secret_items import entry_name, node_of, secret_items, without_home
 
 
 class Vault:
@@ -159,8 +159,9 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
 
     problems += scan_processes(host, vault)
     problems += scan_home(host.home, vault, "control token of the second host")
-    assert set(secret_items(secret_service)) >= {f"{a['id']}/claim-secret", f"{b['id']}/invitation",
-                                                 f"{c['id']}/claim-secret", f"{d['id']}/invitation"}
+    assert set(secret_items(secret_service)) >= {
+        entry_name(host.home, a["id"]), entry_name(host.home, b["id"], "invitation"),
+        entry_name(host.home, c["id"]), entry_name(host.home, d["id"], "invitation")}
 
     # Remove everything (API and CLI), stop, and look again.
     for node_id in (a["id"], b["id"], e["id"]):
@@ -171,7 +172,7 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
     assert host.stop() == 0
     problems += scan_home(host.home, vault, None)
     gone = {a["id"], b["id"], c["id"], d["id"], e["id"]}
-    assert not [u for u in secret_items(secret_service) if u.split("/")[0] in gone], "keyring entries outlived their nodes"
+    assert not [u for u in secret_items(secret_service) if node_of(u) in gone], "keyring entries outlived their nodes"
     assert not problems, problems
 
 
@@ -204,7 +205,7 @@ def test_no_lending_secret_outside_the_keyring_and_the_lent_nodes_own_environmen
     asked = borrow(second["link"], "auditors", key, "--request-only")
     assert asked.returncode == 0, asked.stderr
     b = json.loads(asked.stdout)
-    items = secret_items(secret_service)
+    items = {without_home(u): v for u, v in secret_items(secret_service).items()}
     for d in (a, b):
         vault.add(f"seed token of {d['id']}", items[f"{d['id']}/seed-token"])
 
@@ -229,6 +230,6 @@ def test_no_lending_secret_outside_the_keyring_and_the_lent_nodes_own_environmen
     assert cli.returncode == 0, cli.stderr
     assert host.stop() == 0
     problems += scan_home(host.home, vault, None)
-    left = [u for u in secret_items(secret_service) if u.split("/")[0] in {first["id"], a["id"], b["id"]}]
+    left = [u for u in secret_items(secret_service) if node_of(u) in {first["id"], a["id"], b["id"]}]
     assert not left, f"keyring entries outlived their grant or loan: {left}"
     assert not problems, problems

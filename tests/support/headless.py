@@ -55,6 +55,9 @@ class HeadlessHost:
                     "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
         self.env.pop("QT_QPA_PLATFORM", None)
         self.proc: subprocess.Popen | None = None
+        #: When set, the host runs with this many file descriptors at most (soft and hard),
+        #: as under `ulimit -n`.
+        self.fd_limit: int | None = None
         home.mkdir(parents=True, exist_ok=True)
         if settings is not None:
             (home / "settings.json").write_text(json.dumps(settings))
@@ -69,10 +72,16 @@ class HeadlessHost:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cadre_desktop", "--headless"],
             env=self.env, stdout=subprocess.DEVNULL, stderr=self._stderr, cwd=self.home,
+            preexec_fn=self._limit_fds if self.fd_limit else None,
         )
         if wait:
             wait_until(self._ready, timeout=30, interval=0.02, what="headless host control.json")
         return self
+
+    def _limit_fds(self) -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.fd_limit, self.fd_limit))
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:

@@ -6,7 +6,9 @@ the ones nobody knows the id of (a node whose add was cut short by a SIGKILL).
 
 from __future__ import annotations
 
+import json
 from contextlib import closing
+from pathlib import Path
 
 SERVICE = "cadre-desktop"
 
@@ -25,8 +27,23 @@ def secret_items(keyring_env: dict[str, str]) -> dict[str, str]:
 
 
 def node_of(user_name: str) -> str:
-    """`n1234abcd/claim-secret` -> `n1234abcd`."""
-    return user_name.split("/", 1)[0]
+    """`<home id>/n1234abcd/claim-secret` (or the old `n1234abcd/claim-secret`) -> `n1234abcd`."""
+    return user_name.split("/")[-2]
+
+
+def without_home(user_name: str) -> str:
+    """`<home id>/n1234abcd/claim-secret` -> `n1234abcd/claim-secret`."""
+    return "/".join(user_name.split("/")[-2:])
+
+
+def home_id(home: Path) -> str:
+    """The id a home keys its keyring entries by (kept in its records file)."""
+    return json.loads((home / "hosted-nodes.json").read_text())["home_id"]
+
+
+def entry_name(home: Path, node_id: str, kind: str = "claim-secret") -> str:
+    """The keyring user name of a node's secret in `home`."""
+    return f"{home_id(home)}/{node_id}/{kind}"
 
 
 def store_secret(keyring_env: dict[str, str], user_name: str, secret: str) -> None:

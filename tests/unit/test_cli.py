@@ -427,3 +427,47 @@ def test_autostart_calls_the_ui_module(capsys, monkeypatch):
     assert run(capsys, "autostart", "off")[0] == 0
     code, out, _ = run(capsys, "autostart", "status")
     assert calls == ["on", "off"] and (code, out.strip()) == (0, "autostart is on")
+
+
+# -- hostile text never reaches the terminal as control sequences ------------------------------------
+
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b[31mevil\u202e"
+
+
+def no_controls(output: str) -> bool:
+    return not any(c in output for c in "\x1b\x07\x9b\u202e")
+
+
+@pytest.mark.parametrize("argv", [["node", "list"], ["node", "show", "n-1"], ["node", "list", "--json"],
+                                  ["node", "show", "n-1", "--json"], ["node", "restart", "n-1"]])
+def test_names_cadres_and_errors_from_the_network_are_escaped_in_every_output(capsys, served, argv):
+    served.put(make_view("n-1", "kitchen " + HOSTILE, status="error", cadre=HOSTILE, last_error="x" + HOSTILE,
+                         peer_id=HOSTILE))
+    code, out, err = run(capsys, *argv)
+    assert no_controls(out) and no_controls(err), (out, err)
+    assert "\\x1b]0;pwned" in out or "\\u001b]0;pwned" in out or "\\x1b" in err
+
+
+def test_watch_escapes_names_and_details(capsys, home):
+    served = ServedHost(home)
+    served.put(make_view("n-1", "name" + HOSTILE))
+    result = {}
+    watcher = threading.Thread(target=lambda: result.setdefault("code", cli.main(["node", "watch"])))
+    watcher.start()
+    try:
+        wait_until(lambda: served.server._streams, what="the watch stream")
+        served.call(served.host.bus.emit, EventKind.GAVE_UP, "n-1", "reason" + HOSTILE)
+    finally:
+        served.close()
+        watcher.join(10)
+    out, _ = capsys.readouterr()
+    assert no_controls(out) and "name\\x1b]0;pwned" in out and "reason\\x1b" in out
+
+
+def test_logs_escape_control_sequences_but_keep_lines(capsys, home):
+    log = resolve_paths().node_log("n-1")
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b'127.0.0.1 "GET /\x1b[2J\x07 HTTP/1.1" 404\nnext\tline\n')
+    code, out, _ = run(capsys, "node", "logs", "n-1")
+    assert code == 0 and no_controls(out)
+    assert out == '127.0.0.1 "GET /\\x1b[2J\\x07 HTTP/1.1" 404\nnext\tline\n'

@@ -46,6 +46,31 @@ def test_importing_the_engine_loads_no_qt():
     assert out.strip() == "[]"
 
 
+#: Modules both the node and the host may import (the node imports nothing from host/).
+SHARED = ("text.py", "netguard.py", "logfilter.py", "fdlimit.py", "logpump.py", "atomicfile.py")
+
+
+def test_shared_modules_import_neither_host_nor_node_nor_ui():
+    for name in SHARED:
+        for module in imported_modules(PKG / name):
+            assert not module.startswith(("cadre_desktop.host", "cadre_desktop.node", "cadre_desktop.ui",
+                                          "PySide6", "qasync")), f"{name} imports {module}"
+
+
+def test_node_imports_only_itself_and_the_shared_modules():
+    allowed = {f"cadre_desktop.{name[:-3]}" for name in SHARED} | {"cadre_desktop"}
+    for path in (PKG / "node").rglob("*.py"):
+        for module in imported_modules(path):
+            if module.startswith("cadre_desktop") and not module.startswith("cadre_desktop.node"):
+                assert module in allowed, f"{path} imports {module}"
+
+
+def test_the_log_pump_needs_only_the_standard_library():
+    # It runs as `python -I -S logpump.py`: no site-packages, not even our own package.
+    for module in imported_modules(PKG / "logpump.py"):
+        assert module.split(".")[0] in sys.stdlib_module_names or module == "__future__", module
+
+
 def test_nothing_but_the_lifecycle_writes_a_record():
     """One owner of a node's life: the store's writers (hosted or lent nodes) are called from lifecycle.py only."""
     writers = ("put", "remove", "mark_removed", "removal_done")

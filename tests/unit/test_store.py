@@ -6,7 +6,7 @@ import pytest
 from cadre_desktop.atomicfile import write_bytes_atomic
 from cadre_desktop.errors import StorageError
 from cadre_desktop.host.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo
-from cadre_desktop.host.store import RecordStore
+from cadre_desktop.host.store import FILE_VERSION, RecordStore
 
 
 def rec(node_id="n1", **kw) -> NodeRecord:
@@ -25,7 +25,7 @@ def test_round_trip_through_the_file(tmp_path):
     fresh = RecordStore(path)
     assert fresh.get("n1") == r
     assert [x.id for x in fresh.list()] == ["n1", "n2"]
-    assert json.loads(path.read_text())["version"] == 1
+    assert json.loads(path.read_text())["version"] == FILE_VERSION
     assert fresh.remove("n1") is True
     assert fresh.remove("n1") is False
     assert RecordStore(path).get("n1") is None

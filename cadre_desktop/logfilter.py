@@ -1,0 +1,143 @@
+"""Logs that someone else cannot fill: repeated lines are rate-limited, loop errors are one line.
+
+Anything a client can trigger over and over (a malformed request, a refused
+connection, a node that keeps not answering) would otherwise write a line each
+time, and a flood writes the disk full: 69 MB of tracebacks in one experiment.
+`RepeatFilter` lets the first few lines of a kind through in each window and
+counts the rest; the next line of that kind that passes says how many were
+left out. Lines of a kind are the same message with its numbers taken out (so
+ports, pids and timings do not make every line new). A budget for all lines of
+the window bounds a flood of lines that all differ. Errors and worse pass the
+per-kind limit's first lines like the rest, and are never eaten by the budget
+alone.
+
+`quiet_loop_errors` makes the event loop's own error reports (an accept that
+ran out of descriptors, a connection reset mid-write) one line each instead of
+a traceback, through the same filter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import sys
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+_DIGITS = re.compile(r"\d+")
+_MAX_KINDS = 1000
+
+
+class RepeatFilter(logging.Filter):
+    def __init__(self, *, burst: int = 5, window_s: float = 60.0, budget: int = 300,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.burst = burst
+        self.window_s = window_s
+        self.budget = budget
+        self.clock = clock
+        #: kind -> [window start, lines passed, lines left out]
+        self._kinds: OrderedDict[tuple, list] = OrderedDict()
+        self._window_start = clock()
+        self._window_lines = 0
+        self._window_dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # One verdict per record: the same filter sits on every handler (stderr, file).
+        verdict = getattr(record, "_cadre_repeat_verdict", None)
+        if verdict is None:
+            verdict = self._decide(record)
+            record._cadre_repeat_verdict = verdict
+        return verdict
+
+    def _decide(self, record: logging.LogRecord) -> bool:
+        now = self.clock()
+        if now - self._window_start >= self.window_s:
+            self._window_start, self._window_lines, self._window_dropped = now, 0, 0
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: let the handler report it
+            return True
+        kind = (record.name, record.levelno, _DIGITS.sub("#", message)[:200])
+        entry = self._kinds.get(kind)
+        if entry is None or now - entry[0] >= self.window_s:
+            left_out = entry[2] if entry else 0
+            entry = [now, 0, 0]
+            self._kinds[kind] = entry
+            if left_out:
+                self._note(record, f"{left_out} more like it were left out")
+        self._kinds.move_to_end(kind)
+        while len(self._kinds) > _MAX_KINDS:
+            self._kinds.popitem(last=False)
+        over_budget = self._window_lines >= self.budget and record.levelno < logging.ERROR
+        if entry[1] >= self.burst or over_budget:
+            entry[2] += 1
+            self._window_dropped += 1
+            return False
+        entry[1] += 1
+        self._window_lines += 1
+        if entry[1] == self.burst:
+            self._note(record, f"more lines like it in the next {self.window_s:.0f} s are left out")
+        return True
+
+    @staticmethod
+    def _note(record: logging.LogRecord, note: str) -> None:
+        record.msg = f"{record.getMessage()} [{note}]"
+        record.args = None
+
+
+def install(handlers: list[logging.Handler], **kwargs) -> RepeatFilter:
+    """Put one RepeatFilter on every handler (the same one, so each record is judged once)."""
+    repeat = RepeatFilter(**kwargs)
+    for handler in handlers:
+        if not any(isinstance(f, RepeatFilter) for f in handler.filters):
+            handler.addFilter(repeat)
+    return repeat
+
+
+def quiet_loop_errors(loop: asyncio.AbstractEventLoop, logger: logging.Logger | None = None) -> None:
+    """Report the loop's OS-level errors as one line (no traceback); others as before."""
+    target = logger or logging.getLogger("asyncio")
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError):
+            target.error("%s: %s: %s", context.get("message", "event loop error"), type(exc).__name__, exc)
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handle)
+
+
+class OneLineLogger(logging.LoggerAdapter):
+    """For aiohttp's request handler: a request it cannot parse is one warning line, never a traceback.
+
+    A malformed request is the client's doing, not a failure of ours; anyone
+    who can connect can send one, so its log line must be short and bounded.
+    """
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        super().__init__(logger, {})
+        self.what = what
+
+    def exception(self, msg: Any, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        try:
+            text = str(msg) % args if args else str(msg)
+        except (TypeError, ValueError):
+            text = str(msg)
+        detail = ""
+        if exc is not None:
+            # aiohttp's messages span lines with a caret under the bad byte: one line, no caret.
+            words = " ".join(str(getattr(exc, "message", None) or exc).split()).rstrip(" ^")
+            detail = f": {type(exc).__name__}: {words}"
+        line = f"{self.what}: {text}{detail}"
+        self.logger.warning("%s", _printable(line, 300))
+
+
+def _printable(text: str, limit: int) -> str:
+    from cadre_desktop.text import escape
+
+    return escape(text, limit)

@@ -1,0 +1,245 @@
+"""Bounds on what clients can make a server hold: connections per source, in total, and idle.
+
+Used by the host's control API and by the node's API (so it imports nothing
+from either). Without it, one process that opens connections and sends nothing
+(or half a request) holds a descriptor each until the process runs out, and
+then nothing works: no respawn, no save, no answer to anyone.
+
+- **Caps.** At most `per_source` connections from one address and `total` in
+  all. A new connection over a cap takes the place of the *oldest idle* one
+  (connected or between requests, no handler running) of the same source, or
+  of the busiest source for the total cap; one with no idle connection to
+  replace is refused (reset at once). A fresh client, such as the CLI or the
+  host's probe, so gets in past a crowd of idle ones.
+- **Idle and half-sent connections** are closed `idle_s` after they last
+  finished a request (or connected): a client that trickles half a request
+  never counts as busy.
+- **Accepts per loop turn** are limited (the listen backlog is also asyncio's
+  batch size), so a burst of new connections never evicts a client whose
+  request already arrived before the loop had a turn to read it (see
+  ACCEPT_BATCH). Put the guard's middleware first, so a handler is marked busy
+  before its first await.
+
+A connection is *busy* while a handler runs for it (the middleware below
+marks it); long-lived streams (the event stream) are busy and never evicted,
+and count against the caps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import OrderedDict
+from typing import Any, Callable
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+#: Accepted per loop turn, and the kernel's queue of connections not yet accepted. A
+#: connection accepted in one turn has its request read in the next and its handler
+#: started in the one after; keeping `per_source` at least twice this means a client
+#: that sends its request at once is busy before two batches could evict it.
+ACCEPT_BATCH = 16
+
+
+class _Conn:
+    __slots__ = ("transport", "source", "idle_since", "busy")
+
+    def __init__(self, transport: asyncio.BaseTransport, source: str, now: float) -> None:
+        self.transport = transport
+        self.source = source
+        self.idle_since = now
+        self.busy = 0
+
+
+class ConnectionGuard:
+    def __init__(self, *, per_source: int, total: int, idle_s: float, name: str = "server") -> None:
+        self.per_source = max(1, per_source)
+        self.total = max(self.per_source, total)
+        self.idle_s = idle_s
+        self.name = name
+        self._by_source: dict[str, OrderedDict[Any, _Conn]] = {}
+        self._count = 0
+        self._sweeper: asyncio.TimerHandle | None = None
+        #: How many connections were refused or evicted (read by tests and the log line).
+        self.refused = 0
+        self.evicted = 0
+
+    # -- admission ----------------------------------------------------------------
+
+    def admit(self, transport: asyncio.BaseTransport) -> _Conn | None:
+        loop = asyncio.get_running_loop()
+        peer = transport.get_extra_info("peername")
+        source = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else "?"
+        mine = self._by_source.get(source)
+        if mine is not None and len(mine) >= self.per_source and not self._evict_from(source):
+            return self._refuse(source)
+        if self._count >= self.total:
+            busiest = max(self._by_source, key=lambda s: len(self._by_source[s]), default=None)
+            if busiest is None or not self._evict_from(busiest):
+                return self._refuse(source)
+        conn = _Conn(transport, source, loop.time())
+        self._by_source.setdefault(source, OrderedDict())[transport] = conn
+        self._count += 1
+        self._schedule_sweep(loop)
+        return conn
+
+    def _refuse(self, source: str) -> None:
+        if self.refused % 1000 == 0:
+            log.warning("%s: refusing connections from %s: %d open, the most allowed",
+                        self.name, source, self._count)
+        self.refused += 1
+        return None
+
+    def _evict_from(self, source: str) -> bool:
+        """Close the oldest idle connection of `source`; False if it has none."""
+        for transport, conn in self._by_source.get(source, {}).items():
+            if not conn.busy:
+                self._drop(conn)
+                transport.abort()
+                self.evicted += 1
+                return True
+        return False
+
+    def _drop(self, conn: _Conn) -> None:
+        mine = self._by_source.get(conn.source)
+        if mine is not None and mine.pop(conn.transport, None) is not None:
+            self._count -= 1
+            if not mine:
+                del self._by_source[conn.source]
+
+    def forget(self, conn: _Conn) -> None:
+        self._drop(conn)
+
+    @property
+    def open_connections(self) -> int:
+        return self._count
+
+    # -- idle connections ------------------------------------------------------------
+
+    def _schedule_sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(max(0.2, self.idle_s / 4), self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        cutoff = loop.time() - self.idle_s
+        for mine in list(self._by_source.values()):
+            for transport, conn in list(mine.items()):
+                if not conn.busy and conn.idle_since <= cutoff:
+                    self._drop(conn)
+                    transport.abort()
+        if self._count:
+            self._schedule_sweep(loop)
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    # -- busy while a handler runs ------------------------------------------------------
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Callable) -> web.StreamResponse:
+        conn = self._find(request.transport)
+        if conn is None:
+            return await handler(request)
+        conn.busy += 1
+        try:
+            return await handler(request)
+        finally:
+            conn.busy -= 1
+            conn.idle_since = asyncio.get_running_loop().time()
+
+    def _find(self, transport: Any) -> _Conn | None:
+        if transport is None:
+            return None
+        peer = transport.get_extra_info("peername")
+        source = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else "?"
+        return self._by_source.get(source, {}).get(transport)
+
+    def protocol_factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        return lambda: _Guarded(self, inner())
+
+
+class _Guarded(asyncio.Protocol):
+    """Admits a connection before aiohttp sees it; forwards everything else unchanged."""
+
+    def __init__(self, guard: ConnectionGuard, inner: asyncio.Protocol) -> None:
+        self._guard = guard
+        self._inner: Any = inner
+        self._conn: _Conn | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._conn = self._guard.admit(transport)
+        if self._conn is None:
+            transport.abort()  # a reset frees the descriptor now, not after a close handshake
+            self._inner = None
+            return
+        self._inner.connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._conn is not None:
+            self._guard.forget(self._conn)
+        if self._inner is not None:
+            self._inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._inner is not None:
+            self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received() if self._inner is not None else False
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class GuardedSockSite(web.SockSite):
+    """An aiohttp site on a bound socket whose connections pass through a guard."""
+
+    def __init__(self, runner: web.BaseRunner, sock: socket.socket, guard: ConnectionGuard) -> None:
+        super().__init__(runner, sock, backlog=ACCEPT_BATCH)
+        self._guard = guard
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._guard.protocol_factory(self._runner.server), sock=self._sock, backlog=self._backlog,
+        )
+
+    async def stop(self) -> None:
+        self._guard.close()
+        await super().stop()
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket on (host, port), address reuse on POSIX as aiohttp's TCPSite does."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if hasattr(socket, "SO_REUSEADDR") and socket.SO_REUSEADDR and not _windows():
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _windows() -> bool:
+    import sys
+
+    return sys.platform == "win32"

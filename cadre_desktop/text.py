@@ -1,0 +1,55 @@
+"""Text from outside (the network, a file, another program) made safe before we keep or show it.
+
+One check for node and host alike: a string is *clean* when it is text,
+single-line, printable and bounded. `clean` returns it or None; `escape` turns
+anything into a clean string by writing each unprintable character as a
+visible escape (`\\x1b`, `\\u202e`), so a name a hostile node sent can be
+shown without letting it drive the terminal (ESC, BEL, CSI sequences) or
+reorder what is around it (bidi controls). Standard library only: the node
+imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def clean(value: Any, max_len: int, *, allow_empty: bool = False) -> str | None:
+    """`value` if it is a printable single-line string of at most `max_len` characters, else None."""
+    if not isinstance(value, str) or len(value) > max_len:
+        return None
+    if not value and not allow_empty:
+        return None
+    return value if value.isprintable() else None
+
+
+def _visible(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def escape(value: Any, max_len: int | None = None, *, keep: str = "") -> str:
+    """A printable rendering of `value`: unprintable characters (except those in `keep`) as escapes.
+
+    Backslashes are left as they are (this is for reading, not for parsing
+    back), so paths keep their look. With `max_len`, the result is cut to that
+    many characters and marked with an ellipsis.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if text.isprintable() and not keep:
+        out = text
+    else:
+        out = "".join(ch if ch.isprintable() or ch in keep else _visible(ch) for ch in text)
+    if max_len is not None and len(out) > max_len:
+        out = out[: max(0, max_len - 1)] + "…"
+    return out
+
+
+def escape_lines(value: Any) -> str:
+    """For a terminal: every line made printable, the line breaks (and tabs) kept."""
+    text = value if isinstance(value, str) else str(value)
+    return escape(text.replace("\r\n", "\n"), keep="\n\t")

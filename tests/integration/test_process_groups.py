@@ -1,0 +1,178 @@
+"""The orchestrator owns every process a node starts, and writes its log through a capped pump."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from cadre_desktop.host import procs, proctree
+from cadre_desktop.host.orchestrator import ExitEvent
+from tests.integration.test_orchestrator import make_orchestrator, ready_info
+from tests.support.polling import async_wait_until, wait_until
+from tests.unit.test_proctree import HOLD_LOCK
+
+
+def gone(pid: int) -> bool:
+    return procs.read_identity(pid) is None
+
+
+def read(path) -> bytes:
+    """A log being rotated is missing for an instant (between the rename and the new file)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+@pytest.fixture
+def cleanup():
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+async def wrapper_and_node(tmp_path, cleanup, monkeypatch, stop_timeout_s: float = 2.0, grandchild: str = ""):
+    """An orchestrator whose child n1 started a grandchild in its group: a wrapper and its node."""
+    monkeypatch.setenv("SLEEPER_MODE", "grandchild")
+    monkeypatch.setenv("SLEEPER_GRANDCHILD", grandchild)
+    orch = make_orchestrator(tmp_path, stop_timeout_s=stop_timeout_s)
+    await orch.init()
+    handle = orch.spawn("n1", {})
+    cleanup.append(handle.pid)
+    pid = ready_info(orch, "n1")["grandchild"]
+    cleanup.append(pid)
+    return orch, handle, pid
+
+
+async def test_a_leaders_death_ends_its_group_before_the_exit_is_reported(tmp_path, cleanup, monkeypatch):
+    orch, handle, grandchild = await wrapper_and_node(tmp_path, cleanup, monkeypatch)
+    seen: list[tuple[ExitEvent, bool]] = []
+    # At the moment listeners hear of the exit (and would respawn), the kill is already sent.
+    orch.subscribe(lambda event: seen.append((event, procs.group_exists(handle.pgid))))
+    os.kill(handle.pid, signal.SIGKILL)  # the wrapper dies; the real node would live on
+    await async_wait_until(lambda: seen, what="the exit event")
+    await async_wait_until(lambda: gone(grandchild), timeout=5, what="the grandchild's end")
+    assert not seen[0][0].requested
+    orch.close()
+
+
+async def test_stop_gives_the_whole_group_its_grace_then_kills_what_ignores_it(tmp_path, cleanup, monkeypatch):
+    orch, handle, grandchild = await wrapper_and_node(tmp_path, cleanup, monkeypatch, 0.5, "ignore-term")
+    await orch.stop(handle.id)  # the leader leaves on SIGTERM; its child stays until killed
+    assert gone(handle.pid) and gone(grandchild)
+    orch.close()
+
+
+async def test_a_restarted_host_ends_what_a_leader_that_died_meanwhile_left(tmp_path, cleanup, monkeypatch):
+    first, handle, grandchild = await wrapper_and_node(tmp_path, cleanup, monkeypatch)
+    first.close()  # the host goes away; then the wrapper is killed while nobody watches
+    os.kill(handle.pid, signal.SIGKILL)
+    wait_until(lambda: gone(handle.pid), what="the leader's death")
+    assert not gone(grandchild)
+
+    second = make_orchestrator(tmp_path)
+    report = await second.init()
+    assert report.dead == [handle.id] and report.attached == []
+    assert gone(grandchild), "the orphan of the dead wrapper was left running"
+    second.close()
+
+
+async def test_remove_and_quit_end_a_stray_that_left_the_group(tmp_path, cleanup, monkeypatch):
+    monkeypatch.setenv("SLEEPER_MODE", "grandchild")
+    monkeypatch.setenv("SLEEPER_GRANDCHILD", "setsid")
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    strays = {}
+    for node_id in ("n1", "n2"):
+        handle = orch.spawn(node_id, {})
+        cleanup.append(handle.pid)
+        strays[node_id] = ready_info(orch, node_id)["grandchild"]
+        cleanup.append(strays[node_id])
+        wait_until(lambda: procs.process_info(strays[node_id]).sid == strays[node_id], what="setsid")
+    await orch.remove_node("n1")
+    assert gone(strays["n1"]), "remove deleted the folder of a process that still runs"
+    assert not orch.work_dir("n1").exists()
+    assert not gone(strays["n2"])
+    await orch.stop_all()
+    assert gone(strays["n2"]), "quit left a node process running"
+    orch.close()
+
+
+async def test_a_stray_holding_the_work_folders_lock_is_ended_before_a_spawn(tmp_path, cleanup, caplog):
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    work = orch.work_dir("n1")
+    work.mkdir(parents=True)
+    env = {**os.environ, "CADRE_NODE_ID": "n1", "CADRE_NODE_DIR": str(work)}
+    stray = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(work / proctree.LOCK_FILE)],
+                             env=env, stdout=subprocess.PIPE, start_new_session=True)
+    cleanup.append(stray.pid)
+    assert stray.stdout.readline().strip() == b"locked"
+    handle = orch.spawn("n1", {})
+    cleanup.append(handle.pid)
+    assert stray.wait(5) == -signal.SIGKILL
+    assert f"stray process {stray.pid}" in caplog.text and "lock" in caplog.text
+    ready_info(orch, "n1")
+    await orch.stop(handle.id)
+    orch.close()
+
+
+async def test_a_child_writes_through_a_pump_that_outlives_the_host_and_caps_the_log(tmp_path, cleanup,
+                                                                                    monkeypatch):
+    monkeypatch.setenv("SLEEPER_MODE", "chatty")
+    monkeypatch.setenv("SLEEPER_CHATTY_BYTES", str(2 << 20))
+    orch = make_orchestrator(tmp_path)
+    orch.log_cap_bytes = 64 * 1024
+    await orch.init()
+    handle = orch.spawn("n1", {})
+    cleanup.append(handle.pid)
+    pump = psutil.Process(handle.pump_pid)
+    assert not any(k.startswith("CADRE_") for k in pump.environ()), "the pump must not look like a node"
+    assert pump.pid != handle.pid and os.getsid(pump.pid) == pump.pid  # a session of its own
+    orch.close()  # the host goes away: the node keeps writing, the pump keeps capping
+    path = orch.log_path("n1")
+    rotated = path.with_name(path.name + ".1")
+    wait_until(lambda: b"chatter done" in read(path), timeout=30, what="the end of the chatter")
+    assert path.stat().st_size <= 64 * 1024 and rotated.stat().st_size <= 64 * 1024
+    assert path.stat().st_mode & 0o777 == 0o600 and rotated.stat().st_mode & 0o777 == 0o600
+    second = make_orchestrator(tmp_path)
+    report = await second.init()
+    assert [h.pump_pid for h in report.attached] == [pump.pid]
+    await second.remove_node("n1")  # the pump ends with its node's output, before the log is deleted
+    assert gone(pump.pid) and not path.exists()
+    second.close()
+
+
+async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_clearly(tmp_path, monkeypatch):
+    from cadre_desktop.errors import SpawnError
+    from cadre_desktop.host import nodelogs
+
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    started: list[int] = []
+    real_popen = __import__("subprocess").Popen
+
+    def popen(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc.pid)
+        return proc
+
+    def no_pump(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr("cadre_desktop.host.launch.subprocess.Popen", popen)
+    monkeypatch.setattr(nodelogs, "start_pump", no_pump)
+    with pytest.raises(SpawnError, match="log pump"):
+        orch.spawn("n1", {})
+    assert started and all(gone(pid) for pid in started), "the node started for the failed spawn still runs"
+    assert orch.list_nodes() == [] and orch.ports.held == frozenset()
+    orch.close()

@@ -1,0 +1,137 @@
+"""Floods of idle and half-sent connections change nothing that matters.
+
+One local process opens 5,000 connections (half of them send half a request
+and then nothing) and keeps that many open for the whole test, re-opening each
+one the server closes. Against the control API of a host limited to 1,024
+file descriptors: the CLI still answers, a node that crashes meanwhile is
+respawned and spends exactly one attempt, the host never holds more than a
+few hundred descriptors, the records file stays whole, and host.log grows by
+less than 100 KB. Against a node's API port: its claim page still answers a
+client from another address, and the host's probe still sees the node (or,
+if it could not, would see it as not answering: it never reads an old
+keep-alive connection).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.reliability.conftest import host_settings
+from tests.support.host_calls import call, running
+from tests.support.polling import wait_until
+
+FLOODER = Path(__file__).resolve().parents[1] / "support" / "flooder.py"
+CONNECTIONS = 5000
+FD_LIMIT = 1024
+FLOOD_S = 25.0
+
+
+class Flood:
+    def __init__(self, host: str, port: int, source: str | None = None) -> None:
+        args = [sys.executable, str(FLOODER), host, str(port), str(CONNECTIONS), str(FLOOD_S)]
+        self.proc = subprocess.Popen(args + ([source] if source else []), stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "flooding"
+
+    def stop(self) -> dict:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        return json.loads(lines[-1]) if lines else {}
+
+    def __enter__(self) -> "Flood":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def log_bytes(home: Path) -> int:
+    return sum(p.stat().st_size for p in (home / "logs").glob("host.log*"))
+
+
+def test_a_flood_on_the_control_api_leaves_the_cli_respawns_and_the_log_working(hosts, rng):
+    host = hosts(host_settings(rng, respawn_max_attempts=5))
+    host.fd_limit = FD_LIMIT
+    host.start()
+    ids = [call(host, "POST", "/api/nodes", {"name": f"flooded {i}"})[1]["id"] for i in range(2)]
+    victim = running(host, ids[0])
+    running(host, ids[1])
+    records_before = (host.home / "hosted-nodes.json").read_bytes()
+    log_before = log_bytes(host.home)
+    port = int(host.control["url"].rsplit(":", 1)[1])
+    proc = psutil.Process(host.proc.pid)
+    with Flood("127.0.0.1", port) as flood:
+        listed = host.cli("node", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert sorted(n["id"] for n in json.loads(listed.stdout)["nodes"]) == sorted(ids)
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        def respawned() -> dict | None:
+            shown = host.cli("node", "show", ids[0], "--json")
+            assert shown.returncode == 0, shown.stderr
+            view = json.loads(shown.stdout)
+            return view if view["running"] and view["pid"] != victim["pid"] else None
+        view = wait_until(respawned, timeout=30, interval=0.2, what="the crashed node's respawn")
+        assert view["attempts"] == 1 and view["status"] == "unclaimed"
+        assert proc.num_fds() < FD_LIMIT // 2, f"the host holds {proc.num_fds()} descriptors"
+        for _ in range(3):
+            assert host.cli("node", "list").returncode == 0
+        stats = flood.stop()
+    print(f"flood: {stats}")
+    assert stats["opened"] >= CONNECTIONS
+    other = json.loads(host.cli("node", "show", ids[1], "--json").stdout)
+    assert other["attempts"] == 0 and other["running"], "a node nobody touched spent an attempt"
+    records = json.loads((host.home / "hosted-nodes.json").read_bytes())
+    assert sorted(records["nodes"]) == sorted(ids) and records_before
+    grown = log_bytes(host.home) - log_before
+    assert grown < 100 * 1024, f"host.log grew {grown} bytes during the flood"
+
+
+def claim_page_from(source: str, port: int, node_id: str) -> bytes:
+    """GET the claim page as another device would: from another address of the machine."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+    try:
+        conn.request("GET", f"/claim?node={node_id}")
+        resp = conn.getresponse()
+        assert resp.status == 200
+        return resp.read()
+    finally:
+        conn.close()
+
+
+def test_a_flood_on_a_nodes_port_leaves_its_claim_page_to_others_and_the_probe_honest(hosts, rng):
+    host = hosts(host_settings(rng))
+    host.fd_limit = FD_LIMIT  # the node inherits it
+    host.start()
+    node_id = call(host, "POST", "/api/nodes", {"name": "flooded node"})[1]["id"]
+    view = running(host, node_id)
+    port = view["api_port"]
+    with Flood("127.0.0.1", port):
+        started = time.monotonic()
+        for _ in range(5):
+            assert b"<form" in claim_page_from("127.0.0.2", port, node_id)
+        print(f"5 claim pages in {time.monotonic() - started:.2f} s under the flood")
+        node_proc = psutil.Process(view["pid"])
+        assert node_proc.num_fds() < 512, f"the node holds {node_proc.num_fds()} descriptors"
+        # The host either still reads /status, or sees the node as not answering.
+        now = call(host, "GET", f"/api/nodes/{node_id}")[1]
+        assert now["running"]
+    after = running(host, node_id)
+    assert after["status"] == "unclaimed"
+    node_log = (host.home / "logs" / f"node-{node_id}.log").stat().st_size
+    assert node_log < 200 * 1024, f"the node's log grew to {node_log} bytes"

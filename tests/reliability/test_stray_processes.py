@@ -1,0 +1,62 @@
+"""A node whose wrapper dies never leaves its real node behind.
+
+`node_command` is a shell script that runs the node as its child. SIGKILLing
+the wrapper (as the OOM killer would) used to leave the real node running in
+the wrapper's group, holding the work folder's lock and the ports, so every
+respawn failed until the host gave up, and quit left it running. Here the
+wrapper of one of two nodes is SIGKILLed 20 times, each time once the node
+answers again; afterwards each record has exactly one real node process (the
+child of the wrapper the host tracks), nothing was given up on, and after a
+clean quit no node process and no wrapper runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+
+from tests.reliability.conftest import FLAKY_NODE, REPO, host_settings
+from tests.support.host_calls import call, running
+from tests.support.node_scan import node_processes
+from tests.support.polling import wait_until
+
+WRAPPER = ["/bin/sh", str(REPO / "tests" / "support" / "wrapper_node.sh"), *FLAKY_NODE]
+KILLS = 20
+
+
+def real_nodes(home) -> dict[str, list[psutil.Process]]:
+    """Per node id, its live processes that are the node itself (not the wrapper)."""
+    found: dict[str, list[psutil.Process]] = {}
+    for node_id, procs in node_processes(home).items():
+        for proc in procs:
+            try:
+                if any("flaky_node.py" in part for part in proc.cmdline()[:3]):
+                    found.setdefault(node_id, []).append(proc)
+            except psutil.Error:
+                continue
+    return found
+
+
+def test_sigkilled_wrappers_leave_exactly_one_node_per_record_and_none_after_quit(hosts, rng):
+    host = hosts(host_settings(rng, node_command=WRAPPER, respawn_max_attempts=40,
+                               respawn_backoff_max_ms=200)).start()
+    ids = [call(host, "POST", "/api/nodes", {"name": f"wrapped {i}"})[1]["id"] for i in range(2)]
+    views = {node_id: running(host, node_id) for node_id in ids}
+    for kill in range(KILLS):
+        node_id = ids[kill % 2]
+        wrapper = views[node_id]["pid"]
+        assert psutil.Process(wrapper).cmdline()[0] == "/bin/sh", "the host tracks the wrapper"
+        os.kill(wrapper, signal.SIGKILL)
+        views[node_id] = running(host, node_id, not_pid=wrapper)
+        wait_until(lambda: len(real_nodes(host.home).get(node_id, [])) == 1, timeout=10,
+                   what=f"one real node process for {node_id} after kill {kill + 1}")
+    nodes = real_nodes(host.home)
+    for node_id in ids:
+        view = call(host, "GET", f"/api/nodes/{node_id}")[1]
+        assert view["status"] == "unclaimed" and view["running"], view
+        assert len(nodes[node_id]) == 1, f"{node_id}: {[p.pid for p in nodes[node_id]]}"
+        assert nodes[node_id][0].ppid() == view["pid"], "the real node is not the tracked wrapper's child"
+    assert host.stop() == 0
+    assert not node_processes(host.home), "quit left node processes or wrappers running"

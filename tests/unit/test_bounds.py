@@ -1,0 +1,249 @@
+"""What others can make us hold is bounded: connections, descriptors, log lines."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+
+import pytest
+from aiohttp import web
+
+from cadre_desktop import fdlimit, logfilter
+from cadre_desktop.netguard import ConnectionGuard, GuardedSockSite, bind_socket
+from tests.support.polling import async_wait_until
+
+
+# -- the connection guard, against a real aiohttp server ------------------------------------------
+
+@pytest.fixture
+async def served():
+    made = []
+
+    async def serve(guard: ConnectionGuard, handler=None):
+        async def hello(request):
+            return web.Response(text="hello")
+        app = web.Application(middlewares=[guard.middleware])
+        app.router.add_get("/", handler or hello)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        sock = bind_socket("127.0.0.1", 0)
+        await GuardedSockSite(runner, sock, guard).start()
+        made.append(runner)
+        return sock.getsockname()[1]
+
+    yield serve
+    for runner in made:
+        await runner.cleanup()
+
+
+async def idle_connection(port: int, source: str = "127.0.0.1"):
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+
+async def get(port: int, source: str = "127.0.0.1") -> bytes:
+    reader, writer = await idle_connection(port, source)
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    return data
+
+
+async def closed(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(1), 0.05) == b""
+    except asyncio.TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+
+
+async def test_a_fresh_client_takes_the_place_of_the_oldest_idle_connection(served):
+    guard = ConnectionGuard(per_source=4, total=8, idle_s=60)
+    port = await served(guard)
+    idle = [await idle_connection(port) for _ in range(4)]
+    await async_wait_until(lambda: guard.open_connections == 4, what="four held")
+    assert b"hello" in await get(port)
+    assert await closed(idle[0][0]), "the oldest idle connection should have made room"
+    assert not await closed(idle[3][0])
+    assert guard.open_connections <= 4 and guard.evicted >= 1
+
+
+async def test_other_sources_are_not_crowded_out_by_one_and_the_total_is_capped(served):
+    guard = ConnectionGuard(per_source=3, total=4, idle_s=60)
+    port = await served(guard)
+    held = [await idle_connection(port, "127.0.0.1") for _ in range(10)]  # kept open: not collected
+    await async_wait_until(lambda: guard.open_connections == 3, what="one source at its cap")
+    assert b"hello" in await get(port, "127.0.0.2")
+    held += [await idle_connection(port, "127.0.0.3") for _ in range(5)]
+    await async_wait_until(lambda: guard.evicted >= 10, what="the total cap to make room")
+    assert guard.open_connections <= 4
+
+
+async def test_a_busy_connection_is_never_evicted_and_a_full_house_of_busy_ones_refuses(served):
+    release = asyncio.Event()
+
+    async def slow(request):
+        await release.wait()
+        return web.Response(text="late")
+    guard = ConnectionGuard(per_source=2, total=2, idle_s=60)
+    port = await served(guard, slow)
+    busy = [asyncio.create_task(get(port)) for _ in range(2)]
+    await async_wait_until(lambda: guard.open_connections == 2 and all(
+        c.busy for m in guard._by_source.values() for c in m.values()), what="two busy")
+    reader, _ = await idle_connection(port)
+    assert await asyncio.wait_for(reader.read(), 5) == b"", "a third connection should be refused"
+    assert guard.refused == 1
+    release.set()
+    assert all(b"late" in r for r in await asyncio.gather(*busy))
+
+
+async def test_idle_and_half_sent_connections_are_closed_after_the_idle_time(served):
+    guard = ConnectionGuard(per_source=10, total=10, idle_s=0.3)
+    port = await served(guard)
+    quiet_reader, _ = await idle_connection(port)
+    half_reader, half_writer = await idle_connection(port)
+    half_writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n")  # never finished
+    for _ in range(3):
+        await asyncio.sleep(0.15)
+        half_writer.write(b"X-Trickle: 1\r\n")  # bytes now and then are not a request
+    await async_wait_until(lambda: guard.open_connections == 0, timeout=3, what="both closed")
+    assert await closed(quiet_reader) and await closed(half_reader)
+
+
+# -- descriptors -----------------------------------------------------------------------------------
+
+class FakeResource:
+    RLIMIT_NOFILE = 7
+    RLIM_INFINITY = -1
+
+    def __init__(self, soft, hard, refuse_above=None):
+        self.limits = (soft, hard)
+        self.refuse_above = refuse_above
+
+    def getrlimit(self, which):
+        return self.limits
+
+    def setrlimit(self, which, limits):
+        if self.refuse_above is not None and limits[0] > self.refuse_above:
+            raise ValueError("not allowed")
+        self.limits = limits
+
+
+@pytest.mark.parametrize("platform, soft, hard, expect", [
+    ("linux", 1024, 524288, 524288),
+    ("linux", 1024, 1024, 1024),
+    ("linux", 1024, -1, 65536),         # unlimited hard limit
+    ("darwin", 256, -1, 10240),         # macOS: never above OPEN_MAX
+    ("darwin", 256, 4096, 4096),
+])
+def test_the_soft_descriptor_limit_is_raised_to_the_hard_one_per_platform(platform, soft, hard, expect):
+    fake = FakeResource(soft, hard)
+    assert fdlimit.raise_soft_limit(platform, fake) == (soft, expect)
+    assert fake.limits[0] == expect and fake.limits[1] == hard
+
+
+def test_windows_has_no_descriptor_limit_to_raise_and_a_refusal_is_not_an_error():
+    assert fdlimit.raise_soft_limit("win32", FakeResource(1, 2)) is None
+    fake = FakeResource(1024, 4096, refuse_above=2048)
+    assert fdlimit.raise_soft_limit("linux", fake) == (1024, 1024)
+
+
+def test_the_reserve_lets_an_operation_that_met_emfile_try_once_more():
+    spare = fdlimit.Reserve(3)
+    assert len(spare._fds) == 3
+    tries = []
+
+    def needs_a_descriptor():
+        tries.append(len(spare._fds))
+        if len(tries) == 1:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return "saved"
+    assert spare.call(needs_a_descriptor) == "saved"
+    assert tries == [3, 0], "the retry runs with the reserve freed"
+    assert len(spare._fds) == 3, "and the reserve is taken back after"
+    with pytest.raises(OSError):
+        spare.call(lambda: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+    spare.close()
+
+
+# -- log lines ---------------------------------------------------------------------------------------
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def records(logger_name="t", text="node %s did not answer", count=1, start=0):
+    return [logging.LogRecord(logger_name, logging.WARNING, "f", 1, text, (i,), None)
+            for i in range(start, start + count)]
+
+
+def test_repeated_lines_pass_a_burst_per_window_then_say_how_many_were_left_out():
+    clock = Clock()
+    repeat = logfilter.RepeatFilter(burst=3, window_s=60, budget=100, clock=clock)
+    passed = [r for r in records(count=50) if repeat.filter(r)]
+    assert len(passed) == 3
+    assert "left out" in passed[-1].getMessage()
+    other = records(text="something else %s")[0]
+    assert repeat.filter(other), "another kind of line is not held back"
+    clock.now = 61
+    nxt = records(count=1, start=99)[0]
+    assert repeat.filter(nxt) and "47 more like it were left out" in nxt.getMessage()
+
+
+def test_a_flood_of_different_lines_is_bounded_by_the_budget_but_errors_get_through():
+    repeat = logfilter.RepeatFilter(burst=5, window_s=60, budget=10, clock=Clock())
+    lines = [logging.LogRecord("t", logging.INFO, "f", 1, f"line {chr(65 + i % 26)}{chr(65 + i // 26)}", None, None)
+             for i in range(200)]
+    assert sum(repeat.filter(r) for r in lines) == 10
+    error = logging.LogRecord("t", logging.ERROR, "f", 1, "the records file is broken", None, None)
+    assert repeat.filter(error)
+
+
+def test_one_filter_on_two_handlers_judges_each_line_once():
+    first, second = logging.Handler(), logging.Handler()
+    repeat = logfilter.install([first, second], burst=2)
+    for record in records(count=4):
+        first.filter(record)
+        second.filter(record)
+    assert repeat._window_lines == 2
+
+
+def test_a_malformed_request_is_one_short_printable_line(caplog):
+    logger = logfilter.OneLineLogger(logging.getLogger("guarded"), "control API: a malformed request")
+    try:
+        raise ValueError("Bad status line '\x1b[2J\x07" + "A" * 1000 + "'")
+    except ValueError as exc:
+        with caplog.at_level(logging.WARNING):
+            logger.exception("Error handling request from %s", "127.0.0.1", exc_info=exc)
+    (record,) = caplog.records
+    line = record.getMessage()
+    assert record.exc_info is None and "\n" not in line and "\x1b" not in line and "\x07" not in line
+    assert line.startswith("control API: a malformed request: Error handling request from 127.0.0.1: ValueError")
+    assert len(line) <= 300
+
+
+def test_the_loops_os_errors_are_one_line(caplog):
+    loop = asyncio.new_event_loop()
+    try:
+        logfilter.quiet_loop_errors(loop, logging.getLogger("loop"))
+        with caplog.at_level(logging.ERROR):
+            loop.call_exception_handler({"message": "socket.accept() out of system resource",
+                                         "exception": OSError(errno.EMFILE, "Too many open files")})
+    finally:
+        loop.close()
+    (record,) = caplog.records
+    assert record.exc_info is None and "Too many open files" in record.getMessage()
+
+
+def test_bind_socket_refuses_an_address_that_is_not_ours():
+    with pytest.raises(OSError):
+        bind_socket("192.0.2.1", 0)
+    sock = bind_socket("127.0.0.1", 0)
+    assert sock.family == socket.AF_INET
+    sock.close()
