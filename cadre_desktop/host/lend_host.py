@@ -64,6 +64,7 @@ class Lending:
             grants=self.grants, lifecycle=self.lifecycle, driver=host.orchestrator, gate=host.gate,
             supervisor=host.supervisor, nodes=host.service, clock=host.clock, settings=s,
             advertise_host=lambda: host.advertise_host, post_seed=self._seed_client,
+            keep_home=host.store.persist_home,
         )
         self.views = LendingViews(self.service, log_path=lambda d: str(host.paths.node_log(d)))
         self.server = LendServer(self.service, self.views, bind_host=s.bind_host, port=s.lend_port)

@@ -80,6 +80,7 @@ class LendingService:
         advertise_host: Callable[[], str],
         post_seed: SeedPost,
         ready_wait_s: float = READY_WAIT_S,
+        keep_home: Callable[[], None] = lambda: None,
     ) -> None:
         self.grants = grants
         self.lifecycle = lifecycle
@@ -95,6 +96,8 @@ class LendingService:
         self.advertise_host = advertise_host
         self.post_seed = post_seed
         self.ready_wait_s = ready_wait_s
+        #: Called before a keyring entry is named: the home id that names it must be on disk.
+        self.keep_home = keep_home
         #: Ids whose creation (or clean-up) is in flight; the reaper leaves them alone.
         self._creating: set[str] = set()
         self._removing: set[str] = set()
@@ -158,6 +161,7 @@ class LendingService:
         # leaves a row the reaper clears, never a keyring entry no row names.
         self._creating.add(grant_id)
         try:
+            self.keep_home()
             self.grants.put(grant)
             try:
                 await self.gate.store(grant_id, SecretKind.GRANT_TOKEN, token)
@@ -283,6 +287,7 @@ class LendingService:
     async def _provision(self, donation_id: str) -> None:
         """Seed token to the keyring, then the child; any failure ends the loan it began."""
         try:
+            self.keep_home()
             await self.gate.store(donation_id, SecretKind.SEED_TOKEN, new_token())
         except BaseException:
             await self._unwind(donation_id)

@@ -361,3 +361,16 @@ async def test_the_reaper_waits_while_the_keyring_refuses_and_catches_up_after(r
     assert await rig.lending.reap() == [] and rig.drow(donation.id) is not None
     rig.gate.condition = None
     assert await rig.lending.reap() == [donation.id]
+
+
+def test_a_home_that_only_lends_keeps_its_home_id_before_naming_a_keyring_entry(tmp_path):
+    """Bug: a home with no hosted node never wrote hosted-nodes.json, so each start made up a
+    new home id and could not find the grant and seed tokens the last run stored."""
+    from cadre_desktop.host.store import RecordStore
+
+    store = RecordStore(tmp_path / "hosted-nodes.json")
+    first = store.home_id
+    store.persist_home()
+    assert RecordStore(tmp_path / "hosted-nodes.json").home_id == first
+    store.persist_home()  # an existing file is left as it is
+    assert RecordStore(tmp_path / "hosted-nodes.json").home_id == first
