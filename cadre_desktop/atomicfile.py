@@ -75,6 +75,12 @@ def _write_bytes_atomic(path: Path, data: bytes, mode: int) -> None:
     fsync_dir(folder)
 
 
-def write_json_atomic(path: Path, doc: Any, *, mode: int = 0o600) -> None:
-    data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
-    write_bytes_atomic(path, data, mode=mode)
+def write_json_atomic(path: Path, doc: Any, *, mode: int = 0o600, compact: bool = False) -> None:
+    """Write `doc` as JSON, atomically. `compact` for files the host rewrites on its hot path
+    (records, state): without an indent, json's C encoder does the work, several times faster
+    than the indenting Python one, which a storm of restarts of 100 nodes feels."""
+    if compact:
+        text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
+    else:
+        text = json.dumps(doc, indent=2, sort_keys=True)
+    write_bytes_atomic(path, (text + "\n").encode("utf-8"), mode=mode)

@@ -53,3 +53,12 @@ def escape_lines(value: Any) -> str:
     """For a terminal: every line made printable, the line breaks (and tabs) kept."""
     text = value if isinstance(value, str) else str(value)
     return escape(text.replace("\r\n", "\n"), keep="\n\t")
+
+
+def one_line(value: Any, limit: int = 200) -> str:
+    """A line from a log or a node, to quote inside a sentence: unprintable characters and
+    runs of spaces become one space, bounded with an ellipsis. (`escape` shows what was
+    there; this drops it, which reads better in a notification or a give-up reason.)"""
+    text = value if isinstance(value, str) else str(value)
+    cleaned = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"

@@ -120,13 +120,6 @@ def seconds(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def one_line(text: str, limit: int = 200) -> str:
-    """Text from a node's log made safe to show: one printable line, bounded."""
-    cleaned = "".join(ch if ch.isprintable() else " " for ch in text.replace("\t", " "))
-    cleaned = " ".join(cleaned.split())
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
-
-
 def exit_words(code: int | None, last_line: str | None) -> str:
     """What a person is told of an exit: the code or signal, and the node's own last line."""
     if code is None:

@@ -179,6 +179,6 @@ def write_state(path: Path, handles: Iterable[Handle], stopped_cleanly: Iterable
     if stopped_cleanly:
         doc["stopped_cleanly"] = sorted(set(stopped_cleanly))
     try:
-        write_json_atomic(path, doc)
+        write_json_atomic(path, doc, compact=True)
     except OSError as exc:
         raise StorageError(f"could not save the state file {path}: {exc.strerror or exc}") from None

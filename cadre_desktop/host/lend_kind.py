@@ -20,7 +20,7 @@ import logging
 from typing import Any
 
 from cadre_desktop.host.clock import iso
-from cadre_desktop.host.decide import one_line
+from cadre_desktop.text import one_line
 from cadre_desktop.host.donations import DONATION_SUPERVISED, Donation, DonationStatus
 from cadre_desktop.host.events import EventBus, EventKind
 from cadre_desktop.host.lifecycle import Change, Lifecycle, RecordKind

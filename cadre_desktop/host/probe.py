@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable
 from cadre_desktop import text
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.clock import Clock, sleep_or_kick
-from cadre_desktop.host.decide import one_line
+from cadre_desktop.text import one_line
 from cadre_desktop.host.driver import NodeDriver
 from cadre_desktop.host.lifecycle import Change, Lifecycle
 from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus

@@ -131,7 +131,8 @@ class RowStore(Generic[R]):
         try:
             if self._upgraded_from is not None:
                 keep_backup(self.path, self._upgraded_from)
-            write_json_atomic(self.path, doc)
+            # Compact (the C encoder): a storm of restarts spent most of its loop time indenting JSON.
+            write_json_atomic(self.path, doc, compact=True)
         except OSError as exc:
             error = StorageError(
                 f"could not save the {self._what} file {self.path}: {exc.strerror or exc}. "

@@ -41,7 +41,7 @@ from typing import Awaitable, Callable, TypeVar
 from cadre_desktop.errors import CadreError, SecretsError
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.decide import (
-    Decision, Observation, Policy, SecretState, Verdict, decide, exit_words, one_line,
+    Decision, Observation, Policy, SecretState, Verdict, decide, exit_words,
 )
 from cadre_desktop.host.driver import DriverStatus, Exit, NodeDriver
 from cadre_desktop.host.keyring_gate import KeyringGate
@@ -49,6 +49,7 @@ from cadre_desktop.host.lifecycle import HOSTED, Change, Lifecycle
 from cadre_desktop.host.records import NodeRecord, RespawnInfo, StartMark
 from cadre_desktop.host.secrets import SecretKind
 from cadre_desktop.host.timeline import Timeline
+from cadre_desktop.text import one_line
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -140,12 +140,13 @@ def check_invariant(home: Path, *, host_up: bool = True) -> Snapshot:
     return snap
 
 
-def wait_settled(home: Path, tracked: set[int], timeout: float = 30) -> tuple[Snapshot, list[tuple[int, str]]]:
-    """Poll until `home` meets the invariant; return the last snapshot (and no strays).
+def wait_settled(home: Path, tracked: set[int], timeout: float = 30) -> Snapshot:
+    """Poll until `home` meets the invariant (`check_invariant`); return that snapshot.
 
-    `tracked` collects every pid some state.json ever named. A node process the
-    host never tracks again is a failure (the untracked-spawn bug, fixed by the
-    orchestrator's start-up scan): it is reported, never ended here.
+    `tracked` collects every pid some state.json ever named. A node process no
+    record can account for (a second child, an orphan, a child of a node in
+    error) is one of the invariant's problems, so it keeps this from settling:
+    it is reported in the failure, never ended here.
     """
     import time
 
@@ -154,7 +155,7 @@ def wait_settled(home: Path, tracked: set[int], timeout: float = 30) -> tuple[Sn
         snap = check_invariant(home)
         tracked.update(row["pid"] for row in snap.handles.values())
         if not snap.problems:
-            return snap, []
+            return snap
         if time.monotonic() > deadline:
             raise AssertionError(f"not settled after {timeout}s: {snap.problems}")
         time.sleep(0.1)
