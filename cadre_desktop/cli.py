@@ -151,6 +151,15 @@ def confirm(question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
+def needs_terminal(args, what: str) -> bool:
+    """True when the person must be asked (no --yes); a Usage error when nobody can answer."""
+    if args.yes:
+        return False
+    if sys.stdin is None or not sys.stdin.isatty():
+        raise Usage(f"stdin is not a terminal, so nothing can confirm the {what}; add --yes")
+    return True
+
+
 # -- node commands ------------------------------------------------------------------------
 
 def cmd_list(args, paths: Paths) -> int:
@@ -224,9 +233,7 @@ def cmd_qr(args, paths: Paths) -> int:
 
 def cmd_remove(args, paths: Paths) -> int:
     api = client(paths)
-    if not args.yes:
-        if sys.stdin is None or not sys.stdin.isatty():
-            raise Usage("stdin is not a terminal, so nothing can confirm the removal; add --yes")
+    if needs_terminal(args, "removal"):
         try:
             node = api.get_node(args.id)
         except ApiError as exc:
@@ -409,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_parser("watch", parents=[as_json], help="print host events as they happen, until Ctrl-C"
                      ).set_defaults(func=cmd_watch)
 
+    from cadre_desktop import cli_lending  # grant and donation: lending
+
+    cli_lending.add_parsers(commands, as_json)
     commands.add_parser("doctor", help="check that this computer can host nodes").set_defaults(func=cmd_doctor)
     commands.add_parser("paths", parents=[as_json], help="where files are kept").set_defaults(func=cmd_paths)
     auto = commands.add_parser("autostart", help="start the tray app at login")

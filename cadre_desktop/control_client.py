@@ -169,6 +169,37 @@ class ControlClient:
     def remove_node(self, node_id: str) -> dict:
         return self.request("DELETE", f"/api/nodes/{_quote(node_id)}", timeout=ACTION_TIMEOUT_S)
 
+    # -- lending -----------------------------------------------------------------
+
+    def list_grants(self) -> list[dict]:
+        return self.request("GET", "/api/grants")["grants"]
+
+    def create_grant(self, label: str | None, max_nodes: int | None, expires_in_s: int | None) -> dict:
+        body = {k: v for k, v in (("label", label), ("max_nodes", max_nodes), ("expires_in_s", expires_in_s))
+                if v is not None}
+        return self.request("POST", "/api/grants", body)
+
+    def get_grant(self, grant_id: str) -> dict:
+        return self.request("GET", f"/api/grants/{_quote(grant_id)}")
+
+    def grant_link(self, grant_id: str) -> str:
+        return self.request("GET", f"/api/grants/{_quote(grant_id)}/link")["link"]
+
+    def revoke_grant(self, grant_id: str) -> dict:
+        return self.request("POST", f"/api/grants/{_quote(grant_id)}/revoke", {}, timeout=ACTION_TIMEOUT_S)
+
+    def list_donations(self) -> list[dict]:
+        return self.request("GET", "/api/donations")["donations"]
+
+    def get_donation(self, donation_id: str) -> dict:
+        return self.request("GET", f"/api/donations/{_quote(donation_id)}")
+
+    def retry_donation(self, donation_id: str) -> dict:
+        return self.request("POST", f"/api/donations/{_quote(donation_id)}/retry", {}, timeout=ACTION_TIMEOUT_S)
+
+    def end_donation(self, donation_id: str) -> dict:
+        return self.request("DELETE", f"/api/donations/{_quote(donation_id)}", timeout=ACTION_TIMEOUT_S)
+
     def events(self) -> Iterator[tuple[str, dict]]:
         """Connect now; the iterator yields (kind, data) per event until the host closes the stream.
 
@@ -182,8 +213,8 @@ class ControlClient:
         return stream()
 
 
-def _quote(node_id: str) -> str:
-    return urllib.parse.quote(node_id, safe="")
+def _quote(row_id: str) -> str:
+    return urllib.parse.quote(row_id, safe="")
 
 
 def parse_sse(lines) -> Iterator[tuple[str, dict]]:

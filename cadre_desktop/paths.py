@@ -38,6 +38,14 @@ class Paths:
         return self.data_dir / "control.json"
 
     @property
+    def grants_file(self) -> Path:
+        return self.data_dir / "grants.json"
+
+    @property
+    def donations_file(self) -> Path:
+        return self.data_dir / "donations.json"
+
+    @property
     def lock_file(self) -> Path:
         return self.data_dir / "host.lock"
 
@@ -68,6 +76,8 @@ class Paths:
             "state": str(self.state_file),
             "settings": str(self.settings_file),
             "control": str(self.control_file),
+            "grants": str(self.grants_file),
+            "donations": str(self.donations_file),
             "nodes": str(self.nodes_dir),
         }
 

@@ -54,6 +54,21 @@ class Settings:
     #: `keep_nodes_running_on_quit`); false once the person ticked "don't ask again".
     ask_on_quit: bool = True
     monochrome_icon: bool = False
+    #: Lending: the lend API's port (on `bind_host`), and how many nodes may be lent in all.
+    #: Left unset and inside `port_range`, it moves to the port just below that range.
+    lend_port: int = 28090
+    lend_max_nodes: int = 10
+    #: Supervision of lent nodes; null means "as for hosted nodes".
+    donation_respawn_backoff_base_ms: int | None = None
+    donation_respawn_backoff_max_ms: int | None = None
+    donation_respawn_max_attempts: int | None = None
+    donation_respawn_healthy_ms: int | None = None
+    donation_start_grace_ms: int | None = None
+    donation_start_grace_max_ms: int | None = None
+    #: A lent node that has not answered this long after its request, or not been
+    #: seeded this long after it answered, is cleared (its loan ends).
+    donation_provisioning_ttl_ms: int = 120_000
+    donation_awaiting_seed_ttl_ms: int = 86_400_000
     #: Keep one node program loaded in standby for the next start (docs/node-contract.md):
     #: null (the default) means on for the reference node and off for any other program.
     warm_standby: bool | None = None
@@ -65,6 +80,16 @@ class Settings:
 
     def with_changes(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)
+
+    def donation_supervision(self) -> "Settings":
+        """These settings with the lent nodes' supervision keys in place of the hosted ones."""
+        chosen = {
+            key: getattr(self, f"donation_{key}")
+            for key in ("respawn_backoff_base_ms", "respawn_backoff_max_ms", "respawn_max_attempts",
+                        "respawn_healthy_ms", "start_grace_ms", "start_grace_max_ms")
+            if getattr(self, f"donation_{key}") is not None
+        }
+        return self.with_changes(**chosen)
 
 
 def _is_int(v: Any) -> bool:
@@ -85,6 +110,21 @@ def _whole(minimum: int, maximum: int, words: str = ""):
             return None, f"must be at most {maximum}{f' ({words})' if words else ''}"
         return v, None
     return check
+
+
+def _nullable(check):
+    def nullable(v: Any):
+        if v is None:
+            return None, None
+        value, problem = check(v)
+        return value, problem and problem + " (or null)"
+    return nullable
+
+
+def _port(v: Any):
+    if not _is_int(v) or not 1024 <= v <= 65535:
+        return None, "must be a port number from 1024 to 65535"
+    return v, None
 
 
 def _bool(v: Any):
@@ -158,6 +198,17 @@ _CHECKS = {
     "notify_claimed": _bool,
     "ask_on_quit": _bool,
     "monochrome_icon": _bool,
+    "lend_port": _port,
+    "lend_max_nodes": _whole(1, 1000),
+    # Lent nodes' supervision: the same bounds as the hosted keys they stand in for.
+    "donation_respawn_backoff_base_ms": _nullable(_whole(1, _HOUR_MS, "one hour")),
+    "donation_respawn_backoff_max_ms": _nullable(_whole(1, _DAY_MS, "one day")),
+    "donation_respawn_max_attempts": _nullable(_whole(1, 1000)),
+    "donation_respawn_healthy_ms": _nullable(_whole(1, 7 * _DAY_MS, "one week")),
+    "donation_start_grace_ms": _nullable(_whole(0, _HOUR_MS, "one hour")),
+    "donation_start_grace_max_ms": _nullable(_whole(0, _DAY_MS, "one day")),
+    "donation_provisioning_ttl_ms": _whole(1000, _DAY_MS, "one day"),
+    "donation_awaiting_seed_ttl_ms": _whole(1000, 30 * _DAY_MS, "30 days"),
     "warm_standby": _bool_or_null,
 }
 
@@ -183,6 +234,18 @@ def parse_settings(doc: Any, source: str) -> Settings:
         raise SettingsError(
             f"{source}: setting 'respawn_backoff_max_ms' must not be below 'respawn_backoff_base_ms'"
         )
+    donation = settings.donation_supervision()
+    if donation.respawn_backoff_max_ms < donation.respawn_backoff_base_ms:
+        raise SettingsError(
+            f"{source}: the lent nodes' backoff cap ('donation_respawn_backoff_max_ms', or the hosted "
+            "one) must not be below their backoff base"
+        )
+    low, high = settings.port_range
+    if low <= settings.lend_port <= high:
+        if "lend_port" in values:
+            raise SettingsError(f"{source}: setting 'lend_port' must be outside 'port_range' (nodes use those)")
+        # The default falls inside a range someone chose for their nodes: the port just below it (or above).
+        settings = settings.with_changes(lend_port=low - 1 if low > 1024 else high + 1)
     return settings
 
 

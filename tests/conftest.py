@@ -43,3 +43,15 @@ async def serve_handler():
     yield serve
     for runner in runners:
         await runner.cleanup()
+
+
+@pytest.fixture
+def private_secret_service():
+    """A Secret Service of the test's own, for tests that lock or break it (Linux only)."""
+    from tests.support.session_bus import SecretServiceSession
+
+    session = SecretServiceSession()
+    try:
+        yield session.start()
+    finally:
+        session.stop()

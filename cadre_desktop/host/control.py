@@ -38,7 +38,7 @@ from aiohttp import web
 from cadre_desktop import __version__, logfilter
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import BadRequest, CadreError, NotFound, StorageError
-from cadre_desktop.host.events import HostEvent
+from cadre_desktop.host.events import LENDING_EVENTS, HostEvent
 from cadre_desktop.host.jsondoc import read_versioned
 from cadre_desktop.host.records import is_node_id
 from cadre_desktop.host.validate import clean_invitation, clean_name
@@ -180,6 +180,9 @@ class ControlServer:
             web.post("/api/nodes/{id}/invite", self._invite_node),
             web.get("/api/events", self._events),
         ])
+        from cadre_desktop.host import lend_control  # lending's routes live beside it
+
+        app.add_routes(lend_control.routes(self))
         family = socket.AF_INET6 if ":" in self.bind else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -376,6 +379,10 @@ class ControlServer:
             queue.put_nowait(None)
 
     def _event_payload(self, event: HostEvent) -> bytes:
+        if event.kind in LENDING_EVENTS:
+            from cadre_desktop.host import lend_control
+
+            return lend_control.event_bytes(self.host, event)
         try:
             node = self.host.get_node(event.node_id).to_json()
         except NotFound:

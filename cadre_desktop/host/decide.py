@@ -136,8 +136,9 @@ def exit_words(code: int | None, last_line: str | None) -> str:
     return words
 
 
-def decide(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
-    if record.status not in SUPERVISED or not record.handle:
+def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: frozenset = SUPERVISED) -> Verdict:
+    """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs)."""
+    if record.status not in supervised or not record.handle:
         return Verdict(Decision.LEAVE)
     if obs.status is DriverStatus.RUNNING:
         return _running(record, obs, policy)

@@ -24,6 +24,21 @@ class EventKind(str, Enum):
     WOKE = "woke"
     #: The address nodes advertise changed (node_id empty; detail is the new address).
     ADDRESS = "address"
+    #: Lending: node_id is the grant's or the donation's id.
+    GRANT_ADDED = "grant_added"
+    GRANT_CHANGED = "grant_changed"
+    DONATION_ADDED = "donation_added"
+    DONATION_CHANGED = "donation_changed"
+    DONATION_REMOVED = "donation_removed"
+    #: The host gave up on a donated node (also sent as DONATION_CHANGED); detail is why.
+    DONATION_GAVE_UP = "donation_gave_up"
+
+
+#: The lending events: their id names a grant or a donation, never a hosted node.
+LENDING_EVENTS = frozenset({
+    EventKind.GRANT_ADDED, EventKind.GRANT_CHANGED, EventKind.DONATION_ADDED,
+    EventKind.DONATION_CHANGED, EventKind.DONATION_REMOVED, EventKind.DONATION_GAVE_UP,
+})
 
 
 @dataclass(frozen=True)

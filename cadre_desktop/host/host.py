@@ -68,6 +68,8 @@ class Host:
         self.supervisor: Supervisor | None = None
         self.probe: Probe | None = None
         self.control = None
+        #: Grants, lent nodes and the lend API (host/lend_host.py).
+        self.lending = None
         self._started = False
 
     # -- life ---------------------------------------------------------------------
@@ -108,6 +110,10 @@ class Host:
         s = self.settings
         self.paths.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store.load()
+        from cadre_desktop.host.lend_host import Lending
+
+        self.lending = Lending(self)
+        self.lending.load()
         if self._serve_control_api:
             from cadre_desktop.host.control import check_control_file
 
@@ -142,7 +148,7 @@ class Host:
         )
         self.supervisor = Supervisor(
             lifecycle=self.lifecycle, driver=self.orchestrator, gate=self.gate, settings=s, clock=self.clock,
-            probe=self.probe, on_sweep=lambda: self.service.reap_stuck(),
+            probe=self.probe, on_sweep=self._sweep_housekeeping,
         )
         self.service = NodeService(
             lifecycle=self.lifecycle, driver=self.orchestrator, gate=self.gate,
@@ -151,7 +157,9 @@ class Host:
         await self._prefetch_secrets()
         self._keyring_move = asyncio.ensure_future(self._move_keyring_entries())
         await self.service.reap_stuck()
+        self.lending.attach()  # lent nodes: the same supervisor, probe and gate, from the first pass
         self.supervisor.start(stopped_cleanly=report.stopped_cleanly)
+        await self.lending.start()
         self.probe.start()
         # A new child is watched until it answers, rather than waiting out the interval.
         self.events.subscribe(lambda event: self.probe.watch_node(event.node_id) if self.probe and event.node_id else None)
@@ -172,14 +180,16 @@ class Host:
         """Key this home's keyring entries by its id; an upgraded records file is written
         first, so the id is on disk before any entry is named after it."""
         self.store.save_upgrade()
-        self.secrets.bind_home(self.store.home_id, self.store.knows,
-                               legacy=self.store.keyring_layout < KEYRING_LAYOUT)
+        lending = self.lending
+        owns = self.store.knows if lending is None else lending.owns_or(self.store.knows)
+        self.secrets.bind_home(self.store.home_id, owns, legacy=self.store.keyring_layout < KEYRING_LAYOUT)
 
     async def _move_keyring_entries(self) -> None:
         """Once, for a home from before home ids: its entries get their home-keyed names."""
         if not self.secrets.legacy:
             return
         ids = [r.id for r in self.store.list()] + self.store.pending_removals()
+        ids += self.lending.ids() if self.lending is not None else []
         try:
             moved = await move_legacy_entries(self.secrets, ids)
             self.store.keyring_moved()
@@ -210,6 +220,11 @@ class Host:
             log.warning("the keyring has not answered yet; nodes that need a secret wait for it")
         except Exception as exc:
             log.error("reading secrets ahead failed: %s", exc)
+
+    async def _sweep_housekeeping(self) -> None:
+        await self.service.reap_stuck()
+        if self.lending is not None and self.lending.service is not None:
+            await self.lending.sweep()
 
     async def stop(self, stop_nodes: bool | None = None) -> None:
         """Stop serving; stop the nodes too unless `keep_nodes_running_on_quit`."""
@@ -244,6 +259,9 @@ class Host:
             except Exception as exc:
                 # The node is down now; the exit its stop raised hands it to the crash path.
                 log.error("restarting node %s for the new address failed: %s", record.id, exc)
+        lending = getattr(self, "lending", None)
+        if lending is not None and lending.service is not None:
+            await lending.address_changed(new)
 
     async def _teardown(self, *, stop_nodes: bool) -> None:
         if self.netwatch is not None:
@@ -251,6 +269,8 @@ class Host:
         if self.control is not None:
             await self.control.stop()
             self.control = None
+        if self.lending is not None:
+            await self.lending.stop()
         if self.probe is not None:
             await self.probe.stop()
         if self.supervisor is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from cadre_desktop.errors import SecretsError
-from cadre_desktop.host.secrets import SecretKind, SecretStore
+from cadre_desktop.host.secrets import NODE_KINDS, SecretKind, SecretStore
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +102,17 @@ class KeyringGate:
         self._missing.discard((node_id, kind))
         self._worked()
 
-    async def forget(self, node_id: str) -> None:
-        """Delete the node's keyring entries (memory first, so no start uses them again)."""
+    async def forget(self, node_id: str, kinds: tuple[SecretKind, ...] = NODE_KINDS) -> None:
+        """Delete the node's keyring entries (memory first, so no start uses them again).
+
+        `kinds`: which entries; a hosted node's by default (a grant or a lent node has its own).
+        """
         for kind in SecretKind:
             self._cache.pop((node_id, kind), None)
             self._missing.discard((node_id, kind))
             self._wanted.discard((node_id, kind))
         try:
-            await self.secrets.delete_all(node_id)
+            await self.secrets.delete_all(node_id, kinds)
         except SecretsError as exc:
             self._refused(exc)
             raise

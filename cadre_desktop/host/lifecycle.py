@@ -11,18 +11,26 @@ report lives in the driver and the keyring gate, and they only tell the views.
 
 A transition whose *result* leaves its allowed statuses is a bug in the
 caller and raises.
+
+Hosted nodes are one *kind* of supervised record; a node lent to another
+cadre is another (host/lend_kind.py). A `RecordKind` says what differs: its
+statuses and their table, its secret, how it is announced. Everything else
+(this module, the supervisor, the decision, the probe) is the same code for
+both.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
+from typing import Any, Callable, Iterable, Optional
 
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.events import EventBus, EventKind
-from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
+from cadre_desktop.host.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus
+from cadre_desktop.host.secrets import SecretKind
 from cadre_desktop.host.store import RecordStore
 
 log = logging.getLogger(__name__)
@@ -46,6 +54,9 @@ class Change(str, Enum):
     RETRY = "retry"
     EXITED = "exited"
     WAITING = "waiting"
+    #: Lent nodes: the node answered and waits for its seed; the seed was taken.
+    AWAITING_SEED = "awaiting-seed"
+    SEEDED = "seeded"
 
 
 #: change -> (statuses it may start from, statuses it may end in). The one table of a node's life.
@@ -70,11 +81,89 @@ TRANSITIONS: dict[Change, tuple[frozenset[NodeStatus], frozenset[NodeStatus]]] =
 EVENT_ONLY = frozenset({Change.EXITED, Change.WAITING})
 
 
+def _announce_hosted(events: EventBus, change: Change, before: NodeRecord, after: NodeRecord, detail: str) -> None:
+    node_id = after.id
+    if change is Change.SPAWNED:
+        events.emit(EventKind.ADDED, node_id)
+        return
+    events.emit(EventKind.CHANGED, node_id)
+    if change is Change.EXITED:
+        events.emit(EventKind.EXITED, node_id, detail)
+    elif change in (Change.GIVE_UP, Change.INVITATION_FAILED):
+        events.emit(EventKind.GAVE_UP, node_id, detail or (after.error or ""))
+    elif change is Change.JOINED and before.status is not S.JOINED:
+        events.emit(EventKind.CLAIMED, node_id, after.cadre or "")
+
+
+def _hosted_secret_kind(record: NodeRecord) -> SecretKind:
+    return SecretKind.CLAIM if record.mode is NodeMode.CLAIM else SecretKind.INVITATION
+
+
+def _hosted_secret_env(record: NodeRecord, value: str, host_token: str | None = None) -> dict[str, str]:
+    """What a start adds to the node contract's environment: the secret, the name, the host's token.
+
+    The host token (node contract §1) is made anew for each start and kept in
+    this process's memory only: it lets the host mint an invitation from a
+    node it runs, over loopback, with no owner token to copy.
+    """
+    var = "CADRE_CLAIM_SECRET" if record.mode is NodeMode.CLAIM else "CADRE_INVITATION"
+    env = {var: value, "CADRE_NODE_NAME": record.name}
+    if host_token:
+        env["CADRE_HOST_TOKEN"] = host_token
+    return env
+
+
+def _hosted_retry(record: NodeRecord, now: str) -> dict[str, Any]:
+    if record.mode is NodeMode.CLAIM:
+        return {"status": S.JOINED if record.cadre else S.UNCLAIMED}
+    return {"status": S.JOINED if record.cadre else S.JOINING}
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """What one kind of supervised record is: its statuses, table, secret and events."""
+
+    #: Words for one record of this kind, in messages ("node", "lent node").
+    noun: str
+    transitions: dict
+    #: What the supervisor keeps running, and what the probe reads (a superset).
+    supervised: frozenset
+    probed: frozenset
+    #: The status a record is created in (the code creating it owns it), and the given-up one.
+    creating: Enum
+    error: Enum
+    announce: Callable[[EventBus, Change, Any, Any, str], None]
+    removed_event: EventKind
+    secret_kind: Callable[[Any], Any]
+    #: (record, secret, host token or None) -> the variables a start adds to the node's environment.
+    secret_env: Callable[..., dict]
+    #: The fields a Retry sets (the status it comes back in, at least), given the record and now.
+    retry: Callable[[Any, str], dict]
+    #: A person's name for a record.
+    label: Callable[[Any], str] = lambda record: getattr(record, "name", record.id)
+    #: Why a record cannot be started again from what it holds, or None.
+    cannot_start: Callable[[Any], Optional[str]] = lambda record: None
+    #: The settings its supervision uses (lent nodes have keys of their own).
+    settings: Callable[[Any], Any] = lambda settings: settings
+    #: Takes what a child of this kind answers on /status (None: the probe's own, for hosted nodes).
+    on_status: Optional[Callable[..., None]] = None
+
+
+HOSTED = RecordKind(
+    noun="node", transitions=TRANSITIONS, supervised=SUPERVISED, probed=SUPERVISED, creating=S.SPAWNING,
+    error=S.ERROR, announce=_announce_hosted, removed_event=EventKind.REMOVED,
+    secret_kind=_hosted_secret_kind, secret_env=_hosted_secret_env, retry=_hosted_retry,
+)
+
+
 class Lifecycle:
-    def __init__(self, *, store: RecordStore, events: EventBus, clock: Clock) -> None:
+    def __init__(self, *, store: RecordStore, events: EventBus, clock: Clock, kind: RecordKind = HOSTED) -> None:
         self.store = store
         self.events = events
         self.clock = clock
+        self.kind = kind
+        #: The lifecycles of the other kinds on this host, whose ports this one keeps clear of.
+        self.neighbours: list["Lifecycle"] = []
 
     def get(self, node_id: str) -> NodeRecord | None:
         return self.store.get(node_id)
@@ -96,7 +185,7 @@ class Lifecycle:
         current = self.store.get(node_id)
         if current is None:
             return None
-        allowed_from, allowed_to = TRANSITIONS[change]
+        allowed_from, allowed_to = self.kind.transitions[change]
         if current.status not in allowed_from:
             return None
         if handle is not None and current.handle != handle:
@@ -115,7 +204,7 @@ class Lifecycle:
 
     def create(self, record: NodeRecord) -> None:
         """The first write of a node (status `spawning`); no event: nobody sees it yet."""
-        if record.status is not S.SPAWNING or self.store.get(record.id) is not None:
+        if record.status is not self.kind.creating or self.store.get(record.id) is not None:
             raise AssertionError(f"node {record.id} cannot be created as {record.status.value}")
         self.store.put(record)
 
@@ -127,8 +216,8 @@ class Lifecycle:
         """
         record = self.store.get(node_id)
         existed = self.store.mark_removed(node_id, iso(self.clock.now()))
-        if existed and (announce_unborn or record is None or record.status is not S.SPAWNING):
-            self.events.emit(EventKind.REMOVED, node_id)
+        if existed and (announce_unborn or record is None or record.status is not self.kind.creating):
+            self.events.emit(self.kind.removed_event, node_id)
         return existed
 
     def drop_unborn(self, node_id: str) -> None:
@@ -139,21 +228,15 @@ class Lifecycle:
         self.store.removal_done(node_id)
 
     def remembered_ports(self, node_id: str) -> set[int]:
-        """Ports other nodes will want back when they start again (their claim URLs name them)."""
-        return {p for r in self.store.list() if r.id != node_id for p in (r.api_port, r.p2p_port) if p}
+        """Ports other nodes will want back when they start again (their claim URLs name them).
+
+        Those of every kind: a hosted node never takes a lent node's ports, nor the other way round.
+        """
+        rows: Iterable = [r for lc in (self, *self.neighbours) for r in lc.store.list()]
+        return {p for r in rows if r.id != node_id for p in (r.api_port, r.p2p_port) if p}
 
     def _announce(self, change: Change, before: NodeRecord, after: NodeRecord, detail: str) -> None:
-        node_id = after.id
-        if change is Change.SPAWNED:
-            self.events.emit(EventKind.ADDED, node_id)
-            return
-        self.events.emit(EventKind.CHANGED, node_id)
-        if change is Change.EXITED:
-            self.events.emit(EventKind.EXITED, node_id, detail)
-        elif change in (Change.GIVE_UP, Change.INVITATION_FAILED):
-            self.events.emit(EventKind.GAVE_UP, node_id, detail or (after.error or ""))
-        elif change is Change.JOINED and before.status is not S.JOINED:
-            self.events.emit(EventKind.CLAIMED, node_id, after.cadre or "")
+        self.kind.announce(self.events, change, before, after, detail)
 
 
 def write_failed(node_id: str, change: Change, exc: CadreError) -> None:

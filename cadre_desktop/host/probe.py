@@ -7,6 +7,9 @@ nothing: it tells the supervisor which children answered (a start that answers
 spends its start mark) and which stopped answering, and the supervisor
 decides. Every request is bounded by a timeout, and one slow node never holds
 up the others. Records change only through the lifecycle.
+
+Nodes lent to another cadre are probed the same way (`watch` adds their
+lifecycle); what their answers mean is their kind's (`RecordKind.on_status`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
 log = logging.getLogger(__name__)
 
 Fetch = Callable[[int], Awaitable[dict[str, Any] | None]]
-NODE_STATES = {"unclaimed", "joining", "joined", "failed"}
+NODE_STATES = {"unclaimed", "joining", "joined", "failed", "awaiting_seed", "seeded"}
 #: A /status answer is a few hundred bytes; anything past this is not one.
 MAX_STATUS_BYTES = 64 * 1024
 
@@ -42,7 +45,11 @@ def sanitize_status(doc: dict[str, Any]) -> dict[str, Any]:
     with unprintable characters written as escapes.
     """
     state = doc.get("state")
+    lent = {}
+    if "donation_id" in doc:  # a lent node's (node contract §10): which donation, for which party
+        lent = {"donation_id": text.clean(doc.get("donation_id"), 64), "party": text.clean(doc.get("party"), 64)}
     return {
+        **lent,
         "state": state if state in NODE_STATES else None,
         "node_id": text.clean(doc.get("node_id"), 128),
         "peer_id": text.clean(doc.get("peer_id"), 128),
@@ -122,6 +129,7 @@ class Probe:
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
+        self.lifecycles: list[Lifecycle] = [lifecycle]
         self.orchestrator = driver
         self.clock = clock
         self.on_unresponsive = on_unresponsive
@@ -139,6 +147,16 @@ class Probe:
         self._stopping: set[asyncio.Task] = set()
         #: At most this many requests in flight, so a hundred nodes never crowd one loop turn.
         self._limit = asyncio.Semaphore(8)
+
+    def watch(self, lifecycle: Lifecycle) -> None:
+        """Probe another kind of record too."""
+        self.lifecycles.append(lifecycle)
+
+    def _lc(self, node_id: str) -> Lifecycle:
+        for lc in self.lifecycles[1:]:
+            if lc.store.get(node_id) is not None:
+                return lc
+        return self.lifecycle
 
     def start(self) -> None:
         if self._task is None:
@@ -161,7 +179,7 @@ class Probe:
         can say "ready" quickly; only that node, and only while it is starting."""
         if node_id in self._starting or self._task is None:
             return
-        record = self.store.get(node_id)
+        record = self._lc(node_id).get(node_id)
         if record is None or not self.orchestrator.is_running(record.handle) or self.is_ready(record.handle):
             return
         task = asyncio.create_task(self._watch_start(record.handle, node_id), name=f"probe-start-{node_id}")
@@ -172,7 +190,7 @@ class Probe:
         """Every 250 ms for the first seconds, then at the interval, until it answers or is replaced."""
         quick_until = self.clock.monotonic() + max(15.0, self.interval_s)
         while True:
-            record = self.store.get(node_id)
+            record = self._lc(node_id).get(node_id)
             if record is None or record.handle != handle_id or not self.orchestrator.is_running(handle_id):
                 return
             await self.probe_one(record)
@@ -202,7 +220,7 @@ class Probe:
 
     async def probe_all(self) -> None:
         try:
-            records = [r for r in self.store.list() if r.status in SUPERVISED and r.handle]
+            records = [r for lc in self.lifecycles for r in lc.store.list() if r.status in lc.kind.probed and r.handle]
         except CadreError as exc:
             log.error("probe cannot read the records: %s", exc.message)
             return
@@ -228,10 +246,14 @@ class Probe:
         self._last_ok[handle.id] = self.clock.monotonic()
         first_answer = handle.id not in self._answered
         self._answered.add(handle.id)
+        lc = self._lc(snapshot.id)
         if first_answer:
             # A start that answers spends its mark (the next start counts failures from 0).
-            self.lifecycle.apply(snapshot.id, Change.ANSWERED, _spend_mark, handle=handle.id)
-        self.apply(snapshot.id, handle.id, status)
+            lc.apply(snapshot.id, Change.ANSWERED, _spend_mark, handle=handle.id)
+        if lc.kind.on_status is not None:
+            lc.kind.on_status(lc, snapshot.id, handle.id, status)
+        else:
+            self.apply(snapshot.id, handle.id, status)
 
     def apply(self, node_id: str, handle_id: str, status: dict[str, Any]) -> None:
         """Take in what the node says, about this very child only."""

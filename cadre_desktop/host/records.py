@@ -147,6 +147,26 @@ def is_node_id(node_id: Any) -> bool:
     return isinstance(node_id, str) and NODE_ID.fullmatch(node_id) is not None and ".." not in node_id
 
 
+def check_optional(what: str, row: dict, strings: tuple[str, ...], ports: tuple[str, ...]) -> None:
+    """The optional fields of a row (of any kind of supervised record): strings and port numbers, or null."""
+    for key in strings:
+        if row.get(key) is not None and not isinstance(row[key], str):
+            raise ValueError(f"{what}: {key} must be a string")
+    for key in ports:
+        v = row.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            raise ValueError(f"{what}: {key} must be a port number")
+
+
+def respawn_from_row(what: str, raw: Any) -> RespawnInfo | None:
+    if raw is None:
+        return None
+    if (not isinstance(raw, dict) or not isinstance(raw.get("attempts"), int)
+            or not isinstance(raw.get("last_attempt_at"), str)):
+        raise ValueError(f"{what}: respawn must hold attempts and last_attempt_at")
+    return RespawnInfo(attempts=raw["attempts"], last_attempt_at=raw["last_attempt_at"])
+
+
 def record_from_row(node_id: str, row: Any) -> NodeRecord:
     """Build a record from its JSON row; a row of the wrong shape raises ValueError."""
     if not is_node_id(node_id):
@@ -164,20 +184,8 @@ def record_from_row(node_id: str, row: Any) -> NodeRecord:
         mode = NodeMode(row.get("mode", "claim"))
     except ValueError:
         raise ValueError(f"node {node_id!r} has an unknown mode {row.get('mode')!r}") from None
-    for key in _OPTIONAL_STR:
-        if row.get(key) is not None and not isinstance(row[key], str):
-            raise ValueError(f"node {node_id!r}: {key} must be a string")
-    for key in _OPTIONAL_PORT:
-        v = row.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
-            raise ValueError(f"node {node_id!r}: {key} must be a port number")
-    respawn = None
-    raw = row.get("respawn")
-    if raw is not None:
-        if (not isinstance(raw, dict) or not isinstance(raw.get("attempts"), int)
-                or not isinstance(raw.get("last_attempt_at"), str)):
-            raise ValueError(f"node {node_id!r}: respawn must hold attempts and last_attempt_at")
-        respawn = RespawnInfo(attempts=raw["attempts"], last_attempt_at=raw["last_attempt_at"])
+    check_optional(f"node {node_id!r}", row, _OPTIONAL_STR, _OPTIONAL_PORT)
+    respawn = respawn_from_row(f"node {node_id!r}", row.get("respawn"))
     return NodeRecord(
         id=node_id,
         name=name,

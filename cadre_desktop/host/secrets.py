@@ -1,9 +1,10 @@
-"""Claim secrets and invitations in the OS keyring.
+"""Claim secrets, invitations and lending tokens in the OS keyring.
 
 Service name `cadre-desktop`, user name `<home id>/<node id>/claim-secret` or
-`<home id>/<node id>/invitation`: the home id (kept in the records file) keeps
-two homes of one user apart, so a Remove in one never deletes a secret of the
-other. Entries are only ever deleted for a node this home has or had (a record
+`<home id>/<node id>/invitation`, and for lending `<home id>/<grant id>/grant-token`
+and `<home id>/<donation id>/seed-token`: the home id (kept in the records file)
+keeps two homes of one user apart, so a Remove in one never deletes a secret of
+the other. Entries are only ever deleted for an id this home has or had (a row
 or a tombstone, `owns`); removing an id the home does not know touches
 nothing. Homes from before the home id used `<node id>/<kind>`; those entries
 are moved to the new names once (`migrate`), and read where they are until
@@ -78,6 +79,14 @@ _HELP_TIMEOUT = (
 class SecretKind(str, Enum):
     CLAIM = "claim-secret"
     INVITATION = "invitation"
+    #: Lending: a grant's token (`<grant id>/grant-token`), a donated node's seed token
+    #: (`<donation id>/seed-token`).
+    GRANT_TOKEN = "grant-token"
+    SEED_TOKEN = "seed-token"
+
+
+#: What a hosted node may have in the keyring (what removing it deletes).
+NODE_KINDS = (SecretKind.CLAIM, SecretKind.INVITATION)
 
 
 def user_name(node_id: str, kind: SecretKind, home_id: str | None = None) -> str:
@@ -341,8 +350,8 @@ class SecretStore:
     async def migrate(self, node_id: str) -> int:
         return await self._run(self.migrate_sync, node_id)
 
-    async def delete_all(self, node_id: str) -> None:
-        for kind in SecretKind:
+    async def delete_all(self, node_id: str, kinds: tuple[SecretKind, ...] = NODE_KINDS) -> None:
+        for kind in kinds:
             await self.delete(node_id, kind)
 
     async def check(self) -> str:

@@ -24,10 +24,10 @@ from cadre_desktop.errors import CadreError, Conflict, NotFound, SecretsError
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.driver import NodeDriver
 from cadre_desktop.host.keyring_gate import KeyringGate
-from cadre_desktop.host.lifecycle import Change, Lifecycle
-from cadre_desktop.host.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus, StartMark
+from cadre_desktop.host.lifecycle import Change, Lifecycle, RecordKind
+from cadre_desktop.host.records import NodeMode, NodeRecord, NodeStatus, StartMark
 from cadre_desktop.host.secrets import SecretKind, new_claim_secret
-from cadre_desktop.host.supervisor import Supervisor, new_host_token, secret_env, secret_kind
+from cadre_desktop.host.supervisor import Supervisor, new_host_token, secret_env
 from cadre_desktop.host.validate import clean_invitation, clean_name, require_node_id
 
 log = logging.getLogger(__name__)
@@ -172,31 +172,37 @@ class NodeService:
     # -- user actions ----------------------------------------------------------------
 
     def _require(self, node_id: str) -> NodeRecord:
+        """The record of any kind the supervisor keeps (a hosted node, a lent one)."""
         require_node_id(node_id)
-        record = self.store.get(node_id)
+        record = self.supervisor.lifecycle_of(node_id).get(node_id)
         if record is None:
             raise NotFound(f"There is no node {node_id!r} on this host.")
         return record
 
+    def _kind(self, node_id: str) -> RecordKind:
+        return self.supervisor.lifecycle_of(node_id).kind
+
     async def _load_secret(self, record: NodeRecord) -> None:
         """Read the node's secret before its action queues (bounded; raises what a person can act on)."""
-        value = await self.gate.load(record.id, secret_kind(record))
+        kind = self._kind(record.id)
+        value = await self.gate.load(record.id, kind.secret_kind(record))
         if value is None:
-            raise SecretsError(f"The secret of node {record.name} is missing from the keyring, so it cannot be "
-                               "started. Remove the node and add it again.")
+            raise SecretsError(f"The secret of {kind.noun} {kind.label(record)} is missing from the keyring, so it "
+                               f"cannot be started. Remove the {kind.noun} and add it again.")
 
     async def retry(self, node_id: str) -> NodeRecord:
-        """Bring a node back from `error` with a fresh budget and start it now."""
-        record = self._require(node_id)
-        if record.status is not NodeStatus.ERROR:
-            raise Conflict(f"Node {record.name} is {record.status.value}; only a node in error can be retried.")
+        """Bring a node back from `error` with a fresh budget and start it now (a lent node too)."""
+        record, kind = self._require(node_id), self._kind(node_id)
+        if record.status is not kind.error:
+            raise Conflict(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
+                           f"{kind.noun} in error can be retried.")
         await self._load_secret(record)
         return await self._retry(node_id)
 
     async def restart(self, node_id: str, *, only_if_running: bool = False) -> NodeRecord | None:
-        """Stop and start a node again; a deliberate restart never spends its budget."""
-        record = self._require(node_id)
-        if record.status in SUPERVISED and not (only_if_running and not self.driver.is_running(record.handle)):
+        """Stop and start a node again (a lent node too); a deliberate restart never spends its budget."""
+        record, kind = self._require(node_id), self._kind(node_id)
+        if record.status in kind.supervised and not (only_if_running and not self.driver.is_running(record.handle)):
             await self._load_secret(record)
         return await self._restart(node_id, only_if_running=only_if_running)
 
@@ -234,17 +240,18 @@ class NodeService:
         the queue, so a node claimed meanwhile is not restarted.
         """
         async def work() -> NodeRecord | None:
-            record = self._require(node_id)
-            if record.status not in SUPERVISED:
+            record, kind = self._require(node_id), self._kind(node_id)
+            if record.status not in kind.supervised:
                 if only_if_running:
                     return None
-                hint = " Use Retry." if record.status is NodeStatus.ERROR else ""
-                raise Conflict(f"Node {record.name} is {record.status.value} and cannot be restarted.{hint}")
+                hint = " Use Retry." if record.status is kind.error else ""
+                raise Conflict(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value} and cannot "
+                               f"be restarted.{hint}")
             if require is not None and record.status not in require:
                 raise Conflict(f"Node {record.name} is {record.status.value} now, so it was not {doing}.")
             if only_if_running and not self.driver.is_running(record.handle):
                 return None
-            if self.gate.cached(node_id, secret_kind(record)) is None:
+            if self.gate.cached(node_id, kind.secret_kind(record)) is None:
                 raise self._keyring_error(record)
             await self.driver.stop_node(node_id)
             self.supervisor.forget_exit(node_id)
@@ -257,22 +264,21 @@ class NodeService:
     async def _retry(self, node_id: str) -> NodeRecord:
         """Bring a node back from `error` with a fresh budget and start it now."""
         async def work() -> NodeRecord:
-            record = self._require(node_id)
-            if record.status is not NodeStatus.ERROR:
-                raise Conflict(f"Node {record.name} is {record.status.value}; only a node in error can be retried.")
-            if self.gate.cached(node_id, secret_kind(record)) is None:
+            record, lc = self._require(node_id), self.supervisor.lifecycle_of(node_id)
+            kind = lc.kind
+            if record.status is not kind.error:
+                raise Conflict(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
+                               f"{kind.noun} in error can be retried.")
+            if self.gate.cached(node_id, kind.secret_kind(record)) is None:
                 raise self._keyring_error(record)
             # A child left over from the give-up (it is normally stopped) must go first.
             await self.driver.stop_node(node_id)
-            if record.mode is NodeMode.CLAIM:
-                status = NodeStatus.JOINED if record.cadre else NodeStatus.UNCLAIMED
-            else:
-                status = NodeStatus.JOINED if record.cadre else NodeStatus.JOINING
-            fresh = self.lifecycle.apply(node_id, Change.RETRY, lambda r: r.replace(
-                status=status, error=None, respawn=None,
-                start=dataclasses.replace(r.start, failures=0, answered=True) if r.start else None))
+            fields = kind.retry(record, iso(self.clock.now()))  # the status it comes back in, and what goes with it
+            fresh = lc.apply(node_id, Change.RETRY, lambda r: r.replace(
+                error=None, respawn=None,
+                start=dataclasses.replace(r.start, failures=0, answered=True) if r.start else None, **fields))
             if fresh is None:
-                raise Conflict(f"Node {record.name} changed while it was being retried.")
+                raise Conflict(f"{kind.noun.capitalize()} {kind.label(record)} changed while it was being retried.")
             self.supervisor.forget_exit(node_id)
             log.info("node %s: retry requested", node_id)
             self.supervisor.start_node(node_id, counted=True, expect_handle=fresh.handle)
@@ -280,10 +286,11 @@ class NodeService:
         return await self.supervisor.serialize(work)
 
     def _keyring_error(self, record: NodeRecord) -> SecretsError:
-        kind = secret_kind(record)
+        record_kind = self._kind(record.id)
+        kind = record_kind.secret_kind(record)
         if self.gate.is_missing(record.id, kind):
-            return SecretsError(f"The secret of node {record.name} is missing from the keyring, so it cannot be "
-                                "started. Remove the node and add it again.")
+            return SecretsError(f"The secret of {record_kind.noun} {record_kind.label(record)} is missing from the "
+                                f"keyring, so it cannot be started. Remove the {record_kind.noun} and add it again.")
         cond = self.gate.condition
         self.gate.want(record.id, kind)
         return SecretsError(cond.message if cond else "The keyring has not answered yet; try again in a moment.",

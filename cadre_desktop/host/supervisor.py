@@ -16,6 +16,11 @@ waits for the keyring without spending its budget.
 Records are reconciled to instances, never instances to records: a child no
 record names is reported once at start and left running.
 
+Hosted nodes are one kind of record; nodes lent to another cadre are another
+(`watch` adds their lifecycle). Both go through the same passes, queue,
+timers, decision and effects; their kind says which statuses are supervised,
+which secret a start needs, and what Retry comes back to.
+
 Timing runs on the monotonic clock. Wall-clock times in the records only carry
 a wait across a host restart, and a clock stepped back never makes a wait
 longer than it is.
@@ -40,8 +45,8 @@ from cadre_desktop.host.decide import (
 )
 from cadre_desktop.host.driver import DriverStatus, Exit, NodeDriver
 from cadre_desktop.host.keyring_gate import KeyringGate
-from cadre_desktop.host.lifecycle import Change, Lifecycle
-from cadre_desktop.host.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
+from cadre_desktop.host.lifecycle import HOSTED, Change, Lifecycle
+from cadre_desktop.host.records import NodeRecord, RespawnInfo, StartMark
 from cadre_desktop.host.secrets import SecretKind
 from cadre_desktop.host.timeline import Timeline
 from cadre_desktop.text import one_line
@@ -56,21 +61,12 @@ def new_host_token() -> str:
 
 
 def secret_kind(record: NodeRecord) -> SecretKind:
-    return SecretKind.CLAIM if record.mode is NodeMode.CLAIM else SecretKind.INVITATION
+    return HOSTED.secret_kind(record)
 
 
 def secret_env(record: NodeRecord, value: str, host_token: str | None = None) -> dict[str, str]:
-    """What a start adds to the node contract's environment: the secret, the name, the host's token.
-
-    The host token (node contract §1) is made anew for each start and kept in
-    this process's memory only: it lets the host mint an invitation from a
-    node it runs, over loopback, with no owner token to copy.
-    """
-    var = "CADRE_CLAIM_SECRET" if record.mode is NodeMode.CLAIM else "CADRE_INVITATION"
-    env = {var: value, "CADRE_NODE_NAME": record.name}
-    if host_token:
-        env["CADRE_HOST_TOKEN"] = host_token
-    return env
+    """What a start of a hosted node adds to the node contract's environment (see lifecycle.HOSTED)."""
+    return HOSTED.secret_env(record, value, host_token)
 
 
 async def _breathe() -> None:
@@ -104,9 +100,15 @@ class Supervisor:
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
+        #: Every kind of record supervised here; the hosted nodes' first.
+        self.lifecycles: list[Lifecycle] = [lifecycle]
         self.driver = driver
         self.gate = gate
-        self.policy = Policy(settings)
+        self.settings = settings
+        self.policy = Policy(lifecycle.kind.settings(settings))
+        self._policies: dict[str, Policy] = {lifecycle.kind.noun: self.policy}
+        #: Records a pass skipped because they cannot be started again (reported once each).
+        self._skipped: set[str] = set()
         self.clock = clock
         #: Tells whether a child answered (`is_ready`) or stopped answering (`unresponsive`).
         self.probe = probe
@@ -132,6 +134,26 @@ class Supervisor:
         #: Per node, the last verdict: decision, when, how long it took, error.
         self.last_decisions: dict[str, dict] = {}
         gate.on_ready(lambda: self.kick("keyring"))
+
+    # -- kinds of records ------------------------------------------------------------
+
+    def watch(self, lifecycle: Lifecycle) -> None:
+        """Supervise another kind of record on the same passes, queue and timers."""
+        self.lifecycles.append(lifecycle)
+        self._policies[lifecycle.kind.noun] = Policy(lifecycle.kind.settings(self.settings))
+
+    def lifecycle_of(self, node_id: str) -> Lifecycle:
+        """The lifecycle whose store holds this id (the hosted one when none does)."""
+        for lc in self.lifecycles[1:]:
+            if lc.store.get(node_id) is not None:
+                return lc
+        return self.lifecycle
+
+    def policy_for(self, lc: Lifecycle) -> Policy:
+        return self._policies[lc.kind.noun]
+
+    def _supervised(self) -> list[tuple[Lifecycle, NodeRecord]]:
+        return [(lc, r) for lc in self.lifecycles for r in lc.store.list() if r.status in lc.kind.supervised]
 
     # -- life -------------------------------------------------------------------
 
@@ -233,14 +255,14 @@ class Supervisor:
         self._last_exit[event.node_id] = words
         self._exit_codes[event.node_id] = event.returncode
         try:
-            self.lifecycle.apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
+            self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
         except CadreError as exc:
             log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
         log.warning("node %s %s", event.node_id, words)
 
     def _report_orphans(self) -> None:
         try:
-            known = {r.id for r in self.store.list()}
+            known = {r.id for lc in self.lifecycles for r in lc.store.list()}
         except CadreError as exc:
             log.error("cannot check for orphaned children: %s", exc.message)
             return
@@ -261,17 +283,19 @@ class Supervisor:
     async def _reconcile_once(self) -> list[str]:
         started: list[str] = []
         try:
-            candidates = [r for r in self.store.list() if r.status in SUPERVISED]
+            candidates = self._supervised()
         except CadreError as exc:
             log.error("supervisor cannot read the records: %s", exc.message)
             return started
-        for record in candidates:
+        for lc, record in candidates:
             if self._disposed:
                 break
+            if self._skip(lc, record):
+                continue
             t0 = time.perf_counter()
             verdict, error = None, None
             try:
-                verdict = decide(record, self.observe(record), self.policy)
+                verdict = decide(record, self.observe(record), self.policy_for(lc), lc.kind.supervised)
                 if await self._carry_out(record, verdict):
                     started.append(record.id)
                     await _breathe()
@@ -283,6 +307,19 @@ class Supervisor:
                 self._note_decision(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
         self._arm_due_timer()
         return started
+
+    def _skip(self, lc: Lifecycle, record: NodeRecord) -> bool:
+        """A record that cannot be started again from what it holds is left alone, and said so once."""
+        why = lc.kind.cannot_start(record)
+        if why is None:
+            self._skipped.discard(record.id)
+            return False
+        if record.id not in self._skipped:
+            self._skipped.add(record.id)
+            log.warning("%s %s is not supervised: %s", lc.kind.noun, record.id, why)
+        self.last_decisions[record.id] = {"decision": "skipped", "at": iso(self.clock.now()), "ms": 0.0,
+                                          "error": why}
+        return True
 
     def _note_decision(self, node_id: str, verdict: Verdict | None, ms: float, error: str | None) -> None:
         self.last_decisions[node_id] = {
@@ -297,7 +334,7 @@ class Supervisor:
         handle = self.driver.get(record.handle)
         status = self.driver.status(record.handle)
         secret = SecretState.READY
-        kind = secret_kind(record)
+        kind = self.lifecycle_of(record.id).kind.secret_kind(record)
         if self.gate.cached(record.id, kind) is None:
             secret = SecretState.MISSING if self.gate.is_missing(record.id, kind) else SecretState.WAITING
         answered = unresponsive = False
@@ -328,32 +365,34 @@ class Supervisor:
         if d is not Decision.WAIT_KEYRING:
             self._waiting_keyring.discard(record.id)
         if d is Decision.REFILL:
-            self.lifecycle.apply(record.id, Change.REFILL, lambda r: r.replace(
+            self.lifecycle_of(record.id).apply(record.id, Change.REFILL, lambda r: r.replace(
                 respawn=RespawnInfo(0, r.respawn.last_attempt_at) if r.respawn else None))
             log.info("node %s stayed up; its respawn budget is full again", record.id)
         elif d in (Decision.STALLED, Decision.HUNG):
             self._last_exit[record.id] = verdict.reason
             self._exit_codes.pop(record.id, None)
             log.warning("node %s %s; stopping it", record.id, verdict.reason)
-            self.lifecycle.apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason)
+            self.lifecycle_of(record.id).apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason)
             await self.driver.stop(record.handle)
         elif d is Decision.GIVE_UP:
             await self.give_up(record.id, verdict.reason or "the node did not stay running")
         elif d is Decision.WAIT_KEYRING:
-            self.gate.want(record.id, secret_kind(record))
+            lc = self.lifecycle_of(record.id)
+            self.gate.want(record.id, lc.kind.secret_kind(record))
             if record.id not in self._waiting_keyring:
                 self._waiting_keyring.add(record.id)
-                self.lifecycle.apply(record.id, Change.WAITING)
+                lc.apply(record.id, Change.WAITING)
         elif d is Decision.START:
             self._uncounted.discard(record.id)
             try:
                 return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle)
             except Exception as exc:
                 message = exc.message if isinstance(exc, CadreError) else str(exc)
-                current = self.lifecycle.get(record.id)
+                lc = self.lifecycle_of(record.id)
+                current = lc.get(record.id)
                 attempts = current.attempts if current else 0
-                log.warning("start attempt %d of node %s failed: %s", attempts, record.id, message)
-                if attempts >= self.policy.max_attempts:
+                log.warning("start attempt %d of %s %s failed: %s", attempts, lc.kind.noun, record.id, message)
+                if attempts >= self.policy_for(lc).max_attempts:
                     await self.give_up(record.id, f"could not be started: {message}")
                     return False
                 raise
@@ -369,17 +408,18 @@ class Supervisor:
         name yet is taken over instead (spends nothing): a host that died after
         starting it, or a write that failed, never gets a second child beside it.
         """
-        record = self.lifecycle.get(node_id)
-        if record is None or record.status not in SUPERVISED or record.handle != expect_handle:
+        lc = self.lifecycle_of(node_id)
+        record = lc.get(node_id)
+        if record is None or record.status not in lc.kind.supervised or record.handle != expect_handle:
             return False
         live = [h for h in self.driver.handles_for(node_id) if h.alive and h.id != record.handle]
         if live:
             child = live[-1]
-            self.lifecycle.apply(node_id, Change.ADOPT, lambda r: r.replace(
+            lc.apply(node_id, Change.ADOPT, lambda r: r.replace(
                 handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port))
             log.info("node %s: its record takes the running child pid %s", node_id, child.pid)
             return False
-        value = self.gate.cached(node_id, secret_kind(record))
+        value = self.gate.cached(node_id, lc.kind.secret_kind(record))
         if value is None:
             raise SecretsError(f"the secret of node {node_id} has not been read from the keyring yet")
         attempt = record.next_start
@@ -391,21 +431,22 @@ class Supervisor:
         want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
         token = new_host_token()
         try:
-            child = self.driver.start(node_id, attempt, secret_env(record, value, token), want_ports=want,
-                                      avoid_ports=self.lifecycle.remembered_ports(node_id))
+            env = lc.kind.secret_env(record, value, token)
+            child = self.driver.start(node_id, attempt, env, want_ports=want,
+                                      avoid_ports=lc.remembered_ports(node_id))
         except Exception as exc:
             message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
             failed_mark = dataclasses.replace(mark, last_exit=f"could not be started: {message}")
-            self.lifecycle.apply(node_id, Change.START_FAILED, lambda r: r.replace(
+            lc.apply(node_id, Change.START_FAILED, lambda r: r.replace(
                 error=message, respawn=respawn, start=failed_mark))
             if counted:
                 self.timeline.mark(("attempt", node_id), now)
             raise
         self.timeline.started(child.id)
-        if not getattr(child, "adopted", False):
+        if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
             self.host_tokens[child.id] = token
         change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
-        self.lifecycle.apply(node_id, change, lambda r: r.replace(
+        lc.apply(node_id, change, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark))
         if counted:
             self.timeline.mark(("attempt", node_id), now)
@@ -432,16 +473,17 @@ class Supervisor:
         triggers must not find a supervised record with no child. The work
         folder is kept: it holds the identity its cadre knows.
         """
-        record = self.lifecycle.get(node_id)
-        if record is None or record.status not in SUPERVISED:
+        lc = self.lifecycle_of(node_id)
+        record = lc.get(node_id)
+        if record is None or record.status not in lc.kind.supervised:
             return
         n = record.attempts
         head = f"gave up after {n} attempt{'s' if n != 1 else ''}: {reason}" if n else f"gave up: {reason}"
         message = self._with_log_tail(node_id, head)
-        if self.lifecycle.apply(node_id, Change.GIVE_UP, lambda r: r.replace(status=NodeStatus.ERROR, error=message),
-                                detail=message) is None:
+        if lc.apply(node_id, Change.GIVE_UP, lambda r: r.replace(status=lc.kind.error, error=message),
+                    detail=message) is None:
             return
-        log.warning("node %s: %s", node_id, head)
+        log.warning("%s %s: %s", lc.kind.noun, node_id, head)
         if record.handle:
             try:
                 await self.driver.stop(record.handle)
@@ -466,12 +508,12 @@ class Supervisor:
         if self._disposed:
             return
         try:
-            records = [r for r in self.store.list() if r.status in SUPERVISED and r.handle]
+            records = [(lc, r) for lc, r in self._supervised() if r.handle and lc.kind.cannot_start(r) is None]
         except CadreError:
             return
         waits = []
-        for record in records:
-            verdict = decide(record, self.observe(record), self.policy)
+        for lc, record in records:
+            verdict = decide(record, self.observe(record), self.policy_for(lc), lc.kind.supervised)
             if verdict.due_in_s is not None:
                 waits.append(verdict.due_in_s)
         if not waits:
@@ -497,12 +539,14 @@ class Supervisor:
 
     def next_attempt_at(self, record: NodeRecord) -> datetime | None:
         """When the backoff of a down node ends (wall time, for views); None when now or never."""
-        if record.status not in SUPERVISED or not record.respawn or record.attempts >= self.policy.max_attempts:
+        lc = self.lifecycle_of(record.id)
+        policy = self.policy_for(lc)
+        if record.status not in lc.kind.supervised or not record.respawn or record.attempts >= policy.max_attempts:
             return None
         since = self._since_attempt_s(record)
         if since is None:
             return None
-        remaining = self.policy.backoff_s(record.attempts) - since
+        remaining = policy.backoff_s(record.attempts) - since
         return self.clock.now() + timedelta(seconds=remaining) if remaining > 0 else None
 
     def forget_exit(self, node_id: str) -> None:

@@ -16,22 +16,22 @@ MAX_NAME = 64
 MAX_INVITATION = 4096
 
 
-def clean_name(name: Any, fallback: str | None) -> str | None:
-    """A node name: one printable line of 1 to 64 characters, spaces trimmed.
+def clean_name(name: Any, fallback: str | None, what: str = "node name") -> str | None:
+    """A node name (or a grant's label): one printable line of 1 to 64 characters, spaces trimmed.
 
     No name at all gives `fallback`; a blank one too, where there is a fallback.
     """
     if name is None:
         return fallback
     if not isinstance(name, str):
-        raise BadRequest("The node name must be text.")
+        raise BadRequest(f"The {what} must be text.")
     if not name.isprintable():
-        raise BadRequest("The node name must be one line of printable characters (no tabs or line breaks).")
+        raise BadRequest(f"The {what} must be one line of printable characters (no tabs or line breaks).")
     name = " ".join(name.split())
     if not name and fallback is not None:
         return fallback
     if not name or len(name) > MAX_NAME:
-        raise BadRequest(f"The node name must be 1 to {MAX_NAME} printable characters.")
+        raise BadRequest(f"The {what} must be 1 to {MAX_NAME} printable characters.")
     return name
 
 

@@ -20,7 +20,9 @@ USAGE = """\
 usage: cadre-node   (no arguments; configured by environment variables)
 
   CADRE_NODE_ID, CADRE_NODE_DIR, CADRE_API_HOST, CADRE_API_PORT, CADRE_P2P_PORT,
-  CADRE_ADVERTISE_HOST, and one of CADRE_CLAIM_SECRET or CADRE_INVITATION.
+  CADRE_ADVERTISE_HOST, and one of CADRE_CLAIM_SECRET, CADRE_INVITATION or
+  CADRE_DONATION_ID (a lent node: with CADRE_PARTY_ID, CADRE_OWNER_KEYS,
+  CADRE_SEED_TOKEN, and optionally CADRE_BOOTSTRAP_NODES, CADRE_PROFILE).
   Optional: CADRE_JOIN_TIMEOUT_MS, CADRE_CLAIM_MAX_FAILURES, CADRE_CLAIM_LOCKOUT_MS,
   CADRE_BODY_TIMEOUT_MS, CADRE_LOG_LEVEL. See docs/node-contract.md.
 """
@@ -138,7 +140,8 @@ def _run() -> int:
 
     setup_logging(config.node_id, config.tuning.log_level)
     fdlimit.raise_soft_limit()
-    redact(config.claim_secret, config.invitation, config.host_token)
+    redact(config.claim_secret, config.invitation, config.host_token,
+           config.donated.seed_token if config.donated else None)
     lock_fd = prepare_node_dir(config.node_dir)
     try:
         identity = load_or_create_identity(config.node_dir)

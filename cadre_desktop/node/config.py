@@ -1,6 +1,7 @@
 """The node's configuration, read from its environment and nowhere else.
 
-Secrets (the claim secret, the invitation) come only from the environment: a
+Secrets (the claim secret, the invitation, a donated node's seed token) come
+only from the environment: a
 command line is visible to every user of the machine through the process table.
 Every problem is reported as a :class:`ConfigError` naming the variable, and the
 message never repeats the value of a secret variable.
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cadre_desktop.node.donated import DonatedConfig, load_donated
 from cadre_desktop.node.errors import ConfigError
 
 NODE_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -45,17 +47,25 @@ class NodeConfig:
     claim_secret: str | None
     invitation: str | None
     tuning: Tuning = Tuning()
+    #: Set when the node was lent to another party (CADRE_DONATION_ID and friends).
+    donated: DonatedConfig | None = None
     #: The name the person gave the node (shown on the claim page); not a secret.
     node_name: str | None = None
     #: The host's own credential for the owner endpoints, accepted from loopback only.
     host_token: str | None = None
+
+    @property
+    def mode(self) -> str:
+        if self.donated is not None:
+            return "donated"
+        return "invitation" if self.invitation else "claim"
 
     def __repr__(self) -> str:  # never let a secret reach a log through repr()
         return (
             f"NodeConfig(node_id={self.node_id!r}, node_dir={str(self.node_dir)!r}, "
             f"api={self.api_host}:{self.api_port}, p2p_port={self.p2p_port}, "
             f"advertise_host={self.advertise_host!r}, node_name={self.node_name!r}, "
-            f"mode={'invitation' if self.invitation else 'claim'}, host_token={'set' if self.host_token else 'unset'})"
+            f"mode={self.mode}, host_token={'set' if self.host_token else 'unset'})"
         )
 
     __str__ = __repr__
@@ -81,12 +91,17 @@ def load_config(env: Mapping[str, str]) -> NodeConfig:
 
     claim_secret = env.get("CADRE_CLAIM_SECRET") or None
     invitation = (env.get("CADRE_INVITATION") or "").strip() or None
-    if claim_secret and invitation:
+    donated = load_donated(env, _check_secret)
+    given = [name for name, value in (("CADRE_CLAIM_SECRET", claim_secret),
+                                      ("CADRE_INVITATION", invitation),
+                                      ("CADRE_DONATION_ID", donated)) if value]
+    if len(given) > 1:
         raise ConfigError(
-            "set exactly one of CADRE_CLAIM_SECRET or CADRE_INVITATION, not both"
+            "set exactly one of CADRE_CLAIM_SECRET, CADRE_INVITATION or CADRE_DONATION_ID,"
+            f" not {' and '.join(given)}"
         )
-    if not claim_secret and not invitation:
-        raise ConfigError("set one of CADRE_CLAIM_SECRET or CADRE_INVITATION")
+    if not given:
+        raise ConfigError("set one of CADRE_CLAIM_SECRET, CADRE_INVITATION or CADRE_DONATION_ID")
     if claim_secret is not None:
         _check_secret("CADRE_CLAIM_SECRET", claim_secret)
     host_token = env.get("CADRE_HOST_TOKEN") or None
@@ -106,6 +121,7 @@ def load_config(env: Mapping[str, str]) -> NodeConfig:
         claim_secret=claim_secret,
         invitation=invitation,
         tuning=_tuning(env),
+        donated=donated,
         node_name=_name(env),
         host_token=host_token,
     )

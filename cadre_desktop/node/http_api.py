@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from cadre_desktop.text import clean as clean_text
-from cadre_desktop.node import invitations
+from cadre_desktop.node import donated, invitations
 from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
 from cadre_desktop.node.errors import ApiError, StorageError
 from cadre_desktop.node.identity import b64url_decode
@@ -47,7 +47,7 @@ _HTTP_CODES = {
 def build_app(node: Node, *, body_timeout_s: float = BODY_TIMEOUT_S, first: list | None = None) -> web.Application:
     """The API; `first` are middlewares that run before everything (the connection guard)."""
     api = _Api(node)
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[*(first or []), _errors_as_json])
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[*(first or []), errors_as_json])
     app[_BODY_TIMEOUT] = body_timeout_s
     app.router.add_get("/status", api.status)
     app.router.add_get("/claim", api.claim_page)
@@ -56,6 +56,7 @@ def build_app(node: Node, *, body_timeout_s: float = BODY_TIMEOUT_S, first: list
     app.router.add_get("/invitations", api.list_invitations)
     app.router.add_get("/members", api.members)
     app.router.add_post("/join", api.join)
+    app.router.add_post("/seed", api.seed)
     return app
 
 
@@ -133,8 +134,13 @@ class _Api:
         return _json(answer)
 
 
+    async def seed(self, request: web.Request) -> web.Response:
+        body = await _read_json(request)
+        return _json(donated.accept_seed(self.node, _client(request), _bearer(request), body))
+
+
 @web.middleware
-async def _errors_as_json(request: web.Request, handler: Any) -> web.StreamResponse:
+async def errors_as_json(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         response = await handler(request)
     except ApiError as err:
@@ -166,10 +172,21 @@ def _json(body: Any, *, status: int = 200, headers: dict[str, str] | None = None
 
 
 async def _read_json(request: web.Request, *, optional: bool = False) -> dict[str, Any]:
-    too_large = ApiError(413, "body-too-large", f"the request body is over {MAX_BODY} bytes")
-    if request.content_length is not None and request.content_length > MAX_BODY:
+    return await read_json_body(
+        request, max_body=MAX_BODY, timeout=request.app[_BODY_TIMEOUT], optional=optional
+    )
+
+
+async def read_json_body(
+    request: web.Request, *, max_body: int, timeout: float, optional: bool = False
+) -> dict[str, Any]:
+    """A JSON object of at most ``max_body`` bytes arriving within ``timeout`` s, else an ApiError.
+
+    Also used by the host's lend API, which faces the same kind of clients.
+    """
+    too_large = ApiError(413, "body-too-large", f"the request body is over {max_body} bytes")
+    if request.content_length is not None and request.content_length > max_body:
         raise too_large
-    timeout = request.app[_BODY_TIMEOUT]
     try:
         raw = await asyncio.wait_for(request.read(), timeout)
     except asyncio.TimeoutError:

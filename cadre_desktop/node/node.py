@@ -5,8 +5,9 @@ States (``NodeState`` on the wire is the ``state`` field of ``/status``)::
     unclaimed --claim--> joined                     (started with CADRE_CLAIM_SECRET)
     joining --invitation redeemed--> joined         (started with CADRE_INVITATION)
     joining --invitation refused or unreachable--> failed
+    awaiting_seed --seed from a pinned owner key--> seeded   (started with CADRE_DONATION_ID)
 
-``joined`` is persisted (the membership in the state file), so a respawned node
+``joined`` and ``seeded`` are persisted (the membership in the state file), so a respawned node
 starts joined. ``joining`` and ``failed`` are not: a respawned node that was not yet
 joined tries its invitation again. Each transition is made in one named method and
 logged.
@@ -27,6 +28,7 @@ from typing import Any
 
 from cadre_desktop.node.clock import Clock, iso_utc
 from cadre_desktop.node.config import NodeConfig
+from cadre_desktop.node.donated import seeded_record
 from cadre_desktop.node.errors import ApiError
 from cadre_desktop.node.identity import Identity
 from cadre_desktop.node.ratelimit import FailureLimiter
@@ -42,6 +44,8 @@ class Phase(str, enum.Enum):
     JOINING = "joining"
     JOINED = "joined"
     FAILED = "failed"
+    AWAITING_SEED = "awaiting_seed"
+    SEEDED = "seeded"
 
 
 def sha256_hex(text: str) -> str:
@@ -82,7 +86,12 @@ class Node:
         self.join_limiter = FailureLimiter(
             clock, max_failures=tuning.claim_max_failures, lockout_s=tuning.claim_lockout_s
         )
+        self.seed_limiter = FailureLimiter(
+            clock, max_failures=tuning.claim_max_failures, lockout_s=tuning.claim_lockout_s
+        )
         self._join_failure: str | None = None
+        if config.donated is not None and store.state.seed is not None and not seeded_record(self):
+            log.warning("the state file holds a seed for another donation or party; it is ignored")
         if store.state.node_id != config.node_id:
             log.warning(
                 "the state file was written for node %r; this is node %r",
@@ -94,6 +103,8 @@ class Node:
 
     @property
     def phase(self) -> Phase:
+        if self.config.donated is not None:
+            return Phase.SEEDED if seeded_record(self) else Phase.AWAITING_SEED
         if self.store.state.membership is not None:
             return Phase.JOINED
         if self.config.invitation is not None:
@@ -106,9 +117,9 @@ class Node:
         return membership.cadre if membership else None
 
     def status(self) -> dict[str, Any]:
-        """The body of ``GET /status``: exactly the contract's six fields."""
+        """The body of ``GET /status``: the contract's six fields, and a donated node's three."""
         phase = self.phase
-        return {
+        status: dict[str, Any] = {
             "node_id": self.config.node_id,
             "peer_id": self.peer_id,
             "state": phase.value,
@@ -116,6 +127,12 @@ class Node:
             "error": self._join_failure if phase is Phase.FAILED else None,
             "version": self.version,
         }
+        donated = self.config.donated
+        if donated is not None:
+            status["donation_id"] = donated.donation_id
+            status["party"] = donated.party_id if phase is Phase.SEEDED else None
+            status["profile"] = donated.profile
+        return status
 
     # ----- claim ---------------------------------------------------------------
 
@@ -131,6 +148,10 @@ class Node:
         if self.config.claim_secret is None:
             if membership is not None:
                 raise _already_claimed(membership.cadre)
+            if self.config.donated is not None:
+                raise ApiError(
+                    409, "not-claimable", "this node is lent to another party; it cannot be claimed"
+                )
             raise ApiError(
                 409,
                 "not-claimable",
@@ -217,7 +238,10 @@ class Node:
             )
 
     def _transition(self, old: Phase, new: Phase, why: str) -> None:
-        log.info("state %s -> %s: %s", old.value, new.value, why)
+        self.note_transition(old.value, new.value, why)
+
+    def note_transition(self, old: str, new: str, why: str) -> None:
+        log.info("state %s -> %s: %s", old, new, why)
 
     def iso(self, epoch_s: float) -> str:
         return iso_utc(epoch_s)

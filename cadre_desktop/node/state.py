@@ -1,4 +1,4 @@
-"""What a node remembers across respawns: its cadre, owners, members, invitations.
+"""What a node remembers across respawns: its cadre, owners, members, invitations, seed.
 
 One JSON document, ``node-state.json`` in the work folder, with a ``version``. It is
 only ever replaced whole (see :mod:`cadre_desktop.atomicfile`), and only through
@@ -58,16 +58,31 @@ class Invitation:
 
 
 @dataclass
+class SeedRecord:
+    """The seed a donated node accepted (no secret: a public key and its signature)."""
+
+    donation_id: str
+    party_id: str
+    owner_key: str  # hex of the 32-byte public key that signed
+    signature: str  # hex
+    seeded_at: float
+
+
+@dataclass
 class NodeState:
     node_id: str
     membership: Membership | None = None
     owner_token_sha256: list[str] = field(default_factory=list)
     members: list[Member] = field(default_factory=list)
     invitations: list[Invitation] = field(default_factory=list)
+    #: Only on a donated node once seeded. Optional in the file: older ones have none.
+    seed: SeedRecord | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc = {"version": STATE_VERSION}
         doc.update(asdict(self))
+        if doc["seed"] is None:
+            del doc["seed"]  # a hosted node's file stays as it always was
         return doc
 
     @classmethod
@@ -79,12 +94,14 @@ class NodeState:
         if version != STATE_VERSION:
             raise ValueError(f"unknown version {version!r}")
         membership = doc.get("membership")
+        seed = doc.get("seed")
         state = cls(
             node_id=_str(doc["node_id"]),
             membership=None if membership is None else _membership(membership),
             owner_token_sha256=[_str(h) for h in _list(doc["owner_token_sha256"])],
             members=[_member(m) for m in _list(doc["members"])],
             invitations=[_invitation(i) for i in _list(doc["invitations"])],
+            seed=None if seed is None else _seed(seed),
         )
         return state
 
@@ -200,4 +217,15 @@ def _invitation(value: Any) -> Invitation:
         expires_at=_num(d["expires_at"]),
         used_by=_opt_str(d.get("used_by")),
         used_at=None if used_at is None else _num(used_at),
+    )
+
+
+def _seed(value: Any) -> SeedRecord:
+    d = _dict(value)
+    return SeedRecord(
+        donation_id=_str(d["donation_id"]),
+        party_id=_str(d["party_id"]),
+        owner_key=_str(d["owner_key"]),
+        signature=_str(d["signature"]),
+        seeded_at=_num(d["seeded_at"]),
     )

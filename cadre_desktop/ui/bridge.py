@@ -18,6 +18,8 @@ class HostBridge(QObject):
     removed = Signal(str)
     #: node id, the reason in words
     gave_up = Signal(str, str)
+    #: a lent node's id, the reason in words
+    donation_gave_up = Signal(str, str)
     #: node id, the cadre it joined
     claimed = Signal(str, str)
     #: the machine woke from sleep: seconds it slept
@@ -36,6 +38,8 @@ class HostBridge(QObject):
         kind = event.kind
         if kind is EventKind.GAVE_UP:
             self.gave_up.emit(event.node_id, event.detail)
+        elif kind is EventKind.DONATION_GAVE_UP:
+            self.donation_gave_up.emit(event.node_id, event.detail)
         elif kind is EventKind.CLAIMED:
             self.claimed.emit(event.node_id, event.detail)
         elif kind is EventKind.WOKE:

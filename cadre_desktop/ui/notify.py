@@ -26,6 +26,7 @@ from cadre_desktop.settings import Settings
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.delivery import DEFAULT, Delivery, Notice
+from cadre_desktop.ui.lent import lent_notice_view
 from cadre_desktop.ui.status import exit_line
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class Notifier(QObject):
     shown = Signal(str, str, str)
     #: The person clicked a notification about this node.
     open_node = Signal(str)
+    #: ... about a node lent to another cadre.
+    open_lent = Signal()
 
     def __init__(self, host, bridge: HostBridge, actions: Actions, delivery: Delivery,
                  settings: Settings, parent: QObject | None = None) -> None:
@@ -61,6 +64,8 @@ class Notifier(QObject):
         self._settle.timeout.connect(self._flush_held)
         bridge.woke.connect(self._on_woke)
         bridge.gave_up.connect(self._on_gave_up)
+        bridge.donation_gave_up.connect(self._on_gave_up)  # a lent node: told like a hosted one
+        bridge.happened.connect(self._on_lending)
         bridge.claimed.connect(self._on_claimed)
         bridge.changed.connect(self._on_changed)
         bridge.removed.connect(self._on_removed)
@@ -92,7 +97,14 @@ class Notifier(QObject):
         try:
             return self.host.get_node(node_id)
         except Exception:
-            return None
+            return lent_notice_view(self.host, node_id)
+
+    def _on_lending(self, kind: str, node_id: str) -> None:
+        """A lent node that left `error` (a Retry) or is gone withdraws its notice."""
+        if kind in ("donation_changed", "donation_removed"):
+            view = lent_notice_view(self.host, node_id)
+            if view is None or view.status != "error":
+                self._recovered(node_id)
 
     def _on_changed(self, node_id: str) -> None:
         view = self._view(node_id)
@@ -176,9 +188,13 @@ class Notifier(QObject):
         view = self._view(node_id) if node_id else None
         if view is None:
             return
+        lent = getattr(view, "lent", False)
         if action == RETRY and kind == GAVE_UP:
             if view.status == "error" and not self.actions.busy(node_id):
-                self.actions.retry(node_id)
+                if lent:
+                    self.actions.run(f"retry {view.name.lower()}", self.host.lending.retry(node_id), node_id)
+                else:
+                    self.actions.retry(node_id)
             return
         if action == DEFAULT:
-            self.open_node.emit(node_id)
+            self.open_lent.emit() if lent else self.open_node.emit(node_id)

@@ -22,6 +22,7 @@ from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.delivery import Delivery
 from cadre_desktop.ui.dialogs import AddDialog, JoinDialog, ask_how_to_quit, open_dialog
 from cadre_desktop.ui.icons import APP_ICON, TrayIcons
+from cadre_desktop.ui.lent import LentUi
 from cadre_desktop.ui.model import NodeTableModel
 from cadre_desktop.ui.errors import show_error
 from cadre_desktop.ui.notify import Notifier
@@ -60,9 +61,10 @@ class Shell(QObject):
         self.model = NodeTableModel(host, self.bridge, self)
         self.actions = Actions(host, lambda: self.window, self)
         self.window = NodeWindow(host, self.model, self.actions, host.paths.config_dir / "window.json")
+        self.lent = LentUi(host, self.bridge, self.actions, self.window, self)  # the window's Lent tab
         self.icons = TrayIcons(settings.monochrome_icon)
         self.autostart = autostart
-        self.tray = Tray(self.model, self.icons, self)
+        self.tray = Tray(self.model, self.icons, self, lent=self.lent.model)
         self.delivery = Delivery(self.tray.icon, APP_ICON, parent=self)
         self.notifier = Notifier(host, self.bridge, self.actions, self.delivery, settings, self)
         self.qr_dialogs: dict[str, QrDialog] = {}
@@ -89,7 +91,8 @@ class Shell(QObject):
             (self.tray.quit, self.ask_quit), (self.window.add_requested, self.ask_add),
             (self.window.join_requested, self.ask_join), (self.window.qr_requested, self.show_qr),
             (self.window.quit_requested, self.ask_quit), (self.notifier.open_node, self.window.show_node),
-            (self.actions.added, self._added),
+            (self.actions.added, self._added), (self.tray.lend_nodes, self.lent.ask_lend),
+            (self.tray.open_lent, self.lent.show_lent), (self.notifier.open_lent, self.lent.show_lent),
         ):
             signal.connect(slot)
 

@@ -41,12 +41,16 @@ class Tray(QObject):
     retry_node = Signal(str)
     add_node = Signal()
     join_node = Signal()
+    lend_nodes = Signal()
+    open_lent = Signal()
     preferences = Signal()
     quit = Signal()
 
-    def __init__(self, model: NodeTableModel, icons: TrayIcons, parent: QObject | None = None) -> None:
+    def __init__(self, model: NodeTableModel, icons: TrayIcons, parent: QObject | None = None, lent=None) -> None:
         super().__init__(parent)
         self.model, self.icons = model, icons
+        #: The lent nodes (ui/lent.py): they count in the colour, the tooltip and the menu.
+        self.lent = lent
         self.icon = QSystemTrayIcon(self)
         self.menu = QMenu()
         self._state = None
@@ -59,6 +63,8 @@ class Tray(QObject):
         self.menu.aboutToHide.connect(lambda: QTimer.singleShot(0, self, self.update))
         self.icon.activated.connect(self._activated)
         model.refreshed.connect(self.update)
+        if lent is not None:
+            lent.refreshed.connect(self.update)
         self.update()
 
     def _build(self) -> None:
@@ -80,9 +86,12 @@ class Tray(QObject):
         self.show_all = menu.addAction("Show all…")
         self.show_all.setVisible(False)
         self.show_all.triggered.connect(self.open_window.emit)
+        self.lent_action = menu.addAction("")
+        self.lent_action.setVisible(False)
+        self.lent_action.triggered.connect(self.open_lent.emit)
         menu.addSeparator()
         for text, signal in (("Open window", self.open_window), ("Add node…", self.add_node),
-                             ("Join with invitation…", self.join_node)):
+                             ("Join with invitation…", self.join_node), ("Lend nodes…", self.lend_nodes)):
             menu.addAction(text).triggered.connect(signal.emit)
         menu.addSeparator()
         menu.addAction("Preferences…").triggered.connect(self.preferences.emit)
@@ -99,6 +108,8 @@ class Tray(QObject):
 
     def close(self) -> None:
         self.model.refreshed.disconnect(self.update)
+        if self.lent is not None:
+            self.lent.refreshed.disconnect(self.update)
         self._closed = True
         self.icon.hide()
         self.menu.deleteLater()
@@ -113,15 +124,18 @@ class Tray(QObject):
         if self._closed:
             return
         views, now = self.model.views(), self.model.now
-        state = aggregate(views)
+        lent = self.lent.states() if self.lent is not None else []
+        state = max([aggregate(views), *lent], key=lambda s: s.rank)
         if state != self._state:
             self._state = state
             self.icon.setIcon(self.icons.icon(state))
-        text = tooltip(views, now)
+        text = tooltip(views, now) + (f"\nLent to other cadres: {len(lent)}" if lent else "")
         if self.icon.toolTip() != text:
             self.icon.setToolTip(text)
         if not self.menu.isVisible():
             self._update_menu(views)
+            self._set(self.lent_action, visible=bool(lent),
+                      text=f"Lent to other cadres: {len(lent)} node{'s' if len(lent) != 1 else ''}…" if lent else None)
 
     def _update_menu(self, views) -> None:
         self._set(self.summary, text=summary_line(views))

@@ -8,20 +8,9 @@ keyring is unlocked they start. A real gnome-keyring on a private D-Bus session.
 
 from __future__ import annotations
 
-import pytest
-
 from tests.support.headless import HeadlessHost, fast_settings
 from tests.support.polling import wait_until
-from tests.support.session_bus import SecretServiceSession, lock_default_collection, unlock_default_collection
-
-
-@pytest.fixture
-def private_secret_service():
-    session = SecretServiceSession()
-    try:
-        yield session.start()
-    finally:
-        session.stop()
+from tests.support.session_bus import lock_default_collection, unlock_default_collection
 
 
 def test_locked_secret_service_keeps_nodes_waiting_not_in_error_and_unlocking_starts_them(

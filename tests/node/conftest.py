@@ -225,6 +225,7 @@ class NodeLauncher:
         api_port: int | None = None,
         p2p_port: int | None = None,
         extra: dict[str, str] | None = None,
+        donated: dict[str, str] | None = None,
     ) -> dict[str, str]:
         env = base_env()
         env.update(
@@ -235,7 +236,9 @@ class NodeLauncher:
             CADRE_P2P_PORT=str(p2p_port or free_port()),
             CADRE_ADVERTISE_HOST="127.0.0.1",
         )
-        if invitation is not None:
+        if donated is not None:
+            env.update(donated)
+        elif invitation is not None:
             env["CADRE_INVITATION"] = invitation
         else:
             env["CADRE_CLAIM_SECRET"] = claim_secret or new_secret()
@@ -245,7 +248,8 @@ class NodeLauncher:
     def launch(self, node_id: str = "node-a", **kw: Any) -> NodeProcess:
         """Spawn a node without waiting for it."""
         env = self.env_for(node_id, **kw)
-        self.redact(env.get("CADRE_CLAIM_SECRET", ""), env.get("CADRE_INVITATION", ""))
+        self.redact(env.get("CADRE_CLAIM_SECRET", ""), env.get("CADRE_INVITATION", ""),
+                    env.get("CADRE_SEED_TOKEN", ""))
         log_dir = self.root / "logs"
         log_dir.mkdir(exist_ok=True)
         node = NodeProcess(

@@ -49,7 +49,7 @@ class Ledger:
 
 
 #: What this build writes: records and state are both at version 2.
-VERSIONS = {"hosted-nodes.json": 2, "state.json": 2}
+VERSIONS = {"hosted-nodes.json": 2, "state.json": 2, "grants.json": 1, "donations.json": 1}
 
 
 def parse_versioned(path) -> dict:

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from cadre_desktop.node import invitations
 from cadre_desktop.node.errors import ApiError
 from cadre_desktop.node.invitation_code import parse_invitation
-from tests.support.node_server import NodeServer
+from tests.support.node_server import NodeServer, send_raw
 
 SEED = int(os.environ.get("CADRE_TEST_SEED") or random.SystemRandom().randrange(2**32))
 FUZZ = settings(max_examples=int(os.environ.get("CADRE_FUZZ_EXAMPLES", "120")), deadline=None, database=None,
@@ -209,23 +209,13 @@ def test_fuzzed_joins_never_5xx_and_never_admit_without_the_invitation_secret(cl
 
 
 def test_malformed_http_never_5xx_nor_kills_the_node(unclaimed):
-    import socket
-
     junk = [b"GARBAGE\r\n\r\n", b"POST /claim HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
             b"POST /claim HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
             b"POST /claim HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n",
             b"POST /claim HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", b"POST /cl\x00aim HTTP/1.1\r\n\r\n",
             b"POST /claim HTTP/9.9\r\n\r\n", b"\xff" * 9000 + b"\r\n\r\n", b"POST " + b"/" * 20000 + b" HTTP/1.1\r\n\r\n"]
     for raw in junk:
-        with socket.create_connection(("127.0.0.1", unclaimed.api_port), timeout=5) as sock:
-            sock.sendall(raw)
-            sock.shutdown(socket.SHUT_WR)
-            reply = b""
-            try:
-                while chunk := sock.recv(65536):
-                    reply += chunk
-            except (ConnectionResetError, TimeoutError):
-                pass
+        reply = send_raw(unclaimed.api_port, raw)
         if reply:
             status = int(reply.split(b" ", 2)[1])
             assert status < 500, (raw[:60], reply[:200])
@@ -336,6 +326,7 @@ def test_no_secret_is_compared_with_an_ordinary_equality():
 
     root = Path(__file__).resolve().parents[2] / "cadre_desktop"
     files = sorted((root / "node").glob("*.py")) + [root / "host" / "control.py", root / "control_client.py"]
+    files += [root / "host" / name for name in ("lend_api.py", "lending.py", "grants.py", "lend_control.py")]
     found = []
     for path in files:
         tree = ast.parse(path.read_text(), str(path))

@@ -27,6 +27,7 @@ from tests.support.host_calls import call, running
 from tests.support.node_scan import kill_node_processes, node_processes, read_json
 from tests.support.polling import wait_until
 from tests.support.secret_items import secret_items
+from tests.support.session_bus import lock_default_collection
 from tests.support.test_keyring import FILE_ENV
 
 FAILURES = {
@@ -128,34 +129,11 @@ def test_no_keyring_at_all_add_fails_clearly_and_the_running_node_stays(tmp_path
     assert second.stop() == 0
 
 
-@pytest.fixture
-def private_secret_service():
-    from tests.support.session_bus import SecretServiceSession
-
-    session = SecretServiceSession()
-    try:
-        yield session.start()
-    finally:
-        session.stop()
-
-
-def lock_collection(keyring_env: dict) -> None:
-    from contextlib import closing
-
-    import secretstorage
-    from jeepney.io.blocking import open_dbus_connection
-
-    with closing(open_dbus_connection(bus=keyring_env["DBUS_SESSION_BUS_ADDRESS"])) as conn:
-        collection = secretstorage.get_default_collection(conn)
-        collection.lock()
-        assert collection.is_locked()
-
-
 def test_a_really_locked_secret_service_fails_add_clearly_and_leaves_nothing(hosts, rng, private_secret_service):
     host = hosts(host_settings(rng), keyring_env=private_secret_service).start()
     kept = running(host, call(host, "POST", "/api/nodes", {"name": "kept"})[1]["id"])
     entries_before = secret_items(private_secret_service)
-    lock_collection(private_secret_service)
+    lock_default_collection(private_secret_service)
     assert_add_fails_and_leaves_nothing(host, lambda: entries_before, "keyring_locked",
                                         "The keyring is locked. Unlock it")
     os.kill(kept["pid"], signal.SIGKILL)

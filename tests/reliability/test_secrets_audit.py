@@ -29,7 +29,7 @@ from tests.reliability.conftest import host_settings
 from tests.support.host_calls import call, claim, claim_secret_of, post_json, running
 from tests.support.node_scan import node_processes
 from tests.support.polling import wait_until
-from tests.support.secret_items import entry_name, node_of, secret_items
+from tests.support.secret_items import entry_name, node_of, secret_items, without_home
 
 
 class Vault:
@@ -75,7 +75,7 @@ def scan_processes(host, vault: Vault) -> list[str]:
                          for name in vault.leaks_in("\0".join(child.cmdline()).encode())]
             env = child.environ()
             own = {n for n, v in vault.found.items()
-                   if v in (env.get("CADRE_CLAIM_SECRET"), env.get("CADRE_INVITATION"))}
+                   if v in (env.get("CADRE_CLAIM_SECRET"), env.get("CADRE_INVITATION"), env.get("CADRE_SEED_TOKEN"))}
             own |= {n + " (its inner secret)" for n in own}
             problems += [f"{name} in node {node_id}'s environment (not its own secret)"
                          for name in vault.leaks_in(Path(f"/proc/{child.pid}/environ").read_bytes(), own)]
@@ -189,4 +189,63 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
     problems += scan_home(host.home, vault, None)
     gone = {a["id"], b["id"], c["id"], d["id"], e["id"]}
     assert not [u for u in secret_items(secret_service) if node_of(u) in gone], "keyring entries outlived their nodes"
+    assert not problems, problems
+
+
+def test_no_lending_secret_outside_the_keyring_and_the_lent_nodes_own_environment(hosts, rng, secret_service,
+                                                                                 tmp_path):
+    """Grants (API and CLI), links, borrowers, seeds, crashes of a lent node and of the host, a revoke
+    and an end: no grant token, seed token or borrower key is anywhere it should not be."""
+    import urllib.parse as up
+
+    from tests.support.borrower import borrow, free_lend_port, lend_call
+
+    vault = Vault()
+    host = hosts(host_settings(rng, lend_port=free_lend_port())).start()
+    vault.add("control token of the first host", host.control["token"])
+    status, first = call(host, "POST", "/api/grants", {"label": "first"})
+    assert status == 201, first
+    vault.add("grant token of the first grant", up.urlsplit(first["link"]).fragment)
+    cli = host.cli("grant", "create", "--label", "second", "--json")
+    assert cli.returncode == 0, cli.stderr
+    second = json.loads(cli.stdout)
+    vault.add("grant token of the second grant", up.urlsplit(second["link"]).fragment)
+    assert not vault.leaks_in(host.cli("grant", "list").stdout.encode()), "`grant list` shows a grant link"
+    assert host.cli("grant", "link", second["id"]).stdout.strip() == second["link"]
+
+    key = tmp_path / "borrower-key.json"
+    lent = borrow(first["link"], "auditors", key)
+    assert lent.returncode == 0, lent.stderr
+    a = json.loads(lent.stdout)
+    vault.add("the borrower's owner key", json.loads(key.read_text())["private_key"])
+    asked = borrow(second["link"], "auditors", key, "--request-only")
+    assert asked.returncode == 0, asked.stderr
+    b = json.loads(asked.stdout)
+    items = {without_home(u): v for u, v in secret_items(secret_service).items()}
+    for d in (a, b):
+        vault.add(f"seed token of {d['id']}", items[f"{d['id']}/seed-token"])
+
+    # Crashes: a lent node, then the host; the second node is seeded after the restart.
+    pid = call(host, "GET", f"/api/donations/{a['id']}")[1]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: (v := call(host, "GET", f"/api/donations/{a['id']}")[1])["running"] and v["pid"] != pid,
+               timeout=30, what="the lent node back")
+    host.kill()
+    host.start()
+    vault.add("control token of the second host", host.control["token"])
+    seeded = borrow(second["link"], "auditors", key, "--donation", b["id"])
+    assert seeded.returncode == 0, seeded.stderr
+    problems = scan_processes(host, vault)
+    problems += scan_home(host.home, vault, "control token of the second host")
+    wrong = lend_call(first["link"], "GET", token=vault.found["grant token of the second grant"])
+    assert wrong[0] == 403 and not vault.leaks_in(json.dumps(wrong[1]).encode())
+
+    # A revoke and an end (CLI), then stop and look again.
+    assert call(host, "POST", f"/api/grants/{first['id']}/revoke", {})[0] == 200
+    cli = host.cli("donation", "end", "--yes", b["id"])
+    assert cli.returncode == 0, cli.stderr
+    assert host.stop() == 0
+    problems += scan_home(host.home, vault, None)
+    left = [u for u in secret_items(secret_service) if node_of(u) in {first["id"], a["id"], b["id"]}]
+    assert not left, f"keyring entries outlived their grant or loan: {left}"
     assert not problems, problems

@@ -15,7 +15,8 @@ import psutil
 
 from cadre_desktop.host.proctree import node_environment
 
-SUPERVISED = {"unclaimed", "joining", "joined"}
+#: Hosted nodes' supervised statuses, and lent nodes' (`provisioning` has its child too).
+SUPERVISED = {"unclaimed", "joining", "joined", "awaiting_seed", "seeded", "provisioning"}
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -92,7 +93,8 @@ def check_invariant(home: Path, *, host_up: bool = True) -> Snapshot:
     - every port a node process listens on is a port of its own live handle,
       and no two handles share a port.
     """
-    records = (read_json(home / "hosted-nodes.json") or {"nodes": {}})["nodes"]
+    records = dict((read_json(home / "hosted-nodes.json") or {"nodes": {}})["nodes"])
+    records.update((read_json(home / "donations.json") or {"donations": {}})["donations"])  # lent nodes
     handles = (read_json(home / "state.json") or {"handles": {}})["handles"]
     procs = node_processes(home)
     snap = Snapshot(records, handles, procs)

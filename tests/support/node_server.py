@@ -106,3 +106,17 @@ def raw_request(port: int, method: str, path: str, body: bytes, headers: list[tu
         return resp.status, data, dict(resp.getheaders())
     finally:
         conn.close()
+
+
+def send_raw(port: int, raw: bytes, timeout: float = 5) -> bytes:
+    """Write `raw` as it is, close our side, and read whatever comes back (b"" when nothing)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(raw)
+        sock.shutdown(socket.SHUT_WR)
+        reply = b""
+        try:
+            while chunk := sock.recv(65536):
+                reply += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+    return reply

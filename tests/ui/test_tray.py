@@ -21,7 +21,7 @@ SWITCHABLE_NODE = [sys.executable, "-c", (
     "    sys.exit('broken on purpose')\n"
     "runpy.run_module('cadre_desktop.node', run_name='__main__')\n")]
 
-FIXED = ["Open window", "Add node…", "Join with invitation…", "Preferences…", "Quit"]
+FIXED = ["Open window", "Add node…", "Join with invitation…", "Lend nodes…", "Preferences…", "Quit"]
 
 
 def texts(menu) -> list[str]:
@@ -87,7 +87,7 @@ def test_many_nodes_show_five_attention_first_each_with_retry_then_show_all(shel
     assert shown[1:5] == ["Broken 0: Error", "Retry Broken 0", "Broken 1: Error", "Retry Broken 1"]
     nodes = [t for t in shown[1:] if t.startswith(("Broken", "Fine"))]
     assert len(nodes) == NODE_SLOTS
-    assert shown[-6:] == ["Show all 8 nodes…", *FIXED]
+    assert shown[-len(FIXED) - 1:] == ["Show all 8 nodes…", *FIXED]
 
     with qtbot.waitSignal(shell.tray.retry_node, timeout=1000) as signal:
         shell.tray.retry_actions[1].trigger()

@@ -72,18 +72,18 @@ def test_the_log_pump_needs_only_the_standard_library():
 
 
 def test_nothing_but_the_lifecycle_writes_a_record():
-    """One owner of a node's life: the store's writers are called from lifecycle.py only."""
+    """One owner of a node's life: the store's writers (hosted or lent nodes) are called from lifecycle.py only."""
     writers = ("put", "remove", "mark_removed", "removal_done")
     for path in (PKG / "host").rglob("*.py"):
         if path.name in ("lifecycle.py", "store.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in writers
-                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "store"):
+                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr in ("store", "donations")):
                 raise AssertionError(f"{path.name}:{node.lineno} writes a record with store.{node.func.attr}")
 
 
 def test_the_engine_speaks_to_compute_only_through_the_driver_seam():
-    for name in ("supervisor.py", "service.py", "probe.py", "decide.py", "lifecycle.py"):
+    for name in ("supervisor.py", "service.py", "probe.py", "decide.py", "lifecycle.py", "lending.py", "lend_kind.py"):
         imports = imported_modules(PKG / "host" / name)
         assert not {"cadre_desktop.host.orchestrator", "cadre_desktop.host.procs", "subprocess"} & imports, name

@@ -80,3 +80,37 @@ def test_unreadable_settings_are_an_error_naming_the_file(tmp_path, raw):
     with pytest.raises(SettingsError) as err:
         load_settings(path)
     assert str(path) in err.value.message
+
+
+def test_lent_nodes_supervision_keys_default_to_the_hosted_ones_and_override_them():
+    from cadre_desktop.settings import parse_settings
+
+    plain = parse_settings({"respawn_max_attempts": 7, "start_grace_ms": 2000}, "s").donation_supervision()
+    assert (plain.respawn_max_attempts, plain.start_grace_ms) == (7, 2000)
+    own = parse_settings({"respawn_max_attempts": 7, "donation_respawn_max_attempts": 2,
+                          "donation_start_grace_ms": 0}, "s").donation_supervision()
+    assert (own.respawn_max_attempts, own.start_grace_ms) == (2, 0)
+
+
+@pytest.mark.parametrize(("doc", "key"), [
+    ({"lend_port": 28100}, "lend_port"),
+    ({"lend_port": 80}, "lend_port"),
+    ({"lend_max_nodes": 0}, "lend_max_nodes"),
+    ({"donation_respawn_max_attempts": "3"}, "donation_respawn_max_attempts"),
+    ({"donation_provisioning_ttl_ms": 10}, "donation_provisioning_ttl_ms"),
+])
+def test_bad_lending_settings_name_the_key(doc, key):
+    from cadre_desktop.settings import parse_settings
+
+    with pytest.raises(SettingsError) as err:
+        parse_settings(doc, "settings.json")
+    assert repr(key) in err.value.message
+
+
+def test_the_default_lend_port_moves_out_of_a_port_range_that_holds_it():
+    """Bug: a port_range that held 28090 (valid before lending existed) made every start fail."""
+    from cadre_desktop.settings import parse_settings
+
+    assert parse_settings({"port_range": [28050, 28099]}, "s").lend_port == 28049
+    assert parse_settings({"port_range": [1024, 30000]}, "s").lend_port == 30001
+    assert parse_settings({}, "s").lend_port == 28090
