@@ -287,6 +287,7 @@ class Supervisor:
         except CadreError as exc:
             log.error("supervisor cannot read the records: %s", exc.message)
             return started
+        waits: list[float] = []
         for lc, record in candidates:
             if self._disposed:
                 break
@@ -303,10 +304,23 @@ class Supervisor:
                 # One bad record never ends the pass; the others may be down too.
                 error = exc.message if isinstance(exc, CadreError) else f"{type(exc).__name__}: {exc}"
                 log.error("supervising node %s failed: %s", record.id, error)
+            due = self._due_after(lc, record.id, verdict)
+            if due is not None:
+                waits.append(due)
             if verdict is not None and verdict.decision is not Decision.LEAVE or error:
                 self._note_decision(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
-        self._arm_due_timer()
+        self._arm_due_timer(waits)
         return started
+
+    def _due_after(self, lc: Lifecycle, node_id: str, verdict: Verdict | None) -> float | None:
+        """When this node next needs a look. The verdict says it, unless a start (done or
+        failed) changed the node: then its new start grace, or its new backoff."""
+        if verdict is None or verdict.decision is not Decision.START:
+            return verdict.due_in_s if verdict is not None else None
+        fresh = lc.get(node_id)
+        if fresh is None:
+            return None
+        return decide(fresh, self.observe(fresh), self.policy_for(lc), lc.kind.supervised).due_in_s
 
     def _skip(self, lc: Lifecycle, record: NodeRecord) -> bool:
         """A record that cannot be started again from what it holds is left alone, and said so once."""
@@ -503,20 +517,13 @@ class Supervisor:
             return None
         return self.timeline.since(("attempt", record.id), record.respawn.last_attempt_at)
 
-    def _arm_due_timer(self) -> None:
-        """Bring the next pass forward to when the earliest backoff or start grace ends."""
-        if self._disposed:
-            return
-        try:
-            records = [(lc, r) for lc, r in self._supervised() if r.handle and lc.kind.cannot_start(r) is None]
-        except CadreError:
-            return
-        waits = []
-        for lc, record in records:
-            verdict = decide(record, self.observe(record), self.policy_for(lc), lc.kind.supervised)
-            if verdict.due_in_s is not None:
-                waits.append(verdict.due_in_s)
-        if not waits:
+    def _arm_due_timer(self, waits: list[float]) -> None:
+        """Bring the next pass forward to when the earliest backoff or start grace ends.
+
+        `waits` are the pass's own verdicts (seconds until each is due), so the
+        timer costs no second look at every node.
+        """
+        if self._disposed or not waits:
             return
         due = self.clock.monotonic() + min(waits)
         if self._due_task is not None and not self._due_task.done():
