@@ -125,8 +125,7 @@ class KeyringGate:
             return
         self._wanted.add(key)
         self._kick.set()
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._fetch_wanted(), name="keyring-gate")
+        self._keep_fetching()
 
     def drop(self, node_id: str) -> None:
         """A node that is gone needs nothing more."""
@@ -138,7 +137,12 @@ class KeyringGate:
         for node_id, kind in wanted:
             self._wanted.add((node_id, kind))
         await self._fetch_once()
-        if self._wanted and not self._closed and (self._task is None or self._task.done()):
+        if self._wanted and not self._closed:
+            self._keep_fetching()
+
+    def _keep_fetching(self) -> None:
+        """One background fetcher at a time goes on reading the wanted secrets."""
+        if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._fetch_wanted(), name="keyring-gate")
 
     async def close(self) -> None:

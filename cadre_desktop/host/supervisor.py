@@ -128,6 +128,8 @@ class Supervisor:
         #: The words for each node's last exit this process saw (or the reason it stopped it).
         self._last_exit: dict[str, str] = {}
         self._exit_codes: dict[str, int | None] = {}
+        #: Per dead child whose exit no event reported, the words read from its log.
+        self._unseen_exits: dict[str, str] = {}
         self._waiting_keyring: set[str] = set()
         #: Per child this process started, the host token it was given (memory only).
         self.host_tokens: dict[str, str] = {}
@@ -359,8 +361,14 @@ class Supervisor:
             unresponsive = bool(self.probe and self.probe.unresponsive(handle.id))
         last_exit = self._last_exit.get(record.id)
         if last_exit is None and status is not DriverStatus.RUNNING and handle is not None:
-            lines = self.driver.log_tail(record.id, 1)
-            last_exit = exit_words(handle.returncode, one_line(self.gate.redact(record.id, lines[-1])) if lines else None)
+            # An exit this process did not see (it died while the host was down): its words
+            # come from the log, read once per dead child rather than at every pass.
+            last_exit = self._unseen_exits.get(handle.id)
+            if last_exit is None:
+                lines = self.driver.log_tail(record.id, 1)
+                last_exit = exit_words(handle.returncode,
+                                       one_line(self.gate.redact(record.id, lines[-1])) if lines else None)
+                self._unseen_exits[handle.id] = last_exit
         return Observation(
             status=status,
             returncode=self._exit_codes.get(record.id, handle.returncode if handle else None),
@@ -440,6 +448,7 @@ class Supervisor:
         now = iso(self.clock.now())
         words = self._last_exit.pop(node_id, None)
         self._exit_codes.pop(node_id, None)
+        self._unseen_exits.pop(record.handle or "", None)
         mark = self._next_mark(record, attempt, now, counted, words)
         respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
         want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
