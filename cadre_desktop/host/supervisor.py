@@ -44,6 +44,7 @@ from cadre_desktop.host.decide import (
     Decision, Observation, Policy, SecretState, Verdict, decide, exit_words,
 )
 from cadre_desktop.host.driver import DriverStatus, Exit, NodeDriver
+from cadre_desktop.host.exits import ExitBook
 from cadre_desktop.host.keyring_gate import KeyringGate
 from cadre_desktop.host.lifecycle import HOSTED, Change, Lifecycle
 from cadre_desktop.host.records import NodeRecord, RespawnInfo, StartMark
@@ -126,10 +127,7 @@ class Supervisor:
         self._uncounted: set[str] = set()
         self.timeline = Timeline(clock)
         #: The words for each node's last exit this process saw (or the reason it stopped it).
-        self._last_exit: dict[str, str] = {}
-        self._exit_codes: dict[str, int | None] = {}
-        #: Per dead child whose exit no event reported, the words read from its log.
-        self._unseen_exits: dict[str, str] = {}
+        self.exits = ExitBook()
         self._waiting_keyring: set[str] = set()
         #: Per child this process started, the host token it was given (memory only).
         self.host_tokens: dict[str, str] = {}
@@ -250,12 +248,14 @@ class Supervisor:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _words_from_log(self, node_id: str, code: int | None) -> str:
+        """An exit in words: its code or signal, and the node's last log line (secrets redacted)."""
+        lines = self.driver.log_tail(node_id, 1)
+        return exit_words(code, one_line(self.gate.redact(node_id, lines[-1])) if lines else None)
+
     def _note_exit(self, event: Exit) -> None:
-        lines = self.driver.log_tail(event.node_id, 1)
-        last = one_line(self.gate.redact(event.node_id, lines[-1])) if lines else None
-        words = exit_words(event.returncode, last)
-        self._last_exit[event.node_id] = words
-        self._exit_codes[event.node_id] = event.returncode
+        words = self._words_from_log(event.node_id, event.returncode)
+        self.exits.seen(event.node_id, words, event.returncode)
         try:
             self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
         except CadreError as exc:
@@ -359,19 +359,14 @@ class Supervisor:
             answered = bool(self.probe and self.probe.is_ready(handle.id)) or bool(
                 mark and mark.answered and mark.attempt == getattr(handle, "attempt", -1))
             unresponsive = bool(self.probe and self.probe.unresponsive(handle.id))
-        last_exit = self._last_exit.get(record.id)
+        last_exit = self.exits.words(record.id)
         if last_exit is None and status is not DriverStatus.RUNNING and handle is not None:
             # An exit this process did not see (it died while the host was down): its words
             # come from the log, read once per dead child rather than at every pass.
-            last_exit = self._unseen_exits.get(handle.id)
-            if last_exit is None:
-                lines = self.driver.log_tail(record.id, 1)
-                last_exit = exit_words(handle.returncode,
-                                       one_line(self.gate.redact(record.id, lines[-1])) if lines else None)
-                self._unseen_exits[handle.id] = last_exit
+            last_exit = self.exits.unseen(handle.id, lambda: self._words_from_log(record.id, handle.returncode))
         return Observation(
             status=status,
-            returncode=self._exit_codes.get(record.id, handle.returncode if handle else None),
+            returncode=self.exits.code(record.id, handle.returncode if handle else None),
             answered=answered,
             unresponsive=unresponsive,
             started_s=self.timeline.seen_for(handle.id) if handle is not None and status is DriverStatus.RUNNING else None,
@@ -391,8 +386,7 @@ class Supervisor:
                 respawn=RespawnInfo(0, r.respawn.last_attempt_at) if r.respawn else None))
             log.info("node %s stayed up; its respawn budget is full again", record.id)
         elif d in (Decision.STALLED, Decision.HUNG):
-            self._last_exit[record.id] = verdict.reason
-            self._exit_codes.pop(record.id, None)
+            self.exits.stopped(record.id, verdict.reason)
             log.warning("node %s %s; stopping it", record.id, verdict.reason)
             self.lifecycle_of(record.id).apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason)
             await self.driver.stop(record.handle)
@@ -446,9 +440,7 @@ class Supervisor:
             raise SecretsError(f"the secret of node {node_id} has not been read from the keyring yet")
         attempt = record.next_start
         now = iso(self.clock.now())
-        words = self._last_exit.pop(node_id, None)
-        self._exit_codes.pop(node_id, None)
-        self._unseen_exits.pop(record.handle or "", None)
+        words = self.exits.take_for_start(node_id, record.handle)
         mark = self._next_mark(record, attempt, now, counted, words)
         respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
         want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
@@ -566,15 +558,13 @@ class Supervisor:
         return self.clock.now() + timedelta(seconds=remaining) if remaining > 0 else None
 
     def forget_exit(self, node_id: str) -> None:
-        """A deliberate start begins with a clean slate: the last exit no longer explains anything."""
-        self._last_exit.pop(node_id, None)
-        self._exit_codes.pop(node_id, None)
+        self.exits.forget(node_id)
 
     def last_exit(self, node_id: str) -> str | None:
-        return self._last_exit.get(node_id)
+        return self.exits.words(node_id)
 
     def exit_code(self, node_id: str) -> int | None:
-        return self._exit_codes.get(node_id)
+        return self.exits.code(node_id)
 
     def waiting_for_keyring(self, node_id: str) -> bool:
         return node_id in self._waiting_keyring

@@ -271,7 +271,7 @@ async def test_a_start_of_the_same_attempt_adopts_the_child_it_already_made(rig)
 async def test_the_start_mark_survives_a_host_restart(rig, tmp_path):
     rig.node(attempts=1, ago_s=60)
     rig.orch.logs["n1"] = ["cannot open /dev/ttyUSB0"]
-    rig.sup._last_exit["n1"] = "exited with code 1: cannot open /dev/ttyUSB0"
+    rig.sup.exits.stopped("n1", "exited with code 1: cannot open /dev/ttyUSB0")
     await rig.sup.reconcile()
     mark = rig.rec().start
     reread = RecordStore(tmp_path / "hosted-nodes.json").get("n1").start
