@@ -72,11 +72,7 @@ def _stand_by() -> bool:
     import asyncio  # noqa: F401 - loaded now, so the node is ready the moment it is told
     import logging  # noqa: F401
 
-    from cadre_desktop.node import identity, node, state  # noqa: F401
-    from cadre_desktop.node.aiohttp_import import import_aiohttp
-
-    import_aiohttp()
-    from cadre_desktop.node import server  # noqa: F401
+    from cadre_desktop.node import identity, node, server, state  # noqa: F401
 
     line = sys.stdin.buffer.readline(MAX_STANDBY_LINE + 1)
     if not line:
@@ -133,7 +129,6 @@ def _run() -> int:
     from cadre_desktop.node.logs import redact, setup_logging
     from cadre_desktop.node.node import Node
     from cadre_desktop.node.node_dir import prepare_node_dir
-    from cadre_desktop.node.aiohttp_import import import_aiohttp
     from cadre_desktop.node.state import StateStore
 
     from cadre_desktop import fdlimit
@@ -147,7 +142,6 @@ def _run() -> int:
         identity = load_or_create_identity(config.node_dir)
         store = StateStore(config.node_dir, config.node_id)
         node = Node(config, identity, store, SystemClock(), __version__)
-        import_aiohttp()
         from cadre_desktop.node.server import serve
 
         try:
