@@ -72,6 +72,10 @@ class Request:
                 self._query.setdefault(name, value)
         return self._query
 
+    async def body(self) -> bytes:
+        """The whole body, decoded; an ApiError (400, 408, 413) when the server's limits refuse it."""
+        return await self._read_body()
+
     async def json(self, *, optional: bool = False) -> dict[str, Any]:
         """The body as a JSON object (``{}`` for an empty optional one), else an ApiError."""
         return parse_json_body(await self._read_body(), optional=optional)

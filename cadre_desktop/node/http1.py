@@ -78,6 +78,10 @@ class HttpServer:
             sock.close()
             raise
 
+    @property
+    def port(self) -> int:
+        return self._server.sockets[0].getsockname()[1]
+
     async def stop(self, grace_s: float) -> None:
         """Stop listening, close idle connections now, give the busy ones ``grace_s``."""
         self.closing = True
