@@ -147,7 +147,10 @@ class _Exchange:
     async def run(self) -> None:
         while True:
             try:
-                event = await self._next_event()
+                try:
+                    event = await asyncio.wait_for(self._next_event(), self.server.guard.idle_s)
+                except asyncio.TimeoutError:
+                    return  # no whole request for the idle time: closed gently (the guard's sweep resets)
                 if not isinstance(event, h11.Request):
                     return  # the client closed between requests
                 keep = await self._exchange(event)
