@@ -10,6 +10,11 @@ import pytest
 
 from tests.node.conftest import REPO_ROOT, NodeLauncher
 
+def run_python(script: str) -> subprocess.CompletedProcess[str]:
+    """`script` in a fresh interpreter from the repository root (its own modules, nothing preloaded)."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30)
+
+
 MODULES = [
     "cadre_desktop.node.__main__",
     "cadre_desktop.node.server",
@@ -27,9 +32,7 @@ def test_node_imports_nothing_from_host_ui_or_qt() -> None:
         " 'cadre_desktop.host', 'cadre_desktop.ui', 'keyring'))]\n"
         "print(','.join(bad))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30
-    )
+    result = run_python(script)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
 
@@ -42,9 +45,7 @@ def test_an_ordinary_start_does_not_load_cryptography() -> None:
         "import cadre_desktop.node.server, cadre_desktop.node.identity\n"
         "print('cryptography' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30
-    )
+    result = run_python(script)
     assert result.stdout.strip() == "False", result.stderr
 
 
@@ -64,9 +65,7 @@ def test_a_first_start_makes_its_key_without_keeping_cryptography_loaded(tmp_pat
         "assert verify_signature(first.public_key, sig, b'm'), 'the two keys do not belong together'\n"
         "print(loaded)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30
-    )
+    result = run_python(script)
     assert result.returncode == 0, result.stderr
     expected = "False" if sys.platform.startswith("linux") else result.stdout.strip()
     assert result.stdout.strip() == expected
@@ -108,8 +107,7 @@ def test_the_node_program_never_imports_aiohttp() -> None:
         "import cadre_desktop.node.__main__, cadre_desktop.node.server, cadre_desktop.node.joiner\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'yarl', 'multidict')))\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT,
-                            timeout=30)
+    result = run_python(script)
     assert result.stdout.strip() == "[]", result.stderr
 
 
@@ -123,8 +121,7 @@ def test_asyncio_is_imported_without_ssl_and_ssl_still_imports_afterwards() -> N
         "import ssl\n"
         "print(ssl.SSLContext.__name__)\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT,
-                            timeout=30)
+    result = run_python(script)
     assert result.stdout.strip() == "SSLContext", result.stderr
 
 
