@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QProgressDialog, QSystemTrayIcon
 
 from cadre_desktop.errors import CadreError, SettingsError
 from cadre_desktop.settings import Settings
-from cadre_desktop.ui import autostart as autostart_module
+from cadre_desktop import autostart as autostart_module
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.delivery import Delivery
