@@ -304,7 +304,7 @@ async def test_in_flight_pass_abandons_records_it_has_not_reached_after_stop(rig
 
     def start_then_stop(node_id, **kw):
         started = real_start(node_id, **kw)
-        rig.sup._disposed = True  # what stop() sets, without cancelling the pass
+        rig.sup.passes.stopped = True  # what stop() sets, without cancelling the pass
         return started
     rig.sup.start_node = start_then_stop
     assert await rig.sup.reconcile() == ["a"]
@@ -341,7 +341,7 @@ async def test_address_restart_leaves_alone_what_it_should_not_touch(rig, case):
 async def test_a_node_in_backoff_is_respawned_when_the_wait_ends_not_at_the_sweep(rig):
     rig.node("a", attempts=1, ago_s=0)  # just tried: the next try is due in 10 s
     rig.sup.start()
-    await async_wait_until(lambda: rig.sup._due_task is not None, what="backoff timer armed")
+    await async_wait_until(lambda: rig.sup.passes.due_at is not None, what="backoff timer armed")
     await rig.clock.advance(9.9)
     assert rig.orch.spawned == []
     await rig.clock.advance(0.1)
