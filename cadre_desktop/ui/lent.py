@@ -20,6 +20,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
+from cadre_desktop.host.donations import DONATION_SUPERVISED, DonationStatus
+from cadre_desktop.host.grants import GrantState
 from cadre_desktop.host.lend_views import DonationView, GrantView
 from cadre_desktop.ui import dialogs
 from cadre_desktop.ui.actions import Actions
@@ -36,27 +38,26 @@ EMPTY_TEXT = (
     "asks this computer for up to the number of nodes you allow; you can end any loan, or revoke the "
     "grant, at any time.</p>"
 )
-SUPERVISED = ("awaiting_seed", "seeded")
 
 
 def donation_state(v: DonationView) -> TrayState:
-    if v.status == "error":
+    if v.status == DonationStatus.ERROR:
         return TrayState.ERROR
-    if v.status == "provisioning" or (v.status in SUPERVISED and not v.running):
+    if v.status == DonationStatus.PROVISIONING or (v.status in DONATION_SUPERVISED and not v.running):
         return TrayState.BUSY
-    if v.status == "awaiting_seed":
+    if v.status == DonationStatus.AWAITING_SEED:
         return TrayState.UNCLAIMED
     return TrayState.JOINED
 
 
 def donation_words(v: DonationView, now: datetime) -> str:
-    if v.status in SUPERVISED and not v.running:
+    if v.status in DONATION_SUPERVISED and not v.running:
         if v.waiting_for == "keyring":
             return "Waiting for the keyring"
         left = seconds_until(v.next_retry_at, now)
         return f"Restarting in {left} s" if left else "Restarting…"
-    return {"provisioning": "Starting…", "awaiting_seed": "Waiting for its seed",
-            "seeded": f"Seeded for {v.party_id}", "error": "Error"}.get(v.status, v.status)
+    return {DonationStatus.PROVISIONING: "Starting…", DonationStatus.AWAITING_SEED: "Waiting for its seed",
+            DonationStatus.SEEDED: f"Seeded for {v.party_id}", DonationStatus.ERROR: "Error"}.get(v.status, v.status)
 
 
 @dataclass(frozen=True)
@@ -277,12 +278,12 @@ class LentView(QWidget):
         sel = self.selected()
         grant = self.model.grant(sel[1]) if sel and sel[0] == "grant" else None
         donation = self.model.donation(sel[1]) if sel and sel[0] == "donation" else None
-        active = grant is not None and grant.status == "active" and not self.actions.busy(grant.id)
+        active = grant is not None and grant.status == GrantState.ACTIVE and not self.actions.busy(grant.id)
         for button in (self.copy_button, self.qr_button, self.revoke_button):
             button.setEnabled(active)
         free = donation is not None and not self.actions.busy(donation.id)
         self.end_button.setEnabled(free)
-        self.retry_button.setEnabled(free and donation.status == "error")
+        self.retry_button.setEnabled(free and donation.status == DonationStatus.ERROR)
         self.log_button.setEnabled(donation is not None)
         self.log.follow(donation.id if donation else None)
 

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from cadre_desktop.atomicfile import write_json_atomic
+from cadre_desktop.host.records import SUPERVISED, NodeStatus
 from cadre_desktop.ui import dialogs
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.details import DetailsPane
@@ -232,13 +233,13 @@ class NodeWindow(QMainWindow):
         node_id = self.selected_id()
         v = self.model.view(node_id) if node_id else None
         ready = v is not None and not self.actions.busy(v.id)
-        self.qr_button.setEnabled(ready and v.status == "unclaimed" and bool(v.claim_url))
-        self.retry_button.setEnabled(ready and v.status == "error")
-        self.restart_button.setEnabled(ready and v.status in ("unclaimed", "joining", "joined"))
+        self.qr_button.setEnabled(ready and v.status == NodeStatus.UNCLAIMED and bool(v.claim_url))
+        self.retry_button.setEnabled(ready and v.status == NodeStatus.ERROR)
+        self.restart_button.setEnabled(ready and v.status in SUPERVISED)
         self.remove_button.setEnabled(ready)
         self.copy_button.setEnabled(ready and bool(v.claim_url))
-        self.invite_button.setEnabled(ready and v.status == "joined")
-        cadre = v.cadre if v is not None and v.status == "joined" and v.cadre else None
+        self.invite_button.setEnabled(ready and v.status == NodeStatus.JOINED)
+        cadre = v.cadre if v is not None and v.status == NodeStatus.JOINED and v.cadre else None
         self.invite_button.setText(f'Add a&nother node to "{cadre}"…' if cadre else "Add a&nother node…")
         self.log_button.setEnabled(v is not None)
         self.log.follow(node_id)
@@ -256,7 +257,7 @@ class NodeWindow(QMainWindow):
     def ask_invite(self, node_id: str) -> None:
         """Name the new node (optional); the host gets the invitation from the node itself."""
         v = self.model.view(node_id)
-        if v is None or v.status != "joined":
+        if v is None or v.status != NodeStatus.JOINED:
             return
         name, ok = QInputDialog.getText(self, "Add another node",
                                         f'A new node joins "{v.cadre}". Its name (optional):')
