@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 from cadre_desktop.host.orchestrator import ExitEvent, Orchestrator
-from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.host.handles import read_state
+from cadre_desktop.host.ports import PortAllocator, port_is_free
 from cadre_desktop.host.procs import read_identity
 from tests.support.polling import async_wait_until, wait_until
 
@@ -115,7 +116,7 @@ async def test_second_orchestrator_reattaches_without_spawning(tmp_path, cleanup
     report = await second.init()
     assert [h.id for h in report.attached] == [handle.id]
     assert second.is_running(handle.id)
-    assert handle.api_port in second.ports.held
+    assert not second.ports.try_reserve([handle.api_port]), "the re-attached child's port is handed out again"
     assert len(psutil.Process(handle.pid).children()) == 0  # still the same single child
     # Exit of a re-attached child (not ours to reap) is still noticed.
     events: list[ExitEvent] = []
@@ -142,7 +143,7 @@ async def test_handle_whose_pid_now_belongs_to_another_process_is_not_adopted(tm
         orch = make_orchestrator(tmp_path)
         report = await orch.init()
         assert report.attached == []
-        assert report.dead == ["n1.forged"]
+        assert "n1.forged" not in read_state(tmp_path / "state.json")[0], "the forged handle is still on disk"
         assert not orch.is_running("n1.forged")
         await orch.stop("n1.forged")
         await orch.remove_node("n1")
@@ -192,7 +193,10 @@ async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_
     cleanup_pids.append(second.pid)
     assert second.ports == first.ports
     assert [h.id for h in orch.list_nodes()] == [second.id]
-    assert orch.ports.held == frozenset(second.ports)
+    assert not any(orch.ports.try_reserve([port]) for port in second.ports), "its ports are handed out again"
+    free = [p for p in range(47600, 47700) if p not in second.ports and port_is_free("127.0.0.1", p)]
+    assert orch.ports.allocate(2) == free[:2], "the stale handle left a port held"
+    orch.ports.release(free[:2])
     ready_info(orch, "n1")
     await orch.stop(second.id)
 
@@ -208,7 +212,10 @@ async def test_failed_launch_restores_the_dropped_handle(tmp_path, cleanup_pids)
         orch.spawn("n1", {})
     assert "could not start the node program" in str(err.value)
     assert [h.id for h in orch.list_nodes()] == [first.id]
-    assert orch.ports.held == frozenset(first.ports)
+    assert not any(orch.ports.try_reserve([port]) for port in first.ports), "its ports are handed out again"
+    free = [p for p in range(47600, 47700) if p not in first.ports and port_is_free("127.0.0.1", p)]
+    assert orch.ports.allocate(2) == free[:2], "the failed launch left a port held"
+    orch.ports.release(free[:2])
     await orch.stop(first.id)
 
 
@@ -222,7 +229,7 @@ async def test_remove_stops_the_child_and_deletes_its_work_folder(tmp_path, clea
     assert not orch.work_dir("n1").exists()
     assert not orch.log_path("n1").exists()
     assert orch.list_nodes() == []
-    assert orch.ports.held == frozenset()
+    assert orch.ports.try_reserve(handle.ports), "its ports are still held"
     assert not psutil.pid_exists(handle.pid) or psutil.Process(handle.pid).status() == psutil.STATUS_ZOMBIE
 
 

@@ -219,8 +219,7 @@ async def test_one_failing_record_never_ends_the_pass(rig):
 
 
 async def test_malformed_records_file_is_logged_not_thrown(rig, caplog):
-    rig.store.path.write_text("{broken")
-    rig.store.reload()
+    rig.store.path.write_text("{broken")  # before the first read: nothing cached
     with caplog.at_level(logging.ERROR):
         assert await rig.sup.reconcile() == []
     assert "not valid JSON" in caplog.text
