@@ -159,6 +159,17 @@ class LentView(QWidget):
     def __init__(self, host, model: LentModel, actions: Actions, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.host, self.model, self.actions = host, model, actions
+        self._make_buttons()
+        self.empty = QLabel(EMPTY_TEXT)
+        self.empty.setWordWrap(True)
+        self.empty.setTextFormat(Qt.TextFormat.RichText)
+        split = self._make_tree_and_log()
+        self._lay_out(split)
+        self._connect()
+        self.fill()
+
+    def _make_buttons(self) -> None:
+        """*Lend nodes…* above; the grant's and the lent node's buttons below, unplaced."""
         self.lend_button = QPushButton("Lend nodes…")
         self.copy_button = QPushButton("Copy grant link")
         self.qr_button = QPushButton("Show QR")
@@ -169,18 +180,21 @@ class LentView(QWidget):
         self.log_button.setCheckable(True)
         self.revoke_button.setToolTip("Refuse this grant from now on, and end every loan made under it")
         self.retry_button.setToolTip("Try again a lent node the host gave up on")
-        self.empty = QLabel(EMPTY_TEXT)
-        self.empty.setWordWrap(True)
-        self.empty.setTextFormat(Qt.TextFormat.RichText)
+
+    def _make_tree_and_log(self) -> QSplitter:
+        """Grants with their lent nodes, above the selected lent node's (hidden) log."""
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(COLUMNS)
         self.tree.setRootIsDecorated(True)
         self.tree.setUniformRowHeights(True)
-        self.log = LogView(LendLogs(host))
+        self.log = LogView(LendLogs(self.host))
         self.log.hide()
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.tree)
         split.addWidget(self.log)
+        return split
+
+    def _lay_out(self, split: QSplitter) -> None:
         top = QHBoxLayout()
         top.addWidget(self.lend_button)
         top.addStretch(1)
@@ -197,6 +211,7 @@ class LentView(QWidget):
         self.status = QLabel()
         layout.addWidget(self.status)
 
+    def _connect(self) -> None:
         self.lend_button.clicked.connect(self.lend_requested.emit)
         self.copy_button.clicked.connect(self._copy_link)
         self.qr_button.clicked.connect(lambda: self._grant_selected(self.link_requested.emit))
@@ -205,9 +220,8 @@ class LentView(QWidget):
         self.retry_button.clicked.connect(lambda: self._donation_selected(self.retry))
         self.log_button.toggled.connect(self.log.setVisible)
         self.tree.itemSelectionChanged.connect(self.update_buttons)
-        model.refreshed.connect(self.fill)
-        actions.busy_changed.connect(self.update_buttons)
-        self.fill()
+        self.model.refreshed.connect(self.fill)
+        self.actions.busy_changed.connect(self.update_buttons)
 
     # -- the tree ------------------------------------------------------------------------
 
