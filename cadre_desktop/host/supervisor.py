@@ -91,8 +91,8 @@ class Supervisor:
         self.driver = driver
         self.gate = gate
         self.settings = settings
-        self.policy = Policy(lifecycle.kind.settings(settings))
-        self._policies: dict[str, Policy] = {lifecycle.kind.noun: self.policy}
+        #: Per kind of record, its supervision numbers.
+        self._policies: dict[str, Policy] = {lifecycle.kind.noun: Policy(lifecycle.kind.settings(settings))}
         #: Records a pass skipped because they cannot be started again (reported once each).
         self._skipped: set[str] = set()
         self.clock = clock
@@ -120,6 +120,17 @@ class Supervisor:
         """Supervise another kind of record on the same passes, queue and timers."""
         self.lifecycles.append(lifecycle)
         self._policies[lifecycle.kind.noun] = Policy(lifecycle.kind.settings(self.settings))
+
+    def use_settings(self, settings: Settings) -> None:
+        """New supervision numbers for every kind of record, from the next decision on."""
+        self.settings = settings
+        for lc in self.lifecycles:
+            self._policies[lc.kind.noun] = Policy(lc.kind.settings(settings))
+
+    @property
+    def policy(self) -> Policy:
+        """The hosted nodes' numbers (the sweep's period among them)."""
+        return self._policies[self.lifecycle.kind.noun]
 
     def lifecycle_of(self, node_id: str) -> Lifecycle:
         """The lifecycle whose store holds this id (the hosted one when none does)."""

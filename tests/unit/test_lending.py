@@ -221,6 +221,13 @@ async def test_a_lent_node_is_given_up_after_its_own_budget_and_the_owner_is_tol
     assert EventKind.GAVE_UP not in rig.kinds()  # a hosted node's event, not this one's
 
 
+async def test_new_settings_give_lent_nodes_their_new_budget(rig):
+    rig.donation(status=D.SEEDED, attempts=3, ago_s=3600)  # spent under the donation budget of 3
+    rig.sup.use_settings(rig.settings.with_changes(donation_respawn_max_attempts=5))
+    assert await rig.sup.reconcile() == [rig.drow().id]
+    assert rig.drow().attempts == 4
+
+
 async def test_retry_brings_a_lent_node_back_seeded_with_a_fresh_budget(rig):
     rig.donation(status=D.SEEDED, attempts=3, ago_s=3600)
     await rig.sup.reconcile()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import types
 
 import pytest
 
 from cadre_desktop.errors import SpawnError
 from cadre_desktop.host.events import EventKind
+from cadre_desktop.host.live_settings import apply_settings
 from cadre_desktop.host.records import NodeMode, NodeStatus
 from tests.support.polling import async_wait_until
 from tests.unit.rig import Rig
@@ -149,6 +151,16 @@ async def test_give_up_leaves_a_record_already_in_error_alone(rig):
     await rig.sup.give_up("n1", "second reason")
     assert rig.rec().error is None
     assert rig.seen == []
+
+
+async def test_a_budget_lowered_while_running_counts_from_the_next_pass(tmp_path):
+    r = Rig(tmp_path, respawn_max_attempts=5)
+    r.node("a", attempts=3, ago_s=3600)  # down, two attempts left under the old budget
+    host = types.SimpleNamespace(settings=r.settings, orchestrator=None, supervisor=r.sup, store=r.store)
+    await apply_settings(host, r.settings.with_changes(respawn_max_attempts=3))
+    assert await r.sup.reconcile() == []
+    assert r.rec("a").status is NodeStatus.ERROR and "gave up after 3 attempts" in r.rec("a").error
+    await r.close()
 
 
 # 5. backoff ------------------------------------------------------------------------
