@@ -42,7 +42,7 @@ from typing import Awaitable, Callable, TypeVar
 from cadre_desktop.errors import CadreError, SecretsError
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.decide import (
-    Decision, Observation, Policy, SecretState, Verdict, decide, exit_words,
+    Decision, Observation, Policy, SecretState, Verdict, decide,
 )
 from cadre_desktop.host.driver import DriverStatus, Exit, NodeDriver
 from cadre_desktop.host.exits import ExitBook
@@ -52,7 +52,6 @@ from cadre_desktop.host.passes import PassSchedule, breathe
 from cadre_desktop.host.records import NodeRecord, RespawnInfo, StartMark
 from cadre_desktop.host.secrets import SecretKind
 from cadre_desktop.host.timeline import Timeline
-from cadre_desktop.text import one_line
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -106,7 +105,7 @@ class Supervisor:
         self._uncounted: set[str] = set()
         self.timeline = Timeline(clock)
         #: The words for each node's last exit this process saw (or the reason it stopped it).
-        self.exits = ExitBook()
+        self.exits = ExitBook(lambda node_id, count: self.driver.log_tail(node_id, count), gate.redact)
         self._waiting_keyring: set[str] = set()
         #: Per child this process started, the host token it was given (memory only).
         self.host_tokens: dict[str, str] = {}
@@ -197,14 +196,8 @@ class Supervisor:
             self._note_exit(event)
         self.passes.after_exit()
 
-    def _words_from_log(self, node_id: str, code: int | None) -> str:
-        """An exit in words: its code or signal, and the node's last log line (secrets redacted)."""
-        lines = self.driver.log_tail(node_id, 1)
-        return exit_words(code, one_line(self.gate.redact(node_id, lines[-1])) if lines else None)
-
     def _note_exit(self, event: Exit) -> None:
-        words = self._words_from_log(event.node_id, event.returncode)
-        self.exits.seen(event.node_id, words, event.returncode)
+        words = self.exits.seen(event.node_id, event.returncode)
         try:
             self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
         except CadreError as exc:
@@ -312,7 +305,7 @@ class Supervisor:
         if last_exit is None and status is not DriverStatus.RUNNING and handle is not None:
             # An exit this process did not see (it died while the host was down): its words
             # come from the log, read once per dead child rather than at every pass.
-            last_exit = self.exits.unseen(handle.id, lambda: self._words_from_log(record.id, handle.returncode))
+            last_exit = self.exits.unseen(record.id, handle.id, handle.returncode)
         return Observation(
             status=status,
             returncode=self.exits.code(record.id, handle.returncode if handle else None),
@@ -443,7 +436,7 @@ class Supervisor:
             return
         n = record.attempts
         head = f"gave up after {n} attempt{'s' if n != 1 else ''}: {reason}" if n else f"gave up: {reason}"
-        message = self._with_log_tail(node_id, head)
+        message = self.exits.with_log_tail(node_id, head)
         if lc.apply(node_id, Change.GIVE_UP, lambda r: r.replace(status=lc.kind.error, error=message),
                     detail=message) is None:
             return
@@ -453,12 +446,6 @@ class Supervisor:
                 await self.driver.stop(record.handle)
             except Exception as exc:
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
-
-    def _with_log_tail(self, node_id: str, reason: str) -> str:
-        lines = self.driver.log_tail(node_id, 5)
-        if not lines:
-            return reason
-        return reason + "\nLast log lines:\n" + self.gate.redact(node_id, "\n".join(one_line(x) for x in lines))
 
     # -- time ---------------------------------------------------------------------
 
