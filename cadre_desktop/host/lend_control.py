@@ -44,69 +44,62 @@ def _id(request: web.Request) -> str:
     return value
 
 
-class _Handlers:
-    """The handlers, bound to one ControlServer (its host and body reader)."""
+def routes(server) -> list[web.RouteDef]:
+    """The routes, bound to one ControlServer (its host and body reader)."""
 
-    def __init__(self, server) -> None:
-        self.server = server
+    async def list_grants(request: web.Request) -> web.Response:
+        return web.json_response({"grants": [v.to_json() for v in _lending(server).views.grants()]})
 
-    async def list_grants(self, request: web.Request) -> web.Response:
-        return web.json_response({"grants": [v.to_json() for v in _lending(self.server).views.grants()]})
-
-    async def create_grant(self, request: web.Request) -> web.Response:
-        body = await self.server._body(request, GRANT_FIELDS)
-        lending = _lending(self.server)
+    async def create_grant(request: web.Request) -> web.Response:
+        body = await server._body(request, GRANT_FIELDS)
+        lending = _lending(server)
         grant = await lending.create_grant(body.get("label"), body.get("max_nodes"), body.get("expires_in_s"))
         view = lending.views.grant(grant.id).to_json()
         view["link"] = await lending.link_of(grant.id)
         return web.json_response(view, status=201)
 
-    async def get_grant(self, request: web.Request) -> web.Response:
-        lending, grant_id = _lending(self.server), _id(request)
+    async def get_grant(request: web.Request) -> web.Response:
+        lending, grant_id = _lending(server), _id(request)
         view = lending.views.grant(grant_id).to_json()
         view["donations"] = [d.to_json() for d in lending.views.donations(grant_id)]
         return web.json_response(view)
 
-    async def grant_link(self, request: web.Request) -> web.Response:
-        return web.json_response({"link": await _lending(self.server).link_of(_id(request))})
+    async def grant_link(request: web.Request) -> web.Response:
+        return web.json_response({"link": await _lending(server).link_of(_id(request))})
 
-    async def revoke_grant(self, request: web.Request) -> web.Response:
-        await self.server._body(request, set())
-        lending, grant_id = _lending(self.server), _id(request)
+    async def revoke_grant(request: web.Request) -> web.Response:
+        await server._body(request, set())
+        lending, grant_id = _lending(server), _id(request)
         await lending.revoke_grant(grant_id)
         return web.json_response(lending.views.grant(grant_id).to_json())
 
-    async def list_donations(self, request: web.Request) -> web.Response:
-        return web.json_response({"donations": [v.to_json() for v in _lending(self.server).views.donations()]})
+    async def list_donations(request: web.Request) -> web.Response:
+        return web.json_response({"donations": [v.to_json() for v in _lending(server).views.donations()]})
 
-    async def get_donation(self, request: web.Request) -> web.Response:
-        return web.json_response(_lending(self.server).views.donation(_id(request)).to_json())
+    async def get_donation(request: web.Request) -> web.Response:
+        return web.json_response(_lending(server).views.donation(_id(request)).to_json())
 
-    async def retry_donation(self, request: web.Request) -> web.Response:
-        await self.server._body(request, set())
-        lending, donation_id = _lending(self.server), _id(request)
+    async def retry_donation(request: web.Request) -> web.Response:
+        await server._body(request, set())
+        lending, donation_id = _lending(server), _id(request)
         await lending.retry(donation_id)
         return web.json_response(lending.views.donation(donation_id).to_json())
 
-    async def end_donation(self, request: web.Request) -> web.Response:
+    async def end_donation(request: web.Request) -> web.Response:
         donation_id = request.match_info["id"]
-        existed = valid_node_id(donation_id) and await _lending(self.server).end_loan(donation_id)
+        existed = valid_node_id(donation_id) and await _lending(server).end_loan(donation_id)
         return web.json_response({"ended": donation_id, "existed": bool(existed)})
 
-
-def routes(server) -> list[web.RouteDef]:
-    """The routes, bound to one ControlServer."""
-    handlers = _Handlers(server)
     return [
-        web.get("/api/grants", handlers.list_grants),
-        web.post("/api/grants", handlers.create_grant),
-        web.get("/api/grants/{id}", handlers.get_grant),
-        web.get("/api/grants/{id}/link", handlers.grant_link),
-        web.post("/api/grants/{id}/revoke", handlers.revoke_grant),
-        web.get("/api/donations", handlers.list_donations),
-        web.get("/api/donations/{id}", handlers.get_donation),
-        web.post("/api/donations/{id}/retry", handlers.retry_donation),
-        web.delete("/api/donations/{id}", handlers.end_donation),
+        web.get("/api/grants", list_grants),
+        web.post("/api/grants", create_grant),
+        web.get("/api/grants/{id}", get_grant),
+        web.get("/api/grants/{id}/link", grant_link),
+        web.post("/api/grants/{id}/revoke", revoke_grant),
+        web.get("/api/donations", list_donations),
+        web.get("/api/donations/{id}", get_donation),
+        web.post("/api/donations/{id}/retry", retry_donation),
+        web.delete("/api/donations/{id}", end_donation),
     ]
 
 
