@@ -334,11 +334,10 @@ async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leak
     from cadre_desktop.host import procs
     from cadre_desktop.host.handles import Handle
     from cadre_desktop.host.orchestrator import Orchestrator
-    from cadre_desktop.host.ports import PortAllocator
+    from cadre_desktop.host.ports import PortAllocator, port_is_free
 
     rig = LendRig(tmp_path)
-    # Every port free to the allocator (no child ever listens): what it still holds is what it hands out no more.
-    ports = PortAllocator(41000, 41099, bind_host="127.0.0.1", is_free=lambda host, port: True)
+    ports = PortAllocator(41000, 41099, bind_host="127.0.0.1")
     orch = Orchestrator(state_file=tmp_path / "state.json", nodes_dir=tmp_path / "nodes", log_dir=tmp_path / "logs",
                         node_command=[str(tmp_path / "no-such-program")], ports=ports, bind_host="127.0.0.1",
                         advertise_host=lambda: "127.0.0.1")
@@ -352,8 +351,9 @@ async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leak
         rig.sup.driver = rig.lending.driver = orch
         await rig.sup.reconcile()
         assert orch.get(old.id) is old and orch.handles_for(row.id) == [old]
-        others = ports.allocate(98)  # every other port of the range is free again: no leak
-        assert 41010 not in others and 41011 not in others
+        assert not ports.try_reserve([41010]) and not ports.try_reserve([41011]), "the old handle's ports are free"
+        free = [p for p in range(41000, 41100) if p not in (41010, 41011) and port_is_free("127.0.0.1", p)]
+        assert ports.allocate(2) == free[:2], "the failed launch left a port held"
         assert rig.drow().attempts == 1 and "could not start the node program" in rig.drow().error
     finally:
         orch.close()
