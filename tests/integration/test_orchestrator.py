@@ -143,7 +143,7 @@ async def test_handle_whose_pid_now_belongs_to_another_process_is_not_adopted(tm
         orch = make_orchestrator(tmp_path)
         report = await orch.init()
         assert report.attached == []
-        assert "n1.forged" not in read_state(tmp_path / "state.json")[0], "the forged handle is still on disk"
+        assert orch.get("n1.forged") is None and read_state(orch.state_file)[0] == {}  # forgotten, on disk too
         assert not orch.is_running("n1.forged")
         await orch.stop("n1.forged")
         await orch.remove_node("n1")

@@ -15,6 +15,7 @@ from cadre_desktop.errors import SpawnError
 from cadre_desktop.host.donations import DonationStatus
 from cadre_desktop.host.events import EventKind
 from cadre_desktop.host.lending import LendError
+from cadre_desktop.host.ports import port_is_free
 from cadre_desktop.host.secrets import SecretKind
 from tests.support.polling import async_wait_until
 from tests.unit.lend_rig import LendRig
@@ -334,7 +335,7 @@ async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leak
     from cadre_desktop.host import procs
     from cadre_desktop.host.handles import Handle
     from cadre_desktop.host.orchestrator import Orchestrator
-    from cadre_desktop.host.ports import PortAllocator, port_is_free
+    from cadre_desktop.host.ports import PortAllocator
 
     rig = LendRig(tmp_path)
     ports = PortAllocator(41000, 41099, bind_host="127.0.0.1")
