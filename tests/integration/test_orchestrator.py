@@ -14,8 +14,7 @@ import psutil
 import pytest
 
 from cadre_desktop.host.orchestrator import ExitEvent, Orchestrator
-from cadre_desktop.host.handles import read_state
-from cadre_desktop.host.ports import PortAllocator, port_is_free
+from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.host.procs import read_identity
 from tests.support.polling import async_wait_until, wait_until
 
@@ -127,6 +126,8 @@ async def test_second_orchestrator_reattaches_without_spawning(tmp_path, cleanup
 
 
 async def test_handle_whose_pid_now_belongs_to_another_process_is_not_adopted(tmp_path):
+    from cadre_desktop.host.handles import read_state
+
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
         ident = read_identity(stranger.pid)
@@ -181,6 +182,8 @@ async def test_stop_ends_grandchildren_too(tmp_path, cleanup_pids, monkeypatch):
 
 
 async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_pids):
+    from cadre_desktop.host.ports import port_is_free
+
     orch = make_orchestrator(tmp_path)
     await orch.init()
     first = orch.spawn("n1", {})
@@ -202,6 +205,8 @@ async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_
 
 
 async def test_failed_launch_restores_the_dropped_handle(tmp_path, cleanup_pids):
+    from cadre_desktop.host.ports import port_is_free
+
     orch = make_orchestrator(tmp_path)
     await orch.init()
     first = orch.spawn("n1", {})
