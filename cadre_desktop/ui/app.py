@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from cadre_desktop import APP_NAME
 from cadre_desktop.errors import HostBusy
-from cadre_desktop.host.runner import prepare_process, setup_logging
+from cadre_desktop.logsetup import prepare_process, setup_logging
 from cadre_desktop.paths import Paths, resolve_paths
 from cadre_desktop.ui.errors import show_error
 from cadre_desktop.ui.icons import APP_ICON

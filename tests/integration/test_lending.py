@@ -162,7 +162,7 @@ def test_the_owner_lends_from_the_command_line(lending_host, tmp_path):
 
 
 def test_the_event_stream_carries_grant_and_donation_events_with_their_views(lending_host, tmp_path):
-    from cadre_desktop.control_client import ControlClient
+    from cadre_desktop.cli.client import ControlClient
 
     host = lending_host().start()
     events = ControlClient.from_file(host.home / "control.json").events()

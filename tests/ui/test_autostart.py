@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from cadre_desktop.ui import autostart
-from cadre_desktop.ui.autostart import LaunchAgent, RunKey, XdgAutostart, backend, launch_command
+from cadre_desktop import autostart
+from cadre_desktop.autostart import LaunchAgent, RunKey, XdgAutostart, backend, launch_command
 
 COMMAND = ["/opt/my apps/python3", "-m", "cadre_desktop"]
 
@@ -147,12 +147,12 @@ def test_the_cli_uses_the_same_code_and_loads_no_qt(tmp_path):
     assert run("status").stdout.strip() == "autostart is on"
     assert run("off").returncode == 0
     assert run("status").stdout.strip() == "autostart is off"
-    code = "import sys, cadre_desktop.ui.autostart; print([m for m in sys.modules if 'PySide6' in m])"
+    code = "import sys, cadre_desktop.autostart; print([m for m in sys.modules if 'PySide6' in m])"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"
 
 
 def test_bundled_windows_login_entry_points_at_the_windowed_executable():
-    from cadre_desktop.ui.autostart import launch_command
+    from cadre_desktop.autostart import launch_command
 
     cmd = launch_command(frozen=True, executable=r"C:\Apps\cadre-desktop\cadre-desktop-cli.exe", platform="win32")
     assert cmd[0].endswith("cadre-desktop.exe") and "cli" not in cmd[0]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cadre_desktop import __version__, cli, logtail
+from cadre_desktop import __version__, logtail
+from cadre_desktop.cli import commands as cli
 from cadre_desktop.host.events import EventKind
 from cadre_desktop.paths import resolve_paths
 from tests.support.fake_host import make_view
@@ -392,9 +393,9 @@ def test_no_arguments_start_the_tray_app(monkeypatch, home):
 def test_headless_runs_the_runner_with_paths_and_settings(monkeypatch, home):
     (home / "settings.json").write_text(json.dumps({"sweep_ms": 1234}))
     seen = []
-    fake = types.ModuleType("cadre_desktop.host.runner")
+    fake = types.ModuleType("cadre_desktop.cli.headless")
     fake.run_headless = lambda paths, settings: seen.append((paths, settings)) or 7
-    monkeypatch.setitem(sys.modules, "cadre_desktop.host.runner", fake)
+    monkeypatch.setitem(sys.modules, "cadre_desktop.cli.headless", fake)
     assert cli.main(["--headless"]) == 7
     assert seen[0][0] == resolve_paths() and seen[0][1].sweep_ms == 1234
 
@@ -419,10 +420,10 @@ def test_autostart_on_off_status_write_and_remove_the_xdg_entry(capsys, monkeypa
 
 def test_autostart_calls_the_ui_module(capsys, monkeypatch):
     calls = []
-    fake = types.ModuleType("cadre_desktop.ui.autostart")
+    fake = types.ModuleType("cadre_desktop.autostart")
     fake.enable, fake.disable, fake.status = (lambda: calls.append("on")), (lambda: calls.append("off")), (lambda: True)
-    monkeypatch.setitem(sys.modules, "cadre_desktop.ui.autostart", fake)
-    monkeypatch.setattr("cadre_desktop.ui.autostart", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "cadre_desktop.autostart", fake)
+    monkeypatch.setattr("cadre_desktop.autostart", fake, raising=False)
     assert run(capsys, "autostart", "on")[0] == 0
     assert run(capsys, "autostart", "off")[0] == 0
     code, out, _ = run(capsys, "autostart", "status")

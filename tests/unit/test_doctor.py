@@ -8,8 +8,8 @@ import textwrap
 import psutil
 import pytest
 
-from cadre_desktop import doctor
-from cadre_desktop.doctor import CheckResult, Outcome
+from cadre_desktop.cli import doctor
+from cadre_desktop.cli.doctor import CheckResult, Outcome
 from cadre_desktop.errors import SecretsError
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
@@ -238,7 +238,7 @@ def test_exit_code_follows_the_required_checks_only(monkeypatch, tmp_path, capsy
 def test_display_probe_runs_through_the_bundle_entry_when_frozen():
     import sys as _sys
 
-    from cadre_desktop.doctor import display_probe_command
+    from cadre_desktop.cli.doctor import display_probe_command
 
     assert display_probe_command(frozen=True) == [_sys.executable, "--probe-display"]
     assert display_probe_command(frozen=False)[1:] == ["-m", "cadre_desktop.ui.probe_display"]

@@ -84,6 +84,38 @@ def test_nothing_but_the_lifecycle_writes_a_record():
 
 
 def test_the_engine_speaks_to_compute_only_through_the_driver_seam():
-    for name in ("supervisor.py", "service.py", "probe.py", "decide.py", "lifecycle.py", "lending.py", "lend_kind.py"):
+    for name in ("supervisor.py", "passes.py", "service.py", "probe.py", "decide.py", "lifecycle.py", "lending.py", "lend_kind.py"):
         imports = imported_modules(PKG / "host" / name)
         assert not {"cadre_desktop.host.orchestrator", "cadre_desktop.host.procs", "subprocess"} & imports, name
+
+
+def test_shared_basics_at_the_top_level_import_no_layer_above_them():
+    """The package's top level holds the basics every layer shares (paths, settings,
+    errors, atomic files, text, logging set-up, autostart): none of them reaches up into
+    the engine, the node, a front end or Qt."""
+    above = ("cadre_desktop.host", "cadre_desktop.node", "cadre_desktop.ui", "cadre_desktop.cli",
+             "PySide6", "qasync")
+    basics = [p for p in PKG.glob("*.py") if p.name not in ("__main__.py",)]
+    assert len(basics) >= 10
+    for path in basics:
+        for module in imported_modules(path):
+            assert not module.startswith(above), f"{path.name} imports {module}"
+
+
+def test_the_engine_never_imports_a_front_end():
+    for path in (PKG / "host").rglob("*.py"):
+        for module in imported_modules(path):
+            assert not module.startswith(("cadre_desktop.cli", "cadre_desktop.ui")), f"{path} imports {module}"
+
+
+def test_the_command_line_front_ends_load_no_qt():
+    """The CLI, doctor and the headless host stay light: Qt is loaded only when the one
+    executable's dispatcher is asked for the tray (or doctor's display probe, which runs
+    in a child of its own)."""
+    code = (
+        "import sys, pkgutil, importlib, cadre_desktop.cli as c\n"
+        "for m in pkgutil.walk_packages(c.__path__, c.__name__ + '.'): importlib.import_module(m.name)\n"
+        "print(sorted(k for k in sys.modules if k.startswith(('PySide6', 'qasync', 'cadre_desktop.ui'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -87,7 +87,7 @@ def test_prepare_home_names_what_is_wrong(tmp_path):
 def test_host_log_rotations_are_created_0600_whatever_the_umask(tmp_path):
     import logging
 
-    from cadre_desktop.host.runner import PrivateRotatingFileHandler
+    from cadre_desktop.logsetup import PrivateRotatingFileHandler
 
     old = os.umask(0o022)
     try:

@@ -12,8 +12,8 @@ import re
 import sys
 from pathlib import Path
 
-from cadre_desktop import cli
-from cadre_desktop.cli import EXIT_FAILED, EXIT_OK, PROG, Failed, clip, out, print_json, shown
+from cadre_desktop.cli import commands as cli
+from cadre_desktop.cli.commands import EXIT_FAILED, EXIT_OK, PROG, Failed, clip, out, print_json, shown
 from cadre_desktop.paths import Paths
 
 _DURATION = re.compile(r"(\d{1,9})([smhdw]?)")

@@ -199,7 +199,7 @@ def _stop(child: subprocess.Popen, procs) -> None:
 
 
 def check_host(paths: Paths) -> CheckResult:
-    from cadre_desktop.control_client import ApiError, ControlClient, NoHost
+    from cadre_desktop.cli.client import ApiError, ControlClient, NoHost
 
     try:
         info = ControlClient.from_file(paths.control_file).host_info()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cadre_desktop import __version__, build_commit, logtail, text
-from cadre_desktop.control_client import ApiError, ControlClient, NoHost
+from cadre_desktop.cli.client import ApiError, ControlClient, NoHost
 from cadre_desktop.errors import CadreError
 from cadre_desktop.paths import Paths, resolve_paths
 
@@ -309,13 +309,13 @@ def cmd_paths(args, paths: Paths) -> int:
 
 
 def cmd_doctor(args, paths: Paths) -> int:
-    from cadre_desktop import doctor
+    from cadre_desktop.cli import doctor
 
     return doctor.main(paths)
 
 
 def cmd_autostart(args, paths: Paths) -> int:
-    from cadre_desktop.ui import autostart  # no Qt at import: the CLI stays light
+    from cadre_desktop import autostart  # no Qt at import: the CLI stays light
 
     if args.state == "status":
         state = autostart.status()
@@ -332,7 +332,7 @@ def run_headless(paths: Paths) -> int:
 
     prepare_home(paths)  # a home it cannot use is one message (exit 1), before settings are read there
     settings = load_settings(paths.settings_file)
-    from cadre_desktop.host.runner import run_headless as run
+    from cadre_desktop.cli.headless import run_headless as run
 
     return run(paths, settings)
 
@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_parser("watch", parents=[as_json], help="print host events as they happen, until Ctrl-C"
                      ).set_defaults(func=cmd_watch)
 
-    from cadre_desktop import cli_lending  # grant and donation: lending
+    from cadre_desktop.cli import lending as cli_lending  # grant and donation: lending
 
     cli_lending.add_parsers(commands, as_json)
     commands.add_parser("doctor", help="check that this computer can host nodes").set_defaults(func=cmd_doctor)
