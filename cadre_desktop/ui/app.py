@@ -81,7 +81,7 @@ async def _serve(paths: Paths, name: str) -> int:
     server = InstanceServer(name)
     server.listen()
     shell = Shell(host, settings)
-    server.show_requested.connect(shell.window.present_attention)
+    server.show_requested.connect(shell.present_window)
     shell.quit_requested.connect(quit_now.set)
     shell.start()
     log.info("tray app running for %s", paths.data_dir)

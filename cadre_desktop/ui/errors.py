@@ -24,6 +24,12 @@ def error_text(error: BaseException) -> str:
             "The host log (`cadre-desktop paths` shows where) has the details.")
 
 
+#: Boxes shown with no parent window (the tray app builds its window only when first opened):
+#: Python owns them and would delete each with its last reference, so each is held here until
+#: it is closed; Qt then deletes it (WA_DeleteOnClose) on the GUI thread.
+_parentless: set[QMessageBox] = set()
+
+
 def show_error(parent: QWidget | None, error: BaseException, doing: str | None = None) -> QMessageBox:
     """Show `error`; `doing` completes "Could not …" (e.g. "remove Kitchen")."""
     if isinstance(error, CadreError):
@@ -37,5 +43,8 @@ def show_error(parent: QWidget | None, error: BaseException, doing: str | None =
     box.setInformativeText(error_text(error))
     box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    if parent is None:
+        _parentless.add(box)
+        box.finished.connect(lambda *_: _parentless.discard(box))
     box.open()
     return box

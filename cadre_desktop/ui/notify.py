@@ -26,7 +26,7 @@ from cadre_desktop.settings import Settings
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.delivery import DEFAULT, Delivery, Notice
-from cadre_desktop.ui.lent import lent_notice_view
+from cadre_desktop.ui.lent_core import lent_notice_view
 from cadre_desktop.ui.status import exit_line, gave_up
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,14 @@
 """The views over one started Host, wired together: tray, window, QR dialogs, notifications.
 
 `app.py` creates the loop and the Host and hands the started Host to a Shell;
-tests do the same with an in-process Host. The Shell owns the UI's side of
-quitting: it mutes notifications, stops the host, and shows progress when that
-takes more than a moment.
+tests do the same with an in-process Host. A tray app spends most of its life
+with no window open, so the window, the dialogs, Preferences and the QR code
+(and the modules behind them) are built and imported only when first shown.
+
+The Shell owns the UI's side of quitting: it mutes notifications, stops the
+host, and shows progress when that takes more than a moment. Then `close`
+deletes every Qt object the Shell made, at once and on this thread (see
+`delete_now`).
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ from __future__ import annotations
 import logging
 import time
 
+import shiboken6
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtWidgets import QProgressDialog, QSystemTrayIcon
+from PySide6.QtWidgets import QSystemTrayIcon
 
 from cadre_desktop.errors import CadreError, SettingsError
 from cadre_desktop.host.records import NodeStatus
@@ -21,17 +27,13 @@ from cadre_desktop import autostart as autostart_module
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.delivery import Delivery
-from cadre_desktop.ui.dialogs import AddDialog, JoinDialog, ask_how_to_quit, open_dialog
 from cadre_desktop.ui.icons import APP_ICON, TrayIcons
-from cadre_desktop.ui.lent import LentUi
+from cadre_desktop.ui.lent_core import LentUi
 from cadre_desktop.ui.model import NodeTableModel
 from cadre_desktop.ui.errors import show_error
 from cadre_desktop.ui.notify import Notifier
-from cadre_desktop.ui.preferences import PreferencesDialog
 from cadre_desktop.ui.settings_store import SettingsWatcher, save_changes
-from cadre_desktop.ui.qr import QrDialog
 from cadre_desktop.ui.tray import Tray
-from cadre_desktop.ui.window import NodeWindow
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,19 @@ NO_TRAY_TEXT = (
 )
 
 
+def delete_now(obj) -> None:
+    """Delete `obj`'s C++ object here and now, on the GUI thread.
+
+    Left to Python, a Qt object that sits in a reference cycle (a lambda slot that
+    holds its owner is enough) is deleted by the cyclic garbage collector, which
+    runs on whichever thread happens to allocate: the host's keyring and executor
+    threads too. Deleted there, its timers and socket notifiers are never taken off
+    this thread's event dispatcher, which then reads freed memory: heap corruption
+    that aborts or hangs the process later, somewhere unrelated."""
+    if obj is not None and shiboken6.isValid(obj):
+        shiboken6.delete(obj)
+
+
 class Shell(QObject):
     #: The person asked to quit (menu, or closing the window when there is no tray).
     quit_requested = Signal()
@@ -60,16 +75,17 @@ class Shell(QObject):
         self.host, self.settings = host, settings
         self.bridge = HostBridge(host, self)
         self.model = NodeTableModel(host, self.bridge, self)
-        self.actions = Actions(host, lambda: self.window, self)
-        self.window = NodeWindow(host, self.model, self.actions, host.paths.config_dir / "window.json")
-        self.lent = LentUi(host, self.bridge, self.actions, self.window, self)  # the window's Lent tab
+        self._window = None
+        self.closed = False
+        self.actions = Actions(host, lambda: self._window, self)
+        self.lent = LentUi(host, self.bridge, self.actions, lambda: self.window, self)  # the window's Lent tab
         self.icons = TrayIcons(settings.monochrome_icon)
         self.autostart = autostart
         self.tray = Tray(self.model, self.icons, self, lent=self.lent.model)
         self.delivery = Delivery(self.tray.icon, APP_ICON, parent=self)
         self.notifier = Notifier(host, self.bridge, self.actions, self.delivery, settings, self)
-        self.qr_dialogs: dict[str, QrDialog] = {}
-        self.preferences: PreferencesDialog | None = None
+        self.qr_dialogs: dict = {}
+        self.preferences = None
         self.refusal = None
         self.settings_watcher = SettingsWatcher(host.paths.settings_file, settings, self)
         self.settings_watcher.changed.connect(self.apply_settings)
@@ -83,19 +99,43 @@ class Shell(QObject):
         self._tray_timer.timeout.connect(self._poll_tray)
         self.stopping = self.stopped = False
         self.stopping_text = ""
-        self.progress: QProgressDialog | None = None
+        self.progress = None
 
         for signal, slot in (
-            (self.tray.open_window, self.window.present_attention), (self.tray.open_node, self.window.show_node),
+            (self.tray.open_window, self.present_window), (self.tray.open_node, self.show_node),
             (self.tray.retry_node, self.actions.retry), (self.tray.preferences, self.ask_preferences),
             (self.tray.add_node, self.ask_add), (self.tray.join_node, self.ask_join),
-            (self.tray.quit, self.ask_quit), (self.window.add_requested, self.ask_add),
-            (self.window.join_requested, self.ask_join), (self.window.qr_requested, self.show_qr),
-            (self.window.quit_requested, self.ask_quit), (self.notifier.open_node, self.window.show_node),
+            (self.tray.quit, self.ask_quit), (self.notifier.open_node, self.show_node),
             (self.actions.added, self._added), (self.tray.lend_nodes, self.lent.ask_lend),
             (self.tray.open_lent, self.lent.show_lent), (self.notifier.open_lent, self.lent.show_lent),
         ):
             signal.connect(slot)
+
+    # -- the window, built when first needed ------------------------------------------------
+
+    @property
+    def window(self):
+        """The node window, built (and its modules imported) the first time anything needs it;
+        None once the Shell is closed."""
+        if self._window is None and not self.closed:
+            from cadre_desktop.ui.window import NodeWindow
+
+            window = NodeWindow(self.host, self.model, self.actions, self.host.paths.config_dir / "window.json")
+            for signal, slot in ((window.add_requested, self.ask_add), (window.join_requested, self.ask_join),
+                                 (window.qr_requested, self.show_qr), (window.quit_requested, self.ask_quit)):
+                signal.connect(slot)
+            self._window = window
+            self.lent.attach(window)
+        return self._window
+
+    def present_window(self) -> None:
+        self.window.present_attention()
+
+    def show_node(self, node_id: str) -> None:
+        self.window.show_node(node_id)
+
+    def _window_visible(self) -> bool:
+        return self._window is not None and self._window.isVisible()
 
     # -- start -----------------------------------------------------------------------------
 
@@ -123,13 +163,20 @@ class Shell(QObject):
     # -- commands --------------------------------------------------------------------------
 
     def ask_add(self) -> None:
+        from cadre_desktop.ui.dialogs import AddDialog, open_dialog
+
         open_dialog(AddDialog(self._dialog_parent(), self.actions.add))
 
     def ask_join(self) -> None:
+        from cadre_desktop.ui.dialogs import JoinDialog, open_dialog
+
         open_dialog(JoinDialog(self._dialog_parent(), self.actions.join))
 
-    def ask_preferences(self) -> PreferencesDialog:
+    def ask_preferences(self):
         if self.preferences is None:
+            from cadre_desktop.ui.dialogs import open_dialog
+            from cadre_desktop.ui.preferences import PreferencesDialog
+
             dialog = PreferencesDialog(self.settings, self.host.paths.settings_file, self.autostart,
                                        self.host.advertise_host, self._dialog_parent())
             dialog.saved.connect(self.apply_settings)
@@ -155,18 +202,20 @@ class Shell(QObject):
                    "use the edited settings.json")
 
     def _dialog_parent(self):
-        return self.window if self.window.isVisible() else None
+        return self._window if self._window_visible() else None
 
     def _added(self, node_id: str) -> None:
         v = self.model.view(node_id)
-        if self.window.isVisible():
-            self.window.select(node_id)
+        if self._window_visible():
+            self._window.select(node_id)
         if v is not None and v.status == NodeStatus.UNCLAIMED:
             self.show_qr(node_id)
 
-    def show_qr(self, node_id: str) -> QrDialog:
+    def show_qr(self, node_id: str):
         dialog = self.qr_dialogs.get(node_id)
         if dialog is None:
+            from cadre_desktop.ui.qr import QrDialog
+
             dialog = QrDialog(node_id, self.model, self.actions, self._dialog_parent())
             self.qr_dialogs[node_id] = dialog
             dialog.destroyed.connect(lambda *_: self.qr_dialogs.pop(node_id, None))
@@ -183,6 +232,8 @@ class Shell(QObject):
         if not running or not self.settings.ask_on_quit:
             self.quit_requested.emit()
             return
+        from cadre_desktop.ui.dialogs import ask_how_to_quit
+
         ask_how_to_quit(self._dialog_parent(), running, self.settings.keep_nodes_running_on_quit, self._answered)
 
     def _answered(self, keep_running: bool, ask_again: bool) -> None:
@@ -224,6 +275,8 @@ class Shell(QObject):
         """Only when stopping takes more than a moment."""
         if self.stopped:
             return
+        from PySide6.QtWidgets import QProgressDialog
+
         self.progress = QProgressDialog(self.stopping_text, "", 0, 0, self._dialog_parent())
         self.progress.setWindowTitle("cadre-desktop")
         self.progress.setCancelButton(None)
@@ -231,12 +284,22 @@ class Shell(QObject):
         self.progress.show()
 
     def close(self) -> None:
+        """Close every view, then delete every Qt object the Shell made, here and now: a Shell
+        left to the garbage collector would be deleted on whatever thread collects it."""
+        if self.closed:
+            return
+        self.closed = True
         self.delivery.close()
         self.bridge.close()
         self.model.stop()
         self.tray.close()
-        for dialog in [*self.qr_dialogs.values(), self.preferences]:
+        dialogs = [*self.qr_dialogs.values(), self.preferences]
+        for dialog in dialogs:
             if dialog is not None:
                 dialog.close()
-        self.window.closing = True
-        self.window.close()
+        window, self._window = self._window, None
+        if window is not None:
+            window.closing = True
+            window.close()
+        for obj in (*dialogs, self.progress, window, self.tray.menu, self):
+            delete_now(obj)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import shiboken6
 
 from cadre_desktop.paths import resolve_paths
 from cadre_desktop.ui.single import InstanceServer, instance_name
@@ -59,6 +60,57 @@ def test_without_a_tray_the_window_opens_and_explains(shell, qtbot, monkeypatch)
         shell.window.close()  # with no tray, closing the window quits
 
 
+def test_with_a_tray_no_window_is_built_until_it_is_opened(shell, qtbot, monkeypatch):
+    from cadre_desktop.ui import shell as shell_module
+
+    monkeypatch.setattr(shell_module.QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
+    shell.start()
+    assert shell._window is None, "the tray built its window before anyone opened it"
+    shell.tray.open_window.emit()
+    assert shell._window is not None and shell.window.isVisible()
+    assert shell.window is shell._window  # built once
+    assert shell.lent.tabs.indexOf(shell.lent.view) == 1  # the Lent tab went in with it
+    with qtbot.waitSignal(shell.quit_requested, timeout=1000):
+        shell.window.quit_requested.emit()  # the late-built window is wired like the rest
+
+
+def test_the_tray_app_imports_no_window_dialog_or_qr_code_and_no_other_qt_module_until_shown():
+    lazy = ("cadre_desktop.ui.window", "cadre_desktop.ui.dialogs", "cadre_desktop.ui.qr",
+            "cadre_desktop.ui.preferences", "cadre_desktop.ui.table", "cadre_desktop.ui.details",
+            "cadre_desktop.ui.lent", "cadre_desktop.ui.grant_dialog", "cadre_desktop.ui.logview",
+            "cadre_desktop.claim_qr", "segno")
+    code = ("import sys, cadre_desktop.ui.app, cadre_desktop.ui.shell, cadre_desktop.host.host; "
+            f"print(sorted(m for m in {lazy!r} if m in sys.modules)); "
+            "print(sorted(m for m in sys.modules if m.startswith('PySide6.Qt')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "QT_QPA_PLATFORM": "offscreen"})
+    assert out.returncode == 0, out.stderr
+    imported, qt = out.stdout.splitlines()
+    assert imported == "[]", f"imported at start: {imported}"
+    # QtNetwork: the single-instance server listens from the start.
+    assert qt == "['PySide6.QtCore', 'PySide6.QtGui', 'PySide6.QtNetwork', 'PySide6.QtWidgets']"
+
+
+def test_closing_the_shell_deletes_every_qt_object_it_made_on_this_thread(shell, qtbot):
+    """Python's cyclic collector runs on whichever thread allocates (the host's keyring and
+    executor threads too), and a Shell is full of cycles. A live Qt object it deleted there would
+    leave its timers and socket notifiers registered with this thread's event dispatcher, in
+    freed memory. So close() deletes them all itself: the collector finds only empty wrappers."""
+    from PySide6.QtCore import QObject
+    from PySide6.QtWidgets import QApplication
+
+    before = set(QApplication.topLevelWidgets())
+    shell.present_window()
+    shell.ask_preferences()
+    made = [shell, *shell.findChildren(QObject)]
+    for widget in (set(QApplication.topLevelWidgets()) - before) | {shell.tray.menu}:
+        made += [widget, *widget.findChildren(QObject)]
+    assert shell.window in made and shell.tray.menu in made and shell.preferences in made
+    shell.close()
+    assert [o for o in made if shiboken6.isValid(o)] == []
+    assert shell.window is None  # and no window is built after the close
+
+
 def test_quit_stops_the_host_and_its_nodes(shell, aio):
     view = aio.run(shell.host.add_node("Kitchen"))
     aio.wait(lambda: shell.model.view(view.id).ready)
@@ -66,7 +118,7 @@ def test_quit_stops_the_host_and_its_nodes(shell, aio):
     aio.run(shell.stop())
     assert shell.notifier.muted
     assert not psutil.pid_exists(view.pid) or psutil.Process(view.pid).status() == psutil.STATUS_ZOMBIE
-    assert not shell.window.isVisible() and not shell.tray.icon.isVisible()
+    assert shell.window is None and not shiboken6.isValid(shell.tray.icon)  # every view is gone
 
 
 @pytest.mark.parametrize("settings_doc", [fast_settings(keep_nodes_running_on_quit=True)], indirect=True)

@@ -1,0 +1,200 @@
+"""The Lent side the tray needs from the start, and the way to the rest.
+
+`LentModel` holds the grants and lent nodes as the Host's lending sees them: the
+tray counts the lent nodes in its colour, tooltip and menu, so it lives as long
+as the tray. `LentUi` opens the Lent tab (`ui/lent.py`) and the grant dialogs;
+it builds and imports them only when first wanted, as the Shell does the window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable
+
+import shiboken6
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import QMainWindow
+
+from cadre_desktop.host.donations import DONATION_SUPERVISED, DonationStatus
+from cadre_desktop.host.lend_views import DonationView, GrantView
+from cadre_desktop.ui.actions import Actions
+from cadre_desktop.ui.bridge import HostBridge
+from cadre_desktop.ui.status import TrayState, seconds_until, utcnow
+
+
+def donation_state(v: DonationView) -> TrayState:
+    if v.status == DonationStatus.ERROR:
+        return TrayState.ERROR
+    if v.status == DonationStatus.PROVISIONING or (v.status in DONATION_SUPERVISED and not v.running):
+        return TrayState.BUSY
+    if v.status == DonationStatus.AWAITING_SEED:
+        return TrayState.UNCLAIMED
+    return TrayState.JOINED
+
+
+def donation_words(v: DonationView, now: datetime) -> str:
+    if v.status in DONATION_SUPERVISED and not v.running:
+        if v.waiting_for == "keyring":
+            return "Waiting for the keyring"
+        left = seconds_until(v.next_retry_at, now)
+        return f"Restarting in {left} s" if left else "Restarting…"
+    return {DonationStatus.PROVISIONING: "Starting…", DonationStatus.AWAITING_SEED: "Waiting for its seed",
+            DonationStatus.SEEDED: f"Seeded for {v.party_id}", DonationStatus.ERROR: "Error"}.get(v.status, v.status)
+
+
+@dataclass(frozen=True)
+class LentNoticeView:
+    """What a notification says of a lent node (the fields a hosted node's view gives it)."""
+
+    id: str
+    name: str
+    status: str
+    mode: str
+    last_exit: str | None
+    last_error: str | None
+    lent: bool = True
+
+
+def lent_notice_view(host, donation_id: str) -> LentNoticeView | None:
+    lending = getattr(host, "lending", None)
+    try:
+        v = lending.views.donation(donation_id) if lending is not None and lending.views is not None else None
+    except Exception:
+        return None
+    if v is None:
+        return None
+    return LentNoticeView(v.id, f"The node lent to {v.party_id}", v.status, "donated", v.last_exit, v.last_error)
+
+
+class LentModel(QObject):
+    """Grants and lent nodes as the Host's lending sees them now."""
+
+    refreshed = Signal()
+
+    def __init__(self, host, bridge: HostBridge, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.host = host
+        self.now = utcnow()
+        self._grants: list[GrantView] = []
+        self._donations: list[DonationView] = []
+        self._tick = QTimer(self)
+        self._tick.setInterval(1000)
+        self._tick.timeout.connect(self.refresh)
+        bridge.happened.connect(self._on_event)
+        self.refresh()
+
+    @property
+    def views(self):
+        lending = getattr(self.host, "lending", None)
+        return lending.views if lending is not None else None
+
+    def _on_event(self, kind: str, _id: str) -> None:
+        if kind.startswith(("grant", "donation")) or kind in ("woke", "address"):
+            self.refresh()
+
+    def set_ticking(self, on: bool) -> None:
+        if on and not self._tick.isActive():
+            self.refresh()
+            self._tick.start()
+        elif not on:
+            self._tick.stop()
+
+    def refresh(self) -> None:
+        self.now = utcnow()
+        views = self.views
+        self._grants = views.grants() if views is not None else []
+        self._donations = views.donations() if views is not None else []
+        self.refreshed.emit()
+
+    def grants(self) -> list[GrantView]:
+        return list(self._grants)
+
+    def donations(self, grant_id: str | None = None) -> list[DonationView]:
+        return [d for d in self._donations if grant_id is None or d.grant_id == grant_id]
+
+    def grant(self, grant_id: str) -> GrantView | None:
+        return next((g for g in self._grants if g.id == grant_id), None)
+
+    def donation(self, donation_id: str) -> DonationView | None:
+        return next((d for d in self._donations if d.id == donation_id), None)
+
+    def states(self) -> list[TrayState]:
+        """What the lent nodes add to the tray's colour."""
+        return [donation_state(d) for d in self._donations]
+
+
+class LentUi(QObject):
+    """The Lent tab, the grant dialogs and the way to them, for the Shell.
+
+    `window()` gives the node window, building it if need be; the Shell calls
+    `attach` once it has built it, and the tab goes in then."""
+
+    def __init__(self, host, bridge: HostBridge, actions: Actions, window: Callable[[], QMainWindow],
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.host, self.actions, self._window = host, actions, window
+        self.model = LentModel(host, bridge, self)
+        self._view = self._tabs = self._attached = None
+
+    def attach(self, window: QMainWindow) -> None:
+        from cadre_desktop.ui.lent import LentView, install_tab
+
+        self._view = LentView(self.host, self.model, self.actions)
+        self._tabs = install_tab(window, self._view, self.model)
+        self._view.lend_requested.connect(self.ask_lend)
+        self._view.link_requested.connect(self.show_link)
+        self._attached = window
+
+    @property
+    def view(self):
+        self._window()
+        return self._view
+
+    @property
+    def tabs(self):
+        self._window()
+        return self._tabs
+
+    def show_lent(self) -> None:
+        window = self._window()
+        window.present()
+        self._tabs.setCurrentWidget(self._view)
+        self.model.set_ticking(True)
+
+    def _parent(self):
+        window = self._attached
+        return window if window is not None and shiboken6.isValid(window) and window.isVisible() else None
+
+    def ask_lend(self):
+        from cadre_desktop.ui.grant_dialog import GrantDialog
+
+        dialog = GrantDialog(self._parent(), self.host.settings.lend_max_nodes, self._create)
+        dialog.open()
+        return dialog
+
+    def _create(self, dialog, label, max_nodes, expires_in_s) -> None:
+        lending = self.host.lending
+
+        async def make():
+            grant = await lending.create_grant(label, max_nodes, expires_in_s)
+            return grant, await lending.link_of(grant.id)
+
+        def made(result) -> None:
+            if shiboken6.isValid(dialog):  # it may have been closed meanwhile
+                dialog.show_link(result[0].label, result[1])
+
+        task = self.actions.run("make a grant", make(), done=made)
+        task.add_done_callback(
+            lambda t: shiboken6.isValid(dialog) and (t.cancelled() or t.exception()) and dialog.failed())
+
+    def show_link(self, grant_id: str):
+        from cadre_desktop.ui.grant_dialog import GrantDialog
+
+        grant = self.model.grant(grant_id)
+        if grant is None:
+            return None
+        dialog = GrantDialog(self._parent(), self.host.settings.lend_max_nodes, self._create)
+        self.actions.run(f"show the link of {grant.label}", self.host.lending.link_of(grant_id), grant_id,
+                         done=lambda link: (dialog.show_link(grant.label, link), dialog.open()))
+        return dialog
