@@ -1,6 +1,7 @@
 """Idle footprint: what hosting 10 nodes costs when nothing happens.
 
     .venv/bin/python bench/idle.py [--nodes 10] [--seconds 60] [--only headless,tray,supervisord,pm2]
+                                   [--baseline PATH]
 
 Four supervisors, each with 10 reference nodes, run side by side: our headless
 host and our tray app (under Xvfb with trayer as the system tray; the tray app
@@ -11,6 +12,11 @@ settles, then samples for 60 s: RSS (and USS) of the supervising process, its
 CPU % of one core, its wake-ups (context switches per second, all threads
 summed), and the same for each node. Also times 10 cold starts of the node on
 its own (exec -> answering GET /status). Writes bench/results/idle.json.
+
+`--baseline PATH` also runs the tray app of another checkout (say, a worktree of
+`main`) beside ours with its own 10 nodes, so a change to the tray is measured
+before and after in one run. For every tray app the run also lists the Qt
+libraries and plugins it maps, with their resident size.
 """
 
 from __future__ import annotations
@@ -82,11 +88,15 @@ class OurHeadless:
 class OurTray:
     name = "cadre-desktop (tray)"
 
-    def __init__(self, work: Path, base: int, keyring_env: dict) -> None:
+    def __init__(self, work: Path, base: int, keyring_env: dict, checkout: Path = ROOT,
+                 name: str | None = None) -> None:
         from tests.e2e.desktop import Desktop, missing_tools
 
         if missing_tools():
             raise RuntimeError(f"the tray run needs {', '.join(missing_tools())}")
+        self.checkout = checkout
+        if name:
+            self.name = name
         self.work = work
         self.home = work / "home"
         self.home.mkdir(parents=True)
@@ -97,7 +107,8 @@ class OurTray:
 
     def start(self) -> None:
         self.desktop.start()
-        env = self.desktop.env(**self.keyring_env, CADRE_DESKTOP_HOME=str(self.home), PYTHONPATH=str(ROOT))
+        env = self.desktop.env(**self.keyring_env, CADRE_DESKTOP_HOME=str(self.home),
+                               PYTHONPATH=str(self.checkout))
         self.log = open(self.work / "app.log", "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=self.log,
                                      stderr=self.log, cwd=self.work)
@@ -144,7 +155,7 @@ def task_switches(pid: int) -> int:
     return total
 
 
-def rss_by_mapping(pid: int, top: int = 8) -> list[tuple[str, float]]:
+def rss_by_mapping(pid: int, top: int | None = 8) -> list[tuple[str, float]]:
     """Where a process's RSS lives: the biggest mappings by file (or kind), in MB."""
     sizes: dict[str, int] = {}
     current = "?"
@@ -162,6 +173,13 @@ def rss_by_mapping(pid: int, top: int = 8) -> list[tuple[str, float]]:
     except OSError:
         return []
     return [(name, kb / 1024) for name, kb in sorted(sizes.items(), key=lambda kv: -kv[1])[:top]]
+
+
+def qt_libraries(pid: int) -> list[tuple[str, float]]:
+    """The Qt libraries, PySide modules and Qt plugins a process maps, with their RSS in MB."""
+    return [(name, mb) for name, mb in rss_by_mapping(pid, top=None)
+            if name.startswith(("libQt6", "Qt", "libqsvg", "libqxcb", "libqoffscreen", "libcompose"))
+            or name.startswith("libq") and name.endswith(".so")]
 
 
 class Sampler:
@@ -240,7 +258,7 @@ def cold_starts(work: Path, stamp: Path, port: int, runs: int) -> list[float]:
     return times[1:]  # the first run creates the node's identity
 
 
-def run(nodes: int, seconds: float, only: set[str] | None) -> dict:
+def run(nodes: int, seconds: float, only: set[str] | None, baseline: Path | None = None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="cadre-bench-idle-"))
     stamp = _rig.stamp_binary()
     session, keyring_env = _rig.start_secret_service()
@@ -251,7 +269,12 @@ def run(nodes: int, seconds: float, only: set[str] | None) -> dict:
         "supervisord": lambda: Supervisord(work / "supervisord", stamp, base + 200, count=nodes),
         "pm2": lambda: Pm2(work / "pm2", stamp, base + 300, count=nodes),
     }
-    sups = [make() for key, make in candidates.items() if not only or key in only]
+    if baseline is not None:
+        _rig.compile_checkout(baseline)
+        candidates["tray-baseline"] = lambda: OurTray(work / "tray-baseline", base + 150, keyring_env,
+                                                      baseline, "cadre-desktop (tray), baseline")
+    sups = [make() for key, make in candidates.items()
+            if not only or key in only or (key == "tray-baseline" and "tray" in only)]
     started = []
     result: dict = {"nodes": nodes, "seconds": seconds, "settle_s": SETTLE_S, "loadavg_at_start": os.getloadavg()}
     try:
@@ -280,8 +303,11 @@ def run(nodes: int, seconds: float, only: set[str] | None) -> dict:
         result["supervisors"] = {}
         for name, (host, kids) in samplers.items():
             per_node = [k.end() for k in kids]
+            host_end = host.end()
+            if name.startswith("cadre-desktop (tray)"):
+                host_end["qt_libraries_mb"] = qt_libraries(host.proc.pid)
             result["supervisors"][name] = {
-                "host": host.end(),
+                "host": host_end,
                 "node_count": len(per_node),
                 "node_rss_mb": summary([n["rss_mb"] for n in per_node if n["rss_mb"]]),
                 "node_uss_mb": summary([n["uss_mb"] for n in per_node if n["uss_mb"]]),
@@ -348,12 +374,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--only", help="comma-separated subset: headless,tray,supervisord,pm2")
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--baseline", type=Path,
+                        help="another checkout whose tray app runs beside ours (a before/after in one run)")
     args = parser.parse_args()
     _rig.compile_checkout()  # nodes run with bytecode, as from an installed copy
-    result = run(args.nodes, args.seconds, set(args.only.split(",")) if args.only else None)
+    result = run(args.nodes, args.seconds, set(args.only.split(",")) if args.only else None,
+                 args.baseline.resolve() if args.baseline else None)
     headers, rows = report(result)
     print(f"\nidle: {args.nodes} reference nodes each, sampled {args.seconds:.0f} s after settling")
     print(table(headers, rows))
+    for name, r in result["supervisors"].items():
+        if r["host"].get("qt_libraries_mb"):
+            libs = ", ".join(f"{lib} {mb:.1f}" for lib, mb in r["host"]["qt_libraries_mb"])
+            print(f"Qt mapped by {name} (RSS MB): {libs}")
     c = result["cold_start_ms"]
     print(f"node cold start (exec -> answering), {c['n']} runs: p50 {c['p50']:.0f} ms, min {c['min']:.0f}, "
           f"max {c['max']:.0f}")

@@ -72,6 +72,9 @@ def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp
                         "an icon drawn in the tray")
         background = max(colours, key=colours.get)
         assert sum(n for c, n in colours.items() if c != background) > 40
+        # Idle in the tray, it maps no Qt library it does not use (the single-instance socket is not Qt's).
+        maps = Path(f"/proc/{app.pid}/maps").read_text()
+        assert "libQt6Widgets" in maps and "libQt6Network" not in maps
 
         # Open the window through the menu.
         desktop.click(*tray.centre, button=3)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +15,7 @@ import pytest
 import shiboken6
 
 from cadre_desktop.paths import resolve_paths
+from cadre_desktop.ui import single
 from cadre_desktop.ui.single import InstanceServer, instance_name
 from tests.support.headless import fast_settings
 
@@ -25,7 +29,7 @@ def launch(home: Path, extra_env: dict | None = None) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def test_a_second_launch_shows_the_first_window_and_exits_0(home, qtbot):
+def test_a_second_launch_shows_the_first_window_and_exits_0(home, qtbot, aio):
     server = InstanceServer(instance_name(resolve_paths()))
     assert server.listen()
     try:
@@ -37,6 +41,38 @@ def test_a_second_launch_shows_the_first_window_and_exits_0(home, qtbot):
         assert not (home / "control.json").exists()  # it never started a host
     finally:
         server.close()
+
+
+def second_launch_hands_off(name: str, use_qt: bool, timeout_ms: int = 2000) -> bool:
+    """`hand_off` from another process, as a second launch calls it."""
+    code = ("import sys; from cadre_desktop.ui import single; "
+            f"single.USE_QT = {use_qt}; sys.exit(0 if single.hand_off({name!r}, {timeout_ms}) else 3)")
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
+                          timeout=60).returncode == 0
+
+
+@pytest.mark.parametrize("use_qt", [False, True], ids=["unix-socket", "qt-local-server"])
+def test_each_platforms_single_instance_channel_hands_off_once_and_cleans_up(home, aio, monkeypatch, use_qt):
+    """Linux and macOS: a Unix socket on the event loop; Windows: QLocalServer (run here on Linux)."""
+    monkeypatch.setattr(single, "USE_QT", use_qt)
+    name = instance_name(resolve_paths())
+    assert not aio.run(asyncio.to_thread(second_launch_hands_off, name, use_qt, 300))  # nobody listens yet
+    if not use_qt:  # a crashed instance's socket is in the way, and is replaced
+        with socket.socket(socket.AF_UNIX) as stale:
+            stale.bind(single.socket_path(name))
+    server = InstanceServer(name)
+    shown = []
+    server.show_requested.connect(lambda: shown.append(True))
+    assert server.listen()
+    try:
+        if not use_qt:
+            assert stat.S_IMODE(os.stat(single.socket_path(name)).st_mode) == 0o600
+        assert aio.run(asyncio.to_thread(second_launch_hands_off, name, use_qt))
+        aio.wait(lambda: shown == [True])
+    finally:
+        server.close()
+    assert not aio.run(asyncio.to_thread(second_launch_hands_off, name, use_qt, 300))
+    assert not os.path.exists(single.socket_path(name))
 
 
 def test_instances_of_different_homes_have_different_names(tmp_path):
@@ -87,8 +123,7 @@ def test_the_tray_app_imports_no_window_dialog_or_qr_code_and_no_other_qt_module
     assert out.returncode == 0, out.stderr
     imported, qt = out.stdout.splitlines()
     assert imported == "[]", f"imported at start: {imported}"
-    # QtNetwork: the single-instance server listens from the start.
-    assert qt == "['PySide6.QtCore', 'PySide6.QtGui', 'PySide6.QtNetwork', 'PySide6.QtWidgets']"
+    assert qt == "['PySide6.QtCore', 'PySide6.QtGui', 'PySide6.QtWidgets']"  # no QtNetwork, QtSvg, ...
 
 
 def test_closing_the_shell_deletes_every_qt_object_it_made_on_this_thread(shell, qtbot):
