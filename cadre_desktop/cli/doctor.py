@@ -199,7 +199,8 @@ def _stop(child: subprocess.Popen, procs) -> None:
 
 
 def check_host(paths: Paths) -> CheckResult:
-    from cadre_desktop.cli.client import ApiError, ControlClient, NoHost
+    from cadre_desktop.cli.client import ControlClient, NoHost
+    from cadre_desktop.errors import ApiError
 
     try:
         info = ControlClient.from_file(paths.control_file).host_info()

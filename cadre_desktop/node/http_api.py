@@ -18,7 +18,7 @@ from aiohttp.abc import AbstractAccessLogger
 from cadre_desktop.text import clean as clean_text
 from cadre_desktop.node import donated, invitations
 from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
-from cadre_desktop.node.errors import ApiError, StorageError
+from cadre_desktop.errors import ApiError, StorageError, wire_code
 from cadre_desktop.node.identity import b64url_decode
 from cadre_desktop.node.node import Node
 
@@ -157,10 +157,10 @@ async def errors_as_json(request: web.Request, handler: Any) -> web.StreamRespon
         return _json(err.body(), status=exc.status, headers=headers)
     except StorageError as err:
         log.error("%s %s: %s", request.method, request.path, err)
-        return _json(ApiError(500, err.code, str(err)).body(), status=500)
+        return _json(ApiError(500, wire_code(err.code), str(err)).body(), status=500)
     except asyncio.CancelledError:
         raise
-    except Exception:
+    except Exception:  # our bug: logged with its traceback; the client gets 500, the node keeps serving
         log.exception("unexpected error answering %s %s", request.method, request.path)
         body = ApiError(500, "internal", "the node hit an unexpected error").body()
         return _json(body, status=500)

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from cadre_desktop.text import clean as clean_text
-from cadre_desktop.node.errors import NodeError
+from cadre_desktop.errors import CadreError
 from cadre_desktop.node.identity import b64url
 from cadre_desktop.node.invitation_code import (
     MalformedInvitation,
@@ -49,7 +49,7 @@ async def redeem_invitation(node: Node, text: str, timeout_s: float) -> None:
         return
     try:
         signature = node.identity.sign(join_proof_message(code.id, node.peer_id, code.peer))
-    except NodeError as err:
+    except CadreError as err:
         node.join_failed(str(err))
         return
     body = {
@@ -121,7 +121,7 @@ def _accept(node: Node, expected_inviter: str, where: str, payload: Any) -> None
         return
     try:
         node.join_succeeded(cadre, inviter)
-    except NodeError as err:
+    except CadreError as err:
         node.join_failed(f"joined, but could not save it: {err}")
 
 

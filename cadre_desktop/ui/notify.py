@@ -22,6 +22,7 @@ import logging
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.settings import Settings
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
@@ -96,7 +97,7 @@ class Notifier(QObject):
     def _view(self, node_id: str):
         try:
             return self.host.get_node(node_id)
-        except Exception:
+        except NoSuchThing:  # not a hosted node: a lent one, or gone
             return lent_notice_view(self.host, node_id)
 
     def _on_lending(self, kind: str, node_id: str) -> None:
