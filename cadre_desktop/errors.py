@@ -40,6 +40,11 @@ class CadreError(Exception):
         self.retry_after_s = retry_after_s
 
 
+def message_of(error: BaseException) -> str:
+    """What to say about `error`: the words written for a person, or Python's for anything else."""
+    return error.message if isinstance(error, CadreError) else str(error)
+
+
 def wire_code(code: str) -> str:
     """A code as the node and lend APIs write it (kebab-case, their contract)."""
     return code.replace("_", "-")

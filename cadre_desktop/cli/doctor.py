@@ -245,6 +245,7 @@ def check_desktop(probe: Callable[[], dict] = probe_display, env: dict[str, str]
     try:
         found = probe()
     except Exception as exc:
+        # Qt fails in ways nobody lists (no display, a broken plugin); a check reports it, never crashes.
         why = f"Qt could not open the display: {exc}"
         return [CheckResult("tray", Outcome.WARN, why, False),
                 CheckResult("notifications", Outcome.WARN, why, False)]

@@ -251,6 +251,7 @@ class ControlServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            # Our bug in a handler: logged (secrets taken out), answered 500, the API keeps serving.
             frames = "".join(traceback.format_tb(exc.__traceback__))
             detail = _redact(f"{type(exc).__name__}: {exc}", request.get(_SECRETS, []))
             log.error("control API: %s %s failed: %s\n%s", request.method, request.path, detail, frames)
@@ -387,7 +388,7 @@ class ControlServer:
             node = self.host.get_node(event.node_id).to_json()
         except NoSuchThing:
             node = None
-        except Exception:
+        except Exception:  # one view that cannot be built must not end every client's event stream
             log.exception("control API: could not read node %s for an event", event.node_id)
             node = None
         data = json.dumps({"id": event.node_id, "node": node, "detail": event.detail})

@@ -219,7 +219,7 @@ class Host:
             await asyncio.wait_for(asyncio.shield(task), wait_s)
         except asyncio.TimeoutError:
             log.warning("the keyring has not answered yet; nodes that need a secret wait for it")
-        except Exception as exc:
+        except Exception as exc:  # reading ahead only saves time: nodes read their secret again when they start
             log.error("reading secrets ahead failed: %s", exc)
 
     async def _sweep_housekeeping(self) -> None:

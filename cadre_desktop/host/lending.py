@@ -24,7 +24,7 @@ import hmac
 import logging
 from typing import Any, Awaitable, Callable
 
-from cadre_desktop.errors import CadreError, InputError, InvalidState, NodeFault, NoSuchThing, SecretsError
+from cadre_desktop.errors import CadreError, InputError, InvalidState, NodeFault, NoSuchThing, SecretsError, message_of
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.donations import Donation, DonationRequest, DonationStatus, is_donation_id, new_donation_id
 from cadre_desktop.host.events import EventKind
@@ -139,7 +139,7 @@ class LendingService:
         if self.on_grants_changed is not None:
             try:
                 await self.on_grants_changed()
-            except Exception as exc:
+            except Exception as exc:  # the grant itself changed; the port follows at the next pass
                 log.error("the lend API could not follow the change of grants: %s", exc)
 
     # -- grants (the owner) ----------------------------------------------------------------
@@ -316,8 +316,8 @@ class LendingService:
             if not await self.end(donation_id, why="its node could not be set up"):
                 # Ended meanwhile: its seed token may have landed after that end deleted it.
                 await self.gate.forget(donation_id, (SecretKind.SEED_TOKEN,))
-        except Exception as exc:
-            message = exc.message if isinstance(exc, CadreError) else str(exc)
+        except Exception as exc:  # unwinding must not hide the error that made it; the reaper finishes it later
+            message = message_of(exc)
             log.error("could not clear failed donation %s (retried later): %s", donation_id, message)
 
     async def _wait_answered(self, donation_id: str) -> None:

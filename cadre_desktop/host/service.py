@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import secrets as _random
 
-from cadre_desktop.errors import CadreError, InvalidState, NoSuchThing, SecretsError
+from cadre_desktop.errors import CadreError, InvalidState, NoSuchThing, SecretsError, message_of
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.driver import NodeDriver
 from cadre_desktop.host.keyring_gate import KeyringGate
@@ -144,8 +144,8 @@ class NodeService:
             log.error("could not remove the record of failed node %s: %s", node_id, exc.message)
         try:
             await self._clean_up_removed(node_id)
-        except Exception as exc:
-            message = exc.message if isinstance(exc, CadreError) else str(exc)
+        except Exception as exc:  # unwinding must not hide the error that made it; the reaper finishes it later
+            message = message_of(exc)
             log.error("could not finish clearing failed node %s (retried later): %s", node_id, message)
 
     async def _clean_up_removed(self, node_id: str) -> None:
@@ -339,8 +339,8 @@ class NodeService:
             log.warning("the removal of node %s was left unfinished; finishing it", node_id)
             try:
                 await self._clean_up_removed(node_id)
-            except Exception as exc:
-                message = exc.message if isinstance(exc, CadreError) else str(exc)
+            except Exception as exc:  # one removal that fails must not stop the others; the next pass retries it
+                message = message_of(exc)
                 log.error("could not finish removing node %s (retried later): %s", node_id, message)
                 continue
             reaped.append(node_id)

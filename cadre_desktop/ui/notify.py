@@ -89,7 +89,7 @@ class Notifier(QObject):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
             await asyncio.wait_for(self.delivery.withdraw_all(), CLOSE_TIMEOUT_S)
-        except Exception as exc:
+        except Exception as exc:  # quitting must finish whatever the notification service does
             log.debug("withdrawing notices at quit: %r", exc)
 
     # -- engine events ---------------------------------------------------------------------
