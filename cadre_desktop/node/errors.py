@@ -6,7 +6,9 @@ Two kinds of failure exist. A *start-up* failure ends the process with an
 (tell the user): `exit_code_of` is that mapping, the process's edge, as the HTTP
 statuses are the API's. A *request* failure is an :class:`ApiError`: it becomes the
 JSON body ``{"error": {"code", "message"}}`` with its HTTP status, and the node keeps
-running. A failed write of the state is the shared :class:`StorageError`.
+running. The node's own logic refuses a request with a :class:`RequestRefused` (a
+reason, no status); node/http_status.py gives each reason its status. A failed write
+of the state is the shared :class:`StorageError`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import enum
 from cadre_desktop.errors import ApiError, CadreError, InputError, MachineError, StorageError
 
 __all__ = ["ApiError", "BindError", "ConfigError", "CorruptFileError", "ExitCode", "NodeDirError",
-           "StorageError", "exit_code_of"]
+           "RequestRefused", "StorageError", "exit_code_of"]
 
 
 class ExitCode(enum.IntEnum):
@@ -56,6 +58,13 @@ class CorruptFileError(MachineError):
     """
 
     code = "corrupt_file"
+
+
+class RequestRefused(InputError):
+    """A request the node refuses: a wrong secret, a used invitation, a node that is not in
+    the state the request needs. `code` is the stable reason (docs/node-contract.md)."""
+
+    code = "refused"
 
 
 #: The exit code of each error that ends the node at start-up; any other error is INTERNAL.

@@ -19,6 +19,8 @@ from cadre_desktop.text import clean as clean_text
 from cadre_desktop.node import donated, invitations
 from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
 from cadre_desktop.errors import ApiError, StorageError, wire_code
+from cadre_desktop.node.errors import RequestRefused
+from cadre_desktop.node.http_status import answer_to
 from cadre_desktop.node.identity import b64url_decode
 from cadre_desktop.node.node import Node
 
@@ -143,6 +145,9 @@ class _Api:
 async def errors_as_json(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         response = await handler(request)
+    except RequestRefused as refusal:
+        err = answer_to(refusal)
+        return _json(err.body(), status=err.status, headers=err.headers)
     except ApiError as err:
         return _json(err.body(), status=err.status, headers=err.headers)
     except web.HTTPException as exc:
