@@ -39,7 +39,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Awaitable, Callable, TypeVar
 
-from cadre_desktop.errors import CadreError, SecretsError
+from cadre_desktop.errors import CadreError, SecretsError, message_of
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.decide import (
     Decision, Observation, Policy, SecretState, Verdict, decide,
@@ -181,11 +181,11 @@ class Supervisor:
         if self._on_sweep is not None:
             try:
                 await self._on_sweep()
-            except Exception:
+            except Exception:  # housekeeping must not end the sweep; the next one retries
                 log.exception("the sweep's housekeeping failed")
         try:
             self.driver.trim_logs()
-        except Exception as exc:
+        except Exception as exc:  # trimming logs only saves disk; the next sweep retries
             log.debug("log trim failed: %s", exc)
 
     def _on_exit(self, event: Exit) -> None:
@@ -345,7 +345,7 @@ class Supervisor:
             try:
                 return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle)
             except Exception as exc:
-                message = exc.message if isinstance(exc, CadreError) else str(exc)
+                message = message_of(exc)
                 lc = self.lifecycle_of(record.id)
                 current = lc.get(record.id)
                 attempts = current.attempts if current else 0
@@ -444,7 +444,7 @@ class Supervisor:
         if record.handle:
             try:
                 await self.driver.stop(record.handle)
-            except Exception as exc:
+            except Exception as exc:  # giving up must finish; the record says error whatever the stop did
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
 
     # -- time ---------------------------------------------------------------------
