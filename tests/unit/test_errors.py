@@ -323,3 +323,37 @@ def test_every_broad_except_hands_the_error_on_or_logs_it_and_says_why():
         logged = any(isinstance(n, ast.Call) and getattr(n.func, "attr", None) in _LOG_CALLS for n in body)
         assert logged or where in _REPORTED_OTHERWISE, f"{where}:{handler.lineno}: swallowed without a log"
     assert seen >= 30
+
+
+# -- the excepts narrowed to what they meant -----------------------------------------------------
+
+def address_owner(tmp_path):
+    from types import SimpleNamespace
+
+    from cadre_desktop.paths import Paths
+    from cadre_desktop.settings import Settings
+
+    paths = Paths(data_dir=tmp_path, config_dir=tmp_path, log_dir=tmp_path / "logs")
+    return SimpleNamespace(paths=paths, settings=Settings(), _advertise="192.0.2.7")
+
+
+def test_a_settings_file_broken_meanwhile_keeps_the_advertised_address_and_says_so(tmp_path, caplog):
+    from cadre_desktop.host.host import Host
+
+    owner = address_owner(tmp_path)
+    owner.paths.settings_file.write_text('{"advertise_host": "192.0.2.9"}')
+    assert Host._configured_address(owner) == "192.0.2.9"
+    owner.paths.settings_file.write_text('{"advertise_host": ')
+    assert Host._configured_address(owner) == "192.0.2.7"
+    assert "the advertised address keeps its value" in caplog.text
+
+
+def test_reading_the_address_lets_anything_but_a_settings_error_through(tmp_path, monkeypatch):
+    from cadre_desktop.host import host
+
+    def broken(path):
+        raise RuntimeError("our bug")
+
+    monkeypatch.setattr(host, "load_settings", broken)
+    with pytest.raises(RuntimeError, match="our bug"):
+        host.Host._configured_address(address_owner(tmp_path))
