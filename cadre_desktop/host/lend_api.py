@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from cadre_desktop.errors import ApiError, CadreError, NoSuchThing, SecretsError, wire_code
+from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, SecretsError, wire_code
 from cadre_desktop.host.donations import check_request
 from cadre_desktop.host.http_status import status_of
 from cadre_desktop.host.lend_views import LendingViews
@@ -166,8 +166,8 @@ class LendServer:
                            headers={"Retry-After": "30"}) from None
         except NoSuchThing as err:
             raise ApiError(404, "not-found", err.message) from None
-        except ApiError:
-            raise
+        except (ApiError, Bug):
+            raise  # an answer already, or our bug: errors_as_json logs it and answers 500 "internal"
         except CadreError as err:
             log.error("lend API: %s %s: %s", request.method, request.path[:200], err.message)
             status = status_of(err)

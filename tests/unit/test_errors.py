@@ -177,6 +177,30 @@ def test_the_control_api_gives_each_error_the_status_it_always_had(error, status
     assert (status_of(error), error.code) == (status, code)
 
 
+async def control_answer(error: BaseException) -> tuple[int, dict]:
+    from cadre_desktop.host.control import ControlServer
+
+    async def handler(request):
+        raise error
+
+    response = await ControlServer._errors(None, make_mocked_request("GET", "/api/nodes"), handler)
+    return response.status, json.loads(response.body)["error"]
+
+
+@pytest.mark.parametrize(("error", "status", "code"), CONTROL_ANSWERS[:4], ids=lambda v: getattr(v, "code", v))
+async def test_the_control_apis_middleware_answers_with_the_mapped_status_code_and_words(error, status, code):
+    assert await control_answer(error) == (status, {"code": code, "message": error.message})
+
+
+@pytest.mark.parametrize("error", [Bug("finish may not leave node n-1 spawning"), KeyError("n-1")],
+                         ids=["our Bug", "any other exception"])
+async def test_our_bug_is_answered_like_any_unexpected_failure_and_logged(error, caplog):
+    status, body = await control_answer(error)
+    assert (status, body["code"]) == (500, "internal_error")
+    assert "log has the details" in body["message"] and "n-1" not in body["message"]
+    assert "control API: GET /api/nodes failed" in caplog.text and "n-1" in caplog.text
+
+
 # -- the lend API's edge -------------------------------------------------------------------------
 
 #: docs/lending.md's table of statuses and codes, for what the lending service refuses.
@@ -224,6 +248,14 @@ async def test_the_lend_api_answers_the_engines_other_errors_as_before(error, st
     answer = await lend_answer(error)
     assert (answer.status, answer.code) == (status, code)
     assert (answer.message == error.message) is shown  # a server error's words stay on the host
+
+
+async def test_the_lend_api_leaves_our_bug_to_the_500_internal_answer():
+    async def handler(request):
+        raise Bug("a rule was broken")
+
+    with pytest.raises(Bug):
+        await LendServer._refusals(None, make_mocked_request("GET", "/grants/g"), handler)
 
 
 async def test_the_lend_api_passes_its_own_answers_through():

@@ -1,5 +1,6 @@
-"""The UI asks the engine about a node that may be gone by then: only that (NoSuchThing) is
-expected and answered quietly; any other error is a bug and is not swallowed."""
+"""Errors as the UI meets them. It asks the engine about a node that may be gone by then:
+only that (NoSuchThing) is expected and answered quietly; any other error is a bug and is
+not swallowed. A bug of ours is shown as unexpected, never in its developer's words."""
 
 from __future__ import annotations
 
@@ -49,3 +50,11 @@ def test_a_node_the_host_does_not_know_is_looked_for_among_the_lent_ones():
 def test_any_other_error_is_a_bug_and_is_not_swallowed(ask):
     with pytest.raises(RuntimeError, match="our bug"):
         ask(Engine(RuntimeError("our bug")))
+
+
+def test_a_bug_of_ours_is_shown_as_unexpected_not_in_its_developer_words():
+    from cadre_desktop.errors import Bug, InvalidState
+    from cadre_desktop.ui.errors import error_text
+
+    assert "Something unexpected went wrong" in error_text(Bug("finish may not leave node n-1 spawning"))
+    assert error_text(InvalidState("Node a is running.")) == "Node a is running."
