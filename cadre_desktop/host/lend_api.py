@@ -32,7 +32,7 @@ from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, Secrets
 from cadre_desktop.host.donations import check_request
 from cadre_desktop.host.http_status import status_of
 from cadre_desktop.host.lend_views import LendingViews
-from cadre_desktop.host.lending import LendingService, LendRefused, LentNodeUnavailable
+from cadre_desktop.host.lending import LendingService, LendRefused, LentNodeUnavailable, WrongToken
 from cadre_desktop.node.http_api import errors_as_json, read_json_body
 from cadre_desktop.node.ratelimit import FailureLimiter
 from cadre_desktop.node.seed import SeedError, parse_seed
@@ -189,9 +189,8 @@ class LendServer:
                            headers={"WWW-Authenticate": "Bearer"})
         try:
             grant = self.service.authorize(request.match_info["grant"], token)
-        except LendRefused as err:
-            if err.code == "wrong_token":
-                self.limiter.failed(client)
+        except WrongToken:
+            self.limiter.failed(client)
             raise
         self.limiter.succeeded(client)
         return grant

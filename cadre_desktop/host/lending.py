@@ -58,6 +58,12 @@ class LendRefused(InputError):
     seed); `code` is stable and borrower-facing. The lend API gives each code its status."""
 
 
+class WrongToken(LendRefused):
+    """The token does not open this grant (or there is no such grant): one guess, for the lock-out."""
+
+    code = "wrong_token"
+
+
 class LentNodeUnavailable(NodeFault):
     """The lent node cannot take the borrower's request now (restarting, busy, not answering,
     refusing the host); `retry_after_s` says when to try again, if that may help."""
@@ -243,7 +249,7 @@ class LendingService:
         expected = grant.token_sha256 if grant is not None and not grant.creating else _DUMMY_DIGEST
         matches = hmac.compare_digest(token_digest(token or ""), expected)
         if not matches or grant is None or grant.creating or not token:
-            raise LendRefused("this grant token is not valid for this grant", code="wrong_token")
+            raise WrongToken("this grant token is not valid for this grant")
         state = grant.state(self.now())
         if state is GrantState.REVOKED:
             raise LendRefused("the owner of this host revoked this grant", code="grant_revoked")
