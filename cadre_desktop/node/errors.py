@@ -4,21 +4,21 @@ Two kinds of failure exist. A *start-up* failure ends the process with an
 :class:`ExitCode` and one line on stderr, so the host can tell a bad configuration
 (do not respawn blindly) from a busy port (pick another) from a broken work folder
 (tell the user): `exit_code_of` is that mapping, the process's edge, as the HTTP
-statuses are the API's. A *request* failure is an :class:`ApiError`: it becomes the
-JSON body ``{"error": {"code", "message"}}`` with its HTTP status, and the node keeps
-running. The node's own logic refuses a request with a :class:`RequestRefused` (a
-reason, no status); node/http_status.py gives each reason its status. A failed write
-of the state is the shared :class:`StorageError`.
+statuses are the API's. A *request* failure is a :class:`RequestRefused` (a reason,
+no status): node/http_status.py turns it into the answer ``{"error": {"code",
+"message"}}`` with its HTTP status, and the node keeps running. A failed write of the
+state is the package's :class:`StorageError`.
 """
 
 from __future__ import annotations
 
 import enum
 
-from cadre_desktop.errors import ApiError, CadreError, InputError, MachineError, StorageError
+from cadre_desktop.errors import CadreError, InputError, MachineError, StorageError
 
-__all__ = ["ApiError", "BindError", "ConfigError", "CorruptFileError", "ExitCode", "NodeDirError",
-           "RequestRefused", "StorageError", "exit_code_of"]
+#: StorageError is the package's one (a failed write of the state); named here for the node's modules.
+__all__ = ["BindError", "ConfigError", "CorruptFileError", "ExitCode", "NodeDirError", "RequestRefused",
+           "StorageError", "exit_code_of"]
 
 
 class ExitCode(enum.IntEnum):
