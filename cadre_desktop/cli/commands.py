@@ -23,16 +23,8 @@ from typing import Any, Callable
 
 from cadre_desktop import __version__, build_commit, logtail, text
 from cadre_desktop.cli.client import ControlClient, NoHost
-from cadre_desktop.errors import (
-    ApiError,
-    CadreError,
-    InputError,
-    Invalid,
-    InvalidState,
-    MachineError,
-    NoSuchThing,
-    StorageError,
-)
+from cadre_desktop.errors import (ApiError, CadreError, InputError, Invalid, InvalidState, MachineError,
+                                  NoSuchThing, StorageError)
 from cadre_desktop.paths import Paths, resolve_paths
 
 PROG = "cadre-desktop"

@@ -250,7 +250,12 @@ class NodeSeedClient:
         self.timeout_s = timeout_s
         self._session = None
 
-    async def __call__(self, port: int, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    async def __call__(self, port: int, token: str, body: dict[str, Any]) -> None:
+        status, answer = await self._post(port, token, body)
+        if status != 200:
+            raise node_refusal(status, answer)
+
+    async def _post(self, port: int, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         import aiohttp
 
         if self._session is None:
@@ -272,3 +277,21 @@ class NodeSeedClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def node_refusal(status: int, body: dict[str, Any]) -> LendRefused | LentNodeUnavailable:
+    """A lent node's answer to a seed (status 0: no answer), as the borrower should see it."""
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if status in (400, 403, 409) and code in ("invalid-seed", "seed-mismatch", "untrusted-key",
+                                               "bad-signature", "already-seeded"):
+        text = message if isinstance(message, str) and message.isprintable() else code
+        return LendRefused(text[:200], code=code.replace("-", "_"))
+    if status == 429:
+        return LentNodeUnavailable("the node is busy; try again shortly", code="node_unavailable", retry_after_s=60)
+    if status == 0:
+        return LentNodeUnavailable("the node did not answer; try again shortly", code="node_unavailable",
+                                   retry_after_s=5)
+    log.error("a lent node answered the host's seed with %s %s", status, code)
+    return LentNodeUnavailable("the node refused the host; its owner should look at its log", code="node_refused")

@@ -69,7 +69,9 @@ class LentNodeUnavailable(NodeFault):
     refusing the host); `retry_after_s` says when to try again, if that may help."""
 
 
-SeedPost = Callable[[int, str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+#: Presents a seed to the lent node on a port with its seed token: returns once the node took it;
+#: raises LendRefused (the seed's fault) or LentNodeUnavailable (busy, silent, refusing the host).
+SeedPost = Callable[[int, str, dict[str, Any]], Awaitable[None]]
 
 
 class LendingService:
@@ -366,9 +368,7 @@ class LendingService:
         if token is None:
             raise LentNodeUnavailable("the host cannot read this node's seed token from its keyring right now",
                                       code="node_unavailable", retry_after_s=30)
-        status, body = await self.post_seed(donation.api_port, token, {"seed": seed})
-        if status != 200:
-            raise _node_refusal(status, body)
+        await self.post_seed(donation.api_port, token, {"seed": seed})
         self.lifecycle.apply(donation_id, Change.SEEDED, lambda r: r.replace(
             status=DonationStatus.SEEDED, seeded_at=r.seeded_at or iso(self.now())), handle=donation.handle)
         return self.donation_in(grant, donation_id)
@@ -407,21 +407,3 @@ class LendingService:
         from cadre_desktop.host.lend_reaper import reap
 
         return await reap(self)
-
-
-def _node_refusal(status: int, body: dict[str, Any]) -> CadreError:
-    """The node's answer to a seed, as the borrower should see it."""
-    error = body.get("error") if isinstance(body, dict) else None
-    code = error.get("code") if isinstance(error, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    if status in (400, 403, 409) and code in ("invalid-seed", "seed-mismatch", "untrusted-key",
-                                               "bad-signature", "already-seeded"):
-        text = message if isinstance(message, str) and message.isprintable() else code
-        return LendRefused(text[:200], code=code.replace("-", "_"))
-    if status == 429:
-        return LentNodeUnavailable("the node is busy; try again shortly", code="node_unavailable", retry_after_s=60)
-    if status == 0:
-        return LentNodeUnavailable("the node did not answer; try again shortly", code="node_unavailable",
-                                   retry_after_s=5)
-    log.error("a lent node answered the host's seed with %s %s", status, code)
-    return LentNodeUnavailable("the node refused the host; its owner should look at its log", code="node_refused")

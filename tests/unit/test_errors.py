@@ -250,6 +250,21 @@ async def test_the_lend_api_answers_the_engines_other_errors_as_before(error, st
     assert (answer.message == error.message) is shown  # a server error's words stay on the host
 
 
+@pytest.mark.parametrize(("status", "body", "kind", "code", "retry"), [
+    (403, {"error": {"code": "untrusted-key", "message": "not signed"}}, LendRefused, "untrusted_key", None),
+    (409, {"error": {"code": "already-seeded", "message": "seeded"}}, LendRefused, "already_seeded", None),
+    (429, {}, LentNodeUnavailable, "node_unavailable", 60),
+    (0, {}, LentNodeUnavailable, "node_unavailable", 5),
+    (500, {}, LentNodeUnavailable, "node_refused", None),
+    (403, {"error": {"code": "wrong-token"}}, LentNodeUnavailable, "node_refused", None),  # the host's own token
+])
+def test_a_lent_nodes_answer_to_a_seed_becomes_the_borrowers_refusal(status, body, kind, code, retry):
+    from cadre_desktop.host.lend_api import node_refusal
+
+    refusal = node_refusal(status, body)
+    assert (type(refusal), refusal.code, refusal.retry_after_s) == (kind, code, retry)
+
+
 async def test_the_lend_api_leaves_our_bug_to_the_500_internal_answer():
     async def handler(request):
         raise Bug("a rule was broken")
