@@ -10,17 +10,18 @@ something to do, what to do. Messages never contain a secret.
     │   ├── NoSuchThing          an id nothing here has
     │   └── InvalidState         the thing exists, but its state does not allow this now
     ├── MachineError             the machine's state: files, keyring, ports, a busy host
-    │   ├── SettingsError, StorageError, SecretsError, PortsExhausted, SpawnError, HostBusy
+    │   └── SettingsError, StorageError, SecretsError, PortsExhausted, SpawnError, HostBusy
     ├── NodeFault                how a node (or another host) behaved: it did not answer, refused
-    ├── Bug                      our own mistake: a rule of the code was broken
+    ├── Bug                      our own mistake: a rule of the code broken (told as unexpected)
     └── ApiError                 not a fault but an answer on the wire: a status and a wire code,
                                  raised and read only at the HTTP edges and by their clients
 
-The engine's errors carry no HTTP status: each HTTP edge maps them (the control and lend
-APIs in host/http_status.py, the node's API in node/http_api.py). Wire codes are
-contracts: the control API speaks these snake_case codes as they are; the node and lend
-APIs speak kebab-case, so their edges write `wire_code(code)`. This module imports
-nothing of the package: the node shares it with the host.
+The engine's errors carry no HTTP status: each HTTP edge maps them (host/http_status.py
+for the control API and the lend API's other errors, REFUSAL_STATUSES in host/lend_api.py,
+node/http_status.py for the node's API). Wire codes are contracts: the control API speaks
+these snake_case codes as they are; the node and lend APIs speak kebab-case, so their
+edges write `wire_code(code)`. This module imports nothing of the package: the node
+shares it with the host.
 """
 
 from __future__ import annotations
