@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import secrets as _random
 
-from cadre_desktop.errors import CadreError, InvalidState, NoSuchThing, SecretsError, message_of
+from cadre_desktop.errors import InvalidState, NoSuchThing, SecretsError, StorageError, message_of
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.driver import NodeDriver
 from cadre_desktop.host.keyring_gate import KeyringGate
@@ -133,13 +133,13 @@ class NodeService:
         if not stored:
             try:
                 self.lifecycle.drop_unborn(node_id)
-            except CadreError as exc:
+            except StorageError as exc:
                 # The `spawning` row stays, and the next reap sweep clears it.
                 log.error("could not remove the record of failed node %s: %s", node_id, exc.message)
             return
         try:
             self.lifecycle.mark_removed(node_id, announce_unborn=left_over)
-        except CadreError as exc:
+        except StorageError as exc:
             # The `spawning` row stays, and the next reap sweep tries again.
             log.error("could not remove the record of failed node %s: %s", node_id, exc.message)
         try:

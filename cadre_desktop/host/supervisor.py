@@ -39,7 +39,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Awaitable, Callable, TypeVar
 
-from cadre_desktop.errors import CadreError, SecretsError, message_of
+from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.decide import (
     Decision, Observation, Policy, SecretState, Verdict, decide,
@@ -200,14 +200,14 @@ class Supervisor:
         words = self.exits.seen(event.node_id, event.returncode)
         try:
             self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
-        except CadreError as exc:
+        except StorageError as exc:
             log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
         log.warning("node %s %s", event.node_id, words)
 
     def _report_orphans(self) -> None:
         try:
             known = {r.id for lc in self.lifecycles for r in lc.store.list()}
-        except CadreError as exc:
+        except StorageError as exc:
             log.error("cannot check for orphaned children: %s", exc.message)
             return
         for handle in self.driver.list_nodes():
@@ -228,7 +228,7 @@ class Supervisor:
         started: list[str] = []
         try:
             candidates = self._supervised()
-        except CadreError as exc:
+        except StorageError as exc:
             log.error("supervisor cannot read the records: %s", exc.message)
             return started
         waits: list[float] = []

@@ -404,3 +404,29 @@ def test_reading_the_address_lets_anything_but_a_settings_error_through(tmp_path
     monkeypatch.setattr(host, "load_settings", broken)
     with pytest.raises(RuntimeError, match="our bug"):
         host.Host._configured_address(address_owner(tmp_path))
+
+
+def exit_noter(error: Exception):
+    from types import SimpleNamespace
+
+    def apply(*args, **kwargs):
+        raise error
+
+    return SimpleNamespace(exits=SimpleNamespace(seen=lambda node_id, code: "exited with code 1"),
+                           lifecycle_of=lambda node_id: SimpleNamespace(apply=apply))
+
+
+def test_an_exit_whose_record_cannot_be_read_is_logged_and_supervision_goes_on(caplog):
+    from cadre_desktop.host.driver import Exit
+    from cadre_desktop.host.supervisor import Supervisor
+
+    Supervisor._note_exit(exit_noter(StorageError("the records file is not JSON")), Exit("h", "n-1", 42, 1, False))
+    assert "its record is unreadable: the records file is not JSON" in caplog.text
+
+
+def test_a_broken_rule_of_the_lifecycle_is_not_taken_for_an_unreadable_record():
+    from cadre_desktop.host.driver import Exit
+    from cadre_desktop.host.supervisor import Supervisor
+
+    with pytest.raises(Bug):
+        Supervisor._note_exit(exit_noter(Bug("exited may not leave node n-1 spawning")), Exit("h", "n-1", 42, 1, False))
