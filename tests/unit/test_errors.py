@@ -430,3 +430,32 @@ def test_a_broken_rule_of_the_lifecycle_is_not_taken_for_an_unreadable_record():
 
     with pytest.raises(Bug):
         Supervisor._note_exit(exit_noter(Bug("exited may not leave node n-1 spawning")), Exit("h", "n-1", 42, 1, False))
+
+
+def codes_raised(kinds: set[str], paths) -> set[str]:
+    """The `code=` of every refusal of `kinds` built in `paths` (a code read from elsewhere shows as '?')."""
+    codes = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in kinds:
+                for keyword in node.keywords:
+                    if keyword.arg == "code":
+                        value = keyword.value
+                        codes.add(value.value if isinstance(value, ast.Constant) else "?")
+    return codes
+
+
+def test_every_refusal_the_lending_service_can_give_has_its_status():
+    raised = codes_raised({"LendRefused", "LentNodeUnavailable"}, [PKG / "host" / "lending.py",
+                                                                    PKG / "host" / "lend_api.py"])
+    assert len(raised) >= 10
+    assert raised - {"?"} <= set(LEND_STATUSES)
+    from cadre_desktop.host.lending import WrongToken
+
+    assert WrongToken.code in LEND_STATUSES
+
+
+def test_every_refusal_the_node_can_give_has_its_status():
+    raised = codes_raised({"RequestRefused"}, sorted((PKG / "node").glob("*.py")))
+    assert len(raised) >= 15 and "?" not in raised
+    assert raised == set(NODE_STATUSES)
