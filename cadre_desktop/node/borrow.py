@@ -41,7 +41,7 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 class Refused(NodeFault):
     """The lending host said no, or did not answer in time (exit 1)."""
 
-    code = "refused"
+    code = "borrow_failed"
 
 
 class GrantLink:
