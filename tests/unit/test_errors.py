@@ -118,7 +118,8 @@ def test_only_the_http_edges_and_their_clients_speak_in_api_errors():
     """An ApiError (a status) is built only where HTTP is spoken: the APIs' edges, and the
     clients that read their answers."""
     allowed = {"errors.py", "host/control.py", "host/lend_api.py", "host/http_status.py", "node/http_api.py",
-               "node/http_status.py", "node/errors.py", "cli/client.py", "cli/commands.py", "cli/doctor.py"}
+               "node/api.py", "node/http1.py", "node/http_status.py", "cli/client.py", "cli/commands.py",
+               "cli/doctor.py"}
     for path in PKG.rglob("*.py"):
         name = path.relative_to(PKG).as_posix()
         if name in allowed:
@@ -315,6 +316,26 @@ async def test_the_node_api_answers_each_error_as_the_contract_says(error, statu
     response = await errors_as_json(make_mocked_request("POST", "/claim"), handler)
     assert response.status == status
     assert json.loads(response.body)["error"]["code"] == code
+
+
+@pytest.mark.parametrize(("error", "status", "code", "header"), [
+    (RequestRefused("too many wrong codes", code="too_many_tries", retry_after_s=9), 429, "too-many-tries",
+     ("Retry-After", "9")),
+    (RequestRefused("send the owner token", code="unauthorized"), 401, "unauthorized", ("WWW-Authenticate", "Bearer")),
+    (StorageError("cannot save the node state: No space left on device"), 500, "storage-error", None),
+    (RuntimeError("a bug"), 500, "internal", None),
+])
+async def test_the_nodes_own_server_answers_each_error_as_the_contract_says(error, status, code, header):
+    from cadre_desktop.node.api import Api, Request
+
+    async def handler(request):
+        raise error
+
+    api = Api.__new__(Api)  # the routes alone: the edge is Api.answer, whatever the node behind it
+    api.routes = {"/claim": {"POST": handler}}
+    answer = await api.answer(Request("POST", "/claim", "", {}, "10.0.0.9", lambda: None))
+    assert (answer.status, json.loads(answer.body)["error"]["code"]) == (status, code)
+    assert header is None or header in answer.headers
 
 
 @pytest.mark.parametrize(("error", "exit_code"), [
