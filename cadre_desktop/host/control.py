@@ -43,7 +43,8 @@ from cadre_desktop.host.http_status import status_of
 from cadre_desktop.host.jsondoc import read_versioned
 from cadre_desktop.host.records import is_node_id
 from cadre_desktop.host.validate import clean_invitation, clean_name
-from cadre_desktop.netguard import ConnectionGuard, GuardedSockSite
+from cadre_desktop.host.webguard import GuardedSockSite, busy_middleware
+from cadre_desktop.netguard import ConnectionGuard
 from cadre_desktop.readfile import read_bytes
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ HEARTBEAT_S = 15.0
 #: Events a slow SSE client may have queued before it is cut off.
 STREAM_BACKLOG = 1000
 #: Connections the API holds at most (every client is local, so one source is all of
-#: them); idle or half-sent ones are closed after IDLE_S. See cadre_desktop/netguard.py.
+#: them); idle or half-sent ones are closed after IDLE_S. See cadre_desktop/netguard.py and host/webguard.py.
 MAX_CONNECTIONS = 64
 IDLE_S = 5.0
 #: How long a request body may take to arrive.
@@ -173,7 +174,7 @@ class ControlServer:
         """Listen on a free loopback port, then publish url, token and pid in control.json."""
         self._loop = asyncio.get_running_loop()
         self.token = secrets.token_urlsafe(32)
-        app = web.Application(middlewares=[self.guard.middleware, self._errors, self._guard],
+        app = web.Application(middlewares=[busy_middleware(self.guard), self._errors, self._guard],
                               client_max_size=MAX_BODY)
         app.add_routes([
             web.get("/api/host", self._get_host),

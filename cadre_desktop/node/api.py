@@ -2,8 +2,7 @@
 
 A server hands each request over as a :class:`Request` (method, decoded path,
 query, headers, peer address, and a way to read the body under its limits) and
-writes back the :class:`Answer`. The node's own server is :mod:`http1`; the same
-routes also run on aiohttp (:func:`http_api.build_app`). Every decision stays in
+writes back the :class:`Answer`. The node's server is :mod:`http1`. Every decision stays in
 :class:`Node`; this module only parses and renders.
 
 Every error body is ``{"error": {"code", "message"}}``, unknown routes (404) and

@@ -1,10 +1,9 @@
-"""The node's routes (:mod:`api`) on aiohttp, and the JSON error helpers the host's lend API shares.
+"""The node's error bodies and body reading on aiohttp, for the host's lend API.
 
-The node program itself serves with :mod:`http1` and never imports this module
-(aiohttp costs a node about 95 ms of start-up and 12 MB). It stays for code that
-already runs aiohttp: the host's lend API reads bodies and renders errors with
-:func:`read_json_body` and :func:`errors_as_json`, and :func:`build_app` serves the
-node's routes in-process, the same answers as the node's own server.
+The lend API speaks to borrowers in the node API's words (the same error shape and
+wire codes, the same body bounds), so it shares these with the node. The node
+program itself serves with :mod:`http1` and never imports this module (aiohttp
+costs a node about 95 ms of start-up and 12 MB).
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ from cadre_desktop.node.api import (
     BODY_TIMEOUT_S,
     HTTP_CODES,
     MAX_BODY,
-    Api,
-    Request,
     parse_json_body,
     too_large,
     too_slow,
@@ -29,29 +26,10 @@ from cadre_desktop.node.api import (
 )
 from cadre_desktop.node.errors import RequestRefused
 from cadre_desktop.node.http_status import answer_to
-from cadre_desktop.node.node import Node
 
 log = logging.getLogger("cadre.node.http")
 
-__all__ = ["BODY_TIMEOUT_S", "MAX_BODY", "build_app", "errors_as_json", "read_json_body"]
-
-
-def build_app(node: Node, *, body_timeout_s: float = BODY_TIMEOUT_S, first: list | None = None) -> web.Application:
-    """The node's API as an aiohttp app; `first` are middlewares that run before it."""
-    api = Api(node)
-
-    async def handle(request: web.Request) -> web.Response:
-        async def read_body() -> bytes:
-            return await _read_raw(request, MAX_BODY, body_timeout_s)
-
-        headers = {name.lower(): value for name, value in reversed(request.headers.items())}
-        answer = await api.answer(Request(request.method, request.path, request.query_string, headers,
-                                          request.remote, read_body))
-        return web.Response(status=answer.status, headers=answer.headers, body=answer.body)
-
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[*(first or [])])
-    app.router.add_route("*", "/{path:.*}", handle)
-    return app
+__all__ = ["BODY_TIMEOUT_S", "MAX_BODY", "errors_as_json", "read_json_body"]
 
 
 @web.middleware

@@ -380,31 +380,3 @@ def test_body_not_in_its_content_encoding_is_a_400_not_a_500(unclaimed, tmp_path
         assert err.value.code == 400
     finally:
         served.close()
-
-
-async def test_a_body_that_never_arrives_is_answered_408_not_held_open_forever(tmp_path):
-    """Bug: a body that stalled (or one aiohttp's deflate decoder waited on) held its request open forever."""
-    import asyncio
-
-    from aiohttp import web
-
-    from cadre_desktop.node.http_api import build_app
-    from tests.node.fakes import FakeClock
-    from tests.node.test_node_logic import make_node
-
-    runner = web.AppRunner(build_app(make_node(tmp_path, FakeClock()), body_timeout_s=0.3), shutdown_timeout=0.5)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        port = site._server.sockets[0].getsockname()[1]
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"POST /claim HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 100\r\n\r\n{\"secret\"")
-        await writer.drain()
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        assert head.startswith(b"HTTP/1.1 408"), head
-        writer.close()
-        await writer.wait_closed()
-    finally:
-        await runner.cleanup()
