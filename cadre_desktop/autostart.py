@@ -23,7 +23,7 @@ from typing import Any
 
 from cadre_desktop import APP_NAME
 from cadre_desktop.atomicfile import write_bytes_atomic
-from cadre_desktop.errors import CadreError
+from cadre_desktop.errors import MachineError
 
 LABEL = "org.cadre.desktop"
 RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"
@@ -48,7 +48,7 @@ def _elsewhere(found: str, expected: str) -> str:
             "`cadre-desktop autostart on` points it here")
 
 
-class AutostartError(CadreError):
+class AutostartError(MachineError):
     code = "autostart_failed"
 
 

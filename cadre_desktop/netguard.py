@@ -1,7 +1,8 @@
 """Bounds on what clients can make a server hold: connections per source, in total, and idle.
 
-Used by the host's control API and by the node's API (so it imports nothing
-from either). Without it, one process that opens connections and sends nothing
+Used by the host's control API (through `host/webguard.py`, its aiohttp
+adapter) and by the node's own HTTP server (`node/http1.py`), so it imports
+nothing from either, and no HTTP library: the node serves without aiohttp. Without it, one process that opens connections and sends nothing
 (or half a request) holds a descriptor each until the process runs out, and
 then nothing works: no respawn, no save, no answer to anyone.
 
@@ -30,10 +31,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import sys
 from collections import OrderedDict
 from typing import Any, Callable
-
-from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 ACCEPT_BATCH = 16
 
 
-class _Conn:
+class Conn:
     __slots__ = ("transport", "source", "idle_since", "busy")
 
     def __init__(self, transport: asyncio.BaseTransport, source: str, now: float) -> None:
@@ -60,7 +60,7 @@ class ConnectionGuard:
         self.total = max(self.per_source, total)
         self.idle_s = idle_s
         self.name = name
-        self._by_source: dict[str, OrderedDict[Any, _Conn]] = {}
+        self._by_source: dict[str, OrderedDict[Any, Conn]] = {}
         self._count = 0
         self._sweeper: asyncio.TimerHandle | None = None
         #: How many connections were refused or evicted (read by tests and the log line).
@@ -69,7 +69,7 @@ class ConnectionGuard:
 
     # -- admission ----------------------------------------------------------------
 
-    def admit(self, transport: asyncio.BaseTransport) -> _Conn | None:
+    def admit(self, transport: asyncio.BaseTransport) -> Conn | None:
         loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
         source = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else "?"
@@ -80,7 +80,7 @@ class ConnectionGuard:
             busiest = max(self._by_source, key=lambda s: len(self._by_source[s]), default=None)
             if busiest is None or not self._evict_from(busiest):
                 return self._refuse(source)
-        conn = _Conn(transport, source, loop.time())
+        conn = Conn(transport, source, loop.time())
         self._by_source.setdefault(source, OrderedDict())[transport] = conn
         self._count += 1
         self._schedule_sweep(loop)
@@ -103,14 +103,14 @@ class ConnectionGuard:
                 return True
         return False
 
-    def _drop(self, conn: _Conn) -> None:
+    def _drop(self, conn: Conn) -> None:
         mine = self._by_source.get(conn.source)
         if mine is not None and mine.pop(conn.transport, None) is not None:
             self._count -= 1
             if not mine:
                 del self._by_source[conn.source]
 
-    def forget(self, conn: _Conn) -> None:
+    def forget(self, conn: Conn) -> None:
         self._drop(conn)
 
     @property
@@ -154,19 +154,16 @@ class ConnectionGuard:
 
     # -- busy while a handler runs ------------------------------------------------------
 
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Callable) -> web.StreamResponse:
-        conn = self._find(request.transport)
-        if conn is None:
-            return await handler(request)
+    def begin(self, conn: Conn) -> None:
+        """A request's handler starts for `conn`: never evicted until `done`."""
         conn.busy += 1
-        try:
-            return await handler(request)
-        finally:
-            conn.busy -= 1
-            conn.idle_since = asyncio.get_running_loop().time()
 
-    def _find(self, transport: Any) -> _Conn | None:
+    def done(self, conn: Conn) -> None:
+        """The answer is written: `conn` is idle from now (unless another request runs)."""
+        conn.busy = max(0, conn.busy - 1)
+        conn.idle_since = asyncio.get_running_loop().time()
+
+    def find(self, transport: Any) -> Conn | None:
         if transport is None:
             return None
         peer = transport.get_extra_info("peername")
@@ -183,7 +180,7 @@ class _Guarded(asyncio.Protocol):
     def __init__(self, guard: ConnectionGuard, inner: asyncio.Protocol) -> None:
         self._guard = guard
         self._inner: Any = inner
-        self._conn: _Conn | None = None
+        self._conn: Conn | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._conn = self._guard.admit(transport)
@@ -218,40 +215,17 @@ class _Guarded(asyncio.Protocol):
         return getattr(self._inner, name)
 
 
-class GuardedSockSite(web.SockSite):
-    """An aiohttp site on a bound socket whose connections pass through a guard."""
-
-    def __init__(self, runner: web.BaseRunner, sock: socket.socket, guard: ConnectionGuard) -> None:
-        super().__init__(runner, sock, backlog=ACCEPT_BATCH)
-        self._guard = guard
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with its runner
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._guard.protocol_factory(self._runner.server), sock=self._sock, backlog=self._backlog,
-        )
-
-    async def stop(self) -> None:
-        self._guard.close()
-        await super().stop()
-
-
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening-ready TCP socket on (host, port), address reuse on POSIX as aiohttp's TCPSite does."""
+    """A TCP socket bound to (host, port), with address reuse on POSIX (a respawn must not
+    wait out the old process's TIME_WAIT connections); Windows' SO_REUSEADDR would let two
+    processes share a port, so not there."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        if hasattr(socket, "SO_REUSEADDR") and socket.SO_REUSEADDR and not _windows():
+        if sys.platform != "win32":
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
     except BaseException:
         sock.close()
         raise
     return sock
-
-
-def _windows() -> bool:
-    import sys
-
-    return sys.platform == "win32"

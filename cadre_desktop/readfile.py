@@ -18,6 +18,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from cadre_desktop.errors import MachineError
+
 _KINDS = (
     (stat.S_ISREG, "a file"),
     (stat.S_ISDIR, "a folder"),
@@ -28,12 +30,25 @@ _KINDS = (
 )
 
 
-class NotAFile(OSError):
+class _Refusal(MachineError, OSError):
+    """A file refused before it is read. An OSError too: every reader already handles those
+    (`errno`, `strerror`), and a refusal must read like the OS's own reasons."""
+
+    def __init__(self, error_number: int, strerror: str) -> None:
+        super().__init__(strerror)  # the tree's message
+        OSError.__init__(self, error_number, strerror)  # then errno and strerror, as the OS gives them
+
+
+class NotAFile(_Refusal):
     """Something other than a regular file is where a file belongs."""
 
+    code = "not_a_file"
 
-class TooLarge(OSError):
+
+class TooLarge(_Refusal):
     """The file is far larger than any file of this kind can be."""
+
+    code = "file_too_large"
 
 
 def kind_of(mode: int) -> str:

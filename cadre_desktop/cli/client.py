@@ -17,6 +17,7 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Any, Iterator
 
+from cadre_desktop.errors import ApiError, MachineError
 from cadre_desktop.readfile import read_bytes
 
 READ_TIMEOUT_S = 10.0
@@ -26,16 +27,11 @@ ACTION_TIMEOUT_S = 90.0
 STREAM_TIMEOUT_S = 45.0
 
 
-class NoHost(Exception):
-    """No host is running for this home (exit code 3)."""
+class NoHost(MachineError):
+    """No host is running for this home (exit code 3). The host's own error answers are
+    `ApiError`s (exit code 1), with the status and code it sent."""
 
-
-class ApiError(Exception):
-    """The host answered with an error (exit code 1)."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+    code = "no_host"
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cadre_desktop import __version__, build_commit, logtail, text
-from cadre_desktop.cli.client import ApiError, ControlClient, NoHost
-from cadre_desktop.errors import CadreError
+from cadre_desktop.cli.client import ControlClient, NoHost
+from cadre_desktop.errors import (ApiError, CadreError, InputError, Invalid, InvalidState, MachineError,
+                                  NoSuchThing, StorageError)
 from cadre_desktop.paths import Paths, resolve_paths
 
 PROG = "cadre-desktop"
@@ -37,12 +38,10 @@ SHOW_ORDER = (
 )
 
 
-class Failed(Exception):
-    """The action could not be done; the message says why (exit 1)."""
+class Usage(InputError):
+    """The command line cannot be acted on as given (exit 2; every other error of the tree is exit 1)."""
 
-
-class Usage(Exception):
-    """The command line cannot be acted on as given (exit 2)."""
+    code = "usage"
 
 
 # -- output -----------------------------------------------------------------------------
@@ -136,10 +135,10 @@ def read_invitation() -> str:
     else:
         text = (sys.stdin.read(MAX_INVITATION_INPUT + 1) if sys.stdin is not None else "")
         if len(text) > MAX_INVITATION_INPUT:
-            raise Failed("the invitation on stdin is far too long; is it the right text?")
+            raise Invalid("the invitation on stdin is far too long; is it the right text?")
     text = text.strip()
     if not text:
-        raise Failed("no invitation given: paste it at the prompt, or pipe it in on stdin")
+        raise Invalid("no invitation given: paste it at the prompt, or pipe it in on stdin")
     return text
 
 
@@ -215,13 +214,13 @@ def cmd_qr(args, paths: Paths) -> int:
     node = client(paths).get_node(args.id)
     url = node.get("claim_url")
     if not url:
-        raise Failed(f"node {node.get('id')} is {node.get('status')}: only an unclaimed node has a claim code")
+        raise InvalidState(f"node {node.get('id')} is {node.get('status')}: only an unclaimed node has a claim code")
     target, kind = (args.png, "png") if args.png else (args.svg, "svg") if args.svg else (None, None)
     if target is not None:
         try:
             claim_qr.write_image(url, Path(target), kind)
         except OSError as exc:
-            raise Failed(f"cannot write {target}: {exc.strerror or exc}") from None
+            raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from None
         out(f"Wrote the claim QR code of {node_summary(node)} to {target}. "
             "It holds the claim secret: share it only with who should claim the node.")
         return EXIT_OK
@@ -260,9 +259,9 @@ def cmd_logs(args, paths: Paths) -> int:
     try:
         text, end = logtail.tail_lines(path, args.lines)
     except FileNotFoundError:
-        raise Failed(f"no log for node {args.id} at {path}") from None
+        raise NoSuchThing(f"no log for node {args.id} at {path}") from None
     except OSError as exc:
-        raise Failed(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise StorageError(f"cannot read {path}: {exc.strerror or exc}") from None
     write_text(text)
     if args.follow:
         try:
@@ -289,7 +288,7 @@ def cmd_watch(args, paths: Paths) -> int:
     except KeyboardInterrupt:
         return EXIT_OK
     except TimeoutError:
-        raise Failed("the host stopped sending events (no heartbeat)") from None
+        raise MachineError("the host stopped sending events (no heartbeat)", code="host_silent") from None
     except (ConnectionError, OSError) as exc:
         raise NoHost(f"the connection to the host ended ({type(exc).__name__})") from None
     raise NoHost("the host closed the event stream; it has stopped")
@@ -475,15 +474,12 @@ def main(argv: list[str] | None = None) -> int:
     except NoHost as exc:
         fail_line(f"{exc}. Start a host with `{PROG}` (tray) or `{PROG} --headless`.")
         return EXIT_NO_HOST
-    except ApiError as exc:
+    except Usage as exc:
+        fail_line(exc.message)
+        return EXIT_USAGE
+    except CadreError as exc:  # the host's refusals (ApiError) and ours alike
         fail_line(exc.message)
         return EXIT_FAILED
-    except (CadreError, Failed) as exc:
-        fail_line(getattr(exc, "message", None) or str(exc))
-        return EXIT_FAILED
-    except Usage as exc:
-        fail_line(str(exc))
-        return EXIT_USAGE
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130

@@ -199,7 +199,8 @@ def _stop(child: subprocess.Popen, procs) -> None:
 
 
 def check_host(paths: Paths) -> CheckResult:
-    from cadre_desktop.cli.client import ApiError, ControlClient, NoHost
+    from cadre_desktop.cli.client import ControlClient, NoHost
+    from cadre_desktop.errors import ApiError
 
     try:
         info = ControlClient.from_file(paths.control_file).host_info()
@@ -244,6 +245,7 @@ def check_desktop(probe: Callable[[], dict] = probe_display, env: dict[str, str]
     try:
         found = probe()
     except Exception as exc:
+        # Qt fails in ways nobody lists (no display, a broken plugin); a check reports it, never crashes.
         why = f"Qt could not open the display: {exc}"
         return [CheckResult("tray", Outcome.WARN, why, False),
                 CheckResult("notifications", Outcome.WARN, why, False)]

@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 
-from cadre_desktop.errors import CadreError, HostBusy
+from cadre_desktop.errors import Bug, CadreError, HostBusy
 from cadre_desktop.logsetup import prepare_process, setup_logging
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
@@ -34,6 +34,8 @@ async def serve(paths: Paths, settings: Settings) -> int:
     except HostBusy as exc:
         print(f"cadre-desktop: {exc.message}", file=sys.stderr)
         return 3
+    except Bug:
+        raise  # our bug, not words for a person: its traceback ends the process (exit code 1)
     except CadreError as exc:
         print(f"cadre-desktop: {exc.message}", file=sys.stderr)
         return 1

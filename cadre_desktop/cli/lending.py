@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from cadre_desktop.cli import commands as cli
-from cadre_desktop.cli.commands import EXIT_FAILED, EXIT_OK, PROG, Failed, clip, out, print_json, shown
+from cadre_desktop.cli.commands import EXIT_FAILED, EXIT_OK, PROG, clip, out, print_json, shown
+from cadre_desktop.errors import StorageError
 from cadre_desktop.paths import Paths
 
 _DURATION = re.compile(r"(\d{1,9})([smhdw]?)")
@@ -93,7 +94,7 @@ def cmd_grant_link(args, paths: Paths) -> int:
         try:
             claim_qr.write_image(link, Path(target), kind)
         except OSError as exc:
-            raise Failed(f"cannot write {target}: {exc.strerror or exc}") from None
+            raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from None
         out(f"Wrote the QR code of grant {args.id} to {target}. It holds the grant's token: share it only "
             "with the cadre you lend to.")
         return EXIT_OK

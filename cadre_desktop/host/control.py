@@ -37,12 +37,14 @@ from aiohttp import web
 
 from cadre_desktop import __version__, logfilter
 from cadre_desktop.atomicfile import write_json_atomic
-from cadre_desktop.errors import BadRequest, CadreError, NotFound, StorageError
+from cadre_desktop.errors import ApiError, Bug, CadreError, Invalid, NoSuchThing, StorageError
 from cadre_desktop.host.events import LENDING_EVENTS, HostEvent
+from cadre_desktop.host.http_status import status_of
 from cadre_desktop.host.jsondoc import read_versioned
 from cadre_desktop.host.records import is_node_id
 from cadre_desktop.host.validate import clean_invitation, clean_name
-from cadre_desktop.netguard import ConnectionGuard, GuardedSockSite
+from cadre_desktop.host.webguard import GuardedSockSite, busy_middleware
+from cadre_desktop.netguard import ConnectionGuard
 from cadre_desktop.readfile import read_bytes
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,7 @@ HEARTBEAT_S = 15.0
 #: Events a slow SSE client may have queued before it is cut off.
 STREAM_BACKLOG = 1000
 #: Connections the API holds at most (every client is local, so one source is all of
-#: them); idle or half-sent ones are closed after IDLE_S. See cadre_desktop/netguard.py.
+#: them); idle or half-sent ones are closed after IDLE_S. See cadre_desktop/netguard.py and host/webguard.py.
 MAX_CONNECTIONS = 64
 IDLE_S = 5.0
 #: How long a request body may take to arrive.
@@ -83,12 +85,10 @@ _SECRETS: Any = web.RequestKey("secrets", list) if hasattr(web, "RequestKey") el
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class ApiError(CadreError):
-    """An error the API itself answers with (auth, guards), with its own status."""
-
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
-        super().__init__(message, code=code or _CODES.get(status, "error"))
-        self.http_status = status
+def _refused(status: int, message: str, code: str | None = None) -> ApiError:
+    """A guard's refusal: its status, and the code the API gives that status unless told."""
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return ApiError(status, code or _CODES.get(status, "error"), message, headers=headers)
 
 
 def error_response(status: int, code: str, message: str, headers: dict | None = None) -> web.Response:
@@ -129,6 +129,15 @@ def check_invitation(value: Any) -> str:
     return clean_invitation(value)
 
 
+_UNEXPECTED = "The host failed unexpectedly; its log has the details."
+
+
+def _failure(request: web.Request, exc: BaseException) -> str:
+    """An unexpected failure for the log: its words, with the request's secrets taken out, and where it was."""
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    return _redact(f"{type(exc).__name__}: {exc}", request.get(_SECRETS, [])) + "\n" + frames
+
+
 def _redact(text: str, secrets_: list[str]) -> str:
     for secret in secrets_:
         if secret:
@@ -165,7 +174,7 @@ class ControlServer:
         """Listen on a free loopback port, then publish url, token and pid in control.json."""
         self._loop = asyncio.get_running_loop()
         self.token = secrets.token_urlsafe(32)
-        app = web.Application(middlewares=[self.guard.middleware, self._errors, self._guard],
+        app = web.Application(middlewares=[busy_middleware(self.guard), self._errors, self._guard],
                               client_max_size=MAX_BODY)
         app.add_routes([
             web.get("/api/host", self._get_host),
@@ -240,9 +249,13 @@ class ControlServer:
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
+        except ApiError as exc:
+            return error_response(exc.status, exc.code, exc.message, exc.headers or None)
         except CadreError as exc:
-            headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
-            return error_response(exc.http_status, exc.code, exc.message, headers)
+            if isinstance(exc, Bug):  # a rule of ours broken: told as any unexpected failure below
+                log.error("control API: %s %s failed: %s", request.method, request.path, _failure(request, exc))
+                return error_response(500, "internal_error", _UNEXPECTED)
+            return error_response(status_of(exc), exc.code, exc.message)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -251,28 +264,27 @@ class ControlServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            frames = "".join(traceback.format_tb(exc.__traceback__))
-            detail = _redact(f"{type(exc).__name__}: {exc}", request.get(_SECRETS, []))
-            log.error("control API: %s %s failed: %s\n%s", request.method, request.path, detail, frames)
-            return error_response(500, "internal_error", "The host failed unexpectedly; its log has the details.")
+            # Our bug in a handler: logged (secrets taken out), answered 500, the API keeps serving.
+            log.error("control API: %s %s failed: %s", request.method, request.path, _failure(request, exc))
+            return error_response(500, "internal_error", _UNEXPECTED)
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}", f"[::1]:{self.port}"}
         if request.headers.get("Host", "").lower() not in allowed_hosts:
-            raise ApiError(403, "The Host header must name the loopback address and this port.")
+            raise _refused(403, "The Host header must name the loopback address and this port.")
         site = request.headers.get("Sec-Fetch-Site", "none").lower()
         if "Origin" in request.headers or site != "none":
-            raise ApiError(403, "Requests from web pages are refused.", "origin_refused")
+            raise _refused(403, "Requests from web pages are refused.", "origin_refused")
         if request.query_string:
             if _TOKENISH & {key.lower() for key in request.query}:
-                raise ApiError(400, "Send the token in the Authorization header, never in the URL.",
+                raise _refused(400, "Send the token in the Authorization header, never in the URL.",
                                "token_in_url")
-            raise ApiError(400, "This API takes no query parameters.")
+            raise _refused(400, "This API takes no query parameters.")
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
                 given.strip().encode("utf-8", "replace"), self.token.encode()):
-            raise ApiError(401, "A valid token is required: 'Authorization: Bearer <token from control.json>'.")
+            raise _refused(401, "A valid token is required: 'Authorization: Bearer <token from control.json>'.")
         length = request.content_length
         if length is not None and length > MAX_BODY:
             raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=length)
@@ -286,29 +298,29 @@ class ControlServer:
             # would hold its connection busy, out of reach of the idle limit.
             raw = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
         except asyncio.TimeoutError:
-            raise BadRequest(f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.") from None
+            raise Invalid(f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.") from None
         except web.RequestPayloadError:
             # The body itself is broken: a Content-Encoding it is not in, a bad chunk.
-            raise BadRequest("The request body could not be read.") from None
+            raise Invalid("The request body could not be read.") from None
         if not raw.strip():
             return {}
         try:
             doc = json.loads(raw)
         except (ValueError, UnicodeDecodeError, RecursionError):
             # RecursionError: a few KiB of "[[[[..." nest deeper than the parser's stack.
-            raise BadRequest("The request body is not valid JSON.") from None
+            raise Invalid("The request body is not valid JSON.") from None
         if not isinstance(doc, dict):
-            raise BadRequest("The request body must be a JSON object.")
+            raise Invalid("The request body must be a JSON object.")
         unknown = sorted(set(doc) - allowed)
         if unknown:
-            raise BadRequest(f"Unknown field(s): {', '.join(unknown)}.")
+            raise Invalid(f"Unknown field(s): {', '.join(unknown)}.")
         return doc
 
     @staticmethod
     def _node_id(request: web.Request) -> str:
         node_id = request.match_info["id"]
         if not valid_node_id(node_id):
-            raise NotFound(f"No node with id {node_id[:40]!r}.")
+            raise NoSuchThing(f"No node with id {node_id[:40]!r}.")
         return node_id
 
     # -- routes ------------------------------------------------------------------
@@ -385,9 +397,9 @@ class ControlServer:
             return lend_control.event_bytes(self.host, event)
         try:
             node = self.host.get_node(event.node_id).to_json()
-        except NotFound:
+        except NoSuchThing:
             node = None
-        except Exception:
+        except Exception:  # one view that cannot be built must not end every client's event stream
             log.exception("control API: could not read node %s for an event", event.node_id)
             node = None
         data = json.dumps({"id": event.node_id, "node": node, "detail": event.detail})

@@ -26,7 +26,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from cadre_desktop.errors import CadreError
+from cadre_desktop.errors import Invalid, MachineError
 from cadre_desktop.host.records import RespawnInfo, StartMark, check_optional, mark_from_row, respawn_from_row
 from cadre_desktop.host.rowstore import RowStore
 from cadre_desktop.node.seed import (
@@ -56,11 +56,10 @@ class DonationStatus(str, Enum):
 DONATION_SUPERVISED = frozenset({DonationStatus.AWAITING_SEED, DonationStatus.SEEDED})
 
 
-class FieldError(CadreError):
+class FieldError(Invalid):
     """A field of a lend API request is missing or wrong; the message names it."""
 
-    code = "invalid-field"
-    http_status = 400
+    code = "invalid_field"
 
 
 @dataclass(frozen=True)
@@ -118,8 +117,8 @@ class Donation:
     def node_env(self, seed_token: str) -> dict[str, str]:
         """The donated-mode variables of the node contract (with its secret: never log it)."""
         if not self.respawnable:
-            raise CadreError(f"Donation {self.id} does not have what its node needs to start.",
-                             code="not_respawnable")
+            raise MachineError(f"Donation {self.id} does not have what its node needs to start.",
+                               code="not_respawnable")
         return {
             "CADRE_DONATION_ID": self.id,
             "CADRE_PARTY_ID": self.party_id,

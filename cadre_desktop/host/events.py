@@ -69,5 +69,5 @@ class EventBus:
         for listener in list(self._listeners):
             try:
                 listener(event)
-            except Exception:
+            except Exception:  # a broken listener must not keep the event from the others
                 log.exception("event listener failed on %s", event)

@@ -28,7 +28,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from cadre_desktop.errors import BadRequest
+from cadre_desktop.errors import Invalid
 from cadre_desktop.host.address import url_host
 from cadre_desktop.host.clock import parse_iso
 from cadre_desktop.host.rowstore import RowStore
@@ -170,7 +170,7 @@ def check_max_nodes(value: Any, host_cap: int) -> int:
     if value is None:
         return min(DEFAULT_MAX_NODES, host_cap)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= host_cap:
-        raise BadRequest(
+        raise Invalid(
             f"'max_nodes' must be a whole number from 1 to {host_cap} (the host-wide cap, "
             "setting 'lend_max_nodes')."
         )
@@ -182,7 +182,7 @@ def expiry_after(now: datetime, expires_in_s: Any) -> datetime | None:
         return None
     if (not isinstance(expires_in_s, int) or isinstance(expires_in_s, bool)
             or not MIN_EXPIRY_S <= expires_in_s <= MAX_EXPIRY_S):
-        raise BadRequest(
+        raise Invalid(
             f"'expires_in_s' must be a whole number of seconds from {MIN_EXPIRY_S} to {MAX_EXPIRY_S} "
             "(a year), or null for a grant that does not expire."
         )

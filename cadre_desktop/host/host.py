@@ -11,7 +11,7 @@ import asyncio
 import logging
 from typing import Callable
 
-from cadre_desktop.errors import CadreError, NotFound
+from cadre_desktop.errors import CadreError, NoSuchThing, SettingsError
 from cadre_desktop.host.address import claim_url, detect_lan_address
 from cadre_desktop.host.netwatch import AddressWatcher
 from cadre_desktop.host import live_settings
@@ -86,7 +86,8 @@ class Host:
         """
         try:
             configured = load_settings(self.paths.settings_file).advertise_host
-        except Exception:
+        except SettingsError as exc:
+            log.warning("the advertised address keeps its value: %s", exc.message)
             if hasattr(self, "_advertise"):
                 return self._advertise
             configured = self.settings.advertise_host
@@ -218,7 +219,7 @@ class Host:
             await asyncio.wait_for(asyncio.shield(task), wait_s)
         except asyncio.TimeoutError:
             log.warning("the keyring has not answered yet; nodes that need a secret wait for it")
-        except Exception as exc:
+        except Exception as exc:  # reading ahead only saves time: nodes read their secret again when they start
             log.error("reading secrets ahead failed: %s", exc)
 
     async def _sweep_housekeeping(self) -> None:
@@ -302,7 +303,7 @@ class Host:
     def get_node(self, node_id: str) -> NodeView:
         record = self.store.get(node_id)
         if record is None:
-            raise NotFound(f"There is no node {node_id!r} on this host.")
+            raise NoSuchThing(f"There is no node {node_id!r} on this host.")
         return self._view(record)
 
     def log_tail(self, node_id: str, lines: int = 200) -> list[str]:

@@ -16,7 +16,7 @@ import logging
 
 import aiohttp
 
-from cadre_desktop.errors import CadreError, Conflict, NotFound
+from cadre_desktop.errors import InvalidState, NodeFault, NoSuchThing
 from cadre_desktop.host.records import NodeStatus
 
 log = logging.getLogger(__name__)
@@ -29,9 +29,9 @@ async def invite_another(host, node_id: str, name: str | None = None):
     """The new node's view; it joins the cadre `node_id` is in."""
     record = host.store.get(node_id)
     if record is None:
-        raise NotFound(f"There is no node {node_id!r} on this host.")
+        raise NoSuchThing(f"There is no node {node_id!r} on this host.")
     if record.status is not NodeStatus.JOINED:
-        raise Conflict(f"Node {record.name} has not joined a cadre, so it cannot invite another node.")
+        raise InvalidState(f"Node {record.name} has not joined a cadre, so it cannot invite another node.")
     token = host.supervisor.host_tokens.get(record.handle) if host.driver_running(record.handle) else None
     if token is None:
         log.info("node %s was started before this host: restarting it to give it the host's credential", node_id)
@@ -39,7 +39,7 @@ async def invite_another(host, node_id: str, name: str | None = None):
         record = await _wait_ready(host, node_id)
         token = host.supervisor.host_tokens.get(record.handle)
         if token is None:
-            raise Conflict(f"Node {record.name} could not be given the host's credential; try again.")
+            raise InvalidState(f"Node {record.name} could not be given the host's credential; try again.")
     invitation = await _mint(host.node_address(), record.api_port, token, record.name)
     view = await host.join_node(invitation, name)
     log.info("node %s invited node %s into cadre %r", node_id, view.id, record.cadre)
@@ -52,12 +52,12 @@ async def _wait_ready(host, node_id: str):
     while loop.time() < deadline:
         record = host.store.get(node_id)
         if record is None:
-            raise NotFound(f"Node {node_id} was removed meanwhile.")
+            raise NoSuchThing(f"Node {node_id} was removed meanwhile.")
         if host.probe and host.probe.is_ready(record.handle):
             return record
         await asyncio.sleep(0.1)
-    raise CadreError(f"Node {node_id} did not answer within {READY_WAIT_S:.0f} s after its restart.",
-                     code="node_not_answering")
+    raise NodeFault(f"Node {node_id} did not answer within {READY_WAIT_S:.0f} s after its restart.",
+                    code="node_not_answering")
 
 
 async def _mint(address: str, port: int, token: str, name: str) -> str:
@@ -69,9 +69,9 @@ async def _mint(address: str, port: int, token: str, name: str) -> str:
                 body = await resp.json(content_type=None) if resp.content_type == "application/json" else None
                 status = resp.status
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as exc:
-        raise CadreError(f"Node {name} did not answer the request for an invitation ({type(exc).__name__}).",
-                         code="node_not_answering") from None
+        raise NodeFault(f"Node {name} did not answer the request for an invitation ({type(exc).__name__}).",
+                        code="node_not_answering") from None
     invitation = body.get("invitation") if status == 201 and isinstance(body, dict) else None
     if not isinstance(invitation, str) or not invitation or len(invitation) > 4096 or not invitation.isprintable():
-        raise CadreError(f"Node {name} refused to make an invitation (HTTP {status}).", code="invitation_refused")
+        raise NodeFault(f"Node {name} refused to make an invitation (HTTP {status}).", code="invitation_refused")
     return invitation

@@ -180,7 +180,7 @@ class KeyringGate:
             for listener in list(self._ready_listeners):
                 try:
                     listener()
-                except Exception:
+                except Exception:  # a broken listener must not keep the news from the others
                     log.exception("keyring ready listener failed")
         return progressed
 

@@ -126,5 +126,5 @@ def watch_pump(pump: subprocess.Popen, handle: Handle) -> None:
     try:
         handle._cancel_pump_watch = procs.watch_exit(
             asyncio.get_running_loop(), pump.pid, pump, lambda _code: handle._pump_exited.set())
-    except Exception as exc:
+    except Exception as exc:  # the node runs without its pump watch; only its log's end goes unseen
         log.error("cannot watch the log pump %s: %s", pump.pid, exc)

@@ -28,11 +28,11 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from cadre_desktop.errors import CadreError, NotFound, SecretsError
+from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, SecretsError, wire_code
 from cadre_desktop.host.donations import check_request
+from cadre_desktop.host.http_status import status_of
 from cadre_desktop.host.lend_views import LendingViews
-from cadre_desktop.host.lending import LendError, LendingService
-from cadre_desktop.node.errors import ApiError
+from cadre_desktop.host.lending import LendingService, LendRefused, LentNodeUnavailable, WrongToken
 from cadre_desktop.node.http_api import errors_as_json, read_json_body
 from cadre_desktop.node.ratelimit import FailureLimiter
 from cadre_desktop.node.seed import SeedError, parse_seed
@@ -45,6 +45,26 @@ SEED_TIMEOUT_S = 5.0
 MAX_ANSWER = 16 * 1024
 MAX_FAILURES = 5
 LOCKOUT_S = 60.0
+
+#: The status of each refusal the lending service gives a borrower, by its code (docs/lending.md).
+REFUSAL_STATUSES = {
+    "wrong_token": 403,
+    "grant_revoked": 410,
+    "grant_expired": 410,
+    "donation_unknown": 404,
+    "grant_full": 409,
+    "host_full": 409,
+    "donation_ended": 409,
+    "not_ready": 409,
+    "donation_failed": 409,
+    "invalid_seed": 400,
+    "seed_mismatch": 400,
+    "untrusted_key": 400,
+    "bad_signature": 400,
+    "already_seeded": 409,
+    "node_unavailable": 503,
+    "node_refused": 502,
+}
 
 
 class _AccessLog(AbstractAccessLogger):
@@ -137,18 +157,22 @@ class LendServer:
         """Our errors as the node contract writes them; no internal detail for the borrower."""
         try:
             return await handler(request)
-        except LendError as err:
-            raise ApiError(err.http_status, err.code, err.message, headers=err.headers) from None
+        except (LendRefused, LentNodeUnavailable) as err:
+            raise ApiError(REFUSAL_STATUSES[err.code], wire_code(err.code), err.message,
+                           headers=_retry_after(err.retry_after_s)) from None
         except SecretsError as err:
             log.error("lend API: %s %s: %s", request.method, request.path[:200], err.message)
             raise ApiError(503, "host-unavailable", "the host cannot reach its keyring right now; try again later",
                            headers={"Retry-After": "30"}) from None
-        except NotFound as err:
+        except NoSuchThing as err:
             raise ApiError(404, "not-found", err.message) from None
+        except (ApiError, Bug):
+            raise  # an answer already, or our bug: errors_as_json logs it and answers 500 "internal"
         except CadreError as err:
             log.error("lend API: %s %s: %s", request.method, request.path[:200], err.message)
-            status = err.http_status if 400 <= err.http_status < 500 else 503
-            raise ApiError(status, err.code.replace("_", "-"),
+            status = status_of(err)
+            status = status if 400 <= status < 500 else 503
+            raise ApiError(status, wire_code(err.code),
                            err.message if status < 500 else "the host cannot do that right now",
                            headers={"Retry-After": "30"} if status == 503 else None) from None
 
@@ -165,9 +189,8 @@ class LendServer:
                            headers={"WWW-Authenticate": "Bearer"})
         try:
             grant = self.service.authorize(request.match_info["grant"], token)
-        except LendError as err:
-            if err.http_status == 403:
-                self.limiter.failed(client)
+        except WrongToken:
+            self.limiter.failed(client)
             raise
         self.limiter.succeeded(client)
         return grant
@@ -211,6 +234,10 @@ class LendServer:
         return _json({"id": donation.id, "ended": True})
 
 
+def _retry_after(seconds: int | None) -> dict[str, str] | None:
+    return {"Retry-After": str(seconds)} if seconds is not None else None
+
+
 def _json(body: Any, *, status: int = 200) -> web.Response:
     return web.json_response(body, status=status, headers={"Cache-Control": "no-store"})
 
@@ -223,7 +250,12 @@ class NodeSeedClient:
         self.timeout_s = timeout_s
         self._session = None
 
-    async def __call__(self, port: int, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    async def __call__(self, port: int, token: str, body: dict[str, Any]) -> None:
+        status, answer = await self._post(port, token, body)
+        if status != 200:
+            raise node_refusal(status, answer)
+
+    async def _post(self, port: int, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         import aiohttp
 
         if self._session is None:
@@ -245,3 +277,21 @@ class NodeSeedClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def node_refusal(status: int, body: dict[str, Any]) -> LendRefused | LentNodeUnavailable:
+    """A lent node's answer to a seed (status 0: no answer), as the borrower should see it."""
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if status in (400, 403, 409) and code in ("invalid-seed", "seed-mismatch", "untrusted-key",
+                                               "bad-signature", "already-seeded"):
+        text = message if isinstance(message, str) and message.isprintable() else code
+        return LendRefused(text[:200], code=code.replace("-", "_"))
+    if status == 429:
+        return LentNodeUnavailable("the node is busy; try again shortly", code="node_unavailable", retry_after_s=60)
+    if status == 0:
+        return LentNodeUnavailable("the node did not answer; try again shortly", code="node_unavailable",
+                                   retry_after_s=5)
+    log.error("a lent node answered the host's seed with %s %s", status, code)
+    return LentNodeUnavailable("the node refused the host; its owner should look at its log", code="node_refused")

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cadre_desktop.errors import CadreError, NotFound
+from cadre_desktop.errors import MachineError, NoSuchThing
 from cadre_desktop.host.control import valid_node_id
 from cadre_desktop.host.events import HostEvent
 
@@ -33,14 +33,14 @@ GRANT_FIELDS = {"label", "max_nodes", "expires_in_s"}
 def _lending(server):
     lending = getattr(server.host, "lending", None)
     if lending is None or lending.service is None:
-        raise CadreError("Lending is not ready yet; try again in a moment.", code="not_ready")
+        raise MachineError("Lending is not ready yet; try again in a moment.", code="not_ready")
     return lending
 
 
 def _id(request: web.Request) -> str:
     value = request.match_info["id"]
     if not valid_node_id(value):
-        raise NotFound(f"Nothing here has the id {value[:40]!r}.")
+        raise NoSuchThing(f"Nothing here has the id {value[:40]!r}.")
     return value
 
 
@@ -111,7 +111,7 @@ def event_data(host, event: HostEvent) -> dict[str, Any]:
     if lending is not None and lending.views is not None:
         try:
             view = (lending.views.grant if kind == "grant" else lending.views.donation)(event.node_id).to_json()
-        except NotFound:
+        except NoSuchThing:
             view = None
     return {"id": event.node_id, kind: view, "detail": event.detail}
 

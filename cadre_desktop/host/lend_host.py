@@ -94,7 +94,7 @@ class Lending:
                 continue
             try:
                 await self.host.service.restart(donation.id, only_if_running=True)
-            except Exception as exc:
+            except Exception as exc:  # one node that fails to restart must not keep the others on the old address
                 log.error("restarting lent node %s for the new address failed: %s", donation.id, exc)
 
     # -- what the owner asks (the window, the tray); the control API asks the same ----------

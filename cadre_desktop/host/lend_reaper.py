@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from cadre_desktop.errors import CadreError
+from cadre_desktop.errors import message_of
 from cadre_desktop.host.clock import parse_iso
 from cadre_desktop.host.donations import DonationStatus
 from cadre_desktop.host.grants import GrantState
@@ -48,8 +48,8 @@ async def reap(service) -> list[str]:
     for step in (_reap_grants, _reap_donations, _finish_removals):
         try:
             reaped += await step(service)
-        except Exception as exc:
-            message = exc.message if isinstance(exc, CadreError) else str(exc)
+        except Exception as exc:  # one failed step must not stop the others; the next pass retries it
+            message = message_of(exc)
             log.error("lending clean-up failed (retried at the next pass): %s", message)
     return reaped
 

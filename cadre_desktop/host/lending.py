@@ -24,7 +24,7 @@ import hmac
 import logging
 from typing import Any, Awaitable, Callable
 
-from cadre_desktop.errors import CadreError, Conflict, NotFound, SecretsError
+from cadre_desktop.errors import CadreError, InputError, InvalidState, NodeFault, NoSuchThing, SecretsError, message_of
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.donations import Donation, DonationRequest, DonationStatus, is_donation_id, new_donation_id
 from cadre_desktop.host.events import EventKind
@@ -53,16 +53,25 @@ READY_WAIT_S = 10.0
 _DUMMY_DIGEST = "0" * 64
 
 
-class LendError(CadreError):
-    """A refusal of the lend API, with its status and stable code (borrower-facing)."""
-
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message, code=code)
-        self.http_status = status
-        self.headers = headers or {}
+class LendRefused(InputError):
+    """The borrower's request cannot be served as asked (a wrong token, a full grant, a bad
+    seed); `code` is stable and borrower-facing. The lend API gives each code its status."""
 
 
-SeedPost = Callable[[int, str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+class WrongToken(LendRefused):
+    """The token does not open this grant (or there is no such grant): one guess, for the lock-out."""
+
+    code = "wrong_token"
+
+
+class LentNodeUnavailable(NodeFault):
+    """The lent node cannot take the borrower's request now (restarting, busy, not answering,
+    refusing the host); `retry_after_s` says when to try again, if that may help."""
+
+
+#: Presents a seed to the lent node on a port with its seed token: returns once the node took it;
+#: raises LendRefused (the seed's fault) or LentNodeUnavailable (busy, silent, refusing the host).
+SeedPost = Callable[[int, str, dict[str, Any]], Awaitable[None]]
 
 
 class LendingService:
@@ -112,13 +121,13 @@ class LendingService:
     def require_grant(self, grant_id: str) -> Grant:
         grant = self.grants.get(grant_id)
         if grant is None or grant.creating:
-            raise NotFound(f"There is no grant {grant_id[:40]!r} on this host.")
+            raise NoSuchThing(f"There is no grant {grant_id[:40]!r} on this host.")
         return grant
 
     def require_donation(self, donation_id: str) -> Donation:
         donation = self.donations.get(donation_id)
         if donation is None:
-            raise NotFound(f"There is no lent node {donation_id[:40]!r} on this host.")
+            raise NoSuchThing(f"There is no lent node {donation_id[:40]!r} on this host.")
         return donation
 
     def active_grants(self) -> list[Grant]:
@@ -138,7 +147,7 @@ class LendingService:
         if self.on_grants_changed is not None:
             try:
                 await self.on_grants_changed()
-            except Exception as exc:
+            except Exception as exc:  # the grant itself changed; the port follows at the next pass
                 log.error("the lend API could not follow the change of grants: %s", exc)
 
     # -- grants (the owner) ----------------------------------------------------------------
@@ -189,7 +198,7 @@ class LendingService:
         grant = self.require_grant(grant_id)
         state = grant.state(self.now())
         if state is not GrantState.ACTIVE:
-            raise Conflict(f"Grant {grant.label} is {state.value}; its link no longer works.")
+            raise InvalidState(f"Grant {grant.label} is {state.value}; its link no longer works.")
         token = await self.gate.load(grant_id, SecretKind.GRANT_TOKEN)
         if token is None:
             raise SecretsError(f"The token of grant {grant.label} is missing from the keyring. Revoke the grant "
@@ -242,18 +251,18 @@ class LendingService:
         expected = grant.token_sha256 if grant is not None and not grant.creating else _DUMMY_DIGEST
         matches = hmac.compare_digest(token_digest(token or ""), expected)
         if not matches or grant is None or grant.creating or not token:
-            raise LendError(403, "wrong-token", "this grant token is not valid for this grant")
+            raise WrongToken("this grant token is not valid for this grant")
         state = grant.state(self.now())
         if state is GrantState.REVOKED:
-            raise LendError(410, "grant-revoked", "the owner of this host revoked this grant")
+            raise LendRefused("the owner of this host revoked this grant", code="grant_revoked")
         if state is GrantState.EXPIRED:
-            raise LendError(410, "grant-expired", "this grant has expired")
+            raise LendRefused("this grant has expired", code="grant_expired")
         return grant
 
     def donation_in(self, grant: Grant, donation_id: str) -> Donation:
         donation = self.donations.get(donation_id) if is_donation_id(donation_id) else None
         if donation is None or donation.grant_id != grant.id:
-            raise LendError(404, "donation-unknown", "this grant has no such donation")
+            raise LendRefused("this grant has no such donation", code="donation_unknown")
         return donation
 
     # -- donations ----------------------------------------------------------------------------
@@ -263,9 +272,9 @@ class LendingService:
         # The caps are checked and the row written with no await in between: two
         # requests racing for the last place cannot both get it.
         if sum(1 for d in self.donations.list() if d.grant_id == grant.id) >= grant.max_nodes:
-            raise LendError(409, "grant-full", f"this grant allows {grant.max_nodes} node(s), all lent")
+            raise LendRefused(f"this grant allows {grant.max_nodes} node(s), all lent", code="grant_full")
         if len(self.donations.list()) + len(self.donations.pending_removals()) >= self.settings.lend_max_nodes:
-            raise LendError(409, "host-full", "this host lends no more nodes right now")
+            raise LendRefused("this host lends no more nodes right now", code="host_full")
         donation_id = new_donation_id()
         while self.donations.get(donation_id) is not None or donation_id in self.donations.pending_removals():
             donation_id = new_donation_id()
@@ -296,7 +305,7 @@ class LendingService:
         token = self.gate.cached(donation_id, SecretKind.SEED_TOKEN)
         if current is None or current.status is not DonationStatus.PROVISIONING or token is None:
             await self._unwind(donation_id)
-            raise LendError(409, "donation-ended", "the loan ended while its node was being set up")
+            raise LendRefused("the loan ended while its node was being set up", code="donation_ended")
         try:
             # No await from the re-read above to the write below.
             child = self.driver.start(donation_id, 1, current.node_env(token),
@@ -305,7 +314,7 @@ class LendingService:
             done = self.lifecycle.apply(donation_id, Change.SPAWNED, lambda r: r.replace(
                 handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark))
             if done is None:
-                raise LendError(409, "donation-ended", "the loan ended while its node was being set up")
+                raise LendRefused("the loan ended while its node was being set up", code="donation_ended")
         except BaseException:
             await self._unwind(donation_id)
             raise
@@ -315,8 +324,8 @@ class LendingService:
             if not await self.end(donation_id, why="its node could not be set up"):
                 # Ended meanwhile: its seed token may have landed after that end deleted it.
                 await self.gate.forget(donation_id, (SecretKind.SEED_TOKEN,))
-        except Exception as exc:
-            message = exc.message if isinstance(exc, CadreError) else str(exc)
+        except Exception as exc:  # unwinding must not hide the error that made it; the reaper finishes it later
+            message = message_of(exc)
             log.error("could not clear failed donation %s (retried later): %s", donation_id, message)
 
     async def _wait_answered(self, donation_id: str) -> None:
@@ -345,23 +354,21 @@ class LendingService:
         """Present the borrower's seed to the node, with the seed token only the host knows."""
         donation = self.donation_in(grant, donation_id)
         if donation.status is DonationStatus.PROVISIONING:
-            raise LendError(409, "not-ready", "the node is still starting; send the seed once its status "
-                            "is awaiting_seed", headers={"Retry-After": "2"})
+            raise LendRefused("the node is still starting; send the seed once its status is awaiting_seed",
+                              code="not_ready", retry_after_s=2)
         if donation.status is DonationStatus.ERROR:
-            raise LendError(409, "donation-failed", "the host gave up on this node; its owner can retry it")
+            raise LendRefused("the host gave up on this node; its owner can retry it", code="donation_failed")
         if not self.driver.is_running(donation.handle) or not donation.api_port:
-            raise LendError(503, "node-unavailable", "the node is restarting; try again shortly",
-                            headers={"Retry-After": "5"})
+            raise LentNodeUnavailable("the node is restarting; try again shortly", code="node_unavailable",
+                                      retry_after_s=5)
         try:
             token = await self.gate.load(donation_id, SecretKind.SEED_TOKEN)
         except SecretsError:
             token = None
         if token is None:
-            raise LendError(503, "node-unavailable", "the host cannot read this node's seed token from its "
-                            "keyring right now", headers={"Retry-After": "30"})
-        status, body = await self.post_seed(donation.api_port, token, {"seed": seed})
-        if status != 200:
-            raise _node_refusal(status, body)
+            raise LentNodeUnavailable("the host cannot read this node's seed token from its keyring right now",
+                                      code="node_unavailable", retry_after_s=30)
+        await self.post_seed(donation.api_port, token, {"seed": seed})
         self.lifecycle.apply(donation_id, Change.SEEDED, lambda r: r.replace(
             status=DonationStatus.SEEDED, seeded_at=r.seeded_at or iso(self.now())), handle=donation.handle)
         return self.donation_in(grant, donation_id)
@@ -400,21 +407,3 @@ class LendingService:
         from cadre_desktop.host.lend_reaper import reap
 
         return await reap(self)
-
-
-def _node_refusal(status: int, body: dict[str, Any]) -> LendError:
-    """The node's answer to a seed, as the borrower should see it."""
-    error = body.get("error") if isinstance(body, dict) else None
-    code = error.get("code") if isinstance(error, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    if status in (400, 403, 409) and code in ("invalid-seed", "seed-mismatch", "untrusted-key",
-                                               "bad-signature", "already-seeded"):
-        text = message if isinstance(message, str) and message.isprintable() else code
-        return LendError(409 if code == "already-seeded" else 400, code, text[:200])
-    if status == 429:
-        return LendError(503, "node-unavailable", "the node is busy; try again shortly", headers={"Retry-After": "60"})
-    if status == 0:
-        return LendError(503, "node-unavailable", "the node did not answer; try again shortly",
-                         headers={"Retry-After": "5"})
-    log.error("a lent node answered the host's seed with %s %s", status, code)
-    return LendError(502, "node-refused", "the node refused the host; its owner should look at its log")

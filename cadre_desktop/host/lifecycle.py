@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Iterable, Optional
 
+from cadre_desktop.errors import Bug
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.events import EventBus, EventKind
 from cadre_desktop.host.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus
@@ -191,7 +192,7 @@ class Lifecycle:
             return current
         changed = update(current)
         if changed.status not in allowed_to:
-            raise AssertionError(f"{change.value} may not leave node {node_id} {changed.status.value}")
+            raise Bug(f"{change.value} may not leave node {node_id} {changed.status.value}")
         if changed != current:  # nothing new is announced but never written
             changed = changed.replace(updated_at=iso(self.clock.now()))
             self.store.put(changed)
@@ -201,7 +202,7 @@ class Lifecycle:
     def create(self, record: NodeRecord) -> None:
         """The first write of a node (status `spawning`); no event: nobody sees it yet."""
         if record.status is not self.kind.creating or self.store.get(record.id) is not None:
-            raise AssertionError(f"node {record.id} cannot be created as {record.status.value}")
+            raise Bug(f"node {record.id} cannot be created as {record.status.value}")
         self.store.put(record)
 
     def mark_removed(self, node_id: str, *, announce_unborn: bool = False) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from cadre_desktop.errors import message_of
 from cadre_desktop.host.records import SUPERVISED
 from cadre_desktop.settings import Settings
 
@@ -83,7 +84,7 @@ async def apply_settings(host, new: Settings) -> Applied:
             await host.restart_node(node_id)
             applied.restarted.append(node_id)
         except Exception as exc:  # removed meanwhile, or it failed to start: say so, go on
-            applied.failed[node_id] = getattr(exc, "message", None) or str(exc)
+            applied.failed[node_id] = message_of(exc)
             log.warning("node %s: restart for the new settings failed: %s", node_id, applied.failed[node_id])
     if applied.restarted:
         log.info("settings applied; restarted %d node(s) for them", len(applied.restarted))

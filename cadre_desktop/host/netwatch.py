@@ -89,7 +89,7 @@ class AddressWatcher:
                     self.on_wake(slept)
             try:
                 await self.check()
-            except Exception:
+            except Exception:  # a failed check must not end the watch for the host's life; the next one retries
                 log.exception("address check failed")
 
     async def check(self) -> bool:

@@ -327,7 +327,7 @@ class Orchestrator:
             handle._cancel_watch = procs.watch_exit(
                 asyncio.get_running_loop(), handle.pid, handle.popen, lambda code: self._on_exit(handle, code)
             )
-        except Exception as exc:
+        except Exception as exc:  # the child runs unwatched; the supervisor's sweep still sees it die
             log.error("node %s: cannot watch its child for exits: %s", node_id, exc)
         return handle
 
@@ -351,7 +351,7 @@ class Orchestrator:
         for listener in list(self._listeners):
             try:
                 listener(event)
-            except Exception:
+            except Exception:  # a broken listener must not keep the exit from the others
                 log.exception("exit listener failed")
         if self._handles.get(handle.id) is handle and not self._closed and not self._stopping_all:
             self._persist_soon()

@@ -132,7 +132,7 @@ class PassSchedule:
     async def run_logged(self, trigger: str) -> list[str]:
         try:
             ids = await self._run()
-        except Exception:
+        except Exception:  # a failed pass must not end supervision; the next one retries
             log.exception("supervisor pass (%s) failed", trigger)
             return []
         if ids:

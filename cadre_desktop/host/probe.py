@@ -214,7 +214,7 @@ class Probe:
         while True:
             try:
                 await self.probe_all()
-            except Exception:
+            except Exception:  # a failed pass must not end probing for the host's life; the next one retries
                 log.exception("probe pass failed")
             await sleep_or_kick(self.clock, self.interval_s, self._wake)
 

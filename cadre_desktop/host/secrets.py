@@ -335,7 +335,7 @@ class SecretStore:
             for listener in list(self._answer_listeners):
                 try:
                     listener()
-                except Exception:
+                except Exception:  # a broken listener must not keep the news from the others
                     log.exception("keyring listener failed")
 
     async def get(self, node_id: str, kind: SecretKind) -> str | None:

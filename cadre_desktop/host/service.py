@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import secrets as _random
 
-from cadre_desktop.errors import CadreError, Conflict, NotFound, SecretsError
+from cadre_desktop.errors import InvalidState, NoSuchThing, SecretsError, StorageError, message_of
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.driver import NodeDriver
 from cadre_desktop.host.keyring_gate import KeyringGate
@@ -99,7 +99,7 @@ class NodeService:
                 stored = True
                 current = self.store.get(node_id)
                 if current is None or current.status is not NodeStatus.SPAWNING:
-                    raise Conflict(f"Node {node_id} was removed while it was being created.")
+                    raise InvalidState(f"Node {node_id} was removed while it was being created.")
                 token = new_host_token()
                 child = self.driver.start(node_id, 1, secret_env(current, secret, token),
                                           avoid_ports=self.lifecycle.remembered_ports(node_id))
@@ -113,7 +113,7 @@ class NodeService:
                 record = self.lifecycle.apply(node_id, Change.SPAWNED, lambda r: r.replace(
                     status=status, handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark))
                 if record is None:
-                    raise Conflict(f"Node {node_id} was removed while it was being created.")
+                    raise InvalidState(f"Node {node_id} was removed while it was being created.")
             except BaseException:
                 await self._unwind_create(node_id)
                 raise
@@ -133,19 +133,19 @@ class NodeService:
         if not stored:
             try:
                 self.lifecycle.drop_unborn(node_id)
-            except CadreError as exc:
+            except StorageError as exc:
                 # The `spawning` row stays, and the next reap sweep clears it.
                 log.error("could not remove the record of failed node %s: %s", node_id, exc.message)
             return
         try:
             self.lifecycle.mark_removed(node_id, announce_unborn=left_over)
-        except CadreError as exc:
+        except StorageError as exc:
             # The `spawning` row stays, and the next reap sweep tries again.
             log.error("could not remove the record of failed node %s: %s", node_id, exc.message)
         try:
             await self._clean_up_removed(node_id)
-        except Exception as exc:
-            message = exc.message if isinstance(exc, CadreError) else str(exc)
+        except Exception as exc:  # unwinding must not hide the error that made it; the reaper finishes it later
+            message = message_of(exc)
             log.error("could not finish clearing failed node %s (retried later): %s", node_id, message)
 
     async def _clean_up_removed(self, node_id: str) -> None:
@@ -176,7 +176,7 @@ class NodeService:
         require_node_id(node_id)
         record = self.supervisor.lifecycle_of(node_id).get(node_id)
         if record is None:
-            raise NotFound(f"There is no node {node_id!r} on this host.")
+            raise NoSuchThing(f"There is no node {node_id!r} on this host.")
         return record
 
     def _kind(self, node_id: str) -> RecordKind:
@@ -194,7 +194,7 @@ class NodeService:
         """Bring a node back from `error` with a fresh budget and start it now (a lent node too)."""
         record, kind = self._require(node_id), self._kind(node_id)
         if record.status is not kind.error:
-            raise Conflict(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
+            raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
                            f"{kind.noun} in error can be retried.")
         await self._load_secret(record)
         return await self._retry(node_id)
@@ -216,13 +216,13 @@ class NodeService:
         """
         record = self._require(node_id)
         if record.status is not NodeStatus.UNCLAIMED or record.mode is not NodeMode.CLAIM:
-            raise Conflict(f"Node {record.name} is {record.status.value}; only an unclaimed node has a claim code.")
+            raise InvalidState(f"Node {record.name} is {record.status.value}; only an unclaimed node has a claim code.")
         previous = await self.gate.load(node_id, SecretKind.CLAIM)
         await self.gate.store(node_id, SecretKind.CLAIM, new_claim_secret())
         try:
             renewed = await self._restart(node_id, require=frozenset({NodeStatus.UNCLAIMED}),
                                           doing="given a new claim code")
-        except Conflict:
+        except InvalidState:
             # It changed meanwhile (claimed, given up on): the code it runs with stays the valid one.
             if previous is not None and self.store.get(node_id) is not None:
                 await self.gate.store(node_id, SecretKind.CLAIM, previous)
@@ -245,10 +245,10 @@ class NodeService:
                 if only_if_running:
                     return None
                 hint = " Use Retry." if record.status is kind.error else ""
-                raise Conflict(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value} and cannot "
+                raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value} and cannot "
                                f"be restarted.{hint}")
             if require is not None and record.status not in require:
-                raise Conflict(f"Node {record.name} is {record.status.value} now, so it was not {doing}.")
+                raise InvalidState(f"Node {record.name} is {record.status.value} now, so it was not {doing}.")
             if only_if_running and not self.driver.is_running(record.handle):
                 return None
             if self.gate.cached(node_id, kind.secret_kind(record)) is None:
@@ -256,7 +256,7 @@ class NodeService:
             await self.driver.stop_node(node_id)
             self.supervisor.forget_exit(node_id)
             if not self.supervisor.start_node(node_id, counted=False, expect_handle=record.handle):
-                raise Conflict(f"Node {node_id} was removed or stopped while it was being {doing}.")
+                raise InvalidState(f"Node {node_id} was removed or stopped while it was being {doing}.")
             log.info("node %s %s", node_id, doing)
             return self._require(node_id)
         return await self.supervisor.serialize(work)
@@ -267,7 +267,7 @@ class NodeService:
             record, lc = self._require(node_id), self.supervisor.lifecycle_of(node_id)
             kind = lc.kind
             if record.status is not kind.error:
-                raise Conflict(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
+                raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
                                f"{kind.noun} in error can be retried.")
             if self.gate.cached(node_id, kind.secret_kind(record)) is None:
                 raise self._keyring_error(record)
@@ -278,7 +278,7 @@ class NodeService:
                 error=None, respawn=None,
                 start=dataclasses.replace(r.start, failures=0, answered=True) if r.start else None, **fields))
             if fresh is None:
-                raise Conflict(f"{kind.noun.capitalize()} {kind.label(record)} changed while it was being retried.")
+                raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} changed while it was being retried.")
             self.supervisor.forget_exit(node_id)
             log.info("node %s: retry requested", node_id)
             self.supervisor.start_node(node_id, counted=True, expect_handle=fresh.handle)
@@ -339,8 +339,8 @@ class NodeService:
             log.warning("the removal of node %s was left unfinished; finishing it", node_id)
             try:
                 await self._clean_up_removed(node_id)
-            except Exception as exc:
-                message = exc.message if isinstance(exc, CadreError) else str(exc)
+            except Exception as exc:  # one removal that fails must not stop the others; the next pass retries it
+                message = message_of(exc)
                 log.error("could not finish removing node %s (retried later): %s", node_id, message)
                 continue
             reaped.append(node_id)

@@ -39,7 +39,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Awaitable, Callable, TypeVar
 
-from cadre_desktop.errors import CadreError, SecretsError
+from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.decide import (
     Decision, Observation, Policy, SecretState, Verdict, decide,
@@ -181,11 +181,11 @@ class Supervisor:
         if self._on_sweep is not None:
             try:
                 await self._on_sweep()
-            except Exception:
+            except Exception:  # housekeeping must not end the sweep; the next one retries
                 log.exception("the sweep's housekeeping failed")
         try:
             self.driver.trim_logs()
-        except Exception as exc:
+        except Exception as exc:  # trimming logs only saves disk; the next sweep retries
             log.debug("log trim failed: %s", exc)
 
     def _on_exit(self, event: Exit) -> None:
@@ -200,14 +200,14 @@ class Supervisor:
         words = self.exits.seen(event.node_id, event.returncode)
         try:
             self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
-        except CadreError as exc:
+        except StorageError as exc:
             log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
         log.warning("node %s %s", event.node_id, words)
 
     def _report_orphans(self) -> None:
         try:
             known = {r.id for lc in self.lifecycles for r in lc.store.list()}
-        except CadreError as exc:
+        except StorageError as exc:
             log.error("cannot check for orphaned children: %s", exc.message)
             return
         for handle in self.driver.list_nodes():
@@ -228,7 +228,7 @@ class Supervisor:
         started: list[str] = []
         try:
             candidates = self._supervised()
-        except CadreError as exc:
+        except StorageError as exc:
             log.error("supervisor cannot read the records: %s", exc.message)
             return started
         waits: list[float] = []
@@ -345,7 +345,7 @@ class Supervisor:
             try:
                 return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle)
             except Exception as exc:
-                message = exc.message if isinstance(exc, CadreError) else str(exc)
+                message = message_of(exc)
                 lc = self.lifecycle_of(record.id)
                 current = lc.get(record.id)
                 attempts = current.attempts if current else 0
@@ -444,7 +444,7 @@ class Supervisor:
         if record.handle:
             try:
                 await self.driver.stop(record.handle)
-            except Exception as exc:
+            except Exception as exc:  # giving up must finish; the record says error whatever the stop did
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
 
     # -- time ---------------------------------------------------------------------

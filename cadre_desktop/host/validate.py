@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from cadre_desktop.errors import BadRequest, NotFound
+from cadre_desktop.errors import Invalid, NoSuchThing
 from cadre_desktop.host.records import is_node_id
 
 MAX_NAME = 64
@@ -24,30 +24,30 @@ def clean_name(name: Any, fallback: str | None, what: str = "node name") -> str 
     if name is None:
         return fallback
     if not isinstance(name, str):
-        raise BadRequest(f"The {what} must be text.")
+        raise Invalid(f"The {what} must be text.")
     if not name.isprintable():
-        raise BadRequest(f"The {what} must be one line of printable characters (no tabs or line breaks).")
+        raise Invalid(f"The {what} must be one line of printable characters (no tabs or line breaks).")
     name = " ".join(name.split())
     if not name and fallback is not None:
         return fallback
     if not name or len(name) > MAX_NAME:
-        raise BadRequest(f"The {what} must be 1 to {MAX_NAME} printable characters.")
+        raise Invalid(f"The {what} must be 1 to {MAX_NAME} printable characters.")
     return name
 
 
 def clean_invitation(invitation: Any) -> str:
     if not isinstance(invitation, str) or not invitation.strip():
-        raise BadRequest("The invitation is empty. Paste the invitation text you were given.")
+        raise Invalid("The invitation is empty. Paste the invitation text you were given.")
     invitation = invitation.strip()
     if len(invitation) > MAX_INVITATION:
-        raise BadRequest(f"The invitation is longer than {MAX_INVITATION} characters; is it the right text?")
+        raise Invalid(f"The invitation is longer than {MAX_INVITATION} characters; is it the right text?")
     if re.search(r"\s", invitation) or not invitation.isprintable():
-        raise BadRequest("That does not look like an invitation: it should be one line of text without spaces.")
+        raise Invalid("That does not look like an invitation: it should be one line of text without spaces.")
     return invitation
 
 
 def require_node_id(node_id: Any) -> str:
     """A node id of this host's form; anything else is simply not one of ours."""
     if not is_node_id(node_id):
-        raise NotFound(f"There is no node {str(node_id)[:80]!r} on this host.")
+        raise NoSuchThing(f"There is no node {str(node_id)[:80]!r} on this host.")
     return node_id

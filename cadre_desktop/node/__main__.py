@@ -14,7 +14,8 @@ import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 
-from cadre_desktop.node.errors import ExitCode, NodeError  # noqa: E402
+from cadre_desktop.errors import CadreError  # noqa: E402
+from cadre_desktop.node.errors import ExitCode, exit_code_of  # noqa: E402
 
 USAGE = """\
 usage: cadre-node   (no arguments; configured by environment variables)
@@ -49,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             if not _stand_by():
                 return ExitCode.OK  # the host went away before it needed this standby
         return _run()
-    except NodeError as err:
+    except CadreError as err:
         print(f"cadre-node: error: {err.message}", file=sys.stderr)
-        return err.exit_code
+        return exit_code_of(err)
     except KeyboardInterrupt:  # Ctrl-C before the loop's own handler was installed
         return ExitCode.OK
 
@@ -166,9 +167,9 @@ def _run() -> int:
 
         try:
             asyncio.run(serve(node, _STARTED_AT))
-        except NodeError:
+        except CadreError:
             raise
-        except Exception:
+        except Exception:  # our bug: logged with its traceback, and the host reads exit code 1
             logging.getLogger("cadre.node").exception("the node stopped on an unexpected error")
             return ExitCode.INTERNAL
     finally:

@@ -2,8 +2,7 @@
 
 A server hands each request over as a :class:`Request` (method, decoded path,
 query, headers, peer address, and a way to read the body under its limits) and
-writes back the :class:`Answer`. The node's own server is :mod:`http1`; the same
-routes also run on aiohttp (:func:`http_api.build_app`). Every decision stays in
+writes back the :class:`Answer`. The node's server is :mod:`http1`. Every decision stays in
 :class:`Node`; this module only parses and renders.
 
 Every error body is ``{"error": {"code", "message"}}``, unknown routes (404) and
@@ -18,9 +17,11 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from cadre_desktop.errors import ApiError, StorageError, wire_code
 from cadre_desktop.node import donated, invitations
 from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
-from cadre_desktop.node.errors import ApiError, StorageError
+from cadre_desktop.node.errors import RequestRefused
+from cadre_desktop.node.http_status import answer_to
 from cadre_desktop.node.identity import b64url_decode
 from cadre_desktop.node.node import Node
 from cadre_desktop.text import clean as clean_text
@@ -169,12 +170,14 @@ class Api:
             return http_error(405, "method not allowed", {"Allow": ",".join(self.allowed(request.path))})
         try:
             return await handler(request)
+        except RequestRefused as refusal:
+            return error_answer(answer_to(refusal))
         except ApiError as err:
             return error_answer(err)
         except StorageError as err:
             log.error("%s %s: %s", request.method, request.path, err)
-            return json_answer(ApiError(500, err.code, str(err)).body(), 500)
-        except Exception:
+            return json_answer(ApiError(500, wire_code(err.code), str(err)).body(), 500)
+        except Exception:  # our bug: logged with its traceback; the client gets 500, the node keeps serving
             log.exception("unexpected error answering %s %s", request.method, request.path)
             return json_answer(ApiError(500, "internal", "the node hit an unexpected error").body(), 500)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.atomicfile import write_bytes_atomic
+from cadre_desktop.errors import NodeFault
 from cadre_desktop.node.identity import b64url, b64url_decode
 from cadre_desktop.node.seed import PROFILES, is_id, sign_seed
 
@@ -37,8 +38,10 @@ REQUEST_TIMEOUT_S = 30.0
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-class Refused(Exception):
-    """The host said no, or did not answer in time (exit 1)."""
+class Refused(NodeFault):
+    """The lending host said no, or did not answer in time (exit 1)."""
+
+    code = "borrow_failed"
 
 
 class GrantLink:

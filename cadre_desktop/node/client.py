@@ -14,12 +14,16 @@ from typing import Any
 
 import h11
 
+from cadre_desktop.errors import NodeFault
+
 MAX_HEAD = 8192
 MAX_BODY = 64 * 1024
 
 
-class ClientError(Exception):
+class ClientError(NodeFault):
     """The other side answered something that is not a bounded HTTP/1.1 answer."""
+
+    code = "bad_answer"
 
 
 async def post_json(host: str, port: int, path: str, doc: Any) -> tuple[int, dict[str, str], bytes]:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cadre_desktop.node.errors import ApiError, ConfigError
+from cadre_desktop.node.errors import ConfigError, RequestRefused
 from cadre_desktop.node.seed import (
     MAX_BOOTSTRAP_NODES,
     MAX_OWNER_KEYS,
@@ -153,38 +153,33 @@ def accept_seed(node: Node, client: str, token: str | None, body: dict[str, Any]
     """The body of ``POST /seed``: check the token and the seed, then persist it."""
     donated = node.config.donated
     if donated is None:
-        raise ApiError(409, "not-donated", "this node was not lent to a party; it takes no seed")
+        raise RequestRefused("this node was not lent to a party; it takes no seed", code="not_donated")
     node.check_throttle(node.seed_limiter, client)
     if not token:
-        raise ApiError(
-            401,
-            "unauthorized",
-            "send the seed token as 'Authorization: Bearer <token>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        raise RequestRefused("send the seed token as 'Authorization: Bearer <token>'", code="unauthorized")
     if not hmac.compare_digest(token.encode("utf-8", "replace"), donated.seed_token.encode()):
         node.seed_limiter.failed(client)
-        raise ApiError(403, "wrong-token", "the seed token is wrong")
+        raise RequestRefused("the seed token is wrong", code="wrong_token")
     node.seed_limiter.succeeded(client)
     try:
         seed = parse_seed(body.get("seed"))
     except SeedError as err:
-        raise ApiError(400, "invalid-seed", str(err)) from None
+        raise RequestRefused(str(err), code="invalid_seed") from None
     if seed.donation_id != donated.donation_id:
-        raise ApiError(400, "seed-mismatch", "the seed is for another donation")
+        raise RequestRefused("the seed is for another donation", code="seed_mismatch")
     if seed.party_id != donated.party_id:
-        raise ApiError(400, "seed-mismatch", "the seed is for another party")
+        raise RequestRefused("the seed is for another party", code="seed_mismatch")
     if seed.peer_id != node.peer_id:
-        raise ApiError(400, "seed-mismatch", "the seed is for another node (its peer id differs)")
+        raise RequestRefused("the seed is for another node (its peer id differs)", code="seed_mismatch")
     if not any(hmac.compare_digest(seed.owner_key, key) for key in donated.owner_keys):
-        raise ApiError(403, "untrusted-key", "the seed is not signed by an owner key this node trusts")
+        raise RequestRefused("the seed is not signed by an owner key this node trusts", code="untrusted_key")
     if not seed.verifies():
-        raise ApiError(403, "bad-signature", "the seed's signature does not verify")
+        raise RequestRefused("the seed's signature does not verify", code="bad_signature")
     held = seeded_record(node)
     if held is not None:
         if hmac.compare_digest(held.signature, seed.signature.hex()):
             return _answer(node)  # the same seed again: a retry after a lost answer
-        raise ApiError(409, "already-seeded", "this node is already seeded by its party")
+        raise RequestRefused("this node is already seeded by its party", code="already_seeded")
     now = node.clock.wall()
 
     def change(state: NodeState) -> None:

@@ -1,15 +1,24 @@
-"""One error root for the node, and the exit codes the host reads.
+"""The node's errors, on the package's one tree (cadre_desktop/errors.py), and the exit codes the host reads.
 
 Two kinds of failure exist. A *start-up* failure ends the process with an
 :class:`ExitCode` and one line on stderr, so the host can tell a bad configuration
 (do not respawn blindly) from a busy port (pick another) from a broken work folder
-(tell the user). A *request* failure is an :class:`ApiError`: it becomes the JSON body
-``{"error": {"code", "message"}}`` with its HTTP status, and the node keeps running.
+(tell the user): `exit_code_of` is that mapping, the process's edge, as the HTTP
+statuses are the API's. A *request* failure is a :class:`RequestRefused` (a reason,
+no status): node/http_status.py turns it into the answer ``{"error": {"code",
+"message"}}`` with its HTTP status, and the node keeps running. A failed write of the
+state is the package's :class:`StorageError`.
 """
 
 from __future__ import annotations
 
 import enum
+
+from cadre_desktop.errors import CadreError, InputError, MachineError, StorageError
+
+#: StorageError is the package's one (a failed write of the state); named here for the node's modules.
+__all__ = ["BindError", "ConfigError", "CorruptFileError", "ExitCode", "NodeDirError", "RequestRefused",
+           "StorageError", "exit_code_of"]
 
 
 class ExitCode(enum.IntEnum):
@@ -23,74 +32,52 @@ class ExitCode(enum.IntEnum):
     CORRUPT_FILE = 5  # the identity or state file is unreadable; left untouched
 
 
-class NodeError(Exception):
-    """Root of every error the node raises on purpose.
-
-    ``code`` is stable and machine-readable; ``str(err)`` is a sentence for a person
-    and never contains a secret.
-    """
-
-    code = "node-error"
-    exit_code = ExitCode.INTERNAL
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class ConfigError(NodeError):
+class ConfigError(InputError):
     """The environment the node was started with is incomplete or wrong."""
 
-    code = "config-error"
-    exit_code = ExitCode.CONFIG
+    code = "config_error"
 
 
-class BindError(NodeError):
+class BindError(MachineError):
     """A port the host assigned is taken or not bindable on the given address."""
 
-    code = "bind-error"
-    exit_code = ExitCode.BIND
+    code = "bind_error"
 
 
-class NodeDirError(NodeError):
+class NodeDirError(MachineError):
     """The work folder cannot be used (not creatable, not writable, or locked)."""
 
-    code = "node-dir-error"
-    exit_code = ExitCode.NODE_DIR
+    code = "node_dir_error"
 
 
-class CorruptFileError(NodeError):
+class CorruptFileError(MachineError):
     """A file the node owns exists but cannot be understood.
 
     Never "repaired" by overwriting: the identity and the claim live there, and
     losing them silently would turn a claimed node into an unclaimed stranger.
     """
 
-    code = "corrupt-file"
-    exit_code = ExitCode.CORRUPT_FILE
+    code = "corrupt_file"
 
 
-class StorageError(NodeError):
-    """Writing a state change failed; the change was not applied."""
+class RequestRefused(InputError):
+    """A request the node refuses: a wrong secret, a used invitation, a node that is not in
+    the state the request needs. `code` is the stable reason (docs/node-contract.md)."""
 
-    code = "storage-error"
+    code = "refused"
 
 
-class ApiError(NodeError):
-    """A request the node refuses; rendered as ``{"error": {"code", "message"}}``."""
+#: The exit code of each error that ends the node at start-up; any other error is INTERNAL.
+EXIT_CODES: dict[type[CadreError], ExitCode] = {
+    ConfigError: ExitCode.CONFIG,
+    BindError: ExitCode.BIND,
+    NodeDirError: ExitCode.NODE_DIR,
+    CorruptFileError: ExitCode.CORRUPT_FILE,
+}
 
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.headers = headers or {}
 
-    def body(self) -> dict[str, dict[str, str]]:
-        return {"error": {"code": self.code, "message": self.message}}
+def exit_code_of(error: CadreError) -> ExitCode:
+    for kind in type(error).__mro__:
+        if kind in EXIT_CODES:
+            return EXIT_CODES[kind]
+    return ExitCode.INTERNAL

@@ -10,7 +10,7 @@ on a LAN must bound (see bench/README.md for the figures):
 - the head (request line and headers) to ``MAX_HEAD`` bytes and ``MAX_HEADERS`` lines;
 - the body to ``max_body`` bytes *after* decoding (gzip and deflate are decoded as
   aiohttp did, so a small bomb is a 413), arriving within ``body_timeout_s`` (408);
-- connections per source and in all, and idle ones (:mod:`guard`);
+- connections per source and in all, and idle ones (:mod:`cadre_desktop.netguard`);
 - writing an answer to a client that does not read, to the idle time.
 
 A request that cannot be parsed is answered 400 in plain text, logged as one
@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import sys
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -31,8 +29,8 @@ from collections.abc import Awaitable, Callable
 import h11
 
 from cadre_desktop.node.api import Answer, Request, too_large, too_slow, unreadable
-from cadre_desktop.node.errors import ApiError
-from cadre_desktop.node.guard import ACCEPT_BATCH, Conn, ConnectionGuard
+from cadre_desktop.errors import ApiError, InputError
+from cadre_desktop.netguard import ACCEPT_BATCH, Conn, ConnectionGuard, bind_socket
 from cadre_desktop.text import escape
 
 log = logging.getLogger("cadre.node.http")
@@ -87,7 +85,7 @@ class HttpServer:
         self.closing = True
         if self._server is not None:
             self._server.close()
-        self.guard.close_idle()
+        self.guard.close()
         pending = set(self._tasks)
         if pending:
             _, pending = await asyncio.wait(pending, timeout=grace_s)
@@ -110,7 +108,7 @@ class HttpServer:
             transport.abort()  # the client went away, or does not read what it asked for
         except asyncio.CancelledError:
             transport.abort()  # stopping, and the grace is over
-        except Exception:
+        except Exception:  # our bug: logged with its traceback; this connection ends, the server goes on
             log.exception("unexpected error serving a connection")
             transport.abort()
         finally:
@@ -120,8 +118,10 @@ class HttpServer:
                 transport.close()
 
 
-class _Malformed(Exception):
+class _Malformed(InputError):
     """The request cannot be understood: a 400, one log line, and the connection closes."""
+
+    code = "malformed_request"
 
 
 class _Exchange:
@@ -189,7 +189,7 @@ class _Exchange:
         method = request.method.decode("ascii")
         target = request.target.decode("ascii")
         path, query = split_target(target)
-        self.conn.busy = True
+        self.server.guard.begin(self.conn)
         started = time.monotonic()
         answer = await self.server.handler(Request(method, path, query, self.headers, self.remote,
                                                    self._read_body))
@@ -276,7 +276,7 @@ class _Exchange:
     async def _refuse_malformed(self, err: Exception) -> None:
         if self.eof and isinstance(err, h11.RemoteProtocolError):
             return  # the client closed half-way through a request: nobody to tell
-        self.conn.busy = False
+        self.conn.busy = 0  # refused before or while its handler ran: idle, whichever it was
         log.warning("a malformed request from %s: %s", self.remote, escape(" ".join(str(err).split()), 200))
         if self.h.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             self.broken = True
@@ -369,19 +369,3 @@ def http_date() -> str:
                f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
         _date_cache = (now, text)
     return _date_cache[1]
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to (host, port), with address reuse on POSIX (a respawn must not
-    wait out the old process's TIME_WAIT connections); Windows' SO_REUSEADDR would let two
-    processes share a port, so not there."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        if sys.platform != "win32":
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock

@@ -1,10 +1,9 @@
-"""The node's routes (:mod:`api`) on aiohttp, and the JSON error helpers the host's lend API shares.
+"""The node's error bodies and body reading on aiohttp, for the host's lend API.
 
-The node program itself serves with :mod:`http1` and never imports this module
-(aiohttp costs a node about 95 ms of start-up and 12 MB). It stays for code that
-already runs aiohttp: the host's lend API reads bodies and renders errors with
-:func:`read_json_body` and :func:`errors_as_json`, and :func:`build_app` serves the
-node's routes in-process, the same answers as the node's own server.
+The lend API speaks to borrowers in the node API's words (the same error shape and
+wire codes, the same body bounds), so it shares these with the node. The node
+program itself serves with :mod:`http1` and never imports this module (aiohttp
+costs a node about 95 ms of start-up and 12 MB).
 """
 
 from __future__ import annotations
@@ -15,41 +14,22 @@ from typing import Any
 
 from aiohttp import web
 
+from cadre_desktop.errors import ApiError, StorageError, wire_code
 from cadre_desktop.node.api import (
     BODY_TIMEOUT_S,
     HTTP_CODES,
     MAX_BODY,
-    Api,
-    Request,
     parse_json_body,
     too_large,
     too_slow,
     unreadable,
 )
-from cadre_desktop.node.errors import ApiError, StorageError
-from cadre_desktop.node.node import Node
+from cadre_desktop.node.errors import RequestRefused
+from cadre_desktop.node.http_status import answer_to
 
 log = logging.getLogger("cadre.node.http")
 
-__all__ = ["BODY_TIMEOUT_S", "MAX_BODY", "build_app", "errors_as_json", "read_json_body"]
-
-
-def build_app(node: Node, *, body_timeout_s: float = BODY_TIMEOUT_S, first: list | None = None) -> web.Application:
-    """The node's API as an aiohttp app; `first` are middlewares that run before it."""
-    api = Api(node)
-
-    async def handle(request: web.Request) -> web.Response:
-        async def read_body() -> bytes:
-            return await _read_raw(request, MAX_BODY, body_timeout_s)
-
-        headers = {name.lower(): value for name, value in reversed(request.headers.items())}
-        answer = await api.answer(Request(request.method, request.path, request.query_string, headers,
-                                          request.remote, read_body))
-        return web.Response(status=answer.status, headers=answer.headers, body=answer.body)
-
-    app = web.Application(client_max_size=MAX_BODY, middlewares=[*(first or [])])
-    app.router.add_route("*", "/{path:.*}", handle)
-    return app
+__all__ = ["BODY_TIMEOUT_S", "MAX_BODY", "errors_as_json", "read_json_body"]
 
 
 @web.middleware
@@ -57,6 +37,9 @@ async def errors_as_json(request: web.Request, handler: Any) -> web.StreamRespon
     """Every error as ``{"error": {"code", "message"}}``, aiohttp's own (404, 405, 413) too."""
     try:
         response = await handler(request)
+    except RequestRefused as refusal:
+        err = answer_to(refusal)
+        return _json(err.body(), status=err.status, headers=err.headers)
     except ApiError as err:
         return _json(err.body(), status=err.status, headers=err.headers)
     except web.HTTPException as exc:
@@ -67,10 +50,10 @@ async def errors_as_json(request: web.Request, handler: Any) -> web.StreamRespon
         return _json(err.body(), status=exc.status, headers=headers)
     except StorageError as err:
         log.error("%s %s: %s", request.method, request.path, err)
-        return _json(ApiError(500, err.code, str(err)).body(), status=500)
+        return _json(ApiError(500, wire_code(err.code), str(err)).body(), status=500)
     except asyncio.CancelledError:
         raise
-    except Exception:
+    except Exception:  # our bug: logged with its traceback; the client gets 500, the node keeps serving
         log.exception("unexpected error answering %s %s", request.method, request.path)
         return _json(ApiError(500, "internal", "the node hit an unexpected error").body(), status=500)
     return response

@@ -18,6 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from cadre_desktop.errors import InputError
 from cadre_desktop.text import clean as clean_text
 from cadre_desktop.node.identity import b64url, b64url_decode
 
@@ -28,8 +29,10 @@ _HOST = re.compile(r"[A-Za-z0-9.:-]{1,253}")
 JOIN_PROOF_LABEL = b"cadre-join-v1"
 
 
-class MalformedInvitation(ValueError):
+class MalformedInvitation(InputError):
     """The string is not an invitation. The message never quotes the string."""
+
+    code = "malformed_invitation"
 
 
 @dataclass(frozen=True)

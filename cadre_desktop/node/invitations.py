@@ -14,7 +14,7 @@ import logging
 import secrets
 from typing import Any
 
-from cadre_desktop.node.errors import ApiError
+from cadre_desktop.node.errors import RequestRefused
 from cadre_desktop.node.identity import peer_id_for, verify_signature
 from cadre_desktop.node.invitation_code import InvitationCode, join_proof_message
 from cadre_desktop.node.node import Node, sha256_hex
@@ -35,7 +35,7 @@ def mint_invitation(node: Node, ttl_s: int = DEFAULT_TTL_S) -> dict[str, Any]:
     """
     membership = node.store.state.membership
     if membership is None:
-        raise ApiError(409, "not-in-cadre", "this node is not in a cadre yet")
+        raise RequestRefused("this node is not in a cadre yet", code="not_in_cadre")
     now = node.clock.wall()
     pending = [
         inv
@@ -43,10 +43,9 @@ def mint_invitation(node: Node, ttl_s: int = DEFAULT_TTL_S) -> dict[str, Any]:
         if inv.used_by is None and inv.expires_at > now
     ]
     if len(pending) >= MAX_PENDING:
-        raise ApiError(
-            409,
-            "too-many-invitations",
+        raise RequestRefused(
             f"{MAX_PENDING} invitations are still open; wait until some are used or expire",
+            code="too_many_invitations",
         )
     secret = secrets.token_urlsafe(32)
     invitation = Invitation(
@@ -130,30 +129,30 @@ def admit(
     node.check_throttle(node.join_limiter, client)
     membership = node.store.state.membership
     if membership is None:
-        raise ApiError(409, "not-in-cadre", "the inviting node is not in a cadre")
+        raise RequestRefused("the inviting node is not in a cadre", code="not_in_cadre")
     invitation = next(
         (inv for inv in node.store.state.invitations if inv.id == invitation_id), None
     )
     if invitation is None:
         node.join_limiter.failed(client)
-        raise ApiError(404, "invitation-unknown", "this node does not know that invitation")
+        raise RequestRefused("this node does not know that invitation", code="invitation_unknown")
     if not hmac.compare_digest(sha256_hex(secret), invitation.secret_sha256):
         node.join_limiter.failed(client)
-        raise ApiError(403, "invitation-invalid", "the invitation's secret is wrong")
+        raise RequestRefused("the invitation's secret is wrong", code="invitation_invalid")
     if peer_id_for(public_key) != peer_id or not verify_signature(
         public_key, signature, join_proof_message(invitation_id, peer_id, node.peer_id)
     ):
-        raise ApiError(400, "invalid-proof", "the joining node's key proof does not check out")
+        raise RequestRefused("the joining node's key proof does not check out", code="invalid_proof")
     if peer_id == node.peer_id:
-        raise ApiError(400, "invalid-proof", "a node cannot join by its own invitation")
+        raise RequestRefused("a node cannot join by its own invitation", code="invalid_proof")
     answer = {"cadre": membership.cadre, "inviter": node.peer_id}
     if invitation.used_by is not None:
         if invitation.used_by == peer_id:  # a retry after a lost answer
             return answer | {"joined_at": node.iso(invitation.used_at or invitation.created_at)}
-        raise ApiError(409, "invitation-used", "the invitation was already used by another node")
+        raise RequestRefused("the invitation was already used by another node", code="invitation_used")
     now = node.clock.wall()
     if now >= invitation.expires_at:
-        raise ApiError(410, "invitation-expired", "the invitation has expired")
+        raise RequestRefused("the invitation has expired", code="invitation_expired")
 
     def change(state: NodeState) -> None:
         for inv in state.invitations:

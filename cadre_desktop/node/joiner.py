@@ -16,7 +16,7 @@ from typing import Any
 
 from cadre_desktop.node.client import ClientError, post_json
 from cadre_desktop.text import clean as clean_text
-from cadre_desktop.node.errors import NodeError
+from cadre_desktop.errors import CadreError
 from cadre_desktop.node.identity import b64url
 from cadre_desktop.node.invitation_code import (
     MalformedInvitation,
@@ -51,7 +51,7 @@ async def redeem_invitation(node: Node, text: str, timeout_s: float) -> None:
         return
     try:
         signature = node.identity.sign(join_proof_message(code.id, node.peer_id, code.peer))
-    except NodeError as err:
+    except CadreError as err:
         node.join_failed(str(err))
         return
     body = {
@@ -120,7 +120,7 @@ def _accept(node: Node, expected_inviter: str, where: str, payload: Any) -> None
         return
     try:
         node.join_succeeded(cadre, inviter)
-    except NodeError as err:
+    except CadreError as err:
         node.join_failed(f"joined, but could not save it: {err}")
 
 

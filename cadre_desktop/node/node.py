@@ -29,7 +29,7 @@ from typing import Any
 from cadre_desktop.node.clock import Clock, iso_utc
 from cadre_desktop.node.config import NodeConfig
 from cadre_desktop.node.donated import seeded_record
-from cadre_desktop.node.errors import ApiError
+from cadre_desktop.node.errors import RequestRefused
 from cadre_desktop.node.identity import Identity
 from cadre_desktop.node.ratelimit import FailureLimiter
 from cadre_desktop.node.state import Member, Membership, NodeState, StateStore
@@ -151,17 +151,15 @@ class Node:
             if membership is not None:
                 raise _already_claimed(membership.cadre)
             if self.config.donated is not None:
-                raise ApiError(
-                    409, "not-claimable", "this node is lent to another party; it cannot be claimed"
+                raise RequestRefused(
+                    "this node is lent to another party; it cannot be claimed", code="not_claimable"
                 )
-            raise ApiError(
-                409,
-                "not-claimable",
-                "this node joins its cadre by invitation; it cannot be claimed",
+            raise RequestRefused(
+                "this node joins its cadre by invitation; it cannot be claimed", code="not_claimable"
             )
         if not hmac.compare_digest(secret.encode(), self.config.claim_secret.encode()):
             self.claim_limiter.failed(client)
-            raise ApiError(403, "wrong-secret", "the claim code is wrong or has expired")
+            raise RequestRefused("the claim code is wrong or has expired", code="wrong_secret")
         self.claim_limiter.succeeded(client)
         if membership is not None and not same_cadre(membership.cadre, cadre):
             raise _already_claimed(membership.cadre)
@@ -189,11 +187,8 @@ class Node:
         """Accept only a bearer of an owner token this node issued (and still keeps), or
         the host's own token (`CADRE_HOST_TOKEN`) on a connection from this machine."""
         if not token:
-            raise ApiError(
-                401,
-                "unauthorized",
-                "send the owner token as 'Authorization: Bearer <token>'",
-                headers={"WWW-Authenticate": "Bearer"},
+            raise RequestRefused(
+                "send the owner token as 'Authorization: Bearer <token>'", code="unauthorized"
             )
         digest = sha256_hex(token)
         # Compare against every stored hash, without stopping early.
@@ -205,7 +200,7 @@ class Node:
             # From the LAN it is just an unknown token: the host never sends it there.
             matched |= hmac.compare_digest(digest, sha256_hex(host_token)) and _is_loopback(remote)
         if not matched:
-            raise ApiError(403, "forbidden", "this owner token is not valid for this node")
+            raise RequestRefused("this owner token is not valid for this node", code="forbidden")
 
     # ----- joiner side of an invitation ---------------------------------------
 
@@ -232,11 +227,10 @@ class Node:
     def check_throttle(self, limiter: FailureLimiter, client: str) -> None:
         wait = limiter.retry_after(client)
         if wait is not None:
-            raise ApiError(
-                429,
-                "too-many-tries",
+            raise RequestRefused(
                 f"too many wrong codes from this device; try again in {wait} s",
-                headers={"Retry-After": str(wait)},
+                code="too_many_tries",
+                retry_after_s=wait,
             )
 
     def _transition(self, old: Phase, new: Phase, why: str) -> None:
@@ -249,7 +243,7 @@ class Node:
         return iso_utc(epoch_s)
 
 
-def _already_claimed(cadre: str) -> ApiError:
-    return ApiError(
-        409, "already-claimed", f"this node is already claimed by the cadre {cadre!r}"
+def _already_claimed(cadre: str) -> RequestRefused:
+    return RequestRefused(
+        f"this node is already claimed by the cadre {cadre!r}", code="already_claimed"
     )

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from cadre_desktop.errors import InputError
 from cadre_desktop.node.identity import b64url, b64url_decode, verify_signature
 
 SEED_VERSION = 1
@@ -38,8 +39,10 @@ MAX_BOOTSTRAP_CHARS = 256
 PROFILES = ("storage", "transaction")
 
 
-class SeedError(ValueError):
+class SeedError(InputError):
     """A seed (or a key) that is not what it must be; the message names the field."""
+
+    code = "invalid_seed"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import time
 from cadre_desktop import logfilter
 from cadre_desktop.node.api import MAX_BODY, Api
 from cadre_desktop.node.errors import BindError
-from cadre_desktop.node.guard import ConnectionGuard
+from cadre_desktop.netguard import ConnectionGuard
 from cadre_desktop.node.http1 import HttpServer
 from cadre_desktop.node.joiner import redeem_invitation
 from cadre_desktop.node.node import Node, Phase
@@ -47,7 +47,7 @@ async def serve(node: Node, started_at: float) -> None:
     _on_stop_signals(stop.set)
     logfilter.quiet_loop_errors(asyncio.get_running_loop(), log)
 
-    guard = ConnectionGuard(per_source=MAX_PER_SOURCE, total=MAX_CONNECTIONS, idle_s=IDLE_S)
+    guard = ConnectionGuard(per_source=MAX_PER_SOURCE, total=MAX_CONNECTIONS, idle_s=IDLE_S, name="node API")
     http = HttpServer(Api(node).answer, guard, max_body=MAX_BODY, body_timeout_s=config.tuning.body_timeout_s)
     p2p = None
     join_task: asyncio.Task[None] | None = None

@@ -14,6 +14,7 @@ from typing import Any, Awaitable, Callable
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QWidget
 
+from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.ui.errors import show_error
 
 
@@ -69,7 +70,7 @@ class Actions(QObject):
     def _name(self, node_id: str) -> str:
         try:
             return self.host.get_node(node_id).name
-        except Exception:
+        except NoSuchThing:  # removed meanwhile: its id is all there is to name it by
             return node_id
 
     def add(self, name: str | None = None) -> asyncio.Task:

@@ -75,7 +75,7 @@ async def _serve(paths: Paths, name: str) -> int:
             return 0
         await _tell(exc, "start: another host runs for this home")
         return 1
-    except Exception as exc:
+    except Exception as exc:  # whatever stops the start is shown (and logged by show_error) before the app exits
         await _tell(exc, "start the host")
         return 1
     server = InstanceServer(name)

@@ -99,7 +99,7 @@ class Delivery(QObject):
         )
         try:
             identifier = await asyncio.wait_for(notifier.send_notification(note), SERVICE_TIMEOUT_S)
-        except Exception as exc:
+        except Exception as exc:  # a D-Bus service can fail in any way; the tray's balloon is the fallback
             log.warning("the notification service did not take the notice: %s", exc or type(exc).__name__)
             return False
         if sent:  # desktop-notifier logs and swallows a failed send; dispatched means it arrived
@@ -135,7 +135,7 @@ class Delivery(QObject):
         if bus is not None:
             try:
                 bus.disconnect()
-            except Exception as exc:
+            except Exception as exc:  # closing at quit must finish whatever the bus does
                 log.debug("closing the notification bus: %r", exc)
 
     async def _withdraw(self, key: str) -> None:

@@ -1,7 +1,8 @@
 """The one way the UI shows an error: a non-modal message box in words a person can act on.
 
-A `CadreError` already carries such words. Anything else is a bug: it is logged
-with its traceback and shown as such, pointing at the host log. Non-modal on
+A `CadreError` already carries such words. Anything else, and a `Bug` (a rule of
+our own broken), is a bug: it is logged with its traceback and shown as such,
+pointing at the host log. Non-modal on
 purpose: a nested Qt event loop inside a qasync callback would re-enter asyncio.
 """
 
@@ -12,13 +13,17 @@ import logging
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from cadre_desktop.errors import CadreError
+from cadre_desktop.errors import Bug, CadreError
 
 log = logging.getLogger(__name__)
 
 
+def _for_a_person(error: BaseException) -> bool:
+    return isinstance(error, CadreError) and not isinstance(error, Bug)
+
+
 def error_text(error: BaseException) -> str:
-    if isinstance(error, CadreError):
+    if _for_a_person(error):
         return error.message
     return (f"Something unexpected went wrong ({type(error).__name__}: {error}). "
             "The host log (`cadre-desktop paths` shows where) has the details.")
@@ -32,7 +37,7 @@ _parentless: set[QMessageBox] = set()
 
 def show_error(parent: QWidget | None, error: BaseException, doing: str | None = None) -> QMessageBox:
     """Show `error`; `doing` completes "Could not …" (e.g. "remove Kitchen")."""
-    if isinstance(error, CadreError):
+    if _for_a_person(error):
         log.warning("could not %s: %s", doing or "do that", error.message)
     else:
         log.error("could not %s", doing or "do that", exc_info=error)

@@ -16,6 +16,7 @@ import shiboken6
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QMainWindow
 
+from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.donations import DONATION_SUPERVISED, DonationStatus
 from cadre_desktop.host.lend_views import DonationView, GrantView
 from cadre_desktop.ui.actions import Actions
@@ -60,7 +61,7 @@ def lent_notice_view(host, donation_id: str) -> LentNoticeView | None:
     lending = getattr(host, "lending", None)
     try:
         v = lending.views.donation(donation_id) if lending is not None and lending.views is not None else None
-    except Exception:
+    except NoSuchThing:  # the loan ended meanwhile: nothing to tell about it
         return None
     if v is None:
         return None

@@ -22,6 +22,7 @@ import logging
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.settings import Settings
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
@@ -88,7 +89,7 @@ class Notifier(QObject):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
             await asyncio.wait_for(self.delivery.withdraw_all(), CLOSE_TIMEOUT_S)
-        except Exception as exc:
+        except Exception as exc:  # quitting must finish whatever the notification service does
             log.debug("withdrawing notices at quit: %r", exc)
 
     # -- engine events ---------------------------------------------------------------------
@@ -96,7 +97,7 @@ class Notifier(QObject):
     def _view(self, node_id: str):
         try:
             return self.host.get_node(node_id)
-        except Exception:
+        except NoSuchThing:  # not a hosted node: a lent one, or gone
             return lent_notice_view(self.host, node_id)
 
     def _on_lending(self, kind: str, node_id: str) -> None:

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
-from cadre_desktop.errors import CadreError
+from cadre_desktop.errors import CadreError, Invalid
 from cadre_desktop.settings import Settings, default_node_command
 from cadre_desktop.ui.settings_store import save_changes
 
@@ -136,7 +136,7 @@ class PreferencesDialog(QDialog):
         try:
             command = shlex.split(text) if text else None
         except ValueError as exc:
-            raise CadreError(f"The node program is not a valid command line: {exc}.") from None
+            raise Invalid(f"The node program is not a valid command line: {exc}.") from None
         return {
             "notifications": self.notify.isChecked(),
             "notify_gave_up": self.notify_gave_up.isChecked(),

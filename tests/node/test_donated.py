@@ -208,7 +208,8 @@ def test_the_seed_token_is_compared_only_with_compare_digest(tmp_path, monkeypat
 
     from cadre_desktop.node.config import load_config
     from cadre_desktop.node.donated import accept_seed
-    from cadre_desktop.node.errors import ApiError
+    from cadre_desktop.node.errors import RequestRefused
+    from cadre_desktop.node.http_status import answer_to
     from cadre_desktop.node.identity import load_or_create_identity
     from cadre_desktop.node.node import Node
     from cadre_desktop.node.state import StateStore
@@ -226,7 +227,7 @@ def test_the_seed_token_is_compared_only_with_compare_digest(tmp_path, monkeypat
         return False
 
     monkeypatch.setattr(hmac, "compare_digest", spy)
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(RequestRefused) as err:
         accept_seed(node, "10.0.0.9", env["CADRE_SEED_TOKEN"], {"seed": {}})  # the right token, refused
-    assert err.value.code == "wrong-token"
+    assert answer_to(err.value).code == "wrong-token"
     assert calls == [(env["CADRE_SEED_TOKEN"].encode(), env["CADRE_SEED_TOKEN"].encode())]

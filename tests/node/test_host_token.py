@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cadre_desktop.node.errors import ApiError
+from cadre_desktop.node.errors import RequestRefused
+from cadre_desktop.node.http_status import answer_to
 from tests.node.conftest import NodeLauncher, new_secret
 from tests.node.fakes import FakeClock
 from tests.node.test_node_logic import SECRET, make_node
@@ -25,15 +26,16 @@ def test_the_host_token_counts_only_from_this_machine(tmp_path: Path) -> None:
     for remote in ("127.0.0.1", "::1", "127.8.9.10"):
         node.authorize_owner(HOST_TOKEN, remote)
     for remote in ("10.0.0.9", "192.168.1.20", "fe80::1", None, "garbage"):
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(RequestRefused) as refused:
             node.authorize_owner(HOST_TOKEN, remote)
-        assert refused.value.status == 403 and refused.value.code == "forbidden"
+        answer = answer_to(refused.value)
+        assert answer.status == 403 and answer.code == "forbidden"
 
 
 def test_without_a_host_token_nothing_changes(tmp_path: Path) -> None:
     node = make_node(tmp_path, FakeClock())
     node.claim("10.0.0.9", SECRET, "family")
-    with pytest.raises(ApiError):
+    with pytest.raises(RequestRefused):
         node.authorize_owner(HOST_TOKEN, "127.0.0.1")
 
 

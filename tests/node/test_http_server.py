@@ -16,8 +16,8 @@ import zlib
 import pytest
 
 from cadre_desktop.node.api import Answer, Request, error_answer
-from cadre_desktop.node.errors import ApiError
-from cadre_desktop.node.guard import ConnectionGuard
+from cadre_desktop.errors import ApiError
+from cadre_desktop.netguard import ConnectionGuard
 from cadre_desktop.node.http1 import MAX_HEAD, HttpServer, split_target
 from tests.support.polling import async_wait_until
 
@@ -318,33 +318,3 @@ async def test_stopping_closes_idle_keep_alive_connections_at_once_and_finishes_
     assert (status, body, headers["connection"]) == (200, b"done", "close")
     await asyncio.wait_for(stopping, 5)
     assert await closed(busy_reader)
-
-
-# -- the same routes on aiohttp (node/http_api.py) ----------------------------------------------------
-
-async def test_the_routes_on_aiohttp_answer_as_on_the_nodes_own_server(serve, tmp_path):
-    from aiohttp import web
-
-    from cadre_desktop.node.api import Api
-    from cadre_desktop.node.http_api import build_app
-    from tests.node.fakes import FakeClock
-    from tests.node.test_node_logic import make_node
-
-    node = make_node(tmp_path, FakeClock())
-    own = await serve(Api(node).answer)
-    runner = web.AppRunner(build_app(node), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        other = site._server.sockets[0].getsockname()[1]
-        for raw in (b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n",
-                    b"DELETE /claim HTTP/1.1\r\nHost: x\r\n\r\n", post("/claim", b"[1]"),
-                    post("/claim", b'{"secret": "wrong", "cadre": "x"}'),
-                    b"POST /invitations HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"):
-            mine, theirs = await one(own.port, raw), await one(other, raw)
-            keys = ("content-type", "cache-control", "allow", "www-authenticate")
-            assert mine[0] == theirs[0] and mine[2] == theirs[2], raw
-            assert {k: mine[1].get(k) for k in keys} == {k: theirs[1].get(k) for k in keys}, raw
-    finally:
-        await runner.cleanup()

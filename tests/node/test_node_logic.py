@@ -11,7 +11,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from cadre_desktop.node import invitations
 from cadre_desktop.node.config import load_config
-from cadre_desktop.node.errors import ApiError, StorageError
+from cadre_desktop.node.errors import RequestRefused, StorageError
+from cadre_desktop.node.http_status import answer_to
 from cadre_desktop.node.identity import load_or_create_identity, peer_id_for
 from cadre_desktop.node.invitation_code import join_proof_message, parse_invitation
 from cadre_desktop.node.node import Node, Phase
@@ -68,9 +69,10 @@ def test_invitation_expires_exactly_at_its_ttl(tmp_path: Path) -> None:
 
     late = invitations.mint_invitation(node, ttl_s=60)
     clock.advance(60)
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(RequestRefused) as refused:
         join(node, late["invitation"], Ed25519PrivateKey.generate())
-    assert (refused.value.status, refused.value.code) == (410, "invitation-expired")
+    answer = answer_to(refused.value)
+    assert (answer.status, answer.code) == (410, "invitation-expired")
     rows = invitations.list_invitations(node)["invitations"]
     assert [row["status"] for row in rows] == ["used", "expired"]
 
@@ -115,7 +117,7 @@ def test_state_file_round_trips_and_holds_no_token(tmp_path: Path) -> None:
 def test_owner_tokens_beyond_the_last_eight_stop_working(tmp_path: Path) -> None:
     node = make_node(tmp_path, FakeClock())
     tokens = [node.claim("127.0.0.1", SECRET, "family")["owner_token"] for _ in range(9)]
-    with pytest.raises(ApiError):
+    with pytest.raises(RequestRefused):
         node.authorize_owner(tokens[0])
     node.authorize_owner(tokens[-1])
 

@@ -149,8 +149,8 @@ def test_the_grant_token_is_compared_only_with_compare_digest(lend, monkeypatch)
 
     calls = []
     monkeypatch.setattr(hmac, "compare_digest", lambda a, b: calls.append((a, b)) or False)
-    from cadre_desktop.host.lending import LendError
+    from cadre_desktop.host.lending import LendRefused
 
-    with pytest.raises(LendError):
+    with pytest.raises(LendRefused):
         lend.rig.lending.authorize(lend.grant.id, lend.token)  # the right token, refused: nothing else decides
     assert len(calls) == 1

@@ -1,7 +1,7 @@
 """An in-memory Host for unit tests of the control API and the CLI (never for integration tests).
 
 It keeps the Host interface the control API is written against: views, the
-NotFound/Conflict errors, remove that never raises for a missing node, and
+NoSuchThing/InvalidState errors, remove that never raises for a missing node, and
 events through the engine's own EventBus.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from cadre_desktop.errors import Conflict, NotFound
+from cadre_desktop.errors import InvalidState, NoSuchThing
 from cadre_desktop.host.events import EventBus, EventKind
 from cadre_desktop.host.views import NodeView
 from cadre_desktop.paths import Paths
@@ -61,7 +61,7 @@ class FakeHost:
         try:
             return self.nodes[node_id]
         except KeyError:
-            raise NotFound(f"No node with id {node_id!r}.") from None
+            raise NoSuchThing(f"No node with id {node_id!r}.") from None
 
     async def add_node(self, name: str | None) -> NodeView:
         self.calls.append(("add", name))
@@ -85,7 +85,7 @@ class FakeHost:
         self.calls.append(("retry", node_id))
         view = self.get_node(node_id)
         if view.status != "error":
-            raise Conflict(f"Node {node_id} is {view.status}; only a node in error can be retried.")
+            raise InvalidState(f"Node {node_id} is {view.status}; only a node in error can be retried.")
         return self.put(replace(view, status="unclaimed", attempts=0, last_error=None))
 
     async def restart_node(self, node_id: str) -> NodeView:
@@ -98,7 +98,7 @@ class FakeHost:
         self.calls.append(("regenerate", node_id))
         view = self.get_node(node_id)
         if view.status != "unclaimed":
-            raise Conflict(f"Node {node_id} is {view.status}; only an unclaimed node has a claim secret.")
+            raise InvalidState(f"Node {node_id} is {view.status}; only an unclaimed node has a claim secret.")
         return self.put(replace(view, claim_url=view.claim_url + "-new"))
 
     async def remove_node(self, node_id: str) -> bool:

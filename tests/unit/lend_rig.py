@@ -10,6 +10,7 @@ from cadre_desktop.host.clock import iso
 from cadre_desktop.host.donations import Donation, DonationRequest, DonationStatus, DonationStore
 from cadre_desktop.host.grants import GrantStore
 from cadre_desktop.host.lend_kind import DONATED
+from cadre_desktop.host.lend_api import node_refusal
 from cadre_desktop.host.lend_views import LendingViews
 from cadre_desktop.host.lending import LendingService
 from cadre_desktop.host.lifecycle import Lifecycle
@@ -21,7 +22,7 @@ OWNER_KEY = "A" * 42 + "A"  # 32 zero bytes, base64url
 
 
 class SeedAnswers:
-    """A fake POST /seed to a lent node: the answer, and every call."""
+    """A fake POST /seed to a lent node: the node's answer (taken as the real client takes it), and every call."""
 
     def __init__(self):
         self.answer: tuple[int, dict] = (200, {"state": "seeded"})
@@ -29,7 +30,9 @@ class SeedAnswers:
 
     async def __call__(self, port, token, body):
         self.calls.append((port, token, body))
-        return self.answer
+        status, answer = self.answer
+        if status != 200:
+            raise node_refusal(status, answer)
 
 
 class LendRig(Rig):

@@ -11,7 +11,8 @@ import pytest
 from aiohttp import web
 
 from cadre_desktop import fdlimit, logfilter
-from cadre_desktop.netguard import ConnectionGuard, GuardedSockSite, bind_socket
+from cadre_desktop.host.webguard import GuardedSockSite, busy_middleware
+from cadre_desktop.netguard import ConnectionGuard, bind_socket
 from tests.support.polling import async_wait_until
 
 
@@ -24,7 +25,7 @@ async def served():
     async def serve(guard: ConnectionGuard, handler=None):
         async def hello(request):
             return web.Response(text="hello")
-        app = web.Application(middlewares=[guard.middleware])
+        app = web.Application(middlewares=[busy_middleware(guard)])
         app.router.add_get("/", handler or hello)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()

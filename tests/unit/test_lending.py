@@ -14,7 +14,9 @@ import pytest
 from cadre_desktop.errors import SpawnError
 from cadre_desktop.host.donations import DonationStatus
 from cadre_desktop.host.events import EventKind
-from cadre_desktop.host.lending import LendError
+from cadre_desktop.errors import wire_code
+from cadre_desktop.host.lend_api import REFUSAL_STATUSES
+from cadre_desktop.host.lending import LendRefused
 from cadre_desktop.host.ports import port_is_free
 from cadre_desktop.host.secrets import SecretKind
 from tests.support.polling import async_wait_until
@@ -33,7 +35,8 @@ async def rig(tmp_path):
 
 
 def refused(exc_info) -> tuple[int, str]:
-    return exc_info.value.http_status, exc_info.value.code
+    """The refusal as the lend API answers it: its status and its wire code."""
+    return REFUSAL_STATUSES[exc_info.value.code], wire_code(exc_info.value.code)
 
 
 # -- grants ----------------------------------------------------------------------------------------
@@ -62,7 +65,7 @@ async def test_the_right_token_opens_its_grant_and_anything_else_is_403(rig):
     assert rig.lending.authorize(grant.id, token).id == grant.id
     for grant_id, given in ((grant.id, other_token), (grant.id, token + "x"), ("gr_nosuchgrant0", token),
                             (grant.id, ""), (grant.id, None)):
-        with pytest.raises(LendError) as err:
+        with pytest.raises(LendRefused) as err:
             rig.lending.authorize(grant_id, given)
         assert refused(err) == (403, "wrong-token")
 
@@ -71,7 +74,7 @@ async def test_an_expired_grant_is_410_and_its_loans_end_at_the_next_pass(rig):
     grant, token = await rig.grant(expires_in_s=3600)
     donation = await rig.request(grant)
     await rig.clock.advance(3601)
-    with pytest.raises(LendError) as err:
+    with pytest.raises(LendRefused) as err:
         rig.lending.authorize(grant.id, token)
     assert refused(err) == (410, "grant-expired")
     await rig.lending.reap()
@@ -88,7 +91,7 @@ async def test_revoking_ends_every_loan_and_deletes_the_token(rig):
     assert rig.donations.list() == [] and rig.donations.pending_removals() == []
     assert sorted(rig.orch.removed) == sorted([a.id, b.id])
     assert rig.token_of(grant.id, SecretKind.GRANT_TOKEN) is None
-    with pytest.raises(LendError) as err:
+    with pytest.raises(LendRefused) as err:
         rig.lending.authorize(grant.id, token)
     assert refused(err) == (410, "grant-revoked")
 
@@ -98,7 +101,7 @@ async def test_revoking_ends_every_loan_and_deletes_the_token(rig):
 async def test_a_grant_lends_at_most_its_max_nodes(rig):
     grant, _ = await rig.grant(max_nodes=1)
     await rig.request(grant)
-    with pytest.raises(LendError) as err:
+    with pytest.raises(LendRefused) as err:
         await rig.request(grant)
     assert refused(err) == (409, "grant-full")
     assert len(rig.donations.list()) == 1
@@ -111,7 +114,7 @@ async def test_the_host_lends_at_most_lend_max_nodes_over_all_grants(tmp_path):
         second, _ = await rig.grant(max_nodes=2)
         await rig.request(first)
         await rig.request(second)
-        with pytest.raises(LendError) as err:
+        with pytest.raises(LendRefused) as err:
             await rig.request(first)
         assert refused(err) == (409, "host-full")
     finally:
@@ -146,13 +149,13 @@ async def test_the_node_answering_moves_it_to_awaiting_seed_with_its_peer_id(rig
 async def test_a_seed_the_node_takes_makes_it_seeded_and_a_refusal_says_why(rig):
     grant, _ = await rig.grant()
     donation = await rig.request(grant)
-    with pytest.raises(LendError) as err:
+    with pytest.raises(LendRefused) as err:
         await rig.lending.seed(grant, donation.id, {"version": 1})
     assert refused(err) == (409, "not-ready")
     rig.answer(donation.id)
     await rig.probe.probe_all()
     rig.seeds.answer = (403, {"error": {"code": "untrusted-key", "message": "not signed by a trusted key"}})
-    with pytest.raises(LendError) as err:
+    with pytest.raises(LendRefused) as err:
         await rig.lending.seed(grant, donation.id, {"version": 1})
     assert refused(err) == (400, "untrusted-key") and rig.drow(donation.id).status is D.AWAITING_SEED
     rig.seeds.answer = (200, {"state": "seeded"})
@@ -175,7 +178,7 @@ async def test_a_loan_ended_while_its_seed_token_is_written_leaves_nothing(tmp_p
         ending = asyncio.ensure_future(rig.lending.end(donation_id))
         await asyncio.sleep(0.05)
         keyring.release.set()
-        with pytest.raises(LendError) as err:
+        with pytest.raises(LendRefused) as err:
             await request
         await ending
         assert refused(err) == (409, "donation-ended")

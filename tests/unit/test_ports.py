@@ -44,10 +44,22 @@ def test_try_reserve_is_all_or_nothing():
     assert alloc.allocate(3) == [102, 103, 105]  # only 100 and 101 were taken
 
 
-def test_a_real_listener_makes_its_port_unavailable():
-    with socket.socket() as sock:
+def listener_with_two_free_neighbours() -> socket.socket:
+    """A listening socket on a port whose next two ports are free just now (another
+    program may hold any random port's neighbours, so keep looking)."""
+    for _ in range(50):
+        sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
-        sock.listen()
+        port = sock.getsockname()[1]
+        if port < 65534 and port_is_free("127.0.0.1", port + 1) and port_is_free("127.0.0.1", port + 2):
+            sock.listen()
+            return sock
+        sock.close()
+    raise AssertionError("no port with two free neighbours on 127.0.0.1")
+
+
+def test_a_real_listener_makes_its_port_unavailable():
+    with listener_with_two_free_neighbours() as sock:
         port = sock.getsockname()[1]
         assert not port_is_free("127.0.0.1", port)
         alloc = PortAllocator(port, port + 2, bind_host="127.0.0.1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cadre_desktop.errors import BadRequest, Conflict, NotFound, SecretsError, SpawnError, StorageError
+from cadre_desktop.errors import Invalid, InvalidState, NoSuchThing, SecretsError, SpawnError, StorageError
 from cadre_desktop.host.events import EventKind
 from cadre_desktop.host.records import NodeMode, NodeStatus, RespawnInfo
 from cadre_desktop.host.secrets import SERVICE, SecretKind
@@ -39,13 +39,13 @@ async def test_join_records_joining_with_the_invitation_in_the_keyring(rig):
 
 @pytest.mark.parametrize("bad", ["", "   ", "two words", "x" * 5000])
 async def test_join_rejects_what_is_not_an_invitation(rig, bad):
-    with pytest.raises(BadRequest):
+    with pytest.raises(Invalid):
         await rig.service.join(bad)
     assert rig.store.list() == []
 
 
 async def test_bad_name_is_refused(rig):
-    with pytest.raises(BadRequest):
+    with pytest.raises(Invalid):
         await rig.service.add("x" * 65)
 
 
@@ -102,7 +102,7 @@ async def test_remove_goes_record_first_then_child_then_files_and_twice_is_fine(
 
 async def test_retry_only_from_error_with_a_fresh_budget(rig):
     rec = await rig.service.add("A")
-    with pytest.raises(Conflict):
+    with pytest.raises(InvalidState):
         await rig.service.retry(rec.id)
     rig.store.put(rig.store.get(rec.id).replace(status=NodeStatus.ERROR, error="gave up",
                                                  respawn=RespawnInfo(5, "2026-01-01T00:00:00Z")))
@@ -125,7 +125,7 @@ async def test_restart_does_not_spend_budget_and_refuses_error(rig):
     assert after.handle != rec.handle and after.attempts == 0
     assert rig.orch.stopped == [rec.handle]
     rig.store.put(after.replace(status=NodeStatus.ERROR))
-    with pytest.raises(Conflict, match="Retry"):
+    with pytest.raises(InvalidState, match="Retry"):
         await rig.service.restart(rec.id)
 
 
@@ -138,13 +138,13 @@ async def test_regenerate_changes_the_secret_and_restarts(rig):
     assert rig.orch.spawned[-1][1] == {"CADRE_CLAIM_SECRET": new}
     assert after.attempts == 0
     rig.store.put(after.replace(status=NodeStatus.JOINED))
-    with pytest.raises(Conflict):
+    with pytest.raises(InvalidState):
         await rig.service.regenerate(rec.id)
 
 
 async def test_actions_on_unknown_node_are_not_found(rig):
     for action in (rig.service.retry, rig.service.restart, rig.service.regenerate):
-        with pytest.raises(NotFound):
+        with pytest.raises(NoSuchThing):
             await action("nope")
 
 

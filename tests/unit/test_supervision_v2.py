@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from cadre_desktop.errors import Conflict, SecretsError, StorageError
+from cadre_desktop.errors import InvalidState, SecretsError, StorageError
 from cadre_desktop.host.decide import Decision, Observation, Policy, SecretState, decide
 from cadre_desktop.host.driver import DriverStatus, NodeDriver
 from cadre_desktop.host.events import EventKind
@@ -289,7 +289,7 @@ async def test_regenerate_racing_a_claim_does_not_restart_the_claimed_node(rig):
         await real_store(node_id, kind, value)
         rig.store.put(rig.rec().replace(status=NodeStatus.JOINED, cadre="family"))  # claimed meanwhile
     rig.gate.store = store_then_claimed
-    with pytest.raises(Conflict, match="joined now"):
+    with pytest.raises(InvalidState, match="joined now"):
         await rig.service.regenerate("n1")
     assert rig.orch.stopped == [] and rig.rec().handle == rec.handle
     assert rig.keyring.items[(SERVICE, "n1/claim-secret")] == "secret-of-n1"  # the secret it runs with
