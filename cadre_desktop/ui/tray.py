@@ -49,7 +49,7 @@ class Tray(QObject):
     def __init__(self, model: NodeTableModel, icons: TrayIcons, parent: QObject | None = None, lent=None) -> None:
         super().__init__(parent)
         self.model, self.icons = model, icons
-        #: The lent nodes (ui/lent.py): they count in the colour, the tooltip and the menu.
+        #: The lent nodes (ui/lent_core.py): they count in the colour, the tooltip and the menu.
         self.lent = lent
         self.icon = QSystemTrayIcon(self)
         self.menu = QMenu()

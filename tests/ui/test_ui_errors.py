@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 
 from cadre_desktop.errors import NoSuchThing  # noqa: E402
 from cadre_desktop.ui.actions import Actions  # noqa: E402
-from cadre_desktop.ui.lent import lent_notice_view  # noqa: E402
+from cadre_desktop.ui.lent_core import lent_notice_view  # noqa: E402
 from cadre_desktop.ui.notify import Notifier  # noqa: E402
 
 
