@@ -276,7 +276,7 @@ class _Exchange:
     async def _refuse_malformed(self, err: Exception) -> None:
         if self.eof and isinstance(err, h11.RemoteProtocolError):
             return  # the client closed half-way through a request: nobody to tell
-        self.conn.busy = 0  # refused before or while its handler ran: idle, whichever it was
+        self.server.guard.done(self.conn)  # refused before or while its handler ran: idle either way
         log.warning("a malformed request from %s: %s", self.remote, escape(" ".join(str(err).split()), 200))
         if self.h.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             self.broken = True

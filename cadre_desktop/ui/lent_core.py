@@ -21,6 +21,7 @@ from cadre_desktop.host.donations import DONATION_SUPERVISED, DonationStatus
 from cadre_desktop.host.lend_views import DonationView, GrantView
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
+from cadre_desktop.ui.model import tick_while_shown
 from cadre_desktop.ui.status import TrayState, seconds_until, utcnow
 
 
@@ -95,11 +96,7 @@ class LentModel(QObject):
             self.refresh()
 
     def set_ticking(self, on: bool) -> None:
-        if on and not self._tick.isActive():
-            self.refresh()
-            self._tick.start()
-        elif not on:
-            self._tick.stop()
+        tick_while_shown(self._tick, on, self.refresh)
 
     def refresh(self) -> None:
         self.now = utcnow()

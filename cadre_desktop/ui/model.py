@@ -60,6 +60,17 @@ class Usage:
     rss: int | None = None
 
 
+def tick_while_shown(tick: QTimer, on: bool, refresh) -> None:
+    """A model's one-second tick runs only while someone looks (the window is shown):
+    idle in the tray, the app wakes for engine events alone. Turned on, the model is
+    brought up to date at once rather than a tick later."""
+    if on and not tick.isActive():
+        refresh()
+        tick.start()
+    elif not on:
+        tick.stop()
+
+
 class NodeTableModel(QAbstractTableModel):
     #: After every refresh: the views may have changed.
     refreshed = Signal()
@@ -79,13 +90,7 @@ class NodeTableModel(QAbstractTableModel):
         self.refresh()
 
     def set_ticking(self, on: bool) -> None:
-        """The one-second tick runs only while someone looks (the window is shown):
-        idle in the tray, the app wakes for engine events alone."""
-        if on and not self._tick.isActive():
-            self.refresh()
-            self._tick.start()
-        elif not on:
-            self._tick.stop()
+        tick_while_shown(self._tick, on, self.refresh)
 
     def stop(self) -> None:
         self._tick.stop()
