@@ -122,9 +122,7 @@ class Host:
         check_bind_host(s.bind_host, str(self.paths.settings_file))
         ports = PortAllocator(*s.port_range, bind_host=s.bind_host)
         self.orchestrator = Orchestrator(
-            state_file=self.paths.state_file,
-            nodes_dir=self.paths.nodes_dir,
-            log_dir=self.paths.log_dir,
+            paths=self.paths,
             node_command=s.node_command,
             ports=ports,
             bind_host=s.bind_host,
