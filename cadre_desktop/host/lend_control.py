@@ -24,8 +24,8 @@ from typing import Any
 from aiohttp import web
 
 from cadre_desktop.errors import CadreError, NotFound
-from cadre_desktop.host.control import valid_node_id
 from cadre_desktop.host.events import HostEvent
+from cadre_desktop.host.records import is_node_id
 
 GRANT_FIELDS = {"label", "max_nodes", "expires_in_s"}
 
@@ -39,7 +39,7 @@ def _lending(server):
 
 def _id(request: web.Request) -> str:
     value = request.match_info["id"]
-    if not valid_node_id(value):
+    if not is_node_id(value):
         raise NotFound(f"Nothing here has the id {value[:40]!r}.")
     return value
 
@@ -87,7 +87,7 @@ def routes(server) -> list[web.RouteDef]:
 
     async def end_donation(request: web.Request) -> web.Response:
         donation_id = request.match_info["id"]
-        existed = valid_node_id(donation_id) and await _lending(server).end_loan(donation_id)
+        existed = is_node_id(donation_id) and await _lending(server).end_loan(donation_id)
         return web.json_response({"ended": donation_id, "existed": bool(existed)})
 
     return [

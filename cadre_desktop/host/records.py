@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 
-class NodeStatus(str, Enum):
+class NodeStatus(StrEnum):
+    """A node's status. A `StrEnum`: it equals its value and prints as it ("joined"), so a
+    view's status reads the same in a message, a label or JSON as it did as a string."""
+
     #: The code creating the node owns it; no handle may exist yet.
     SPAWNING = "spawning"
     UNCLAIMED = "unclaimed"
