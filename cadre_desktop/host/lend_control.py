@@ -44,6 +44,16 @@ def _id(request: web.Request) -> str:
     return value
 
 
+def _action(server, action: str, view: str):
+    """A POST with an empty body that does `lending.<action>(id)` and answers the row's view."""
+    async def handler(request: web.Request) -> web.Response:
+        await server._body(request, set())
+        lending, row_id = _lending(server), _id(request)
+        await getattr(lending, action)(row_id)
+        return web.json_response(getattr(lending.views, view)(row_id).to_json())
+    return handler
+
+
 def routes(server) -> list[web.RouteDef]:
     """The routes, bound to one ControlServer (its host and body reader)."""
 
@@ -67,23 +77,11 @@ def routes(server) -> list[web.RouteDef]:
     async def grant_link(request: web.Request) -> web.Response:
         return web.json_response({"link": await _lending(server).link_of(_id(request))})
 
-    async def revoke_grant(request: web.Request) -> web.Response:
-        await server._body(request, set())
-        lending, grant_id = _lending(server), _id(request)
-        await lending.revoke_grant(grant_id)
-        return web.json_response(lending.views.grant(grant_id).to_json())
-
     async def list_donations(request: web.Request) -> web.Response:
         return web.json_response({"donations": [v.to_json() for v in _lending(server).views.donations()]})
 
     async def get_donation(request: web.Request) -> web.Response:
         return web.json_response(_lending(server).views.donation(_id(request)).to_json())
-
-    async def retry_donation(request: web.Request) -> web.Response:
-        await server._body(request, set())
-        lending, donation_id = _lending(server), _id(request)
-        await lending.retry(donation_id)
-        return web.json_response(lending.views.donation(donation_id).to_json())
 
     async def end_donation(request: web.Request) -> web.Response:
         donation_id = request.match_info["id"]
@@ -95,10 +93,10 @@ def routes(server) -> list[web.RouteDef]:
         web.post("/api/grants", create_grant),
         web.get("/api/grants/{id}", get_grant),
         web.get("/api/grants/{id}/link", grant_link),
-        web.post("/api/grants/{id}/revoke", revoke_grant),
+        web.post("/api/grants/{id}/revoke", _action(server, "revoke_grant", "grant")),
         web.get("/api/donations", list_donations),
         web.get("/api/donations/{id}", get_donation),
-        web.post("/api/donations/{id}/retry", retry_donation),
+        web.post("/api/donations/{id}/retry", _action(server, "retry", "donation")),
         web.delete("/api/donations/{id}", end_donation),
     ]
 
