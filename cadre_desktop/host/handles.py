@@ -103,7 +103,6 @@ ExitEvent = Exit
 @dataclass
 class InitReport:
     attached: list[Handle]
-    dead: list[str]
     #: Nodes the last host stopped on a clean quit: starting them again is no failed attempt.
     stopped_cleanly: frozenset[str] = frozenset()
 

@@ -145,7 +145,7 @@ class Orchestrator:
             self._persist()  # the clean-stop list is read once
         if self.standby is not None:
             self.standby.fill_soon()
-        return InitReport(attached=attached, dead=dead, stopped_cleanly=stopped_cleanly)
+        return InitReport(attached=attached, stopped_cleanly=stopped_cleanly)
 
     def _attach(self, handle: Handle) -> None:
         loop = asyncio.get_running_loop()

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cadre_desktop.host.handles import read_state
 from cadre_desktop.host.orchestrator import ExitEvent, Orchestrator
 from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.host.procs import read_identity
@@ -141,7 +142,7 @@ async def test_handle_whose_pid_now_belongs_to_another_process_is_not_adopted(tm
         orch = make_orchestrator(tmp_path)
         report = await orch.init()
         assert report.attached == []
-        assert report.dead == ["n1.forged"]
+        assert orch.get("n1.forged") is None and read_state(orch.state_file)[0] == {}  # forgotten, on disk too
         assert not orch.is_running("n1.forged")
         await orch.stop("n1.forged")
         await orch.remove_node("n1")
