@@ -325,7 +325,7 @@ def test_no_secret_is_compared_with_an_ordinary_equality():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "cadre_desktop"
-    files = sorted((root / "node").glob("*.py")) + [root / "host" / "control.py", root / "control_client.py"]
+    files = sorted((root / "node").glob("*.py")) + [root / "host" / "control.py", root / "cli" / "client.py"]
     files += [root / "host" / name for name in ("lend_api.py", "lending.py", "grants.py", "lend_control.py")]
     found = []
     for path in files:
