@@ -56,16 +56,6 @@ def raise_soft_limit(platform: str = sys.platform, resource_module=None) -> tupl
     return soft, soft
 
 
-def soft_limit(resource_module=None) -> int | None:
-    try:
-        import resource as resource_module_  # noqa: F401
-    except ImportError:
-        return None
-    module = resource_module or resource_module_
-    soft = module.getrlimit(module.RLIMIT_NOFILE)[0]
-    return None if soft == module.RLIM_INFINITY or soft < 0 else soft
-
-
 class Reserve:
     """A few spare descriptors, freed for one retry of an operation that hit EMFILE."""
 

@@ -21,19 +21,15 @@ both.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Iterable, Optional
 
-from cadre_desktop.errors import CadreError
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.events import EventBus, EventKind
 from cadre_desktop.host.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus
 from cadre_desktop.host.secrets import SecretKind
 from cadre_desktop.host.store import RecordStore
-
-log = logging.getLogger(__name__)
 
 S = NodeStatus
 _ANY = frozenset(NodeStatus)
@@ -237,8 +233,3 @@ class Lifecycle:
 
     def _announce(self, change: Change, before: NodeRecord, after: NodeRecord, detail: str) -> None:
         self.kind.announce(self.events, change, before, after, detail)
-
-
-def write_failed(node_id: str, change: Change, exc: CadreError) -> None:
-    """Log a transition whose write failed; the caller decides what that means."""
-    log.error("node %s: could not record %s: %s", node_id, change.value, exc.message)

@@ -65,8 +65,8 @@ def _swap(host, new: Settings) -> None:
         if ports is not None:
             ports.low, ports.high = new.port_range
     supervisor = host.supervisor
-    if supervisor is not None and hasattr(supervisor, "policy"):
-        supervisor.policy = type(supervisor.policy)(new)
+    if supervisor is not None:
+        supervisor.use_settings(new)
 
 
 async def apply_settings(host, new: Settings) -> Applied:

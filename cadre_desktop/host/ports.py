@@ -53,10 +53,6 @@ class PortAllocator:
         self._is_free = is_free
         self._held: set[int] = set()
 
-    @property
-    def held(self) -> frozenset[int]:
-        return frozenset(self._held)
-
     def allocate(self, count: int = 2, avoid: Iterable[int] = ()) -> list[int]:
         """Reserve `count` ports, or raise PortsExhausted reserving none.
 

@@ -194,8 +194,3 @@ class RowStore(Generic[R]):
         """Ids whose removal a crash (or a failing keyring) left unfinished."""
         self.load()
         return sorted(self._removing)
-
-    def reload(self) -> None:
-        """Forget the cache (after the file was fixed by hand)."""
-        self._cache = None
-        self._removing = {}

@@ -116,7 +116,3 @@ class RecordStore(RowStore[NodeRecord]):
             self._keyring_layout = KEYRING_LAYOUT
             self._save(self._cache)
 
-    def reload(self) -> None:
-        """Forget the cache (after the file was fixed by hand)."""
-        super().reload()
-        self._home_id = None

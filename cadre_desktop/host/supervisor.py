@@ -4,7 +4,8 @@ One reconcile pass behind three triggers: once at start (after the driver
 re-attached, catching every node that died while the host was down), on every
 child exit (a crash is noticed in milliseconds; a storm of exits coalesces into
 one queued pass), and a periodic sweep as the backstop. A timer also brings the
-pass forward to the moment the earliest backoff or start grace ends.
+pass forward to the moment the earliest backoff or start grace ends. When a
+pass runs is `passes.py`; what it does is here.
 
 Each pass gives one verdict per node (`decide.py`, a pure function of the
 record and what the driver, the probe and the keyring gate say) and carries it
@@ -41,16 +42,16 @@ from typing import Awaitable, Callable, TypeVar
 from cadre_desktop.errors import CadreError, SecretsError
 from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.decide import (
-    Decision, Observation, Policy, SecretState, Verdict, decide, exit_words,
+    Decision, Observation, Policy, SecretState, Verdict, decide,
 )
 from cadre_desktop.host.driver import DriverStatus, Exit, NodeDriver
 from cadre_desktop.host.exits import ExitBook
 from cadre_desktop.host.keyring_gate import KeyringGate
 from cadre_desktop.host.lifecycle import HOSTED, Change, Lifecycle
+from cadre_desktop.host.passes import PassSchedule, breathe
 from cadre_desktop.host.records import NodeRecord, RespawnInfo, StartMark
 from cadre_desktop.host.secrets import SecretKind
 from cadre_desktop.host.timeline import Timeline
-from cadre_desktop.text import one_line
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -68,23 +69,6 @@ def secret_kind(record: NodeRecord) -> SecretKind:
 def secret_env(record: NodeRecord, value: str, host_token: str | None = None) -> dict[str, str]:
     """What a start of a hosted node adds to the node contract's environment (see lifecycle.HOSTED)."""
     return HOSTED.secret_env(record, value, host_token)
-
-
-async def _breathe() -> None:
-    """Let everything already due run before the pass goes on.
-
-    A start holds the loop for its spawn and a synced file write, so a storm of
-    fifty would stall the control API, the probe and the UI for all of them
-    together. `sleep(0)` would queue the pass ahead of timers that fell due
-    meanwhile; a zero-delay timer queues it behind them.
-    """
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    handle = loop.call_later(0, lambda: done.done() or done.set_result(None))
-    try:
-        await done
-    finally:
-        handle.cancel()
 
 
 class Supervisor:
@@ -106,8 +90,8 @@ class Supervisor:
         self.driver = driver
         self.gate = gate
         self.settings = settings
-        self.policy = Policy(lifecycle.kind.settings(settings))
-        self._policies: dict[str, Policy] = {lifecycle.kind.noun: self.policy}
+        #: Per kind of record, its supervision numbers.
+        self._policies: dict[str, Policy] = {lifecycle.kind.noun: Policy(lifecycle.kind.settings(settings))}
         #: Records a pass skipped because they cannot be started again (reported once each).
         self._skipped: set[str] = set()
         self.clock = clock
@@ -116,18 +100,12 @@ class Supervisor:
         self._on_sweep = on_sweep
         self.supervisor_id = f"{socket.gethostname()}:{os.getpid()}"
         self._queue = asyncio.Lock()
-        self._timer: asyncio.Task | None = None
+        self.passes = PassSchedule(self.reconcile, clock, lambda: self.policy.sweep_s, self._sweep_chores)
         self._unsubscribe = None
-        self._exit_pass_queued = False
-        self._exit_pass_wanted = False
-        self._disposed = False
-        self._tasks: set[asyncio.Task] = set()
-        self._due_task: asyncio.Task | None = None
-        self._due_at: float | None = None
         self._uncounted: set[str] = set()
         self.timeline = Timeline(clock)
         #: The words for each node's last exit this process saw (or the reason it stopped it).
-        self.exits = ExitBook()
+        self.exits = ExitBook(lambda node_id, count: self.driver.log_tail(node_id, count), gate.redact)
         self._waiting_keyring: set[str] = set()
         #: Per child this process started, the host token it was given (memory only).
         self.host_tokens: dict[str, str] = {}
@@ -141,6 +119,17 @@ class Supervisor:
         """Supervise another kind of record on the same passes, queue and timers."""
         self.lifecycles.append(lifecycle)
         self._policies[lifecycle.kind.noun] = Policy(lifecycle.kind.settings(self.settings))
+
+    def use_settings(self, settings: Settings) -> None:
+        """New supervision numbers for every kind of record, from the next decision on."""
+        self.settings = settings
+        for lc in self.lifecycles:
+            self._policies[lc.kind.noun] = Policy(lc.kind.settings(settings))
+
+    @property
+    def policy(self) -> Policy:
+        """The hosted nodes' numbers (the sweep's period among them)."""
+        return self._policies[self.lifecycle.kind.noun]
 
     def lifecycle_of(self, node_id: str) -> Lifecycle:
         """The lifecycle whose store holds this id (the hosted one when none does)."""
@@ -164,28 +153,20 @@ class Supervisor:
         start-up pass starts them again whatever their budget or backoff says,
         without counting an attempt.
         """
-        if self._timer is not None:
+        if self.passes.started:
             return
         self._uncounted = set(stopped_cleanly)
-        self._disposed = False
         self._unsubscribe = self.driver.subscribe(self._on_exit)
-        self._timer = asyncio.create_task(self._sweep_forever(), name="supervisor-sweep")
+        self.passes.start()
         self._report_orphans()
         self.kick("startup")
 
     async def stop(self) -> None:
         """End the timers and the subscription; an in-flight pass drops what it has not reached."""
-        self._disposed = True
         if self._unsubscribe:
             self._unsubscribe()
             self._unsubscribe = None
-        if self._timer:
-            self._timer.cancel()
-            await asyncio.gather(self._timer, return_exceptions=True)
-            self._timer = None
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.passes.stop()
 
     async def serialize(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run `work` on the serial queue every pass, Retry and Restart share."""
@@ -194,68 +175,29 @@ class Supervisor:
 
     def kick(self, trigger: str) -> asyncio.Task | None:
         """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
-        if self._disposed or self._timer is None:
-            return None
-        task = asyncio.create_task(self._pass_logged(trigger), name=f"supervisor-{trigger}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self.passes.kick(trigger)
 
-    async def _sweep_forever(self) -> None:
-        while True:
-            await self.clock.sleep(self.policy.sweep_s)
-            if self._on_sweep is not None:
-                try:
-                    await self._on_sweep()
-                except Exception:
-                    log.exception("the sweep's housekeeping failed")
+    async def _sweep_chores(self) -> None:
+        if self._on_sweep is not None:
             try:
-                self.driver.trim_logs()
-            except Exception as exc:
-                log.debug("log trim failed: %s", exc)
-            await self._pass_logged("timer")
-
-    async def _pass_logged(self, trigger: str) -> list[str]:
+                await self._on_sweep()
+            except Exception:
+                log.exception("the sweep's housekeeping failed")
         try:
-            ids = await self.reconcile()
-        except Exception:
-            log.exception("supervisor pass (%s) failed", trigger)
-            return []
-        if ids:
-            log.info("%s pass started %s", trigger, ", ".join(ids))
-        return ids
+            self.driver.trim_logs()
+        except Exception as exc:
+            log.debug("log trim failed: %s", exc)
 
     def _on_exit(self, event: Exit) -> None:
         """An exit is an event at once; the pass it asks for is queued (storms coalesce)."""
-        if self._disposed:
+        if self.passes.stopped:
             return
         if not event.requested:
             self._note_exit(event)
-        self._exit_pass_wanted = True
-        if self._exit_pass_queued:
-            return
-        self._exit_pass_queued = True
-
-        async def run() -> None:
-            try:
-                while self._exit_pass_wanted and not self._disposed:
-                    self._exit_pass_wanted = False
-                    await self._pass_logged("exit")
-            finally:
-                self._exit_pass_queued = False
-
-        task = asyncio.create_task(run(), name="supervisor-exit")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _words_from_log(self, node_id: str, code: int | None) -> str:
-        """An exit in words: its code or signal, and the node's last log line (secrets redacted)."""
-        lines = self.driver.log_tail(node_id, 1)
-        return exit_words(code, one_line(self.gate.redact(node_id, lines[-1])) if lines else None)
+        self.passes.after_exit()
 
     def _note_exit(self, event: Exit) -> None:
-        words = self._words_from_log(event.node_id, event.returncode)
-        self.exits.seen(event.node_id, words, event.returncode)
+        words = self.exits.seen(event.node_id, event.returncode)
         try:
             self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
         except CadreError as exc:
@@ -291,7 +233,7 @@ class Supervisor:
             return started
         waits: list[float] = []
         for lc, record in candidates:
-            if self._disposed:
+            if self.passes.stopped:
                 break
             if self._skip(lc, record):
                 continue
@@ -301,7 +243,7 @@ class Supervisor:
                 verdict = decide(record, self.observe(record), self.policy_for(lc), lc.kind.supervised)
                 if await self._carry_out(record, verdict):
                     started.append(record.id)
-                    await _breathe()
+                    await breathe()
             except Exception as exc:
                 # One bad record never ends the pass; the others may be down too.
                 error = exc.message if isinstance(exc, CadreError) else f"{type(exc).__name__}: {exc}"
@@ -311,7 +253,7 @@ class Supervisor:
                 waits.append(due)
             if verdict is not None and verdict.decision is not Decision.LEAVE or error:
                 self._note_decision(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
-        self._arm_due_timer(waits)
+        self.passes.arm(waits)
         return started
 
     def _due_after(self, lc: Lifecycle, node_id: str, verdict: Verdict | None) -> float | None:
@@ -363,7 +305,7 @@ class Supervisor:
         if last_exit is None and status is not DriverStatus.RUNNING and handle is not None:
             # An exit this process did not see (it died while the host was down): its words
             # come from the log, read once per dead child rather than at every pass.
-            last_exit = self.exits.unseen(handle.id, lambda: self._words_from_log(record.id, handle.returncode))
+            last_exit = self.exits.unseen(record.id, handle.id, handle.returncode)
         return Observation(
             status=status,
             returncode=self.exits.code(record.id, handle.returncode if handle else None),
@@ -494,7 +436,7 @@ class Supervisor:
             return
         n = record.attempts
         head = f"gave up after {n} attempt{'s' if n != 1 else ''}: {reason}" if n else f"gave up: {reason}"
-        message = self._with_log_tail(node_id, head)
+        message = self.exits.with_log_tail(node_id, head)
         if lc.apply(node_id, Change.GIVE_UP, lambda r: r.replace(status=lc.kind.error, error=message),
                     detail=message) is None:
             return
@@ -505,43 +447,12 @@ class Supervisor:
             except Exception as exc:
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
 
-    def _with_log_tail(self, node_id: str, reason: str) -> str:
-        lines = self.driver.log_tail(node_id, 5)
-        if not lines:
-            return reason
-        return reason + "\nLast log lines:\n" + self.gate.redact(node_id, "\n".join(one_line(x) for x in lines))
-
     # -- time ---------------------------------------------------------------------
 
     def _since_attempt_s(self, record: NodeRecord) -> float | None:
         if not record.respawn:
             return None
         return self.timeline.since(("attempt", record.id), record.respawn.last_attempt_at)
-
-    def _arm_due_timer(self, waits: list[float]) -> None:
-        """Bring the next pass forward to when the earliest backoff or start grace ends.
-
-        `waits` are the pass's own verdicts (seconds until each is due), so the
-        timer costs no second look at every node.
-        """
-        if self._disposed or not waits:
-            return
-        due = self.clock.monotonic() + min(waits)
-        if self._due_task is not None and not self._due_task.done():
-            if self._due_at is not None and self._due_at <= due:
-                return
-            self._due_task.cancel()
-        self._due_at = due
-        delay = max(0.0, min(waits))
-
-        async def fire() -> None:
-            await self.clock.sleep(delay)
-            self._due_task = None  # this pass may arm the next one
-            await self._pass_logged("due")
-
-        self._due_task = asyncio.create_task(fire(), name="supervisor-due")
-        self._tasks.add(self._due_task)
-        self._due_task.add_done_callback(self._tasks.discard)
 
     # -- what views show --------------------------------------------------------------
 

@@ -138,9 +138,6 @@ class Delivery(QObject):
             except Exception as exc:
                 log.debug("closing the notification bus: %r", exc)
 
-    def is_live(self, key: str) -> bool:
-        return key in self._live
-
     async def _withdraw(self, key: str) -> None:
         identifier = self._live.pop(key, None)
         if self._balloon_key == key:

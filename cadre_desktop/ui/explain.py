@@ -13,6 +13,7 @@ from pathlib import Path
 
 from cadre_desktop.host.address import url_host
 from cadre_desktop.host.clock import parse_iso
+from cadre_desktop.host.records import NodeStatus
 from cadre_desktop.host.views import NodeView
 from cadre_desktop.logtail import tail_lines
 from cadre_desktop.ui.status import duration_words, exit_line, is_down, is_starting, seconds_until
@@ -38,18 +39,18 @@ def state_words(v: NodeView, now: datetime) -> str:
     waiting = getattr(v, "waiting_for", None)
     if waiting:
         return f"Waiting for the {waiting}: it starts by itself once that is available"
-    if v.status == "error":
+    if v.status == NodeStatus.ERROR:
         return "Stopped: the host gave up on it after it kept exiting"
     if is_down(v):
         left = seconds_until(v.next_retry_at, now)
         return f"Down: restarting in {left} s (attempt {v.attempts + 1})" if left else "Down: restarting now"
-    if v.status == "spawning" or is_starting(v):
+    if v.status == NodeStatus.SPAWNING or is_starting(v):
         return "Starting: waiting for its first answer"
-    if v.status == "unclaimed":
+    if v.status == NodeStatus.UNCLAIMED:
         return "Running, waiting to be claimed"
-    if v.status == "joining":
+    if v.status == NodeStatus.JOINING:
         return "Running, joining its cadre"
-    if v.status == "joined":
+    if v.status == NodeStatus.JOINED:
         return f"Running, joined the cadre {v.cadre}" if v.cadre else "Running, joined its cadre"
     return v.status.capitalize()
 
@@ -102,7 +103,7 @@ def next_step(v: NodeView) -> str:
     waiting = getattr(v, "waiting_for", None)
     if waiting == "keyring":
         return "Unlock your keyring (the login keyring); the node starts by itself once it is open."
-    if v.status == "error":
+    if v.status == NodeStatus.ERROR:
         said = " ".join(filter(None, (exit_line(v), v.last_error))).casefold()
         if "could not start the node program" in said or "no such file" in said and "node_command" in said:
             return "Check the node command in Preferences, then press Retry."
@@ -111,9 +112,9 @@ def next_step(v: NodeView) -> str:
         return "Read its last log lines below, fix what they name, then press Retry."
     if is_down(v):
         return "It restarts by itself; Restart tries at once without counting an attempt."
-    if v.status == "unclaimed":
+    if v.status == NodeStatus.UNCLAIMED:
         return "Show its QR code and scan it with your phone to claim it into your cadre."
-    if v.status in ("spawning", "joining") or is_starting(v):
+    if v.status in (NodeStatus.SPAWNING, NodeStatus.JOINING) or is_starting(v):
         return "Nothing yet: it is on its way."
     return "Nothing to do: it is running."
 

@@ -35,13 +35,32 @@ class GrantDialog(QDialog):
         self._create = create
         self.link_text = ""
         self.pages = QStackedWidget()
+        self.form_page = self._make_form_page(max_nodes)
+        self.link_page = self._make_link_page()
+        self.pages.addWidget(self.form_page)
+        self.pages.addWidget(self.link_page)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.pages)
+        self.label.setFocus()
 
+    def _make_form_page(self, max_nodes: int) -> QWidget:
+        """Who the grant is for, how many nodes, when it expires; *Make grant*."""
         form_page = QWidget()
         form_layout = QVBoxLayout(form_page)
         intro = QLabel("Lend nodes of this computer to a cadre that is not yours. Their software asks for nodes "
                        "with the link this makes; each runs here for them until you end the loan.")
         intro.setWordWrap(True)
         form_layout.addWidget(intro)
+        form_layout.addLayout(self._make_form(max_nodes))
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.make_button = self.buttons.addButton("Make grant", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.buttons.button(QDialogButtonBox.StandardButton.Cancel).setAutoDefault(False)
+        self.buttons.accepted.connect(self._make)
+        self.buttons.rejected.connect(self.reject)
+        form_layout.addWidget(self.buttons)
+        return form_page
+
+    def _make_form(self, max_nodes: int) -> QFormLayout:
         form = QFormLayout()
         self.label = QLineEdit()
         self.label.setPlaceholderText("who it is for, e.g. Alice's cadre")
@@ -55,14 +74,10 @@ class GrantDialog(QDialog):
         form.addRow("For:", self.label)
         form.addRow("Nodes at most:", self.max_nodes)
         form.addRow("Expires:", self.expiry)
-        form_layout.addLayout(form)
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
-        self.make_button = self.buttons.addButton("Make grant", QDialogButtonBox.ButtonRole.AcceptRole)
-        self.buttons.button(QDialogButtonBox.StandardButton.Cancel).setAutoDefault(False)
-        self.buttons.accepted.connect(self._make)
-        self.buttons.rejected.connect(self.reject)
-        form_layout.addWidget(self.buttons)
+        return form
 
+    def _make_link_page(self) -> QWidget:
+        """The grant's label, what the link is, its QR code, the link; *Copy link* and *Close*."""
         link_page = QWidget()
         link_layout = QVBoxLayout(link_page)
         self.title = QLabel()
@@ -78,6 +93,12 @@ class GrantDialog(QDialog):
         self.link = QLineEdit()
         self.link.setReadOnly(True)
         self.link.setToolTip("The grant link. It holds the grant's token.")
+        for widget in (self.title, self.hint, self.qr, self.link):
+            link_layout.addWidget(widget)
+        link_layout.addLayout(self._make_link_buttons())
+        return link_page
+
+    def _make_link_buttons(self) -> QHBoxLayout:
         row = QHBoxLayout()
         self.copy = QPushButton("Copy link")
         close = QPushButton("Close")
@@ -86,18 +107,9 @@ class GrantDialog(QDialog):
         row.addWidget(self.copy)
         row.addStretch(1)
         row.addWidget(close)
-        for widget in (self.title, self.hint, self.qr, self.link):
-            link_layout.addWidget(widget)
-        link_layout.addLayout(row)
         self.copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.link_text))
         close.clicked.connect(self.accept)
-
-        self.pages.addWidget(form_page)
-        self.pages.addWidget(link_page)
-        self.form_page, self.link_page = form_page, link_page
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.pages)
-        self.label.setFocus()
+        return row
 
     def showEvent(self, event) -> None:  # noqa: N802
         super().showEvent(event)

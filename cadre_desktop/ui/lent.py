@@ -20,6 +20,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
+from cadre_desktop.host.donations import DONATION_SUPERVISED, DonationStatus
+from cadre_desktop.host.grants import GrantState
 from cadre_desktop.host.lend_views import DonationView, GrantView
 from cadre_desktop.ui import dialogs
 from cadre_desktop.ui.actions import Actions
@@ -36,27 +38,26 @@ EMPTY_TEXT = (
     "asks this computer for up to the number of nodes you allow; you can end any loan, or revoke the "
     "grant, at any time.</p>"
 )
-SUPERVISED = ("awaiting_seed", "seeded")
 
 
 def donation_state(v: DonationView) -> TrayState:
-    if v.status == "error":
+    if v.status == DonationStatus.ERROR:
         return TrayState.ERROR
-    if v.status == "provisioning" or (v.status in SUPERVISED and not v.running):
+    if v.status == DonationStatus.PROVISIONING or (v.status in DONATION_SUPERVISED and not v.running):
         return TrayState.BUSY
-    if v.status == "awaiting_seed":
+    if v.status == DonationStatus.AWAITING_SEED:
         return TrayState.UNCLAIMED
     return TrayState.JOINED
 
 
 def donation_words(v: DonationView, now: datetime) -> str:
-    if v.status in SUPERVISED and not v.running:
+    if v.status in DONATION_SUPERVISED and not v.running:
         if v.waiting_for == "keyring":
             return "Waiting for the keyring"
         left = seconds_until(v.next_retry_at, now)
         return f"Restarting in {left} s" if left else "Restarting…"
-    return {"provisioning": "Starting…", "awaiting_seed": "Waiting for its seed",
-            "seeded": f"Seeded for {v.party_id}", "error": "Error"}.get(v.status, v.status)
+    return {DonationStatus.PROVISIONING: "Starting…", DonationStatus.AWAITING_SEED: "Waiting for its seed",
+            DonationStatus.SEEDED: f"Seeded for {v.party_id}", DonationStatus.ERROR: "Error"}.get(v.status, v.status)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,17 @@ class LentView(QWidget):
     def __init__(self, host, model: LentModel, actions: Actions, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.host, self.model, self.actions = host, model, actions
+        self._make_buttons()
+        self.empty = QLabel(EMPTY_TEXT)
+        self.empty.setWordWrap(True)
+        self.empty.setTextFormat(Qt.TextFormat.RichText)
+        split = self._make_tree_and_log()
+        self._lay_out(split)
+        self._connect()
+        self.fill()
+
+    def _make_buttons(self) -> None:
+        """*Lend nodes…* above; the grant's and the lent node's buttons below, unplaced."""
         self.lend_button = QPushButton("Lend nodes…")
         self.copy_button = QPushButton("Copy grant link")
         self.qr_button = QPushButton("Show QR")
@@ -168,18 +180,21 @@ class LentView(QWidget):
         self.log_button.setCheckable(True)
         self.revoke_button.setToolTip("Refuse this grant from now on, and end every loan made under it")
         self.retry_button.setToolTip("Try again a lent node the host gave up on")
-        self.empty = QLabel(EMPTY_TEXT)
-        self.empty.setWordWrap(True)
-        self.empty.setTextFormat(Qt.TextFormat.RichText)
+
+    def _make_tree_and_log(self) -> QSplitter:
+        """Grants with their lent nodes, above the selected lent node's (hidden) log."""
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(COLUMNS)
         self.tree.setRootIsDecorated(True)
         self.tree.setUniformRowHeights(True)
-        self.log = LogView(LendLogs(host))
+        self.log = LogView(LendLogs(self.host))
         self.log.hide()
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.tree)
         split.addWidget(self.log)
+        return split
+
+    def _lay_out(self, split: QSplitter) -> None:
         top = QHBoxLayout()
         top.addWidget(self.lend_button)
         top.addStretch(1)
@@ -196,6 +211,7 @@ class LentView(QWidget):
         self.status = QLabel()
         layout.addWidget(self.status)
 
+    def _connect(self) -> None:
         self.lend_button.clicked.connect(self.lend_requested.emit)
         self.copy_button.clicked.connect(self._copy_link)
         self.qr_button.clicked.connect(lambda: self._grant_selected(self.link_requested.emit))
@@ -204,9 +220,8 @@ class LentView(QWidget):
         self.retry_button.clicked.connect(lambda: self._donation_selected(self.retry))
         self.log_button.toggled.connect(self.log.setVisible)
         self.tree.itemSelectionChanged.connect(self.update_buttons)
-        model.refreshed.connect(self.fill)
-        actions.busy_changed.connect(self.update_buttons)
-        self.fill()
+        self.model.refreshed.connect(self.fill)
+        self.actions.busy_changed.connect(self.update_buttons)
 
     # -- the tree ------------------------------------------------------------------------
 
@@ -277,12 +292,12 @@ class LentView(QWidget):
         sel = self.selected()
         grant = self.model.grant(sel[1]) if sel and sel[0] == "grant" else None
         donation = self.model.donation(sel[1]) if sel and sel[0] == "donation" else None
-        active = grant is not None and grant.status == "active" and not self.actions.busy(grant.id)
+        active = grant is not None and grant.status == GrantState.ACTIVE and not self.actions.busy(grant.id)
         for button in (self.copy_button, self.qr_button, self.revoke_button):
             button.setEnabled(active)
         free = donation is not None and not self.actions.busy(donation.id)
         self.end_button.setEnabled(free)
-        self.retry_button.setEnabled(free and donation.status == "error")
+        self.retry_button.setEnabled(free and donation.status == DonationStatus.ERROR)
         self.log_button.setEnabled(donation is not None)
         self.log.follow(donation.id if donation else None)
 

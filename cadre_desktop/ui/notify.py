@@ -27,7 +27,7 @@ from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.delivery import DEFAULT, Delivery, Notice
 from cadre_desktop.ui.lent import lent_notice_view
-from cadre_desktop.ui.status import exit_line
+from cadre_desktop.ui.status import exit_line, gave_up
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +103,12 @@ class Notifier(QObject):
         """A lent node that left `error` (a Retry) or is gone withdraws its notice."""
         if kind in ("donation_changed", "donation_removed"):
             view = lent_notice_view(self.host, node_id)
-            if view is None or view.status != "error":
+            if view is None or not gave_up(view):
                 self._recovered(node_id)
 
     def _on_changed(self, node_id: str) -> None:
         view = self._view(node_id)
-        if view is None or view.status != "error":
+        if view is None or not gave_up(view):
             self._recovered(node_id)
 
     def _on_removed(self, node_id: str) -> None:
@@ -190,7 +190,7 @@ class Notifier(QObject):
             return
         lent = getattr(view, "lent", False)
         if action == RETRY and kind == GAVE_UP:
-            if view.status == "error" and not self.actions.busy(node_id):
+            if gave_up(view) and not self.actions.busy(node_id):
                 if lent:
                     self.actions.run(f"retry {view.name.lower()}", self.host.lending.retry(node_id), node_id)
                 else:

@@ -38,19 +38,28 @@ class PreferencesDialog(QDialog):
         self.settings, self.settings_file, self.autostart, self._save = settings, settings_file, autostart, save
         self.setWindowTitle("Preferences — cadre-desktop")
         layout = QVBoxLayout(self)
+        layout.addWidget(self._make_notifications())
+        layout.addWidget(self._make_starting_and_quitting())
+        layout.addWidget(self._make_nodes(detected_address))
+        self._add_error_and_buttons(layout)
+        self._fill(settings)
 
+    def _make_notifications(self) -> QGroupBox:
         self.notify = _checkbox("Show &notifications", "Desktop notifications from cadre-desktop")
         self.notify_gave_up = _checkbox("When the host &gives up on a node", "A critical notification with Retry")
         self.notify_claimed = _checkbox("When a node is &claimed", "Someone claimed or joined one of your nodes")
         self.notify.toggled.connect(lambda on: (self.notify_gave_up.setEnabled(on), self.notify_claimed.setEnabled(on)))
-        layout.addWidget(self._group("Notifications", self.notify, self.notify_gave_up, self.notify_claimed))
+        return self._group("Notifications", self.notify, self.notify_gave_up, self.notify_claimed)
 
+    def _make_starting_and_quitting(self) -> QGroupBox:
         self.keep_running = _checkbox("&Keep nodes running when cadre-desktop quits",
                                       "They keep serving their cadres; the next start takes them back")
         self.ask_on_quit = _checkbox("As&k every time I quit", "Quit asks whether to stop the nodes")
         self.start_at_login = _checkbox("Start cadre-desktop at &login", "Start it, with this home, when you log in")
-        layout.addWidget(self._group("Starting and quitting", self.start_at_login, self.keep_running, self.ask_on_quit))
+        return self._group("Starting and quitting", self.start_at_login, self.keep_running, self.ask_on_quit)
 
+    def _make_nodes(self, detected_address: str) -> QGroupBox:
+        """The advertised address, the node program and the port range."""
         form = QFormLayout()
         self.advertise = QLineEdit()
         self.advertise.setPlaceholderText(f"detected: {detected_address}")
@@ -73,8 +82,10 @@ class PreferencesDialog(QDialog):
         form.addRow(ports_label, ports)
         network = QGroupBox("Nodes")
         network.setLayout(form)
-        layout.addWidget(network)
+        return network
 
+    def _add_error_and_buttons(self, layout: QVBoxLayout) -> None:
+        """Where a refusal is said (hidden until one comes), then *Save* and *Cancel*."""
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setTextFormat(Qt.TextFormat.PlainText)
@@ -86,7 +97,6 @@ class PreferencesDialog(QDialog):
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
-        self._fill(settings)
 
     @staticmethod
     def _group(title: str, *widgets: QWidget) -> QGroupBox:

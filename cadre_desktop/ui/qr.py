@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from cadre_desktop import claim_qr
+from cadre_desktop.host.records import NodeStatus
 from cadre_desktop.ui import dialogs
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.model import NodeTableModel
@@ -122,7 +123,7 @@ class QrDialog(QDialog):
             return self._finish("This node was removed.")
         self.setWindowTitle(f"Claim {v.name}")
         self.title.setText(v.name)
-        if v.status == "joined":
+        if v.status == NodeStatus.JOINED:
             return self._finish(f"{v.name} was claimed by {v.cadre}." if v.cadre else f"{v.name} was claimed.")
         if v.claim_url != self._url:
             self._url = v.claim_url
@@ -137,7 +138,7 @@ class QrDialog(QDialog):
         else:
             self.hint.setText(f"This node has no claim code right now ({status_words(v, self.model.now)}).")
         busy = self.actions.busy(self.node_id)
-        self.regenerate.setEnabled(v.status == "unclaimed" and not busy)
+        self.regenerate.setEnabled(v.status == NodeStatus.UNCLAIMED and not busy)
         self.copy.setEnabled(bool(v.claim_url))
 
     def _finish(self, message: str) -> None:

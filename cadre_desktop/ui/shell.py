@@ -15,6 +15,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QProgressDialog, QSystemTrayIcon
 
 from cadre_desktop.errors import CadreError, SettingsError
+from cadre_desktop.host.records import NodeStatus
 from cadre_desktop.settings import Settings
 from cadre_desktop import autostart as autostart_module
 from cadre_desktop.ui.actions import Actions
@@ -160,7 +161,7 @@ class Shell(QObject):
         v = self.model.view(node_id)
         if self.window.isVisible():
             self.window.select(node_id)
-        if v is not None and v.status == "unclaimed":
+        if v is not None and v.status == NodeStatus.UNCLAIMED:
             self.show_qr(node_id)
 
     def show_qr(self, node_id: str) -> QrDialog:

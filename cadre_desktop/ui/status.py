@@ -11,9 +11,12 @@ from enum import Enum
 from typing import Iterable
 
 from cadre_desktop.host.clock import parse_iso
+from cadre_desktop.host.donations import DonationStatus
+from cadre_desktop.host.records import SUPERVISED, NodeStatus
 from cadre_desktop.host.views import NodeView
 
-SUPERVISED = ("unclaimed", "joining", "joined")
+#: What a hosted or a lent node the host gave up on shows; only Retry brings it back.
+GAVE_UP = (NodeStatus.ERROR, DonationStatus.ERROR)
 
 
 class TrayState(str, Enum):
@@ -69,12 +72,17 @@ def is_starting(view: NodeView) -> bool:
     return view.status in SUPERVISED and view.running and not view.ready
 
 
+def gave_up(view) -> bool:
+    """The host gave up on this node, hosted or lent: it waits for Retry."""
+    return view.status in GAVE_UP
+
+
 def node_state(view: NodeView) -> TrayState:
-    if view.status == "error":
+    if view.status == NodeStatus.ERROR:
         return TrayState.ERROR
-    if view.status in ("spawning", "joining") or is_down(view) or is_starting(view):
+    if view.status in (NodeStatus.SPAWNING, NodeStatus.JOINING) or is_down(view) or is_starting(view):
         return TrayState.BUSY
-    if view.status == "unclaimed":
+    if view.status == NodeStatus.UNCLAIMED:
         return TrayState.UNCLAIMED
     return TrayState.JOINED
 
@@ -88,15 +96,15 @@ def status_words(view: NodeView, now: datetime) -> str:
     if is_down(view):
         left = seconds_until(view.next_retry_at, now)
         return f"Restarting in {left} s" if left else "Restarting…"
-    if view.status == "spawning" or is_starting(view):
+    if view.status == NodeStatus.SPAWNING or is_starting(view):
         return "Starting…"
-    if view.status == "unclaimed":
+    if view.status == NodeStatus.UNCLAIMED:
         return "Waiting to be claimed"
-    if view.status == "joining":
+    if view.status == NodeStatus.JOINING:
         return "Joining…"
-    if view.status == "joined":
+    if view.status == NodeStatus.JOINED:
         return f"Joined {view.cadre}" if view.cadre else "Joined"
-    if view.status == "error":
+    if view.status == NodeStatus.ERROR:
         return "Error"
     return view.status.capitalize()
 
@@ -108,7 +116,7 @@ def retry_words(view: NodeView, now: datetime) -> str:
 
 def needs_attention(view: NodeView) -> bool:
     """The host gave up on it, or it waits for something only the person can give (the keyring)."""
-    return view.status == "error" or bool(getattr(view, "waiting_for", None))
+    return gave_up(view) or bool(getattr(view, "waiting_for", None))
 
 
 def menu_words(view: NodeView) -> str:

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
 from cadre_desktop.ui.icons import TrayIcons
 from cadre_desktop.ui.model import NodeTableModel
-from cadre_desktop.ui.status import aggregate, attention_first, menu_words, summary_line, tooltip
+from cadre_desktop.ui.status import aggregate, attention_first, gave_up, menu_words, summary_line, tooltip
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class Tray(QObject):
                 self._set(retry, visible=False)
                 continue
             self._set(node, text=_escaped(f"{v.name}: {menu_words(v)}"), visible=True)
-            if v.status == "error":
+            if gave_up(v):
                 self._set(retry, text=_escaped(f"Retry {v.name}"), visible=True)
             else:
                 self._set(retry, visible=False)

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from cadre_desktop.atomicfile import write_json_atomic
+from cadre_desktop.host.records import SUPERVISED, NodeStatus
 from cadre_desktop.ui import dialogs
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.details import DetailsPane
@@ -79,7 +80,20 @@ class NodeWindow(QMainWindow):
         self._placed = False
         self.setWindowTitle("Nodes — cadre-desktop")
         self.setMinimumSize(MINIMUM)
+        self._make_banner_and_buttons()
+        split = self._make_panes()
+        self._make_pages(split)
+        self._make_central()
+        self._add_shortcuts()
+        self._connect_buttons()
+        self._follow_selection_and_model()
+        self.update_buttons()
 
+    # -- building -----------------------------------------------------------------------
+    # Called in this order: the order in which widgets join the window is its Tab order.
+
+    def _make_banner_and_buttons(self) -> None:
+        """The no-tray banner (hidden until needed) and every button of `BUTTONS`, unplaced."""
         self.banner = QLabel()
         self.banner.setWordWrap(True)
         self.banner.setTextFormat(Qt.TextFormat.RichText)
@@ -91,14 +105,16 @@ class NodeWindow(QMainWindow):
             setattr(self, attr, button)
         self.log_button.setCheckable(True)
 
-        self.proxy = NodeProxy(model, self)
+    def _make_panes(self) -> QSplitter:
+        """The table beside the details, above the (hidden) log; returns the outer splitter."""
+        self.proxy = NodeProxy(self.model, self)
         self.table = NodeTable(self.proxy)
         self.filter = QLineEdit()
         self.filter.setPlaceholderText("Filter nodes (Ctrl+F)")
         self.filter.setClearButtonEnabled(True)
         self.filter.setToolTip("Show only nodes whose name, status, cadre, address or id contains this")
-        self.details = DetailsPane(model)
-        self.log = LogView(host)
+        self.details = DetailsPane(self.model)
+        self.log = LogView(self.host)
         self.log.hide()
         across = QSplitter(Qt.Orientation.Horizontal)
         across.addWidget(self.table)
@@ -109,7 +125,10 @@ class NodeWindow(QMainWindow):
         split.addWidget(across)
         split.addWidget(self.log)
         self.splitters = (across, split)
+        return split
 
+    def _make_pages(self, split: QSplitter) -> None:
+        """The table page (panes and the selected node's buttons) and the empty page that explains."""
         node_row = QHBoxLayout()
         for button in (self.qr_button, self.retry_button, self.restart_button, self.remove_button,
                        self.log_button, self.copy_button, self.invite_button):
@@ -130,6 +149,8 @@ class NodeWindow(QMainWindow):
         self.pages.addWidget(table_page)
         self.empty_page, self.table_page = empty_page, table_page
 
+    def _make_central(self) -> None:
+        """Banner, the add/join/filter row, then the pages."""
         top_row = QHBoxLayout()
         top_row.addWidget(self.add_button)
         top_row.addWidget(self.join_button)
@@ -142,6 +163,7 @@ class NodeWindow(QMainWindow):
         layout.addWidget(self.pages, 1)
         self.setCentralWidget(central)
 
+    def _add_shortcuts(self) -> None:
         for text, keys, slot in (("Add node…", QKeySequence.StandardKey.New, self.add_requested.emit),
                                  ("Close", QKeySequence.StandardKey.Close, self.close),
                                  ("Filter", QKeySequence.StandardKey.Find, self.filter.setFocus),
@@ -151,6 +173,8 @@ class NodeWindow(QMainWindow):
             action.triggered.connect(slot)
             self.addAction(action)
 
+    def _connect_buttons(self) -> None:
+        actions = self.actions
         self.add_button.clicked.connect(self.add_requested.emit)
         self.join_button.clicked.connect(self.join_requested.emit)
         self.qr_button.clicked.connect(lambda: self._with_selected(self.qr_requested.emit))
@@ -160,15 +184,17 @@ class NodeWindow(QMainWindow):
         self.copy_button.clicked.connect(self._copy_link)
         self.invite_button.clicked.connect(lambda: self._with_selected(self.ask_invite))
         self.log_button.toggled.connect(self.log.setVisible)
+
+    def _follow_selection_and_model(self) -> None:
+        """The buttons follow the filter, the selection, the model and what is busy; the table opens."""
         self.filter.textChanged.connect(self._filter)
         self.table.selectionModel().selectionChanged.connect(self.update_buttons)
         self.table.doubleClicked.connect(lambda _: self._with_selected(self._open_default))
         self.table.open_requested.connect(lambda: self._with_selected(self._open_default))
         self.table.remove_requested.connect(lambda: self._with_selected(self.ask_remove))
-        model.refreshed.connect(self.update_buttons)
+        self.model.refreshed.connect(self.update_buttons)
         self.proxy.rowsInserted.connect(self._select_first_if_none)
-        actions.busy_changed.connect(self.update_buttons)
-        self.update_buttons()
+        self.actions.busy_changed.connect(self.update_buttons)
 
     # -- selection ---------------------------------------------------------------------
 
@@ -207,13 +233,13 @@ class NodeWindow(QMainWindow):
         node_id = self.selected_id()
         v = self.model.view(node_id) if node_id else None
         ready = v is not None and not self.actions.busy(v.id)
-        self.qr_button.setEnabled(ready and v.status == "unclaimed" and bool(v.claim_url))
-        self.retry_button.setEnabled(ready and v.status == "error")
-        self.restart_button.setEnabled(ready and v.status in ("unclaimed", "joining", "joined"))
+        self.qr_button.setEnabled(ready and v.status == NodeStatus.UNCLAIMED and bool(v.claim_url))
+        self.retry_button.setEnabled(ready and v.status == NodeStatus.ERROR)
+        self.restart_button.setEnabled(ready and v.status in SUPERVISED)
         self.remove_button.setEnabled(ready)
         self.copy_button.setEnabled(ready and bool(v.claim_url))
-        self.invite_button.setEnabled(ready and v.status == "joined")
-        cadre = v.cadre if v is not None and v.status == "joined" and v.cadre else None
+        self.invite_button.setEnabled(ready and v.status == NodeStatus.JOINED)
+        cadre = v.cadre if v is not None and v.status == NodeStatus.JOINED and v.cadre else None
         self.invite_button.setText(f'Add a&nother node to "{cadre}"…' if cadre else "Add a&nother node…")
         self.log_button.setEnabled(v is not None)
         self.log.follow(node_id)
@@ -231,7 +257,7 @@ class NodeWindow(QMainWindow):
     def ask_invite(self, node_id: str) -> None:
         """Name the new node (optional); the host gets the invitation from the node itself."""
         v = self.model.view(node_id)
-        if v is None or v.status != "joined":
+        if v is None or v.status != NodeStatus.JOINED:
             return
         name, ok = QInputDialog.getText(self, "Add another node",
                                         f'A new node joins "{v.cadre}". Its name (optional):')

@@ -115,7 +115,7 @@ async def test_second_orchestrator_reattaches_without_spawning(tmp_path, cleanup
     report = await second.init()
     assert [h.id for h in report.attached] == [handle.id]
     assert second.is_running(handle.id)
-    assert handle.api_port in second.ports.held
+    assert not second.ports.try_reserve([handle.api_port]), "the re-attached child's port is handed out again"
     assert len(psutil.Process(handle.pid).children()) == 0  # still the same single child
     # Exit of a re-attached child (not ours to reap) is still noticed.
     events: list[ExitEvent] = []
@@ -126,6 +126,8 @@ async def test_second_orchestrator_reattaches_without_spawning(tmp_path, cleanup
 
 
 async def test_handle_whose_pid_now_belongs_to_another_process_is_not_adopted(tmp_path):
+    from cadre_desktop.host.handles import read_state
+
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
         ident = read_identity(stranger.pid)
@@ -180,6 +182,8 @@ async def test_stop_ends_grandchildren_too(tmp_path, cleanup_pids, monkeypatch):
 
 
 async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_pids):
+    from cadre_desktop.host.ports import port_is_free
+
     orch = make_orchestrator(tmp_path)
     await orch.init()
     first = orch.spawn("n1", {})
@@ -192,12 +196,17 @@ async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_
     cleanup_pids.append(second.pid)
     assert second.ports == first.ports
     assert [h.id for h in orch.list_nodes()] == [second.id]
-    assert orch.ports.held == frozenset(second.ports)
+    assert not any(orch.ports.try_reserve([port]) for port in second.ports), "its ports are handed out again"
+    free = [p for p in range(47600, 47700) if p not in second.ports and port_is_free("127.0.0.1", p)]
+    assert orch.ports.allocate(2) == free[:2], "the stale handle left a port held"
+    orch.ports.release(free[:2])
     ready_info(orch, "n1")
     await orch.stop(second.id)
 
 
 async def test_failed_launch_restores_the_dropped_handle(tmp_path, cleanup_pids):
+    from cadre_desktop.host.ports import port_is_free
+
     orch = make_orchestrator(tmp_path)
     await orch.init()
     first = orch.spawn("n1", {})
@@ -208,7 +217,10 @@ async def test_failed_launch_restores_the_dropped_handle(tmp_path, cleanup_pids)
         orch.spawn("n1", {})
     assert "could not start the node program" in str(err.value)
     assert [h.id for h in orch.list_nodes()] == [first.id]
-    assert orch.ports.held == frozenset(first.ports)
+    assert not any(orch.ports.try_reserve([port]) for port in first.ports), "its ports are handed out again"
+    free = [p for p in range(47600, 47700) if p not in first.ports and port_is_free("127.0.0.1", p)]
+    assert orch.ports.allocate(2) == free[:2], "the failed launch left a port held"
+    orch.ports.release(free[:2])
     await orch.stop(first.id)
 
 
@@ -222,7 +234,7 @@ async def test_remove_stops_the_child_and_deletes_its_work_folder(tmp_path, clea
     assert not orch.paths.node_dir("n1").exists()
     assert not orch.paths.node_log("n1").exists()
     assert orch.list_nodes() == []
-    assert orch.ports.held == frozenset()
+    assert orch.ports.try_reserve(handle.ports), "its ports are still held"
     assert not psutil.pid_exists(handle.pid) or psutil.Process(handle.pid).status() == psutil.STATUS_ZOMBIE
 
 

@@ -156,6 +156,7 @@ async def test_a_child_writes_through_a_pump_that_outlives_the_host_and_caps_the
 async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_clearly(tmp_path, monkeypatch):
     from cadre_desktop.errors import SpawnError
     from cadre_desktop.host import nodelogs
+    from cadre_desktop.host.ports import port_is_free
 
     orch = make_orchestrator(tmp_path)
     await orch.init()
@@ -174,7 +175,9 @@ async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_
     with pytest.raises(SpawnError, match="log pump"):
         orch.spawn("n1", {})
     assert started and all(gone(pid) for pid in started), "the node started for the failed spawn still runs"
-    assert orch.list_nodes() == [] and orch.ports.held == frozenset()
+    assert orch.list_nodes() == []
+    free = [p for p in range(47600, 47700) if port_is_free("127.0.0.1", p)]
+    assert orch.ports.allocate(2) == free[:2], "the failed spawn left its ports held"
     orch.close()
 
 

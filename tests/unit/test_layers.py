@@ -84,7 +84,7 @@ def test_nothing_but_the_lifecycle_writes_a_record():
 
 
 def test_the_engine_speaks_to_compute_only_through_the_driver_seam():
-    for name in ("supervisor.py", "service.py", "probe.py", "decide.py", "lifecycle.py", "lending.py", "lend_kind.py"):
+    for name in ("supervisor.py", "passes.py", "service.py", "probe.py", "decide.py", "lifecycle.py", "lending.py", "lend_kind.py"):
         imports = imported_modules(PKG / "host" / name)
         assert not {"cadre_desktop.host.orchestrator", "cadre_desktop.host.procs", "subprocess"} & imports, name
 

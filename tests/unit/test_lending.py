@@ -15,6 +15,7 @@ from cadre_desktop.errors import SpawnError
 from cadre_desktop.host.donations import DonationStatus
 from cadre_desktop.host.events import EventKind
 from cadre_desktop.host.lending import LendError
+from cadre_desktop.host.ports import port_is_free
 from cadre_desktop.host.secrets import SecretKind
 from tests.support.polling import async_wait_until
 from tests.unit.lend_rig import LendRig
@@ -221,6 +222,13 @@ async def test_a_lent_node_is_given_up_after_its_own_budget_and_the_owner_is_tol
     assert EventKind.GAVE_UP not in rig.kinds()  # a hosted node's event, not this one's
 
 
+async def test_new_settings_give_lent_nodes_their_new_budget(rig):
+    rig.donation(status=D.SEEDED, attempts=3, ago_s=3600)  # spent under the donation budget of 3
+    rig.sup.use_settings(rig.settings.with_changes(donation_respawn_max_attempts=5))
+    assert await rig.sup.reconcile() == [rig.drow().id]
+    assert rig.drow().attempts == 4
+
+
 async def test_retry_brings_a_lent_node_back_seeded_with_a_fresh_budget(rig):
     rig.donation(status=D.SEEDED, attempts=3, ago_s=3600)
     await rig.sup.reconcile()
@@ -345,7 +353,9 @@ async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leak
         rig.sup.driver = rig.lending.driver = orch
         await rig.sup.reconcile()
         assert orch.get(old.id) is old and orch.handles_for(row.id) == [old]
-        assert ports.held == {41010, 41011}
+        assert not ports.try_reserve([41010]) and not ports.try_reserve([41011]), "the old handle's ports are free"
+        free = [p for p in range(41000, 41100) if p not in (41010, 41011) and port_is_free("127.0.0.1", p)]
+        assert ports.allocate(2) == free[:2], "the failed launch left a port held"
         assert rig.drow().attempts == 1 and "could not start the node program" in rig.drow().error
     finally:
         orch.close()

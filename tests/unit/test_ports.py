@@ -26,7 +26,7 @@ def test_exhaustion_is_a_clear_error_and_reserves_nothing():
     with pytest.raises(PortsExhausted) as err:
         alloc.allocate(2)
     assert "100-102" in err.value.message and "port_range" in err.value.message
-    assert alloc.held == frozenset({100, 101})
+    assert alloc.allocate(1) == [102]  # the failed call reserved nothing; 100 and 101 stay held
 
 
 def test_rebuilt_from_live_handles():
@@ -41,7 +41,7 @@ def test_try_reserve_is_all_or_nothing():
     assert not alloc.try_reserve([101, 102])
     assert not alloc.try_reserve([103, 104])
     assert not alloc.try_reserve([99, 102])
-    assert alloc.held == frozenset({100, 101})
+    assert alloc.allocate(3) == [102, 103, 105]  # only 100 and 101 were taken
 
 
 def test_a_real_listener_makes_its_port_unavailable():

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import types
 
 import pytest
 
 from cadre_desktop.errors import SpawnError
 from cadre_desktop.host.events import EventKind
+from cadre_desktop.host.live_settings import apply_settings
 from cadre_desktop.host.records import NodeMode, NodeStatus
 from tests.support.polling import async_wait_until
 from tests.unit.rig import Rig
@@ -151,6 +153,16 @@ async def test_give_up_leaves_a_record_already_in_error_alone(rig):
     assert rig.seen == []
 
 
+async def test_a_budget_lowered_while_running_counts_from_the_next_pass(tmp_path):
+    r = Rig(tmp_path, respawn_max_attempts=5)
+    r.node("a", attempts=3, ago_s=3600)  # down, two attempts left under the old budget
+    host = types.SimpleNamespace(settings=r.settings, orchestrator=None, supervisor=r.sup, store=r.store)
+    await apply_settings(host, r.settings.with_changes(respawn_max_attempts=3))
+    assert await r.sup.reconcile() == []
+    assert r.rec("a").status is NodeStatus.ERROR and "gave up after 3 attempts" in r.rec("a").error
+    await r.close()
+
+
 # 5. backoff ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("attempts, wait_s", [(1, 10), (2, 20), (3, 40), (4, 80)])
@@ -219,8 +231,7 @@ async def test_one_failing_record_never_ends_the_pass(rig):
 
 
 async def test_malformed_records_file_is_logged_not_thrown(rig, caplog):
-    rig.store.path.write_text("{broken")
-    rig.store.reload()
+    rig.store.path.write_text("{broken")  # before the first read: nothing cached
     with caplog.at_level(logging.ERROR):
         assert await rig.sup.reconcile() == []
     assert "not valid JSON" in caplog.text
@@ -304,7 +315,7 @@ async def test_in_flight_pass_abandons_records_it_has_not_reached_after_stop(rig
 
     def start_then_stop(node_id, **kw):
         started = real_start(node_id, **kw)
-        rig.sup._disposed = True  # what stop() sets, without cancelling the pass
+        rig.sup.passes.stopped = True  # what stop() sets, without cancelling the pass
         return started
     rig.sup.start_node = start_then_stop
     assert await rig.sup.reconcile() == ["a"]
@@ -341,7 +352,7 @@ async def test_address_restart_leaves_alone_what_it_should_not_touch(rig, case):
 async def test_a_node_in_backoff_is_respawned_when_the_wait_ends_not_at_the_sweep(rig):
     rig.node("a", attempts=1, ago_s=0)  # just tried: the next try is due in 10 s
     rig.sup.start()
-    await async_wait_until(lambda: rig.sup._due_task is not None, what="backoff timer armed")
+    await async_wait_until(lambda: rig.sup.passes.due_at is not None, what="backoff timer armed")
     await rig.clock.advance(9.9)
     assert rig.orch.spawned == []
     await rig.clock.advance(0.1)
