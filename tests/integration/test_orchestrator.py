@@ -13,11 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cadre_desktop.host.handles import read_state
 from cadre_desktop.host.orchestrator import ExitEvent, Orchestrator
 from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.host.procs import read_identity
-from cadre_desktop.paths import Paths
 from tests.support.polling import async_wait_until, wait_until
 
 SLEEPER = [sys.executable, str(Path(__file__).parents[1] / "support" / "sleeper.py")]
@@ -25,6 +23,8 @@ SECRET = "s3cret-claim-value-that-must-not-leak-0123456789"
 
 
 def make_orchestrator(home: Path, command=SLEEPER, stop_timeout_s: float = 2.0) -> Orchestrator:
+    from cadre_desktop.paths import Paths
+
     return Orchestrator(
         paths=Paths(home, home, home / "logs"),
         node_command=command,

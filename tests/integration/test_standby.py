@@ -17,7 +17,6 @@ from cadre_desktop.host import standby as standby_module
 from cadre_desktop.host.orchestrator import Orchestrator
 from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.settings import Settings, default_node_command
-from cadre_desktop.paths import Paths
 from tests.support.polling import async_wait_until
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="standbys are POSIX only")
@@ -26,6 +25,8 @@ REFERENCE = [sys.executable, "-m", "cadre_desktop.node"]
 
 
 def make(home, command=REFERENCE) -> Orchestrator:
+    from cadre_desktop.paths import Paths
+
     return Orchestrator(
         paths=Paths(home, home, home / "logs"), node_command=command,
         ports=PortAllocator(47700, 47799, bind_host="127.0.0.1"), bind_host="127.0.0.1",

@@ -26,7 +26,6 @@ from cadre_desktop.host.orchestrator import Orchestrator
 from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.host.records import NodeRecord, NodeStatus
 from cadre_desktop.host.store import RecordStore
-from cadre_desktop.paths import Paths
 from tests.reliability.conftest import host_settings
 from tests.support.headless import REPO
 from tests.support.host_calls import call, running
@@ -202,6 +201,8 @@ def test_full_disk_during_records_save_is_a_clear_error_and_the_file_is_intact(t
 
 
 def test_full_disk_during_state_save_is_a_clear_error_and_the_file_is_intact(tmp_path, monkeypatch):
+    from cadre_desktop.paths import Paths
+
     state = tmp_path / "state.json"
     state.write_bytes(pretty({"version": 1, "handles": {}}))
     before = state.read_bytes()

@@ -18,7 +18,6 @@ from cadre_desktop.host.records import NodeStatus, StartMark
 from cadre_desktop.host.secrets import SERVICE, SecretKind
 from cadre_desktop.host.store import RecordStore
 from cadre_desktop.settings import Settings
-from cadre_desktop.paths import Paths
 from tests.support.polling import async_wait_until
 from tests.unit.fakes import FakeOrchestrator
 from tests.unit.rig import HangingKeyring, Rig
@@ -321,6 +320,8 @@ def _fail_once(real):
 
 
 async def test_the_local_driver_refuses_to_call_a_removal_done_while_the_folder_is_there(tmp_path, monkeypatch):
+    from cadre_desktop.paths import Paths
+
     orch = Orchestrator(paths=Paths(tmp_path, tmp_path, tmp_path / "logs"),
                         node_command=["true"], ports=None, bind_host="127.0.0.1", advertise_host=lambda: "x")
     (tmp_path / "nodes" / "n1").mkdir(parents=True)

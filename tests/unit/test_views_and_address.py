@@ -7,8 +7,8 @@ import pytest
 from cadre_desktop.host.address import ConfiguredAddress
 from cadre_desktop.host.events import Listeners
 from cadre_desktop.host.records import NodeStatus
-from cadre_desktop.settings import Settings
 from cadre_desktop.host.views import NodeView
+from cadre_desktop.settings import Settings
 
 
 def make_view(node_id: str, name: str, status: str) -> NodeView:
