@@ -253,9 +253,7 @@ class Orchestrator:
         handle_id = f"{node_id}.{uuid.uuid4().hex[:8]}"
         try:
             ensure_private_dir(work)
-            env = launch.node_env(os.environ, node_id=node_id, work=work, bind_host=self.bind_host,
-                                  ports=(api_port, p2p_port), advertise_host=self.advertise_host(),
-                                  attempt=attempt, secret_env=secret_env)
+            env = self._env(node_id, work, (api_port, p2p_port), attempt, secret_env)
             launched = self._launch(node_id, handle_id, env, work)
         except OSError as exc:
             self.ports.release((api_port, p2p_port))
@@ -277,6 +275,11 @@ class Orchestrator:
         except StorageError as exc:
             log.error("node %s: %s", node_id, exc.message)
         return handle
+
+    def _env(self, node_id: str, work: Path, ports: tuple[int, int], attempt: int,
+             secret_env: Mapping[str, str]) -> dict[str, str]:
+        return launch.node_env(os.environ, node_id=node_id, work=work, bind_host=self.bind_host, ports=ports,
+                               advertise_host=self.advertise_host(), attempt=attempt, secret_env=secret_env)
 
     def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
         if self.standby is not None:

@@ -244,9 +244,11 @@ async def test_child_output_goes_to_its_log(tmp_path, cleanup_pids):
     handle = orch.spawn("n1", {"CADRE_CLAIM_SECRET": SECRET})
     cleanup_pids.append(handle.pid)
     ready_info(orch, "n1")
-    wait_until(lambda: "sleeper: ready" in orch.paths.node_log("n1").read_text(), what="log line")
-    assert SECRET not in orch.paths.node_log("n1").read_text()
-    assert orch.paths.node_log("n1").stat().st_mode & 0o777 == 0o600
+    log_file = orch.paths.node_log("n1")
+    # The pump creates the log as it starts, which may be after the node is ready.
+    wait_until(lambda: log_file.exists() and "sleeper: ready" in log_file.read_text(), what="log line")
+    assert SECRET not in log_file.read_text()
+    assert log_file.stat().st_mode & 0o777 == 0o600
     await orch.stop(handle.id)
 
 
