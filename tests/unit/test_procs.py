@@ -129,3 +129,34 @@ def test_end_child_terminates_then_kills_after_the_grace_only_when_the_child_sta
 def test_without_node_vars_drops_every_inherited_cadre_variable_only():
     env = {"PATH": "/bin", "CADRE_CLAIM_SECRET": "s", "CADRE_DESKTOP_HOME": "/h", "CADRE_X": "", "HOME": "/home"}
     assert procs.without_node_vars(env) == {"PATH": "/bin", "HOME": "/home"}
+
+
+class FakePopen:
+    """A child that ends only at the n-th wait (n=1: on the terminate; n=2: only after the kill)."""
+
+    def __init__(self, ends_at_wait: int):
+        self.pid, self.returncode, self._waits, self._ends_at = 4242, None, 0, ends_at_wait
+
+    def poll(self):
+        return self.returncode
+
+    def wait(self, timeout=None):
+        self._waits += 1
+        if self._waits < self._ends_at:
+            raise subprocess.TimeoutExpired("node", timeout)
+        self.returncode = 1
+        return 1
+
+
+@pytest.mark.parametrize("platform, terminate, kill", [
+    ("win32", ("kill", 4242, getattr(signal, "CTRL_BREAK_EVENT", 1)), ("kill_tree", 4242)),
+    ("darwin", ("killpg", 4242, signal.SIGTERM), ("killpg", 4242, signal.SIGKILL)),
+])
+def test_end_child_on_each_platform_breaks_or_terminates_first_and_kills_only_a_child_that_stays(
+        platform, terminate, kill):
+    rec = Recorder()
+    assert procs.end_child(FakePopen(ends_at_wait=1), grace_s=0.01, platform=platform, ops=rec.ops()) == 1
+    assert rec.calls == [terminate]
+    rec.calls.clear()
+    assert procs.end_child(FakePopen(ends_at_wait=2), grace_s=0.01, platform=platform, ops=rec.ops()) == 1
+    assert rec.calls == [terminate, kill]
