@@ -349,6 +349,7 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated subset: headless,tray,supervisord,pm2")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
+    _rig.compile_checkout()  # nodes run with bytecode, as from an installed copy
     result = run(args.nodes, args.seconds, set(args.only.split(",")) if args.only else None)
     headers, rows = report(result)
     print(f"\nidle: {args.nodes} reference nodes each, sampled {args.seconds:.0f} s after settling")

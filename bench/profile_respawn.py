@@ -150,6 +150,7 @@ def main() -> None:
     parser.add_argument("--child", choices=("node", "sleep"), default="sleep")
     parser.add_argument("--pyinstrument", action="store_true")
     args = parser.parse_args()
+    _rig.compile_checkout()  # nodes run with bytecode, as from an installed copy
     session, env = _rig.start_secret_service()
     os.environ.update(env)
     try:

@@ -114,6 +114,7 @@ def main() -> None:
     parser.add_argument("--name", default="quit", help="results file name (default quit)")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
+    _rig.compile_checkout()  # nodes run with bytecode, as from an installed copy
     result = {"loadavg_at_start": os.getloadavg(), **run(args.n, args.nodes)}
     headers = ["measure", "min", "p50", "p90", "max", "goal"]
     labels = {"host_s": "SIGTERM -> host gone (s)", "all_s": "SIGTERM -> host, nodes and pumps gone (s)"}

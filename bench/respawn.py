@@ -297,6 +297,7 @@ def main() -> None:
     parser.add_argument("--no-save", action="store_true", help="do not write bench/results/respawn.json")
     parser.add_argument("--name", default="respawn", help="results file name (default respawn)")
     args = parser.parse_args()
+    _rig.compile_checkout()  # nodes run with bytecode, as from an installed copy
     only = set(args.only.split(",")) if args.only else None
     result = run(args.n, only, args.keep, tiny=not args.no_tiny, baseline=args.baseline)
     if args.baseline:

@@ -178,6 +178,7 @@ def main() -> None:
     parser.add_argument("--name", default="startup", help="results file name (default startup)")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
+    _rig.compile_checkout()  # nodes run with bytecode, as from an installed copy
     result = {"loadavg_at_start": os.getloadavg(), **run(args.n, args.nodes)}
     headers = ["measure", "min", "p50", "p90", "max", "goal"]
     labels = {"tray_icon_s": "tray app: launch -> icon in the tray (s)",

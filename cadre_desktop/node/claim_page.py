@@ -9,7 +9,6 @@ script reads it from ``location.hash`` and posts it with the cadre name to
 
 from __future__ import annotations
 
-import html
 import re
 import secrets
 
@@ -157,6 +156,8 @@ def render_claim_page(node_id: str, requested_node: str | None,
                       node_name: str | None = None) -> tuple[str, str]:
     """The page for this node (named as its person named it, else by its id), and the
     nonce its Content-Security-Policy must name."""
+    import html  # here, not at the top: a node that is never asked for its page never loads it
+
     nonce = secrets.token_urlsafe(16)
     values = {
         "NONCE": nonce,

@@ -10,9 +10,11 @@ with a growing pause until ``CADRE_JOIN_TIMEOUT_MS`` has passed in all.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
+from cadre_desktop.node.client import ClientError, post_json
 from cadre_desktop.text import clean as clean_text
 from cadre_desktop.node.errors import NodeError
 from cadre_desktop.node.identity import b64url
@@ -62,42 +64,39 @@ async def redeem_invitation(node: Node, text: str, timeout_s: float) -> None:
     where = f"{code.host}:{code.port}"
     log.info("redeeming invitation %s at %s", code.id, where)
 
-    import aiohttp
-
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     pause = FIRST_PAUSE_S
     last_problem = "no attempt finished"
-    async with aiohttp.ClientSession() as session:
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                node.join_failed(
-                    f"could not redeem the invitation at {where} within "
-                    f"{timeout_s:g} s: {last_problem}"
-                )
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            node.join_failed(
+                f"could not redeem the invitation at {where} within "
+                f"{timeout_s:g} s: {last_problem}"
+            )
+            return
+        try:
+            status, headers, raw = await asyncio.wait_for(
+                post_json(code.host, code.port, "/join", body), min(ATTEMPT_TIMEOUT_S, remaining)
+            )
+        except (OSError, ClientError, asyncio.TimeoutError) as err:
+            last_problem = f"the inviting node did not answer ({type(err).__name__})"
+        else:
+            payload = _json_or_none(raw)
+            if status == 200:
+                _accept(node, code.peer, where, payload)
                 return
-            try:
-                timeout = aiohttp.ClientTimeout(total=min(ATTEMPT_TIMEOUT_S, remaining))
-                async with session.post(code.join_url, json=body, timeout=timeout) as resp:
-                    status = resp.status
-                    payload = await _json_or_none(resp)
-                    retry_after = resp.headers.get("Retry-After", "")
-            except (aiohttp.ClientError, asyncio.TimeoutError) as err:
-                last_problem = f"the inviting node did not answer ({type(err).__name__})"
-            else:
-                if status == 200:
-                    _accept(node, code.peer, where, payload)
-                    return
-                if status != 429 and status < 500:
-                    node.join_failed(_refusal(status, payload))
-                    return
-                last_problem = f"the inviting node answered {status}"
-                if retry_after.isdigit():
-                    pause = max(pause, float(retry_after))
-            log.info("invitation not redeemed yet (%s); retrying", last_problem)
-            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-            pause = min(pause * 2, MAX_PAUSE_S)
+            if status != 429 and status < 500:
+                node.join_failed(_refusal(status, payload))
+                return
+            last_problem = f"the inviting node answered {status}"
+            retry_after = headers.get("retry-after", "")
+            if retry_after.isdigit():
+                pause = max(pause, float(retry_after))
+        log.info("invitation not redeemed yet (%s); retrying", last_problem)
+        await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+        pause = min(pause * 2, MAX_PAUSE_S)
 
 
 def _accept(node: Node, expected_inviter: str, where: str, payload: Any) -> None:
@@ -133,8 +132,8 @@ def _refusal(status: int, payload: Any) -> str:
     return f"invitation refused: the inviting node answered {status}"
 
 
-async def _json_or_none(resp: Any) -> Any:
+def _json_or_none(raw: bytes) -> Any:
     try:
-        return await resp.json(content_type=None)
-    except ValueError:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None

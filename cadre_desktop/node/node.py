@@ -49,7 +49,9 @@ class Phase(str, enum.Enum):
 
 
 def sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    # surrogatepass: a header's undecodable bytes (aiohttp keeps them as surrogates) are
+    # an unknown token, never an error.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def same_cadre(a: str, b: str) -> bool:

@@ -6,8 +6,11 @@ background task. So ``/status`` answers from the first moment the API listens, a
 a node that answers has both its ports.
 
 Stopping (SIGTERM or SIGINT) cancels the background task, closes the listeners and
-gives open requests half a second. State is only ever written whole (see
-:mod:`state`), so stopping at any point leaves nothing half-done.
+idle keep-alive connections, and gives requests in flight half a second. State is
+only ever written whole (see :mod:`state`), so stopping at any point leaves nothing
+half-done.
+
+The HTTP server is :mod:`http1` (h11 on asyncio streams), not aiohttp: see there why.
 """
 
 from __future__ import annotations
@@ -18,12 +21,11 @@ import logging
 import signal
 import time
 
-from aiohttp import web
-
 from cadre_desktop import logfilter
-from cadre_desktop.netguard import ConnectionGuard, GuardedSockSite, bind_socket
+from cadre_desktop.node.api import MAX_BODY, Api
 from cadre_desktop.node.errors import BindError
-from cadre_desktop.node.http_api import AccessLog, build_app
+from cadre_desktop.node.guard import ConnectionGuard
+from cadre_desktop.node.http1 import HttpServer
 from cadre_desktop.node.joiner import redeem_invitation
 from cadre_desktop.node.node import Node, Phase
 from cadre_desktop.node.p2p import start_p2p_listener
@@ -32,7 +34,7 @@ log = logging.getLogger("cadre.node")
 
 SHUTDOWN_GRACE_S = 0.5
 #: Connections from one address and in all; idle or half-sent ones close after IDLE_S.
-#: Anyone on the LAN can connect, so none of this may grow without bound (netguard).
+#: Anyone on the LAN can connect, so none of this may grow without bound (guard).
 MAX_PER_SOURCE = 32
 MAX_CONNECTIONS = 128
 IDLE_S = 5.0
@@ -45,23 +47,14 @@ async def serve(node: Node, started_at: float) -> None:
     _on_stop_signals(stop.set)
     logfilter.quiet_loop_errors(asyncio.get_running_loop(), log)
 
-    guard = ConnectionGuard(per_source=MAX_PER_SOURCE, total=MAX_CONNECTIONS, idle_s=IDLE_S, name="node API")
-    runner = web.AppRunner(
-        build_app(node, body_timeout_s=config.tuning.body_timeout_s, first=[guard.middleware]),
-        access_log_class=AccessLog,
-        handle_signals=False,
-        shutdown_timeout=SHUTDOWN_GRACE_S,
-        keepalive_timeout=IDLE_S,
-        logger=logfilter.OneLineLogger(log, "a malformed request"),
-    )
-    await runner.setup()
+    guard = ConnectionGuard(per_source=MAX_PER_SOURCE, total=MAX_CONNECTIONS, idle_s=IDLE_S)
+    http = HttpServer(Api(node).answer, guard, max_body=MAX_BODY, body_timeout_s=config.tuning.body_timeout_s)
     p2p = None
     join_task: asyncio.Task[None] | None = None
     try:
         p2p = await start_p2p_listener(config.api_host, config.p2p_port, node.peer_id)
         try:
-            sock = bind_socket(config.api_host, config.api_port)
-            await GuardedSockSite(runner, sock, guard).start()
+            await http.start(config.api_host, config.api_port)
         except OSError as err:
             raise BindError(
                 f"cannot listen on API port {config.api_host}:{config.api_port}: "
@@ -92,7 +85,7 @@ async def serve(node: Node, started_at: float) -> None:
                 await join_task
         if p2p is not None:
             p2p.close()
-        await runner.cleanup()
+        await http.stop(SHUTDOWN_GRACE_S)
     log.info("stopped")
 
 
@@ -103,3 +96,4 @@ def _on_stop_signals(callback) -> None:
             loop.add_signal_handler(signum, callback)
         except (NotImplementedError, RuntimeError):  # Windows: no loop signal handlers
             signal.signal(signum, lambda *_: loop.call_soon_threadsafe(callback))
+

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
-from tests.node.conftest import REPO_ROOT
+import pytest
+
+from tests.node.conftest import REPO_ROOT, NodeLauncher
+
+def run_python(script: str) -> subprocess.CompletedProcess[str]:
+    """`script` in a fresh interpreter from the repository root (its own modules, nothing preloaded)."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30)
+
 
 MODULES = [
     "cadre_desktop.node.__main__",
@@ -24,9 +32,7 @@ def test_node_imports_nothing_from_host_ui_or_qt() -> None:
         " 'cadre_desktop.host', 'cadre_desktop.ui', 'keyring'))]\n"
         "print(','.join(bad))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30
-    )
+    result = run_python(script)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
 
@@ -39,9 +45,7 @@ def test_an_ordinary_start_does_not_load_cryptography() -> None:
         "import cadre_desktop.node.server, cadre_desktop.node.identity\n"
         "print('cryptography' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30
-    )
+    result = run_python(script)
     assert result.stdout.strip() == "False", result.stderr
 
 
@@ -61,9 +65,7 @@ def test_a_first_start_makes_its_key_without_keeping_cryptography_loaded(tmp_pat
         "assert verify_signature(first.public_key, sig, b'm'), 'the two keys do not belong together'\n"
         "print(loaded)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30
-    )
+    result = run_python(script)
     assert result.returncode == 0, result.stderr
     expected = "False" if sys.platform.startswith("linux") else result.stdout.strip()
     assert result.stdout.strip() == expected
@@ -95,3 +97,49 @@ def test_a_key_child_that_dies_falls_back_to_making_it_in_process(tmp_path, monk
         return
     made = identity.load_or_create_identity(tmp_path)
     assert identity.verify_signature(made.public_key, made.sign(b"m"), b"m")
+
+
+def test_the_node_program_never_imports_aiohttp() -> None:
+    # Its server is h11 on asyncio streams, and so is the one request it makes (redeeming
+    # an invitation); aiohttp cost every node ~95 ms of start-up and ~12 MB.
+    script = (
+        "import sys\n"
+        "import cadre_desktop.node.__main__, cadre_desktop.node.server, cadre_desktop.node.joiner\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'yarl', 'multidict')))\n"
+    )
+    result = run_python(script)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_asyncio_is_imported_without_ssl_and_ssl_still_imports_afterwards() -> None:
+    script = (
+        "from cadre_desktop.node.__main__ import _import_asyncio\n"
+        "_import_asyncio()\n"
+        "import sys, asyncio.base_events, asyncio.selector_events\n"
+        "assert 'ssl' not in sys.modules, 'asyncio loaded ssl'\n"
+        "assert asyncio.base_events.ssl is None and asyncio.selector_events.ssl is None\n"
+        "import ssl\n"
+        "print(ssl.SSLContext.__name__)\n"
+    )
+    result = run_python(script)
+    assert result.stdout.strip() == "SSLContext", result.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>/maps")
+async def test_a_running_node_maps_neither_aiohttp_nor_openssls_tls_library(nodes: NodeLauncher) -> None:
+    node = await nodes.start("light-1")
+    await node.claim("family")  # a request or two through every layer first
+    assert node.proc is not None
+    maps = Path(f"/proc/{node.proc.pid}/maps").read_text()
+    libraries = {line.rsplit("/", 1)[-1] for line in maps.splitlines() if "/" in line}
+    assert not [name for name in libraries if "aiohttp" in name or name.startswith(("libssl", "_ssl"))], libraries
+
+
+def test_api_times_are_iso_utc_with_seconds_as_datetime_would_write_them() -> None:
+    from datetime import datetime, timezone
+
+    from cadre_desktop.node.clock import iso_utc
+
+    for epoch in (0, 1_700_000_000, 1_700_000_000.999, 4_102_444_800):
+        expected = datetime.fromtimestamp(int(epoch), timezone.utc).isoformat(timespec="seconds")
+        assert iso_utc(epoch) == expected.replace("+00:00", "Z")

@@ -1,0 +1,261 @@
+"""The node's HTTP API without an HTTP library: routes, request checks, JSON answers.
+
+A server hands each request over as a :class:`Request` (method, decoded path,
+query, headers, peer address, and a way to read the body under its limits) and
+writes back the :class:`Answer`. The node's own server is :mod:`http1`; the same
+routes also run on aiohttp (:func:`http_api.build_app`). Every decision stays in
+:class:`Node`; this module only parses and renders.
+
+Every error body is ``{"error": {"code", "message"}}``, unknown routes (404) and
+methods (405, with ``Allow``) included. Request bodies are JSON objects of at most
+4 KiB.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from cadre_desktop.node import donated, invitations
+from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
+from cadre_desktop.node.errors import ApiError, StorageError
+from cadre_desktop.node.identity import b64url_decode
+from cadre_desktop.node.node import Node
+from cadre_desktop.text import clean as clean_text
+
+log = logging.getLogger("cadre.node.http")
+
+MAX_BODY = 4096
+#: How long a request body may take to arrive (CADRE_BODY_TIMEOUT_MS). A few KiB
+#: come in milliseconds; a client that stalls must not hold a request open.
+BODY_TIMEOUT_S = 10.0
+MAX_CADRE_CHARS = 64
+NO_STORE = (("Cache-Control", "no-store"),)
+JSON_TYPE = "application/json; charset=utf-8"
+#: The code of an error body for the statuses a server or router answers by itself.
+HTTP_CODES = {
+    400: "bad-request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    408: "body-timeout",
+    413: "body-too-large",
+}
+
+
+class Request:
+    """One request as a server parsed it. ``read_body`` enforces the server's limits."""
+
+    __slots__ = ("method", "path", "query_string", "headers", "remote", "_read_body", "_query")
+
+    def __init__(self, method: str, path: str, query_string: str, headers: Mapping[str, str],
+                 remote: str | None, read_body: Callable[[], Awaitable[bytes]]) -> None:
+        self.method = method
+        self.path = path  # percent-decoded
+        self.query_string = query_string
+        self.headers = headers  # lower-case names, the first value of each
+        self.remote = remote
+        self._read_body = read_body
+        self._query: dict[str, str] | None = None
+
+    @property
+    def query(self) -> dict[str, str]:
+        """The first value of each name; parsed on first use (only the claim page reads it)."""
+        if self._query is None:
+            from urllib.parse import parse_qsl
+
+            self._query = {}
+            for name, value in parse_qsl(self.query_string, keep_blank_values=True):
+                self._query.setdefault(name, value)
+        return self._query
+
+    async def body(self) -> bytes:
+        """The whole body, decoded; an ApiError (400, 408, 413) when the server's limits refuse it."""
+        return await self._read_body()
+
+    async def json(self, *, optional: bool = False) -> dict[str, Any]:
+        """The body as a JSON object (``{}`` for an empty optional one), else an ApiError."""
+        return parse_json_body(await self._read_body(), optional=optional)
+
+    def bearer(self) -> str | None:
+        scheme, _, token = self.headers.get("authorization", "").partition(" ")
+        return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+    @property
+    def client(self) -> str:
+        return self.remote or "unknown"
+
+
+class Answer:
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+def json_answer(doc: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Answer:
+    extra = list((headers or {}).items())
+    return Answer(status, [("Content-Type", JSON_TYPE), *NO_STORE, *extra], json.dumps(doc).encode())
+
+
+def error_answer(err: ApiError) -> Answer:
+    return json_answer(err.body(), err.status, err.headers)
+
+
+def http_error(status: int, reason: str, headers: Mapping[str, str] | None = None) -> Answer:
+    """The JSON body for a status the server or the router gives on its own."""
+    return json_answer(ApiError(status, HTTP_CODES.get(status, "http-error"), reason).body(), status, headers)
+
+
+def too_large(max_body: int = MAX_BODY) -> ApiError:
+    return ApiError(413, "body-too-large", f"the request body is over {max_body} bytes")
+
+
+def too_slow(timeout: float) -> ApiError:
+    return ApiError(408, "body-timeout", f"the request body did not arrive within {timeout:g} s")
+
+
+def unreadable() -> ApiError:
+    return ApiError(400, "bad-request", "the request body could not be read")
+
+
+def parse_json_body(raw: bytes, *, optional: bool = False) -> dict[str, Any]:
+    if not raw.strip() and optional:
+        return {}
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: a few KiB of "[[[[..." nest deeper than the parser's stack.
+        raise ApiError(400, "invalid-json", "the request body is not valid JSON") from None
+    if not isinstance(doc, dict):
+        raise ApiError(400, "invalid-json", "the request body must be a JSON object")
+    return doc
+
+
+Handler = Callable[[Request], Awaitable[Answer]]
+
+
+class Api:
+    """The node's routes. ``answer`` never raises: every failure becomes an error body."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.routes: dict[str, dict[str, Handler]] = {
+            "/status": {"GET": self.status},
+            "/claim": {"GET": self.claim_page, "POST": self.claim},
+            "/invitations": {"POST": self.mint_invitation, "GET": self.list_invitations},
+            "/members": {"GET": self.members},
+            "/join": {"POST": self.join},
+            "/seed": {"POST": self.seed},
+        }
+
+    def allowed(self, path: str) -> list[str]:
+        methods = set(self.routes.get(path, ()))
+        if "GET" in methods:
+            methods.add("HEAD")  # a GET route answers HEAD too, without the body
+        return sorted(methods)
+
+    async def answer(self, request: Request) -> Answer:
+        methods = self.routes.get(request.path)
+        if methods is None:
+            return http_error(404, "not found")
+        handler = methods.get("GET" if request.method == "HEAD" else request.method)
+        if handler is None:
+            return http_error(405, "method not allowed", {"Allow": ",".join(self.allowed(request.path))})
+        try:
+            return await handler(request)
+        except ApiError as err:
+            return error_answer(err)
+        except StorageError as err:
+            log.error("%s %s: %s", request.method, request.path, err)
+            return json_answer(ApiError(500, err.code, str(err)).body(), 500)
+        except Exception:
+            log.exception("unexpected error answering %s %s", request.method, request.path)
+            return json_answer(ApiError(500, "internal", "the node hit an unexpected error").body(), 500)
+
+    # -- the routes ------------------------------------------------------------------------
+
+    async def status(self, request: Request) -> Answer:
+        return json_answer(self.node.status())
+
+    async def claim_page(self, request: Request) -> Answer:
+        page, nonce = render_claim_page(self.node.config.node_id, request.query.get("node"),
+                                        self.node.config.node_name)
+        headers = [
+            ("Content-Type", "text/html; charset=utf-8"),
+            ("Content-Security-Policy", content_security_policy(nonce)),
+            ("Referrer-Policy", "no-referrer"),
+            ("X-Content-Type-Options", "nosniff"),
+            *NO_STORE,
+        ]
+        return Answer(200, headers, page.encode())
+
+    async def claim(self, request: Request) -> Answer:
+        body = await request.json()
+        secret = text_field(body, "secret", 1, 512)
+        cadre = text_field(body, "cadre", 1, MAX_CADRE_CHARS, strip=True)
+        return json_answer(self.node.claim(request.client, secret, cadre))
+
+    async def mint_invitation(self, request: Request) -> Answer:
+        self.node.authorize_owner(request.bearer(), request.remote)
+        body = await request.json(optional=True)
+        ttl_s = body.get("ttl_s", invitations.DEFAULT_TTL_S)
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int):
+            raise ApiError(400, "invalid-field", "ttl_s must be a whole number of seconds")
+        if not 1 <= ttl_s <= invitations.MAX_TTL_S:
+            raise ApiError(400, "invalid-field", f"ttl_s must be from 1 to {invitations.MAX_TTL_S} seconds")
+        return json_answer(invitations.mint_invitation(self.node, ttl_s), status=201)
+
+    async def list_invitations(self, request: Request) -> Answer:
+        self.node.authorize_owner(request.bearer(), request.remote)
+        return json_answer(invitations.list_invitations(self.node))
+
+    async def members(self, request: Request) -> Answer:
+        self.node.authorize_owner(request.bearer(), request.remote)
+        return json_answer(invitations.list_members(self.node))
+
+    async def join(self, request: Request) -> Answer:
+        body = await request.json()
+        answer = invitations.admit(
+            self.node,
+            request.client,
+            invitation_id=text_field(body, "invitation_id", 1, 128),
+            secret=text_field(body, "secret", 1, 256),
+            peer_id=text_field(body, "peer_id", 1, 128),
+            public_key=bytes_field(body, "public_key", 32),
+            signature=bytes_field(body, "signature", 64),
+        )
+        return json_answer(answer)
+
+    async def seed(self, request: Request) -> Answer:
+        body = await request.json()
+        return json_answer(donated.accept_seed(self.node, request.client, request.bearer(), body))
+
+
+def text_field(body: dict[str, Any], name: str, low: int, high: int, *, strip: bool = False) -> str:
+    value = body.get(name)
+    if not isinstance(value, str):
+        raise ApiError(400, "invalid-field", f"{name!r} must be a string")
+    if strip:
+        value = value.strip()
+    if not low <= len(value) <= high:
+        raise ApiError(400, "invalid-field", f"{name!r} must be {low} to {high} characters")
+    if clean_text(value, high) is None:
+        raise ApiError(400, "invalid-field", f"{name!r} must be printable text")
+    return value
+
+
+def bytes_field(body: dict[str, Any], name: str, size: int) -> bytes:
+    value = text_field(body, name, 1, 256)
+    try:
+        data = b64url_decode(value)
+    except ValueError:
+        data = b""
+    if len(data) != size:
+        raise ApiError(400, "invalid-field", f"{name!r} must be {size} bytes in base64url")
+    return data

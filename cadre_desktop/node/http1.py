@@ -1,0 +1,387 @@
+"""The node's HTTP/1.1 server: h11 (sans-IO, python-hyper) over asyncio streams.
+
+Why not aiohttp, as before: importing ``aiohttp.web`` loads its whole client side,
+yarl, multidict, attrs and the email package, about 95 ms and 12 MB per node, and
+a host runs tens of nodes; a node answers a handful of small JSON routes. h11
+parses and frames (request line, headers, chunked and fixed-length bodies,
+keep-alive, pipelining, ``Expect: 100-continue``); this module adds what a server
+on a LAN must bound (see bench/README.md for the figures):
+
+- the head (request line and headers) to ``MAX_HEAD`` bytes and ``MAX_HEADERS`` lines;
+- the body to ``max_body`` bytes *after* decoding (gzip and deflate are decoded as
+  aiohttp did, so a small bomb is a 413), arriving within ``body_timeout_s`` (408);
+- connections per source and in all, and idle ones (:mod:`guard`);
+- writing an answer to a client that does not read, to the idle time.
+
+A request that cannot be parsed is answered 400 in plain text, logged as one
+printable line, and its connection closed. Stopping closes idle keep-alive
+connections at once and gives requests in flight a grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import sys
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+
+import h11
+
+from cadre_desktop.node.api import Answer, Request, too_large, too_slow, unreadable
+from cadre_desktop.node.errors import ApiError
+from cadre_desktop.node.guard import ACCEPT_BATCH, Conn, ConnectionGuard
+from cadre_desktop.text import escape
+
+log = logging.getLogger("cadre.node.http")
+access_log = logging.getLogger("cadre.node.access")
+
+MAX_HEAD = 8192
+MAX_HEADERS = 128
+READ_CHUNK = 16384
+#: After an answer whose request body was not read: how much of it to read and drop, and
+#: for how long, so the connection can serve the next request (or close without a reset
+#: that could destroy the answer before the client read it).
+DRAIN_BYTES = 65536
+DRAIN_S = 1.0
+REASONS = {
+    100: "Continue", 200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
+    403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+    409: "Conflict", 410: "Gone", 413: "Request Entity Too Large", 429: "Too Many Requests",
+    500: "Internal Server Error",
+}
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+Handler = Callable[[Request], Awaitable[Answer]]
+
+
+class HttpServer:
+    def __init__(self, handler: Handler, guard: ConnectionGuard, *, max_body: int,
+                 body_timeout_s: float) -> None:
+        self.handler = handler
+        self.guard = guard
+        self.max_body = max_body
+        self.body_timeout_s = body_timeout_s
+        self.closing = False
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self, host: str, port: int) -> None:
+        """Listen on (host, port); OSError if it cannot be bound."""
+        sock = bind_socket(host, port)
+        try:
+            self._server = await asyncio.start_server(self._connection, sock=sock, backlog=ACCEPT_BATCH)
+        except BaseException:
+            sock.close()
+            raise
+
+    @property
+    def port(self) -> int:
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop listening, close idle connections now, give the busy ones ``grace_s``."""
+        self.closing = True
+        if self._server is not None:
+            self._server.close()
+        self.guard.close_idle()
+        pending = set(self._tasks)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=grace_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        transport = writer.transport
+        conn = None if self.closing else self.guard.admit(transport)
+        if conn is None:
+            transport.abort()  # a reset frees the descriptor now, not after a close handshake
+            return
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            await _Exchange(self, conn, reader, writer).run()
+        except (OSError, asyncio.TimeoutError):
+            transport.abort()  # the client went away, or does not read what it asked for
+        except asyncio.CancelledError:
+            transport.abort()  # stopping, and the grace is over
+        except Exception:
+            log.exception("unexpected error serving a connection")
+            transport.abort()
+        finally:
+            self.guard.forget(conn)
+            self._tasks.discard(task)
+            if not transport.is_closing():
+                transport.close()
+
+
+class _Malformed(Exception):
+    """The request cannot be understood: a 400, one log line, and the connection closes."""
+
+
+class _Exchange:
+    """One connection: requests in turn, each answered before the next is read."""
+
+    def __init__(self, server: HttpServer, conn: Conn, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.conn = conn
+        self.reader = reader
+        self.writer = writer
+        self.h = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        peer = writer.get_extra_info("peername")
+        self.remote = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else None
+        self.eof = False
+        self._reset_request()
+
+    def _reset_request(self) -> None:
+        self.headers: dict[str, str] = {}
+        self.body: bytes | None = None
+        self.broken = False  # the body was refused part-way: this connection cannot go on
+
+    async def run(self) -> None:
+        while True:
+            try:
+                try:
+                    event = await asyncio.wait_for(self._next_event(), self.server.guard.idle_s)
+                except asyncio.TimeoutError:
+                    return  # no whole request for the idle time: closed gently (the guard's sweep resets)
+                if not isinstance(event, h11.Request):
+                    return  # the client closed between requests
+                keep = await self._exchange(event)
+            except (h11.RemoteProtocolError, _Malformed) as err:
+                await self._refuse_malformed(err)
+                return
+            if not keep:
+                await self._close(linger=self.h.their_state is not h11.CLOSED)
+                return
+            self.h.start_next_cycle()
+            self._reset_request()
+
+    async def _next_event(self):
+        while True:
+            event = self.h.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            data = await self.reader.read(READ_CHUNK)
+            self.eof = not data
+            self.h.receive_data(data)
+
+    async def _exchange(self, request: h11.Request) -> bool:
+        """Answer one request; True if the connection can take the next one."""
+        if request.http_version not in (b"1.0", b"1.1"):
+            raise _Malformed("not HTTP/1.0 or HTTP/1.1")
+        if len(request.headers) > MAX_HEADERS:
+            raise _Malformed(f"more than {MAX_HEADERS} header lines")
+        # h11 bounds a head still arriving; one that came whole in a single read is measured here.
+        size = len(request.method) + len(request.target) + sum(len(n) + len(v) + 4 for n, v in request.headers)
+        if size > MAX_HEAD:
+            raise _Malformed(f"a head over {MAX_HEAD} bytes")
+        for name, value in request.headers:
+            self.headers.setdefault(name.decode("ascii"), value.decode("latin-1"))
+        if "content-length" in self.headers and "transfer-encoding" in self.headers:
+            raise _Malformed("both Content-Length and Transfer-Encoding")
+        method = request.method.decode("ascii")
+        target = request.target.decode("ascii")
+        path, query = split_target(target)
+        self.conn.busy = True
+        started = time.monotonic()
+        answer = await self.server.handler(Request(method, path, query, self.headers, self.remote,
+                                                   self._read_body))
+        waiting = self.h.they_are_waiting_for_100_continue
+        await self._send(answer.status, answer.headers, answer.body, head_only=method == "HEAD")
+        access_log.info('%s "%s %s" %s %.1fms', self.remote, method, target, answer.status,
+                        (time.monotonic() - started) * 1000)
+        self.server.guard.done(self.conn)
+        if self.h.our_state is not h11.DONE or self.server.closing:
+            return False
+        if self.h.their_state is h11.SEND_BODY and not (self.broken or waiting):
+            await self._drain()
+        return self.h.their_state is h11.DONE
+
+    async def _read_body(self) -> bytes:
+        if self.body is not None:
+            return self.body
+        max_body = self.server.max_body
+        length = self.headers.get("content-length")
+        if length is not None and int(length) > max_body:  # h11 checked it is digits
+            self.broken = True
+            raise too_large(max_body)
+        try:
+            decoder = _decoder(self.headers.get("content-encoding", ""))
+            if self.h.they_are_waiting_for_100_continue:
+                self.writer.write(self.h.send(h11.InformationalResponse(status_code=100, headers=[], reason="Continue")))
+            self.body = await asyncio.wait_for(self._collect(decoder, max_body), self.server.body_timeout_s)
+        except asyncio.TimeoutError:
+            self.broken = True
+            raise too_slow(self.server.body_timeout_s) from None
+        except ApiError:
+            self.broken = True
+            raise
+        return self.body
+
+    async def _collect(self, decoder: _Inflate | None, max_body: int) -> bytes:
+        out = bytearray()
+        while True:
+            try:
+                event = await self._next_event()
+            except h11.RemoteProtocolError:
+                raise unreadable() from None  # a broken chunk, or the client stopped sending
+            if isinstance(event, h11.Data):
+                out += decoder.feed(event.data, max_body - len(out)) if decoder else event.data
+                if len(out) > max_body:
+                    raise too_large(max_body)
+            elif isinstance(event, h11.EndOfMessage):
+                if decoder is not None:
+                    decoder.finish()
+                return bytes(out)
+            else:
+                raise unreadable()
+
+    async def _drain(self) -> None:
+        """Read and drop the rest of a body the answer did not need, if it comes soon and is small."""
+        budget = DRAIN_BYTES
+
+        async def drop() -> None:
+            nonlocal budget
+            while budget > 0:
+                event = await self._next_event()
+                if isinstance(event, h11.Data):
+                    budget -= len(event.data)
+                else:
+                    return
+
+        try:
+            await asyncio.wait_for(drop(), DRAIN_S)
+        except (asyncio.TimeoutError, h11.RemoteProtocolError):
+            pass
+
+    async def _send(self, status: int, headers: list[tuple[str, str]], body: bytes, *,
+                    head_only: bool = False) -> None:
+        all_headers = [("Date", http_date()), ("Content-Length", str(len(body))), *headers]
+        if self.server.closing or self.broken:
+            all_headers.append(("Connection", "close"))
+        data = self.h.send(h11.Response(status_code=status, headers=all_headers, reason=REASONS.get(status, "")))
+        if body and not head_only:
+            data += self.h.send(h11.Data(data=body))
+        data += self.h.send(h11.EndOfMessage())
+        self.writer.write(data)
+        await asyncio.wait_for(self.writer.drain(), self.server.guard.idle_s)
+
+    async def _refuse_malformed(self, err: Exception) -> None:
+        if self.eof and isinstance(err, h11.RemoteProtocolError):
+            return  # the client closed half-way through a request: nobody to tell
+        self.conn.busy = False
+        log.warning("a malformed request from %s: %s", self.remote, escape(" ".join(str(err).split()), 200))
+        if self.h.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            self.broken = True
+            text = b"bad request: " + escape(" ".join(str(err).split()), 200).encode("ascii", "replace") + b"\n"
+            await self._send(400, [("Content-Type", "text/plain; charset=utf-8")], text)
+        await self._close(linger=True)
+
+    async def _close(self, *, linger: bool) -> None:
+        """Close after the last answer; first read (and drop) what the client still sends for
+        a moment, so the kernel does not answer it with a reset that may destroy our answer."""
+        if linger and not self.server.closing and not self.eof and self.writer.can_write_eof():
+            self.writer.write_eof()
+            budget = DRAIN_BYTES
+
+            async def discard() -> None:
+                nonlocal budget
+                while budget > 0 and (chunk := await self.reader.read(READ_CHUNK)):
+                    budget -= len(chunk)
+
+            try:
+                await asyncio.wait_for(discard(), DRAIN_S)
+            except (asyncio.TimeoutError, OSError):
+                pass
+        self.writer.close()
+
+
+class _Inflate:
+    """A gzip or deflate body, decoded no further than the body limit allows."""
+
+    def __init__(self, gzip: bool) -> None:
+        self.gzip = gzip
+        self.obj = None
+
+    def feed(self, data: bytes, room: int) -> bytes:
+        if self.obj is None:
+            if not data:
+                return b""
+            if self.gzip:
+                wbits = 16 + zlib.MAX_WBITS
+            else:  # deflate is meant to be zlib-wrapped; some clients send it raw
+                wbits = zlib.MAX_WBITS if data[0] & 0x0F == 8 else -zlib.MAX_WBITS
+            self.obj = zlib.decompressobj(wbits)
+        try:
+            return self.obj.decompress(data, max(room, 0) + 1)  # one more than fits: too large
+        except zlib.error:
+            raise unreadable() from None
+
+    def finish(self) -> None:
+        if self.obj is not None and not self.obj.eof:
+            raise unreadable()
+
+
+def _decoder(encoding: str) -> _Inflate | None:
+    """As aiohttp did: gzip and deflate are decoded, brotli and zstd refused, others passed through."""
+    name = encoding.lower() if encoding.isascii() else encoding
+    if name in ("br", "zstd"):
+        raise unreadable()
+    if name in ("gzip", "deflate"):
+        return _Inflate(gzip=name == "gzip")
+    return None
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """(the decoded path, the raw query) of a request target; an absolute URL is cut to its path."""
+    if not target.startswith("/"):
+        scheme, sep, rest = target.partition("://")
+        if sep and scheme.lower() in ("http", "https"):
+            slash = rest.find("/")
+            target = rest[slash:] if slash >= 0 else "/"
+    path, _, query = target.partition("?")
+    path = path.partition("#")[0]
+    query = query.partition("#")[0]
+    if "%" in path:
+        from urllib.parse import unquote
+
+        path = unquote(path)
+    return path, query
+
+
+_date_cache: tuple[int, str] = (0, "")
+
+
+def http_date() -> str:
+    """Now as an HTTP date (RFC 9110), in English whatever the locale; made once a second."""
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        t = time.gmtime(now)
+        text = f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} " \
+               f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
+        _date_cache = (now, text)
+    return _date_cache[1]
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port), with address reuse on POSIX (a respawn must not
+    wait out the old process's TIME_WAIT connections); Windows' SO_REUSEADDR would let two
+    processes share a port, so not there."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if sys.platform != "win32":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
