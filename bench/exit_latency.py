@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from cadre_desktop.host.orchestrator import Orchestrator  # noqa: E402
 from cadre_desktop.host.ports import PortAllocator  # noqa: E402
+from cadre_desktop.paths import Paths  # noqa: E402
 
 CHILD = [sys.executable, "-c", "import time\nwhile True: time.sleep(60)"]
 
@@ -40,7 +41,7 @@ def summary(values: list[float]) -> dict:
 async def run(rounds: int) -> dict:
     home = Path(tempfile.mkdtemp(prefix="cadre-bench-"))
     orch = Orchestrator(
-        state_file=home / "state.json", nodes_dir=home / "nodes", log_dir=home / "logs",
+        paths=Paths(home, home, home / "logs"),
         node_command=CHILD, ports=PortAllocator(48000, 48099, bind_host="127.0.0.1"),
         bind_host="127.0.0.1", advertise_host=lambda: "127.0.0.1",
     )

@@ -103,7 +103,27 @@ def desktop_exec(command: list[str]) -> str:
     return " ".join(quote(a) for a in command).replace("\\", "\\\\").replace("%", "%%")
 
 
-class XdgAutostart:
+class _LoginFile:
+    """A login item that is one file (XDG and macOS): written whole (0644, atomically), deleted to turn off."""
+
+    path: Path
+
+    def content(self) -> bytes:
+        raise NotImplementedError
+
+    def enable(self) -> str:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(self.path, self.content(), mode=0o644)
+        except OSError as exc:
+            raise _failed(f"write {self.path}", exc) from None
+        return f"wrote {self.path}"
+
+    def disable(self) -> str:
+        return _delete(self.path)
+
+
+class XdgAutostart(_LoginFile):
     def __init__(self, command: list[str], env: dict[str, str] | None = None,
                  carried: dict[str, str] | None = None) -> None:
         env = os.environ if env is None else env
@@ -128,16 +148,8 @@ class XdgAutostart:
             "X-GNOME-Autostart-enabled=true\n"
         )
 
-    def enable(self) -> str:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(self.path, self.entry().encode(), mode=0o644)
-        except OSError as exc:
-            raise _failed(f"write {self.path}", exc) from None
-        return f"wrote {self.path}"
-
-    def disable(self) -> str:
-        return _delete(self.path)
+    def content(self) -> bytes:
+        return self.entry().encode()
 
     def status(self) -> bool | str:
         try:
@@ -153,7 +165,7 @@ class XdgAutostart:
 
 # -- macOS ----------------------------------------------------------------------------------
 
-class LaunchAgent:
+class LaunchAgent(_LoginFile):
     def __init__(self, command: list[str], home: Path | None = None, carried: dict[str, str] | None = None) -> None:
         self.path = (home or Path.home()) / "Library" / "LaunchAgents" / f"{LABEL}.plist"
         self.command = command
@@ -166,16 +178,8 @@ class LaunchAgent:
             doc["EnvironmentVariables"] = dict(self.carried)
         return doc
 
-    def enable(self) -> str:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(self.path, plistlib.dumps(self.plist()), mode=0o644)
-        except OSError as exc:
-            raise _failed(f"write {self.path}", exc) from None
-        return f"wrote {self.path}"
-
-    def disable(self) -> str:
-        return _delete(self.path)
+    def content(self) -> bytes:
+        return plistlib.dumps(self.plist())
 
     def status(self) -> bool | str:
         try:

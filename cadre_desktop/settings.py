@@ -7,7 +7,6 @@ the file, so a typo is never silently ignored.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import json
 import sys
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import Any
 
 from cadre_desktop.errors import SettingsError
 from cadre_desktop.readfile import read_bytes
-from cadre_desktop.text import clean
+from cadre_desktop.text import clean, is_host
 
 
 def default_node_command() -> list[str]:
@@ -167,11 +166,8 @@ def _host(allow_null: bool):
             return None, "must be a host name or IP address of printable characters (at most 253)"
         if any(c in v for c in "/#?@ ") :
             return None, "must be a bare host name or IP address, without a scheme, port or path"
-        try:
-            ipaddress.ip_address(v)
-        except ValueError:
-            if not all(part and len(part) < 64 for part in v.split(".")):
-                return None, "is not a valid host name or IP address"
+        if not is_host(v):
+            return None, "is not a valid host name or IP address"
         return v, None
     return check
 

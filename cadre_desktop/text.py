@@ -11,7 +11,12 @@ imports it.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Any
+
+#: A host name's characters (RFC 1123: letters, digits, hyphens, dots; a letter or digit first).
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
 
 
 def clean(value: Any, max_len: int, *, allow_empty: bool = False) -> str | None:
@@ -21,6 +26,22 @@ def clean(value: Any, max_len: int, *, allow_empty: bool = False) -> str | None:
     if not value and not allow_empty:
         return None
     return value if value.isprintable() else None
+
+
+def is_host(value: Any) -> bool:
+    """Whether `value` is an IP address or a host name (labels of 1 to 63 characters, 253 in
+    all, one trailing dot allowed). The one rule for an address a node listens on or
+    advertises: the host checks its settings with it, the node its environment, so the
+    host never accepts an address its node would refuse."""
+    if not isinstance(value, str) or not value or len(value) > 253:
+        return False
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        pass
+    name = value[:-1] if value.endswith(".") else value
+    return _HOST_NAME.fullmatch(name) is not None and all(0 < len(label) < 64 for label in name.split("."))
 
 
 def _visible(ch: str) -> str:

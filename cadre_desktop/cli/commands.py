@@ -21,14 +21,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from cadre_desktop import __version__, build_commit, logtail, text
-from cadre_desktop.cli.client import ControlClient, NoHost
-from cadre_desktop.errors import (ApiError, CadreError, InputError, Invalid, InvalidState, MachineError,
-                                  NoSuchThing, StorageError)
+from cadre_desktop import __version__, build_commit
+from cadre_desktop.cli import lending
+from cadre_desktop.cli.client import NoHost
+from cadre_desktop.cli.logs import cmd_logs
+from cadre_desktop.cli.terminal import (
+    EXIT_FAILED, EXIT_NO_HOST, EXIT_OK, EXIT_USAGE, PROG, Usage, client, clip, confirm, count_arg,
+    needs_terminal, one_line, out, print_json, shown,
+)
+from cadre_desktop.errors import ApiError, CadreError, Invalid, InvalidState, MachineError, StorageError
 from cadre_desktop.paths import Paths, resolve_paths
 
-PROG = "cadre-desktop"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_HOST = 0, 1, 2, 3
 NODE_FLAG = "--node"  # the node program inside a bundle; see run_node()
 MAX_INVITATION_INPUT = 64 * 1024
 SHOW_ORDER = (
@@ -38,38 +41,6 @@ SHOW_ORDER = (
 )
 
 
-class Usage(InputError):
-    """The command line cannot be acted on as given (exit 2; every other error of the tree is exit 1)."""
-
-    code = "usage"
-
-
-# -- output -----------------------------------------------------------------------------
-# Everything printed for a person goes through `out` or `one_line`: a node's name,
-# cadre or log line can come from anyone on the network, and an ESC or BEL in it must
-# never reach the terminal as a control sequence (cadre_desktop/text.py). JSON output
-# is escaped by json.dumps itself.
-
-def out(line: str = "") -> None:
-    print(text.escape_lines(line), flush=True)
-
-
-def print_json(doc: Any) -> None:
-    print(json.dumps(doc, indent=2, sort_keys=True), flush=True)
-
-
-def one_line(value: Any) -> str:
-    return text.escape(" ".join(str(value).split()))
-
-
-def shown(value: Any) -> str:
-    if value is None or value == "":
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return one_line(value)
-
-
 def local_time(stamp: str | None) -> str:
     if not stamp:
         return "-"
@@ -77,11 +48,6 @@ def local_time(stamp: str | None) -> str:
         return datetime.fromisoformat(stamp).astimezone().strftime("%H:%M:%S")
     except ValueError:
         return stamp
-
-
-def clip(text: str | None, width: int) -> str:
-    text = one_line(text or "-")
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def node_table(nodes: list[dict]) -> str:
@@ -124,10 +90,6 @@ def node_summary(node: dict) -> str:
 
 # -- helpers ---------------------------------------------------------------------------------
 
-def client(paths: Paths) -> ControlClient:
-    return ControlClient.from_file(paths.control_file)
-
-
 def read_invitation() -> str:
     """From a hidden prompt on a terminal, else all of stdin; never from argv."""
     if sys.stdin is not None and sys.stdin.isatty():
@@ -140,23 +102,6 @@ def read_invitation() -> str:
     if not text:
         raise Invalid("no invitation given: paste it at the prompt, or pipe it in on stdin")
     return text
-
-
-def confirm(question: str) -> bool:
-    try:
-        answer = input(f"{question} [y/N] ")
-    except EOFError:
-        return False
-    return answer.strip().lower() in ("y", "yes")
-
-
-def needs_terminal(args, what: str) -> bool:
-    """True when the person must be asked (no --yes); a Usage error when nobody can answer."""
-    if args.yes:
-        return False
-    if sys.stdin is None or not sys.stdin.isatty():
-        raise Usage(f"stdin is not a terminal, so nothing can confirm the {what}; add --yes")
-    return True
 
 
 # -- node commands ------------------------------------------------------------------------
@@ -248,29 +193,6 @@ def cmd_remove(args, paths: Paths) -> int:
     return EXIT_OK
 
 
-def write_text(data: bytes) -> None:
-    """Log bytes for a terminal: control characters (but line breaks and tabs) as escapes."""
-    sys.stdout.write(text.escape_lines(data.decode("utf-8", "replace")))
-    sys.stdout.flush()
-
-
-def cmd_logs(args, paths: Paths) -> int:
-    path = paths.node_log(args.id)
-    try:
-        text, end = logtail.tail_lines(path, args.lines)
-    except FileNotFoundError:
-        raise NoSuchThing(f"no log for node {args.id} at {path}") from None
-    except OSError as exc:
-        raise StorageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    write_text(text)
-    if args.follow:
-        try:
-            logtail.follow(path, end, write_text)
-        except KeyboardInterrupt:
-            pass
-    return EXIT_OK
-
-
 def cmd_watch(args, paths: Paths) -> int:
     api = client(paths)
     events = api.events()
@@ -344,16 +266,6 @@ def run_gui(argv: list[str]) -> int:
 
 # -- parsing ------------------------------------------------------------------------------------
 
-def count_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return value
-
-
 class VersionAction(argparse.Action):
     """`--version`: the version, then the commit of the build (looked up only when asked: it may run git)."""
 
@@ -415,9 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_parser("watch", parents=[as_json], help="print host events as they happen, until Ctrl-C"
                      ).set_defaults(func=cmd_watch)
 
-    from cadre_desktop.cli import lending as cli_lending  # grant and donation: lending
-
-    cli_lending.add_parsers(commands, as_json)
+    lending.add_parsers(commands, as_json)  # grant and donation: lending
     commands.add_parser("doctor", help="check that this computer can host nodes").set_defaults(func=cmd_doctor)
     commands.add_parser("paths", parents=[as_json], help="where files are kept").set_defaults(func=cmd_paths)
     auto = commands.add_parser("autostart", help="start the tray app at login")

@@ -22,6 +22,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable
 
+from cadre_desktop import logtail
 from cadre_desktop.errors import CadreError
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings, load_settings
@@ -135,31 +136,21 @@ def _status(port: int) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _last_lines(path: Path, count: int = 3) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(line.strip() for line in lines[-count:])
-
-
 def check_node_program(settings: Settings, timeout: float = NODE_START_TIMEOUT_S) -> CheckResult:
-    """Start the node program as the host would, wait until it answers /status, stop it."""
-    from cadre_desktop.host import procs
+    """Start the node program as the host would (the same environment builder), wait until it
+    answers /status, stop it as the host would (terminate, a grace period, kill)."""
+    from cadre_desktop.host import launch, procs
 
     name = "node program"
     ports = free_ports(settings.with_changes(bind_host="127.0.0.1"))[:2]
     if len(ports) < 2:
         return fail(name, "not tried: no two free ports in 'port_range'")
     with tempfile.TemporaryDirectory(prefix="cadre-doctor-") as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CADRE_NODE")}
-        env.update(
-            CADRE_NODE_ID=f"doctor-{secrets.token_hex(4)}", CADRE_NODE_DIR=tmp,
-            CADRE_API_HOST="127.0.0.1", CADRE_API_PORT=str(ports[0]), CADRE_P2P_PORT=str(ports[1]),
-            CADRE_ADVERTISE_HOST="127.0.0.1", CADRE_CLAIM_SECRET=secrets.token_urlsafe(32),
-            PYTHONUNBUFFERED="1",
+        env = launch.node_env(
+            os.environ, node_id=f"doctor-{secrets.token_hex(4)}", work=Path(tmp), bind_host="127.0.0.1",
+            ports=(ports[0], ports[1]), advertise_host="127.0.0.1", attempt=0,
+            secret_env={"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)},
         )
-        env.pop("CADRE_INVITATION", None)
         log_path = Path(tmp) / "doctor-node.log"
         started = time.monotonic()
         try:
@@ -170,32 +161,28 @@ def check_node_program(settings: Settings, timeout: float = NODE_START_TIMEOUT_S
             return fail(name, f"cannot start {settings.node_command[0]!r}: {exc.strerror or exc}. "
                         "Check 'node_command' in settings.json.")
         try:
-            deadline = started + timeout
-            while time.monotonic() < deadline:
-                status = _status(ports[0])
-                if status is not None:
-                    took = time.monotonic() - started
-                    return ok(name, f"started and answered in {took:.1f} s "
-                              f"(state {status.get('state')}, version {status.get('version')})")
-                code = child.poll()
-                if code is not None:
-                    tail = _last_lines(log_path)
-                    return fail(name, f"exited with code {code} before answering"
-                                + (f": {tail}" if tail else "") + ". Check 'node_command' in settings.json.")
-                time.sleep(0.1)
-            return fail(name, f"did not answer GET /status within {timeout:.0f} s")
+            return _until_it_answers(child, ports[0], log_path, started, timeout)
         finally:
-            _stop(child, procs)
+            procs.end_child(child, grace_s=5.0)
 
 
-def _stop(child: subprocess.Popen, procs) -> None:
-    if child.poll() is None:
-        procs.terminate_group(child.pid)
-        try:
-            child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            procs.kill_group(child.pid)
-            child.wait(timeout=5)
+def _until_it_answers(child: subprocess.Popen, port: int, log_path: Path, started: float,
+                      timeout: float) -> CheckResult:
+    name = "node program"
+    while time.monotonic() < started + timeout:
+        status = _status(port)
+        if status is not None:
+            took = time.monotonic() - started
+            return ok(name, f"started and answered in {took:.1f} s "
+                      f"(state {status.get('state')}, version {status.get('version')})")
+        code = child.poll()
+        if code is not None:
+            lines = logtail.last_lines(log_path, 3, max_bytes=64 * 1024)
+            tail = " | ".join(line.strip() for line in lines if line.strip())
+            return fail(name, f"exited with code {code} before answering"
+                        + (f": {tail}" if tail else "") + ". Check 'node_command' in settings.json.")
+        time.sleep(0.1)
+    return fail(name, f"did not answer GET /status within {timeout:.0f} s")
 
 
 def check_host(paths: Paths) -> CheckResult:

@@ -12,8 +12,9 @@ import re
 import sys
 from pathlib import Path
 
-from cadre_desktop.cli import commands as cli
-from cadre_desktop.cli.commands import EXIT_FAILED, EXIT_OK, PROG, clip, out, print_json, shown
+from cadre_desktop.cli import terminal as cli
+from cadre_desktop.cli.logs import cmd_logs
+from cadre_desktop.cli.terminal import EXIT_FAILED, EXIT_OK, PROG, clip, out, print_json, shown
 from cadre_desktop.errors import StorageError
 from cadre_desktop.paths import Paths
 
@@ -204,4 +205,4 @@ def add_parsers(commands, as_json: argparse.ArgumentParser) -> None:
     logs = donations.add_parser("logs", parents=[row_id], help="a lent node's log (works without a running host)")
     logs.add_argument("-n", "--lines", type=cli.count_arg, default=50, metavar="N", help="how many last lines (50)")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
-    logs.set_defaults(func=cli.cmd_logs)
+    logs.set_defaults(func=cmd_logs)

@@ -116,11 +116,6 @@ def check_control_file(path: Path) -> None:
             )
 
 
-def valid_node_id(node_id: str) -> bool:
-    """Ids come from the host; refuse anything that could escape a folder before it gets there."""
-    return is_node_id(node_id)
-
-
 def check_name(value: Any) -> str | None:
     return clean_name(value, None)
 
@@ -319,7 +314,7 @@ class ControlServer:
     @staticmethod
     def _node_id(request: web.Request) -> str:
         node_id = request.match_info["id"]
-        if not valid_node_id(node_id):
+        if not is_node_id(node_id):
             raise NoSuchThing(f"No node with id {node_id[:40]!r}.")
         return node_id
 
@@ -363,7 +358,7 @@ class ControlServer:
 
     async def _remove_node(self, request: web.Request) -> web.Response:
         node_id = request.match_info["id"]
-        existed = valid_node_id(node_id) and await self.host.remove_node(node_id)
+        existed = is_node_id(node_id) and await self.host.remove_node(node_id)
         return web.json_response({"removed": node_id, "existed": bool(existed)})
 
     # -- events --------------------------------------------------------------------

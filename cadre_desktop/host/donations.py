@@ -18,7 +18,6 @@ says so, and never stops a pass over it.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import secrets as _random
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.errors import Invalid, MachineError
-from cadre_desktop.host.records import RespawnInfo, StartMark, check_optional, mark_from_row, respawn_from_row
+from cadre_desktop.host.records import LIFE_KEYS, RespawnInfo, StartMark, SupervisedRow, life_from_row
 from cadre_desktop.host.rowstore import RowStore
 from cadre_desktop.node.seed import (
     MAX_BOOTSTRAP_NODES,
@@ -73,7 +72,7 @@ class DonationRequest:
 
 
 @dataclass(frozen=True)
-class Donation:
+class Donation(SupervisedRow):
     id: str
     grant_id: str
     party_id: str
@@ -96,18 +95,6 @@ class Donation:
     awaiting_since: str | None = None
     seeded_at: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-
-    def replace(self, **changes: Any) -> "Donation":
-        return dataclasses.replace(self, **changes)
-
-    @property
-    def attempts(self) -> int:
-        return self.respawn.attempts if self.respawn else 0
-
-    @property
-    def next_start(self) -> int:
-        """The start number the next start of this node gets."""
-        return (self.start.attempt if self.start else 0) + 1
 
     @property
     def respawnable(self) -> bool:
@@ -134,22 +121,10 @@ class Donation:
             "party_id": self.party_id,
             "profile": self.profile,
             "status": self.status.value,
-            "handle": self.handle,
-            "api_port": self.api_port,
-            "p2p_port": self.p2p_port,
-            "peer_id": self.peer_id,
-            "error": self.error,
-            "respawn": (
-                {"attempts": self.respawn.attempts, "last_attempt_at": self.respawn.last_attempt_at}
-                if self.respawn else None
-            ),
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
             "awaiting_since": self.awaiting_since,
             "seeded_at": self.seeded_at,
+            **self.life_row(),
         }
-        if self.start is not None:
-            row["start"] = self.start.to_row()
         if self.bootstrap_nodes is not None:
             row["bootstrap_nodes"] = list(self.bootstrap_nodes)
         if self.owner_keys is not None:
@@ -158,10 +133,8 @@ class Donation:
         return row
 
 
-_OPTIONAL_STR = ("handle", "peer_id", "error", "awaiting_since", "seeded_at")
-_OPTIONAL_PORT = ("api_port", "p2p_port")
-_KNOWN = {"grant_id", "party_id", "profile", "status", "respawn", "start", "created_at", "updated_at",
-          "bootstrap_nodes", "owner_keys", *_OPTIONAL_STR, *_OPTIONAL_PORT}
+_OWN_STR = ("awaiting_since", "seeded_at")
+_KNOWN = {"grant_id", "party_id", "profile", "status", "bootstrap_nodes", "owner_keys", *_OWN_STR, *LIFE_KEYS}
 
 
 def is_donation_id(value: Any) -> bool:
@@ -194,8 +167,6 @@ def donation_from_row(donation_id: str, row: Any) -> Donation:
         status = DonationStatus(row.get("status"))
     except ValueError:
         raise ValueError(f"donation {donation_id!r} has an unknown status {row.get('status')!r}") from None
-    check_optional(f"donation {donation_id!r}", row, _OPTIONAL_STR, _OPTIONAL_PORT)
-    respawn = respawn_from_row(f"donation {donation_id!r}", row.get("respawn"))
     return Donation(
         id=donation_id,
         grant_id=row["grant_id"],
@@ -204,17 +175,9 @@ def donation_from_row(donation_id: str, row: Any) -> Donation:
         status=status,
         bootstrap_nodes=_string_list(donation_id, row, "bootstrap_nodes"),
         owner_keys=_string_list(donation_id, row, "owner_keys"),
-        handle=row.get("handle"),
-        api_port=row.get("api_port"),
-        p2p_port=row.get("p2p_port"),
-        peer_id=row.get("peer_id"),
-        error=row.get("error"),
-        respawn=respawn,
-        start=mark_from_row(donation_id, row.get("start")),
-        created_at=str(row.get("created_at") or ""),
-        updated_at=str(row.get("updated_at") or ""),
         awaiting_since=row.get("awaiting_since"),
         seeded_at=row.get("seeded_at"),
+        **life_from_row(f"donation {donation_id!r}", donation_id, row, _OWN_STR),
         extra={k: v for k, v in row.items() if k not in _KNOWN},
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
+from typing import Callable, Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -49,25 +49,46 @@ class HostEvent:
     detail: str = ""
 
 
+T = TypeVar("T")
+
+
+class Listeners(Generic[T]):
+    """Who wants to hear of something, in the order they asked. One listener that raises
+    is logged and the others still hear: a broken subscriber must not stop the engine."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._listeners: list[Callable[[T], None]] = []
+
+    def add(self, listener: Callable[[T], None]) -> Callable[[], None]:
+        """Start telling `listener`; the function returned stops it (twice is harmless)."""
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+        return remove
+
+    def tell(self, item: T) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(item)
+            except Exception:  # a broken listener must not keep the news from the others
+                log.exception("%s listener failed on %s", self.what, item)
+
+    def clear(self) -> None:
+        self._listeners.clear()
+
+
 Listener = Callable[[HostEvent], None]
 
 
 class EventBus:
     def __init__(self) -> None:
-        self._listeners: list[Listener] = []
+        self._listeners: Listeners[HostEvent] = Listeners("event")
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-        return unsubscribe
+        return self._listeners.add(listener)
 
     def emit(self, kind: EventKind, node_id: str, detail: str = "") -> None:
-        event = HostEvent(kind, node_id, detail)
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:  # a broken listener must not keep the event from the others
-                log.exception("event listener failed on %s", event)
+        self._listeners.tell(HostEvent(kind, node_id, detail))

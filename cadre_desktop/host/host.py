@@ -1,8 +1,10 @@
 """The Host: the composition root of the engine.
 
-It wires settings, store, secrets, orchestrator, service, supervisor, probe
-and the control API, owns their tasks, and is what the tray, the headless
-runner and the control API call. Nothing here imports Qt.
+It wires settings, store, secrets, orchestrator, service, supervisor, probe,
+the address watcher, lending and the control API, owns their tasks, and holds
+the operations the tray, the headless runner and the control API call. What it
+shows of a node is built by `host/views.py`; the address nodes advertise is
+`host/netwatch.py`'s. Nothing here imports Qt.
 """
 
 from __future__ import annotations
@@ -11,27 +13,27 @@ import asyncio
 import logging
 from typing import Callable
 
-from cadre_desktop.errors import CadreError, NoSuchThing, SettingsError
-from cadre_desktop.host.address import claim_url, detect_lan_address
-from cadre_desktop.host.netwatch import AddressWatcher
+from cadre_desktop.errors import CadreError, NoSuchThing
 from cadre_desktop.host import live_settings
-from cadre_desktop.host.clock import Clock, iso
+from cadre_desktop.host.address import ConfiguredAddress
+from cadre_desktop.host.clock import Clock
 from cadre_desktop.host.events import EventBus, EventKind, HostEvent
 from cadre_desktop.host.lock import HostLock
 from cadre_desktop.host.keyring_gate import KeyringGate
 from cadre_desktop.host.lifecycle import Lifecycle
+from cadre_desktop.host.netwatch import AddressWatcher, restart_stale
 from cadre_desktop.host.orchestrator import Orchestrator
 from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.host.preflight import check_bind_host, prepare_home
 from cadre_desktop.host.probe import HttpStatusFetcher, Probe, loopback_for
-from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
+from cadre_desktop.host.records import SUPERVISED, NodeStatus
 from cadre_desktop.host.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.service import NodeService
 from cadre_desktop.host.store import KEYRING_LAYOUT, RecordStore
 from cadre_desktop.host.supervisor import Supervisor, secret_kind
-from cadre_desktop.host.views import NodeView
+from cadre_desktop.host.views import NodeView, NodeViews
 from cadre_desktop.paths import Paths
-from cadre_desktop.settings import Settings, load_settings
+from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -57,41 +59,32 @@ class Host:
         self.secrets = secrets or SecretStore()
         self.store = RecordStore(paths.records_file)
         self.lifecycle = Lifecycle(store=self.store, events=self.events, clock=self.clock)
-        self.gate: KeyringGate | None = None
         self._lock = HostLock(paths.lock_file)
         self._serve_control_api = serve_control_api
-        self._address_source = address_source or self._configured_address
-        self._advertise = self._address_source()
-        self.netwatch: AddressWatcher | None = None
+        #: The one owner of the address nodes advertise; its loop runs from `start`.
+        self.netwatch = AddressWatcher(
+            source=address_source or ConfiguredAddress(paths.settings_file, settings), clock=self.clock,
+            on_change=self._address_changed, on_wake=self._woke,
+        )
+        # Made by `start`, in this order, once every file was read and found good.
+        self.gate: KeyringGate | None = None
         self.orchestrator: Orchestrator | None = None
-        self.service: NodeService | None = None
-        self.supervisor: Supervisor | None = None
         self.probe: Probe | None = None
-        self.control = None
+        self.supervisor: Supervisor | None = None
+        self.service: NodeService | None = None
+        self.views: NodeViews | None = None
         #: Grants, lent nodes and the lend API (host/lend_host.py).
         self.lending = None
+        self.control = None
+        self._tasks: list[asyncio.Future] = []
         self._started = False
-
-    # -- life ---------------------------------------------------------------------
 
     @property
     def advertise_host(self) -> str:
-        return self._advertise
+        """The address nodes are told to advertise now."""
+        return self.netwatch.current
 
-    def _configured_address(self) -> str:
-        """The `advertise_host` setting as it is in settings.json now, else the LAN address.
-
-        Re-reading the file lets a person change the advertised address without
-        restarting the host; a file broken meanwhile keeps the address we have.
-        """
-        try:
-            configured = load_settings(self.paths.settings_file).advertise_host
-        except SettingsError as exc:
-            log.warning("the advertised address keeps its value: %s", exc.message)
-            if hasattr(self, "_advertise"):
-                return self._advertise
-            configured = self.settings.advertise_host
-        return configured or detect_lan_address()
+    # -- life ---------------------------------------------------------------------
 
     async def start(self) -> None:
         """Take the home, read the records, re-attach to live children, supervise.
@@ -108,7 +101,34 @@ class Host:
             raise
 
     async def _start(self) -> None:
-        s = self.settings
+        self._load_files()
+        self.orchestrator = self._make_orchestrator()
+        report = await self.orchestrator.init()
+        # Only once every file was read and found good: an upgrade writes the records.
+        self._bind_keyring()
+        if report.attached:
+            log.info("re-attached to %d running node(s)", len(report.attached))
+        self._make_supervision()
+        await self._prefetch_secrets()
+        self._tasks.append(asyncio.ensure_future(self._move_keyring_entries()))
+        await self.service.reap_stuck()
+        self.lending.attach()  # lent nodes: the same supervisor, probe and gate, from the first pass
+        self.supervisor.start(stopped_cleanly=report.stopped_cleanly)
+        await self.lending.start()
+        self.probe.start()
+        # A new child is watched until it answers, rather than waiting out the interval.
+        self.events.subscribe(lambda event: self.probe.watch_node(event.node_id) if event.node_id else None)
+        self.netwatch.start()
+        if self._serve_control_api:
+            from cadre_desktop.host.control import ControlServer
+
+            self.control = ControlServer(self, self.paths.control_file)
+            await self.control.start()
+        self._started = True
+        log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
+
+    def _load_files(self) -> None:
+        """Read every file the host keeps; a broken one stops the start and is left as it is."""
         self.paths.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store.load()
         from cadre_desktop.host.lend_host import Lending
@@ -120,24 +140,23 @@ class Host:
 
             # A control.json we cannot have written is refused, like every file we keep.
             check_control_file(self.paths.control_file)
-        check_bind_host(s.bind_host, str(self.paths.settings_file))
-        ports = PortAllocator(*s.port_range, bind_host=s.bind_host)
-        self.orchestrator = Orchestrator(
-            state_file=self.paths.state_file,
-            nodes_dir=self.paths.nodes_dir,
-            log_dir=self.paths.log_dir,
+        check_bind_host(self.settings.bind_host, str(self.paths.settings_file))
+
+    def _make_orchestrator(self) -> Orchestrator:
+        s = self.settings
+        return Orchestrator(
+            paths=self.paths,
             node_command=s.node_command,
-            ports=ports,
+            ports=PortAllocator(*s.port_range, bind_host=s.bind_host),
             bind_host=s.bind_host,
-            advertise_host=lambda: self._advertise,
+            advertise_host=lambda: self.netwatch.current,
             stop_timeout_s=s.stop_timeout_ms / 1000,
             warm_standby=s.uses_warm_standby(),
         )
-        report = await self.orchestrator.init()
-        # Only once every file was read and found good: an upgrade writes the records.
-        self._bind_keyring()
-        if report.attached:
-            log.info("re-attached to %d running node(s)", len(report.attached))
+
+    def _make_supervision(self) -> None:
+        """The keyring gate, the probe, the supervisor, the service and the views, over the orchestrator."""
+        s = self.settings
         self.gate = KeyringGate(self.secrets, sleep=self.clock.sleep)
         interval = s.probe_interval_ms / 1000
         self.probe = Probe(
@@ -145,7 +164,7 @@ class Host:
             interval_s=interval,
             fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval)),
                                     fresh_after_s=min(2.5, interval / 2)),
-            on_unresponsive=lambda _node_id: self.supervisor and self.supervisor.kick("unresponsive"),
+            on_unresponsive=lambda _node_id: self.supervisor.kick("unresponsive"),
         )
         self.supervisor = Supervisor(
             lifecycle=self.lifecycle, driver=self.orchestrator, gate=self.gate, settings=s, clock=self.clock,
@@ -155,27 +174,12 @@ class Host:
             lifecycle=self.lifecycle, driver=self.orchestrator, gate=self.gate,
             supervisor=self.supervisor, clock=self.clock,
         )
-        await self._prefetch_secrets()
-        self._keyring_move = asyncio.ensure_future(self._move_keyring_entries())
-        await self.service.reap_stuck()
-        self.lending.attach()  # lent nodes: the same supervisor, probe and gate, from the first pass
-        self.supervisor.start(stopped_cleanly=report.stopped_cleanly)
-        await self.lending.start()
-        self.probe.start()
-        # A new child is watched until it answers, rather than waiting out the interval.
-        self.events.subscribe(lambda event: self.probe.watch_node(event.node_id) if self.probe and event.node_id else None)
-        self.netwatch = AddressWatcher(
-            source=self._address_source, clock=self.clock,
-            on_change=self._address_changed, on_wake=self._woke,
+        gate = self.gate
+        self.views = NodeViews(
+            store=self.store, driver=self.orchestrator, supervisor=self.supervisor, probe=self.probe,
+            clock=self.clock, address=lambda: self.netwatch.current, log_path=self.paths.node_log,
+            claim_secret=lambda node_id: gate.cached(node_id, SecretKind.CLAIM),
         )
-        self.netwatch.start()
-        if self._serve_control_api:
-            from cadre_desktop.host.control import ControlServer
-
-            self.control = ControlServer(self, self.paths.control_file)
-            await self.control.start()
-        self._started = True
-        log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
 
     def _bind_keyring(self) -> None:
         """Key this home's keyring entries by its id; an upgraded records file is written
@@ -214,7 +218,7 @@ class Host:
         if not wanted:
             return
         task = asyncio.ensure_future(self.gate.prefetch(wanted))
-        self._prefetch_task = task
+        self._tasks.append(task)
         try:
             await asyncio.wait_for(asyncio.shield(task), wait_s)
         except asyncio.TimeoutError:
@@ -235,8 +239,7 @@ class Host:
 
     def refresh(self) -> None:
         """Look at the network now (SIGHUP, or the OS said the network changed)."""
-        if self.netwatch:
-            self.netwatch.check_soon()
+        self.netwatch.check_soon()
 
     def _woke(self, slept_s: float) -> None:
         if self.probe:
@@ -244,46 +247,32 @@ class Host:
         self.events.emit(EventKind.WOKE, "", f"{slept_s:.0f}")
 
     async def _address_changed(self, old: str, new: str) -> None:
-        """Restart, one at a time, each running node that still advertises the old address."""
-        self._advertise = new
+        """Tell everyone (every claim URL changed); restart, one at a time, each running node
+        that still advertises the old address, hosted then lent."""
         self.events.emit(EventKind.ADDRESS, "", new)
         for record in self.store.list():
-            self.events.emit(EventKind.CHANGED, record.id)  # its claim URL changed
-        for record in self.store.list():
-            handle = self.orchestrator.get(record.handle)
-            if record.status not in SUPERVISED or handle is None or not handle.alive:
-                continue
-            if handle.advertise_host == new:
-                continue
-            try:
-                await self.service.restart(record.id, only_if_running=True)
-            except Exception as exc:
-                # The node is down now; the exit its stop raised hands it to the crash path.
-                log.error("restarting node %s for the new address failed: %s", record.id, exc)
-        lending = getattr(self, "lending", None)
-        if lending is not None and lending.service is not None:
-            await lending.address_changed(new)
+            self.events.emit(EventKind.CHANGED, record.id)
+        if self.service is None:
+            return
+        await restart_stale(self.store.list(), SUPERVISED, self.orchestrator, self.service.restart, new, "node")
+        if self.lending is not None and self.lending.service is not None:
+            await self.lending.address_changed(new)
 
     async def _teardown(self, *, stop_nodes: bool) -> None:
-        if self.netwatch is not None:
-            await self.netwatch.stop()
+        await self.netwatch.stop()
         if self.control is not None:
             await self.control.stop()
             self.control = None
-        if self.lending is not None:
-            await self.lending.stop()
-        if self.probe is not None:
-            await self.probe.stop()
-        if self.supervisor is not None:
-            # First, so the exits the stops below raise trigger no respawn.
-            await self.supervisor.stop()
+        for part in (self.lending, self.probe, self.supervisor):
+            # The supervisor before the orchestrator: the exits its stops raise trigger no respawn.
+            if part is not None:
+                await part.stop()
         if self.gate is not None:
             await self.gate.close()
-        for name in ("_prefetch_task", "_keyring_move"):
-            task = getattr(self, name, None)
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
         if self.orchestrator is not None:
             if stop_nodes:
                 await self.orchestrator.stop_all()
@@ -295,122 +284,43 @@ class Host:
     # -- reads --------------------------------------------------------------------
 
     def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]:
+        """Hear every engine event (the tray's bridge, the control API's event stream)."""
         return self.events.subscribe(listener)
 
     def list_nodes(self) -> list[NodeView]:
-        return [self._view(r) for r in self.store.list()]
+        return self.views.list() if self.views is not None else []
 
     def get_node(self, node_id: str) -> NodeView:
-        record = self.store.get(node_id)
-        if record is None:
+        if self.views is None:
             raise NoSuchThing(f"There is no node {node_id!r} on this host.")
-        return self._view(record)
+        return self.views.get(node_id)
 
     def log_tail(self, node_id: str, lines: int = 200) -> list[str]:
         self.get_node(node_id)
         return self.orchestrator.log_tail(node_id, lines, max_bytes=256 * 1024)
 
-    def _view(self, record: NodeRecord) -> NodeView:
-        handle = self.orchestrator.get(record.handle) if self.orchestrator else None
-        unsaved = None if handle and handle.alive else self._unsaved_child(record)
-        handle = unsaved or handle
-        running = bool(handle and handle.alive)
-        next_retry = None
-        if record.status in SUPERVISED and not running and self.supervisor:
-            when = self.supervisor.next_attempt_at(record)
-            if when is not None and when > self.clock.now():
-                next_retry = iso(when)
-        url = None
-        if record.status is NodeStatus.UNCLAIMED and record.api_port and self.gate:
-            secret = self.gate.cached(record.id, SecretKind.CLAIM)
-            if secret:
-                url = claim_url(self._advertise, record.api_port, record.id, secret)
-        advertised = handle.advertise_host if running and handle.advertise_host else self._advertise
-        return NodeView(
-            id=record.id,
-            name=record.name,
-            status=record.status.value,
-            mode=record.mode.value,
-            running=running,
-            ready=bool(running and self.probe and self.probe.is_ready(handle.id)),
-            pid=handle.pid if running else None,
-            api_port=handle.api_port if unsaved else record.api_port,
-            p2p_port=handle.p2p_port if unsaved else record.p2p_port,
-            peer_id=record.peer_id,
-            cadre=record.cadre,
-            attempts=record.attempts,
-            next_retry_at=next_retry,
-            last_error=self._save_problem(record, unsaved) or record.error,
-            claim_url=url,
-            advertise_host=advertised,
-            created_at=record.created_at,
-            updated_at=record.updated_at,
-            started_at=handle.started_at if running else None,
-            log_path=str(self.paths.node_log(record.id)),
-            last_exit=self._last_exit(record, running),
-            exit_code=None if running or not self.supervisor else self.supervisor.exit_code(record.id),
-            waiting_for="keyring" if self.supervisor and self.supervisor.waiting_for_keyring(record.id) else None,
-            last_decision=self.supervisor.last_decisions.get(record.id) if self.supervisor else None,
-        )
-
-    def _unsaved_child(self, record: NodeRecord):
-        """A live child of the node that its record does not name: the write after its start failed."""
-        if not self.orchestrator or record.status not in SUPERVISED:
-            return None
-        alive = [h for h in self.orchestrator.handles_for(record.id) if h.alive]
-        return alive[-1] if alive else None
-
-    def _save_problem(self, record: NodeRecord, unsaved) -> str | None:
-        """The live truth came from memory, not the records: say why it could not be saved."""
-        if unsaved is None:
-            return None
-        why = self.store.save_error or (self.orchestrator.save_error if self.orchestrator else None)
-        note = f"running, but not saved yet: {why}" if why else "running, but not saved yet"
-        return f"{record.error}; {note}" if record.error else note
-
-    def _last_exit(self, record: NodeRecord, running: bool) -> str | None:
-        """What ended the node's last start, while it matters: down, or starting again after a failure."""
-        seen = self.supervisor.last_exit(record.id) if self.supervisor else None
-        if seen:
-            return seen
-        mark = record.start
-        if mark is not None and mark.last_exit and (not running or not mark.answered):
-            return mark.last_exit
-        return None
-
-    def keyring_condition(self):
-        """Why the keyring cannot be used now (code, message), or None when it works."""
-        return self.gate.condition if self.gate else None
-
     # -- actions ----------------------------------------------------------------------
 
     async def add_node(self, name: str | None = None) -> NodeView:
-        return self._view(await self.service.add(name))
+        return self.views.of(await self.service.add(name))
 
     async def join_node(self, invitation: str, name: str | None = None) -> NodeView:
-        return self._view(await self.service.join(invitation, name))
+        return self.views.of(await self.service.join(invitation, name))
 
     async def retry_node(self, node_id: str) -> NodeView:
-        return self._view(await self.service.retry(node_id))
+        return self.views.of(await self.service.retry(node_id))
 
     async def restart_node(self, node_id: str) -> NodeView:
-        return self._view(await self.service.restart(node_id))
+        return self.views.of(await self.service.restart(node_id))
 
     async def regenerate_node(self, node_id: str) -> NodeView:
-        return self._view(await self.service.regenerate(node_id))
+        return self.views.of(await self.service.regenerate(node_id))
 
     async def invite_node(self, node_id: str, name: str | None = None) -> NodeView:
         """A new node that joins the cadre of `node_id` (host/invite.py)."""
         from cadre_desktop.host.invite import invite_another
 
         return await invite_another(self, node_id, name)
-
-    def driver_running(self, handle_id: str | None) -> bool:
-        return bool(self.orchestrator and self.orchestrator.is_running(handle_id))
-
-    def node_address(self) -> str:
-        """Where this machine reaches the nodes it runs."""
-        return loopback_for(self.settings.bind_host)
 
     async def remove_node(self, node_id: str) -> bool:
         return await self.service.remove(node_id)

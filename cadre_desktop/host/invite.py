@@ -17,6 +17,8 @@ import logging
 import aiohttp
 
 from cadre_desktop.errors import InvalidState, NodeFault, NoSuchThing
+from cadre_desktop.host.address import url_host
+from cadre_desktop.host.probe import loopback_for
 from cadre_desktop.host.records import NodeStatus
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,7 @@ async def invite_another(host, node_id: str, name: str | None = None):
         raise NoSuchThing(f"There is no node {node_id!r} on this host.")
     if record.status is not NodeStatus.JOINED:
         raise InvalidState(f"Node {record.name} has not joined a cadre, so it cannot invite another node.")
-    token = host.supervisor.host_tokens.get(record.handle) if host.driver_running(record.handle) else None
+    token = host.supervisor.host_tokens.get(record.handle) if host.orchestrator.is_running(record.handle) else None
     if token is None:
         log.info("node %s was started before this host: restarting it to give it the host's credential", node_id)
         await host.service.restart(node_id)
@@ -40,7 +42,7 @@ async def invite_another(host, node_id: str, name: str | None = None):
         token = host.supervisor.host_tokens.get(record.handle)
         if token is None:
             raise InvalidState(f"Node {record.name} could not be given the host's credential; try again.")
-    invitation = await _mint(host.node_address(), record.api_port, token, record.name)
+    invitation = await _mint(loopback_for(host.settings.bind_host), record.api_port, token, record.name)
     view = await host.join_node(invitation, name)
     log.info("node %s invited node %s into cadre %r", node_id, view.id, record.cadre)
     return view
@@ -61,7 +63,7 @@ async def _wait_ready(host, node_id: str):
 
 
 async def _mint(address: str, port: int, token: str, name: str) -> str:
-    host = f"[{address}]" if ":" in address else address
+    host = url_host(address)
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as session:
             async with session.post(f"http://{host}:{port}/invitations", json={},

@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from cadre_desktop.errors import SpawnError
 from cadre_desktop.fdlimit import call_with_reserve
@@ -26,6 +26,26 @@ from cadre_desktop.host import nodelogs, procs, winjob
 from cadre_desktop.host.handles import Handle
 
 log = logging.getLogger(__name__)
+
+def node_env(base: Mapping[str, str], *, node_id: str, work: Path, bind_host: str, ports: tuple[int, int],
+             advertise_host: str, attempt: int, secret_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment a node child is started with (node contract §1): `base` without any
+    `CADRE_` variable it inherited, then the node's own. The one builder of it: the
+    orchestrator and doctor's trial start both use it. It holds the node's secret:
+    never log it, never persist it."""
+    env = procs.without_node_vars(base)
+    env.update(
+        CADRE_NODE_ID=node_id,
+        CADRE_NODE_DIR=str(work),
+        CADRE_API_HOST=bind_host,
+        CADRE_API_PORT=str(ports[0]),
+        CADRE_P2P_PORT=str(ports[1]),
+        CADRE_ADVERTISE_HOST=advertise_host,
+        CADRE_START_ATTEMPT=str(attempt),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(secret_env)
+    return env
 
 
 @dataclass

@@ -24,8 +24,8 @@ from typing import Any
 from aiohttp import web
 
 from cadre_desktop.errors import MachineError, NoSuchThing
-from cadre_desktop.host.control import valid_node_id
 from cadre_desktop.host.events import HostEvent
+from cadre_desktop.host.records import is_node_id
 
 GRANT_FIELDS = {"label", "max_nodes", "expires_in_s"}
 
@@ -39,9 +39,19 @@ def _lending(server):
 
 def _id(request: web.Request) -> str:
     value = request.match_info["id"]
-    if not valid_node_id(value):
+    if not is_node_id(value):
         raise NoSuchThing(f"Nothing here has the id {value[:40]!r}.")
     return value
+
+
+def _action(server, action: str, view: str):
+    """A POST with an empty body that does `lending.<action>(id)` and answers the row's view."""
+    async def handler(request: web.Request) -> web.Response:
+        await server._body(request, set())
+        lending, row_id = _lending(server), _id(request)
+        await getattr(lending, action)(row_id)
+        return web.json_response(getattr(lending.views, view)(row_id).to_json())
+    return handler
 
 
 def routes(server) -> list[web.RouteDef]:
@@ -67,27 +77,15 @@ def routes(server) -> list[web.RouteDef]:
     async def grant_link(request: web.Request) -> web.Response:
         return web.json_response({"link": await _lending(server).link_of(_id(request))})
 
-    async def revoke_grant(request: web.Request) -> web.Response:
-        await server._body(request, set())
-        lending, grant_id = _lending(server), _id(request)
-        await lending.revoke_grant(grant_id)
-        return web.json_response(lending.views.grant(grant_id).to_json())
-
     async def list_donations(request: web.Request) -> web.Response:
         return web.json_response({"donations": [v.to_json() for v in _lending(server).views.donations()]})
 
     async def get_donation(request: web.Request) -> web.Response:
         return web.json_response(_lending(server).views.donation(_id(request)).to_json())
 
-    async def retry_donation(request: web.Request) -> web.Response:
-        await server._body(request, set())
-        lending, donation_id = _lending(server), _id(request)
-        await lending.retry(donation_id)
-        return web.json_response(lending.views.donation(donation_id).to_json())
-
     async def end_donation(request: web.Request) -> web.Response:
         donation_id = request.match_info["id"]
-        existed = valid_node_id(donation_id) and await _lending(server).end_loan(donation_id)
+        existed = is_node_id(donation_id) and await _lending(server).end_loan(donation_id)
         return web.json_response({"ended": donation_id, "existed": bool(existed)})
 
     return [
@@ -95,10 +93,10 @@ def routes(server) -> list[web.RouteDef]:
         web.post("/api/grants", create_grant),
         web.get("/api/grants/{id}", get_grant),
         web.get("/api/grants/{id}/link", grant_link),
-        web.post("/api/grants/{id}/revoke", revoke_grant),
+        web.post("/api/grants/{id}/revoke", _action(server, "revoke_grant", "grant")),
         web.get("/api/donations", list_donations),
         web.get("/api/donations/{id}", get_donation),
-        web.post("/api/donations/{id}/retry", retry_donation),
+        web.post("/api/donations/{id}/retry", _action(server, "retry", "donation")),
         web.delete("/api/donations/{id}", end_donation),
     ]
 

@@ -21,6 +21,7 @@ from cadre_desktop.host.lend_kind import DONATED
 from cadre_desktop.host.lend_views import LendingViews
 from cadre_desktop.host.lending import LendingService
 from cadre_desktop.host.lifecycle import Lifecycle
+from cadre_desktop.host.netwatch import restart_stale
 from cadre_desktop.host.probe import loopback_for
 from cadre_desktop.host.secrets import SecretKind
 
@@ -86,16 +87,8 @@ class Lending:
 
     async def address_changed(self, new: str) -> None:
         """Restart, one at a time, each running lent node that still advertises the old address."""
-        for donation in self.donations.list():
-            handle = self.host.orchestrator.get(donation.handle)
-            if donation.status not in DONATION_SUPERVISED or handle is None or not handle.alive:
-                continue
-            if handle.advertise_host == new:
-                continue
-            try:
-                await self.host.service.restart(donation.id, only_if_running=True)
-            except Exception as exc:  # one node that fails to restart must not keep the others on the old address
-                log.error("restarting lent node %s for the new address failed: %s", donation.id, exc)
+        await restart_stale(self.donations.list(), DONATION_SUPERVISED, self.host.orchestrator,
+                            self.host.service.restart, new, "lent node")
 
     # -- what the owner asks (the window, the tray); the control API asks the same ----------
 

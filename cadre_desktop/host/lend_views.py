@@ -16,6 +16,7 @@ from cadre_desktop.host.address import url_host
 from cadre_desktop.host.clock import iso
 from cadre_desktop.host.donations import Donation
 from cadre_desktop.host.grants import Grant
+from cadre_desktop.host.views import last_exit_words
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def donation_view(
         attempts=donation.attempts,
         next_retry_at=iso(next_retry) if next_retry else None,
         last_error=donation.error,
-        last_exit=_last_exit(donation, running, supervisor),
+        last_exit=last_exit_words(donation, running, supervisor),
         waiting_for="keyring" if supervisor and supervisor.waiting_for_keyring(donation.id) else None,
         last_decision=supervisor.last_decisions.get(donation.id) if supervisor else None,
         respawnable=donation.respawnable,
@@ -116,17 +117,6 @@ def donation_view(
         started_at=handle.started_at if running else None,
         log_path=log_path,
     )
-
-
-def _last_exit(donation: Donation, running: bool, supervisor) -> str | None:
-    """What ended its last start, while it matters: down, or starting again after a failure."""
-    seen = supervisor.last_exit(donation.id) if supervisor else None
-    if seen:
-        return seen
-    mark = donation.start
-    if mark is not None and mark.last_exit and (not running or not mark.answered):
-        return mark.last_exit
-    return None
 
 
 def borrower_view(view: DonationView, donation: Donation) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Noticing a new address and a wake from sleep.
+"""The address the host advertises: its one owner, which notices a new one, and a wake from sleep.
 
 A home host is often a laptop: it changes networks, sleeps and wakes. Nodes
 learn the address they advertise only at start, so when the machine's address
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Collection, Iterable
 
 from cadre_desktop.host.clock import Clock, sleep_or_kick
 
@@ -45,20 +45,22 @@ class AddressWatcher:
         self.interval_s = interval_s
         self.debounce_s = debounce_s
         self.wake_gap_s = wake_gap_s
-        self.current = self._read()
+        #: The address nodes are told to advertise now (what the source said, once it held).
+        self.current = self._read(fallback="127.0.0.1")
         self._task: asyncio.Task | None = None
         self._kick = asyncio.Event()
         self._marks = (clock.now(), clock.monotonic())
 
-    def _read(self) -> str:
+    def _read(self, fallback: str | None = None) -> str:
         try:
             return self.source()
-        except Exception as exc:  # a flaky source never stops the watcher
+        except Exception as exc:  # a flaky source never stops the watcher: it keeps what it has
             log.debug("address source failed: %s", exc)
-            return getattr(self, "current", "127.0.0.1")
+            return self.current if fallback is None else fallback
 
     def start(self) -> None:
         if self._task is None:
+            self._marks = (self.clock.now(), self.clock.monotonic())  # a wake is measured from here
             self._task = asyncio.create_task(self._loop(), name="address-watcher")
 
     async def stop(self) -> None:
@@ -111,3 +113,17 @@ class AddressWatcher:
         log.info("this machine's address changed from %s to %s", old, settled)
         await self.on_change(old, settled)
         return True
+
+
+async def restart_stale(rows: Iterable, supervised: Collection, driver, restart, new: str, what: str) -> None:
+    """Restart, one at a time, each supervised row whose running child still advertises
+    another address than `new` (a restart spends no budget). A restart that fails leaves
+    the node down; the exit its stop raised hands it to the crash path."""
+    for row in rows:
+        handle = driver.get(row.handle)
+        if row.status not in supervised or handle is None or not handle.alive or handle.advertise_host == new:
+            continue
+        try:
+            await restart(row.id, only_if_running=True)
+        except Exception as exc:  # one node that fails to restart must not keep the others on the old address
+            log.error("restarting %s %s for the new address failed: %s", what, row.id, exc)

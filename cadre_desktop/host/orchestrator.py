@@ -13,7 +13,8 @@ is ended with it: Stop ends the whole group (terminate, a grace period, then
 kill), and so do a respawn, a give-up, a Remove and a Quit when the leader has
 already died, since what it left behind would hold the node's work folder and
 ports (see `proctree`). Its output goes to a log pump that keeps the log under
-its cap as it is written (see `nodelogs`).
+its cap as it is written (see `nodelogs`). Where a node's work folder and log
+are is `Paths`'s to say; the orchestrator only asks.
 """
 
 from __future__ import annotations
@@ -30,27 +31,22 @@ from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.errors import SpawnError, StorageError
 from cadre_desktop.host import launch, nodelogs, procs, proctree, winjob
 from cadre_desktop.host.driver import DriverStatus, status_of
-from cadre_desktop.host.handles import (  # noqa: F401 - re-exported for callers
-    STATE_VERSION, ExitEvent, ExitListener, Handle, InitReport, read_state, write_state,
-)
+from cadre_desktop.host.events import Listeners
+from cadre_desktop.host.handles import ExitEvent, ExitListener, Handle, InitReport, read_state, write_state
+from cadre_desktop.host.nodelogs import LOG_CAP_BYTES, NodeLogs
 from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.host.standby import StandbyPool
 from cadre_desktop.host.teardown import Ender, wait_pids_gone
+from cadre_desktop.paths import Paths
 
 log = logging.getLogger(__name__)
-
-LOG_CAP_BYTES = 1 << 20
-#: Variables the host sets for the child; inherited copies are dropped first.
-_NODE_VARS_PREFIX = "CADRE_"
 
 
 class Orchestrator:
     def __init__(
         self,
         *,
-        state_file: Path,
-        nodes_dir: Path,
-        log_dir: Path,
+        paths: Paths,
         node_command: list[str],
         ports: PortAllocator,
         bind_host: str,
@@ -61,21 +57,21 @@ class Orchestrator:
         job_ops: Callable[[], winjob.JobOps] | None = None,
         warm_standby: bool = False,
     ) -> None:
-        self.state_file = state_file
-        self.nodes_dir = nodes_dir
-        self.log_dir = log_dir
+        self.paths = paths
+        self.state_file = paths.state_file
+        self.nodes_dir = paths.nodes_dir
         self.node_command = list(node_command)
         self.ports = ports
         self.bind_host = bind_host
         self.advertise_host = advertise_host
         self.stop_timeout_s = stop_timeout_s
         self.platform = platform
-        self.log_cap_bytes = log_cap_bytes
-        self.ender = Ender(nodes_dir, platform, job_ops)
+        self.logs = NodeLogs(paths, log_cap_bytes)
+        self.ender = Ender(self.nodes_dir, platform, job_ops)
         #: One node program loaded ahead for the next start (see `standby`); None: every start is cold.
-        self.standby = StandbyPool(node_command, nodes_dir, lambda: dict(os.environ), platform) if warm_standby else None
+        self.standby = StandbyPool(node_command, self.nodes_dir, lambda: dict(os.environ), platform) if warm_standby else None
         self._handles: dict[str, Handle] = {}
-        self._listeners: list[ExitListener] = []
+        self._listeners: Listeners[ExitEvent] = Listeners("exit")
         self._closed = False
         #: An exit left state.json naming a dead child; see `_persist_soon`.
         self._persist_pending = False
@@ -105,19 +101,8 @@ class Orchestrator:
     def handles_for(self, node_id: str) -> list[Handle]:
         return [h for h in self._handles.values() if h.node_id == node_id]
 
-    def work_dir(self, node_id: str) -> Path:
-        return self.nodes_dir / node_id
-
-    def log_path(self, node_id: str) -> Path:
-        return self.log_dir / f"node-{node_id}.log"
-
     def subscribe(self, listener: ExitListener) -> Callable[[], None]:
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-        return unsubscribe
+        return self._listeners.add(listener)
 
     # -- start-up --------------------------------------------------------------
 
@@ -192,22 +177,6 @@ class Orchestrator:
             raise
         self.save_error = None
 
-    def _node_env(self, node_id: str, handle_ports: tuple[int, int], secret_env: Mapping[str, str],
-                  attempt: int = 0) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_NODE_VARS_PREFIX)}
-        env.update(
-            CADRE_NODE_ID=node_id,
-            CADRE_NODE_DIR=str(self.work_dir(node_id)),
-            CADRE_API_HOST=self.bind_host,
-            CADRE_API_PORT=str(handle_ports[0]),
-            CADRE_P2P_PORT=str(handle_ports[1]),
-            CADRE_ADVERTISE_HOST=self.advertise_host(),
-            CADRE_START_ATTEMPT=str(attempt),
-            PYTHONUNBUFFERED="1",
-        )
-        env.update(secret_env)
-        return env
-
     def _choose_ports(self, want: tuple[int, int] | None, avoid: Iterable[int] = ()) -> tuple[int, int]:
         """Keep the node's previous ports when they are free, so its claim URL stays valid."""
         if want and self.ports.try_reserve(want):
@@ -274,7 +243,7 @@ class Orchestrator:
         for old in dropped:
             if not old.alive:
                 self.ender.end_now(old)
-        work = self.work_dir(node_id)
+        work = self.paths.node_dir(node_id)
         self.ender.end_lock_holder(node_id, work)
         try:
             api_port, p2p_port = self._choose_ports(want_ports, avoid_ports)
@@ -284,7 +253,7 @@ class Orchestrator:
         handle_id = f"{node_id}.{uuid.uuid4().hex[:8]}"
         try:
             ensure_private_dir(work)
-            env = self._node_env(node_id, (api_port, p2p_port), secret_env, attempt)
+            env = self._env(node_id, work, (api_port, p2p_port), attempt, secret_env)
             launched = self._launch(node_id, handle_id, env, work)
         except OSError as exc:
             self.ports.release((api_port, p2p_port))
@@ -307,15 +276,20 @@ class Orchestrator:
             log.error("node %s: %s", node_id, exc.message)
         return handle
 
+    def _env(self, node_id: str, work: Path, ports: tuple[int, int], attempt: int,
+             secret_env: Mapping[str, str]) -> dict[str, str]:
+        return launch.node_env(os.environ, node_id=node_id, work=work, bind_host=self.bind_host, ports=ports,
+                               advertise_host=self.advertise_host(), attempt=attempt, secret_env=secret_env)
+
     def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
         if self.standby is not None:
             taken = self.standby.take(env, nodelogs.header(node_id))
             self.standby.fill_soon()
             if taken is not None:
-                return launch.hand_over(taken, log_path=self.log_path(node_id), node_id=node_id,
-                                        log_cap=self.log_cap_bytes, platform=self.platform)
-        return launch.launch(self.node_command, env, work, log_path=self.log_path(node_id), node_id=node_id,
-                             log_cap=self.log_cap_bytes, handle_id=handle_id, platform=self.platform,
+                return launch.hand_over(taken, log_path=self.logs.path(node_id), node_id=node_id,
+                                        log_cap=self.logs.cap, platform=self.platform)
+        return launch.launch(self.node_command, env, work, log_path=self.logs.path(node_id), node_id=node_id,
+                             log_cap=self.logs.cap, handle_id=handle_id, platform=self.platform,
                              job_ops=self.ender.job_ops)
 
     def _track(self, node_id: str, handle_id: str, launched: launch.Launched, ports: tuple[int, int],
@@ -347,12 +321,7 @@ class Orchestrator:
         if not handle.stop_requested:
             # Before the listeners hear of it: the respawn they start needs the folder and ports.
             self.ender.end_now(handle)
-        event = ExitEvent(handle.id, handle.node_id, handle.pid, code, handle.stop_requested)
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:  # a broken listener must not keep the exit from the others
-                log.exception("exit listener failed")
+        self._listeners.tell(ExitEvent(handle.id, handle.node_id, handle.pid, code, handle.stop_requested))
         if self._handles.get(handle.id) is handle and not self._closed and not self._stopping_all:
             self._persist_soon()
 
@@ -443,21 +412,14 @@ class Orchestrator:
 
     def _delete_files(self, node_id: str) -> None:
         """Delete the work folder and logs; a folder that survives is an error, never a success."""
-        work = self.work_dir(node_id)
+        work = self.paths.node_dir(node_id)
         failures: list[str] = []
         shutil.rmtree(work, onerror=lambda _fn, path, exc: failures.append(f"{path}: {exc[1]}"))
-        nodelogs.delete(self.log_path(node_id))
+        self.logs.delete(node_id)
         if os.path.lexists(work):
             detail = failures[0] if failures else "it is still there"
             raise StorageError(f"could not delete the work folder of node {node_id} ({detail}); "
                                "the removal is retried later")
-
-    def forget(self, handle_id: str) -> None:
-        """Drop a dead handle (its ports go back)."""
-        handle = self._handles.pop(handle_id, None)
-        if handle is not None:
-            self.ports.release(handle.ports)
-            self._unwatch(handle)
 
     async def stop_all(self) -> None:
         """Stop every child at once (a clean quit), end any stray of our nodes, and write
@@ -492,14 +454,14 @@ class Orchestrator:
 
     def log_tail(self, node_id: str, lines: int = 20, max_bytes: int = 16384) -> list[str]:
         """The last lines of the node's log (a bounded read from the end)."""
-        return nodelogs.tail(self.log_path(node_id), lines, max_bytes)
+        return self.logs.tail(node_id, lines, max_bytes)
 
     def trim_logs(self) -> None:
         """Keep under their cap the logs that no pump writes (children of an older build,
         or a pump that could not start); a pump caps its log as it writes."""
         for handle in self._handles.values():
             if not handle.pump_pid:
-                nodelogs.trim(self.log_path(handle.node_id), self.log_cap_bytes)
+                self.logs.trim(handle.node_id)
 
     def close(self) -> None:
         """Stop watching; children keep running (a restarted host re-attaches)."""

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import psutil
 
@@ -148,6 +148,16 @@ def process_info(pid: int, platform: str = CURRENT) -> ProcInfo | None:
     return ProcInfo(pid, pgid, sid, identity) if identity else None
 
 
+#: The node contract's variables all start so (`host/launch.py:node_env` sets them).
+NODE_VARS_PREFIX = "CADRE_"
+
+
+def without_node_vars(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` without a node's variables: what any child starts from, so that an inherited
+    `CADRE_` variable never reaches a node, a standby or a log pump."""
+    return {k: v for k, v in env.items() if not k.startswith(NODE_VARS_PREFIX)}
+
+
 def environment(pid: int) -> dict[str, str]:
     """A process's environment, or {} when it cannot be read (gone, or not ours)."""
     try:
@@ -273,6 +283,29 @@ def kill_pids(pids: list[int], ops: SignalOps | None = None, sig: int | None = N
 ExitCallback = Callable[[int | None], None]
 
 
+def end_child(popen: subprocess.Popen, grace_s: float, platform: str = CURRENT,
+              ops: SignalOps | None = None) -> int | None:
+    """Stop a child we started and wait for it, blocking: terminate its group, wait up to
+    `grace_s`, then kill the group and reap it. Its return code (None if it would not go).
+
+    For a caller with no event loop (doctor's trial start); the orchestrator's stop is the
+    same sequence on the loop, for a whole group (`host/teardown.py`).
+    """
+    if popen.poll() is not None:
+        return popen.returncode
+    terminate_group(popen.pid, platform, ops)
+    try:
+        return popen.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    kill_group(popen.pid, platform, ops)
+    try:
+        return popen.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        log.error("child %s did not end after a kill", popen.pid)
+        return None
+
+
 def watch_exit(
     loop: asyncio.AbstractEventLoop,
     pid: int,
@@ -300,30 +333,45 @@ def watch_exit(
                 code = popen.poll()
         on_exit(code)
 
+    cancel = _watch_pidfd(loop, pid, done, fire)
+    if cancel is not None:
+        return cancel
+    _watch_in_thread(loop, pid, popen, done, fire)
+    return done.set
+
+
+def _watch_pidfd(loop: asyncio.AbstractEventLoop, pid: int, done: threading.Event,
+                 fire: Callable[[], None]) -> Callable[[], None] | None:
+    """Watch through a pidfd in the loop's reader set; None where there is none (not Linux, an old kernel)."""
     pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is not None:
-        try:
-            fd = pidfd_open(pid)
-        except ProcessLookupError:
-            loop.call_soon(fire)
-            return done.set
-        except OSError:
-            fd = None
-        if fd is not None:
-            def readable() -> None:
-                loop.remove_reader(fd)
-                os.close(fd)
-                fire()
+    if pidfd_open is None:
+        return None
+    try:
+        fd = pidfd_open(pid)
+    except ProcessLookupError:
+        loop.call_soon(fire)
+        return done.set
+    except OSError:
+        return None
 
-            def cancel() -> None:
-                if not done.is_set():
-                    done.set()
-                    loop.remove_reader(fd)
-                    os.close(fd)
+    def readable() -> None:
+        loop.remove_reader(fd)
+        os.close(fd)
+        fire()
 
-            loop.add_reader(fd, readable)
-            return cancel
+    def cancel() -> None:
+        if not done.is_set():
+            done.set()
+            loop.remove_reader(fd)
+            os.close(fd)
 
+    loop.add_reader(fd, readable)
+    return cancel
+
+
+def _watch_in_thread(loop: asyncio.AbstractEventLoop, pid: int, popen: subprocess.Popen | None,
+                     done: threading.Event, fire: Callable[[], None]) -> None:
+    """Watch with one waiting thread that posts the exit back to the loop."""
     def wait_in_thread() -> None:
         try:
             if popen is not None:
@@ -338,4 +386,3 @@ def watch_exit(
             loop.call_soon_threadsafe(fire)
 
     threading.Thread(target=wait_in_thread, name=f"exit-watch-{pid}", daemon=True).start()
-    return done.set

@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 
-class NodeStatus(str, Enum):
+class NodeStatus(StrEnum):
+    """A node's status. A `StrEnum`: it equals its value and prints as it ("joined"), so a
+    view's status reads the same in a message, a label or JSON as it did as a string."""
+
     #: The code creating the node owns it; no handle may exist yet.
     SPAWNING = "spawning"
     UNCLAIMED = "unclaimed"
@@ -77,8 +80,67 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+class SupervisedRow:
+    """What every supervised row has (a hosted node's record, a lent node's donation): the
+    handle of its last child, its ports and peer id, its error, its respawn budget and start
+    mark, its times. Both kinds read and write those fields here, and only here."""
+
+    def replace(self, **changes: Any):
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def attempts(self) -> int:
+        return self.respawn.attempts if self.respawn else 0
+
+    @property
+    def next_start(self) -> int:
+        """The start number the next start of this node gets."""
+        return (self.start.attempt if self.start else 0) + 1
+
+    def life_row(self) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "handle": self.handle,
+            "api_port": self.api_port,
+            "p2p_port": self.p2p_port,
+            "peer_id": self.peer_id,
+            "error": self.error,
+            "respawn": (
+                {"attempts": self.respawn.attempts, "last_attempt_at": self.respawn.last_attempt_at}
+                if self.respawn else None
+            ),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+        if self.start is not None:
+            row["start"] = self.start.to_row()
+        return row
+
+
+#: The keys `SupervisedRow.life_row` writes: optional strings, optional ports, and the rest.
+LIFE_STR = ("handle", "peer_id", "error")
+LIFE_PORT = ("api_port", "p2p_port")
+LIFE_KEYS = frozenset({"respawn", "start", "created_at", "updated_at", *LIFE_STR, *LIFE_PORT})
+
+
+def life_from_row(what: str, row_id: str, row: dict, strings: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The shared fields of a row (and its own optional `strings`, checked alike) as keyword
+    arguments of its dataclass; a field of the wrong shape raises ValueError."""
+    check_optional(what, row, LIFE_STR + strings, LIFE_PORT)
+    return {
+        "handle": row.get("handle"),
+        "api_port": row.get("api_port"),
+        "p2p_port": row.get("p2p_port"),
+        "peer_id": row.get("peer_id"),
+        "error": row.get("error"),
+        "respawn": respawn_from_row(what, row.get("respawn")),
+        "start": mark_from_row(row_id, row.get("start")),
+        "created_at": str(row.get("created_at") or ""),
+        "updated_at": str(row.get("updated_at") or ""),
+    }
+
+
 @dataclass(frozen=True)
-class NodeRecord:
+class NodeRecord(SupervisedRow):
     id: str
     name: str
     status: NodeStatus
@@ -96,46 +158,14 @@ class NodeRecord:
     updated_at: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def replace(self, **changes: Any) -> "NodeRecord":
-        return dataclasses.replace(self, **changes)
-
-    @property
-    def attempts(self) -> int:
-        return self.respawn.attempts if self.respawn else 0
-
-    @property
-    def next_start(self) -> int:
-        """The start number the next start of this node gets."""
-        return (self.start.attempt if self.start else 0) + 1
-
     def to_row(self) -> dict[str, Any]:
-        row: dict[str, Any] = {
-            "name": self.name,
-            "status": self.status.value,
-            "mode": self.mode.value,
-            "handle": self.handle,
-            "api_port": self.api_port,
-            "p2p_port": self.p2p_port,
-            "peer_id": self.peer_id,
-            "cadre": self.cadre,
-            "error": self.error,
-            "respawn": (
-                {"attempts": self.respawn.attempts, "last_attempt_at": self.respawn.last_attempt_at}
-                if self.respawn else None
-            ),
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        }
-        if self.start is not None:
-            row["start"] = self.start.to_row()
+        row: dict[str, Any] = {"name": self.name, "status": self.status.value, "mode": self.mode.value,
+                               "cadre": self.cadre, **self.life_row()}
         row.update(self.extra)
         return row
 
 
-_OPTIONAL_STR = ("handle", "peer_id", "cadre", "error")
-_OPTIONAL_PORT = ("api_port", "p2p_port")
-_KNOWN = {"name", "status", "mode", "respawn", "start", "created_at", "updated_at",
-          *_OPTIONAL_STR, *_OPTIONAL_PORT}
+_KNOWN = {"name", "status", "mode", "cadre", *LIFE_KEYS}
 
 
 #: What a node id may look like (the node program refuses any other). It names a
@@ -184,23 +214,13 @@ def record_from_row(node_id: str, row: Any) -> NodeRecord:
         mode = NodeMode(row.get("mode", "claim"))
     except ValueError:
         raise ValueError(f"node {node_id!r} has an unknown mode {row.get('mode')!r}") from None
-    check_optional(f"node {node_id!r}", row, _OPTIONAL_STR, _OPTIONAL_PORT)
-    respawn = respawn_from_row(f"node {node_id!r}", row.get("respawn"))
     return NodeRecord(
         id=node_id,
         name=name,
         status=status,
         mode=mode,
-        handle=row.get("handle"),
-        api_port=row.get("api_port"),
-        p2p_port=row.get("p2p_port"),
-        peer_id=row.get("peer_id"),
         cadre=row.get("cadre"),
-        error=row.get("error"),
-        respawn=respawn,
-        start=mark_from_row(node_id, row.get("start")),
-        created_at=str(row.get("created_at") or ""),
-        updated_at=str(row.get("updated_at") or ""),
+        **life_from_row(f"node {node_id!r}", node_id, row, ("cadre",)),
         # Keys a newer build added are carried through untouched, never dropped.
         extra={k: v for k, v in row.items() if k not in _KNOWN},
     )

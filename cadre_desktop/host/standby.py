@@ -95,7 +95,7 @@ class StandbyPool:
             self._died()
 
     def _start(self) -> Standby:
-        env = {k: v for k, v in self.base_env().items() if not k.startswith("CADRE_")}
+        env = procs.without_node_vars(self.base_env())
         env[STANDBY_VAR] = "1"
         env["PYTHONUNBUFFERED"] = "1"
         out_read, out_write = call_with_reserve(os.pipe)
@@ -143,7 +143,7 @@ class StandbyPool:
         if standby._cancel_watch is not None:
             standby._cancel_watch()
             standby._cancel_watch = None
-        line = json.dumps({"env": {k: v for k, v in env.items() if k.startswith("CADRE_")}}).encode() + b"\n"
+        line = json.dumps({"env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)}}).encode() + b"\n"
         try:
             os.write(standby.out_write, header)
             standby.popen.stdin.write(line)

@@ -9,7 +9,6 @@ message never repeats the value of a secret variable.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,9 +16,9 @@ from pathlib import Path
 
 from cadre_desktop.node.donated import DonatedConfig, load_donated
 from cadre_desktop.node.errors import ConfigError
+from cadre_desktop.text import is_host
 
 NODE_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-HOSTNAME_PATTERN = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})")
 MIN_SECRET_CHARS = 16
 MAX_SECRET_CHARS = 512
 MAX_NAME_CHARS = 64
@@ -136,12 +135,7 @@ def _required(env: Mapping[str, str], name: str) -> str:
 
 def _host(env: Mapping[str, str], name: str) -> str:
     value = _required(env, name)
-    try:
-        ipaddress.ip_address(value)
-        return value
-    except ValueError:
-        pass
-    if len(value) > 253 or not HOSTNAME_PATTERN.fullmatch(value):
+    if not is_host(value):
         raise ConfigError(f"{name} must be an IP address or a host name (got {value!r})")
     return value
 

@@ -192,40 +192,33 @@ def _dict(value: Any) -> dict[str, Any]:
     return value
 
 
-def _membership(value: Any) -> Membership:
+def _opt_num(value: Any) -> float | None:
+    return None if value is None else _num(value)
+
+
+_OPTIONAL = (_opt_str, _opt_num)
+
+
+def _record(cls: type[T], value: Any, **fields: Callable[[Any], Any]) -> T:
+    """A `cls` from a JSON object, each field checked by its reader. A field whose reader
+    is an `_opt_` one may be missing; any other must be there (the KeyError names it)."""
     d = _dict(value)
-    return Membership(
-        cadre=_str(d["cadre"]),
-        via=_str(d["via"]),
-        joined_at=_num(d["joined_at"]),
-        inviter=_opt_str(d.get("inviter")),
-    )
+    return cls(**{name: read(d.get(name) if read in _OPTIONAL else d[name]) for name, read in fields.items()})
+
+
+def _membership(value: Any) -> Membership:
+    return _record(Membership, value, cadre=_str, via=_str, joined_at=_num, inviter=_opt_str)
 
 
 def _member(value: Any) -> Member:
-    d = _dict(value)
-    return Member(peer_id=_str(d["peer_id"]), joined_at=_num(d["joined_at"]), via=_str(d["via"]))
+    return _record(Member, value, peer_id=_str, joined_at=_num, via=_str)
 
 
 def _invitation(value: Any) -> Invitation:
-    d = _dict(value)
-    used_at = d.get("used_at")
-    return Invitation(
-        id=_str(d["id"]),
-        secret_sha256=_str(d["secret_sha256"]),
-        created_at=_num(d["created_at"]),
-        expires_at=_num(d["expires_at"]),
-        used_by=_opt_str(d.get("used_by")),
-        used_at=None if used_at is None else _num(used_at),
-    )
+    return _record(Invitation, value, id=_str, secret_sha256=_str, created_at=_num, expires_at=_num,
+                   used_by=_opt_str, used_at=_opt_num)
 
 
 def _seed(value: Any) -> SeedRecord:
-    d = _dict(value)
-    return SeedRecord(
-        donation_id=_str(d["donation_id"]),
-        party_id=_str(d["party_id"]),
-        owner_key=_str(d["owner_key"]),
-        signature=_str(d["signature"]),
-        seeded_at=_num(d["seeded_at"]),
-    )
+    return _record(SeedRecord, value, donation_id=_str, party_id=_str, owner_key=_str, signature=_str,
+                   seeded_at=_num)

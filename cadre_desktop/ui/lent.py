@@ -5,7 +5,7 @@ window knowing). Per grant: label, status, limits, expiry, with *Copy grant
 link*, *Show QR* and *Revoke*; per lent node: party, status, peer id, uptime,
 attempts, last error, with *End loan*, *Retry* and *View log*. Views are read
 from the Host's lending (`lent_core.LentModel`) on every lending event and once
-a second while shown. Built only when the window first is (`lent_core.LentUi`).
+a second while shown. Built only when the window first is (`lent_ui.LentUi`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.delivery import Delivery
 from cadre_desktop.ui.icons import APP_ICON, TrayIcons
-from cadre_desktop.ui.lent_core import LentUi
+from cadre_desktop.ui.lent_ui import LentUi
 from cadre_desktop.ui.model import NodeTableModel
 from cadre_desktop.ui.errors import show_error
 from cadre_desktop.ui.notify import Notifier

@@ -23,10 +23,10 @@ SECRET = "s3cret-claim-value-that-must-not-leak-0123456789"
 
 
 def make_orchestrator(home: Path, command=SLEEPER, stop_timeout_s: float = 2.0) -> Orchestrator:
+    from cadre_desktop.paths import Paths
+
     return Orchestrator(
-        state_file=home / "state.json",
-        nodes_dir=home / "nodes",
-        log_dir=home / "logs",
+        paths=Paths(home, home, home / "logs"),
         node_command=command,
         ports=PortAllocator(47600, 47699, bind_host="127.0.0.1"),
         bind_host="127.0.0.1",
@@ -36,7 +36,7 @@ def make_orchestrator(home: Path, command=SLEEPER, stop_timeout_s: float = 2.0) 
 
 
 def ready_info(orch: Orchestrator, node_id: str) -> dict:
-    path = orch.work_dir(node_id) / "ready.json"
+    path = orch.paths.node_dir(node_id) / "ready.json"
     wait_until(path.exists, what=f"{path}")
     return json.loads(path.read_text())
 
@@ -60,7 +60,7 @@ async def test_spawn_gives_the_child_the_node_environment_and_its_own_session(tm
     info = ready_info(orch, "n1")
     assert info["pid"] == handle.pid
     assert info["pgid"] == handle.pid  # a session of its own
-    assert info["cwd"] == str(orch.work_dir("n1"))
+    assert info["cwd"] == str(orch.paths.node_dir("n1"))
     assert {"CADRE_NODE_ID", "CADRE_NODE_DIR", "CADRE_API_HOST", "CADRE_API_PORT",
             "CADRE_P2P_PORT", "CADRE_ADVERTISE_HOST", "CADRE_CLAIM_SECRET"} <= set(info["vars"])
     assert int(info["api_port"]) == handle.api_port
@@ -191,7 +191,7 @@ async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_
     ready_info(orch, "n1")
     os.kill(first.pid, signal.SIGKILL)
     await async_wait_until(lambda: not orch.is_running(first.id))
-    (orch.work_dir("n1") / "ready.json").unlink()
+    (orch.paths.node_dir("n1") / "ready.json").unlink()
     second = orch.spawn("n1", {}, want_ports=first.ports)
     cleanup_pids.append(second.pid)
     assert second.ports == first.ports
@@ -231,8 +231,8 @@ async def test_remove_stops_the_child_and_deletes_its_work_folder(tmp_path, clea
     cleanup_pids.append(handle.pid)
     ready_info(orch, "n1")
     await orch.remove_node("n1")
-    assert not orch.work_dir("n1").exists()
-    assert not orch.log_path("n1").exists()
+    assert not orch.paths.node_dir("n1").exists()
+    assert not orch.paths.node_log("n1").exists()
     assert orch.list_nodes() == []
     assert orch.ports.try_reserve(handle.ports), "its ports are still held"
     assert not psutil.pid_exists(handle.pid) or psutil.Process(handle.pid).status() == psutil.STATUS_ZOMBIE
@@ -244,9 +244,11 @@ async def test_child_output_goes_to_its_log(tmp_path, cleanup_pids):
     handle = orch.spawn("n1", {"CADRE_CLAIM_SECRET": SECRET})
     cleanup_pids.append(handle.pid)
     ready_info(orch, "n1")
-    wait_until(lambda: "sleeper: ready" in orch.log_path("n1").read_text(), what="log line")
-    assert SECRET not in orch.log_path("n1").read_text()
-    assert orch.log_path("n1").stat().st_mode & 0o777 == 0o600
+    log_file = orch.paths.node_log("n1")
+    # The pump creates the log as it starts, which may be after the node is ready.
+    wait_until(lambda: log_file.exists() and "sleeper: ready" in log_file.read_text(), what="log line")
+    assert SECRET not in log_file.read_text()
+    assert log_file.stat().st_mode & 0o777 == 0o600
     await orch.stop(handle.id)
 
 

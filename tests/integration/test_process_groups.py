@@ -101,7 +101,7 @@ async def test_remove_and_quit_end_a_stray_that_left_the_group(tmp_path, cleanup
         wait_until(lambda: procs.process_info(strays[node_id]).sid == strays[node_id], what="setsid")
     await orch.remove_node("n1")
     assert gone(strays["n1"]), "remove deleted the folder of a process that still runs"
-    assert not orch.work_dir("n1").exists()
+    assert not orch.paths.node_dir("n1").exists()
     assert not gone(strays["n2"])
     await orch.stop_all()
     assert gone(strays["n2"]), "quit left a node process running"
@@ -111,7 +111,7 @@ async def test_remove_and_quit_end_a_stray_that_left_the_group(tmp_path, cleanup
 async def test_a_stray_holding_the_work_folders_lock_is_ended_before_a_spawn(tmp_path, cleanup, caplog):
     orch = make_orchestrator(tmp_path)
     await orch.init()
-    work = orch.work_dir("n1")
+    work = orch.paths.node_dir("n1")
     work.mkdir(parents=True)
     env = {**os.environ, "CADRE_NODE_ID": "n1", "CADRE_NODE_DIR": str(work)}
     stray = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(work / proctree.LOCK_FILE)],
@@ -132,7 +132,7 @@ async def test_a_child_writes_through_a_pump_that_outlives_the_host_and_caps_the
     monkeypatch.setenv("SLEEPER_MODE", "chatty")
     monkeypatch.setenv("SLEEPER_CHATTY_BYTES", str(2 << 20))
     orch = make_orchestrator(tmp_path)
-    orch.log_cap_bytes = 64 * 1024
+    orch.logs.cap = 64 * 1024
     await orch.init()
     handle = orch.spawn("n1", {})
     cleanup.append(handle.pid)
@@ -140,7 +140,7 @@ async def test_a_child_writes_through_a_pump_that_outlives_the_host_and_caps_the
     assert not any(k.startswith("CADRE_") for k in pump.environ()), "the pump must not look like a node"
     assert pump.pid != handle.pid and os.getsid(pump.pid) == pump.pid  # a session of its own
     orch.close()  # the host goes away: the node keeps writing, the pump keeps capping
-    path = orch.log_path("n1")
+    path = orch.paths.node_log("n1")
     rotated = path.with_name(path.name + ".1")
     wait_until(lambda: b"chatter done" in read(path), timeout=30, what="the end of the chatter")
     assert path.stat().st_size <= 64 * 1024 and rotated.stat().st_size <= 64 * 1024

@@ -25,8 +25,10 @@ REFERENCE = [sys.executable, "-m", "cadre_desktop.node"]
 
 
 def make(home, command=REFERENCE) -> Orchestrator:
+    from cadre_desktop.paths import Paths
+
     return Orchestrator(
-        state_file=home / "state.json", nodes_dir=home / "nodes", log_dir=home / "logs", node_command=command,
+        paths=Paths(home, home, home / "logs"), node_command=command,
         ports=PortAllocator(47700, 47799, bind_host="127.0.0.1"), bind_host="127.0.0.1",
         advertise_host=lambda: "127.0.0.1", stop_timeout_s=2.0, warm_standby=True,
     )
@@ -82,7 +84,7 @@ async def test_a_start_takes_the_loaded_standby_and_another_is_loaded(orch):
 
     assert [m.pid for m in proctree.members(orch.nodes_dir, node_id="n1")] == [pid], \
         "the host cannot find the node born of a standby among its processes"
-    log_text = orch.log_path("n1").read_text()
+    log_text = orch.paths.node_log("n1").read_text()
     assert "starting node n1" in log_text and "listening on" in log_text and secret not in log_text
     await orch.stop_all()
 

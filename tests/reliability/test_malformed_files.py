@@ -201,10 +201,12 @@ def test_full_disk_during_records_save_is_a_clear_error_and_the_file_is_intact(t
 
 
 def test_full_disk_during_state_save_is_a_clear_error_and_the_file_is_intact(tmp_path, monkeypatch):
+    from cadre_desktop.paths import Paths
+
     state = tmp_path / "state.json"
     state.write_bytes(pretty({"version": 1, "handles": {}}))
     before = state.read_bytes()
-    orch = Orchestrator(state_file=state, nodes_dir=tmp_path / "nodes", log_dir=tmp_path / "logs",
+    orch = Orchestrator(paths=Paths(tmp_path, tmp_path, tmp_path / "logs"),
                         node_command=["true"], ports=PortAllocator(20000, 20099), bind_host="127.0.0.1",
                         advertise_host=lambda: "127.0.0.1")
     monkeypatch.setattr(os, "write", enospc(os.write, ".state.json."))

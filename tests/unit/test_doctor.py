@@ -149,6 +149,20 @@ def test_node_program_that_answers_is_ok_and_stopped(fake_node):
     assert not psutil.pid_exists(seen["pid"])
 
 
+def test_the_trial_node_gets_the_environment_the_host_gives_its_nodes(fake_node, monkeypatch):
+    from pathlib import Path
+
+    from cadre_desktop.host import launch
+
+    monkeypatch.setenv("CADRE_INVITATION", "inherited")  # an inherited variable of ours never reaches it
+    assert doctor.check_node_program(fake_node("serve")).outcome is Outcome.OK
+    env = fake_node.report()["env"]
+    host_would = launch.node_env({}, node_id="x", work=Path("/x"), bind_host="127.0.0.1", ports=(1, 2),
+                                 advertise_host="127.0.0.1", attempt=0, secret_env={"CADRE_CLAIM_SECRET": "s"})
+    assert {k for k in env if k.startswith("CADRE_")} == {k for k in host_would if k.startswith("CADRE_")}
+    assert env["CADRE_START_ATTEMPT"] == "0" and "CADRE_INVITATION" not in env
+
+
 def test_node_program_that_exits_fails_with_its_last_words(fake_node):
     result = doctor.check_node_program(fake_node("exit"))
     assert result.failed

@@ -395,36 +395,31 @@ def test_every_broad_except_hands_the_error_on_or_logs_it_and_says_why():
 
 # -- the excepts narrowed to what they meant -----------------------------------------------------
 
-def address_owner(tmp_path):
-    from types import SimpleNamespace
-
-    from cadre_desktop.paths import Paths
+def address_source(tmp_path):
+    from cadre_desktop.host.address import ConfiguredAddress
     from cadre_desktop.settings import Settings
 
-    paths = Paths(data_dir=tmp_path, config_dir=tmp_path, log_dir=tmp_path / "logs")
-    return SimpleNamespace(paths=paths, settings=Settings(), _advertise="192.0.2.7")
+    return ConfiguredAddress(tmp_path / "settings.json", Settings(advertise_host="192.0.2.7"))
 
 
 def test_a_settings_file_broken_meanwhile_keeps_the_advertised_address_and_says_so(tmp_path, caplog):
-    from cadre_desktop.host.host import Host
-
-    owner = address_owner(tmp_path)
-    owner.paths.settings_file.write_text('{"advertise_host": "192.0.2.9"}')
-    assert Host._configured_address(owner) == "192.0.2.9"
-    owner.paths.settings_file.write_text('{"advertise_host": ')
-    assert Host._configured_address(owner) == "192.0.2.7"
+    source = address_source(tmp_path)
+    source.settings_file.write_text('{"advertise_host": "192.0.2.9"}')
+    assert source() == "192.0.2.9"
+    source.settings_file.write_text('{"advertise_host": ')
+    assert source() == "192.0.2.9"
     assert "the advertised address keeps its value" in caplog.text
 
 
 def test_reading_the_address_lets_anything_but_a_settings_error_through(tmp_path, monkeypatch):
-    from cadre_desktop.host import host
+    from cadre_desktop.host import address
 
     def broken(path):
         raise RuntimeError("our bug")
 
-    monkeypatch.setattr(host, "load_settings", broken)
+    monkeypatch.setattr(address, "load_settings", broken)
     with pytest.raises(RuntimeError, match="our bug"):
-        host.Host._configured_address(address_owner(tmp_path))
+        address_source(tmp_path)()
 
 
 def exit_noter(error: Exception):

@@ -338,11 +338,12 @@ async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leak
     from cadre_desktop.host import procs
     from cadre_desktop.host.handles import Handle
     from cadre_desktop.host.orchestrator import Orchestrator
+    from cadre_desktop.paths import Paths
     from cadre_desktop.host.ports import PortAllocator
 
     rig = LendRig(tmp_path)
     ports = PortAllocator(41000, 41099, bind_host="127.0.0.1")
-    orch = Orchestrator(state_file=tmp_path / "state.json", nodes_dir=tmp_path / "nodes", log_dir=tmp_path / "logs",
+    orch = Orchestrator(paths=Paths(tmp_path, tmp_path, tmp_path / "logs"),
                         node_command=[str(tmp_path / "no-such-program")], ports=ports, bind_host="127.0.0.1",
                         advertise_host=lambda: "127.0.0.1")
     try:

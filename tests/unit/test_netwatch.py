@@ -102,16 +102,11 @@ async def rig(tmp_path):
 
 
 async def restart_stale(rig, new_address):
-    """What Host._address_changed does, on the rig's parts."""
-    from cadre_desktop.host.host import Host
-    host = Host.__new__(Host)
-    host._advertise = "old"
-    host.events = rig.events
-    host.store = rig.store
-    host.orchestrator = rig.orch
-    host.supervisor = rig.sup
-    host.service = rig.service
-    await Host._address_changed(host, "old", new_address)
+    """What the host does with its nodes on a new address, on the rig's parts."""
+    from cadre_desktop.host.netwatch import restart_stale
+    from cadre_desktop.host.records import SUPERVISED
+
+    await restart_stale(rig.store.list(), SUPERVISED, rig.orch, rig.service.restart, new_address, "node")
 
 
 async def test_change_restarts_only_stale_running_supervised_nodes_without_budget(rig):

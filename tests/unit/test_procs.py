@@ -101,3 +101,62 @@ async def test_thread_watcher_branch_reports_exit(monkeypatch):
     got = loop.create_future()
     procs.watch_exit(loop, child.pid, child, got.set_result)
     assert await asyncio.wait_for(got, 10) == 7
+
+
+def test_end_child_terminates_then_kills_after_the_grace_only_when_the_child_stays():
+    """Terminate, a grace period, then kill (the blocking form doctor uses): a child that
+    ignores SIGTERM is killed once the grace is over; one that obeys is never killed."""
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                 "print('ready', flush=True)\ntime.sleep(60)"],
+                                stdout=subprocess.PIPE, start_new_session=True)
+    assert stubborn.stdout.readline() == b"ready\n"
+    rec = Recorder()
+    real = procs.SignalOps()
+    ops = procs.SignalOps(killpg=lambda pid, sig: (rec.killpg(pid, sig), real.killpg(pid, sig)), kill=rec.kill)
+    assert procs.end_child(stubborn, grace_s=0.2, platform="linux", ops=ops) == -signal.SIGKILL
+    assert rec.calls == [("killpg", stubborn.pid, signal.SIGTERM), ("killpg", stubborn.pid, signal.SIGKILL)]
+    stubborn.stdout.close()
+
+    obedient = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    rec.calls.clear()
+    assert procs.end_child(obedient, grace_s=30, platform="linux", ops=ops) == -signal.SIGTERM
+    assert rec.calls == [("killpg", obedient.pid, signal.SIGTERM)]
+    assert procs.end_child(obedient, grace_s=30, platform="linux", ops=ops) == -signal.SIGTERM  # already gone
+    assert len(rec.calls) == 1
+
+
+def test_without_node_vars_drops_every_inherited_cadre_variable_only():
+    env = {"PATH": "/bin", "CADRE_CLAIM_SECRET": "s", "CADRE_DESKTOP_HOME": "/h", "CADRE_X": "", "HOME": "/home"}
+    assert procs.without_node_vars(env) == {"PATH": "/bin", "HOME": "/home"}
+
+
+class FakePopen:
+    """A child that ends only at the n-th wait (n=1: on the terminate; n=2: only after the kill)."""
+
+    def __init__(self, ends_at_wait: int):
+        self.pid, self.returncode, self._waits, self._ends_at = 4242, None, 0, ends_at_wait
+
+    def poll(self):
+        return self.returncode
+
+    def wait(self, timeout=None):
+        self._waits += 1
+        if self._waits < self._ends_at:
+            raise subprocess.TimeoutExpired("node", timeout)
+        self.returncode = 1
+        return 1
+
+
+@pytest.mark.parametrize("platform, terminate, kill", [
+    ("win32", ("kill", 4242, getattr(signal, "CTRL_BREAK_EVENT", 1)), ("kill_tree", 4242)),
+    ("darwin", ("killpg", 4242, signal.SIGTERM), ("killpg", 4242, signal.SIGKILL)),
+])
+def test_end_child_on_each_platform_breaks_or_terminates_first_and_kills_only_a_child_that_stays(
+        platform, terminate, kill):
+    rec = Recorder()
+    assert procs.end_child(FakePopen(ends_at_wait=1), grace_s=0.01, platform=platform, ops=rec.ops()) == 1
+    assert rec.calls == [terminate]
+    rec.calls.clear()
+    assert procs.end_child(FakePopen(ends_at_wait=2), grace_s=0.01, platform=platform, ops=rec.ops()) == 1
+    assert rec.calls == [terminate, kill]

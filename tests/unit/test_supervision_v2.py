@@ -320,7 +320,9 @@ def _fail_once(real):
 
 
 async def test_the_local_driver_refuses_to_call_a_removal_done_while_the_folder_is_there(tmp_path, monkeypatch):
-    orch = Orchestrator(state_file=tmp_path / "state.json", nodes_dir=tmp_path / "nodes", log_dir=tmp_path / "logs",
+    from cadre_desktop.paths import Paths
+
+    orch = Orchestrator(paths=Paths(tmp_path, tmp_path, tmp_path / "logs"),
                         node_command=["true"], ports=None, bind_host="127.0.0.1", advertise_host=lambda: "x")
     (tmp_path / "nodes" / "n1").mkdir(parents=True)
     monkeypatch.setattr(shutil, "rmtree", lambda path, onerror=None: None)  # a folder that will not go

@@ -36,3 +36,29 @@ def test_escape_writes_each_character_visibly_and_bounds_the_result():
 
 def test_escape_lines_keeps_line_breaks_and_tabs_only():
     assert text.escape_lines("one\r\ntwo\tx\x1b[2J\n") == "one\ntwo\tx\\x1b[2J\n"
+
+
+HOSTS = ["192.168.1.5", "::1", "fe80::1%eth0", "nas.local", "nas.local.", "a-b.example.org", "x" * 63 + ".example"]
+NOT_HOSTS = ["", "my_host", "nås.local", "a..b", "-lead.example", "x" * 64 + ".example", "a" * 254,
+             "http://x/", "host:80", "two words", "evil\x1b"]
+
+
+@pytest.mark.parametrize("value", HOSTS + NOT_HOSTS)
+def test_settings_accept_exactly_the_addresses_the_node_accepts(value):
+    """One rule (text.is_host): an advertise_host the settings take is one the node starts with."""
+    from cadre_desktop.errors import CadreError
+    from cadre_desktop.node.config import _host
+    from cadre_desktop.node.errors import ConfigError
+    from cadre_desktop.settings import parse_settings
+
+    try:
+        parse_settings({"advertise_host": value}, "settings.json")
+        settings_ok = True
+    except CadreError:
+        settings_ok = False
+    try:
+        _host({"CADRE_ADVERTISE_HOST": value}, "CADRE_ADVERTISE_HOST")
+        node_ok = True
+    except ConfigError:
+        node_ok = False
+    assert settings_ok == node_ok == (value in HOSTS) == text.is_host(value)

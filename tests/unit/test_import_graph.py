@@ -1,0 +1,121 @@
+"""No import cycle among cadre_desktop's modules, counting the imports inside functions.
+
+An import inside a function hides a cycle from a module-level reading (Python
+only meets it when the function runs), yet it is a cycle all the same: the two
+modules cannot be understood, tested or moved apart. Imports under
+`if TYPE_CHECKING:` never run and are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).parents[2] / "cadre_desktop"
+
+
+def module_names(root: Path) -> dict[str, Path]:
+    names = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names[".".join(parts)] = path
+    return names
+
+
+def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
+    hidden = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                hidden.update(ast.walk(child))
+    return hidden
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Each module of the package under `root` -> the package's modules it imports, anywhere in it."""
+    modules = module_names(root)
+    top = root.name
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        hidden = _type_checking_only(tree)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str | None] = set()
+        for node in ast.walk(tree):
+            if node in hidden:
+                continue
+            if isinstance(node, ast.Import):
+                found.update(known(a.name) for a in node.names if a.name.split(".")[0] == top)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                if base.split(".")[0] != top:
+                    continue
+                # `from pkg import module` imports the module; `from module import name` the module.
+                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else known(base) for a in node.names)
+        graph[name] = {m for m in found if m and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected sets of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_cycle_among_the_package_modules_counting_imports_inside_functions():
+    graph = import_graph(PKG)
+    assert len(graph) > 100 and "cadre_desktop.host.host" in graph
+    assert cycles(graph) == []
+
+
+def test_a_cycle_through_an_import_inside_a_function_is_found(tmp_path):
+    pkg = tmp_path / "cadre_desktop"
+    (pkg / "host").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "host" / "__init__.py").write_text("")
+    (pkg / "host" / "a.py").write_text("def later():\n    from cadre_desktop.host import b\n")
+    (pkg / "host" / "b.py").write_text("from cadre_desktop.host.a import later\n")
+    (pkg / "host" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cadre_desktop.host.d import D\n")
+    (pkg / "host" / "d.py").write_text("from . import c\n")
+    assert cycles(import_graph(pkg)) == [["cadre_desktop.host.a", "cadre_desktop.host.b"]]
