@@ -41,6 +41,9 @@ from cadre_desktop.paths import Paths
 
 log = logging.getLogger(__name__)
 
+#: How long an exit's listeners wait at most for the child's log pump to write its last lines.
+PUMP_FLUSH_S = 2.0
+
 
 class Orchestrator:
     def __init__(
@@ -72,6 +75,8 @@ class Orchestrator:
         self.standby = StandbyPool(node_command, self.nodes_dir, lambda: dict(os.environ), platform) if warm_standby else None
         self._handles: dict[str, Handle] = {}
         self._listeners: Listeners[ExitEvent] = Listeners("exit")
+        #: Exits waiting for their pump to write the node's last lines (`_on_exit`).
+        self._telling: set[asyncio.Task] = set()
         self._closed = False
         #: An exit left state.json naming a dead child; see `_persist_soon`.
         self._persist_pending = False
@@ -321,6 +326,24 @@ class Orchestrator:
         if not handle.stop_requested:
             # Before the listeners hear of it: the respawn they start needs the folder and ports.
             self.ender.end_now(handle)
+            if handle._cancel_pump_watch is not None and not handle._pump_exited.is_set():
+                # The listeners read the node's last log line to say why it ended; its pump
+                # may not have written it yet. The pump ends on the pipe's end, so its exit
+                # says the log is whole: tell once it came (within a bound).
+                task = asyncio.get_running_loop().create_task(self._tell_when_flushed(handle, code))
+                self._telling.add(task)
+                task.add_done_callback(self._telling.discard)
+                return
+        self._tell_exit(handle, code)
+
+    async def _tell_when_flushed(self, handle: Handle, code: int | None) -> None:
+        try:
+            await asyncio.wait_for(handle._pump_exited.wait(), PUMP_FLUSH_S)
+        except asyncio.TimeoutError:
+            log.debug("node %s: its log pump outlived it by %.1fs; its exit is told without waiting", handle.node_id, PUMP_FLUSH_S)
+        self._tell_exit(handle, code)
+
+    def _tell_exit(self, handle: Handle, code: int | None) -> None:
         self._listeners.tell(ExitEvent(handle.id, handle.node_id, handle.pid, code, handle.stop_requested))
         if self._handles.get(handle.id) is handle and not self._closed and not self._stopping_all:
             self._persist_soon()
@@ -466,6 +489,8 @@ class Orchestrator:
     def close(self) -> None:
         """Stop watching; children keep running (a restarted host re-attaches)."""
         self._closed = True
+        for task in list(self._telling):
+            task.cancel()
         if self.standby is not None:
             self.standby.close()
         if self._persist_pending:

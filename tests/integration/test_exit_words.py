@@ -1,0 +1,89 @@
+"""An exit is told once the node's last lines are in its log.
+
+The words of an exit ("exited with code 3: <its last line>") and a give-up's
+"Last log lines" are read from the log when the exit is told; the log pump
+writes them. These children leave their last line to a process outside their
+group that writes it a moment after the leader died, so the pump's end comes
+visibly later than the leader's: an exit told at the leader's death would
+read the earlier line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from cadre_desktop.host.orchestrator import Orchestrator
+from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.paths import Paths
+
+#: The leader writes a first line and exits 3; a child in a session of its own (no group
+#: kill reaches it) keeps the output open and writes the last line 0.4 s later.
+LATE_LAST_LINE = (
+    "import os, sys, time\n"
+    "print('an early line', file=sys.stderr, flush=True)\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    open('late.pid', 'w').write(str(os.getpid()))\n"
+    "    time.sleep(0.4)\n"
+    "    print('the last words', file=sys.stderr, flush=True)\n"
+    "    os._exit(0)\n"
+    "sys.exit(3)\n"
+)
+
+
+def orchestrator(home: Path, script: str) -> Orchestrator:
+    return Orchestrator(
+        paths=Paths(home, home, home / "logs"),
+        node_command=[sys.executable, "-c", script],
+        ports=PortAllocator(47700, 47799, bind_host="127.0.0.1"),
+        bind_host="127.0.0.1",
+        advertise_host=lambda: "127.0.0.1",
+        stop_timeout_s=2.0,
+    )
+
+
+async def told_exit(orch: Orchestrator, node_id: str) -> tuple[object, list[str]]:
+    """The first exit told, and the node's last log line read when it was."""
+    told: asyncio.Future = asyncio.get_running_loop().create_future()
+    orch.subscribe(lambda event: told.done() or told.set_result((event, orch.log_tail(node_id, 1))))
+    orch.spawn(node_id, {})
+    return await asyncio.wait_for(told, 10)
+
+
+def end_late_writer(orch: Orchestrator, node_id: str) -> None:
+    try:
+        os.kill(int((orch.paths.node_dir(node_id) / "late.pid").read_text()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass  # it ended already, or never wrote its pid
+
+
+async def test_an_exit_is_told_after_the_pump_wrote_the_nodes_last_line(tmp_path):
+    orch = orchestrator(tmp_path, LATE_LAST_LINE)
+    await orch.init()
+    try:
+        event, last = await told_exit(orch, "n1")
+        assert event.returncode == 3 and not event.requested
+        assert last == ["the last words"]
+    finally:
+        end_late_writer(orch, "n1")
+        orch.close()
+
+
+async def test_a_pump_that_outlives_its_node_delays_the_exit_only_so_long(tmp_path, monkeypatch):
+    from cadre_desktop.host import orchestrator as module
+
+    # The output stays open far longer than the bound: the exit is told at the bound.
+    monkeypatch.setattr(module, "PUMP_FLUSH_S", 0.05)
+    orch = orchestrator(tmp_path, LATE_LAST_LINE.replace("0.4", "5"))
+    await orch.init()
+    try:
+        event, last = await told_exit(orch, "n1")
+        assert event.returncode == 3
+        assert last == ["an early line"]
+    finally:
+        end_late_writer(orch, "n1")
+        orch.close()
