@@ -227,5 +227,13 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def run(argv: list[str]) -> None:
+    """Pump, then end at once: the host tells a node's exit only when its pump has ended
+    (the log is whole then), so the interpreter's tidy-up would only delay a respawn."""
+    code = main(argv)
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run(sys.argv[1:])

@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--log-pump"]:  # a node's log pump inside a bundle (logpump.FLAG; host/nodelogs.py)
         from cadre_desktop import logpump
 
-        return logpump.main(argv[1:])
+        logpump.run(argv[1:])
     if argv == ["--probe-display"]:  # doctor's desktop check, in a child of its own
         from cadre_desktop.ui.probe_display import main as probe_main
 
