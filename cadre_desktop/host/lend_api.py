@@ -33,7 +33,7 @@ from cadre_desktop.host.donations import check_request
 from cadre_desktop.host.http_status import status_of
 from cadre_desktop.host.lend_views import LendingViews
 from cadre_desktop.host.lending import LendingService, LendRefused, LentNodeUnavailable, WrongToken
-from cadre_desktop.node.http_api import errors_as_json, read_json_body
+from cadre_desktop.host.lend_wire import errors_as_json, read_json_body
 from cadre_desktop.node.ratelimit import FailureLimiter
 from cadre_desktop.node.seed import SeedError, parse_seed
 

@@ -1,5 +1,5 @@
 """The HTTP status of each refusal of the node's API, at its edge (node/api.py's `Api.answer`,
-and `http_api.errors_as_json` for the same routes on aiohttp).
+and `host/lend_wire.errors_as_json` for the lend API, which speaks the node's words).
 
 The node's logic (node.py, invitations.py, donated.py) refuses a request with a
 `RequestRefused` naming its reason in snake_case; here alone that reason becomes the

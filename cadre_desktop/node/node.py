@@ -12,7 +12,7 @@ starts joined. ``joining`` and ``failed`` are not: a respawned node that was not
 joined tries its invitation again. Each transition is made in one named method and
 logged.
 
-The HTTP layer (:mod:`http_api`) only parses requests and renders answers; every
+The HTTP layer (:mod:`api`) only parses requests and renders answers; every
 decision is here, so it can be tested without sockets.
 """
 

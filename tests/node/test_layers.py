@@ -18,7 +18,6 @@ def run_python(script: str) -> subprocess.CompletedProcess[str]:
 MODULES = [
     "cadre_desktop.node.__main__",
     "cadre_desktop.node.server",
-    "cadre_desktop.node.http_api",
     "cadre_desktop.node.joiner",
     "cadre_desktop.node.invitations",
 ]

@@ -50,7 +50,7 @@ from cadre_desktop.node.errors import (
     RequestRefused,
     exit_code_of,
 )
-from cadre_desktop.node.http_api import errors_as_json
+from cadre_desktop.host.lend_wire import errors_as_json
 from cadre_desktop.node.http_status import REFUSAL_STATUSES as NODE_STATUSES
 from cadre_desktop.node.http_status import answer_to
 
@@ -117,7 +117,7 @@ def test_the_engine_errors_carry_no_http_status_and_no_http_name():
 def test_only_the_http_edges_and_their_clients_speak_in_api_errors():
     """An ApiError (a status) is built only where HTTP is spoken: the APIs' edges, and the
     clients that read their answers."""
-    allowed = {"errors.py", "host/control.py", "host/lend_api.py", "host/http_status.py", "node/http_api.py",
+    allowed = {"errors.py", "host/control.py", "host/lend_api.py", "host/http_status.py", "host/lend_wire.py",
                "node/api.py", "node/http1.py", "node/http_status.py", "cli/client.py", "cli/commands.py",
                "cli/doctor.py"}
     for path in PKG.rglob("*.py"):

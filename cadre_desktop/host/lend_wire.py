@@ -1,9 +1,10 @@
-"""The node's error bodies and body reading on aiohttp, for the host's lend API.
+"""The lend API's error bodies and body reading: the node API's words, on aiohttp.
 
-The lend API speaks to borrowers in the node API's words (the same error shape and
-wire codes, the same body bounds), so it shares these with the node. The node
-program itself serves with :mod:`http1` and never imports this module (aiohttp
-costs a node about 95 ms of start-up and 12 MB).
+The lend API speaks to borrowers as a node does (the same error shape and wire
+codes, the same body bounds: `node/api.py`, `node/http_status.py`), so it takes
+those from the node's package; only the aiohttp side is here, with the engine's
+other aiohttp edges. The node program serves with `node/http1.py` and never
+imports aiohttp (it costs a node about 95 ms of start-up and 12 MB).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from cadre_desktop.node.api import (
 from cadre_desktop.node.errors import RequestRefused
 from cadre_desktop.node.http_status import answer_to
 
-log = logging.getLogger("cadre.node.http")
+log = logging.getLogger(__name__)
 
 __all__ = ["BODY_TIMEOUT_S", "MAX_BODY", "errors_as_json", "read_json_body"]
 
@@ -53,9 +54,9 @@ async def errors_as_json(request: web.Request, handler: Any) -> web.StreamRespon
         return _json(ApiError(500, wire_code(err.code), str(err)).body(), status=500)
     except asyncio.CancelledError:
         raise
-    except Exception:  # our bug: logged with its traceback; the client gets 500, the node keeps serving
+    except Exception:  # our bug: logged with its traceback; the client gets 500, the API keeps serving
         log.exception("unexpected error answering %s %s", request.method, request.path)
-        return _json(ApiError(500, "internal", "the node hit an unexpected error").body(), status=500)
+        return _json(ApiError(500, "internal", "the host hit an unexpected error").body(), status=500)
     return response
 
 
