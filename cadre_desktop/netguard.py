@@ -215,14 +215,15 @@ class _Guarded(asyncio.Protocol):
         return getattr(self._inner, name)
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int, *, reuse: bool = True) -> socket.socket:
     """A TCP socket bound to (host, port), with address reuse on POSIX (a respawn must not
     wait out the old process's TIME_WAIT connections); Windows' SO_REUSEADDR would let two
-    processes share a port, so not there."""
+    processes share a port, so not there. `reuse=False` for a port the kernel picks (0):
+    it gives a free one anyway, and nothing comes back to it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        if sys.platform != "win32":
+        if reuse and sys.platform != "win32":
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
     except BaseException:

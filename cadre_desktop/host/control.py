@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import secrets
-import socket
 import traceback
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -38,13 +37,14 @@ from aiohttp import web
 from cadre_desktop import __version__, logfilter
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import ApiError, Bug, CadreError, Invalid, NoSuchThing, StorageError
+from cadre_desktop.host import lend_control
 from cadre_desktop.host.events import LENDING_EVENTS, HostEvent
 from cadre_desktop.host.http_status import status_of
 from cadre_desktop.host.jsondoc import read_versioned
 from cadre_desktop.host.records import is_node_id
 from cadre_desktop.host.validate import clean_invitation, clean_name
 from cadre_desktop.host.webguard import GuardedSockSite, busy_middleware
-from cadre_desktop.netguard import ConnectionGuard
+from cadre_desktop.netguard import ConnectionGuard, bind_socket
 from cadre_desktop.readfile import read_bytes
 
 log = logging.getLogger(__name__)
@@ -184,13 +184,9 @@ class ControlServer:
             web.post("/api/nodes/{id}/invite", self._invite_node),
             web.get("/api/events", self._events),
         ])
-        from cadre_desktop.host import lend_control  # lending's routes live beside it
-
-        app.add_routes(lend_control.routes(self))
-        family = socket.AF_INET6 if ":" in self.bind else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        app.add_routes(lend_control.routes(self))  # lending's routes live beside these
+        sock = bind_socket(self.bind, 0, reuse=False)
         try:
-            sock.bind((self.bind, 0))
             self.port = sock.getsockname()[1]
             # No access log: request lines are not worth the risk of a secret in them.
             # A request aiohttp cannot parse is logged as one line (no traceback).

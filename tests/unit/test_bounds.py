@@ -6,6 +6,7 @@ import asyncio
 import errno
 import logging
 import socket
+import sys
 
 import pytest
 from aiohttp import web
@@ -248,3 +249,13 @@ def test_bind_socket_refuses_an_address_that_is_not_ours():
     sock = bind_socket("127.0.0.1", 0)
     assert sock.family == socket.AF_INET
     sock.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="address reuse is never set on Windows")
+def test_bind_socket_reuses_addresses_unless_told_not_to():
+    for reuse, expected in ((True, True), (False, False)):
+        sock = bind_socket("127.0.0.1", 0, reuse=reuse)
+        try:
+            assert bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR)) is expected
+        finally:
+            sock.close()
