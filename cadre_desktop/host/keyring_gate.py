@@ -147,6 +147,7 @@ class KeyringGate:
 
     async def close(self) -> None:
         self._closed = True
+        self._kick.set()  # a fetcher between rounds sees _closed and ends, cancelled or not
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -192,7 +193,7 @@ class KeyringGate:
                 await self._kick.wait()  # the hung call's return sets it
                 continue
             await self._fetch_once()
-            if not self._wanted:
+            if not self._wanted or self._closed:
                 return
             # Refused: wait, or go at once when the keyring answers elsewhere.
             sleeper = asyncio.ensure_future(self._sleep(delay))

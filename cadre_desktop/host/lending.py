@@ -42,7 +42,6 @@ from cadre_desktop.host.grants import (
 )
 from cadre_desktop.host.keyring_gate import KeyringGate
 from cadre_desktop.host.lifecycle import Change, Lifecycle
-from cadre_desktop.host.records import StartMark
 from cadre_desktop.host.secrets import SecretKind
 from cadre_desktop.settings import Settings
 
@@ -308,12 +307,8 @@ class LendingService:
             raise LendRefused("the loan ended while its node was being set up", code="donation_ended")
         try:
             # No await from the re-read above to the write below.
-            child = self.driver.start(donation_id, 1, current.node_env(token),
-                                      avoid_ports=self.lifecycle.remembered_ports(donation_id))
-            mark = StartMark(attempt=child.attempt or 1, at=iso(self.now()), by=self.supervisor.supervisor_id)
-            done = self.lifecycle.apply(donation_id, Change.SPAWNED, lambda r: r.replace(
-                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark))
-            if done is None:
+            child = self.supervisor.launch(current, token, 1, lc=self.lifecycle)
+            if self.supervisor.spawned(donation_id, child, lc=self.lifecycle) is None:
                 raise LendRefused("the loan ended while its node was being set up", code="donation_ended")
         except BaseException:
             await self._unwind(donation_id)

@@ -320,8 +320,11 @@ class SecretStore:
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self._executor, fn, *args)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
-        except asyncio.TimeoutError:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancellation that
+            # arrives as the call returns, and a closing gate then waits for ever.
+            async with asyncio.timeout(self.timeout_s):
+                return await asyncio.shield(future)
+        except TimeoutError:
             self._hung = future
             future.add_done_callback(self._answered)
             raise KeyringTimeout(_HELP_TIMEOUT.format(s=self.timeout_s)) from None

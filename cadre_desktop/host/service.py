@@ -25,9 +25,9 @@ from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.driver import NodeDriver
 from cadre_desktop.host.keyring_gate import KeyringGate
 from cadre_desktop.host.lifecycle import Change, Lifecycle, RecordKind
-from cadre_desktop.host.records import NodeMode, NodeRecord, NodeStatus, StartMark
+from cadre_desktop.host.records import NodeMode, NodeRecord, NodeStatus
 from cadre_desktop.host.secrets import SecretKind, new_claim_secret
-from cadre_desktop.host.supervisor import Supervisor, new_host_token, secret_env
+from cadre_desktop.host.supervisor import Supervisor
 from cadre_desktop.host.validate import clean_invitation, clean_name, require_node_id
 
 log = logging.getLogger(__name__)
@@ -100,18 +100,13 @@ class NodeService:
                 current = self.store.get(node_id)
                 if current is None or current.status is not NodeStatus.SPAWNING:
                     raise InvalidState(f"Node {node_id} was removed while it was being created.")
-                token = new_host_token()
-                child = self.driver.start(node_id, 1, secret_env(current, secret, token),
-                                          avoid_ports=self.lifecycle.remembered_ports(node_id))
-                self.supervisor.host_tokens[child.id] = token
+                child = self.supervisor.launch(current, secret, 1)
             except BaseException:
                 await self._unwind_create(node_id, stored=stored)
                 raise
             status = NodeStatus.UNCLAIMED if mode is NodeMode.CLAIM else NodeStatus.JOINING
-            mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor.supervisor_id)
             try:
-                record = self.lifecycle.apply(node_id, Change.SPAWNED, lambda r: r.replace(
-                    status=status, handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark))
+                record = self.supervisor.spawned(node_id, child, status=status)
                 if record is None:
                     raise InvalidState(f"Node {node_id} was removed while it was being created.")
             except BaseException:

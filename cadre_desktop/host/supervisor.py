@@ -44,12 +44,12 @@ from cadre_desktop.host.clock import Clock, iso
 from cadre_desktop.host.decide import (
     Decision, Observation, Policy, SecretState, Verdict, decide,
 )
-from cadre_desktop.host.driver import DriverStatus, Exit, NodeDriver
+from cadre_desktop.host.driver import DriverStatus, Exit, InstanceInfo, NodeDriver
 from cadre_desktop.host.exits import ExitBook
 from cadre_desktop.host.keyring_gate import KeyringGate
 from cadre_desktop.host.lifecycle import HOSTED, Change, Lifecycle
 from cadre_desktop.host.passes import PassSchedule, breathe
-from cadre_desktop.host.records import NodeRecord, RespawnInfo, StartMark
+from cadre_desktop.host.records import NodeRecord, RespawnInfo, StartMark, SupervisedRow
 from cadre_desktop.host.secrets import SecretKind
 from cadre_desktop.host.timeline import Timeline
 from cadre_desktop.settings import Settings
@@ -64,11 +64,6 @@ def new_host_token() -> str:
 
 def secret_kind(record: NodeRecord) -> SecretKind:
     return HOSTED.secret_kind(record)
-
-
-def secret_env(record: NodeRecord, value: str, host_token: str | None = None) -> dict[str, str]:
-    """What a start of a hosted node adds to the node contract's environment (see lifecycle.HOSTED)."""
-    return HOSTED.secret_env(record, value, host_token)
 
 
 class Supervisor:
@@ -386,11 +381,8 @@ class Supervisor:
         mark = self._next_mark(record, attempt, now, counted, words)
         respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
         want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
-        token = new_host_token()
         try:
-            env = lc.kind.secret_env(record, value, token)
-            child = self.driver.start(node_id, attempt, env, want_ports=want,
-                                      avoid_ports=lc.remembered_ports(node_id))
+            child = self.launch(record, value, attempt, want_ports=want, lc=lc)
         except Exception as exc:
             message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
             failed_mark = dataclasses.replace(mark, last_exit=f"could not be started: {message}")
@@ -400,8 +392,6 @@ class Supervisor:
                 self.timeline.mark(("attempt", node_id), now)
             raise
         self.timeline.started(child.id)
-        if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
-            self.host_tokens[child.id] = token
         change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
         lc.apply(node_id, change, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark))
@@ -410,6 +400,28 @@ class Supervisor:
         log.info("node %s started (attempt %d%s), pid %s", node_id, attempt, "" if counted else ", uncounted",
                  child.pid)
         return True
+
+    def launch(self, record: SupervisedRow, secret: str, attempt: int, *,
+               want_ports: tuple[int, int] | None = None, lc: Lifecycle | None = None) -> InstanceInfo:
+        """Every start of a child goes through here: the record's secret and a fresh host
+        token in its environment, clear of the ports the other records remember; the
+        token is kept (in memory only) for the child that got it."""
+        lc = lc or self.lifecycle_of(record.id)
+        token = new_host_token()
+        env = lc.kind.secret_env(record, secret, token)
+        child = self.driver.start(record.id, attempt, env, want_ports=want_ports,
+                                  avoid_ports=lc.remembered_ports(record.id))
+        if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
+            self.host_tokens[child.id] = token
+        return child
+
+    def spawned(self, node_id: str, child: InstanceInfo, *, lc: Lifecycle | None = None,
+                **fields) -> SupervisedRow | None:
+        """A record being created gets its first child (`launch`, attempt 1) and first start
+        mark: the record written, or None when it went meanwhile."""
+        mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
+        return (lc or self.lifecycle_of(node_id)).apply(node_id, Change.SPAWNED, lambda r: r.replace(
+            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
 
     def _next_mark(self, record: NodeRecord, attempt: int, now: str, counted: bool, words: str | None) -> StartMark:
         prev = record.start

@@ -148,3 +148,32 @@ def test_a_keyring_call_stuck_on_a_prompt_never_keeps_a_quitting_app_alive():
                           cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "timed out: keyring_timeout"
+
+
+async def test_a_call_cancelled_as_the_keyring_answers_ends_cancelled():
+    """The cancel of a closing gate can arrive in the very loop turn the keyring's answer
+    does. asyncio.wait_for on Python 3.11 then handed back the answer and dropped the cancel,
+    so the gate's fetcher went on to wait for ever and the host never finished closing."""
+    import asyncio
+    import time
+
+    for turns in range(8):  # the cancel lands a different number of loop turns after the answer
+        store = SecretStore(LockedKeyring())
+        calls = []
+        submit = store._executor.submit
+        store._executor.submit = lambda fn, *a: calls.append(submit(fn, *a)) or calls[-1]
+        task = asyncio.create_task(store.get("n1", SecretKind.CLAIM))
+        await asyncio.sleep(0)
+        deadline = time.monotonic() + 10
+        while not (calls and calls[0].done()):  # the loop held still: the answer waits in its queue
+            assert time.monotonic() < deadline, "the keyring thread never answered"
+            time.sleep(0.001)
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        if task.cancel():
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        else:
+            with pytest.raises(KeyringLocked):
+                await task
+        store.close()
