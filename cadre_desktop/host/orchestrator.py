@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -36,7 +35,7 @@ from cadre_desktop.host.handles import ExitEvent, ExitListener, Handle, InitRepo
 from cadre_desktop.host.nodelogs import LOG_CAP_BYTES, NodeLogs
 from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.host.standby import StandbyPool
-from cadre_desktop.host.teardown import Ender, wait_pids_gone
+from cadre_desktop.host.teardown import Ender, delete_node_files, wait_pids_gone
 from cadre_desktop.paths import Paths
 
 log = logging.getLogger(__name__)
@@ -181,6 +180,13 @@ class Orchestrator:
             self.save_error = exc.message
             raise
         self.save_error = None
+
+    def _persist_or_log(self, stopped_cleanly: Iterable[str] = ()) -> None:
+        """`_persist` where nothing can be done about a failure but say it (save_error keeps it)."""
+        try:
+            self._persist(stopped_cleanly)
+        except StorageError as exc:
+            log.error("%s", exc.message)
 
     def _choose_ports(self, want: tuple[int, int] | None, avoid: Iterable[int] = ()) -> tuple[int, int]:
         """Keep the node's previous ports when they are free, so its claim URL stays valid."""
@@ -366,12 +372,8 @@ class Orchestrator:
 
     def _flush_pending(self) -> None:
         self._persist_scheduled = False
-        if not self._persist_pending or self._closed:
-            return
-        try:
-            self._persist()
-        except StorageError as exc:
-            log.error("%s", exc.message)
+        if self._persist_pending and not self._closed:
+            self._persist_or_log()
 
     def _same_process(self, handle: Handle) -> bool:
         return handle.identity.matches(procs.read_identity(handle.pid, self.platform))
@@ -431,18 +433,7 @@ class Orchestrator:
         for handle in dropped:
             await self.ender.wait_pump(handle)
         self._persist()
-        await asyncio.to_thread(self._delete_files, node_id)
-
-    def _delete_files(self, node_id: str) -> None:
-        """Delete the work folder and logs; a folder that survives is an error, never a success."""
-        work = self.paths.node_dir(node_id)
-        failures: list[str] = []
-        shutil.rmtree(work, onerror=lambda _fn, path, exc: failures.append(f"{path}: {exc[1]}"))
-        self.logs.delete(node_id)
-        if os.path.lexists(work):
-            detail = failures[0] if failures else "it is still there"
-            raise StorageError(f"could not delete the work folder of node {node_id} ({detail}); "
-                               "the removal is retried later")
+        await asyncio.to_thread(delete_node_files, self.paths, self.logs, node_id)
 
     async def stop_all(self) -> None:
         """Stop every child at once (a clean quit), end any stray of our nodes, and write
@@ -470,10 +461,7 @@ class Orchestrator:
             await asyncio.gather(*(self.ender.wait_pump(h) for h in self._handles.values()))
         finally:
             self._stopping_all = False
-        try:
-            self._persist(stopped_cleanly=[h.node_id for h in live])
-        except StorageError as exc:
-            log.error("%s", exc.message)
+        self._persist_or_log(stopped_cleanly=[h.node_id for h in live])
 
     def log_tail(self, node_id: str, lines: int = 20, max_bytes: int = 16384) -> list[str]:
         """The last lines of the node's log (a bounded read from the end)."""
@@ -494,10 +482,7 @@ class Orchestrator:
         if self.standby is not None:
             self.standby.close()
         if self._persist_pending:
-            try:
-                self._persist()
-            except StorageError as exc:
-                log.error("%s", exc.message)
+            self._persist_or_log()
         for handle in self._handles.values():
             self._unwatch(handle)
             if handle._cancel_pump_watch:

@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
+from cadre_desktop.errors import StorageError
 from cadre_desktop.host import procs, proctree, winjob
 from cadre_desktop.host.handles import Handle
+from cadre_desktop.host.nodelogs import NodeLogs
+from cadre_desktop.paths import Paths
 
 log = logging.getLogger(__name__)
 
@@ -177,3 +182,19 @@ async def wait_pids_gone(pids: list[int], platform: str, timeout: float = GONE_T
             return False
         await asyncio.sleep(POLL_S)
     return True
+
+
+def delete_node_files(paths: Paths, logs: NodeLogs, node_id: str) -> None:
+    """Delete a removed node's work folder and logs (blocking: run it on a thread).
+
+    A folder that survives is an error, never a success: the removal stays
+    pending (its tombstone) and is tried again.
+    """
+    work = paths.node_dir(node_id)
+    failures: list[str] = []
+    shutil.rmtree(work, onerror=lambda _fn, path, exc: failures.append(f"{path}: {exc[1]}"))
+    logs.delete(node_id)
+    if os.path.lexists(work):
+        detail = failures[0] if failures else "it is still there"
+        raise StorageError(f"could not delete the work folder of node {node_id} ({detail}); "
+                           "the removal is retried later")

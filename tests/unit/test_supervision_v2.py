@@ -327,7 +327,7 @@ async def test_the_local_driver_refuses_to_call_a_removal_done_while_the_folder_
     (tmp_path / "nodes" / "n1").mkdir(parents=True)
     monkeypatch.setattr(shutil, "rmtree", lambda path, onerror=None: None)  # a folder that will not go
     with pytest.raises(StorageError, match="work folder of node n1"):
-        orch._delete_files("n1")
+        await orch.remove_node("n1")
 
 
 async def test_remove_of_an_id_this_home_never_had_touches_nothing(rig):
