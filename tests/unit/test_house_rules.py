@@ -1,0 +1,50 @@
+"""The sizes a maintainer can hold in their head: no module of the package over 500
+lines, no function over 60. A longer one is split by what it does, not by where it
+happens to be long; these tests say which one grew."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).parents[2] / "cadre_desktop"
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+
+def sources() -> list[Path]:
+    return sorted(PKG.rglob("*.py"))
+
+
+def long_functions(path: Path, limit: int, root: Path = PKG.parent) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            if length > limit:
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def test_the_package_is_where_the_rules_look():
+    assert len(sources()) > 50
+
+
+def test_no_module_is_over_500_lines():
+    over = [f"{p.relative_to(PKG.parent)} ({n} lines)" for p in sources()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
+    assert not over, over
+
+
+def test_no_function_is_over_60_lines():
+    over = [row for p in sources() for row in long_functions(p, MAX_FUNCTION_LINES)]
+    assert not over, over
+
+
+def test_the_function_rule_sees_a_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(61))
+    planted = tmp_path / "cadre_desktop" / "long.py"
+    planted.parent.mkdir()
+    planted.write_text(f"def too_long():\n{body}\n", encoding="utf-8")
+    assert long_functions(planted, MAX_FUNCTION_LINES, tmp_path) == ["cadre_desktop/long.py:1 too_long (62 lines)"]
