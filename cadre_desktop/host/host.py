@@ -220,8 +220,9 @@ class Host:
         task = asyncio.ensure_future(self.gate.prefetch(wanted))
         self._tasks.append(task)
         try:
-            await asyncio.wait_for(asyncio.shield(task), wait_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(wait_s):  # not wait_for: see secrets.SecretStore._run
+                await asyncio.shield(task)
+        except TimeoutError:
             log.warning("the keyring has not answered yet; nodes that need a secret wait for it")
         except Exception as exc:  # reading ahead only saves time: nodes read their secret again when they start
             log.error("reading secrets ahead failed: %s", exc)

@@ -344,8 +344,9 @@ class Orchestrator:
 
     async def _tell_when_flushed(self, handle: Handle, code: int | None) -> None:
         try:
-            await asyncio.wait_for(handle._pump_exited.wait(), PUMP_FLUSH_S)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(PUMP_FLUSH_S):  # a close's cancel is never dropped
+                await handle._pump_exited.wait()
+        except TimeoutError:
             log.debug("node %s: its log pump outlived it by %.1fs; its exit is told without waiting", handle.node_id, PUMP_FLUSH_S)
         self._tell_exit(handle, code)
 

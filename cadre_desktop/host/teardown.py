@@ -86,8 +86,9 @@ class Ender:
         """Wait until the leader has exited and its group is empty, or the deadline passes."""
         loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(handle._exited.wait(), max(0.0, deadline - loop.time()))
-        except asyncio.TimeoutError:
+            async with asyncio.timeout_at(deadline):  # a quit's cancel is never dropped
+                await handle._exited.wait()
+        except TimeoutError:
             return False
         while not self.group_gone(handle):
             if loop.time() >= deadline:
@@ -156,9 +157,10 @@ class Ender:
             return
         if handle._cancel_pump_watch is not None:
             try:
-                await asyncio.wait_for(handle._pump_exited.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await handle._pump_exited.wait()
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         elif await wait_pids_gone([pid], self.platform, timeout, identity):
             return
