@@ -77,14 +77,48 @@ def gave_up(view) -> bool:
     return view.status in GAVE_UP
 
 
-def node_state(view: NodeView) -> TrayState:
+class Phase(Enum):
+    """Where a node is, as a person sees it: the one reading of a view's status, running and
+    ready flags, first match wins. The table's words, the details pane's and the tray's state
+    all say it from here, so they never disagree about a node."""
+
+    GAVE_UP = "gave_up"
+    DOWN = "down"
+    STARTING = "starting"
+    UNCLAIMED = "unclaimed"
+    JOINING = "joining"
+    JOINED = "joined"
+    #: A status with no words of its own: shown as the status itself.
+    OTHER = "other"
+
+
+def phase(view: NodeView) -> Phase:
     if view.status == NodeStatus.ERROR:
-        return TrayState.ERROR
-    if view.status in (NodeStatus.SPAWNING, NodeStatus.JOINING) or is_down(view) or is_starting(view):
-        return TrayState.BUSY
+        return Phase.GAVE_UP
+    if is_down(view):
+        return Phase.DOWN
+    if view.status == NodeStatus.SPAWNING or is_starting(view):
+        return Phase.STARTING
     if view.status == NodeStatus.UNCLAIMED:
-        return TrayState.UNCLAIMED
-    return TrayState.JOINED
+        return Phase.UNCLAIMED
+    if view.status == NodeStatus.JOINING:
+        return Phase.JOINING
+    if view.status == NodeStatus.JOINED:
+        return Phase.JOINED
+    return Phase.OTHER
+
+
+_TRAY_STATES = {
+    Phase.GAVE_UP: TrayState.ERROR,
+    Phase.DOWN: TrayState.BUSY,
+    Phase.STARTING: TrayState.BUSY,
+    Phase.JOINING: TrayState.BUSY,
+    Phase.UNCLAIMED: TrayState.UNCLAIMED,
+}
+
+
+def node_state(view: NodeView) -> TrayState:
+    return _TRAY_STATES.get(phase(view), TrayState.JOINED)
 
 
 def aggregate(views: Iterable[NodeView]) -> TrayState:
@@ -92,21 +126,23 @@ def aggregate(views: Iterable[NodeView]) -> TrayState:
     return max((node_state(v) for v in views), key=lambda s: s.rank, default=TrayState.EMPTY)
 
 
+_STATUS_WORDS = {
+    Phase.GAVE_UP: "Error",
+    Phase.STARTING: "Starting…",
+    Phase.UNCLAIMED: "Waiting to be claimed",
+    Phase.JOINING: "Joining…",
+}
+
+
 def status_words(view: NodeView, now: datetime) -> str:
-    if is_down(view):
+    """The table's words: short."""
+    at = phase(view)
+    if at is Phase.DOWN:
         left = seconds_until(view.next_retry_at, now)
         return f"Restarting in {left} s" if left else "Restarting…"
-    if view.status == NodeStatus.SPAWNING or is_starting(view):
-        return "Starting…"
-    if view.status == NodeStatus.UNCLAIMED:
-        return "Waiting to be claimed"
-    if view.status == NodeStatus.JOINING:
-        return "Joining…"
-    if view.status == NodeStatus.JOINED:
+    if at is Phase.JOINED:
         return f"Joined {view.cadre}" if view.cadre else "Joined"
-    if view.status == NodeStatus.ERROR:
-        return "Error"
-    return view.status.capitalize()
+    return _STATUS_WORDS.get(at) or view.status.capitalize()
 
 
 def retry_words(view: NodeView, now: datetime) -> str:
