@@ -29,8 +29,10 @@ from cadre_desktop.errors import Invalid, MachineError
 from cadre_desktop.host.records import LIFE_KEYS, RespawnInfo, StartMark, SupervisedRow, life_from_row
 from cadre_desktop.host.rowstore import RowStore
 from cadre_desktop.node.seed import (
+    DEFAULT_PROFILE,
     MAX_BOOTSTRAP_NODES,
     MAX_OWNER_KEYS,
+    PROFILE_WORDS,
     PROFILES,
     SeedError,
     check_bootstrap_address,
@@ -205,9 +207,9 @@ def check_request(body: dict[str, Any]) -> DonationRequest:
     party_id = body.get("party_id")
     if not is_id(party_id):
         raise FieldError("'party_id' must be 1 to 64 of A-Z a-z 0-9 . _ -, starting with a letter or digit")
-    profile = body.get("profile", "storage")
+    profile = body.get("profile", DEFAULT_PROFILE)
     if profile not in PROFILES:
-        raise FieldError("'profile' must be 'storage' or 'transaction'")
+        raise FieldError(f"'profile' must be {PROFILE_WORDS}")
     nodes = body.get("bootstrap_nodes", [])
     if not isinstance(nodes, list) or len(nodes) > MAX_BOOTSTRAP_NODES:
         raise FieldError(f"'bootstrap_nodes' must be a list of at most {MAX_BOOTSTRAP_NODES} addresses")
