@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import re
 import secrets as _random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from cadre_desktop.errors import Invalid, MachineError
-from cadre_desktop.host.records import LIFE_KEYS, RespawnInfo, StartMark, SupervisedRow, life_from_row
+from cadre_desktop.host.records import LIFE_KEYS, SupervisedRow, life_from_row
 from cadre_desktop.host.rowstore import RowStore
 from cadre_desktop.node.seed import (
     DEFAULT_PROFILE,
@@ -83,20 +83,9 @@ class Donation(SupervisedRow):
     #: None on a row an older build wrote: such a row is not respawnable.
     bootstrap_nodes: tuple[str, ...] | None = None
     owner_keys: tuple[str, ...] | None = None
-    handle: str | None = None
-    api_port: int | None = None
-    p2p_port: int | None = None
-    peer_id: str | None = None
-    error: str | None = None
-    respawn: RespawnInfo | None = None
-    #: The host's note of its last start (see records.StartMark).
-    start: StartMark | None = None
-    created_at: str = ""
-    updated_at: str = ""
     #: When it reached `awaiting_seed` (the unseeded reaper's clock) and `seeded`.
     awaiting_since: str | None = None
     seeded_at: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def respawnable(self) -> bool:
