@@ -18,7 +18,6 @@ import json
 import os
 import sys
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Callable
 
 from cadre_desktop import __version__, build_commit
@@ -26,10 +25,10 @@ from cadre_desktop.cli import lending
 from cadre_desktop.cli.client import NoHost
 from cadre_desktop.cli.logs import cmd_logs
 from cadre_desktop.cli.terminal import (
-    EXIT_FAILED, EXIT_NO_HOST, EXIT_OK, EXIT_USAGE, PROG, Usage, client, clip, confirm, count_arg,
-    needs_terminal, one_line, out, print_json, shown,
+    EXIT_FAILED, EXIT_NO_HOST, EXIT_OK, EXIT_USAGE, PROG, Usage, add_log_options, client, clip, confirm,
+    details, needs_terminal, one_line, out, print_json, print_qr, show, shown, table, write_qr_file,
 )
-from cadre_desktop.errors import ApiError, CadreError, Invalid, InvalidState, MachineError, StorageError
+from cadre_desktop.errors import ApiError, CadreError, Invalid, InvalidState, MachineError
 from cadre_desktop.paths import Paths, resolve_paths
 
 NODE_FLAG = "--node"  # the node program inside a bundle; see run_node()
@@ -52,8 +51,7 @@ def local_time(stamp: str | None) -> str:
 
 def node_table(nodes: list[dict]) -> str:
     """Never shows claim URLs: a list is for glancing at, maybe on a shared screen."""
-    header = ("NAME", "ID", "STATUS", "RUNNING", "ATTEMPTS", "NEXT RETRY", "LAST ERROR")
-    rows = [header] + [
+    rows = [
         (
             clip(n.get("name"), 24), shown(n.get("id")), shown(n.get("status")),
             f"yes ({n['pid']})" if n.get("running") and n.get("pid") else ("yes" if n.get("running") else "no"),
@@ -61,10 +59,7 @@ def node_table(nodes: list[dict]) -> str:
         )
         for n in nodes
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows
-    )
+    return table(("NAME", "ID", "STATUS", "RUNNING", "ATTEMPTS", "NEXT RETRY", "LAST ERROR"), rows)
 
 
 def decision_words(decision: Any) -> str:
@@ -78,10 +73,7 @@ def decision_words(decision: Any) -> str:
 
 
 def node_details(node: dict) -> str:
-    keys = [k for k in SHOW_ORDER if k in node] + sorted(k for k in node if k not in SHOW_ORDER)
-    width = max(len(k) for k in keys)
-    return "\n".join(f"{k + ':':<{width + 1}} {decision_words(node[k]) if k == 'last_decision' else shown(node[k])}"
-                     for k in keys)
+    return details(node, SHOW_ORDER, words={"last_decision": decision_words})
 
 
 def node_summary(node: dict) -> str:
@@ -118,11 +110,7 @@ def cmd_list(args, paths: Paths) -> int:
 
 
 def show_view(args, node: dict, verb: str) -> int:
-    if args.json:
-        print_json(node)
-    else:
-        out(f"{verb} {node_summary(node)}")
-    return EXIT_OK
+    return show(args, node, lambda n: f"{verb} {node_summary(n)}")
 
 
 def cmd_add(args, paths: Paths) -> int:
@@ -139,12 +127,7 @@ def cmd_join(args, paths: Paths) -> int:
 
 
 def cmd_show(args, paths: Paths) -> int:
-    node = client(paths).get_node(args.id)
-    if args.json:
-        print_json(node)
-    else:
-        out(node_details(node))
-    return EXIT_OK
+    return show(args, client(paths).get_node(args.id), node_details)
 
 
 def action_command(action: str, verb: str) -> Callable[[Any, Paths], int]:
@@ -154,22 +137,16 @@ def action_command(action: str, verb: str) -> Callable[[Any, Paths], int]:
 
 
 def cmd_qr(args, paths: Paths) -> int:
-    from cadre_desktop import claim_qr
-
     node = client(paths).get_node(args.id)
     url = node.get("claim_url")
     if not url:
         raise InvalidState(f"node {node.get('id')} is {node.get('status')}: only an unclaimed node has a claim code")
-    target, kind = (args.png, "png") if args.png else (args.svg, "svg") if args.svg else (None, None)
+    target = write_qr_file(url, args)
     if target is not None:
-        try:
-            claim_qr.write_image(url, Path(target), kind)
-        except OSError as exc:
-            raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from None
         out(f"Wrote the claim QR code of {node_summary(node)} to {target}. "
             "It holds the claim secret: share it only with who should claim the node.")
         return EXIT_OK
-    sys.stdout.write(claim_qr.terminal_text(url))
+    print_qr(url)
     out(url)
     out(f"Scan it with a phone camera to claim {node.get('name')}.")
     return EXIT_OK
@@ -321,8 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     remove.set_defaults(func=cmd_remove)
     logs = nodes.add_parser("logs", parents=[node_id], help="a node's log (works without a running host)")
-    logs.add_argument("-n", "--lines", type=count_arg, default=50, metavar="N", help="how many last lines (50)")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
+    add_log_options(logs)
     logs.set_defaults(func=cmd_logs)
     nodes.add_parser("watch", parents=[as_json], help="print host events as they happen, until Ctrl-C"
                      ).set_defaults(func=cmd_watch)

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
-from pathlib import Path
 
 from cadre_desktop.cli import terminal as cli
 from cadre_desktop.cli.logs import cmd_logs
-from cadre_desktop.cli.terminal import EXIT_FAILED, EXIT_OK, PROG, clip, out, print_json, shown
-from cadre_desktop.errors import StorageError
+from cadre_desktop.cli.terminal import EXIT_FAILED, EXIT_OK, PROG, clip, details, out, print_json, show, shown, table
 from cadre_desktop.paths import Paths
 
 _DURATION = re.compile(r"(\d{1,9})([smhdw]?)")
@@ -40,18 +37,6 @@ def positive_arg(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be 1 or more")
     return value
-
-
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    rows = [header] + rows
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows)
-
-
-def details(doc: dict, order: tuple[str, ...]) -> str:
-    keys = [k for k in order if k in doc] + sorted(k for k in doc if k not in order and k != "donations")
-    width = max(len(k) for k in keys)
-    return "\n".join(f"{k + ':':<{width + 1}} {shown(doc[k])}" for k in keys)
 
 
 def grant_line(grant: dict) -> str:
@@ -87,20 +72,14 @@ def cmd_grant_list(args, paths: Paths) -> int:
 
 
 def cmd_grant_link(args, paths: Paths) -> int:
-    from cadre_desktop import claim_qr
-
     link = cli.client(paths).grant_link(args.id)
-    target, kind = (args.png, "png") if args.png else (args.svg, "svg") if args.svg else (None, None)
+    target = cli.write_qr_file(link, args)
     if target is not None:
-        try:
-            claim_qr.write_image(link, Path(target), kind)
-        except OSError as exc:
-            raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from None
         out(f"Wrote the QR code of grant {args.id} to {target}. It holds the grant's token: share it only "
             "with the cadre you lend to.")
         return EXIT_OK
     if args.qr:
-        sys.stdout.write(claim_qr.terminal_text(link))
+        cli.print_qr(link)
     out(link)
     return EXIT_OK
 
@@ -112,12 +91,8 @@ def cmd_grant_revoke(args, paths: Paths) -> int:
         if not cli.confirm(f"Revoke {grant_line(grant)}? Every node lent under it stops and is deleted."):
             out("Not revoked.")
             return EXIT_FAILED
-    grant = api.revoke_grant(args.id)
-    if args.json:
-        print_json(grant)
-    else:
-        out(f"Revoked {grant.get('label')} ({grant.get('id')}); its loans are ended.")
-    return EXIT_OK
+    return show(args, api.revoke_grant(args.id),
+                lambda grant: f"Revoked {grant.get('label')} ({grant.get('id')}); its loans are ended.")
 
 
 # -- donations ------------------------------------------------------------------------------------
@@ -137,21 +112,13 @@ def cmd_donation_list(args, paths: Paths) -> int:
 
 
 def cmd_donation_show(args, paths: Paths) -> int:
-    donation = cli.client(paths).get_donation(args.id)
-    if args.json:
-        print_json(donation)
-    else:
-        out(details(donation, DONATION_ORDER))
-    return EXIT_OK
+    return show(args, cli.client(paths).get_donation(args.id),
+                lambda donation: details(donation, DONATION_ORDER, skip=("donations",)))
 
 
 def cmd_donation_retry(args, paths: Paths) -> int:
-    donation = cli.client(paths).retry_donation(args.id)
-    if args.json:
-        print_json(donation)
-    else:
-        out(f"Retrying lent node {donation.get('id')} ({donation.get('party_id')}): {donation.get('status')}")
-    return EXIT_OK
+    return show(args, cli.client(paths).retry_donation(args.id),
+                lambda d: f"Retrying lent node {d.get('id')} ({d.get('party_id')}): {d.get('status')}")
 
 
 def cmd_donation_end(args, paths: Paths) -> int:
@@ -203,6 +170,5 @@ def add_parsers(commands, as_json: argparse.ArgumentParser) -> None:
     donations.add_parser("end", parents=[row_id, yes], help="end the loan: stop the node, delete its folder"
                          ).set_defaults(func=cmd_donation_end)
     logs = donations.add_parser("logs", parents=[row_id], help="a lent node's log (works without a running host)")
-    logs.add_argument("-n", "--lines", type=cli.count_arg, default=50, metavar="N", help="how many last lines (50)")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")
+    cli.add_log_options(logs)
     logs.set_defaults(func=cmd_logs)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 from cadre_desktop import text
 from cadre_desktop.cli.client import ControlClient
-from cadre_desktop.errors import InputError
+from cadre_desktop.errors import InputError, StorageError
 from cadre_desktop.paths import Paths
 
 PROG = "cadre-desktop"
@@ -58,6 +59,53 @@ def clip(text: str | None, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """Columns padded to their widest cell, two spaces apart; the last one is not padded."""
+    rows = [header] + rows
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows)
+
+
+def details(doc: dict, order: tuple[str, ...], *, skip: tuple[str, ...] = (),
+            words: dict[str, Callable[[Any], str]] | None = None) -> str:
+    """`key: value` lines, the keys of `order` first, then the rest sorted; `words` says some values."""
+    keys = [k for k in order if k in doc] + sorted(k for k in doc if k not in order and k not in skip)
+    width = max(len(k) for k in keys)
+    return "\n".join(f"{k + ':':<{width + 1}} {(words or {}).get(k, shown)(doc[k])}" for k in keys)
+
+
+def show(args, doc: Any, words: Callable[[Any], str]) -> int:
+    """The `--json` contract: the document as the host gave it, else its words for a person."""
+    if args.json:
+        print_json(doc)
+    else:
+        out(words(doc))
+    return EXIT_OK
+
+
+# claim_qr (segno) is imported by the two QR helpers only, so that other commands start quickly.
+
+def write_qr_file(data: str, args) -> str | None:
+    """`--png FILE` / `--svg FILE`: the QR code of `data` written there (0600); the file's name, or None
+    when neither was given."""
+    from cadre_desktop import claim_qr
+
+    target, kind = (args.png, "png") if args.png else (args.svg, "svg") if args.svg else (None, None)
+    if target is None:
+        return None
+    try:
+        claim_qr.write_image(data, Path(target), kind)
+    except OSError as exc:
+        raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return target
+
+
+def print_qr(data: str) -> None:
+    from cadre_desktop import claim_qr
+
+    sys.stdout.write(claim_qr.terminal_text(data))
+
+
 # -- asking and connecting --------------------------------------------------------------
 
 def client(paths: Paths) -> ControlClient:
@@ -89,3 +137,9 @@ def count_arg(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError("must be 0 or more")
     return value
+
+
+def add_log_options(parser: argparse.ArgumentParser) -> None:
+    """`-n` and `-f` of `node logs` and `donation logs`."""
+    parser.add_argument("-n", "--lines", type=count_arg, default=50, metavar="N", help="how many last lines (50)")
+    parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C")

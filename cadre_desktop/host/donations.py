@@ -20,17 +20,19 @@ from __future__ import annotations
 
 import re
 import secrets as _random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from cadre_desktop.errors import Invalid, MachineError
-from cadre_desktop.host.records import LIFE_KEYS, RespawnInfo, StartMark, SupervisedRow, life_from_row
+from cadre_desktop.host.records import LIFE_KEYS, SupervisedRow, life_from_row
 from cadre_desktop.host.rowstore import RowStore
 from cadre_desktop.node.seed import (
+    DEFAULT_PROFILE,
     MAX_BOOTSTRAP_NODES,
     MAX_OWNER_KEYS,
+    PROFILE_WORDS,
     PROFILES,
     SeedError,
     check_bootstrap_address,
@@ -81,20 +83,9 @@ class Donation(SupervisedRow):
     #: None on a row an older build wrote: such a row is not respawnable.
     bootstrap_nodes: tuple[str, ...] | None = None
     owner_keys: tuple[str, ...] | None = None
-    handle: str | None = None
-    api_port: int | None = None
-    p2p_port: int | None = None
-    peer_id: str | None = None
-    error: str | None = None
-    respawn: RespawnInfo | None = None
-    #: The host's note of its last start (see records.StartMark).
-    start: StartMark | None = None
-    created_at: str = ""
-    updated_at: str = ""
     #: When it reached `awaiting_seed` (the unseeded reaper's clock) and `seeded`.
     awaiting_since: str | None = None
     seeded_at: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def respawnable(self) -> bool:
@@ -205,9 +196,9 @@ def check_request(body: dict[str, Any]) -> DonationRequest:
     party_id = body.get("party_id")
     if not is_id(party_id):
         raise FieldError("'party_id' must be 1 to 64 of A-Z a-z 0-9 . _ -, starting with a letter or digit")
-    profile = body.get("profile", "storage")
+    profile = body.get("profile", DEFAULT_PROFILE)
     if profile not in PROFILES:
-        raise FieldError("'profile' must be 'storage' or 'transaction'")
+        raise FieldError(f"'profile' must be {PROFILE_WORDS}")
     nodes = body.get("bootstrap_nodes", [])
     if not isinstance(nodes, list) or len(nodes) > MAX_BOOTSTRAP_NODES:
         raise FieldError(f"'bootstrap_nodes' must be a list of at most {MAX_BOOTSTRAP_NODES} addresses")

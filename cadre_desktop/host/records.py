@@ -80,10 +80,26 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+@dataclass(frozen=True, kw_only=True)
 class SupervisedRow:
     """What every supervised row has (a hosted node's record, a lent node's donation): the
     handle of its last child, its ports and peer id, its error, its respawn budget and start
-    mark, its times. Both kinds read and write those fields here, and only here."""
+    mark, its times, and the keys this build does not know. Both kinds declare, read and write
+    those fields here, and only here (keyword-only, so each kind's own fields come first)."""
+
+    #: The orchestrator handle of the child spawned last, if any.
+    handle: str | None = None
+    api_port: int | None = None
+    p2p_port: int | None = None
+    peer_id: str | None = None
+    error: str | None = None
+    respawn: RespawnInfo | None = None
+    #: The host's note of its last start (see StartMark).
+    start: StartMark | None = None
+    created_at: str = ""
+    updated_at: str = ""
+    #: A row's keys this build does not know, kept and written back as they were.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def replace(self, **changes: Any):
         return dataclasses.replace(self, **changes)
@@ -145,18 +161,7 @@ class NodeRecord(SupervisedRow):
     name: str
     status: NodeStatus
     mode: NodeMode = NodeMode.CLAIM
-    #: The orchestrator handle of the child spawned last, if any.
-    handle: str | None = None
-    api_port: int | None = None
-    p2p_port: int | None = None
-    peer_id: str | None = None
     cadre: str | None = None
-    error: str | None = None
-    respawn: RespawnInfo | None = None
-    start: StartMark | None = None
-    created_at: str = ""
-    updated_at: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_row(self) -> dict[str, Any]:
         row: dict[str, Any] = {"name": self.name, "status": self.status.value, "mode": self.mode.value,

@@ -31,7 +31,7 @@ from typing import Any
 from cadre_desktop.atomicfile import write_bytes_atomic
 from cadre_desktop.errors import NodeFault
 from cadre_desktop.node.identity import b64url, b64url_decode
-from cadre_desktop.node.seed import PROFILES, is_id, sign_seed
+from cadre_desktop.node.seed import DEFAULT_PROFILE, PROFILES, is_id, sign_seed
 
 PROG = "python -m cadre_desktop.node.borrow"
 REQUEST_TIMEOUT_S = 30.0
@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Borrow a node from a cadre-desktop host and seed it.")
     parser.add_argument("link", nargs="?", help="the grant link (better: on stdin, or '-')")
     parser.add_argument("--party", required=True, help="your party (cadre) id: 1-64 of A-Z a-z 0-9 . _ -")
-    parser.add_argument("--profile", choices=PROFILES, default="storage")
+    parser.add_argument("--profile", choices=PROFILES, default=DEFAULT_PROFILE)
     parser.add_argument("--bootstrap", action="append", default=[], metavar="ADDR",
                         help="an address of one of your party's nodes (repeat for more)")
     parser.add_argument("--key", type=Path, help="your owner key file (made if missing); else a new key for this run")

@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.node.errors import ConfigError, RequestRefused
 from cadre_desktop.node.seed import (
+    DEFAULT_PROFILE,
     MAX_BOOTSTRAP_NODES,
     MAX_OWNER_KEYS,
+    PROFILE_WORDS,
     PROFILES,
     SeedError,
     check_bootstrap_address,
@@ -79,26 +81,18 @@ def load_donated(env: Mapping[str, str], check_token) -> DonatedConfig | None:
         if stray:
             raise ConfigError(f"{stray[0]} is set but CADRE_DONATION_ID is not")
         return None
-    if not is_id(donation_id):
-        raise ConfigError(
-            "CADRE_DONATION_ID must be 1-64 characters of letters, digits, '.', '_' or '-',"
-            f" starting with a letter or digit (got {donation_id[:80]!r})"
-        )
+    _check_id("CADRE_DONATION_ID", donation_id)
     party_id = env.get("CADRE_PARTY_ID", "").strip()
     if not party_id:
         raise ConfigError("CADRE_PARTY_ID is not set")
-    if not is_id(party_id):
-        raise ConfigError(
-            "CADRE_PARTY_ID must be 1-64 characters of letters, digits, '.', '_' or '-',"
-            f" starting with a letter or digit (got {party_id[:80]!r})"
-        )
+    _check_id("CADRE_PARTY_ID", party_id)
     seed_token = env.get("CADRE_SEED_TOKEN", "")
     if not seed_token:
         raise ConfigError("CADRE_SEED_TOKEN is not set")
     check_token("CADRE_SEED_TOKEN", seed_token)
-    profile = env.get("CADRE_PROFILE", "").strip() or "storage"
+    profile = env.get("CADRE_PROFILE", "").strip() or DEFAULT_PROFILE
     if profile not in PROFILES:
-        raise ConfigError(f"CADRE_PROFILE must be 'storage' or 'transaction' (got {profile[:40]!r})")
+        raise ConfigError(f"CADRE_PROFILE must be {PROFILE_WORDS} (got {profile[:40]!r})")
     return DonatedConfig(
         donation_id=donation_id,
         party_id=party_id,
@@ -107,6 +101,15 @@ def load_donated(env: Mapping[str, str], check_token) -> DonatedConfig | None:
         profile=profile,
         seed_token=seed_token,
     )
+
+
+def _check_id(name: str, value: str) -> None:
+    """The rule of `seed.is_id`, in the words of a node's environment."""
+    if not is_id(value):
+        raise ConfigError(
+            f"{name} must be 1-64 characters of letters, digits, '.', '_' or '-',"
+            f" starting with a letter or digit (got {value[:80]!r})"
+        )
 
 
 def _owner_keys(text: str) -> tuple[bytes, ...]:

@@ -37,6 +37,10 @@ MAX_OWNER_KEYS = 8
 MAX_BOOTSTRAP_NODES = 16
 MAX_BOOTSTRAP_CHARS = 256
 PROFILES = ("storage", "transaction")
+#: The profile of a request, or of a node's environment, that names none.
+DEFAULT_PROFILE = PROFILES[0]
+#: The profiles as an error message names them: 'storage' or 'transaction'.
+PROFILE_WORDS = " or ".join(repr(profile) for profile in PROFILES)
 
 
 class SeedError(InputError):

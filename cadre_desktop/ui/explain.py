@@ -16,7 +16,7 @@ from cadre_desktop.host.clock import parse_iso
 from cadre_desktop.host.records import NodeStatus
 from cadre_desktop.host.views import NodeView
 from cadre_desktop.logtail import tail_lines
-from cadre_desktop.ui.status import duration_words, exit_line, is_down, is_starting, seconds_until
+from cadre_desktop.ui.status import Phase, PhaseWords, duration_words, exit_line, is_down, is_starting
 
 LOG_BYTES_LINES = 400
 _START = re.compile(r"^--- cadre-desktop: starting node \S+ at (\S+) ---$")
@@ -35,24 +35,21 @@ class LogLine:
     count: int = 1
 
 
+PANE_WORDS = PhaseWords(
+    {Phase.GAVE_UP: "Stopped: the host gave up on it after it kept exiting",
+     Phase.STARTING: "Starting: waiting for its first answer", Phase.UNCLAIMED: "Running, waiting to be claimed",
+     Phase.JOINING: "Running, joining its cadre"},
+    restarting_in="Down: restarting in {left} s (attempt {attempt})", restarting_now="Down: restarting now",
+    joined="Running, joined the cadre {cadre}", joined_unnamed="Running, joined its cadre",
+)
+
+
 def state_words(v: NodeView, now: datetime) -> str:
+    """The details pane's words for the node's phase (ui/status.py): sentences."""
     waiting = getattr(v, "waiting_for", None)
     if waiting:
         return f"Waiting for the {waiting}: it starts by itself once that is available"
-    if v.status == NodeStatus.ERROR:
-        return "Stopped: the host gave up on it after it kept exiting"
-    if is_down(v):
-        left = seconds_until(v.next_retry_at, now)
-        return f"Down: restarting in {left} s (attempt {v.attempts + 1})" if left else "Down: restarting now"
-    if v.status == NodeStatus.SPAWNING or is_starting(v):
-        return "Starting: waiting for its first answer"
-    if v.status == NodeStatus.UNCLAIMED:
-        return "Running, waiting to be claimed"
-    if v.status == NodeStatus.JOINING:
-        return "Running, joining its cadre"
-    if v.status == NodeStatus.JOINED:
-        return f"Running, joined the cadre {v.cadre}" if v.cadre else "Running, joined its cadre"
-    return v.status.capitalize()
+    return PANE_WORDS.say(v, now)
 
 
 def reason_words(v: NodeView) -> str:

@@ -6,6 +6,7 @@ the tests all say the same thing. No Qt here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Iterable
@@ -77,14 +78,40 @@ def gave_up(view) -> bool:
     return view.status in GAVE_UP
 
 
-def node_state(view: NodeView) -> TrayState:
+#: Where a node is, as a person sees it: the one reading of a view's status, running and ready
+#: flags (`phase`, first match wins). The table's words, the details pane's and the tray's state
+#: all say it from here, so they never disagree about a node. OTHER is a status with no words
+#: of its own, shown as the status itself. Never stored nor sent.
+Phase = Enum("Phase", "GAVE_UP DOWN STARTING UNCLAIMED JOINING JOINED OTHER")
+
+
+def phase(view: NodeView) -> Phase:
     if view.status == NodeStatus.ERROR:
-        return TrayState.ERROR
-    if view.status in (NodeStatus.SPAWNING, NodeStatus.JOINING) or is_down(view) or is_starting(view):
-        return TrayState.BUSY
+        return Phase.GAVE_UP
+    if is_down(view):
+        return Phase.DOWN
+    if view.status == NodeStatus.SPAWNING or is_starting(view):
+        return Phase.STARTING
     if view.status == NodeStatus.UNCLAIMED:
-        return TrayState.UNCLAIMED
-    return TrayState.JOINED
+        return Phase.UNCLAIMED
+    if view.status == NodeStatus.JOINING:
+        return Phase.JOINING
+    if view.status == NodeStatus.JOINED:
+        return Phase.JOINED
+    return Phase.OTHER
+
+
+_TRAY_STATES = {
+    Phase.GAVE_UP: TrayState.ERROR,
+    Phase.DOWN: TrayState.BUSY,
+    Phase.STARTING: TrayState.BUSY,
+    Phase.JOINING: TrayState.BUSY,
+    Phase.UNCLAIMED: TrayState.UNCLAIMED,
+}
+
+
+def node_state(view: NodeView) -> TrayState:
+    return _TRAY_STATES.get(phase(view), TrayState.JOINED)
 
 
 def aggregate(views: Iterable[NodeView]) -> TrayState:
@@ -92,21 +119,40 @@ def aggregate(views: Iterable[NodeView]) -> TrayState:
     return max((node_state(v) for v in views), key=lambda s: s.rank, default=TrayState.EMPTY)
 
 
+@dataclass(frozen=True)
+class PhaseWords:
+    """One way of saying each phase (the table's, the details pane's); `say` is the one place
+    that fills in the countdown, the attempt and the cadre."""
+
+    fixed: dict[Phase, str]
+    #: Down, with `{left}` seconds to its restart and `{attempt}`, the attempt it will be.
+    restarting_in: str
+    restarting_now: str
+    #: Joined, with the `{cadre}`'s name when known.
+    joined: str
+    joined_unnamed: str
+
+    def say(self, view: NodeView, now: datetime) -> str:
+        at = phase(view)
+        if at is Phase.DOWN:
+            left = seconds_until(view.next_retry_at, now)
+            return self.restarting_in.format(left=left, attempt=view.attempts + 1) if left else self.restarting_now
+        if at is Phase.JOINED:
+            return self.joined.format(cadre=view.cadre) if view.cadre else self.joined_unnamed
+        return self.fixed.get(at) or view.status.capitalize()
+
+
+TABLE_WORDS = PhaseWords(
+    {Phase.GAVE_UP: "Error", Phase.STARTING: "Starting…", Phase.UNCLAIMED: "Waiting to be claimed",
+     Phase.JOINING: "Joining…"},
+    restarting_in="Restarting in {left} s", restarting_now="Restarting…",
+    joined="Joined {cadre}", joined_unnamed="Joined",
+)
+
+
 def status_words(view: NodeView, now: datetime) -> str:
-    if is_down(view):
-        left = seconds_until(view.next_retry_at, now)
-        return f"Restarting in {left} s" if left else "Restarting…"
-    if view.status == NodeStatus.SPAWNING or is_starting(view):
-        return "Starting…"
-    if view.status == NodeStatus.UNCLAIMED:
-        return "Waiting to be claimed"
-    if view.status == NodeStatus.JOINING:
-        return "Joining…"
-    if view.status == NodeStatus.JOINED:
-        return f"Joined {view.cadre}" if view.cadre else "Joined"
-    if view.status == NodeStatus.ERROR:
-        return "Error"
-    return view.status.capitalize()
+    """The table's words: short."""
+    return TABLE_WORDS.say(view, now)
 
 
 def retry_words(view: NodeView, now: datetime) -> str:
