@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cadre_desktop.errors import SettingsError
 from cadre_desktop.settings import Settings, load_settings
+from cadre_desktop.text import url_host
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +33,6 @@ def detect_lan_address() -> str:
         except OSError:
             continue
     return "127.0.0.1"
-
-
-def url_host(host: str) -> str:
-    """A host as it appears in a URL: IPv6 literals need brackets."""
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def claim_url(advertise_host: str, api_port: int, node_id: str, secret: str) -> str:

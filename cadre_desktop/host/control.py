@@ -46,6 +46,7 @@ from cadre_desktop.host.validate import clean_invitation, clean_name
 from cadre_desktop.host.webguard import GuardedSockSite, busy_middleware
 from cadre_desktop.netguard import ConnectionGuard, bind_socket
 from cadre_desktop.readfile import read_bytes
+from cadre_desktop.text import url_host
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +161,7 @@ class ControlServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.bind}]" if ":" in self.bind else self.bind
-        return f"http://{host}:{self.port}"
+        return f"http://{url_host(self.bind)}:{self.port}"
 
     # -- life cycle ------------------------------------------------------------
 

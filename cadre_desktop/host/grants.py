@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.errors import Invalid
-from cadre_desktop.host.address import url_host
 from cadre_desktop.host.clock import parse_iso
 from cadre_desktop.host.rowstore import RowStore
 from cadre_desktop.host.validate import clean_name
+from cadre_desktop.text import url_host
 
 FILE_VERSION = 1
 GRANT_ID = re.compile(r"gr_[a-z0-9]{12}")

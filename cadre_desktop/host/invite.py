@@ -17,9 +17,9 @@ import logging
 import aiohttp
 
 from cadre_desktop.errors import InvalidState, NodeFault, NoSuchThing
-from cadre_desktop.host.address import url_host
 from cadre_desktop.host.probe import loopback_for
 from cadre_desktop.host.records import NodeStatus
+from cadre_desktop.text import url_host
 
 log = logging.getLogger(__name__)
 

@@ -36,6 +36,7 @@ from cadre_desktop.host.lending import LendingService, LendRefused, LentNodeUnav
 from cadre_desktop.host.lend_wire import errors_as_json, read_json_body
 from cadre_desktop.node.ratelimit import FailureLimiter
 from cadre_desktop.node.seed import SeedError, parse_seed
+from cadre_desktop.text import url_host
 
 log = logging.getLogger(__name__)
 
@@ -260,9 +261,8 @@ class NodeSeedClient:
 
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
-        host = f"[{self.host}]" if ":" in self.host else self.host
         try:
-            async with self._session.post(f"http://{host}:{port}/seed", json=body,
+            async with self._session.post(f"http://{url_host(self.host)}:{port}/seed", json=body,
                                           headers={"Authorization": f"Bearer {token}"}) as resp:
                 raw = await resp.content.read(MAX_ANSWER)  # a node's answer is small; never more than this
                 try:

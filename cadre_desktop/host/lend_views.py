@@ -12,11 +12,11 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from cadre_desktop.host.address import url_host
 from cadre_desktop.host.clock import iso
 from cadre_desktop.host.donations import Donation
 from cadre_desktop.host.grants import Grant
 from cadre_desktop.host.views import last_exit_words
+from cadre_desktop.text import url_host
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable
 from cadre_desktop import text
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.clock import Clock, sleep_or_kick
-from cadre_desktop.text import one_line
+from cadre_desktop.text import one_line, url_host
 from cadre_desktop.host.driver import NodeDriver
 from cadre_desktop.host.lifecycle import Change, Lifecycle
 from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
@@ -96,9 +96,8 @@ class HttpStatusFetcher:
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
                 connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=self.fresh_after_s),
             )
-        host = f"[{self.host}]" if ":" in self.host else self.host
         try:
-            async with self._session.get(f"http://{host}:{port}/status") as resp:
+            async with self._session.get(f"http://{url_host(self.host)}:{port}/status") as resp:
                 if resp.status != 200:
                     return None
                 raw = await resp.content.read(MAX_STATUS_BYTES + 1)  # a node may send anything

@@ -15,6 +15,7 @@ from typing import Any
 import h11
 
 from cadre_desktop.errors import NodeFault
+from cadre_desktop.text import url_host
 
 MAX_HEAD = 8192
 MAX_BODY = 64 * 1024
@@ -32,8 +33,7 @@ async def post_json(host: str, port: int, path: str, doc: Any) -> tuple[int, dic
     try:
         conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         body = json.dumps(doc).encode()
-        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        headers = [("Host", authority), ("Content-Type", "application/json"),
+        headers = [("Host", f"{url_host(host)}:{port}"), ("Content-Type", "application/json"),
                    ("Content-Length", str(len(body))), ("Connection", "close")]
         writer.write(conn.send(h11.Request(method="POST", target=path, headers=headers))
                      + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))

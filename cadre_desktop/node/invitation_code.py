@@ -53,11 +53,6 @@ class InvitationCode:
         }
         return PREFIX + b64url(json.dumps(doc, separators=(",", ":")).encode())
 
-    @property
-    def join_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/join"
-
     def __repr__(self) -> str:  # the secret must never reach a log
         return f"InvitationCode(host={self.host!r}, port={self.port}, id={self.id!r})"
 

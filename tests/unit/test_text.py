@@ -62,3 +62,11 @@ def test_settings_accept_exactly_the_addresses_the_node_accepts(value):
     except ConfigError:
         node_ok = False
     assert settings_ok == node_ok == (value in HOSTS) == text.is_host(value)
+
+
+@pytest.mark.parametrize("host, written", [
+    ("127.0.0.1", "127.0.0.1"), ("cadre.local", "cadre.local"),
+    ("::1", "[::1]"), ("fe80::1", "[fe80::1]"), ("[::1]", "[::1]"),
+])
+def test_an_ipv6_literal_is_bracketed_where_a_url_or_host_header_names_it(host, written):
+    assert text.url_host(host) == written
