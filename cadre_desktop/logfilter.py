@@ -42,7 +42,6 @@ class RepeatFilter(logging.Filter):
         self._kinds: OrderedDict[tuple, list] = OrderedDict()
         self._window_start = clock()
         self._window_lines = 0
-        self._window_dropped = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         # One verdict per record: the same filter sits on every handler (stderr, file).
@@ -55,7 +54,7 @@ class RepeatFilter(logging.Filter):
     def _decide(self, record: logging.LogRecord) -> bool:
         now = self.clock()
         if now - self._window_start >= self.window_s:
-            self._window_start, self._window_lines, self._window_dropped = now, 0, 0
+            self._window_start, self._window_lines = now, 0
         try:
             message = record.getMessage()
         except Exception:  # a bad format string: let the handler report it
@@ -74,7 +73,6 @@ class RepeatFilter(logging.Filter):
         over_budget = self._window_lines >= self.budget and record.levelno < logging.ERROR
         if entry[1] >= self.burst or over_budget:
             entry[2] += 1
-            self._window_dropped += 1
             return False
         entry[1] += 1
         self._window_lines += 1
