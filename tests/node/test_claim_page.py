@@ -10,8 +10,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.node.cdp import CHROMIUM, Browser, Page
-from tests.node.conftest import NodeLauncher, poll
+from tests.support.cdp import CHROMIUM, Browser, Page
+from tests.support.node_process import NodeLauncher, poll
 
 
 async def test_claim_page_is_self_contained_and_mobile_ready(nodes: NodeLauncher) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.conftest import NodeLauncher, free_port
+from tests.support.node_process import NodeLauncher, free_port
 
 REQUIRED = [
     "CADRE_NODE_ID",

@@ -8,7 +8,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from cadre_desktop.node.identity import b64url, peer_id_for
 from cadre_desktop.node.invitation_code import join_proof_message, parse_invitation
-from tests.node.conftest import NodeLauncher, NodeProcess, poll
+from tests.support.node_process import NodeLauncher, NodeProcess, poll
 
 
 async def claimed_node(nodes: NodeLauncher, node_id: str = "inviter") -> tuple[NodeProcess, str]:

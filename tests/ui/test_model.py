@@ -10,8 +10,8 @@ import pytest
 
 from cadre_desktop.ui.model import ATTEMPTS, ERROR, NAME, STATUS
 from cadre_desktop.ui.status import TrayState
-from tests.ui.conftest import crashing_settings
-from tests.ui.support import claim
+from tests.support.ui_shell import crashing_settings
+from tests.support.claim_link import claim
 
 
 def cell(shell, node_id: str, col: int) -> str:

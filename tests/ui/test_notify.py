@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.conftest import crashing_settings
-from tests.ui.support import claim, give_up
+from tests.support.ui_shell import crashing_settings
+from tests.support.claim_link import claim
+from tests.support.ui_shell import give_up
 
 CRASHING = crashing_settings()
 

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QSystemTrayIcon
 from cadre_desktop.ui.status import TrayState
 from cadre_desktop.ui.tray import NODE_SLOTS
 from tests.support.headless import fast_settings
-from tests.ui.support import claim
+from tests.support.claim_link import claim
 
 #: The real node, unless the home holds a file `broken`: then it dies at once.
 SWITCHABLE_NODE = [sys.executable, "-c", (
