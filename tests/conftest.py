@@ -2,6 +2,8 @@ import sys
 
 import pytest
 
+from tests.support.session_bus import running_secret_service
+
 
 @pytest.fixture(scope="session")
 def secret_service():
@@ -14,13 +16,8 @@ def secret_service():
     if not sys.platform.startswith("linux"):
         yield {}
         return
-    from tests.support.session_bus import SecretServiceSession
-
-    session = SecretServiceSession()
-    try:
-        yield session.start()
-    finally:
-        session.stop()
+    with running_secret_service() as env:
+        yield env
 
 
 @pytest.fixture
@@ -48,10 +45,5 @@ async def serve_handler():
 @pytest.fixture
 def private_secret_service():
     """A Secret Service of the test's own, for tests that lock or break it (Linux only)."""
-    from tests.support.session_bus import SecretServiceSession
-
-    session = SecretServiceSession()
-    try:
-        yield session.start()
-    finally:
-        session.stop()
+    with running_secret_service() as env:
+        yield env
