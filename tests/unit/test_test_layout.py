@@ -71,9 +71,6 @@ def imports_of_test_modules(root: Path) -> list[str]:
     return bad
 
 
-test_module_imports.__test__ = False  # a checker, named for what it finds, not a test
-
-
 def conftest_helpers(root: Path) -> list[str]:
     """Top-level classes and plain functions in any conftest.py: support code in the wrong place."""
     bad = []
