@@ -1,8 +1,24 @@
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.support.session_bus import running_secret_service
+
+TESTS = Path(__file__).resolve().parent
+#: Folders whose every test runs real hosts, desktops or bundles: all marked slow. Elsewhere a
+#: test that takes more than about a second carries @pytest.mark.slow itself.
+SLOW_FOLDERS = {"integration", "reliability", "e2e", "packaging"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        try:
+            folder = item.path.relative_to(TESTS).parts[0]
+        except ValueError:
+            continue
+        if folder in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

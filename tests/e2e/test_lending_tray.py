@@ -8,9 +8,9 @@ import json
 import psutil
 import pytest
 
-from tests.support.e2e.desktop import running_app
 from tests.support.borrower import borrow, free_lend_port
 from tests.support.claim_link import read_qr
+from tests.support.e2e.desktop import running_app
 from tests.support.headless import control_get, fast_settings
 from tests.support.polling import wait_until
 

@@ -12,6 +12,9 @@ an ordinary run leaves the checkout clean.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import psutil
 import pytest
 

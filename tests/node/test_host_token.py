@@ -13,8 +13,8 @@ import pytest
 
 from cadre_desktop.node.errors import RequestRefused
 from cadre_desktop.node.http_status import answer_to
-from tests.support.node_process import NodeLauncher, new_secret
 from tests.support.clock import FakeClock
+from tests.support.node_process import NodeLauncher, new_secret
 from tests.support.node_rig import SECRET, make_node
 
 HOST_TOKEN = "host-only-" + "x" * 32

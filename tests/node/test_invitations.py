@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from cadre_desktop.node.identity import b64url, peer_id_for
@@ -78,6 +80,7 @@ async def test_reused_invitation_fails_with_a_reason_and_the_node_stays_up(
     assert second.running
 
 
+@pytest.mark.slow
 async def test_expired_invitation_is_rejected(nodes: NodeLauncher) -> None:
     inviter, token = await claimed_node(nodes)
     minted = await mint(nodes, inviter, token, ttl_s=1)

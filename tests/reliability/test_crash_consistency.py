@@ -22,8 +22,8 @@ import psutil
 import pytest
 
 from tests.support.headless import host_settings
-from tests.support.host_files import parse_versioned
 from tests.support.host_calls import call, claim_secret_of, running
+from tests.support.host_files import parse_versioned
 from tests.support.instrumented_host import STALL_ENV, InstrumentedHost
 from tests.support.node_scan import check_invariant, node_processes, read_json, wait_settled
 from tests.support.polling import wait_until

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from cadre_desktop.host.donations import DonationStatus
 from tests.support.hostile import FUZZ, SEED, json_values, near_misses, requests, texts
+from tests.support.lend_rig import OWNER_KEY
 from tests.support.lend_server import ThreadedLendServer
 from tests.support.node_server import raw_request, send_raw
-from tests.support.lend_rig import OWNER_KEY
 
 
 @pytest.fixture(scope="module")

@@ -22,11 +22,11 @@ import pytest
 from cadre_desktop.host.ports import port_is_free
 from tests.support.headless import HeadlessHost, host_settings
 from tests.support.host_calls import call, running
+from tests.support.keyrings import FILE_ENV, MODE_ENV
 from tests.support.node_scan import kill_node_processes, node_processes, read_json
 from tests.support.polling import wait_until
 from tests.support.secret_items import secret_items
 from tests.support.session_bus import lock_default_collection
-from tests.support.keyrings import FILE_ENV, MODE_ENV
 
 FAILURES = {
     "raise": ("keyring_error", "failed to store a secret"),

@@ -8,14 +8,12 @@ from __future__ import annotations
 import os
 import signal
 
-import keyring.errors
 import pytest
 
 pytest.importorskip("PySide6")
 pytest.importorskip("qasync")
 
-from keyring.backend import KeyringBackend  # noqa: E402
-
+from tests.support.keyrings import LockedKeyring  # noqa: E402
 from tests.support.ui_shell import aio, home, host, keyring_env, qloop, settings_doc, shell  # noqa: E402,F401
 
 

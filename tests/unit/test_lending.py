@@ -19,9 +19,9 @@ from cadre_desktop.host.lend_api import REFUSAL_STATUSES
 from cadre_desktop.host.lending import LendRefused
 from cadre_desktop.host.ports import port_is_free
 from cadre_desktop.host.secrets import SecretKind
-from tests.support.polling import async_wait_until
-from tests.support.lend_rig import LendRig
 from tests.support.keyrings import HangingKeyring
+from tests.support.lend_rig import LendRig
+from tests.support.polling import async_wait_until
 
 D = DonationStatus
 

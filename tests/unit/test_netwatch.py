@@ -9,8 +9,8 @@ import pytest
 
 from cadre_desktop.host.netwatch import AddressWatcher
 from cadre_desktop.host.records import NodeStatus, RespawnInfo
-from tests.support.polling import async_wait_until
 from tests.support.clock import FakeClock, settle
+from tests.support.polling import async_wait_until
 from tests.support.rig import Answers, Rig
 
 

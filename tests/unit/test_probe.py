@@ -6,8 +6,8 @@ import pytest
 
 from cadre_desktop.host.events import EventKind
 from cadre_desktop.host.records import NodeMode, NodeStatus
-from tests.support.polling import async_wait_until
 from tests.support.clock import settle
+from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
 

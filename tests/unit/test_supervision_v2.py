@@ -18,9 +18,9 @@ from cadre_desktop.host.records import NodeStatus, StartMark
 from cadre_desktop.host.secrets import SERVICE, SecretKind
 from cadre_desktop.host.store import RecordStore
 from cadre_desktop.settings import Settings
-from tests.support.polling import async_wait_until
 from tests.support.fake_driver import FakeOrchestrator
 from tests.support.keyrings import HangingKeyring, LockedKeyring
+from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
 
