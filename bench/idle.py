@@ -90,7 +90,7 @@ class OurTray:
 
     def __init__(self, work: Path, base: int, keyring_env: dict, checkout: Path = ROOT,
                  name: str | None = None) -> None:
-        from tests.e2e.desktop import Desktop, missing_tools
+        from tests.support.e2e.desktop import Desktop, missing_tools
 
         if missing_tools():
             raise RuntimeError(f"the tray run needs {', '.join(missing_tools())}")

@@ -76,7 +76,7 @@ def launch_headless(home: Path, env: dict) -> dict:
 
 
 def launch_tray(home: Path, env: dict, work: Path) -> dict:
-    from tests.e2e.desktop import Desktop
+    from tests.support.e2e.desktop import Desktop
 
     desktop = Desktop(work).start()
     try:
@@ -125,7 +125,7 @@ def add_nodes(home: Path, env: dict, count: int) -> None:
 
 
 def run(rounds: int, nodes: int) -> dict:
-    from tests.e2e.desktop import missing_tools
+    from tests.support.e2e.desktop import missing_tools
 
     work = Path(tempfile.mkdtemp(prefix="cadre-bench-startup-"))
     session, keyring_env = _rig.start_secret_service()

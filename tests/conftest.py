@@ -1,6 +1,24 @@
 import sys
+from pathlib import Path
 
 import pytest
+
+from tests.support.session_bus import running_secret_service
+
+TESTS = Path(__file__).resolve().parent
+#: Folders whose every test runs real hosts, desktops or bundles: all marked slow. Elsewhere a
+#: test that takes more than about a second carries @pytest.mark.slow itself.
+SLOW_FOLDERS = {"integration", "reliability", "e2e", "packaging"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        try:
+            folder = item.path.relative_to(TESTS).parts[0]
+        except ValueError:
+            continue
+        if folder in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -14,13 +32,8 @@ def secret_service():
     if not sys.platform.startswith("linux"):
         yield {}
         return
-    from tests.support.session_bus import SecretServiceSession
-
-    session = SecretServiceSession()
-    try:
-        yield session.start()
-    finally:
-        session.stop()
+    with running_secret_service() as env:
+        yield env
 
 
 @pytest.fixture
@@ -48,10 +61,5 @@ async def serve_handler():
 @pytest.fixture
 def private_secret_service():
     """A Secret Service of the test's own, for tests that lock or break it (Linux only)."""
-    from tests.support.session_bus import SecretServiceSession
-
-    session = SecretServiceSession()
-    try:
-        yield session.start()
-    finally:
-        session.stop()
+    with running_secret_service() as env:
+        yield env

@@ -8,16 +8,20 @@ import json
 import psutil
 import pytest
 
-from tests.e2e.desktop import running_app
-from tests.e2e.test_tray_app import api, desktop, until  # noqa: F401 - desktop is the fixture
 from tests.support.borrower import borrow, free_lend_port
-from tests.support.headless import fast_settings
-from tests.ui.support import read_qr
+from tests.support.claim_link import read_qr
+from tests.support.e2e.desktop import running_app
+from tests.support.headless import control_get, fast_settings
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.e2e
 
 
-def test_tray_app_lends_a_node_from_a_grant_read_off_the_screen(desktop, secret_service, tmp_path):  # noqa: F811
+def until(predicate, what: str):
+    return wait_until(predicate, timeout=20, interval=0.1, what=what)
+
+
+def test_tray_app_lends_a_node_from_a_grant_read_off_the_screen(desktop, secret_service, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "settings.json").write_text(json.dumps(fast_settings(lend_port=free_lend_port())))
@@ -35,13 +39,13 @@ def test_tray_app_lends_a_node_from_a_grant_read_off_the_screen(desktop, secret_
 
         screen = tmp_path / "screen.png"
         links = until(lambda: desktop.screenshot(screen) is not None and read_qr(screen), "a QR code on screen")
-        (grant,) = api(home, "/api/grants")["grants"]
-        assert links == [api(home, f"/api/grants/{grant['id']}/link")["link"]] and grant["label"] == "Alice"
+        (grant,) = control_get(home, "/api/grants")["grants"]
+        assert links == [control_get(home, f"/api/grants/{grant['id']}/link")["link"]] and grant["label"] == "Alice"
 
         lent = borrow(links[0], "alices-cadre", tmp_path / "owner.json")
         assert lent.returncode == 0, lent.stderr
         donation = json.loads(lent.stdout)
-        view = until(lambda: (d := api(home, f"/api/donations/{donation['id']}"))["running"] and d, "the lent node")
+        view = until(lambda: (d := control_get(home, f"/api/donations/{donation['id']}"))["running"] and d, "the lent node")
         assert view["status"] == "seeded" and view["party_id"] == "alices-cadre"
 
         desktop.keys("Escape")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.bus import Dunst, Monitor, registered_items
-from tests.e2e.desktop import running_app, start_desktop
+from tests.support.e2e.bus import Dunst, Monitor, registered_items
+from tests.support.e2e.desktop import running_app, start_desktop
 from tests.support.headless import control_request, fast_settings
 from tests.support.polling import wait_until
 

@@ -13,51 +13,25 @@ an ordinary run leaves the checkout clean.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
 
 from cadre_desktop.ui.status import COLOURS, TrayState
-from tests.e2e.desktop import Box, running_app, start_desktop
-from tests.support.headless import fast_settings
+from tests.support.claim_link import claim_when_up, read_qr
+from tests.support.e2e.desktop import Box, keep, running_app
+from tests.support.headless import control_get, fast_settings
 from tests.support.polling import wait_until
-from tests.ui.support import claim_when_up, read_qr
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[2]
-SHOTS = REPO / "docs" / "screenshots"
 GREEN, BLUE = COLOURS[TrayState.JOINED], COLOURS[TrayState.UNCLAIMED]
 #: The joined tray icon's fill, for light and for dark panels.
 ICON_GREENS = {"#2e9e44", "#3fbf58"}
 
 
-@pytest.fixture
-def desktop(tmp_path, secret_service):
-    desktop = start_desktop(tmp_path, secret_service)
-    yield desktop
-    desktop.stop()
-
-
 def until(predicate, what: str):
     return wait_until(predicate, timeout=20, interval=0.1, what=what)
-
-
-def api(home: Path, path: str) -> dict:
-    control = json.loads((home / "control.json").read_text())
-    req = urllib.request.Request(control["url"] + path, headers={"Authorization": f"Bearer {control['token']}"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
-
-
-def keep(shot: Path, name: str) -> None:
-    target = SHOTS / name
-    if os.environ.get("CADRE_UPDATE_SCREENSHOTS") == "1" or not target.exists():
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, target)
 
 
 def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp_path):
@@ -92,7 +66,7 @@ def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp
         # Read the claim URL off the screen, as a phone would.
         screen = tmp_path / "screen.png"
         urls = until(lambda: desktop.screenshot(screen) is not None and read_qr(screen), "a QR code on screen")
-        node = api(home, "/api/nodes")["nodes"][0]
+        node = control_get(home, "/api/nodes")["nodes"][0]
         assert urls == [node["claim_url"]] and node["name"] == "Kitchen"
         desktop.screenshot(tmp_path / "qr.png", qr_box)
         keep(tmp_path / "qr.png", "qr-dialog.png")
@@ -100,7 +74,7 @@ def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp
         # Claim over HTTP with what was read; the icon and the row turn green.
         status, body = claim_when_up(urls[0], "family")
         assert status == 200, body
-        until(lambda: api(home, f"/api/nodes/{node['id']}")["status"] == "joined", "joined")
+        until(lambda: control_get(home, f"/api/nodes/{node['id']}")["status"] == "joined", "joined")
         until(lambda: ICON_GREENS & set(desktop.screenshot(tmp_path / "tray.png", desktop.tray_box())),
               "a joined tray icon")
         until(lambda: not desktop.visible("Claim Kitchen"), "the QR dialog to close itself")
@@ -120,7 +94,7 @@ def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp
         until(lambda: shots.append(desktop.screenshot(tmp_path / "menu.png", box)) or shots[-2:-1] == shots[-1:],
               "the menu painted")
         keep(tmp_path / "menu.png", "tray-menu.png")
-        pid = api(home, f"/api/nodes/{node['id']}")["pid"]
+        pid = control_get(home, f"/api/nodes/{node['id']}")["pid"]
         desktop.keys("Up", "Return")
         # A node runs: Quit asks whether to stop it; Return takes the default, stopping it.
         until(lambda: desktop.visible("Quit cadre-desktop"), "the quit question")

@@ -18,8 +18,8 @@ import time
 import pytest
 
 from cadre_desktop.ui.tray import NODE_SLOTS
-from tests.e2e.bus import Monitor, menu_layout, registered_items
-from tests.e2e.desktop import REPO, running_app, start_desktop
+from tests.support.e2e.bus import Monitor, menu_layout, registered_items
+from tests.support.e2e.desktop import REPO, running_app, start_desktop
 from tests.support.headless import control_request, fast_settings
 from tests.support.polling import wait_until
 

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from cadre_desktop.ui.status import COLOURS, TrayState
-from tests.e2e.desktop import REPO, Box, Desktop, running_app, start_desktop
-from tests.e2e.test_tray_app import keep
+from tests.support.e2e.desktop import REPO, Box, Desktop, keep, running_app
 from tests.support.headless import control_request, fast_settings
 from tests.support.polling import wait_until
 
@@ -35,13 +34,6 @@ WINDOW = "Nodes .* cadre-desktop"
 
 def until(predicate, what: str, timeout: float = 30):
     return wait_until(predicate, timeout=timeout, interval=0.1, what=what)
-
-
-@pytest.fixture
-def desktop(tmp_path, secret_service):
-    desktop = start_desktop(tmp_path, secret_service)
-    yield desktop
-    desktop.stop()
 
 
 def launch_second(desktop: Desktop, home: Path, **extra: str) -> int:

@@ -7,8 +7,8 @@ import signal
 
 import psutil
 
-from tests.integration.test_headless_host import added, claim, running_node
-from tests.support.headless import fast_settings
+from tests.support.claim_link import claim
+from tests.support.headless import added, fast_settings, running_node
 from tests.support.polling import wait_until
 
 

@@ -17,7 +17,8 @@ import urllib.request
 import psutil
 import pytest
 
-from tests.support.headless import HeadlessHost, fast_settings
+from tests.support.claim_link import claim
+from tests.support.headless import added, fast_settings, running_node
 from tests.support.polling import wait_until
 from tests.support.secret_items import entry_name
 
@@ -32,29 +33,11 @@ def post_json(url: str, body: dict) -> tuple[int, dict]:
         return err.code, json.loads(err.read() or b"{}")
 
 
-def claim(claim_url: str, cadre: str) -> tuple[int, dict]:
-    parts = urllib.parse.urlsplit(claim_url)
-    return post_json(f"http://{parts.netloc}/claim", {"secret": parts.fragment, "cadre": cadre})
-
-
 def keyring_get(env: dict, user: str) -> str | None:
     code = f"import keyring; print(keyring.get_password('cadre-desktop', {user!r}) or '')"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
                          capture_output=True, text=True, timeout=30, check=True).stdout.strip()
     return out or None
-
-
-def added(host: HeadlessHost, name="Kitchen") -> dict:
-    status, body = host.api("POST", "/api/nodes", {"name": name})
-    assert status == 201, body
-    return body
-
-
-def running_node(host: HeadlessHost, node_id: str, not_pid=None) -> dict:
-    def check():
-        n = host.node(node_id)
-        return n if n["ready"] and n["pid"] != not_pid else None
-    return wait_until(check, timeout=20, what=f"node {node_id} running")
 
 
 def test_add_then_claim_from_the_qr_url_then_joined(host_factory):

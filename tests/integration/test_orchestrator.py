@@ -8,37 +8,16 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import psutil
 import pytest
 
-from cadre_desktop.host.orchestrator import ExitEvent, Orchestrator
-from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.host.orchestrator import ExitEvent
 from cadre_desktop.host.procs import read_identity
 from tests.support.polling import async_wait_until, wait_until
+from tests.support.real_orchestrator import SLEEPER, make_orchestrator, ready_info
 
-SLEEPER = [sys.executable, str(Path(__file__).parents[1] / "support" / "sleeper.py")]
 SECRET = "s3cret-claim-value-that-must-not-leak-0123456789"
-
-
-def make_orchestrator(home: Path, command=SLEEPER, stop_timeout_s: float = 2.0) -> Orchestrator:
-    from cadre_desktop.paths import Paths
-
-    return Orchestrator(
-        paths=Paths(home, home, home / "logs"),
-        node_command=command,
-        ports=PortAllocator(47600, 47699, bind_host="127.0.0.1"),
-        bind_host="127.0.0.1",
-        advertise_host=lambda: "127.0.0.1",
-        stop_timeout_s=stop_timeout_s,
-    )
-
-
-def ready_info(orch: Orchestrator, node_id: str) -> dict:
-    path = orch.paths.node_dir(node_id) / "ready.json"
-    wait_until(path.exists, what=f"{path}")
-    return json.loads(path.read_text())
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ import pytest
 
 from cadre_desktop.host import procs, proctree
 from cadre_desktop.host.orchestrator import ExitEvent
-from tests.integration.test_orchestrator import make_orchestrator, ready_info
+from tests.support.lock_holder import HOLD_LOCK
 from tests.support.polling import async_wait_until, wait_until
-from tests.unit.test_proctree import HOLD_LOCK
+from tests.support.real_orchestrator import make_orchestrator, ready_info
 
 
 def gone(pid: int) -> bool:

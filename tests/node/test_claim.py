@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from tests.node.conftest import NodeLauncher, new_secret
+from tests.support.node_process import NodeLauncher, new_secret
 
 
 async def test_claim_with_right_secret_joins_and_returns_an_owner_token(
@@ -120,7 +120,7 @@ async def test_throttle_lifts_after_the_lockout(nodes: NodeLauncher) -> None:
     async def unlocked() -> bool:
         return (await node.claim("family")).status == 200
 
-    from tests.node.conftest import poll
+    from tests.support.node_process import poll
 
     await poll(unlocked, deadline_s=5, what="the lockout to end")
 
@@ -145,7 +145,7 @@ async def test_claim_survives_sigkill_and_restart(nodes: NodeLauncher) -> None:
 
 async def test_invited_node_cannot_be_claimed(nodes: NodeLauncher) -> None:
     from cadre_desktop.node.invitation_code import InvitationCode
-    from tests.node.conftest import free_port
+    from tests.support.node_process import free_port
 
     code = InvitationCode("127.0.0.1", free_port(), "abcdefgh12", "s" * 32, "cn1x").encode()
     node = await nodes.start("claim-11", invitation=code)

@@ -10,8 +10,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.node.cdp import CHROMIUM, Browser, Page
-from tests.node.conftest import NodeLauncher, poll
+from tests.support.cdp import CHROMIUM, Browser, Page
+from tests.support.node_process import NodeLauncher, poll
 
 
 async def test_claim_page_is_self_contained_and_mobile_ready(nodes: NodeLauncher) -> None:
@@ -69,6 +69,7 @@ async def wait_for_form(page: Page) -> None:
     await poll(ready, deadline_s=10, what="the claim page to load")
 
 
+@pytest.mark.slow
 async def test_phone_claims_the_node_from_the_page(nodes: NodeLauncher, page: Page) -> None:
     node = await nodes.start("page-3")
     await page.navigate(f"{node.url}/claim?node=page-3#{node.claim_secret}")
@@ -107,6 +108,7 @@ async def test_phone_claims_the_node_from_the_page(nodes: NodeLauncher, page: Pa
     assert "another cadre" in await poll(refused, deadline_s=10, what="the refusal")
 
 
+@pytest.mark.slow
 async def test_page_without_a_secret_asks_to_scan_again(nodes: NodeLauncher, page: Page) -> None:
     node = await nodes.start("page-4")
     await page.navigate(f"{node.url}/claim?node=page-4")

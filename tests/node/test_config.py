@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.conftest import NodeLauncher, free_port
+from tests.support.node_process import NodeLauncher, free_port
 
 REQUIRED = [
     "CADRE_NODE_ID",
@@ -127,6 +127,7 @@ def test_node_dir_that_is_a_file_exits_4(nodes: NodeLauncher, tmp_path: Path) ->
     assert_one_line_naming(result.stderr, "CADRE_NODE_DIR", str(not_a_dir))
 
 
+@pytest.mark.slow
 async def test_second_process_on_the_same_node_dir_exits_4(nodes: NodeLauncher) -> None:
     running = await nodes.start("cfg")
     result = nodes.run_to_exit(nodes.env_for("cfg", node_dir=running.node_dir))

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from cadre_desktop.node.identity import b64url
 from cadre_desktop.node.seed import sign_seed
-from tests.node.conftest import NodeLauncher, NodeProcess
+from tests.support.node_process import NodeLauncher, NodeProcess
 
 DONATED_KEYS = {"node_id", "peer_id", "state", "cadre", "error", "version", "donation_id", "party", "profile"}
 
@@ -213,7 +213,7 @@ def test_the_seed_token_is_compared_only_with_compare_digest(tmp_path, monkeypat
     from cadre_desktop.node.identity import load_or_create_identity
     from cadre_desktop.node.node import Node
     from cadre_desktop.node.state import StateStore
-    from tests.node.fakes import FakeClock
+    from tests.support.clock import FakeClock
 
     env = donated_env("grn_spy", Owner())
     config = load_config({"CADRE_NODE_ID": "grn_spy", "CADRE_NODE_DIR": str(tmp_path), "CADRE_API_HOST": "127.0.0.1",

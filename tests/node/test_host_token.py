@@ -13,9 +13,9 @@ import pytest
 
 from cadre_desktop.node.errors import RequestRefused
 from cadre_desktop.node.http_status import answer_to
-from tests.node.conftest import NodeLauncher, new_secret
-from tests.node.fakes import FakeClock
-from tests.node.test_node_logic import SECRET, make_node
+from tests.support.clock import FakeClock
+from tests.support.node_process import NodeLauncher, new_secret
+from tests.support.node_rig import SECRET, make_node
 
 HOST_TOKEN = "host-only-" + "x" * 32
 

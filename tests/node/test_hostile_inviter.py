@@ -9,7 +9,7 @@ from aiohttp import web
 
 from cadre_desktop.node.client import ClientError, post_json
 from cadre_desktop.node.invitation_code import InvitationCode
-from tests.node.conftest import NodeLauncher
+from tests.support.node_process import NodeLauncher
 
 
 @pytest.fixture

@@ -48,6 +48,7 @@ def test_malformed_strings_are_refused(text: str) -> None:
         parse_invitation(text)
 
 
+@pytest.mark.slow
 @given(st.text(max_size=300))
 def test_any_text_is_either_an_invitation_or_malformed(text: str) -> None:
     try:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from cadre_desktop.node.identity import b64url, peer_id_for
 from cadre_desktop.node.invitation_code import join_proof_message, parse_invitation
-from tests.node.conftest import NodeLauncher, NodeProcess, poll
+from tests.support.node_process import NodeLauncher, NodeProcess, poll
 
 
 async def claimed_node(nodes: NodeLauncher, node_id: str = "inviter") -> tuple[NodeProcess, str]:
@@ -78,6 +80,7 @@ async def test_reused_invitation_fails_with_a_reason_and_the_node_stays_up(
     assert second.running
 
 
+@pytest.mark.slow
 async def test_expired_invitation_is_rejected(nodes: NodeLauncher) -> None:
     inviter, token = await claimed_node(nodes)
     minted = await mint(nodes, inviter, token, ttl_s=1)

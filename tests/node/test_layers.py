@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.conftest import REPO_ROOT, NodeLauncher
+from tests.support.node_process import REPO_ROOT, NodeLauncher
 
 def run_python(script: str) -> subprocess.CompletedProcess[str]:
     """`script` in a fresh interpreter from the repository root (its own modules, nothing preloaded)."""

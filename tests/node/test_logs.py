@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cadre_desktop.node.invitation_code import parse_invitation
-from tests.node.conftest import NodeLauncher, new_secret
+from tests.support.node_process import NodeLauncher, new_secret
 
 
 async def test_no_secret_in_any_log_line_through_a_whole_flow(nodes: NodeLauncher) -> None:

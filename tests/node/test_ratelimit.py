@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cadre_desktop.node.ratelimit import FailureLimiter
-from tests.node.fakes import FakeClock
+from tests.support.clock import FakeClock
 
 
 def test_locks_after_max_failures_and_reports_retry_after() -> None:

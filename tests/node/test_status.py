@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.conftest import NodeLauncher, poll
+from tests.support.node_process import NodeLauncher, poll
 
 STATUS_KEYS = {"node_id", "peer_id", "state", "cadre", "error", "version"}
 
@@ -89,7 +89,7 @@ async def test_status_answers_while_an_invitation_is_still_being_redeemed(
     nodes: NodeLauncher,
 ) -> None:
     from cadre_desktop.node.invitation_code import InvitationCode
-    from tests.node.conftest import free_port
+    from tests.support.node_process import free_port
 
     # Nobody listens at the inviting address: the node keeps retrying, and says so.
     code = InvitationCode("127.0.0.1", free_port(), "abcdefgh12", "s" * 32, "cn1x").encode()

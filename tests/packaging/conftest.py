@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.bundle import APP, build, build_deb
+from tests.support.bundle import APP, build, build_deb
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from cadre_desktop import BUILD_FILE, __version__, build_commit
-from tests.packaging.bundle import APP, BundledHost, clean_env, loopback_settings
+from tests.support.bundle import APP, BundledHost, clean_env, loopback_settings
 from tests.support.polling import wait_until
 
 # The first test to ask for `bundle` builds it (~40 s on 2 cores, more on a busy machine),
@@ -117,7 +117,7 @@ def test_headless_host_from_the_bundle_adds_a_node_that_is_unclaimed_and_ready(b
 
 
 def test_tray_app_from_the_bundle_docks_its_icon_on_a_real_x_server(bundle, secret_service, tmp_path):
-    from tests.e2e.desktop import Desktop, missing_tools
+    from tests.support.e2e.desktop import Desktop, missing_tools
 
     if missing_tools():
         pytest.fail(f"missing {', '.join(missing_tools())}: ./scripts/test installs them")

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from cadre_desktop import __version__
-from tests.packaging.bundle import APP, REPO, BundledHost, clean_env, loopback_settings
+from tests.support.bundle import APP, REPO, BundledHost, clean_env, loopback_settings
 from tests.support.host_calls import claim
 from tests.support.polling import wait_until
 

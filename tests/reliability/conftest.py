@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,6 @@ import pytest
 from tests.support.headless import HeadlessHost
 from tests.support.node_scan import kill_node_processes
 
-REPO = Path(__file__).resolve().parents[2]
-FLAKY_NODE = [sys.executable, str(REPO / "tests" / "support" / "flaky_node.py")]
 SEED_KEY = pytest.StashKey[int]()
 
 
@@ -38,30 +35,6 @@ def pytest_runtest_makereport(item, call):
     if seed is not None and report.failed:
         report.sections.append(("random seed", f"replay with CADRE_TEST_SEED={seed}"))
     return report
-
-
-def host_settings(rng: random.Random, **overrides) -> dict:
-    """Quick supervision, loopback only, a port range of its own, the flaky node.
-
-    Ports come from 61000-65499: above the kernel's usual ephemeral range and
-    away from the 20000-32000 the other tests and the benchmarks draw from, so
-    suites running side by side on one machine do not starve each other.
-    """
-    low = rng.randrange(61000, 65400, 100)
-    settings = {
-        "bind_host": "127.0.0.1",
-        "advertise_host": "127.0.0.1",
-        "port_range": [low, low + 99],
-        "node_command": FLAKY_NODE,
-        "respawn_backoff_base_ms": 50,
-        "respawn_backoff_max_ms": 400,
-        "respawn_max_attempts": 3,
-        "sweep_ms": 500,
-        "probe_interval_ms": 200,
-        "stop_timeout_ms": 3000,
-    }
-    settings.update(overrides)
-    return settings
 
 
 @pytest.fixture

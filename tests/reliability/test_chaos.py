@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.reliability.conftest import host_settings
+from tests.support.headless import host_settings
 from tests.support.host_calls import call, claim, running
 from tests.support.node_scan import node_processes, read_json, wait_settled
 from tests.support.polling import wait_until

@@ -20,8 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.reliability.conftest import host_settings
-from tests.support.headless import HeadlessHost
+from tests.support.headless import HeadlessHost, host_settings
 from tests.support.host_calls import call, running
 from tests.support.node_scan import kill_node_processes, node_processes
 

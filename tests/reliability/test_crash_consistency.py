@@ -21,8 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.reliability.conftest import host_settings
+from tests.support.headless import host_settings
 from tests.support.host_calls import call, claim_secret_of, running
+from tests.support.host_files import parse_versioned
 from tests.support.instrumented_host import STALL_ENV, InstrumentedHost
 from tests.support.node_scan import check_invariant, node_processes, read_json, wait_settled
 from tests.support.polling import wait_until
@@ -46,16 +47,6 @@ class Ledger:
 
     def live(self) -> list[str]:
         return sorted(n for n, alive in self.exists.items() if alive)
-
-
-#: What this build writes: records and state are both at version 2.
-VERSIONS = {"hosted-nodes.json": 2, "state.json": 2, "grants.json": 1, "donations.json": 1}
-
-
-def parse_versioned(path) -> dict:
-    doc = json.loads(path.read_bytes())
-    assert isinstance(doc, dict) and doc.get("version") == VERSIONS[path.name], f"{path.name}: {doc!r}"
-    return doc
 
 
 def mutate(host, ledger: Ledger, rng, home) -> bool:

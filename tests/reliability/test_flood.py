@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.reliability.conftest import host_settings
+from tests.support.headless import host_settings
 from tests.support.host_calls import call, running
 from tests.support.polling import wait_until
 

@@ -20,10 +20,10 @@ from hypothesis import example, given, seed
 from hypothesis import strategies as st
 
 from cadre_desktop.host.donations import DonationStatus
-from tests.reliability.test_hostile_input import FUZZ, SEED, json_values, near_misses, requests, texts
+from tests.support.hostile import FUZZ, SEED, json_values, near_misses, requests, texts
+from tests.support.lend_rig import OWNER_KEY
 from tests.support.lend_server import ThreadedLendServer
 from tests.support.node_server import raw_request, send_raw
-from tests.unit.lend_rig import OWNER_KEY
 
 
 @pytest.fixture(scope="module")

@@ -20,15 +20,13 @@ from pathlib import Path
 import pytest
 
 from cadre_desktop.host.ports import port_is_free
-from tests.reliability.conftest import host_settings
-from tests.support.faulty_keyring import MODE_ENV
-from tests.support.headless import HeadlessHost
+from tests.support.headless import HeadlessHost, host_settings
 from tests.support.host_calls import call, running
+from tests.support.keyrings import FILE_ENV, MODE_ENV
 from tests.support.node_scan import kill_node_processes, node_processes, read_json
 from tests.support.polling import wait_until
 from tests.support.secret_items import secret_items
 from tests.support.session_bus import lock_default_collection
-from tests.support.test_keyring import FILE_ENV
 
 FAILURES = {
     "raise": ("keyring_error", "failed to store a secret"),
@@ -38,7 +36,7 @@ FAILURES = {
 
 
 def faulty_env(tmp_path: Path) -> dict[str, str]:
-    return {"PYTHON_KEYRING_BACKEND": "tests.support.faulty_keyring.FaultyKeyring",
+    return {"PYTHON_KEYRING_BACKEND": "tests.support.keyrings.FaultyKeyring",
             FILE_ENV: str(tmp_path / "keyring.json"), MODE_ENV: str(tmp_path / "keyring-mode")}
 
 

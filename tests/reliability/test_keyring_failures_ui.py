@@ -8,24 +8,13 @@ from __future__ import annotations
 import os
 import signal
 
-import keyring.errors
 import pytest
 
 pytest.importorskip("PySide6")
 pytest.importorskip("qasync")
 
-from keyring.backend import KeyringBackend  # noqa: E402
-
-from tests.ui.conftest import aio, home, host, keyring_env, qloop, settings_doc, shell  # noqa: E402,F401
-
-
-class LockedKeyring(KeyringBackend):
-    priority = 1
-
-    def get_password(self, service, username):
-        raise keyring.errors.KeyringLocked("Failed to unlock the collection!")
-
-    set_password = delete_password = get_password
+from tests.support.keyrings import LockedKeyring  # noqa: E402
+from tests.support.ui_shell import aio, home, host, keyring_env, qloop, settings_doc, shell  # noqa: E402,F401
 
 
 def visible_boxes():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 
-from tests.reliability.conftest import host_settings
+from tests.support.headless import host_settings
 from tests.support.host_calls import call, claim_secret_of, running
 from tests.support.polling import wait_until
 from tests.support.secret_items import entry_name, home_id, secret_items, store_secret

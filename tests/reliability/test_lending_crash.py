@@ -21,10 +21,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from cadre_desktop.node.identity import b64url
 from cadre_desktop.node.seed import sign_seed
-from tests.reliability.conftest import host_settings
-from tests.reliability.test_crash_consistency import parse_versioned
 from tests.support.borrower import free_lend_port, lend_call
+from tests.support.headless import host_settings
 from tests.support.host_calls import call
+from tests.support.host_files import parse_versioned
 from tests.support.node_scan import node_processes, read_json, wait_settled
 from tests.support.polling import wait_until
 from tests.support.secret_items import node_of, secret_items, without_home

@@ -15,7 +15,7 @@ import sys
 import time
 
 from cadre_desktop.host.orchestrator import LOG_CAP_BYTES
-from tests.reliability.conftest import REPO, host_settings
+from tests.support.headless import REPO, host_settings
 from tests.support.host_calls import call, running
 from tests.support.polling import wait_until
 

@@ -26,8 +26,7 @@ from cadre_desktop.host.orchestrator import Orchestrator
 from cadre_desktop.host.ports import PortAllocator
 from cadre_desktop.host.records import NodeRecord, NodeStatus
 from cadre_desktop.host.store import RecordStore
-from tests.reliability.conftest import host_settings
-from tests.support.headless import REPO
+from tests.support.headless import REPO, host_settings
 from tests.support.host_calls import call, running
 from tests.support.instrumented_host import FULL_ENV, InstrumentedHost
 from tests.support.node_scan import kill_node_processes, node_processes

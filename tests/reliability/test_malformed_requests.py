@@ -12,7 +12,7 @@ import socket
 
 import pytest
 
-from tests.reliability.conftest import host_settings
+from tests.support.headless import host_settings
 
 MALFORMED = {
     "bad header value": b"GET /api/nodes HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: twelve\r\n\r\n",

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from cadre_desktop.host import procs
-from tests.reliability.conftest import host_settings
+from tests.support.headless import host_settings
 from tests.support.host_calls import call, running
 from tests.support.polling import wait_until
 from tests.support.secret_items import store_secret

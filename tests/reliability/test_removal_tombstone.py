@@ -9,44 +9,17 @@ the keyring has worked once more; then the sweep finishes the job.
 
 from __future__ import annotations
 
-import keyring.errors
 import pytest
 
 from cadre_desktop.errors import SecretsError
 from cadre_desktop.host.secrets import SERVICE
-from tests.unit.test_secrets import MemoryKeyring
-from tests.unit.test_supervisor import Rig
-
-
-class SwitchableKeyring(MemoryKeyring):
-    def __init__(self):
-        super().__init__()
-        self.locked = False
-        self.calls = 0
-
-    def _gate(self):
-        self.calls += 1
-        if self.locked:
-            raise keyring.errors.KeyringLocked("Failed to unlock the collection!")
-
-    def get_password(self, service, username):
-        self._gate()
-        return super().get_password(service, username)
-
-    def set_password(self, service, username, password):
-        self._gate()
-        super().set_password(service, username, password)
-
-    def delete_password(self, service, username):
-        self._gate()
-        super().delete_password(service, username)
+from tests.support.keyrings import MemoryKeyring
+from tests.support.rig import Rig
 
 
 @pytest.fixture
 def rig(tmp_path):
-    r = Rig(tmp_path)
-    r.keyring = SwitchableKeyring()
-    r.secrets._backend = r.keyring
+    r = Rig(tmp_path, keyring=MemoryKeyring())
     yield r
     r.secrets.close()
 

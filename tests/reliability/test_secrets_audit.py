@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from cadre_desktop.node.invitation_code import InvitationCode, parse_invitation
-from tests.reliability.conftest import host_settings
+from tests.support.headless import host_settings
 from tests.support.host_calls import call, claim, claim_secret_of, post_json, running
 from tests.support.node_scan import node_processes
 from tests.support.polling import wait_until

@@ -17,7 +17,7 @@ import signal
 
 import psutil
 
-from tests.reliability.conftest import FLAKY_NODE, REPO, host_settings
+from tests.support.headless import FLAKY_NODE, REPO, host_settings
 from tests.support.host_calls import call, running
 from tests.support.node_scan import node_processes
 from tests.support.polling import wait_until

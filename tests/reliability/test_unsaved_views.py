@@ -12,7 +12,7 @@ import json
 import os
 import signal
 
-from tests.reliability.conftest import host_settings
+from tests.support.headless import host_settings
 from tests.support.host_calls import call, running
 from tests.support.instrumented_host import FULL_ENV, InstrumentedHost
 from tests.support.polling import wait_until

@@ -17,8 +17,7 @@ import sys
 
 import pytest
 
-from tests.reliability.conftest import host_settings
-from tests.support.headless import REPO
+from tests.support.headless import REPO, host_settings
 from tests.support.node_scan import kill_node_processes
 
 

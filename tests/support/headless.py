@@ -15,6 +15,7 @@ from pathlib import Path
 from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
+FLAKY_NODE = [sys.executable, str(REPO / "tests" / "support" / "flaky_node.py")]
 
 
 def fast_settings(**overrides) -> dict:
@@ -35,6 +36,43 @@ def fast_settings(**overrides) -> dict:
     return settings
 
 
+def host_settings(rng: random.Random, **overrides) -> dict:
+    """Quick supervision, loopback only, a port range of its own, the flaky node.
+
+    Ports come from 61000-65499: above the kernel's usual ephemeral range and
+    away from the 20000-32000 the other tests and the benchmarks draw from, so
+    suites running side by side on one machine do not starve each other.
+    """
+    low = rng.randrange(61000, 65400, 100)
+    settings = {
+        "bind_host": "127.0.0.1",
+        "advertise_host": "127.0.0.1",
+        "port_range": [low, low + 99],
+        "node_command": FLAKY_NODE,
+        "respawn_backoff_base_ms": 50,
+        "respawn_backoff_max_ms": 400,
+        "respawn_max_attempts": 3,
+        "sweep_ms": 500,
+        "probe_interval_ms": 200,
+        "stop_timeout_ms": 3000,
+    }
+    settings.update(overrides)
+    return settings
+
+
+def added(host: HeadlessHost, name="Kitchen") -> dict:
+    status, body = host.api("POST", "/api/nodes", {"name": name})
+    assert status == 201, body
+    return body
+
+
+def running_node(host: HeadlessHost, node_id: str, not_pid=None) -> dict:
+    def check():
+        n = host.node(node_id)
+        return n if n["ready"] and n["pid"] != not_pid else None
+    return wait_until(check, timeout=20, what=f"node {node_id} running")
+
+
 def control_request(home: Path, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
     """One call to the control API of the host running for `home`, with its token."""
     ctl = json.loads((home / "control.json").read_text())
@@ -47,6 +85,14 @@ def control_request(home: Path, method: str, path: str, body: dict | None = None
             return resp.status, json.loads(resp.read() or b"{}")
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read() or b"{}")
+
+
+def control_get(home: Path, path: str) -> dict:
+    """GET on the control API of the host running for `home`: the JSON body (an HTTP error raises)."""
+    control = json.loads((home / "control.json").read_text())
+    req = urllib.request.Request(control["url"] + path, headers={"Authorization": f"Bearer {control['token']}"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
 
 
 class HeadlessHost:

@@ -16,7 +16,7 @@ from cadre_desktop.host.lend_api import LendServer
 class ThreadedLendServer:
     def __init__(self, root: Path, *, max_failures: int = 1000, lockout_s: float = 0.1,
                  body_timeout_s: float = 0.5) -> None:
-        from tests.unit.lend_rig import LendRig
+        from tests.support.lend_rig import LendRig
 
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="lend-api", daemon=True)

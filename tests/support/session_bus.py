@@ -12,9 +12,25 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support.polling import wait_until
+
+
+@contextmanager
+def running_secret_service() -> Iterator[dict[str, str]]:
+    """The environment of a started SecretServiceSession, stopped at the end whatever happened.
+
+    What the `secret_service` (one per test session) and `private_secret_service` (one per
+    test) fixtures in tests/conftest.py both are.
+    """
+    session = SecretServiceSession()
+    try:
+        yield session.start()
+    finally:
+        session.stop()
 
 
 class SecretServiceSession:

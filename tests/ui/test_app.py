@@ -81,6 +81,7 @@ def test_instances_of_different_homes_have_different_names(tmp_path):
     assert first != second and first.startswith("cadre-desktop-")
 
 
+@pytest.mark.slow
 def test_without_a_tray_the_window_opens_and_explains(shell, qtbot, monkeypatch):
     from PySide6.QtWidgets import QSystemTrayIcon
 
@@ -165,6 +166,7 @@ def test_quit_can_leave_the_nodes_running(shell, aio):
     assert shell.stopping_text == "Stopping the host; the nodes keep running."
 
 
+@pytest.mark.slow
 def test_quit_shows_progress_when_stopping_takes_a_while(shell, aio, qtbot, monkeypatch):
     import asyncio
 

@@ -8,7 +8,7 @@ import urllib.request
 from PySide6.QtWidgets import QApplication, QDialogButtonBox, QMessageBox
 
 from cadre_desktop.ui.dialogs import JoinDialog
-from tests.ui.support import claim
+from tests.support.claim_link import claim
 
 
 def invitation_from(view, owner_token: str) -> str:

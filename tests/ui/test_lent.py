@@ -13,10 +13,9 @@ from cadre_desktop.host.donations import DonationRequest
 from cadre_desktop.node.identity import b64url
 from cadre_desktop.node.seed import sign_seed
 from cadre_desktop.ui.status import TrayState
-from tests.reliability.conftest import FLAKY_NODE
 from tests.support.borrower import free_lend_port
-from tests.support.headless import fast_settings
-from tests.ui.support import read_qr
+from tests.support.claim_link import read_qr
+from tests.support.headless import FLAKY_NODE, fast_settings
 
 OWNER = Ed25519PrivateKey.generate()
 LENDING = [fast_settings(lend_port=free_lend_port(), node_command=FLAKY_NODE)]
@@ -108,6 +107,7 @@ def test_a_lent_node_shows_its_party_and_status_and_counts_in_the_tray(shell, ai
     dialog.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settings_doc", LENDING, indirect=True)
 def test_end_loan_and_revoke_ask_first_then_leave_nothing(shell, aio, monkeypatch):
     from cadre_desktop.ui import dialogs

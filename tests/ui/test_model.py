@@ -10,8 +10,8 @@ import pytest
 
 from cadre_desktop.ui.model import ATTEMPTS, ERROR, NAME, STATUS
 from cadre_desktop.ui.status import TrayState
-from tests.ui.conftest import crashing_settings
-from tests.ui.support import claim
+from tests.support.claim_link import claim
+from tests.support.ui_shell import crashing_settings
 
 
 def cell(shell, node_id: str, col: int) -> str:
@@ -40,6 +40,7 @@ def test_model_follows_add_claim_crash_and_remove(shell, aio):
     assert shell.tray._state is TrayState.EMPTY
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settings_doc", [crashing_settings()], indirect=True)
 def test_model_shows_the_give_up_with_its_reason_then_retry(shell, aio):
     shell.actions.add("Garage")
@@ -57,6 +58,7 @@ def test_model_shows_the_give_up_with_its_reason_then_retry(shell, aio):
 
 @pytest.mark.parametrize("settings_doc", [crashing_settings(respawn_backoff_base_ms=2000,
                                                              respawn_backoff_max_ms=8000)], indirect=True)
+@pytest.mark.slow
 def test_countdown_to_the_next_retry_is_live(shell, aio):
     shell.window.show()  # the one-second tick runs while the window is shown
     shell.actions.add("Attic")

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.conftest import crashing_settings
-from tests.ui.support import claim, give_up
+from tests.support.claim_link import claim
+from tests.support.ui_shell import crashing_settings
+from tests.support.ui_shell import give_up
 
 CRASHING = crashing_settings()
 
@@ -38,6 +39,7 @@ def test_one_notification_per_give_up_and_none_on_remove(shell, shown, aio, monk
     assert len(shown) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
 def test_a_retried_node_that_fails_again_notifies_again(shell, shown, aio):
     node_id = give_up(shell, aio)

@@ -12,8 +12,8 @@ import pytest
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from tests.support.headless import fast_settings
-from tests.ui.conftest import crashing_settings
-from tests.ui.support import give_up
+from tests.support.ui_shell import crashing_settings
+from tests.support.ui_shell import give_up
 
 WRAPPED_NODE = [sys.executable, "-c", "import runpy; runpy.run_module('cadre_desktop.node', run_name='__main__')"]
 
@@ -69,6 +69,7 @@ def test_saving_writes_only_what_changed_atomically_and_0600_and_applies_it(shel
     qtbot.waitUntil(lambda: shell.host.settings.notify_claimed is False)
 
 
+@pytest.mark.slow
 def test_a_new_node_command_restarts_running_nodes_without_spending_their_budget(shell, aio):
     first, second = ready_node(shell, aio, "Kitchen"), ready_node(shell, aio, "Attic")
     dialog = shell.ask_preferences()
@@ -81,6 +82,7 @@ def test_a_new_node_command_restarts_running_nodes_without_spending_their_budget
     assert json.loads(shell.host.paths.settings_file.read_text())["node_command"] == WRAPPED_NODE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settings_doc", [crashing_settings()], indirect=True)
 def test_retry_after_fixing_the_node_command_uses_the_new_one(shell, aio):
     node_id = give_up(shell, aio)

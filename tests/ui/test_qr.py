@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.support import claim, claim_when_up, read_qr
+from tests.support.claim_link import claim, claim_when_up, read_qr
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from PySide6.QtWidgets import QSystemTrayIcon
 
 from cadre_desktop.ui.status import TrayState
 from cadre_desktop.ui.tray import NODE_SLOTS
+from tests.support.claim_link import claim
 from tests.support.headless import fast_settings
-from tests.ui.support import claim
 
 #: The real node, unless the home holds a file `broken`: then it dies at once.
 SWITCHABLE_NODE = [sys.executable, "-c", (
@@ -69,6 +69,7 @@ def test_menu_changes_only_when_what_it_shows_changes(shell, aio):
     assert shell.tray.menu.actions() == items  # the same QActions: updated in place, never rebuilt
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settings_doc", [fast_settings(node_command=SWITCHABLE_NODE, sweep_ms=250)], indirect=True)
 def test_many_nodes_show_five_attention_first_each_with_retry_then_show_all(shell, aio, qtbot, home):
     host = shell.host

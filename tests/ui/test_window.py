@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from tests.ui.conftest import crashing_settings
-from tests.ui.support import claim, give_up
+from tests.support.claim_link import claim
+from tests.support.ui_shell import crashing_settings
+from tests.support.ui_shell import give_up
 
 
 def enabled(window) -> set[str]:
@@ -76,6 +77,7 @@ def test_remove_asks_first_and_says_what_is_deleted(shell, aio, monkeypatch):
     assert window.pages.currentWidget() is window.empty_page
 
 
+@pytest.mark.slow
 def test_log_view_follows_the_selected_node(shell, aio, qtbot):
     window = shell.window
     window.show()
@@ -147,6 +149,7 @@ def test_details_pane_names_address_peer_and_next_step_of_an_unclaimed_node(shel
     assert "QR code" in fields["next"].text()
 
 
+@pytest.mark.slow
 def test_table_sorts_by_each_column_and_filters(shell, aio):
     from PySide6.QtCore import Qt
 

@@ -14,6 +14,7 @@ from aiohttp import web
 from cadre_desktop import fdlimit, logfilter
 from cadre_desktop.host.webguard import GuardedSockSite, busy_middleware
 from cadre_desktop.netguard import ConnectionGuard, bind_socket
+from tests.support.clock import FakeClock
 from tests.support.polling import async_wait_until
 
 
@@ -172,34 +173,26 @@ def test_the_reserve_lets_an_operation_that_met_emfile_try_once_more():
 
 # -- log lines ---------------------------------------------------------------------------------------
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
 def records(logger_name="t", text="node %s did not answer", count=1, start=0):
     return [logging.LogRecord(logger_name, logging.WARNING, "f", 1, text, (i,), None)
             for i in range(start, start + count)]
 
 
 def test_repeated_lines_pass_a_burst_per_window_then_say_how_many_were_left_out():
-    clock = Clock()
-    repeat = logfilter.RepeatFilter(burst=3, window_s=60, budget=100, clock=clock)
+    clock = FakeClock()
+    repeat = logfilter.RepeatFilter(burst=3, window_s=60, budget=100, clock=clock.monotonic)
     passed = [r for r in records(count=50) if repeat.filter(r)]
     assert len(passed) == 3
     assert "left out" in passed[-1].getMessage()
     other = records(text="something else %s")[0]
     assert repeat.filter(other), "another kind of line is not held back"
-    clock.now = 61
+    clock.advance(61)
     nxt = records(count=1, start=99)[0]
     assert repeat.filter(nxt) and "47 more like it were left out" in nxt.getMessage()
 
 
 def test_a_flood_of_different_lines_is_bounded_by_the_budget_but_errors_get_through():
-    repeat = logfilter.RepeatFilter(burst=5, window_s=60, budget=10, clock=Clock())
+    repeat = logfilter.RepeatFilter(burst=5, window_s=60, budget=10, clock=FakeClock().monotonic)
     lines = [logging.LogRecord("t", logging.INFO, "f", 1, f"line {chr(65 + i % 26)}{chr(65 + i // 26)}", None, None)
              for i in range(200)]
     assert sum(repeat.filter(r) for r in lines) == 10

@@ -114,12 +114,12 @@ def test_keyring_failure_fails_with_what_to_do(error, words):
 
 
 def test_keyring_check_uses_the_configured_backend(monkeypatch, tmp_path):
-    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "tests.support.test_keyring.TestKeyring")
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "tests.support.keyrings.FileKeyring")
     monkeypatch.setenv("CADRE_TEST_KEYRING_FILE", str(tmp_path / "keyring.json"))
     import keyring.core
     monkeypatch.setattr(keyring.core, "_keyring_backend", None)
     result = doctor.check_keyring()
-    assert result.outcome is Outcome.OK and "TestKeyring" in result.detail
+    assert result.outcome is Outcome.OK and "FileKeyring" in result.detail
     assert json.loads((tmp_path / "keyring.json").read_text()) == {}  # the probe entry was deleted
 
 

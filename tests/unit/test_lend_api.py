@@ -15,7 +15,7 @@ import pytest
 from cadre_desktop.host.lend_api import LendServer
 from cadre_desktop.host.secrets import SecretKind
 from cadre_desktop.node.identity import b64url
-from tests.unit.lend_rig import OWNER_KEY, LendRig
+from tests.support.lend_rig import OWNER_KEY, LendRig
 
 GOOD = {"party_id": "friends", "profile": "storage", "bootstrap_nodes": ["10.0.0.1:4001"], "owner_keys": [OWNER_KEY]}
 

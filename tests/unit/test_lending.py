@@ -19,9 +19,9 @@ from cadre_desktop.host.lend_api import REFUSAL_STATUSES
 from cadre_desktop.host.lending import LendRefused
 from cadre_desktop.host.ports import port_is_free
 from cadre_desktop.host.secrets import SecretKind
+from tests.support.keyrings import HangingKeyring
+from tests.support.lend_rig import LendRig
 from tests.support.polling import async_wait_until
-from tests.unit.lend_rig import LendRig
-from tests.unit.rig import HangingKeyring
 
 D = DonationStatus
 
@@ -73,7 +73,7 @@ async def test_the_right_token_opens_its_grant_and_anything_else_is_403(rig):
 async def test_an_expired_grant_is_410_and_its_loans_end_at_the_next_pass(rig):
     grant, token = await rig.grant(expires_in_s=3600)
     donation = await rig.request(grant)
-    await rig.clock.advance(3601)
+    await rig.clock.run_for(3601)
     with pytest.raises(LendRefused) as err:
         rig.lending.authorize(grant.id, token)
     assert refused(err) == (410, "grant-expired")
@@ -211,7 +211,7 @@ async def test_a_crashed_lent_node_is_started_again_from_its_row_with_its_ports(
 async def test_lent_nodes_back_off_with_their_own_settings(rig):
     rig.donation(status=D.AWAITING_SEED, attempts=1, ago_s=1.5)  # donation base 1 s: wait 2 s
     assert await rig.sup.reconcile() == []
-    await rig.clock.advance(0.6)
+    await rig.clock.run_for(0.6)
     assert await rig.sup.reconcile() == [rig.drow().id]
 
 
@@ -287,9 +287,9 @@ async def test_a_failed_start_of_a_lent_node_counts_and_gives_up_at_the_budget(r
 async def test_a_lent_node_that_never_answers_is_cleared_after_the_provisioning_ttl(rig):
     grant, _ = await rig.grant()
     donation = await rig.request(grant)
-    await rig.clock.advance(119)
+    await rig.clock.run_for(119)
     assert await rig.lending.reap() == []
-    await rig.clock.advance(2)
+    await rig.clock.run_for(2)
     assert await rig.lending.reap() == [donation.id]
     assert rig.drow(donation.id) is None and rig.orch.removed == [donation.id]
 
@@ -301,7 +301,7 @@ async def test_a_lent_node_nobody_seeds_is_cleared_after_a_day_and_a_seeded_one_
     for d in (waiting, seeded):
         rig.answer(d.id, "awaiting_seed" if d is waiting else "seeded")
     await rig.probe.probe_all()
-    await rig.clock.advance(24 * 3600 + 1)
+    await rig.clock.run_for(24 * 3600 + 1)
     assert await rig.lending.reap() == [waiting.id]
     assert rig.drow(seeded.id).status is D.SEEDED
 
@@ -368,7 +368,7 @@ async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leak
 async def test_the_reaper_waits_while_the_keyring_refuses_and_catches_up_after(rig):
     grant, _ = await rig.grant()
     donation = await rig.request(grant)
-    await rig.clock.advance(121)  # past the provisioning TTL
+    await rig.clock.run_for(121)  # past the provisioning TTL
     from cadre_desktop.host.keyring_gate import KeyringCondition
 
     rig.gate.condition = KeyringCondition("keyring_locked", "The keyring is locked.")

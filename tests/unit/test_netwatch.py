@@ -9,9 +9,9 @@ import pytest
 
 from cadre_desktop.host.netwatch import AddressWatcher
 from cadre_desktop.host.records import NodeStatus, RespawnInfo
+from tests.support.clock import FakeClock, settle
 from tests.support.polling import async_wait_until
-from tests.unit.fakes import FakeClock
-from tests.unit.rig import Answers, Rig
+from tests.support.rig import Answers, Rig
 
 
 class Source:
@@ -20,12 +20,6 @@ class Source:
 
     def __call__(self):
         return self.value
-
-
-async def settle():
-    """Let started tasks run up to their first wait on the fake clock."""
-    for _ in range(10):
-        await asyncio.sleep(0)
 
 
 def make(clock, source, changes, wakes=None):
@@ -42,7 +36,7 @@ async def test_a_change_that_holds_is_acted_on_once():
     src.value = "10.0.0.7"
     task = asyncio.create_task(w.check())
     await settle()  # let it start its debounce wait
-    await clock.advance(3)
+    await clock.run_for(3)
     assert await task is True
     assert changes == [("192.168.1.10", "10.0.0.7")]
     assert await w.check() is False
@@ -55,9 +49,9 @@ async def test_a_flap_within_the_debounce_does_nothing():
     src.value = "10.0.0.7"
     task = asyncio.create_task(w.check())
     await settle()
-    await clock.advance(1)
+    await clock.run_for(1)
     src.value = "192.168.1.10"
-    await clock.advance(2)
+    await clock.run_for(2)
     assert await task is False
     assert changes == []
 
@@ -69,9 +63,9 @@ async def test_no_busy_polling_the_loop_waits_its_interval():
     reads.clear()
     w.start()
     await settle()
-    await clock.advance(14)
+    await clock.run_for(14)
     assert reads == []
-    await clock.advance(1)
+    await clock.run_for(1)
     await async_wait_until(lambda: reads, what="one read")
     assert len(reads) == 1
     await w.stop()
@@ -87,7 +81,7 @@ async def test_wake_is_a_gap_between_wall_and_monotonic_clocks():
     await async_wait_until(lambda: wakes, what="wake noticed")
     assert 3500 < wakes[0] <= 3600
     await settle()
-    await clock.advance(15)
+    await clock.run_for(15)
     assert len(wakes) == 1  # an ordinary interval is not a wake
     await w.stop()
 

@@ -6,8 +6,9 @@ import pytest
 
 from cadre_desktop.host.events import EventKind
 from cadre_desktop.host.records import NodeMode, NodeStatus
+from tests.support.clock import settle
 from tests.support.polling import async_wait_until
-from tests.unit.rig import Rig
+from tests.support.rig import Rig
 
 
 @pytest.fixture
@@ -67,10 +68,10 @@ async def test_a_node_that_answered_then_went_silent_is_reported_unresponsive_ne
     rig.answers.by_port[port_of(rig)] = status("joined")
     await rig.probe.probe_all()
     rig.answers.by_port[port_of(rig)] = None
-    await rig.clock.advance(15)
+    await rig.clock.run_for(15)
     await rig.probe.probe_all()
     assert reported == [] and not rig.probe.unresponsive(handle)
-    await rig.clock.advance(0.5)
+    await rig.clock.run_for(0.5)
     await rig.probe.probe_all()
     assert reported == ["n1"] and rig.probe.unresponsive(handle)
     assert rig.orch.stopped == []  # judging is the supervisor's
@@ -79,7 +80,7 @@ async def test_a_node_that_answered_then_went_silent_is_reported_unresponsive_ne
 async def test_a_node_that_never_answered_is_not_unresponsive_its_start_grace_is_the_supervisors(rig):
     rig.node(status=NodeStatus.JOINED, live=True)
     await rig.probe.probe_all()
-    await rig.clock.advance(100)
+    await rig.clock.run_for(100)
     await rig.probe.probe_all()
     assert not rig.probe.unresponsive(rig.store.get("n1").handle)
 
@@ -89,10 +90,10 @@ async def test_an_answer_resets_the_grace(rig):
     port = port_of(rig)
     rig.answers.by_port[port] = status("joined")
     await rig.probe.probe_all()
-    await rig.clock.advance(14)
+    await rig.clock.run_for(14)
     await rig.probe.probe_all()
     rig.answers.by_port[port] = None
-    await rig.clock.advance(14)
+    await rig.clock.run_for(14)
     await rig.probe.probe_all()
     assert not rig.probe.unresponsive(rig.store.get("n1").handle)
 
@@ -150,8 +151,6 @@ async def test_first_answer_spends_the_start_mark(rig):
 
 
 async def test_a_starting_child_is_watched_until_it_first_answers_and_no_longer(rig):
-    from tests.unit.test_netwatch import settle
-
     rig.probe.interval_s = 60
     rig.probe.start()
     await settle()
@@ -161,15 +160,15 @@ async def test_a_starting_child_is_watched_until_it_first_answers_and_no_longer(
     rig.probe.watch_node("n1")
     await settle()
     assert rig.answers.calls == [port]  # at once, not at the end of the interval
-    await rig.clock.advance(0.25)
+    await rig.clock.run_for(0.25)
     await settle()
     assert len(rig.answers.calls) == 2
     rig.answers.by_port[port] = status("unclaimed")
-    await rig.clock.advance(0.25)
+    await rig.clock.run_for(0.25)
     await settle()
     assert rig.probe.is_ready(rig.store.get("n1").handle)
     calls = len(rig.answers.calls)
-    await rig.clock.advance(1)
+    await rig.clock.run_for(1)
     await settle()
     assert len(rig.answers.calls) == calls  # ready: the watch is over
     await rig.probe.stop()

@@ -15,17 +15,8 @@ import pytest
 from cadre_desktop.host import procs, proctree, winjob
 from cadre_desktop.host.handles import STATE_VERSION, Handle, read_state
 from cadre_desktop.host.teardown import Ender
+from tests.support.lock_holder import HOLD_LOCK
 from tests.support.polling import wait_until
-
-HOLD_LOCK = (
-    "import fcntl, os, sys, time\n"
-    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
-    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-    "os.pwrite(fd, str(os.getpid()).encode(), 0)\n"
-    "print('locked', flush=True)\n"
-    "time.sleep(60)\n"
-)
-
 
 def node_env(nodes: Path, node_id: str) -> dict[str, str]:
     return {**os.environ, "CADRE_NODE_ID": node_id, "CADRE_NODE_DIR": str(nodes / node_id)}

@@ -1,52 +1,13 @@
-import threading
-
-import keyring.errors
 import pytest
-from keyring.backend import KeyringBackend
 from keyring.backends import fail, null
 
 from cadre_desktop.errors import SecretsError
 from cadre_desktop.host.secrets import (
     SERVICE, KeyringLocked, KeyringUnavailable, SecretKind, SecretStore, new_claim_secret,
 )
+from tests.support.keyrings import BrokenKeyring, LockedKeyring, MemoryKeyring
 
 SECRET = "the-claim-secret-value"
-
-
-class MemoryKeyring(KeyringBackend):
-    """In-memory backend for unit tests; records the thread of every call."""
-
-    priority = 1
-
-    def __init__(self):
-        super().__init__()
-        self.items: dict[tuple[str, str], str] = {}
-        self.threads: set[str] = set()
-
-    def get_password(self, service, username):
-        self.threads.add(threading.current_thread().name)
-        return self.items.get((service, username))
-
-    def set_password(self, service, username, password):
-        self.threads.add(threading.current_thread().name)
-        self.items[(service, username)] = password
-
-    def delete_password(self, service, username):
-        if (service, username) not in self.items:
-            raise keyring.errors.PasswordDeleteError("not found")
-        del self.items[(service, username)]
-
-
-class LockedKeyring(MemoryKeyring):
-    def get_password(self, service, username):
-        raise keyring.errors.KeyringLocked("collection is locked")
-
-    set_password = get_password
-
-
-class BrokenKeyring(MemoryKeyring):
-    def set_password(self, service, username, password):
-        raise RuntimeError(f"dbus exploded while storing {password}")
 
 
 async def test_secrets_round_trip_under_contract_names_off_the_loop():

@@ -8,8 +8,8 @@ from cadre_desktop.errors import Invalid, InvalidState, NoSuchThing, SecretsErro
 from cadre_desktop.host.events import EventKind
 from cadre_desktop.host.records import NodeMode, NodeStatus, RespawnInfo
 from cadre_desktop.host.secrets import SERVICE, SecretKind
-from tests.unit.rig import Rig
-from tests.unit.test_secrets import LockedKeyring
+from tests.support.keyrings import LockedKeyring
+from tests.support.rig import Rig
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ from cadre_desktop.host.records import NodeStatus, StartMark
 from cadre_desktop.host.secrets import SERVICE, SecretKind
 from cadre_desktop.host.store import RecordStore
 from cadre_desktop.settings import Settings
+from tests.support.fake_driver import FakeOrchestrator
+from tests.support.keyrings import HangingKeyring, LockedKeyring
 from tests.support.polling import async_wait_until
-from tests.unit.fakes import FakeOrchestrator
-from tests.unit.rig import HangingKeyring, Rig
-from tests.unit.test_secrets import LockedKeyring
+from tests.support.rig import Rig
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ async def test_locked_keyring_counts_no_attempt_and_the_node_waits_for_it(tmp_pa
     rig.node(cached=False)
     for _ in range(8):
         await rig.sup.reconcile()
-        await rig.clock.advance(60)
+        await rig.clock.run_for(60)
     rec = rig.rec()
     assert rec.status is NodeStatus.JOINED and rec.attempts == 0
     assert rig.sup.waiting_for_keyring("n1")
@@ -73,9 +73,8 @@ async def test_waiting_nodes_start_the_moment_the_keyring_answers(tmp_path):
     rig.node(cached=False)
     rig.sup.start()
     await async_wait_until(lambda: rig.sup.waiting_for_keyring("n1"), what="waiting for the keyring")
-    unlocked = rig.keyring.__class__.__mro__[1]  # MemoryKeyring: the same items, unlocked
-    rig.keyring.__class__ = unlocked
-    await rig.clock.advance(5)  # the gate's first retry
+    rig.keyring.locked = False  # the same items, unlocked
+    await rig.clock.run_for(5)  # the gate's first retry
     await async_wait_until(lambda: rig.orch.spawns_of("n1"), what="started once the keyring answered")
     assert rig.rec().attempts == 1 and not rig.sup.waiting_for_keyring("n1")
     await rig.close()
@@ -141,7 +140,7 @@ async def test_clean_quit_inside_a_backoff_starts_at_once(rig):
 async def test_slow_starter_inside_its_grace_is_left_alone(rig):
     rig.node(live=True, answered=False)
     await rig.sup.reconcile()  # first sight
-    await rig.clock.advance(14.5)
+    await rig.clock.run_for(14.5)
     await rig.sup.reconcile()
     assert rig.orch.stopped == []
     assert rig.sup.last_decisions["n1"]["decision"] == "starting"
@@ -150,7 +149,7 @@ async def test_slow_starter_inside_its_grace_is_left_alone(rig):
 async def test_slow_starter_past_its_grace_is_a_failed_start_with_its_reason(rig):
     rec = rig.node(live=True, answered=False)
     await rig.sup.reconcile()
-    await rig.clock.advance(15)
+    await rig.clock.run_for(15)
     await rig.sup.reconcile()
     assert rig.orch.stopped == [rec.handle]
     await rig.sup.reconcile()  # the stop raised an exit: the crash path starts it again, counted
@@ -168,10 +167,10 @@ async def test_the_start_grace_doubles_per_failed_start_up_to_its_cap():
 async def test_a_doubled_grace_protects_a_slow_starter_that_failed_before(rig):
     rig.node(live=True, answered=False, mark=StartMark(attempt=0, at="2026-01-01T00:00:00Z", failures=2))
     await rig.sup.reconcile()
-    await rig.clock.advance(59)  # 15 s doubled twice is 60 s
+    await rig.clock.run_for(59)  # 15 s doubled twice is 60 s
     await rig.sup.reconcile()
     assert rig.orch.stopped == []
-    await rig.clock.advance(1)
+    await rig.clock.run_for(1)
     await rig.sup.reconcile()
     assert rig.orch.stopped
 
@@ -191,7 +190,7 @@ async def test_a_node_that_answered_and_went_silent_is_stopped_as_hung(rig):
     rig.answers.by_port[rig.orch.get(rec.handle).api_port] = {"state": "joined"}
     await rig.probe.probe_all()
     rig.answers.by_port.clear()
-    await rig.clock.advance(16)
+    await rig.clock.run_for(16)
     await rig.probe.probe_all()
     await rig.sup.reconcile()
     assert rig.orch.stopped == [rec.handle]
@@ -202,7 +201,7 @@ async def test_a_slow_starter_given_up_on_says_it_never_answered(tmp_path):
     rig = Rig(tmp_path, respawn_max_attempts=1)
     rig.node(live=True, answered=False, attempts=1, ago_s=100)
     await rig.sup.reconcile()
-    await rig.clock.advance(15)
+    await rig.clock.run_for(15)
     await rig.sup.reconcile()  # stalled: stopped
     await rig.sup.reconcile()  # down with the budget spent
     assert rig.rec().status is NodeStatus.ERROR
@@ -343,14 +342,14 @@ async def test_a_wall_clock_stepped_back_does_not_lengthen_a_backoff(rig):
     rig.node(attempts=1, ago_s=0)
     await rig.sup.reconcile()  # inside the 10 s backoff: seen, anchored on the monotonic clock
     rig.clock.jump_wall(-600)
-    await rig.clock.advance(10)
+    await rig.clock.run_for(10)
     assert await rig.sup.reconcile() == ["n1"]
 
 
 async def test_a_wait_carried_across_a_restart_from_a_future_timestamp_is_at_most_its_length(rig):
     rig.node(attempts=1, ago_s=-600)  # written "ten minutes from now" by a clock that was ahead
     assert await rig.sup.reconcile() == []
-    await rig.clock.advance(10)
+    await rig.clock.run_for(10)
     assert await rig.sup.reconcile() == ["n1"]
 
 
@@ -358,7 +357,7 @@ async def test_every_start_gets_the_nodes_name_and_a_fresh_host_token_kept_in_me
     rig.node()
     await rig.sup.reconcile()
     rig.orch.exit(rig.rec().handle)
-    await rig.clock.advance(10)
+    await rig.clock.run_for(10)
     await rig.sup.reconcile()
     first, second = (env for node_id, env in rig.orch.envs if node_id == "n1")
     assert first["CADRE_NODE_NAME"] == "n1"

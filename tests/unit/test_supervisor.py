@@ -13,7 +13,7 @@ from cadre_desktop.host.events import EventKind
 from cadre_desktop.host.live_settings import apply_settings
 from cadre_desktop.host.records import NodeMode, NodeStatus
 from tests.support.polling import async_wait_until
-from tests.unit.rig import Rig
+from tests.support.rig import Rig
 
 
 @pytest.fixture
@@ -110,7 +110,7 @@ async def test_gives_up_after_fifth_attempt_of_a_node_that_dies_at_once(tmp_path
         respawned = await rig.sup.reconcile()
         assert respawned == ["n1"], f"attempt {attempt}"
         rig.orch.exit(rig.rec().handle)
-        await rig.clock.advance(rig.sup.policy.backoff_s(attempt))
+        await rig.clock.run_for(rig.sup.policy.backoff_s(attempt))
     await rig.sup.reconcile()
     assert rig.rec().status is NodeStatus.ERROR
     assert len(rig.orch.spawned) == 5
@@ -169,7 +169,7 @@ async def test_a_budget_lowered_while_running_counts_from_the_next_pass(tmp_path
 async def test_backoff_doubles_from_the_base(rig, attempts, wait_s):
     rig.node(attempts=attempts, ago_s=wait_s - 0.001)
     assert await rig.sup.reconcile() == []
-    await rig.clock.advance(0.001)
+    await rig.clock.run_for(0.001)
     assert await rig.sup.reconcile() == ["n1"]
     assert rig.rec().attempts == attempts + 1
 
@@ -259,7 +259,7 @@ async def test_start_runs_one_pass_and_exits_trigger_passes(rig):
     await async_wait_until(lambda: rig.orch.spawns_of("a"), what="start-up respawn")
     # The child dies: a pass runs within the same loop turn, no timer involved.
     handle = rig.rec("a").handle
-    await rig.clock.advance(10)  # past the backoff of one attempt (sweep is 60 s, not due)
+    await rig.clock.run_for(10)  # past the backoff of one attempt (sweep is 60 s, not due)
     rig.orch.exit(handle)
     await async_wait_until(lambda: len(rig.orch.spawns_of("a")) == 2, what="exit-triggered respawn")
     await rig.sup.stop()
@@ -290,9 +290,9 @@ async def test_periodic_sweep_catches_a_death_nobody_reported(rig):
     for _ in range(10):
         await asyncio.sleep(0)
     rig.orch.handles[rig.rec("a").handle].alive = False  # no exit event
-    await rig.clock.advance(59)
+    await rig.clock.run_for(59)
     assert rig.orch.spawned == []
-    await rig.clock.advance(1)
+    await rig.clock.run_for(1)
     await async_wait_until(lambda: len(rig.orch.spawns_of("a")) == 1, what="sweep respawn")
     await rig.sup.stop()
 
@@ -303,7 +303,7 @@ async def test_stop_ends_timer_and_subscription(rig):
     await asyncio.sleep(0)
     await rig.sup.stop()
     rig.orch.exit(rig.rec("a").handle)
-    await rig.clock.advance(120)
+    await rig.clock.run_for(120)
     assert rig.orch.spawned == []
     assert rig.orch.listeners == []
 
@@ -353,18 +353,18 @@ async def test_a_node_in_backoff_is_respawned_when_the_wait_ends_not_at_the_swee
     rig.node("a", attempts=1, ago_s=0)  # just tried: the next try is due in 10 s
     rig.sup.start()
     await async_wait_until(lambda: rig.sup.passes.due_at is not None, what="backoff timer armed")
-    await rig.clock.advance(9.9)
+    await rig.clock.run_for(9.9)
     assert rig.orch.spawned == []
-    await rig.clock.advance(0.1)
+    await rig.clock.run_for(0.1)
     await async_wait_until(lambda: rig.orch.spawns_of("a"), what="respawn at the end of the backoff")
     assert rig.store.get("a").attempts == 2
     # It dies again: the next wait (20 s) is armed by the pass that follows the exit.
     rig.orch.exit(rig.store.get("a").handle)
     await async_wait_until(lambda: rig.sup.last_decisions["a"]["decision"] == "wait", what="the pass after the exit")
-    await rig.clock.advance(15)  # the start grace timer fires on the way: the pass re-arms for the rest
-    await rig.clock.advance(4.5)
+    await rig.clock.run_for(15)  # the start grace timer fires on the way: the pass re-arms for the rest
+    await rig.clock.run_for(4.5)
     assert len(rig.orch.spawns_of("a")) == 1
-    await rig.clock.advance(0.5)
+    await rig.clock.run_for(0.5)
     await async_wait_until(lambda: len(rig.orch.spawns_of("a")) == 2, what="second respawn")
     await rig.sup.stop()
 
@@ -377,7 +377,7 @@ async def test_nodes_stopped_on_a_clean_quit_start_again_without_counting_an_att
     assert rig.store.get("quit").attempts == 0
     assert rig.store.get("crashed").attempts == 1
     # Only that first start is free: a later crash counts as usual.
-    await rig.clock.advance(1)
+    await rig.clock.run_for(1)
     rig.orch.exit(rig.store.get("quit").handle)
     await async_wait_until(lambda: len(rig.orch.spawns_of("quit")) == 2, what="crash respawn")
     assert rig.store.get("quit").attempts == 1

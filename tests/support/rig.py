@@ -4,7 +4,6 @@ probe over a fake clock, a fake driver and an in-memory keyring."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from datetime import timedelta
 
 from cadre_desktop.host.clock import iso
@@ -18,8 +17,9 @@ from cadre_desktop.host.service import NodeService
 from cadre_desktop.host.store import RecordStore
 from cadre_desktop.host.supervisor import Supervisor
 from cadre_desktop.settings import Settings
-from tests.unit.fakes import FakeClock, FakeOrchestrator
-from tests.unit.test_secrets import MemoryKeyring
+from tests.support.clock import FakeClock
+from tests.support.fake_driver import FakeOrchestrator
+from tests.support.keyrings import MemoryKeyring
 
 
 class Answers:
@@ -32,18 +32,6 @@ class Answers:
     async def __call__(self, port):
         self.calls.append(port)
         return self.by_port.get(port)
-
-
-class HangingKeyring(MemoryKeyring):
-    """Every read waits until `release` is set (an unlock prompt nobody answers)."""
-
-    def __init__(self):
-        super().__init__()
-        self.release = threading.Event()
-
-    def get_password(self, service, username):
-        self.release.wait(30)
-        return super().get_password(service, username)
 
 
 class Rig:

@@ -1,4 +1,4 @@
-"""Helpers the UI and end-to-end tests share: claiming a node, reading a QR code, a node given up on."""
+"""A claim link from the outside, as a person's device uses it: claim through it, read it off a QR picture."""
 
 from __future__ import annotations
 
@@ -43,11 +43,3 @@ def read_qr(png: Path) -> list[str]:
     out = subprocess.run([ZBARIMG, "--raw", "-q", "-Sdisable", "-Sqrcode.enable", str(png)],
                          capture_output=True, text=True, timeout=30)
     return [line for line in out.stdout.splitlines() if line]
-
-
-def give_up(shell, aio, name: str = "Garage") -> str:
-    """Add a node through the UI (with a crashing node command) and wait until the host gives up on it."""
-    shell.actions.add(name)
-    node_id = aio.wait(lambda: next((v.id for v in shell.model.views() if v.name == name), None))
-    aio.wait(lambda: shell.model.view(node_id).status == "error")
-    return node_id

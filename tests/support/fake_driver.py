@@ -1,50 +1,14 @@
-"""Fakes for unit tests only: a clock that jumps, an orchestrator without processes."""
+"""A driver without processes (host.driver.NodeDriver): children live and die on command."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass
 
-from cadre_desktop.errors import SpawnError
 from cadre_desktop.host.driver import DriverStatus, Exit, status_of
 
 
 SECRET_VARS = ("CADRE_CLAIM_SECRET", "CADRE_INVITATION")
-
-
-class FakeClock:
-    def __init__(self, start: datetime | None = None) -> None:
-        self._now = start or datetime(2026, 1, 1, tzinfo=timezone.utc)
-        self._mono = 1000.0
-        self._sleepers: list[tuple[float, asyncio.Future]] = []
-
-    def now(self) -> datetime:
-        return self._now
-
-    def monotonic(self) -> float:
-        return self._mono
-
-    async def sleep(self, seconds: float) -> None:
-        fut = asyncio.get_running_loop().create_future()
-        self._sleepers.append((self._mono + seconds, fut))
-        await fut
-
-    async def advance(self, seconds: float) -> None:
-        """Move both clocks forward and wake every sleeper that is due; let them run."""
-        self._now += timedelta(seconds=seconds)
-        self._mono += seconds
-        due = [f for t, f in self._sleepers if t <= self._mono]
-        self._sleepers = [(t, f) for t, f in self._sleepers if t > self._mono]
-        for fut in due:
-            if not fut.done():
-                fut.set_result(None)
-        for _ in range(20):
-            await asyncio.sleep(0)
-
-    def jump_wall(self, seconds: float) -> None:
-        self._now += timedelta(seconds=seconds)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from cadre_desktop.host.lending import LendingService
 from cadre_desktop.host.lifecycle import Lifecycle
 from cadre_desktop.host.records import RespawnInfo, StartMark
 from cadre_desktop.host.secrets import SERVICE, SecretKind
-from tests.unit.rig import Rig
+from tests.support.rig import Rig
 
 OWNER_KEY = "A" * 42 + "A"  # 32 zero bytes, base64url
 

@@ -22,7 +22,8 @@ from typing import Iterator
 from tests.support.polling import wait_until
 
 GRAB = Path(__file__).with_name("grab.py")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
+SHOTS = REPO / "docs" / "screenshots"
 TOOLS = ("Xvfb", "trayer", "xdotool", "xwininfo", "zbarimg", "dunst", "dunstctl", "dbus-monitor",
          "gtk-sni-tray-standalone")
 
@@ -76,7 +77,7 @@ class Desktop:
         return self
 
     def _start_sni(self) -> "Desktop":
-        from tests.e2e.bus import WATCHER, has_owner
+        from tests.support.e2e.bus import WATCHER, has_owner
 
         log = open(self.root / "sni-tray.log", "wb")
         self.procs.append(subprocess.Popen(["gtk-sni-tray-standalone", "--watcher", "--top", "--end", "-s", "32"],
@@ -180,3 +181,11 @@ def running_app(desktop: Desktop, home: Path, log: Path, **extra_env: str) -> It
             app.wait(timeout=30)
         out.close()
         print(log.read_text(errors="replace")[-4000:])
+
+
+def keep(shot: Path, name: str) -> None:
+    """Copy a screenshot to docs/screenshots/ when it is missing there or CADRE_UPDATE_SCREENSHOTS=1."""
+    target = SHOTS / name
+    if os.environ.get("CADRE_UPDATE_SCREENSHOTS") == "1" or not target.exists():
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, target)

@@ -1,0 +1,172 @@
+"""The tests' own house rules, checked on the source (ast), so a newcomer finds things where they are.
+
+- Support code (fakes, rigs, helpers) lives in tests/support/; fixtures and hooks live in
+  a conftest.py. Any other module under tests/ is a test module, test_*.py.
+- No module imports a test module (test_*) or a conftest: what two modules share is
+  support code or a fixture, never one test module reaching into another.
+- A conftest.py holds fixtures and hooks only: no classes, no helper functions.
+- The fakes implement the seams they stand in for.
+
+Each rule is a function over a folder, so the planted-fault tests below prove it can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def python_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(root: Path, path: Path) -> set[str]:
+    """Every module `path` imports, `from a import b` counted as both a and a.b."""
+    package = module_name(root, path).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(root, path)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def stray_modules(root: Path) -> list[str]:
+    """Modules outside root/support that are neither test modules, conftest.py nor __init__.py."""
+    support = root / "support"
+    return [str(p.relative_to(root)) for p in python_files(root)
+            if support not in p.parents
+            and not (p.name.startswith("test_") or p.name in ("conftest.py", "__init__.py"))]
+
+
+def misplaced_tests(root: Path) -> list[str]:
+    """test_*.py files inside root/support: pytest would collect them as tests."""
+    return [str(p.relative_to(root)) for p in python_files(root / "support") if p.name.startswith("test_")]
+
+
+def imports_of_test_modules(root: Path) -> list[str]:
+    """(module, what it imports) for every import of a test module or a conftest under root."""
+    bad = []
+    for path in python_files(root):
+        for name in sorted(imported_modules(root, path)):
+            parts = name.split(".")
+            if parts[0] == root.name and (parts[-1].startswith("test_") or parts[-1] == "conftest"):
+                bad.append(f"{path.relative_to(root)} imports {name}")
+    return bad
+
+
+def conftest_helpers(root: Path) -> list[str]:
+    """Top-level classes and plain functions in any conftest.py: support code in the wrong place."""
+    bad = []
+    for path in python_files(root):
+        if path.name != "conftest.py":
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                bad.append(f"{path.relative_to(root)}: class {node.name}")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                decorated = any("fixture" in ast.unparse(d) or "hookimpl" in ast.unparse(d)
+                                for d in node.decorator_list)
+                if not (decorated or node.name.startswith("pytest_")):
+                    bad.append(f"{path.relative_to(root)}: def {node.name}")
+    return bad
+
+
+# -- the rules, on this checkout --------------------------------------------------------
+
+def test_support_code_lives_in_tests_support():
+    assert stray_modules(TESTS) == []
+    assert misplaced_tests(TESTS) == []
+
+
+def test_no_module_imports_a_test_module_or_a_conftest():
+    assert imports_of_test_modules(TESTS) == []
+
+
+def test_conftest_files_hold_only_fixtures_and_hooks():
+    assert conftest_helpers(TESTS) == []
+
+
+# -- the rules can fail -----------------------------------------------------------------
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Path:
+    """A tests/ tree with one of each fault planted."""
+    root = tmp_path / "tests"
+    for folder in ("", "unit", "support"):
+        (root / folder).mkdir(exist_ok=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "unit" / "test_a.py").write_text("SHARED = 1\n")
+    (root / "unit" / "test_b.py").write_text("from tests.unit.test_a import SHARED\nfrom . import test_a\n")
+    (root / "unit" / "test_c.py").write_text("import tests.unit.conftest\n")
+    (root / "unit" / "helpers.py").write_text("def helper(): ...\n")
+    (root / "support" / "test_thing.py").write_text("")
+    (root / "support" / "rig.py").write_text("from tests.support import polling\n")
+    (root / "unit" / "conftest.py").write_text(
+        "import pytest\n\nclass Rig: ...\n\ndef helper(): ...\n\n@pytest.fixture\ndef rig(): ...\n\n"
+        "def pytest_configure(config): ...\n")
+    return root
+
+
+def test_the_layout_checks_find_planted_faults(planted: Path):
+    assert stray_modules(planted) == ["unit/helpers.py"]
+    assert misplaced_tests(planted) == ["support/test_thing.py"]
+    assert imports_of_test_modules(planted) == [
+        "unit/test_b.py imports tests.unit.test_a",
+        "unit/test_c.py imports tests.unit.conftest",
+    ]
+    assert conftest_helpers(planted) == ["unit/conftest.py: class Rig", "unit/conftest.py: def helper"]
+
+
+# -- the fakes implement their seams ----------------------------------------------------
+
+def public_methods(cls) -> dict[str, bool]:
+    """Public method name -> whether it is a coroutine function."""
+    return {name: inspect.iscoroutinefunction(fn) for name, fn in vars(cls).items()
+            if callable(fn) and not name.startswith("_")}
+
+
+@pytest.mark.parametrize("seam", ["cadre_desktop.host.clock:Clock", "cadre_desktop.node.clock:Clock"])
+def test_the_fake_clock_has_every_call_of_both_clock_seams(seam):
+    import importlib
+
+    from tests.support.clock import FakeClock
+
+    module, name = seam.split(":")
+    wanted = public_methods(getattr(importlib.import_module(module), name))
+    assert wanted, "the seam has no methods: the check would pass on anything"
+    have = public_methods(FakeClock)
+    assert {m: have.get(m) for m in wanted} == wanted
+
+
+def test_the_fake_driver_implements_the_driver_protocol():
+    from cadre_desktop.host.driver import NodeDriver
+    from tests.support.fake_driver import FakeOrchestrator
+
+    assert isinstance(FakeOrchestrator(), NodeDriver)
+
+
+def test_every_test_keyring_is_a_keyring_backend():
+    from keyring.backend import KeyringBackend
+
+    from tests.support import keyrings
+
+    fakes = [obj for obj in vars(keyrings).values()
+             if inspect.isclass(obj) and obj.__module__ == keyrings.__name__]
+    assert len(fakes) >= 6 and all(issubclass(cls, KeyringBackend) for cls in fakes)
