@@ -24,7 +24,7 @@ from cadre_desktop.node import invitations
 from cadre_desktop.node.errors import RequestRefused
 from cadre_desktop.node.http_status import answer_to
 from cadre_desktop.node.invitation_code import parse_invitation
-from tests.support.hostile import FUZZ, SEED, json_values, near_misses, requests, texts
+from tests.support.hostile import FUZZ, SEED, checked_answer, json_values, near_misses, requests, texts
 from tests.support.node_server import NodeServer, send_raw
 
 WIDE_OPEN = {"CADRE_CLAIM_MAX_FAILURES": "1000", "CADRE_CLAIM_LOCKOUT_MS": "100", "CADRE_BODY_TIMEOUT_MS": "500"}
@@ -68,18 +68,9 @@ def send(node: NodeServer, path: str, request) -> tuple[int, dict]:
         assert node.alive, "the node died"
         assert node.request("GET", "/status")[0] == 200, "the node stopped answering"
         return 400, {}
-    assert status < 500, f"{status}: {data[:300]!r}"
+    answer = checked_answer(status, data)
     assert node.alive, "the node died"
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        # aiohttp's HTTP parser refuses some requests (an unknown Content-Encoding) before
-        # any handler or middleware runs; it answers a plain-text 400.
-        assert status == 400, f"{status} with a body that is not JSON: {data[:200]!r}"
-        return status, {}
-    if status >= 400:
-        assert set(doc) == {"error"} and {"code", "message"} <= set(doc["error"]), doc
-    return status, doc
+    return answer
 
 
 # -- fuzzing ---------------------------------------------------------------------------------------------

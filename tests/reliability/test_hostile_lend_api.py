@@ -12,7 +12,6 @@ stops answering, and nothing is lent, seeded or ended without the grant token.
 from __future__ import annotations
 
 import http.client
-import json
 import urllib.parse
 
 import pytest
@@ -20,7 +19,7 @@ from hypothesis import example, given, seed
 from hypothesis import strategies as st
 
 from cadre_desktop.host.donations import DonationStatus
-from tests.support.hostile import FUZZ, SEED, json_values, near_misses, requests, texts
+from tests.support.hostile import FUZZ, SEED, checked_answer, json_values, near_misses, requests, texts
 from tests.support.lend_rig import OWNER_KEY
 from tests.support.lend_server import ThreadedLendServer
 from tests.support.node_server import raw_request, send_raw
@@ -68,15 +67,7 @@ def send(lend, method: str, path: str, request) -> tuple[int, dict]:
     except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
         # A refusal at the HTTP layer may close the connection before the body is all sent.
         return 400, {}
-    assert status < 500, f"{method} {path}: {status}: {data[:300]!r}"
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        assert status == 400, f"{status} with a body that is not JSON: {data[:200]!r}"
-        return status, {}
-    if status >= 400:
-        assert set(doc) == {"error"} and {"code", "message"} <= set(doc["error"]), doc
-    return status, doc
+    return checked_answer(status, data, f"{method} {path}: ")
 
 
 def authorized(request, token: str) -> bool:

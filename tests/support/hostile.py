@@ -97,3 +97,18 @@ def requests(draw, fields: dict[str, st.SearchStrategy], token: str | None = Non
                               sendable.map(lambda t: f"Bearer {t}"), header_values))
         headers.append(("Authorization", auth))
     return body, headers, draw(st.booleans())
+
+
+def checked_answer(status: int, data: bytes, what: str = "") -> tuple[int, dict]:
+    """A fuzzed request's answer, held to what every answer must be: never a 5xx, JSON
+    (or the plain-text 400 an HTTP parser may give before any handler runs), and an error
+    in the contract's shape {"error": {"code", "message"}}. Returns (status, the JSON)."""
+    assert status < 500, f"{what}{status}: {data[:300]!r}"
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        assert status == 400, f"{status} with a body that is not JSON: {data[:200]!r}"
+        return status, {}
+    if status >= 400:
+        assert set(doc) == {"error"} and {"code", "message"} <= set(doc["error"]), doc
+    return status, doc
