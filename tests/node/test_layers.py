@@ -10,9 +10,23 @@ import pytest
 
 from tests.support.node_process import REPO_ROOT, NodeLauncher
 
+
 def run_python(script: str) -> subprocess.CompletedProcess[str]:
     """`script` in a fresh interpreter from the repository root (its own modules, nothing preloaded)."""
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30)
+
+
+def loaded_by(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    """The modules whose name starts with one of `prefixes` that importing `modules` loads,
+    in a fresh interpreter."""
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        f"print(','.join(sorted(m for m in sys.modules if m.startswith({prefixes!r}))))\n"
+    )
+    result = run_python(script)
+    assert result.returncode == 0, result.stderr
+    return [m for m in result.stdout.strip().split(",") if m]
 
 
 MODULES = [
@@ -24,28 +38,18 @@ MODULES = [
 
 
 def test_node_imports_nothing_from_host_ui_or_qt() -> None:
-    script = (
-        "import importlib, sys\n"
-        f"for name in {MODULES!r}: importlib.import_module(name)\n"
-        "bad = [m for m in sys.modules if m.startswith(('PySide6', 'shiboken6', 'qasync',"
-        " 'cadre_desktop.host', 'cadre_desktop.ui', 'keyring'))]\n"
-        "print(','.join(bad))\n"
-    )
-    result = run_python(script)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == ""
+    assert loaded_by(MODULES, ("PySide6", "shiboken6", "qasync", "cadre_desktop.host", "cadre_desktop.ui",
+                               "keyring")) == []
+
+
+def test_the_import_check_sees_what_a_module_loads() -> None:
+    assert loaded_by(["cadre_desktop.host.records"], ("cadre_desktop.host",)) != []
 
 
 def test_an_ordinary_start_does_not_load_cryptography() -> None:
     # cryptography is needed only to create a key or sign; a restart reads both
     # raw keys from the identity file.
-    script = (
-        "import sys\n"
-        "import cadre_desktop.node.server, cadre_desktop.node.identity\n"
-        "print('cryptography' in sys.modules)\n"
-    )
-    result = run_python(script)
-    assert result.stdout.strip() == "False", result.stderr
+    assert loaded_by(["cadre_desktop.node.server", "cadre_desktop.node.identity"], ("cryptography",)) == []
 
 
 def test_a_first_start_makes_its_key_without_keeping_cryptography_loaded(tmp_path) -> None:
@@ -101,13 +105,8 @@ def test_a_key_child_that_dies_falls_back_to_making_it_in_process(tmp_path, monk
 def test_the_node_program_never_imports_aiohttp() -> None:
     # Its server is h11 on asyncio streams, and so is the one request it makes (redeeming
     # an invitation); aiohttp cost every node ~95 ms of start-up and ~12 MB.
-    script = (
-        "import sys\n"
-        "import cadre_desktop.node.__main__, cadre_desktop.node.server, cadre_desktop.node.joiner\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'yarl', 'multidict')))\n"
-    )
-    result = run_python(script)
-    assert result.stdout.strip() == "[]", result.stderr
+    assert loaded_by(["cadre_desktop.node.__main__", "cadre_desktop.node.server", "cadre_desktop.node.joiner"],
+                     ("aiohttp", "yarl", "multidict")) == []
 
 
 def test_asyncio_is_imported_without_ssl_and_ssl_still_imports_afterwards() -> None:
