@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -15,7 +14,7 @@ import pytest
 from cadre_desktop.host.orchestrator import ExitEvent
 from cadre_desktop.host.procs import read_identity
 from tests.support.polling import async_wait_until, wait_until
-from tests.support.real_orchestrator import SLEEPER, make_orchestrator, ready_info
+from tests.support.real_orchestrator import make_orchestrator, ready_info
 
 SECRET = "s3cret-claim-value-that-must-not-leak-0123456789"
 
@@ -141,7 +140,7 @@ async def test_stop_kills_the_whole_group_even_when_term_is_ignored(tmp_path, cl
     orch.subscribe(events.append)
     handle = orch.spawn("n1", {})
     cleanup_pids.append(handle.pid)
-    info = ready_info(orch, "n1")
+    ready_info(orch, "n1")
     await orch.stop(handle.id)
     assert events and events[0].requested
     assert not psutil.pid_exists(handle.pid) or psutil.Process(handle.pid).status() == psutil.STATUS_ZOMBIE
@@ -160,9 +159,17 @@ async def test_stop_ends_grandchildren_too(tmp_path, cleanup_pids, monkeypatch):
     assert not grandchild.is_running() or grandchild.status() == psutil.STATUS_ZOMBIE
 
 
-async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_pids):
+def assert_only_held(orch, ports, why: str) -> None:
+    """`ports` are held by the live child, and no other port of the range is held."""
     from cadre_desktop.host.ports import port_is_free
 
+    assert not any(orch.ports.try_reserve([port]) for port in ports), "its ports are handed out again"
+    free = [p for p in range(47600, 47700) if p not in ports and port_is_free("127.0.0.1", p)]
+    assert orch.ports.allocate(2) == free[:2], why
+    orch.ports.release(free[:2])
+
+
+async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_pids):
     orch = make_orchestrator(tmp_path)
     await orch.init()
     first = orch.spawn("n1", {})
@@ -175,17 +182,12 @@ async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_
     cleanup_pids.append(second.pid)
     assert second.ports == first.ports
     assert [h.id for h in orch.list_nodes()] == [second.id]
-    assert not any(orch.ports.try_reserve([port]) for port in second.ports), "its ports are handed out again"
-    free = [p for p in range(47600, 47700) if p not in second.ports and port_is_free("127.0.0.1", p)]
-    assert orch.ports.allocate(2) == free[:2], "the stale handle left a port held"
-    orch.ports.release(free[:2])
+    assert_only_held(orch, second.ports, "the stale handle left a port held")
     ready_info(orch, "n1")
     await orch.stop(second.id)
 
 
 async def test_failed_launch_restores_the_dropped_handle(tmp_path, cleanup_pids):
-    from cadre_desktop.host.ports import port_is_free
-
     orch = make_orchestrator(tmp_path)
     await orch.init()
     first = orch.spawn("n1", {})
@@ -196,10 +198,7 @@ async def test_failed_launch_restores_the_dropped_handle(tmp_path, cleanup_pids)
         orch.spawn("n1", {})
     assert "could not start the node program" in str(err.value)
     assert [h.id for h in orch.list_nodes()] == [first.id]
-    assert not any(orch.ports.try_reserve([port]) for port in first.ports), "its ports are handed out again"
-    free = [p for p in range(47600, 47700) if p not in first.ports and port_is_free("127.0.0.1", p)]
-    assert orch.ports.allocate(2) == free[:2], "the failed launch left a port held"
-    orch.ports.release(free[:2])
+    assert_only_held(orch, first.ports, "the failed launch left a port held")
     await orch.stop(first.id)
 
 
