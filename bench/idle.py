@@ -39,7 +39,7 @@ import psutil
 
 import _rig
 from _report import ROOT, markdown, summary, table, write_result
-from _supervisors import Pm2, Supervised, Supervisord
+from _supervisors import Pm2, Supervisord
 
 from tests.support.headless import HeadlessHost
 

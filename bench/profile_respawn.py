@@ -22,7 +22,6 @@ import random
 import shutil
 import signal
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path

@@ -15,7 +15,6 @@ import urllib.parse
 import urllib.request
 
 import psutil
-import pytest
 
 from tests.support.claim_link import claim
 from tests.support.headless import added, fast_settings, running_node

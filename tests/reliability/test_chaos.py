@@ -15,7 +15,6 @@ import os
 import signal
 import time
 
-import pytest
 
 from tests.support.headless import host_settings
 from tests.support.host_calls import call, claim, running

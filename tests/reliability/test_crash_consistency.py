@@ -10,7 +10,6 @@ keyring and the records agree one to one.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading

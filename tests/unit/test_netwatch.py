@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 
 import pytest
 
 from cadre_desktop.host.netwatch import AddressWatcher
-from cadre_desktop.host.records import NodeStatus, RespawnInfo
+from cadre_desktop.host.records import NodeStatus
 from tests.support.clock import FakeClock, settle
 from tests.support.polling import async_wait_until
 from tests.support.rig import Answers, Rig

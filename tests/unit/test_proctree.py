@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
