@@ -48,3 +48,41 @@ def test_the_function_rule_sees_a_long_function(tmp_path):
     planted.parent.mkdir()
     planted.write_text(f"def too_long():\n{body}\n", encoding="utf-8")
     assert long_functions(planted, MAX_FUNCTION_LINES, tmp_path) == ["cadre_desktop/long.py:1 too_long (62 lines)"]
+
+
+ARCHITECTURE = PKG.parent / "docs" / "architecture.md"
+
+
+def unmapped(doc: str, modules: list[Path], root: Path = PKG) -> list[str]:
+    """The modules the map does not name: `host/x.py`, or `x.py` on a line that names `host/`;
+    a top-level module as `x.py` with no folder before it."""
+    import re
+
+    lines = doc.splitlines()
+    missing = []
+    for path in modules:
+        rel = path.relative_to(root)
+        if rel.name == "__init__.py" and len(rel.parts) > 1:
+            continue
+        bare = re.compile(rf"(?<![\w/]){re.escape(rel.name)}")
+        if len(rel.parts) == 1:
+            named = any(bare.search(line) for line in lines)
+        else:
+            folder = f"{rel.parts[0]}/"
+            named = rel.as_posix() in doc or any(folder in line and bare.search(line) for line in lines)
+        if not named:
+            missing.append(rel.as_posix())
+    return missing
+
+
+def test_the_architecture_map_names_every_module():
+    assert not unmapped(ARCHITECTURE.read_text(encoding="utf-8"), sources()), \
+        "docs/architecture.md should say where these are and what they hold"
+
+
+def test_the_map_check_sees_a_module_it_does_not_name(tmp_path):
+    for rel in ("text.py", "host/clock.py", "node/clock.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    doc = "basics: `text.py`\nthe node: `node/clock.py`\n"
+    assert unmapped(doc, sorted(tmp_path.rglob("*.py")), tmp_path) == ["host/clock.py"]
