@@ -98,10 +98,6 @@ class LendServer:
         self.error: str | None = None
 
     @property
-    def listening(self) -> bool:
-        return self._runner is not None
-
-    @property
     def bound_port(self) -> int | None:
         """The port it listens on (the setting's, or the one the OS chose for port 0)."""
         if self._runner is None or not self._runner.addresses:
