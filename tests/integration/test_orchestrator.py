@@ -30,12 +30,17 @@ def cleanup_pids():
             pass
 
 
-async def test_spawn_gives_the_child_the_node_environment_and_its_own_session(tmp_path, cleanup_pids):
-    orch = make_orchestrator(tmp_path)
+async def started(tmp_path, cleanup_pids, secret_env: dict | None = None, **options):
+    """A started orchestrator with node n1's child up and ready: (orchestrator, handle, ready.json)."""
+    orch = make_orchestrator(tmp_path, **options)
     await orch.init()
-    handle = orch.spawn("n1", {"CADRE_CLAIM_SECRET": SECRET})
+    handle = orch.spawn("n1", secret_env or {})
     cleanup_pids.append(handle.pid)
-    info = ready_info(orch, "n1")
+    return orch, handle, ready_info(orch, "n1")
+
+
+async def test_spawn_gives_the_child_the_node_environment_and_its_own_session(tmp_path, cleanup_pids):
+    orch, handle, info = await started(tmp_path, cleanup_pids, {"CADRE_CLAIM_SECRET": SECRET})
     assert info["pid"] == handle.pid
     assert info["pgid"] == handle.pid  # a session of its own
     assert info["cwd"] == str(orch.paths.node_dir("n1"))
@@ -48,11 +53,7 @@ async def test_spawn_gives_the_child_the_node_environment_and_its_own_session(tm
 
 
 async def test_no_secret_in_ps_output_or_state_file(tmp_path, cleanup_pids):
-    orch = make_orchestrator(tmp_path)
-    await orch.init()
-    handle = orch.spawn("n1", {"CADRE_CLAIM_SECRET": SECRET})
-    cleanup_pids.append(handle.pid)
-    ready_info(orch, "n1")
+    orch, handle, _ = await started(tmp_path, cleanup_pids, {"CADRE_CLAIM_SECRET": SECRET})
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
     assert str(handle.pid) in ps
     assert SECRET not in ps
@@ -148,11 +149,7 @@ async def test_stop_kills_the_whole_group_even_when_term_is_ignored(tmp_path, cl
 
 async def test_stop_ends_grandchildren_too(tmp_path, cleanup_pids, monkeypatch):
     monkeypatch.setenv("SLEEPER_MODE", "grandchild")
-    orch = make_orchestrator(tmp_path)
-    await orch.init()
-    handle = orch.spawn("n1", {})
-    cleanup_pids.append(handle.pid)
-    info = ready_info(orch, "n1")
+    orch, handle, info = await started(tmp_path, cleanup_pids)
     grandchild = psutil.Process(info["grandchild"])
     await orch.stop(handle.id)
     grandchild.wait(timeout=5)
@@ -170,11 +167,7 @@ def assert_only_held(orch, ports, why: str) -> None:
 
 
 async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_pids):
-    orch = make_orchestrator(tmp_path)
-    await orch.init()
-    first = orch.spawn("n1", {})
-    cleanup_pids.append(first.pid)
-    ready_info(orch, "n1")
+    orch, first, _ = await started(tmp_path, cleanup_pids)
     os.kill(first.pid, signal.SIGKILL)
     await async_wait_until(lambda: not orch.is_running(first.id))
     (orch.paths.node_dir("n1") / "ready.json").unlink()
@@ -188,11 +181,7 @@ async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_
 
 
 async def test_failed_launch_restores_the_dropped_handle(tmp_path, cleanup_pids):
-    orch = make_orchestrator(tmp_path)
-    await orch.init()
-    first = orch.spawn("n1", {})
-    cleanup_pids.append(first.pid)
-    ready_info(orch, "n1")
+    orch, first, _ = await started(tmp_path, cleanup_pids)
     orch.node_command = [str(tmp_path / "no-such-program")]
     with pytest.raises(Exception) as err:
         orch.spawn("n1", {})
@@ -203,11 +192,7 @@ async def test_failed_launch_restores_the_dropped_handle(tmp_path, cleanup_pids)
 
 
 async def test_remove_stops_the_child_and_deletes_its_work_folder(tmp_path, cleanup_pids):
-    orch = make_orchestrator(tmp_path)
-    await orch.init()
-    handle = orch.spawn("n1", {})
-    cleanup_pids.append(handle.pid)
-    ready_info(orch, "n1")
+    orch, handle, _ = await started(tmp_path, cleanup_pids)
     await orch.remove_node("n1")
     assert not orch.paths.node_dir("n1").exists()
     assert not orch.paths.node_log("n1").exists()
@@ -217,11 +202,7 @@ async def test_remove_stops_the_child_and_deletes_its_work_folder(tmp_path, clea
 
 
 async def test_child_output_goes_to_its_log(tmp_path, cleanup_pids):
-    orch = make_orchestrator(tmp_path)
-    await orch.init()
-    handle = orch.spawn("n1", {"CADRE_CLAIM_SECRET": SECRET})
-    cleanup_pids.append(handle.pid)
-    ready_info(orch, "n1")
+    orch, handle, _ = await started(tmp_path, cleanup_pids, {"CADRE_CLAIM_SECRET": SECRET})
     log_file = orch.paths.node_log("n1")
     # The pump creates the log as it starts, which may be after the node is ready.
     wait_until(lambda: log_file.exists() and "sleeper: ready" in log_file.read_text(), what="log line")
