@@ -8,6 +8,7 @@ teardown and must exit 0, and its logs must not contain any secret the test saw.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json as jsonlib
 import os
 import secrets
@@ -29,10 +30,21 @@ READY_DEADLINE_S = 15.0
 STOP_DEADLINE_S = 5.0
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` different ports free on 127.0.0.1 now: each socket stays bound until all are
+    chosen, so the OS cannot hand the same port out twice (two calls of one-port-at-a-time
+    could, and a node given the same API and P2P port exits 3)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+        return ports
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def new_secret() -> str:
@@ -227,12 +239,13 @@ class NodeLauncher:
         donated: dict[str, str] | None = None,
     ) -> dict[str, str]:
         env = base_env()
+        spare = free_ports(3)  # three, so neither one given can be the other's pick
         env.update(
             CADRE_NODE_ID=node_id,
             CADRE_NODE_DIR=str(node_dir or self.root / "nodes" / node_id),
             CADRE_API_HOST="127.0.0.1",
-            CADRE_API_PORT=str(api_port or free_port()),
-            CADRE_P2P_PORT=str(p2p_port or free_port()),
+            CADRE_API_PORT=str(api_port or next(p for p in spare if p != p2p_port)),
+            CADRE_P2P_PORT=str(p2p_port or next(p for p in reversed(spare) if p != api_port)),
             CADRE_ADVERTISE_HOST="127.0.0.1",
         )
         if donated is not None:

@@ -17,25 +17,20 @@ import time
 from pathlib import Path
 
 from tests.support.headless import REPO
+from tests.support.node_process import free_ports
 from tests.support.polling import wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class NodeServer:
     def __init__(self, root: Path, node_id: str, **env: str) -> None:
         self.root = root
         self.node_id = node_id
-        self.api_port = free_port()
+        self.api_port, p2p_port = free_ports(2)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CADRE_")}
         self.env.update(
             PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", CADRE_NODE_ID=node_id,
             CADRE_NODE_DIR=str(root / node_id), CADRE_API_HOST="127.0.0.1",
-            CADRE_API_PORT=str(self.api_port), CADRE_P2P_PORT=str(free_port()),
+            CADRE_API_PORT=str(self.api_port), CADRE_P2P_PORT=str(p2p_port),
             CADRE_ADVERTISE_HOST="127.0.0.1", **env,
         )
         self.log = root / f"{node_id}.log"
