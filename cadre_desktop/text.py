@@ -44,11 +44,11 @@ def is_host(value: Any) -> bool:
     return _HOST_NAME.fullmatch(name) is not None and all(0 < len(label) < 64 for label in name.split("."))
 
 
-
 def url_host(host: str) -> str:
     """A host as a URL or a Host header writes it: an IPv6 literal in brackets. The one
     place for that rule (the engine's, the node's and the UI's addresses all use it)."""
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
 
 def _visible(ch: str) -> str:
     code = ord(ch)

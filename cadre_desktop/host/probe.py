@@ -23,7 +23,6 @@ from typing import Any, Awaitable, Callable
 from cadre_desktop import text
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.clock import Clock, sleep_or_kick
-from cadre_desktop.text import one_line, url_host
 from cadre_desktop.host.driver import NodeDriver
 from cadre_desktop.host.lifecycle import Change, Lifecycle
 from cadre_desktop.host.records import SUPERVISED, NodeRecord, NodeStatus
@@ -97,7 +96,7 @@ class HttpStatusFetcher:
                 connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=self.fresh_after_s),
             )
         try:
-            async with self._session.get(f"http://{url_host(self.host)}:{port}/status") as resp:
+            async with self._session.get(f"http://{text.url_host(self.host)}:{port}/status") as resp:
                 if resp.status != 200:
                     return None
                 raw = await resp.content.read(MAX_STATUS_BYTES + 1)  # a node may send anything
@@ -291,4 +290,4 @@ def _spend_mark(record: NodeRecord) -> NodeRecord:
 
 def _text(value: Any, limit: int) -> str | None:
     """A string a node sent, made safe for a record: one printable line, bounded; else None."""
-    return one_line(value, limit) or None if isinstance(value, str) else None
+    return text.one_line(value, limit) or None if isinstance(value, str) else None

@@ -100,13 +100,13 @@ class NodeService:
                 current = self.store.get(node_id)
                 if current is None or current.status is not NodeStatus.SPAWNING:
                     raise InvalidState(f"Node {node_id} was removed while it was being created.")
-                child = self.supervisor.launch(current, secret, 1)
+                child = self.supervisor.launch(current, secret, 1, lc=self.lifecycle)
             except BaseException:
                 await self._unwind_create(node_id, stored=stored)
                 raise
             status = NodeStatus.UNCLAIMED if mode is NodeMode.CLAIM else NodeStatus.JOINING
             try:
-                record = self.supervisor.spawned(node_id, child, status=status)
+                record = self.supervisor.spawned(node_id, child, lc=self.lifecycle, status=status)
                 if record is None:
                     raise InvalidState(f"Node {node_id} was removed while it was being created.")
             except BaseException:

@@ -401,12 +401,11 @@ class Supervisor:
                  child.pid)
         return True
 
-    def launch(self, record: SupervisedRow, secret: str, attempt: int, *,
-               want_ports: tuple[int, int] | None = None, lc: Lifecycle | None = None) -> InstanceInfo:
+    def launch(self, record: SupervisedRow, secret: str, attempt: int, *, lc: Lifecycle,
+               want_ports: tuple[int, int] | None = None) -> InstanceInfo:
         """Every start of a child goes through here: the record's secret and a fresh host
         token in its environment, clear of the ports the other records remember; the
         token is kept (in memory only) for the child that got it."""
-        lc = lc or self.lifecycle_of(record.id)
         token = new_host_token()
         env = lc.kind.secret_env(record, secret, token)
         child = self.driver.start(record.id, attempt, env, want_ports=want_ports,
@@ -415,12 +414,11 @@ class Supervisor:
             self.host_tokens[child.id] = token
         return child
 
-    def spawned(self, node_id: str, child: InstanceInfo, *, lc: Lifecycle | None = None,
-                **fields) -> SupervisedRow | None:
+    def spawned(self, node_id: str, child: InstanceInfo, *, lc: Lifecycle, **fields) -> SupervisedRow | None:
         """A record being created gets its first child (`launch`, attempt 1) and first start
         mark: the record written, or None when it went meanwhile."""
         mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
-        return (lc or self.lifecycle_of(node_id)).apply(node_id, Change.SPAWNED, lambda r: r.replace(
+        return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
 
     def _next_mark(self, record: NodeRecord, attempt: int, now: str, counted: bool, words: str | None) -> StartMark:
