@@ -11,26 +11,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.support.imports import from_base, import_statements, module_name, package_of
+
 PKG = Path(__file__).parents[2] / "cadre_desktop"
 
 
 def module_names(root: Path) -> dict[str, Path]:
-    names = {}
-    for path in root.rglob("*.py"):
-        parts = list(path.relative_to(root.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        names[".".join(parts)] = path
-    return names
-
-
-def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
-    hidden = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                hidden.update(ast.walk(child))
-    return hidden
+    return {module_name(root, path): path for path in root.rglob("*.py")}
 
 
 def import_graph(root: Path) -> dict[str, set[str]]:
@@ -45,24 +32,17 @@ def import_graph(root: Path) -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
-        hidden = _type_checking_only(tree)
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        package = package_of(root, path)
         found: set[str | None] = set()
-        for node in ast.walk(tree):
-            if node in hidden:
-                continue
+        for node in import_statements(path, running_only=True):
             if isinstance(node, ast.Import):
                 found.update(known(a.name) for a in node.names if a.name.split(".")[0] == top)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(anchor + ([base] if base else []))
-                if base.split(".")[0] != top:
-                    continue
-                # `from pkg import module` imports the module; `from module import name` the module.
-                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else known(base) for a in node.names)
+                continue
+            base = from_base(node, package)
+            if base.split(".")[0] != top:
+                continue
+            # `from pkg import module` imports the module; `from module import name` the module.
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else known(base) for a in node.names)
         graph[name] = {m for m in found if m and m != name}
     return graph
 

@@ -5,7 +5,8 @@
 - No module imports a test module (test_*) or a conftest: what two modules share is
   support code or a fixture, never one test module reaching into another.
 - A conftest.py holds fixtures and hooks only: no classes, no helper functions.
-- The fakes implement the seams they stand in for.
+- The fakes implement the seams they stand in for (the fake driver's check is with the
+  supervision tests, beside the real driver's).
 
 Each rule is a function over a folder, so the planted-fault tests below prove it can fail.
 """
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.imports import from_base, import_statements, package_of
+
 TESTS = Path(__file__).resolve().parents[1]
 
 
@@ -25,23 +28,15 @@ def python_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def module_name(root: Path, path: Path) -> str:
-    parts = [root.name, *path.relative_to(root).with_suffix("").parts]
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def imported_modules(root: Path, path: Path) -> set[str]:
     """Every module `path` imports, `from a import b` counted as both a and a.b."""
-    package = module_name(root, path).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(root, path)
+    package = package_of(root, path)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in import_statements(path):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
+        else:
+            base = from_base(node, package)
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
     return found
@@ -153,13 +148,6 @@ def test_the_fake_clock_has_every_call_of_both_clock_seams(seam):
     assert wanted, "the seam has no methods: the check would pass on anything"
     have = public_methods(FakeClock)
     assert {m: have.get(m) for m in wanted} == wanted
-
-
-def test_the_fake_driver_implements_the_driver_protocol():
-    from cadre_desktop.host.driver import NodeDriver
-    from tests.support.fake_driver import FakeOrchestrator
-
-    assert isinstance(FakeOrchestrator(), NodeDriver)
 
 
 def test_every_test_keyring_is_a_keyring_backend():

@@ -1,0 +1,47 @@
+"""Reading a module's imports from its source (ast), for the tests that check layers,
+cycles and the tests' own layout: one walker, one way of resolving a relative import."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def module_name(root: Path, path: Path) -> str:
+    """The dotted name of `path` in the package whose folder is `root` (a package is its __init__)."""
+    parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
+    hidden: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                hidden.update(ast.walk(child))
+    return hidden
+
+
+def import_statements(path: Path, *, running_only: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import in the module, inside functions too; `running_only` leaves out those
+    under `if TYPE_CHECKING:`, which never run."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    hidden = _type_checking_only(tree) if running_only else set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in hidden:
+            yield node
+
+
+def from_base(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a `from … import` reads from; `package` is the importing module's package."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*anchor, base] if base else anchor)
+
+
+def package_of(root: Path, path: Path) -> str:
+    name = module_name(root, path)
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
