@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets as _random
+from datetime import datetime, timedelta
 
 from cadre_desktop.errors import InvalidState, NoSuchThing, SecretsError, StorageError, message_of
 from cadre_desktop.host.clock import Clock, iso
@@ -57,6 +58,8 @@ class NodeService:
         #: keyring works again: on a desktop, every call to a locked keyring can pop
         #: up an unlock prompt, and one a minute would be a storm.
         self._keyring_blocked: set[str] = set()
+        #: When the last node was created here (see `_creation_time`).
+        self._last_created: datetime | None = None
 
     # -- create -------------------------------------------------------------------
 
@@ -65,6 +68,21 @@ class NodeService:
             node_id = "n" + _random.token_hex(4)
             if self.store.get(node_id) is None and node_id not in self.store.pending_removals():
                 return node_id
+
+    def _creation_time(self) -> datetime:
+        """Now, or a millisecond after the last node made here if that is not earlier.
+
+        Every list of nodes is in creation order, and a record keeps its time to the
+        millisecond: three Adds clicked in one loop turn would otherwise tie and
+        fall back on their random ids, so the list would shuffle what was asked for
+        in order.
+        """
+        now = self.clock.now()
+        now = now.replace(microsecond=now.microsecond // 1000 * 1000)  # as a record keeps it
+        if self._last_created is not None and now <= self._last_created:
+            now = self._last_created + timedelta(milliseconds=1)
+        self._last_created = now
+        return now
 
     async def add(self, name: str | None = None) -> NodeRecord:
         """Create an unclaimed node with a fresh claim secret."""
@@ -80,7 +98,7 @@ class NodeService:
         # finds and clears, keyring entry included. The other order would leave a
         # secret no record names, which nothing could ever find again.
         node_id = self._new_id()
-        now = iso(self.clock.now())
+        now = iso(self._creation_time())
         record = NodeRecord(
             id=node_id,
             name=clean_name(name, f"Node {len(self.store.list()) + 1}"),

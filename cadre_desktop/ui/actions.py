@@ -31,6 +31,7 @@ class Actions(QObject):
         self._parent_widget = parent_widget
         self._tasks: set[asyncio.Task] = set()
         self._busy: dict[str, int] = {}
+        self._closed = False
 
     # -- running ------------------------------------------------------------------
 
@@ -48,6 +49,8 @@ class Actions(QObject):
         self._busy[node_id] -= 1
         if not self._busy[node_id]:
             del self._busy[node_id]
+        if self._closed:  # what it would report to may be deleted already
+            return
         self.busy_changed.emit(node_id)
         if task.cancelled():
             return
@@ -59,6 +62,12 @@ class Actions(QObject):
 
     def busy(self, node_id: str) -> bool:
         return node_id in self._busy
+
+    def close(self) -> None:
+        """Stop reporting: what is still in flight is cancelled and ends in silence."""
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
 
     async def cancel_all(self) -> None:
         for task in list(self._tasks):

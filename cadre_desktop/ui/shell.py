@@ -289,6 +289,7 @@ class Shell(QObject):
         if self.closed:
             return
         self.closed = True
+        self.actions.close()
         self.delivery.close()
         self.bridge.close()
         self.model.stop()

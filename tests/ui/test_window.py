@@ -289,3 +289,17 @@ def test_the_window_remembers_its_size_and_place_in_a_private_file(shell, qtbot)
     assert again.size() == window.size()
     again.closing = True
     again.close()
+
+
+def test_an_action_still_in_flight_when_the_shell_closes_ends_in_silence(shell, aio, caplog):
+    import asyncio
+    import logging
+
+    answer = asyncio.Event()
+    task = shell.actions.run("wait for an answer", answer.wait(), node_id="n00000000")
+    assert shell.actions.busy("n00000000")
+    shell.close()  # its Qt objects are deleted here and now
+    answer.set()  # the answer comes after
+    aio.wait(lambda: not shell.actions.busy("n00000000"))  # its done-callback has run
+    assert task.cancelled()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

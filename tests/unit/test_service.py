@@ -166,3 +166,13 @@ async def test_missing_secret_gives_up_at_once_without_spending_attempts(rig):
     assert rec.status is NodeStatus.ERROR and rec.attempts == 0
     assert "missing from the keyring" in rec.error
     assert rig.orch.spawned == []
+
+
+async def test_nodes_added_in_one_instant_keep_the_order_they_were_asked_for(rig):
+    import asyncio
+
+    names = ["Cellar", "attic", "Barn", "Den", "eaves"]
+    made = await asyncio.gather(*(rig.service.add(n) for n in names))  # one clock reading for all
+    assert [r.name for r in rig.store.list()] == names
+    stamps = [r.created_at for r in made]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(names)
