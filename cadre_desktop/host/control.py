@@ -287,8 +287,9 @@ class ControlServer:
         try:
             # Bounded by client_max_size (413 above it) and in time: a trickled body
             # would hold its connection busy, out of reach of the idle limit.
-            raw = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(BODY_TIMEOUT_S):
+                raw = await request.read()
+        except TimeoutError:
             raise Invalid(f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.") from None
         except web.RequestPayloadError:
             # The body itself is broken: a Content-Encoding it is not in, a bad chunk.
@@ -409,8 +410,9 @@ class ControlServer:
             await response.write(b": connected\n\n")
             while True:
                 try:
-                    event = await asyncio.wait_for(queue.get(), timeout=self.heartbeat_s)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(self.heartbeat_s):
+                        event = await queue.get()
+                except TimeoutError:
                     await response.write(b": keep-alive\n\n")
                     continue
                 if event is None:

@@ -75,8 +75,9 @@ async def _read_raw(request: web.Request, max_body: int, timeout: float) -> byte
     if request.content_length is not None and request.content_length > max_body:
         raise too_large(max_body)
     try:
-        return await asyncio.wait_for(request.read(), timeout)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
         raise too_slow(timeout) from None
     except web.HTTPRequestEntityTooLarge:
         raise too_large(max_body) from None

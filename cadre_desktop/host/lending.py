@@ -339,8 +339,9 @@ class LendingService:
 
         unsubscribe = self.events.subscribe(heard)
         try:
-            await asyncio.wait_for(done, self.ready_wait_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.ready_wait_s):
+                await done
+        except TimeoutError:
             pass  # answered 201 still `provisioning`; the borrower polls
         finally:
             unsubscribe()

@@ -148,8 +148,9 @@ class _Exchange:
         while True:
             try:
                 try:
-                    event = await asyncio.wait_for(self._next_event(), self.server.guard.idle_s)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(self.server.guard.idle_s):
+                        event = await self._next_event()
+                except TimeoutError:
                     return  # no whole request for the idle time: closed gently (the guard's sweep resets)
                 if not isinstance(event, h11.Request):
                     return  # the client closed between requests
@@ -216,8 +217,9 @@ class _Exchange:
             decoder = _decoder(self.headers.get("content-encoding", ""))
             if self.h.they_are_waiting_for_100_continue:
                 self.writer.write(self.h.send(h11.InformationalResponse(status_code=100, headers=[], reason="Continue")))
-            self.body = await asyncio.wait_for(self._collect(decoder, max_body), self.server.body_timeout_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.server.body_timeout_s):
+                self.body = await self._collect(decoder, max_body)
+        except TimeoutError:
             self.broken = True
             raise too_slow(self.server.body_timeout_s) from None
         except ApiError:
@@ -257,8 +259,9 @@ class _Exchange:
                     return
 
         try:
-            await asyncio.wait_for(drop(), DRAIN_S)
-        except (asyncio.TimeoutError, h11.RemoteProtocolError):
+            async with asyncio.timeout(DRAIN_S):
+                await drop()
+        except (TimeoutError, h11.RemoteProtocolError):
             pass
 
     async def _send(self, status: int, headers: list[tuple[str, str]], body: bytes, *,
@@ -271,7 +274,8 @@ class _Exchange:
             data += self.h.send(h11.Data(data=body))
         data += self.h.send(h11.EndOfMessage())
         self.writer.write(data)
-        await asyncio.wait_for(self.writer.drain(), self.server.guard.idle_s)
+        async with asyncio.timeout(self.server.guard.idle_s):
+            await self.writer.drain()
 
     async def _refuse_malformed(self, err: Exception) -> None:
         if self.eof and isinstance(err, h11.RemoteProtocolError):
@@ -297,8 +301,9 @@ class _Exchange:
                     budget -= len(chunk)
 
             try:
-                await asyncio.wait_for(discard(), DRAIN_S)
-            except (asyncio.TimeoutError, OSError):
+                async with asyncio.timeout(DRAIN_S):
+                    await discard()
+            except (TimeoutError, OSError):
                 pass
         self.writer.close()
 

@@ -77,10 +77,9 @@ async def redeem_invitation(node: Node, text: str, timeout_s: float) -> None:
             )
             return
         try:
-            status, headers, raw = await asyncio.wait_for(
-                post_json(code.host, code.port, "/join", body), min(ATTEMPT_TIMEOUT_S, remaining)
-            )
-        except (OSError, ClientError, asyncio.TimeoutError) as err:
+            async with asyncio.timeout(min(ATTEMPT_TIMEOUT_S, remaining)):
+                status, headers, raw = await post_json(code.host, code.port, "/join", body)
+        except (OSError, ClientError, TimeoutError) as err:
             last_problem = f"the inviting node did not answer ({type(err).__name__})"
         else:
             payload = _json_or_none(raw)

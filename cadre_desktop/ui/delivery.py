@@ -76,7 +76,8 @@ class Delivery(QObject):
         try:
             if self._notifier is None:
                 self._notifier = self._make(self.app_icon)
-            caps = await asyncio.wait_for(self._notifier.get_capabilities(), SERVICE_TIMEOUT_S)
+            async with asyncio.timeout(SERVICE_TIMEOUT_S):
+                caps = await self._notifier.get_capabilities()
         except Exception as exc:  # no session bus, no service, a service that hangs
             log.info("no notification service (%s); using the tray's balloon", exc or type(exc).__name__)
             self._notifier = None
@@ -98,7 +99,8 @@ class Delivery(QObject):
             on_dispatched=lambda: sent.append(True),
         )
         try:
-            identifier = await asyncio.wait_for(notifier.send_notification(note), SERVICE_TIMEOUT_S)
+            async with asyncio.timeout(SERVICE_TIMEOUT_S):
+                identifier = await notifier.send_notification(note)
         except Exception as exc:  # a D-Bus service can fail in any way; the tray's balloon is the fallback
             log.warning("the notification service did not take the notice: %s", exc or type(exc).__name__)
             return False
@@ -145,7 +147,8 @@ class Delivery(QObject):
         if identifier is None or self._notifier is None:
             return
         try:
-            await asyncio.wait_for(self._notifier.clear(identifier), SERVICE_TIMEOUT_S)
+            async with asyncio.timeout(SERVICE_TIMEOUT_S):
+                await self._notifier.clear(identifier)
         except Exception as exc:  # KeyError: the service closed it already (a click, a dismiss)
             log.debug("withdrawing notice %s: %r", key, exc)
 

@@ -88,7 +88,8 @@ class Notifier(QObject):
         self.muted = True
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
-            await asyncio.wait_for(self.delivery.withdraw_all(), CLOSE_TIMEOUT_S)
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await self.delivery.withdraw_all()
         except Exception as exc:  # quitting must finish whatever the notification service does
             log.debug("withdrawing notices at quit: %r", exc)
 
