@@ -45,3 +45,15 @@ def from_base(node: ast.ImportFrom, package: str) -> str:
 def package_of(root: Path, path: Path) -> str:
     name = module_name(root, path)
     return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def imported(root: Path, path: Path) -> Iterator[tuple[str, str | None]]:
+    """`(module, None)` for each `import module` in `path`, `(module, name)` for each
+    `from module import name`, with relative imports resolved against `root`'s package."""
+    package = package_of(root, path)
+    for node in import_statements(path):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, None) for alias in node.names)
+        else:
+            base = from_base(node, package)
+            yield from ((base, alias.name) for alias in node.names)

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from tests.support.imports import imported
 
 PKG = Path(__file__).resolve().parents[2] / "cadre_desktop"
 QT = ("PySide6", "shiboken6", "qasync")
 
 
 def imports(path: Path):
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            yield from ((alias.name, None) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            yield from ((node.module, alias.name) for alias in node.names)
+    return imported(PKG, path)
 
 
 def test_qt_is_imported_only_in_ui_and_never_with_a_star():

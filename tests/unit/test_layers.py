@@ -5,17 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.imports import imported
+
 PKG = Path(__file__).parents[2] / "cadre_desktop"
 
 
 def imported_modules(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
+    return {module for module, _ in imported(PKG, path)}
 
 
 def test_host_and_node_sources_never_import_qt_or_ui():
