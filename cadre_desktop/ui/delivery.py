@@ -80,7 +80,7 @@ class Delivery(QObject):
                 caps = await self._notifier.get_capabilities()
         except Exception as exc:  # no session bus, no service, a service that hangs
             log.info("no notification service (%s); using the tray's balloon", exc or type(exc).__name__)
-            self._notifier = None
+            self.close()  # the next try makes a new connection: this one must not stay open beside it
             return None
         return self._notifier if Capability.TITLE in caps else None
 
@@ -131,7 +131,8 @@ class Delivery(QObject):
                 await self._withdraw(key)
 
     def close(self) -> None:
-        """Let go of the service's connection (desktop-notifier keeps its bus open otherwise)."""
+        """Close the service's connection (desktop-notifier keeps its bus open otherwise);
+        a later notice opens a new one."""
         bus = getattr(getattr(self._notifier, "_backend", None), "bus", None)
         self._notifier = None
         if bus is not None:

@@ -83,6 +83,13 @@ class Notifier(QObject):
         """From Quit on: stopping nodes is what the person asked for."""
         self.muted = True
 
+    def stop(self) -> None:
+        """When the Shell closes: nothing more is said, and what is on its way is called off
+        (it would reach Qt objects that are gone)."""
+        self.muted = True
+        for task in list(self._tasks):
+            task.cancel()
+
     async def close(self) -> None:
         """Take our notices off the screen: their buttons die with the app."""
         self.muted = True

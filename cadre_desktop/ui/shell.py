@@ -290,6 +290,7 @@ class Shell(QObject):
             return
         self.closed = True
         self.actions.close()
+        self.notifier.stop()
         self.delivery.close()
         self.bridge.close()
         self.model.stop()

@@ -93,6 +93,18 @@ class SecretServiceSession:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def bus_clients(env: dict) -> int:
+    """How many connections the session bus has now, not counting the one that asks."""
+    from contextlib import closing
+
+    from jeepney.bus_messages import message_bus
+    from jeepney.io.blocking import open_dbus_connection
+
+    with closing(open_dbus_connection(bus=env["DBUS_SESSION_BUS_ADDRESS"])) as conn:
+        names = conn.send_and_get_reply(message_bus.ListNames()).body[0]
+        return sum(1 for name in names if name.startswith(":") and name != conn.unique_name)
+
+
 def lock_default_collection(keyring_env: dict) -> None:
     """Lock the login collection, as at the start of a session before the user unlocks it."""
     from contextlib import closing

@@ -103,3 +103,21 @@ def _message_boxes():
     from PySide6.QtWidgets import QApplication, QMessageBox
 
     return [w for w in QApplication.topLevelWidgets() if isinstance(w, QMessageBox) and w.isVisible()]
+
+
+def test_a_session_with_no_notification_service_keeps_no_connection_open(keyring_env, aio):
+    """Each notice asks the bus again (a service may appear); each try that finds none
+    closes its connection, so a desktop with no notification daemon leaks none."""
+    from cadre_desktop.ui.delivery import Delivery, Notice
+    from cadre_desktop.ui.icons import APP_ICON
+    from tests.support.session_bus import bus_clients
+
+    before = bus_clients(keyring_env)
+    delivery = Delivery(None, APP_ICON)
+    try:
+        for n in range(3):
+            assert aio.run(delivery.send(Notice(key=f"k{n}", node_id="n1", title="Garage stopped", body="x"))) == ""
+        assert aio.wait(lambda: bus_clients(keyring_env) == before, timeout=10)
+    finally:
+        delivery.close()
+        delivery.deleteLater()
