@@ -47,11 +47,12 @@ def package_of(root: Path, path: Path) -> str:
     return name if path.name == "__init__.py" else name.rpartition(".")[0]
 
 
-def imported(root: Path, path: Path) -> Iterator[tuple[str, str | None]]:
+def imported(root: Path, path: Path, *, running_only: bool = False) -> Iterator[tuple[str, str | None]]:
     """`(module, None)` for each `import module` in `path`, `(module, name)` for each
-    `from module import name`, with relative imports resolved against `root`'s package."""
+    `from module import name`, with relative imports resolved against `root`'s package
+    (`running_only` as for `import_statements`)."""
     package = package_of(root, path)
-    for node in import_statements(path):
+    for node in import_statements(path, running_only=running_only):
         if isinstance(node, ast.Import):
             yield from ((alias.name, None) for alias in node.names)
         else:

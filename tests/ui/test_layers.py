@@ -10,14 +10,10 @@ PKG = Path(__file__).resolve().parents[2] / "cadre_desktop"
 QT = ("PySide6", "shiboken6", "qasync")
 
 
-def imports(path: Path):
-    return imported(PKG, path)
-
-
 def test_qt_is_imported_only_in_ui_and_never_with_a_star():
     for path in PKG.rglob("*.py"):
         in_ui = "ui" in path.relative_to(PKG).parts[:1]
-        for module, name in imports(path):
+        for module, name in imported(PKG, path):
             if module.startswith(QT):
                 assert in_ui, f"{path} imports {module}"
                 assert name != "*", f"{path} star-imports {module}"

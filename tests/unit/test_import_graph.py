@@ -8,10 +8,9 @@ modules cannot be understood, tested or moved apart. Imports under
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
-from tests.support.imports import from_base, import_statements, module_name, package_of
+from tests.support.imports import imported, module_name
 
 PKG = Path(__file__).parents[2] / "cadre_desktop"
 
@@ -32,17 +31,13 @@ def import_graph(root: Path) -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        package = package_of(root, path)
         found: set[str | None] = set()
-        for node in import_statements(path, running_only=True):
-            if isinstance(node, ast.Import):
-                found.update(known(a.name) for a in node.names if a.name.split(".")[0] == top)
-                continue
-            base = from_base(node, package)
-            if base.split(".")[0] != top:
+        for module, item in imported(root, path, running_only=True):
+            if module.split(".")[0] != top:
                 continue
             # `from pkg import module` imports the module; `from module import name` the module.
-            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else known(base) for a in node.names)
+            full = f"{module}.{item}"
+            found.add(known(module) if item is None else full if full in modules else known(module))
         graph[name] = {m for m in found if m and m != name}
     return graph
 

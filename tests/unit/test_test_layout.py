@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.imports import from_base, import_statements, package_of
+from tests.support.imports import imported
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -30,15 +30,11 @@ def python_files(root: Path) -> list[Path]:
 
 def imported_modules(root: Path, path: Path) -> set[str]:
     """Every module `path` imports, `from a import b` counted as both a and a.b."""
-    package = package_of(root, path)
     found: set[str] = set()
-    for node in import_statements(path):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        else:
-            base = from_base(node, package)
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+    for module, name in imported(root, path):
+        found.add(module)
+        if name is not None:
+            found.add(f"{module}.{name}")
     return found
 
 
