@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cadre_desktop.host.orchestrator import Orchestrator  # noqa: E402
-from cadre_desktop.host.ports import PortAllocator  # noqa: E402
+from cadre_desktop.host.local.orchestrator import Orchestrator  # noqa: E402
+from cadre_desktop.host.local.ports import PortAllocator  # noqa: E402
 from cadre_desktop.paths import Paths  # noqa: E402
 
 CHILD = [sys.executable, "-c", "import time\nwhile True: time.sleep(60)"]

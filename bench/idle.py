@@ -35,9 +35,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-import psutil
-
 import _rig
+import psutil
 from _report import ROOT, markdown, summary, table, write_result
 from _supervisors import Pm2, Supervisord
 

@@ -41,9 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 import _rig
+import psutil
 from _report import markdown, summary, table, write_result
 
 GOALS = {"exec -> answering p50 (ms)": 120.0, "RSS (MB)": 30.0, "USS (MB)": 15.0}

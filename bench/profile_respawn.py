@@ -46,9 +46,9 @@ STEPS = [
 
 
 def instrument(marks: dict[str, int]) -> None:
-    from cadre_desktop.host.orchestrator import Orchestrator
-    from cadre_desktop.host.service import NodeService
-    from cadre_desktop.host.supervisor import Supervisor
+    from cadre_desktop.host.core.service import NodeService
+    from cadre_desktop.host.core.supervisor import Supervisor
+    from cadre_desktop.host.local.orchestrator import Orchestrator
 
     def wrap(owner, attr: str, label: str) -> None:
         fn = getattr(owner, attr)
@@ -75,7 +75,7 @@ def instrument(marks: dict[str, int]) -> None:
     wrap(Orchestrator, "spawn", "Orchestrator.spawn")
     for attr in ("_choose_ports", "_node_env", "_launch"):
         wrap(Orchestrator, attr, f"Orchestrator.{attr}")
-    from cadre_desktop.host import nodelogs
+    from cadre_desktop.host.local import nodelogs
 
     wrap(nodelogs, "start_pump", "nodelogs.start_pump")
     wrap(Supervisor, "_reconcile_once", "Supervisor._reconcile_once")

@@ -16,9 +16,9 @@ something to do, what to do. Messages never contain a secret.
     └── ApiError                 not a fault but an answer on the wire: a status and a wire code,
                                  raised and read only at the HTTP edges and by their clients
 
-The engine's errors carry no HTTP status: each HTTP edge maps them (host/http_status.py
-for the control API and the lend API's other errors, REFUSAL_STATUSES in host/lend_api.py,
-node/http_status.py for the node's API). Wire codes are contracts: the control API speaks
+The engine's errors carry no HTTP status: each HTTP edge maps them (host/edges/http_status.py
+for the control API and the lend API's other errors, REFUSAL_STATUSES in host/edges/lend_api.py,
+wire/http_status.py for the node's API). Wire codes are contracts: the control API speaks
 these snake_case codes as they are; the node and lend APIs speak kebab-case, so their
 edges write `wire_code(code)`. This module imports nothing of the package: the node
 shares it with the host.

@@ -19,7 +19,8 @@ import logging
 import os
 import sys
 import threading
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

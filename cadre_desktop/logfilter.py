@@ -24,7 +24,8 @@ import re
 import sys
 import time
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _DIGITS = re.compile(r"\d+")
 _MAX_KINDS = 1000

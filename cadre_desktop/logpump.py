@@ -31,7 +31,7 @@ a Ctrl-C in the host's terminal or a SIGTERM to the node's group never cuts
 off the node's last lines.
 
 On Windows the pump also holds the node's Job object open (see
-`cadre_desktop.host.winjob`), so the job lives exactly as long as the node's
+`cadre_desktop.host.local.winjob`), so the job lives exactly as long as the node's
 output does and not as long as the host.
 
 Usage: `python -I -S logpump.py <log path> <cap bytes> [--job <name>]`, the

@@ -1,7 +1,7 @@
 """Reading a log like `tail`: its last lines, then what is appended.
 
 The one reader of a log's end: the CLI's `node logs`, the host's log tail (the
-window, a give-up's reason, `host/nodelogs.py`), the details pane and doctor
+window, a give-up's reason, `host/local/nodelogs.py`), the details pane and doctor
 all read back from the end through `tail_lines`, block by block, so none of
 them reads a whole log for its last lines. The CLI reads the file directly, so
 `node logs` works with no host running. The host trims a log by copying it
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from cadre_desktop.readfile import open_binary
 

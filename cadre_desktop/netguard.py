@@ -1,6 +1,6 @@
 """Bounds on what clients can make a server hold: connections per source, in total, and idle.
 
-Used by the host's control API (through `host/webguard.py`, its aiohttp
+Used by the host's control API (through `host/edges/webguard.py`, its aiohttp
 adapter) and by the node's own HTTP server (`node/http1.py`), so it imports
 nothing from either, and no HTTP library: the node serves without aiohttp. Without it, one process that opens connections and sends nothing
 (or half a request) holds a descriptor each until the process runs out, and
@@ -33,7 +33,8 @@ import logging
 import socket
 import sys
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 

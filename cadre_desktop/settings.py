@@ -71,16 +71,18 @@ class Settings:
     #: Keep one node program loaded in standby for the next start (docs/node-contract.md):
     #: null (the default) means on for the reference node and off for any other program.
     warm_standby: bool | None = None
+    #: What runs the nodes (host/drivers.py): `local`, child processes of this computer.
+    driver: str = "local"
 
     def uses_warm_standby(self) -> bool:
         if self.warm_standby is None:
             return self.node_command == default_node_command()
         return self.warm_standby
 
-    def with_changes(self, **changes: Any) -> "Settings":
+    def with_changes(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
-    def donation_supervision(self) -> "Settings":
+    def donation_supervision(self) -> Settings:
         """These settings with the lent nodes' supervision keys in place of the hosted ones."""
         chosen = {
             key: getattr(self, f"donation_{key}")
@@ -89,6 +91,18 @@ class Settings:
             if getattr(self, f"donation_{key}") is not None
         }
         return self.with_changes(**chosen)
+
+
+#: The drivers this host can run nodes with (host/drivers.py builds each).
+DRIVERS = ("local",)
+
+
+def _one_of(choices: tuple[str, ...]):
+    def check(v: Any) -> Any:
+        if v not in choices:
+            return None, f"must be one of: {', '.join(repr(c) for c in choices)}"
+        return v, None
+    return check
 
 
 def _is_int(v: Any) -> bool:
@@ -206,6 +220,7 @@ _CHECKS = {
     "donation_provisioning_ttl_ms": _whole(1000, _DAY_MS, "one day"),
     "donation_awaiting_seed_ttl_ms": _whole(1000, 30 * _DAY_MS, "30 days"),
     "warm_standby": _bool_or_null,
+    "driver": _one_of(DRIVERS),
 }
 
 KNOWN_KEYS = tuple(_CHECKS)

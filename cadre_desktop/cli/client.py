@@ -12,10 +12,11 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from cadre_desktop.errors import ApiError, MachineError
 from cadre_desktop.readfile import read_bytes
@@ -101,7 +102,7 @@ class ControlClient:
         self.info = info
 
     @classmethod
-    def from_file(cls, path: Path) -> "ControlClient":
+    def from_file(cls, path: Path) -> ControlClient:
         return cls(read_control(path))
 
     def _open(self, method: str, path: str, body: Any, timeout: float, accept: str = "application/json"):

@@ -17,16 +17,35 @@ import getpass
 import json
 import os
 import sys
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from cadre_desktop import __version__, build_commit
 from cadre_desktop.cli import lending
 from cadre_desktop.cli.client import NoHost
 from cadre_desktop.cli.logs import cmd_logs
 from cadre_desktop.cli.terminal import (
-    EXIT_FAILED, EXIT_NO_HOST, EXIT_OK, EXIT_USAGE, PROG, Usage, add_log_options, client, clip, confirm,
-    details, needs_terminal, one_line, out, print_json, print_qr, show, shown, table, write_qr_file,
+    EXIT_FAILED,
+    EXIT_NO_HOST,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    Usage,
+    add_log_options,
+    client,
+    clip,
+    confirm,
+    details,
+    needs_terminal,
+    one_line,
+    out,
+    print_json,
+    print_qr,
+    show,
+    shown,
+    table,
+    write_qr_file,
 )
 from cadre_desktop.errors import ApiError, CadreError, Invalid, InvalidState, MachineError
 from cadre_desktop.paths import Paths, resolve_paths
@@ -225,7 +244,7 @@ def cmd_autostart(args, paths: Paths) -> int:
 
 
 def run_headless(paths: Paths) -> int:
-    from cadre_desktop.host.preflight import prepare_home
+    from cadre_desktop.host.core.preflight import prepare_home
     from cadre_desktop.settings import load_settings
 
     prepare_home(paths)  # a home it cannot use is one message (exit 1), before settings are read there
@@ -333,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [NODE_FLAG]:  # before argparse: the node takes its own (few) arguments
         return run_node(argv[1:])
-    if argv[:1] == ["--log-pump"]:  # a node's log pump inside a bundle (logpump.FLAG; host/nodelogs.py)
+    if argv[:1] == ["--log-pump"]:  # a node's log pump inside a bundle (logpump.FLAG; host/local/nodelogs.py)
         from cadre_desktop import logpump
 
         logpump.run(argv[1:])

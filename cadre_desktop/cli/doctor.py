@@ -17,10 +17,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable
 
 from cadre_desktop import logtail
 from cadre_desktop.errors import CadreError
@@ -89,7 +89,7 @@ def check_home_writable(paths: Paths) -> CheckResult:
 
 def check_keyring(make_store: Callable | None = None) -> CheckResult:
     if make_store is None:
-        from cadre_desktop.host.secrets import SecretStore as make_store
+        from cadre_desktop.host.core.secrets import SecretStore as make_store
     store = make_store()
     try:
         backend = store.check_sync()
@@ -104,7 +104,7 @@ def check_keyring(make_store: Callable | None = None) -> CheckResult:
 
 def free_ports(settings: Settings, is_free: Callable[[str, int], bool] | None = None) -> list[int]:
     if is_free is None:
-        from cadre_desktop.host.ports import port_is_free as is_free
+        from cadre_desktop.host.local.ports import port_is_free as is_free
     low, high = settings.port_range
     found = []
     for port in range(low, high + 1):
@@ -139,7 +139,7 @@ def _status(port: int) -> dict | None:
 def check_node_program(settings: Settings, timeout: float = NODE_START_TIMEOUT_S) -> CheckResult:
     """Start the node program as the host would (the same environment builder), wait until it
     answers /status, stop it as the host would (terminate, a grace period, kill)."""
-    from cadre_desktop.host import launch, procs
+    from cadre_desktop.host.local import launch, procs
 
     name = "node program"
     ports = free_ports(settings.with_changes(bind_host="127.0.0.1"))[:2]
@@ -155,8 +155,8 @@ def check_node_program(settings: Settings, timeout: float = NODE_START_TIMEOUT_S
         started = time.monotonic()
         try:
             with open(log_path, "wb") as log:
-                child = subprocess.Popen(settings.node_command, env=env, cwd=tmp, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, **procs.popen_options())
+                child = procs.spawn(settings.node_command, env=env, cwd=tmp, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT)
         except OSError as exc:
             return fail(name, f"cannot start {settings.node_command[0]!r}: {exc.strerror or exc}. "
                         "Check 'node_command' in settings.json.")

@@ -50,7 +50,7 @@ async def serve(paths: Paths, settings: Settings) -> int:
 
 
 def run_headless(paths: Paths, settings: Settings) -> int:
-    from cadre_desktop.host.preflight import prepare_home
+    from cadre_desktop.host.core.preflight import prepare_home
 
     try:
         prepare_home(paths)  # before the log: an unusable home is one message, not two

@@ -1,37 +1,37 @@
 """The Host: the composition root of the engine.
 
-It wires settings, store, secrets, orchestrator, service, supervisor, probe,
+It wires settings, store, secrets, the driver, service, supervisor, probe,
 the address watcher, lending and the control API, owns their tasks, and holds
 the operations the tray, the headless runner and the control API call. What it
-shows of a node is built by `host/views.py`; the address nodes advertise is
-`host/netwatch.py`'s. Nothing here imports Qt.
+shows of a node is built by `host/core/views.py`; the address nodes advertise is
+`host/core/netwatch.py`'s. Nothing here imports Qt.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from cadre_desktop.errors import CadreError, NoSuchThing
 from cadre_desktop.host import live_settings
-from cadre_desktop.host.address import ConfiguredAddress
-from cadre_desktop.host.clock import Clock
-from cadre_desktop.host.events import EventBus, EventKind, HostEvent
-from cadre_desktop.host.lock import HostLock
-from cadre_desktop.host.keyring_gate import KeyringGate
-from cadre_desktop.host.lifecycle import Lifecycle
-from cadre_desktop.host.netwatch import AddressWatcher, restart_stale
-from cadre_desktop.host.orchestrator import Orchestrator
-from cadre_desktop.host.ports import PortAllocator
-from cadre_desktop.host.preflight import check_bind_host, prepare_home
-from cadre_desktop.host.probe import HttpStatusFetcher, Probe, loopback_for
-from cadre_desktop.host.records import SUPERVISED, NodeStatus
-from cadre_desktop.host.secrets import SecretKind, SecretStore, move_legacy_entries
-from cadre_desktop.host.service import NodeService
-from cadre_desktop.host.store import KEYRING_LAYOUT, RecordStore
-from cadre_desktop.host.supervisor import Supervisor, secret_kind
-from cadre_desktop.host.views import NodeView, NodeViews
+from cadre_desktop.host.core.address import ConfiguredAddress
+from cadre_desktop.host.core.clock import Clock
+from cadre_desktop.host.core.driver import NodeDriver
+from cadre_desktop.host.core.events import EventBus, EventKind, HostEvent
+from cadre_desktop.host.core.keyring_gate import KeyringGate
+from cadre_desktop.host.core.lifecycle import Lifecycle
+from cadre_desktop.host.core.lock import HostLock
+from cadre_desktop.host.core.netwatch import AddressWatcher, restart_stale
+from cadre_desktop.host.core.preflight import check_bind_host, prepare_home
+from cadre_desktop.host.core.probe import HttpStatusFetcher, Probe, loopback_for
+from cadre_desktop.host.core.records import SUPERVISED, NodeStatus
+from cadre_desktop.host.core.secrets import SecretKind, SecretStore, move_legacy_entries
+from cadre_desktop.host.core.service import NodeService
+from cadre_desktop.host.core.store import KEYRING_LAYOUT, RecordStore
+from cadre_desktop.host.core.supervisor import Supervisor, secret_kind
+from cadre_desktop.host.core.views import NodeView, NodeViews
+from cadre_desktop.host.drivers import make_driver
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
 
@@ -68,7 +68,7 @@ class Host:
         )
         # Made by `start`, in this order, once every file was read and found good.
         self.gate: KeyringGate | None = None
-        self.orchestrator: Orchestrator | None = None
+        self.driver: NodeDriver | None = None
         self.probe: Probe | None = None
         self.supervisor: Supervisor | None = None
         self.service: NodeService | None = None
@@ -102,8 +102,8 @@ class Host:
 
     async def _start(self) -> None:
         self._load_files()
-        self.orchestrator = self._make_orchestrator()
-        report = await self.orchestrator.init()
+        self.driver = make_driver(self.settings, self.paths, lambda: self.netwatch.current)
+        report = await self.driver.init()
         # Only once every file was read and found good: an upgrade writes the records.
         self._bind_keyring()
         if report.attached:
@@ -120,7 +120,7 @@ class Host:
         self.events.subscribe(lambda event: self.probe.watch_node(event.node_id) if event.node_id else None)
         self.netwatch.start()
         if self._serve_control_api:
-            from cadre_desktop.host.control import ControlServer
+            from cadre_desktop.host.edges.control import ControlServer
 
             self.control = ControlServer(self, self.paths.control_file)
             await self.control.start()
@@ -136,47 +136,35 @@ class Host:
         self.lending = Lending(self)
         self.lending.load()
         if self._serve_control_api:
-            from cadre_desktop.host.control import check_control_file
+            from cadre_desktop.host.edges.control import check_control_file
 
             # A control.json we cannot have written is refused, like every file we keep.
             check_control_file(self.paths.control_file)
         check_bind_host(self.settings.bind_host, str(self.paths.settings_file))
 
-    def _make_orchestrator(self) -> Orchestrator:
-        s = self.settings
-        return Orchestrator(
-            paths=self.paths,
-            node_command=s.node_command,
-            ports=PortAllocator(*s.port_range, bind_host=s.bind_host),
-            bind_host=s.bind_host,
-            advertise_host=lambda: self.netwatch.current,
-            stop_timeout_s=s.stop_timeout_ms / 1000,
-            warm_standby=s.uses_warm_standby(),
-        )
-
     def _make_supervision(self) -> None:
-        """The keyring gate, the probe, the supervisor, the service and the views, over the orchestrator."""
+        """The keyring gate, the probe, the supervisor, the service and the views, over the driver."""
         s = self.settings
         self.gate = KeyringGate(self.secrets, sleep=self.clock.sleep)
         interval = s.probe_interval_ms / 1000
         self.probe = Probe(
-            lifecycle=self.lifecycle, driver=self.orchestrator, clock=self.clock,
+            lifecycle=self.lifecycle, driver=self.driver, clock=self.clock,
             interval_s=interval,
             fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval)),
                                     fresh_after_s=min(2.5, interval / 2)),
             on_unresponsive=lambda _node_id: self.supervisor.kick("unresponsive"),
         )
         self.supervisor = Supervisor(
-            lifecycle=self.lifecycle, driver=self.orchestrator, gate=self.gate, settings=s, clock=self.clock,
+            lifecycle=self.lifecycle, driver=self.driver, gate=self.gate, settings=s, clock=self.clock,
             probe=self.probe, on_sweep=self._sweep_housekeeping,
         )
         self.service = NodeService(
-            lifecycle=self.lifecycle, driver=self.orchestrator, gate=self.gate,
+            lifecycle=self.lifecycle, driver=self.driver, gate=self.gate,
             supervisor=self.supervisor, clock=self.clock,
         )
         gate = self.gate
         self.views = NodeViews(
-            store=self.store, driver=self.orchestrator, supervisor=self.supervisor, probe=self.probe,
+            store=self.store, driver=self.driver, supervisor=self.supervisor, probe=self.probe,
             clock=self.clock, address=lambda: self.netwatch.current, log_path=self.paths.node_log,
             claim_secret=lambda node_id: gate.cached(node_id, SecretKind.CLAIM),
         )
@@ -255,7 +243,7 @@ class Host:
             self.events.emit(EventKind.CHANGED, record.id)
         if self.service is None:
             return
-        await restart_stale(self.store.list(), SUPERVISED, self.orchestrator, self.service.restart, new, "node")
+        await restart_stale(self.store.list(), SUPERVISED, self.driver, self.service.restart, new, "node")
         if self.lending is not None and self.lending.service is not None:
             await self.lending.address_changed(new)
 
@@ -265,7 +253,7 @@ class Host:
             await self.control.stop()
             self.control = None
         for part in (self.lending, self.probe, self.supervisor):
-            # The supervisor before the orchestrator: the exits its stops raise trigger no respawn.
+            # The supervisor before the driver: the exits its stops raise trigger no respawn.
             if part is not None:
                 await part.stop()
         if self.gate is not None:
@@ -274,10 +262,10 @@ class Host:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self.orchestrator is not None:
+        if self.driver is not None:
             if stop_nodes:
-                await self.orchestrator.stop_all()
-            self.orchestrator.close()
+                await self.driver.stop_all()
+            self.driver.close()
         self.secrets.close()
         self._lock.release()
         self._started = False
@@ -298,7 +286,7 @@ class Host:
 
     def log_tail(self, node_id: str, lines: int = 200) -> list[str]:
         self.get_node(node_id)
-        return self.orchestrator.log_tail(node_id, lines, max_bytes=256 * 1024)
+        return self.driver.log_tail(node_id, lines, max_bytes=256 * 1024)
 
     # -- actions ----------------------------------------------------------------------
 
@@ -318,8 +306,8 @@ class Host:
         return self.views.of(await self.service.regenerate(node_id))
 
     async def invite_node(self, node_id: str, name: str | None = None) -> NodeView:
-        """A new node that joins the cadre of `node_id` (host/invite.py)."""
-        from cadre_desktop.host.invite import invite_another
+        """A new node that joins the cadre of `node_id` (host/core/invite.py)."""
+        from cadre_desktop.host.core.invite import invite_another
 
         return await invite_another(self, node_id, name)
 

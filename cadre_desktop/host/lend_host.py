@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import logging
 
-from cadre_desktop.host.donations import DONATION_SUPERVISED, DonationStatus, DonationStore
-from cadre_desktop.host.grants import GrantStore
-from cadre_desktop.host.lend_api import LendServer, NodeSeedClient
-from cadre_desktop.host.lend_kind import DONATED
-from cadre_desktop.host.lend_views import LendingViews
-from cadre_desktop.host.lending import LendingService
-from cadre_desktop.host.lifecycle import Lifecycle
-from cadre_desktop.host.netwatch import restart_stale
-from cadre_desktop.host.probe import loopback_for
-from cadre_desktop.host.secrets import SecretKind
+from cadre_desktop.host.core.lifecycle import Lifecycle
+from cadre_desktop.host.core.netwatch import restart_stale
+from cadre_desktop.host.core.probe import loopback_for
+from cadre_desktop.host.core.secrets import SecretKind
+from cadre_desktop.host.edges.lend_api import LendServer, NodeSeedClient
+from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, DonationStatus, DonationStore
+from cadre_desktop.host.lending.grants import GrantStore
+from cadre_desktop.host.lending.kind import DONATED
+from cadre_desktop.host.lending.service import LendingService
+from cadre_desktop.host.lending.views import LendingViews
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class Lending:
         host.probe.watch(self.lifecycle)
         self._seed_client = NodeSeedClient(loopback_for(s.bind_host))
         self.service = LendingService(
-            grants=self.grants, lifecycle=self.lifecycle, driver=host.orchestrator, gate=host.gate,
+            grants=self.grants, lifecycle=self.lifecycle, driver=host.driver, gate=host.gate,
             supervisor=host.supervisor, nodes=host.service, clock=host.clock, settings=s,
             advertise_host=lambda: host.advertise_host, post_seed=self._seed_client,
             keep_home=host.store.persist_home,
@@ -87,7 +87,7 @@ class Lending:
 
     async def address_changed(self, new: str) -> None:
         """Restart, one at a time, each running lent node that still advertises the old address."""
-        await restart_stale(self.donations.list(), DONATION_SUPERVISED, self.host.orchestrator,
+        await restart_stale(self.donations.list(), DONATION_SUPERVISED, self.host.driver,
                             self.host.service.restart, new, "lent node")
 
     # -- what the owner asks (the window, the tray); the control API asks the same ----------

@@ -17,13 +17,14 @@ import logging
 from dataclasses import dataclass, field
 
 from cadre_desktop.errors import message_of
-from cadre_desktop.host.records import SUPERVISED
+from cadre_desktop.host.core.records import SUPERVISED
+from cadre_desktop.host.drivers import driver_config
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
 
 #: Keys a running host cannot take without starting again.
-AT_START_ONLY = ("bind_host", "probe_interval_ms")
+AT_START_ONLY = ("bind_host", "probe_interval_ms", "driver", "warm_standby")
 
 
 @dataclass
@@ -37,10 +38,9 @@ class Applied:
 
 
 def _running_supervised(host) -> list:
-    orchestrator = host.orchestrator
     out = []
     for record in host.store.list():
-        handle = orchestrator.get(record.handle) if orchestrator else None
+        handle = host.driver.get(record.handle) if host.driver else None
         if record.status in SUPERVISED and handle is not None and handle.alive:
             out.append((record, handle))
     return out
@@ -58,13 +58,8 @@ def _to_restart(host, old: Settings, new: Settings) -> list[str]:
 
 
 def _swap(host, new: Settings) -> None:
-    orchestrator = host.orchestrator
-    if orchestrator is not None:
-        orchestrator.node_command = list(new.node_command)
-        orchestrator.stop_timeout_s = new.stop_timeout_ms / 1000
-        ports = getattr(orchestrator, "ports", None)
-        if ports is not None:
-            ports.low, ports.high = new.port_range
+    if host.driver is not None:
+        host.driver.reconfigure(driver_config(new))
     supervisor = host.supervisor
     if supervisor is not None:
         supervisor.use_settings(new)

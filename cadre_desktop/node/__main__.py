@@ -144,15 +144,13 @@ def _run() -> int:
     import asyncio
     import logging
 
-    from cadre_desktop import __version__
+    from cadre_desktop import __version__, fdlimit
     from cadre_desktop.node.clock import SystemClock
     from cadre_desktop.node.identity import load_or_create_identity
     from cadre_desktop.node.logs import redact, setup_logging
     from cadre_desktop.node.node import Node
     from cadre_desktop.node.node_dir import prepare_node_dir
     from cadre_desktop.node.state import StateStore
-
-    from cadre_desktop import fdlimit
 
     setup_logging(config.node_id, config.tuning.log_level)
     fdlimit.raise_soft_limit()

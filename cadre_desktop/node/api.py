@@ -20,31 +20,18 @@ from typing import Any
 from cadre_desktop.errors import ApiError, StorageError, wire_code
 from cadre_desktop.node import donated, invitations
 from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
-from cadre_desktop.node.errors import RequestRefused
-from cadre_desktop.node.http_status import answer_to
-from cadre_desktop.node.identity import b64url_decode
 from cadre_desktop.node.node import Node
 from cadre_desktop.text import clean as clean_text
+from cadre_desktop.wire.api import HTTP_CODES, parse_json_body
+from cadre_desktop.wire.http_status import answer_to
+from cadre_desktop.wire.keys import b64url_decode
+from cadre_desktop.wire.refusal import RequestRefused
 
 log = logging.getLogger("cadre.node.http")
 
-MAX_BODY = 4096
-#: How long a request body may take to arrive (CADRE_BODY_TIMEOUT_MS). A few KiB
-#: come in milliseconds; a client that stalls must not hold a request open.
-BODY_TIMEOUT_S = 10.0
 MAX_CADRE_CHARS = 64
 NO_STORE = (("Cache-Control", "no-store"),)
 JSON_TYPE = "application/json; charset=utf-8"
-#: The code of an error body for the statuses a server or router answers by itself.
-HTTP_CODES = {
-    400: "bad-request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not-found",
-    405: "method-not-allowed",
-    408: "body-timeout",
-    413: "body-too-large",
-}
 
 
 class Request:
@@ -111,31 +98,6 @@ def error_answer(err: ApiError) -> Answer:
 def http_error(status: int, reason: str, headers: Mapping[str, str] | None = None) -> Answer:
     """The JSON body for a status the server or the router gives on its own."""
     return json_answer(ApiError(status, HTTP_CODES.get(status, "http-error"), reason).body(), status, headers)
-
-
-def too_large(max_body: int = MAX_BODY) -> ApiError:
-    return ApiError(413, "body-too-large", f"the request body is over {max_body} bytes")
-
-
-def too_slow(timeout: float) -> ApiError:
-    return ApiError(408, "body-timeout", f"the request body did not arrive within {timeout:g} s")
-
-
-def unreadable() -> ApiError:
-    return ApiError(400, "bad-request", "the request body could not be read")
-
-
-def parse_json_body(raw: bytes, *, optional: bool = False) -> dict[str, Any]:
-    if not raw.strip() and optional:
-        return {}
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        # RecursionError: a few KiB of "[[[[..." nest deeper than the parser's stack.
-        raise ApiError(400, "invalid-json", "the request body is not valid JSON") from None
-    if not isinstance(doc, dict):
-        raise ApiError(400, "invalid-json", "the request body must be a JSON object")
-    return doc
 
 
 Handler = Callable[[Request], Awaitable[Answer]]

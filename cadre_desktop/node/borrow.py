@@ -30,8 +30,8 @@ from typing import Any
 
 from cadre_desktop.atomicfile import write_bytes_atomic
 from cadre_desktop.errors import NodeFault
-from cadre_desktop.node.identity import b64url, b64url_decode
-from cadre_desktop.node.seed import DEFAULT_PROFILE, PROFILES, is_id, sign_seed
+from cadre_desktop.wire.keys import b64url, b64url_decode
+from cadre_desktop.wire.seed import DEFAULT_PROFILE, PROFILES, is_id, sign_seed
 
 PROG = "python -m cadre_desktop.node.borrow"
 REQUEST_TIMEOUT_S = 30.0

@@ -20,8 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cadre_desktop.node.errors import ConfigError, RequestRefused
-from cadre_desktop.node.seed import (
+from cadre_desktop.node.errors import ConfigError
+from cadre_desktop.node.state import NodeState, SeedRecord
+from cadre_desktop.wire.refusal import RequestRefused
+from cadre_desktop.wire.seed import (
     DEFAULT_PROFILE,
     MAX_BOOTSTRAP_NODES,
     MAX_OWNER_KEYS,
@@ -33,7 +35,6 @@ from cadre_desktop.node.seed import (
     parse_key,
     parse_seed,
 )
-from cadre_desktop.node.state import NodeState, SeedRecord
 
 if TYPE_CHECKING:
     from cadre_desktop.node.node import Node

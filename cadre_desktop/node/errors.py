@@ -5,7 +5,7 @@ Two kinds of failure exist. A *start-up* failure ends the process with an
 (do not respawn blindly) from a busy port (pick another) from a broken work folder
 (tell the user): `exit_code_of` is that mapping, the process's edge, as the HTTP
 statuses are the API's. A *request* failure is a :class:`RequestRefused` (a reason,
-no status): node/http_status.py turns it into the answer ``{"error": {"code",
+no status): wire/http_status.py turns it into the answer ``{"error": {"code",
 "message"}}`` with its HTTP status, and the node keeps running. A failed write of the
 state is the package's :class:`StorageError`.
 """
@@ -15,8 +15,9 @@ from __future__ import annotations
 import enum
 
 from cadre_desktop.errors import CadreError, InputError, MachineError, StorageError
+from cadre_desktop.wire.refusal import RequestRefused
 
-#: StorageError is the package's one (a failed write of the state); named here for the node's modules.
+#: StorageError is the package's one and RequestRefused the wire's (a failed write of the state); named here for the node's modules.
 __all__ = ["BindError", "ConfigError", "CorruptFileError", "ExitCode", "NodeDirError", "RequestRefused",
            "StorageError", "exit_code_of"]
 
@@ -58,13 +59,6 @@ class CorruptFileError(MachineError):
     """
 
     code = "corrupt_file"
-
-
-class RequestRefused(InputError):
-    """A request the node refuses: a wrong secret, a used invitation, a node that is not in
-    the state the request needs. `code` is the stable reason (docs/node-contract.md)."""
-
-    code = "refused"
 
 
 #: The exit code of each error that ends the node at start-up; any other error is INTERNAL.

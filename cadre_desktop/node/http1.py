@@ -28,10 +28,11 @@ from collections.abc import Awaitable, Callable
 
 import h11
 
-from cadre_desktop.node.api import Answer, Request, too_large, too_slow, unreadable
 from cadre_desktop.errors import ApiError, InputError
 from cadre_desktop.netguard import ACCEPT_BATCH, Conn, ConnectionGuard, bind_socket
+from cadre_desktop.node.api import Answer, Request
 from cadre_desktop.text import escape
+from cadre_desktop.wire.api import too_large, too_slow, unreadable
 
 log = logging.getLogger("cadre.node.http")
 access_log = logging.getLogger("cadre.node.access")
@@ -104,7 +105,7 @@ class HttpServer:
         self._tasks.add(task)
         try:
             await _Exchange(self, conn, reader, writer).run()
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             transport.abort()  # the client went away, or does not read what it asked for
         except asyncio.CancelledError:
             transport.abort()  # stopping, and the grace is over

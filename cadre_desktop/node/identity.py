@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cadre_desktop.atomicfile import write_bytes_atomic
 from cadre_desktop.node.errors import CorruptFileError, NodeDirError
+from cadre_desktop.wire.keys import b64url, b64url_decode
 
 IDENTITY_FILE = "identity.json"
 IDENTITY_VERSION = 1
@@ -34,14 +35,6 @@ def peer_id_for(public_key: bytes) -> str:
     """
     digest = hashlib.sha256(public_key).digest()[:20]
     return PEER_ID_PREFIX + base64.b32encode(digest).decode("ascii").lower()
-
-
-def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def b64url_decode(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 @dataclass(frozen=True)
@@ -64,17 +57,6 @@ class Identity:
 
     def __repr__(self) -> str:
         return f"Identity(peer_id={self.peer_id!r})"
-
-
-def verify_signature(public_key: bytes, signature: bytes, message: bytes) -> bool:
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    try:
-        Ed25519PublicKey.from_public_bytes(public_key).verify(signature, message)
-    except (InvalidSignature, ValueError):
-        return False
-    return True
 
 
 def load_or_create_identity(node_dir: Path) -> Identity:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from cadre_desktop.errors import InputError
 from cadre_desktop.text import clean as clean_text
-from cadre_desktop.node.identity import b64url, b64url_decode
+from cadre_desktop.wire.keys import b64url, b64url_decode
 
 PREFIX = "cadre-inv1."
 MAX_CHARS = 2048

@@ -14,11 +14,12 @@ import logging
 import secrets
 from typing import Any
 
-from cadre_desktop.node.errors import RequestRefused
-from cadre_desktop.node.identity import peer_id_for, verify_signature
+from cadre_desktop.node.identity import peer_id_for
 from cadre_desktop.node.invitation_code import InvitationCode, join_proof_message
 from cadre_desktop.node.node import Node, sha256_hex
 from cadre_desktop.node.state import Invitation, Member, NodeState
+from cadre_desktop.wire.keys import verify_signature
+from cadre_desktop.wire.refusal import RequestRefused
 
 log = logging.getLogger("cadre.node.invitations")
 

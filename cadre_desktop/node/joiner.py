@@ -14,16 +14,12 @@ import json
 import logging
 from typing import Any
 
-from cadre_desktop.node.client import ClientError, post_json
-from cadre_desktop.text import clean as clean_text
 from cadre_desktop.errors import CadreError
-from cadre_desktop.node.identity import b64url
-from cadre_desktop.node.invitation_code import (
-    MalformedInvitation,
-    join_proof_message,
-    parse_invitation,
-)
+from cadre_desktop.node.client import ClientError, post_json
+from cadre_desktop.node.invitation_code import MalformedInvitation, join_proof_message, parse_invitation
 from cadre_desktop.node.node import Node
+from cadre_desktop.text import clean as clean_text
+from cadre_desktop.wire.keys import b64url
 
 log = logging.getLogger("cadre.node.joiner")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from cadre_desktop.host.events import EventKind, HostEvent
+from cadre_desktop.host.core.events import EventKind, HostEvent
 
 
 class HostBridge(QObject):

@@ -6,10 +6,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from cadre_desktop.host.views import NodeView
-from cadre_desktop.ui.explain import (
-    address_words, decision_words, exit_code, log_lines, log_words, next_step, reason_words, state_words,
-)
+from cadre_desktop.host.core.views import NodeView
+from cadre_desktop.ui.explain import address_words, decision_words, exit_code, log_lines, log_words, next_step, reason_words, state_words
 from cadre_desktop.ui.model import NodeTableModel
 
 ROWS = (("status", "Status"), ("reason", "Reason"), ("exit", "Exit code"), ("decision", "Last decision"),

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from cadre_desktop.host.clock import parse_iso
-from cadre_desktop.host.records import NodeStatus
-from cadre_desktop.host.views import NodeView
+from cadre_desktop.host.core.clock import parse_iso
+from cadre_desktop.host.core.records import NodeStatus
+from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.logtail import tail_lines
 from cadre_desktop.text import url_host
 from cadre_desktop.ui.status import Phase, PhaseWords, duration_words, exit_line, is_down, is_starting

@@ -7,13 +7,23 @@ any size, white quiet zone).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
-    QComboBox, QDialog, QDialogButtonBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox,
-    QStackedWidget, QVBoxLayout, QWidget,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
 )
 
 from cadre_desktop.ui.qr import QrCode
@@ -28,7 +38,7 @@ class GrantDialog(QDialog):
     """Make a grant (`create`), or show an existing grant's link (`show_link`)."""
 
     def __init__(self, parent: QWidget | None, max_nodes: int,
-                 create: Callable[["GrantDialog", str | None, int, int | None], None]) -> None:
+                 create: Callable[[GrantDialog, str | None, int, int | None], None]) -> None:
         super().__init__(parent)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.setWindowTitle("Lend nodes")

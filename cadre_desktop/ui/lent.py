@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication
-from PySide6.QtWidgets import (
-    QHBoxLayout, QLabel, QMainWindow, QPushButton, QSplitter, QTabWidget, QTreeWidget, QTreeWidgetItem,
-    QVBoxLayout, QWidget,
-)
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QMainWindow, QPushButton, QSplitter, QTabWidget, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
-from cadre_desktop.host.donations import DonationStatus
-from cadre_desktop.host.grants import GrantState
-from cadre_desktop.host.lend_views import DonationView, GrantView
+from cadre_desktop.host.lending.donations import DonationStatus
+from cadre_desktop.host.lending.grants import GrantState
+from cadre_desktop.host.lending.views import DonationView, GrantView
 from cadre_desktop.ui import dialogs
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.lent_core import LentModel, donation_state, donation_words

@@ -14,8 +14,8 @@ from datetime import datetime
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from cadre_desktop.errors import NoSuchThing
-from cadre_desktop.host.donations import DONATION_SUPERVISED, DonationStatus
-from cadre_desktop.host.lend_views import DonationView, GrantView
+from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, DonationStatus
+from cadre_desktop.host.lending.views import DonationView, GrantView
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.model import tick_while_shown
 from cadre_desktop.ui.status import TrayState, seconds_until, utcnow

@@ -7,7 +7,7 @@ wanted, as the Shell does the window; what the tray needs from the start is in
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import shiboken6
 from PySide6.QtCore import QObject

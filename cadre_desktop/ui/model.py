@@ -14,13 +14,11 @@ import psutil
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
 
-from cadre_desktop.host.clock import parse_iso
-from cadre_desktop.host.views import NodeView
+from cadre_desktop.host.core.clock import parse_iso
+from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.text import url_host
 from cadre_desktop.ui.bridge import HostBridge
-from cadre_desktop.ui.status import (
-    COLOURS, first_line, node_state, retry_words, status_words, uptime_words, utcnow,
-)
+from cadre_desktop.ui.status import COLOURS, first_line, node_state, retry_words, status_words, uptime_words, utcnow
 
 COLUMNS = ("Name", "Status", "Uptime", "Attempts", "Cadre", "Address", "CPU", "Memory", "Reason")
 NAME, STATUS, UPTIME, ATTEMPTS, CADRE, ADDRESS, CPU, MEMORY, ERROR = range(len(COLUMNS))

@@ -20,17 +20,17 @@ import shiboken6
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QSystemTrayIcon
 
-from cadre_desktop.errors import CadreError, SettingsError
-from cadre_desktop.host.records import NodeStatus
-from cadre_desktop.settings import Settings
 from cadre_desktop import autostart as autostart_module
+from cadre_desktop.errors import CadreError, SettingsError
+from cadre_desktop.host.core.records import NodeStatus
+from cadre_desktop.settings import Settings
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.delivery import Delivery
+from cadre_desktop.ui.errors import show_error
 from cadre_desktop.ui.icons import APP_ICON, TrayIcons
 from cadre_desktop.ui.lent_ui import LentUi
 from cadre_desktop.ui.model import NodeTableModel
-from cadre_desktop.ui.errors import show_error
 from cadre_desktop.ui.notify import Notifier
 from cadre_desktop.ui.settings_store import SettingsWatcher, save_changes
 from cadre_desktop.ui.tray import Tray

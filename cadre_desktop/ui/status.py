@@ -6,15 +6,15 @@ the tests all say the same thing. No Qt here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
-from typing import Iterable
 
-from cadre_desktop.host.clock import parse_iso
-from cadre_desktop.host.donations import DonationStatus
-from cadre_desktop.host.records import SUPERVISED, NodeStatus
-from cadre_desktop.host.views import NodeView
+from cadre_desktop.host.core.clock import parse_iso
+from cadre_desktop.host.core.records import SUPERVISED, NodeStatus
+from cadre_desktop.host.core.views import NodeView
+from cadre_desktop.host.lending.donations import DonationStatus
 
 #: What a hosted or a lent node the host gave up on shows; only Retry brings it back.
 GAVE_UP = (NodeStatus.ERROR, DonationStatus.ERROR)
@@ -53,7 +53,7 @@ SUMMARY = {
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def seconds_until(stamp: str | None, now: datetime) -> int | None:

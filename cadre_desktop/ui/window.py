@@ -15,13 +15,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import (
-    QHBoxLayout, QInputDialog, QLabel, QLineEdit, QMainWindow, QPushButton, QSplitter, QStackedWidget,
-    QVBoxLayout, QWidget,
-)
+from PySide6.QtWidgets import QHBoxLayout, QInputDialog, QLabel, QLineEdit, QMainWindow, QPushButton, QSplitter, QStackedWidget, QVBoxLayout, QWidget
 
 from cadre_desktop.atomicfile import write_json_atomic
-from cadre_desktop.host.records import SUPERVISED, NodeStatus
+from cadre_desktop.host.core.records import SUPERVISED, NodeStatus
 from cadre_desktop.ui import dialogs
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.details import DetailsPane

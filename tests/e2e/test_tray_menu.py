@@ -65,11 +65,11 @@ def test_sni_menu_with_30_nodes_is_capped_and_silent_while_nothing_changes(deskt
         until(lambda: all(n["status"] == "error" for n in control_request(home, "GET", "/api/nodes")[1]["nodes"]),
               "every node given up on")
 
-        labels = until(lambda: (l := visible_labels(menu_layout(address, item)[1]))[0].startswith(f"{NODES} nodes")
-                       and l, "the summary of 30 nodes")
+        labels = until(lambda: (shown := visible_labels(menu_layout(address, item)[1]))[0].startswith(f"{NODES} nodes")
+                       and shown, "the summary of 30 nodes")
         assert labels[0] == f"{NODES} nodes: 0 running, {NODES} need you"
-        nodes = [l for l in labels if re.fullmatch(r"Pump \d\d: Error", l)]
-        retries = [l for l in labels if re.fullmatch(r"Retry Pump \d\d", l)]
+        nodes = [t for t in labels if re.fullmatch(r"Pump \d\d: Error", t)]
+        retries = [t for t in labels if re.fullmatch(r"Retry Pump \d\d", t)]
         assert len(nodes) == NODE_SLOTS and len(retries) == NODE_SLOTS
         assert labels[-len(FIXED) - 1:] == [f"Show all {NODES} nodes…", *FIXED]
         assert len(labels) == 1 + 2 * NODE_SLOTS + 1 + len(FIXED)

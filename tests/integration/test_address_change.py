@@ -34,7 +34,7 @@ def test_changed_address_restarts_nodes_with_it_keeping_identity_and_claims(host
     new_waiting = wait_until(lambda: moved(waiting), timeout=30, what="waiting node restarted")
     assert new_waiting["claim_url"].startswith(f"http://127.0.0.2:{waiting['api_port']}/claim?")
     assert new_waiting["claim_url"].split("#")[1] == waiting["claim_url"].split("#")[1]
-    for before, after in ((claimed, new_claimed), (waiting, new_waiting)):
+    for _before, after in ((claimed, new_claimed), (waiting, new_waiting)):
         assert after["attempts"] == 0
         assert psutil.Process(after["pid"]).environ()["CADRE_ADVERTISE_HOST"] == "127.0.0.2"
     wait_until(lambda: host.node(waiting["id"])["peer_id"] == waiting["peer_id"], what="same peer id")

@@ -16,8 +16,8 @@ import signal
 import sys
 from pathlib import Path
 
-from cadre_desktop.host.orchestrator import Orchestrator
-from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.host.local.orchestrator import Orchestrator
+from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.paths import Paths
 
 #: The leader writes a first line and exits 3; a child in a session of its own (no group
@@ -74,7 +74,7 @@ async def test_an_exit_is_told_after_the_pump_wrote_the_nodes_last_line(tmp_path
 
 
 async def test_a_pump_that_outlives_its_node_delays_the_exit_only_so_long(tmp_path, monkeypatch):
-    from cadre_desktop.host import orchestrator as module
+    from cadre_desktop.host.local import orchestrator as module
 
     # The output stays open far longer than the bound: the exit is told at the bound.
     monkeypatch.setattr(module, "PUMP_FLUSH_S", 0.05)

@@ -11,8 +11,8 @@ import sys
 import psutil
 import pytest
 
-from cadre_desktop.host.orchestrator import ExitEvent
-from cadre_desktop.host.procs import read_identity
+from cadre_desktop.host.local.orchestrator import ExitEvent
+from cadre_desktop.host.local.procs import read_identity
 from tests.support.polling import async_wait_until, wait_until
 from tests.support.real_orchestrator import make_orchestrator, ready_info
 
@@ -105,7 +105,7 @@ async def test_second_orchestrator_reattaches_without_spawning(tmp_path, cleanup
 
 
 async def test_handle_whose_pid_now_belongs_to_another_process_is_not_adopted(tmp_path):
-    from cadre_desktop.host.handles import read_state
+    from cadre_desktop.host.local.handles import read_state
 
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
@@ -158,7 +158,7 @@ async def test_stop_ends_grandchildren_too(tmp_path, cleanup_pids, monkeypatch):
 
 def assert_only_held(orch, ports, why: str) -> None:
     """`ports` are held by the live child, and no other port of the range is held."""
-    from cadre_desktop.host.ports import port_is_free
+    from cadre_desktop.host.local.ports import port_is_free
 
     assert not any(orch.ports.try_reserve([port]) for port in ports), "its ports are handed out again"
     free = [p for p in range(47600, 47700) if p not in ports and port_is_free("127.0.0.1", p)]

@@ -10,8 +10,8 @@ import sys
 import psutil
 import pytest
 
-from cadre_desktop.host import procs, proctree
-from cadre_desktop.host.orchestrator import ExitEvent
+from cadre_desktop.host.local import procs, proctree
+from cadre_desktop.host.local.orchestrator import ExitEvent
 from tests.support.lock_holder import HOLD_LOCK
 from tests.support.polling import async_wait_until, wait_until
 from tests.support.real_orchestrator import make_orchestrator, ready_info
@@ -155,8 +155,8 @@ async def test_a_child_writes_through_a_pump_that_outlives_the_host_and_caps_the
 
 async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_clearly(tmp_path, monkeypatch):
     from cadre_desktop.errors import SpawnError
-    from cadre_desktop.host import nodelogs
-    from cadre_desktop.host.ports import port_is_free
+    from cadre_desktop.host.local import nodelogs
+    from cadre_desktop.host.local.ports import port_is_free
 
     orch = make_orchestrator(tmp_path)
     await orch.init()
@@ -170,7 +170,7 @@ async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_
 
     def no_pump(*args, **kwargs):
         raise OSError(24, "Too many open files")
-    monkeypatch.setattr("cadre_desktop.host.launch.subprocess.Popen", popen)
+    monkeypatch.setattr("cadre_desktop.host.local.launch.subprocess.Popen", popen)
     monkeypatch.setattr(nodelogs, "start_pump", no_pump)
     with pytest.raises(SpawnError, match="log pump"):
         orch.spawn("n1", {})
@@ -184,8 +184,8 @@ async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_
 async def test_quit_stops_every_node_in_one_grace_and_writes_state_once(tmp_path, cleanup, monkeypatch):
     """Terminates go out to every group before any wait; the nodes that ignore it share one
     grace and are killed together; state.json is written once, naming every node stopped."""
-    from cadre_desktop.host import orchestrator as orchestrator_module
-    from cadre_desktop.host.handles import read_state
+    from cadre_desktop.host.local import orchestrator as orchestrator_module
+    from cadre_desktop.host.local.handles import read_state
 
     monkeypatch.setenv("SLEEPER_MODE", "ignore-term")
     orch = make_orchestrator(tmp_path, stop_timeout_s=0.3)

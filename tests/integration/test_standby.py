@@ -13,9 +13,9 @@ import urllib.request
 import psutil
 import pytest
 
-from cadre_desktop.host import standby as standby_module
-from cadre_desktop.host.orchestrator import Orchestrator
-from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.host.local import standby as standby_module
+from cadre_desktop.host.local.orchestrator import Orchestrator
+from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.settings import Settings, default_node_command
 from tests.support.polling import async_wait_until
 
@@ -80,7 +80,7 @@ async def test_a_start_takes_the_loaded_standby_and_another_is_loaded(orch):
     # The secret went through the pipe: not in the command line, not in the exec-time environment.
     proc = psutil.Process(pid)
     assert secret not in " ".join(proc.cmdline()) and secret not in json.dumps(proc.environ())
-    from cadre_desktop.host import proctree
+    from cadre_desktop.host.local import proctree
 
     assert [m.pid for m in proctree.members(orch.nodes_dir, node_id="n1")] == [pid], \
         "the host cannot find the node born of a standby among its processes"

@@ -12,8 +12,8 @@ import secrets
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from cadre_desktop.node.identity import b64url
-from cadre_desktop.node.seed import sign_seed
+from cadre_desktop.wire.keys import b64url
+from cadre_desktop.wire.seed import sign_seed
 from tests.support.node_process import NodeLauncher, NodeProcess
 
 DONATED_KEYS = {"node_id", "peer_id", "state", "cadre", "error", "version", "donation_id", "party", "profile"}
@@ -208,11 +208,11 @@ def test_the_seed_token_is_compared_only_with_compare_digest(tmp_path, monkeypat
 
     from cadre_desktop.node.config import load_config
     from cadre_desktop.node.donated import accept_seed
-    from cadre_desktop.node.errors import RequestRefused
-    from cadre_desktop.node.http_status import answer_to
     from cadre_desktop.node.identity import load_or_create_identity
     from cadre_desktop.node.node import Node
     from cadre_desktop.node.state import StateStore
+    from cadre_desktop.wire.http_status import answer_to
+    from cadre_desktop.wire.refusal import RequestRefused
     from tests.support.clock import FakeClock
 
     env = donated_env("grn_spy", Owner())

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cadre_desktop.node.errors import RequestRefused
-from cadre_desktop.node.http_status import answer_to
+from cadre_desktop.wire.http_status import answer_to
+from cadre_desktop.wire.refusal import RequestRefused
 from tests.support.clock import FakeClock
 from tests.support.node_process import NodeLauncher, new_secret
 from tests.support.node_rig import SECRET, make_node

@@ -15,9 +15,9 @@ import zlib
 
 import pytest
 
-from cadre_desktop.node.api import Answer, Request, error_answer
 from cadre_desktop.errors import ApiError
 from cadre_desktop.netguard import ConnectionGuard
+from cadre_desktop.node.api import Answer, Request, error_answer
 from cadre_desktop.node.http1 import MAX_HEAD, HttpServer, split_target
 from tests.support.polling import async_wait_until
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def test_node_imports_nothing_from_host_ui_or_qt() -> None:
 
 
 def test_the_import_check_sees_what_a_module_loads() -> None:
-    assert loaded_by(["cadre_desktop.host.records"], ("cadre_desktop.host",)) != []
+    assert loaded_by(["cadre_desktop.host.core.records"], ("cadre_desktop.host",)) != []
 
 
 def test_an_ordinary_start_does_not_load_cryptography() -> None:
@@ -64,7 +65,7 @@ def test_a_first_start_makes_its_key_without_keeping_cryptography_loaded(tmp_pat
         f"again = load_or_create_identity(Path({str(tmp_path)!r}))\n"
         "assert again == first, 'the created identity did not read back'\n"
         "sig = first.sign(b'm')\n"
-        "from cadre_desktop.node.identity import verify_signature\n"
+        "from cadre_desktop.wire.keys import verify_signature\n"
         "assert verify_signature(first.public_key, sig, b'm'), 'the two keys do not belong together'\n"
         "print(loaded)\n"
     )
@@ -76,17 +77,19 @@ def test_a_first_start_makes_its_key_without_keeping_cryptography_loaded(tmp_pat
 
 def test_without_fork_the_key_is_made_in_process(tmp_path, monkeypatch) -> None:
     from cadre_desktop.node import identity
+    from cadre_desktop.wire.keys import verify_signature
 
     monkeypatch.setattr(identity, "_can_fork", lambda: False)  # Windows, macOS
     made = identity.load_or_create_identity(tmp_path)
-    assert identity.verify_signature(made.public_key, made.sign(b"m"), b"m")
+    assert verify_signature(made.public_key, made.sign(b"m"), b"m")
     assert identity.load_or_create_identity(tmp_path) == made
 
 
 def test_a_key_child_that_dies_falls_back_to_making_it_in_process(tmp_path, monkeypatch) -> None:
-    from cadre_desktop.node import identity
-
     import os
+
+    from cadre_desktop.node import identity
+    from cadre_desktop.wire.keys import verify_signature
 
     real, parent = identity._generate, os.getpid()
 
@@ -99,7 +102,7 @@ def test_a_key_child_that_dies_falls_back_to_making_it_in_process(tmp_path, monk
     if not identity._can_fork():
         return
     made = identity.load_or_create_identity(tmp_path)
-    assert identity.verify_signature(made.public_key, made.sign(b"m"), b"m")
+    assert verify_signature(made.public_key, made.sign(b"m"), b"m")
 
 
 def test_the_node_program_never_imports_aiohttp() -> None:
@@ -134,10 +137,10 @@ async def test_a_running_node_maps_neither_aiohttp_nor_openssls_tls_library(node
 
 
 def test_api_times_are_iso_utc_with_seconds_as_datetime_would_write_them() -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from cadre_desktop.node.clock import iso_utc
 
     for epoch in (0, 1_700_000_000, 1_700_000_000.999, 4_102_444_800):
-        expected = datetime.fromtimestamp(int(epoch), timezone.utc).isoformat(timespec="seconds")
+        expected = datetime.fromtimestamp(int(epoch), UTC).isoformat(timespec="seconds")
         assert iso_utc(epoch) == expected.replace("+00:00", "Z")

@@ -10,13 +10,15 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from cadre_desktop.node import invitations
-from cadre_desktop.node.errors import RequestRefused, StorageError
-from cadre_desktop.node.http_status import answer_to
+from cadre_desktop.node.errors import StorageError
 from cadre_desktop.node.identity import load_or_create_identity, peer_id_for
 from cadre_desktop.node.invitation_code import join_proof_message, parse_invitation
 from cadre_desktop.node.node import Node, Phase
+from cadre_desktop.wire.http_status import answer_to
+from cadre_desktop.wire.refusal import RequestRefused
 from tests.support.clock import FakeClock
 from tests.support.node_rig import SECRET, make_node
+
 
 def join(node: Node, invitation: str, key: Ed25519PrivateKey) -> dict:
     code = parse_invitation(invitation)
@@ -105,7 +107,7 @@ def test_identity_file_is_created_once_and_reused(tmp_path: Path) -> None:
     assert oct(os.stat(tmp_path / "identity.json").st_mode & 0o777) == "0o600"
     message = b"hello"
     signature = first.sign(message)
-    from cadre_desktop.node.identity import verify_signature
+    from cadre_desktop.wire.keys import verify_signature
 
     assert verify_signature(first.public_key, signature, message)
     assert not verify_signature(first.public_key, signature, b"other")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cadre_desktop.node.ratelimit import FailureLimiter
+from cadre_desktop.wire.ratelimit import FailureLimiter
 from tests.support.clock import FakeClock
 
 

@@ -15,7 +15,6 @@ import os
 import signal
 import time
 
-
 from tests.support.headless import host_settings
 from tests.support.host_calls import call, claim, running
 from tests.support.node_scan import node_processes, read_json, wait_settled

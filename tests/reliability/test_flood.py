@@ -51,7 +51,7 @@ class Flood:
         lines = [line for line in out.splitlines() if line.startswith("{")]
         return json.loads(lines[-1]) if lines else {}
 
-    def __enter__(self) -> "Flood":
+    def __enter__(self) -> Flood:
         return self
 
     def __exit__(self, *exc) -> None:

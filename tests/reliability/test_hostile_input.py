@@ -21,9 +21,9 @@ from hypothesis import example, given, seed
 from hypothesis import strategies as st
 
 from cadre_desktop.node import invitations
-from cadre_desktop.node.errors import RequestRefused
-from cadre_desktop.node.http_status import answer_to
 from cadre_desktop.node.invitation_code import parse_invitation
+from cadre_desktop.wire.http_status import answer_to
+from cadre_desktop.wire.refusal import RequestRefused
 from tests.support.hostile import FUZZ, SEED, checked_answer, json_values, near_misses, requests, texts
 from tests.support.node_server import NodeServer, send_raw
 
@@ -260,9 +260,10 @@ def test_deeply_nested_json_is_a_400_not_a_500(unclaimed, tmp_path):
     deep = b"[" * 2000 + b"]" * 2000
     status, data, _ = unclaimed.request("POST", "/claim", deep, [("Content-Type", "application/json")])
     assert status == 400 and json.loads(data)["error"]["code"] == "invalid-json"
-    from tests.support.served_host import ServedHost
     import urllib.error
     import urllib.request
+
+    from tests.support.served_host import ServedHost
 
     served = ServedHost(tmp_path)
     try:
@@ -280,9 +281,10 @@ def test_body_not_in_its_content_encoding_is_a_400_not_a_500(unclaimed, tmp_path
     status, data, _ = unclaimed.request("POST", "/claim", b'{"secret": "x", "cadre": "y"}',
                                         [("Content-Type", "application/json"), ("Content-Encoding", "gzip")])
     assert status == 400 and json.loads(data)["error"]["code"] == "bad-request"
-    from tests.support.served_host import ServedHost
     import urllib.error
     import urllib.request
+
+    from tests.support.served_host import ServedHost
 
     served = ServedHost(tmp_path)
     try:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import example, given, seed
 from hypothesis import strategies as st
 
-from cadre_desktop.host.donations import DonationStatus
+from cadre_desktop.host.lending.donations import DonationStatus
 from tests.support.hostile import FUZZ, SEED, checked_answer, json_values, near_misses, requests, texts
 from tests.support.lend_rig import OWNER_KEY
 from tests.support.lend_server import ThreadedLendServer
@@ -140,7 +140,7 @@ def test_the_grant_token_is_compared_only_with_compare_digest(lend, monkeypatch)
 
     calls = []
     monkeypatch.setattr(hmac, "compare_digest", lambda a, b: calls.append((a, b)) or False)
-    from cadre_desktop.host.lending import LendRefused
+    from cadre_desktop.host.lending.service import LendRefused
 
     with pytest.raises(LendRefused):
         lend.rig.lending.authorize(lend.grant.id, lend.token)  # the right token, refused: nothing else decides

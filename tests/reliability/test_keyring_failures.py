@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cadre_desktop.host.ports import port_is_free
+from cadre_desktop.host.local.ports import port_is_free
 from tests.support.headless import HeadlessHost, host_settings
 from tests.support.host_calls import call, running
 from tests.support.keyrings import FILE_ENV, MODE_ENV

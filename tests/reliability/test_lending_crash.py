@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from cadre_desktop.node.identity import b64url
-from cadre_desktop.node.seed import sign_seed
+from cadre_desktop.wire.keys import b64url
+from cadre_desktop.wire.seed import sign_seed
 from tests.support.borrower import free_lend_port, lend_call
 from tests.support.headless import host_settings
 from tests.support.host_calls import call

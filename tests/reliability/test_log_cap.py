@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from cadre_desktop.host.orchestrator import LOG_CAP_BYTES
+from cadre_desktop.host.local.orchestrator import LOG_CAP_BYTES
 from tests.support.headless import REPO, host_settings
 from tests.support.host_calls import call, running
 from tests.support.polling import wait_until

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from cadre_desktop.errors import StorageError
-from cadre_desktop.host.control import check_control_file
-from cadre_desktop.host.orchestrator import Orchestrator
-from cadre_desktop.host.ports import PortAllocator
-from cadre_desktop.host.records import NodeRecord, NodeStatus
-from cadre_desktop.host.store import RecordStore
+from cadre_desktop.host.core.records import NodeRecord, NodeStatus
+from cadre_desktop.host.core.store import RecordStore
+from cadre_desktop.host.edges.control import check_control_file
+from cadre_desktop.host.local.orchestrator import Orchestrator
+from cadre_desktop.host.local.ports import PortAllocator
 from tests.support.headless import REPO, host_settings
 from tests.support.host_calls import call, running
 from tests.support.instrumented_host import FULL_ENV, InstrumentedHost
@@ -210,7 +210,7 @@ def test_full_disk_during_state_save_is_a_clear_error_and_the_file_is_intact(tmp
                         advertise_host=lambda: "127.0.0.1")
     monkeypatch.setattr(os, "write", enospc(os.write, ".state.json."))
     with pytest.raises(StorageError) as err:
-        orch._persist()
+        orch.state.write()
     monkeypatch.undo()
     assert str(state) in err.value.message and "No space left on device" in err.value.message
     assert state.read_bytes() == before

@@ -1,6 +1,6 @@
 """One fake clock for both time seams: the engine's and the node's.
 
-The engine's seam (cadre_desktop.host.clock.Clock) asks for `now()` (an aware
+The engine's seam (cadre_desktop.host.core.clock.Clock) asks for `now()` (an aware
 datetime), `monotonic()` and `await sleep(s)`; the node's (cadre_desktop.node.clock.Clock)
 for `wall()` (epoch seconds) and `monotonic()`. FakeClock answers all of them from
 two numbers that move only when a test says so.
@@ -14,9 +14,9 @@ async test that wants the woken tasks to have run says `await clock.run_for(s)`
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 async def settle(rounds: int = 10) -> None:

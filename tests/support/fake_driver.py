@@ -5,8 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from cadre_desktop.host.driver import DriverStatus, Exit, status_of
-
+from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, InitReport, status_of
 
 SECRET_VARS = ("CADRE_CLAIM_SECRET", "CADRE_INVITATION")
 
@@ -46,6 +45,10 @@ class FakeOrchestrator:
         self.logs: dict[str, list[str]] = {}
         #: Called at every stop with the handle id (to observe ordering).
         self.on_stop = None
+        #: What `reconfigure` was last given; whether `stop_all` and `close` were called.
+        self.config: DriverConfig | None = None
+        self.stopped_all = False
+        self.closed = False
         self._ids = itertools.count(1)
 
     # orchestrator surface
@@ -114,6 +117,21 @@ class FakeOrchestrator:
 
     def log_tail(self, node_id, lines=20, max_bytes=16384):
         return self.logs.get(node_id, [])[-lines:]
+
+    async def init(self):
+        return InitReport(attached=[h for h in self.handles.values() if h.alive])
+
+    async def stop_all(self):
+        self.stopped_all = True
+        for h in list(self.handles.values()):
+            if h.alive:
+                await self.stop(h.id)
+
+    def close(self):
+        self.closed = True
+
+    def reconfigure(self, config):
+        self.config = config
 
     # test controls
     def add_live(self, node_id, handle_id=None) -> FakeHandle:

@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from cadre_desktop.errors import InvalidState, NoSuchThing
-from cadre_desktop.host.events import EventBus, EventKind
-from cadre_desktop.host.views import NodeView
+from cadre_desktop.host.core.events import EventBus, EventKind
+from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
 

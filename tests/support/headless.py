@@ -113,7 +113,7 @@ class HeadlessHost:
     def control(self) -> dict:
         return json.loads((self.home / "control.json").read_text())
 
-    def start(self, wait: bool = True) -> "HeadlessHost":
+    def start(self, wait: bool = True) -> HeadlessHost:
         self.stderr_path = self.home / f"host-stderr-{random.getrandbits(32):08x}.txt"
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(

@@ -58,3 +58,14 @@ def imported(root: Path, path: Path, *, running_only: bool = False) -> Iterator[
         else:
             base = from_base(node, package)
             yield from ((base, alias.name) for alias in node.names)
+
+
+PKG = Path(__file__).resolve().parents[2] / "cadre_desktop"
+
+
+def sources(folder: str = "", pattern: str = "**/*.py") -> list[Path]:
+    """The package's modules under `folder` (all of it by default). A folder that moved or
+    emptied fails here, so no check that walks the list can pass by walking nothing."""
+    found = sorted(p for p in (PKG / folder).glob(pattern) if "__pycache__" not in p.parts)
+    assert found, f"cadre_desktop/{folder} holds no module matching {pattern}: the check would walk nothing"
+    return found

@@ -36,7 +36,7 @@ FULL_ENV = "CADRE_TEST_FULL_DISK"
 
 
 class InstrumentedHost(HeadlessHost):
-    def start(self, wait: bool = True) -> "InstrumentedHost":
+    def start(self, wait: bool = True) -> InstrumentedHost:
         self.stderr_path = self.home / f"host-stderr-{random.getrandbits(32):08x}.txt"
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(
@@ -49,7 +49,7 @@ class InstrumentedHost(HeadlessHost):
 
 
 def _install_stall(trigger: Path) -> None:
-    from cadre_desktop.host import handles as state_module  # where state.json is written
+    from cadre_desktop.host.local import handles as state_module  # where state.json is written
 
     real = state_module.write_json_atomic
     known: set[str] = set()

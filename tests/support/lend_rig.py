@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from cadre_desktop.host.clock import iso
-from cadre_desktop.host.donations import Donation, DonationRequest, DonationStatus, DonationStore
-from cadre_desktop.host.grants import GrantStore
-from cadre_desktop.host.lend_kind import DONATED
-from cadre_desktop.host.lend_api import node_refusal
-from cadre_desktop.host.lend_views import LendingViews
-from cadre_desktop.host.lending import LendingService
-from cadre_desktop.host.lifecycle import Lifecycle
-from cadre_desktop.host.records import RespawnInfo, StartMark
-from cadre_desktop.host.secrets import SERVICE, SecretKind
+from cadre_desktop.host.core.clock import iso
+from cadre_desktop.host.core.lifecycle import Lifecycle
+from cadre_desktop.host.core.records import RespawnInfo, StartMark
+from cadre_desktop.host.core.secrets import SERVICE, SecretKind
+from cadre_desktop.host.edges.lend_api import node_refusal
+from cadre_desktop.host.lending.donations import Donation, DonationRequest, DonationStatus, DonationStore
+from cadre_desktop.host.lending.grants import GrantStore
+from cadre_desktop.host.lending.kind import DONATED
+from cadre_desktop.host.lending.service import LendingService
+from cadre_desktop.host.lending.views import LendingViews
 from tests.support.rig import Rig
 
 OWNER_KEY = "A" * 42 + "A"  # 32 zero bytes, base64url

@@ -10,7 +10,7 @@ import asyncio
 import threading
 from pathlib import Path
 
-from cadre_desktop.host.lend_api import LendServer
+from cadre_desktop.host.edges.lend_api import LendServer
 
 
 class ThreadedLendServer:

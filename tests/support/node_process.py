@@ -7,7 +7,6 @@ teardown and must exit 0, and its logs must not contain any secret the test saw.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json as jsonlib
 import os
@@ -136,7 +135,7 @@ class NodeProcess:
                 )
             try:
                 reply = await self.get("/status", timeout=0.5)
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 return None
             return reply.body if reply.status == 200 else None
 

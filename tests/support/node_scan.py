@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from cadre_desktop.host.proctree import node_environment
+from cadre_desktop.host.local.proctree import node_environment
 
 #: Hosted nodes' supervised statuses, and lent nodes' (`provisioning` has its child too).
 SUPERVISED = {"unclaimed", "joining", "joined", "awaiting_seed", "seeded", "provisioning"}

@@ -36,7 +36,7 @@ class NodeServer:
         self.log = root / f"{node_id}.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "NodeServer":
+    def start(self) -> NodeServer:
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "cadre_desktop.node"], env=self.env,

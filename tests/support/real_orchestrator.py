@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from cadre_desktop.host.orchestrator import Orchestrator
-from cadre_desktop.host.ports import PortAllocator
+from cadre_desktop.host.local.orchestrator import Orchestrator
+from cadre_desktop.host.local.ports import PortAllocator
 from tests.support.polling import wait_until
 
 SLEEPER = [sys.executable, str(Path(__file__).with_name("sleeper.py"))]

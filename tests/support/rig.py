@@ -6,16 +6,16 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from cadre_desktop.host.clock import iso
-from cadre_desktop.host.events import EventBus
-from cadre_desktop.host.keyring_gate import KeyringGate
-from cadre_desktop.host.lifecycle import Lifecycle
-from cadre_desktop.host.probe import Probe
-from cadre_desktop.host.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
-from cadre_desktop.host.secrets import SERVICE, SecretKind, SecretStore
-from cadre_desktop.host.service import NodeService
-from cadre_desktop.host.store import RecordStore
-from cadre_desktop.host.supervisor import Supervisor
+from cadre_desktop.host.core.clock import iso
+from cadre_desktop.host.core.events import EventBus
+from cadre_desktop.host.core.keyring_gate import KeyringGate
+from cadre_desktop.host.core.lifecycle import Lifecycle
+from cadre_desktop.host.core.probe import Probe
+from cadre_desktop.host.core.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
+from cadre_desktop.host.core.secrets import SERVICE, SecretKind, SecretStore
+from cadre_desktop.host.core.service import NodeService
+from cadre_desktop.host.core.store import RecordStore
+from cadre_desktop.host.core.supervisor import Supervisor
 from cadre_desktop.settings import Settings
 from tests.support.clock import FakeClock
 from tests.support.fake_driver import FakeOrchestrator

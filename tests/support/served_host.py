@@ -6,7 +6,7 @@ import asyncio
 import threading
 from pathlib import Path
 
-from cadre_desktop.host.control import ControlServer
+from cadre_desktop.host.edges.control import ControlServer
 from tests.support.fake_host import FakeHost
 
 

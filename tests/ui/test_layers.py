@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.imports import imported
+from tests.support.imports import imported, sources
 
 PKG = Path(__file__).resolve().parents[2] / "cadre_desktop"
 QT = ("PySide6", "shiboken6", "qasync")
 
 
 def test_qt_is_imported_only_in_ui_and_never_with_a_star():
-    for path in PKG.rglob("*.py"):
+    for path in sources():
         in_ui = "ui" in path.relative_to(PKG).parts[:1]
         for module, name in imported(PKG, path):
             if module.startswith(QT):
@@ -20,7 +20,7 @@ def test_qt_is_imported_only_in_ui_and_never_with_a_star():
 
 
 def test_only_the_bridge_subscribes_to_engine_events_and_only_app_makes_the_loop():
-    for path in (PKG / "ui").glob("*.py"):
+    for path in sources("ui", "*.py"):
         text = path.read_text()
         if path.name != "bridge.py":
             assert ".subscribe(" not in text, f"{path} subscribes to the engine itself"
@@ -29,7 +29,7 @@ def test_only_the_bridge_subscribes_to_engine_events_and_only_app_makes_the_loop
 
 
 def test_the_ui_never_touches_the_store_or_the_orchestrator():
-    for path in (PKG / "ui").glob("*.py"):
+    for path in sources("ui", "*.py"):
         text = path.read_text()
-        for inner in (".store.", ".orchestrator.", ".service.", ".supervisor."):
+        for inner in (".store.", ".orchestrator.", ".driver.", ".service.", ".supervisor."):
             assert inner not in text, f"{path} reaches into the engine ({inner})"

@@ -9,10 +9,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from PySide6.QtGui import QGuiApplication
 
-from cadre_desktop.host.donations import DonationRequest
-from cadre_desktop.node.identity import b64url
-from cadre_desktop.node.seed import sign_seed
+from cadre_desktop.host.lending.donations import DonationRequest
 from cadre_desktop.ui.status import TrayState
+from cadre_desktop.wire.keys import b64url
+from cadre_desktop.wire.seed import sign_seed
 from tests.support.borrower import free_lend_port
 from tests.support.claim_link import read_qr
 from tests.support.headless import FLAKY_NODE, fast_settings

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.claim_link import claim
-from tests.support.ui_shell import crashing_settings
-from tests.support.ui_shell import give_up
+from tests.support.ui_shell import crashing_settings, give_up
 
 CRASHING = crashing_settings()
 

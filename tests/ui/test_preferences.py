@@ -12,8 +12,7 @@ import pytest
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from tests.support.headless import fast_settings
-from tests.support.ui_shell import crashing_settings
-from tests.support.ui_shell import give_up
+from tests.support.ui_shell import crashing_settings, give_up
 
 WRAPPED_NODE = [sys.executable, "-c", "import runpy; runpy.run_module('cadre_desktop.node', run_name='__main__')"]
 

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cadre_desktop.host.clock import iso
-from cadre_desktop.host.views import NodeView
+from cadre_desktop.host.core.clock import iso
+from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.ui.status import (
-    TrayState, aggregate, attention_first, duration_words, exit_line, menu_words, retry_words, status_words,
-    summary_line, tooltip, uptime_words,
+    TrayState,
+    aggregate,
+    attention_first,
+    duration_words,
+    exit_line,
+    menu_words,
+    retry_words,
+    status_words,
+    summary_line,
+    tooltip,
+    uptime_words,
 )
 
-NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 BASE = NodeView(
     id="n1", name="Kitchen", status="unclaimed", mode="claim", running=True, ready=True, pid=10, api_port=1, p2p_port=2,
     peer_id=None, cadre=None, attempts=0, next_retry_at=None, last_error=None, claim_url=None,
@@ -122,7 +131,7 @@ def test_details_words_for_a_node_in_error(tmp_path):
     assert "Retry" in explain.next_step(v)
     lines = explain.log_lines(log)
     assert [(line.text, line.count) for line in lines] == [("boom", 2), ("INFO node n1: other", 1)]
-    assert lines[0].at == datetime(2026, 1, 2, 3, 0, 5, tzinfo=timezone.utc)
+    assert lines[0].at == datetime(2026, 1, 2, 3, 0, 5, tzinfo=UTC)
     assert "(×2)" in explain.log_words(lines)
 
 

@@ -7,8 +7,7 @@ import re
 import pytest
 
 from tests.support.claim_link import claim
-from tests.support.ui_shell import crashing_settings
-from tests.support.ui_shell import give_up
+from tests.support.ui_shell import crashing_settings, give_up
 
 
 def enabled(window) -> set[str]:
@@ -237,7 +236,6 @@ def test_the_table_is_one_tab_stop_and_enter_delete_ctrl_r_act_on_the_row(shell,
     assert asked == ["Remove Kitchen?"]
 
     from PySide6.QtGui import QKeySequence
-
     from PySide6.QtWidgets import QWidget
 
     ctrl_r = next(a for a in QWidget.actions(window) if a.shortcut() == QKeySequence("Ctrl+R"))

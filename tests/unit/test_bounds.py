@@ -12,11 +12,10 @@ import pytest
 from aiohttp import web
 
 from cadre_desktop import fdlimit, logfilter
-from cadre_desktop.host.webguard import GuardedSockSite, busy_middleware
+from cadre_desktop.host.edges.webguard import GuardedSockSite, busy_middleware
 from cadre_desktop.netguard import ConnectionGuard, bind_socket
 from tests.support.clock import FakeClock
 from tests.support.polling import async_wait_until
-
 
 # -- the connection guard, against a real aiohttp server ------------------------------------------
 
@@ -56,7 +55,7 @@ async def get(port: int, source: str = "127.0.0.1") -> bytes:
 async def closed(reader: asyncio.StreamReader) -> bool:
     try:
         return await asyncio.wait_for(reader.read(1), 0.05) == b""
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
     except ConnectionError:
         return True

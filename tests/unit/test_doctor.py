@@ -152,7 +152,7 @@ def test_node_program_that_answers_is_ok_and_stopped(fake_node):
 def test_the_trial_node_gets_the_environment_the_host_gives_its_nodes(fake_node, monkeypatch):
     from pathlib import Path
 
-    from cadre_desktop.host import launch
+    from cadre_desktop.host.local import launch
 
     monkeypatch.setenv("CADRE_INVITATION", "inherited")  # an inherited variable of ours never reaches it
     assert doctor.check_node_program(fake_node("serve")).outcome is Outcome.OK

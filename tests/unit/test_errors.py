@@ -35,24 +35,18 @@ from cadre_desktop.errors import (
     message_of,
     wire_code,
 )
-from cadre_desktop.host.donations import FieldError
-from cadre_desktop.host.http_status import status_of
-from cadre_desktop.host.lend_api import REFUSAL_STATUSES as LEND_STATUSES
-from cadre_desktop.host.lend_api import LendServer
-from cadre_desktop.host.lending import LendRefused, LentNodeUnavailable
-from cadre_desktop.host.secrets import KeyringLocked, KeyringTimeout, KeyringUnavailable
-from cadre_desktop.node.errors import (
-    BindError,
-    ConfigError,
-    CorruptFileError,
-    ExitCode,
-    NodeDirError,
-    RequestRefused,
-    exit_code_of,
-)
-from cadre_desktop.host.lend_wire import errors_as_json
-from cadre_desktop.node.http_status import REFUSAL_STATUSES as NODE_STATUSES
-from cadre_desktop.node.http_status import answer_to
+from cadre_desktop.host.core.secrets import KeyringLocked, KeyringTimeout, KeyringUnavailable
+from cadre_desktop.host.edges.http_status import status_of
+from cadre_desktop.host.edges.lend_api import REFUSAL_STATUSES as LEND_STATUSES
+from cadre_desktop.host.edges.lend_api import LendServer
+from cadre_desktop.host.edges.lend_wire import errors_as_json
+from cadre_desktop.host.lending.donations import FieldError
+from cadre_desktop.host.lending.service import LendRefused, LentNodeUnavailable
+from cadre_desktop.node.errors import BindError, ConfigError, CorruptFileError, ExitCode, NodeDirError, exit_code_of
+from cadre_desktop.wire.http_status import REFUSAL_STATUSES as NODE_STATUSES
+from cadre_desktop.wire.http_status import answer_to
+from cadre_desktop.wire.refusal import RequestRefused
+from tests.support.imports import sources
 
 PKG = Path(cadre_desktop.__file__).parent
 BRANCHES = (InputError, MachineError, NodeFault, Bug)
@@ -84,7 +78,7 @@ def test_every_exception_of_the_package_is_under_the_one_root():
 
 def test_the_modules_not_imported_above_define_no_exception_of_their_own():
     """ui/ (Qt) and the __main__ entry points are read, not imported: none defines an exception."""
-    files = list((PKG / "ui").rglob("*.py")) + list(PKG.rglob("__main__.py"))
+    files = sources("ui") + sources(pattern="**/__main__.py")
     assert len(files) >= 10
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -117,10 +111,10 @@ def test_the_engine_errors_carry_no_http_status_and_no_http_name():
 def test_only_the_http_edges_and_their_clients_speak_in_api_errors():
     """An ApiError (a status) is built only where HTTP is spoken: the APIs' edges, and the
     clients that read their answers."""
-    allowed = {"errors.py", "host/control.py", "host/lend_api.py", "host/http_status.py", "host/lend_wire.py",
-               "node/api.py", "node/http1.py", "node/http_status.py", "cli/client.py", "cli/commands.py",
+    allowed = {"errors.py", "host/edges/control.py", "host/edges/lend_api.py", "host/edges/http_status.py", "host/edges/lend_wire.py",
+               "node/api.py", "node/http1.py", "wire/api.py", "wire/http_status.py", "cli/client.py", "cli/commands.py",
                "cli/doctor.py"}
-    for path in PKG.rglob("*.py"):
+    for path in sources():
         name = path.relative_to(PKG).as_posix()
         if name in allowed:
             continue
@@ -179,7 +173,7 @@ def test_the_control_api_gives_each_error_the_status_it_always_had(error, status
 
 
 async def control_answer(error: BaseException) -> tuple[int, dict]:
-    from cadre_desktop.host.control import ControlServer
+    from cadre_desktop.host.edges.control import ControlServer
 
     async def handler(request):
         raise error
@@ -260,7 +254,7 @@ async def test_the_lend_api_answers_the_engines_other_errors_as_before(error, st
     (403, {"error": {"code": "wrong-token"}}, LentNodeUnavailable, "node_refused", None),  # the host's own token
 ])
 def test_a_lent_nodes_answer_to_a_seed_becomes_the_borrowers_refusal(status, body, kind, code, retry):
-    from cadre_desktop.host.lend_api import node_refusal
+    from cadre_desktop.host.edges.lend_api import node_refusal
 
     refusal = node_refusal(status, body)
     assert (type(refusal), refusal.code, refusal.retry_after_s) == (kind, code, retry)
@@ -357,14 +351,14 @@ _LOG_CALLS = {"debug", "info", "warning", "error", "exception", "critical"}
 _REPORTED_OTHERWISE = {
     "cli/doctor.py:check_keyring": "the failure is the check's result, shown to the person",
     "cli/doctor.py:check_desktop": "the failure is the check's result, shown to the person",
-    "host/secrets.py:_work": "the exception is handed to the caller's future",
+    "host/core/secrets.py:_work": "the exception is handed to the caller's future",
     "logfilter.py:_decide": "a filter of the logging system: the handler reports the bad record itself",
     "ui/app.py:_serve": "show_error logs it and shows it to the person",
 }
 
 
 def broad_handlers():
-    for path in PKG.rglob("*.py"):
+    for path in sources():
         source = path.read_text()
         lines = source.splitlines()
         tree = ast.parse(source, str(path))
@@ -396,7 +390,7 @@ def test_every_broad_except_hands_the_error_on_or_logs_it_and_says_why():
 # -- the excepts narrowed to what they meant -----------------------------------------------------
 
 def address_source(tmp_path):
-    from cadre_desktop.host.address import ConfiguredAddress
+    from cadre_desktop.host.core.address import ConfiguredAddress
     from cadre_desktop.settings import Settings
 
     return ConfiguredAddress(tmp_path / "settings.json", Settings(advertise_host="192.0.2.7"))
@@ -412,7 +406,7 @@ def test_a_settings_file_broken_meanwhile_keeps_the_advertised_address_and_says_
 
 
 def test_reading_the_address_lets_anything_but_a_settings_error_through(tmp_path, monkeypatch):
-    from cadre_desktop.host import address
+    from cadre_desktop.host.core import address
 
     def broken(path):
         raise RuntimeError("our bug")
@@ -433,16 +427,16 @@ def exit_noter(error: Exception):
 
 
 def test_an_exit_whose_record_cannot_be_read_is_logged_and_supervision_goes_on(caplog):
-    from cadre_desktop.host.driver import Exit
-    from cadre_desktop.host.supervisor import Supervisor
+    from cadre_desktop.host.core.driver import Exit
+    from cadre_desktop.host.core.supervisor import Supervisor
 
     Supervisor._note_exit(exit_noter(StorageError("the records file is not JSON")), Exit("h", "n-1", 42, 1, False))
     assert "its record is unreadable: the records file is not JSON" in caplog.text
 
 
 def test_a_broken_rule_of_the_lifecycle_is_not_taken_for_an_unreadable_record():
-    from cadre_desktop.host.driver import Exit
-    from cadre_desktop.host.supervisor import Supervisor
+    from cadre_desktop.host.core.driver import Exit
+    from cadre_desktop.host.core.supervisor import Supervisor
 
     with pytest.raises(Bug):
         Supervisor._note_exit(exit_noter(Bug("exited may not leave node n-1 spawning")), Exit("h", "n-1", 42, 1, False))
@@ -462,16 +456,16 @@ def codes_raised(kinds: set[str], paths) -> set[str]:
 
 
 def test_every_refusal_the_lending_service_can_give_has_its_status():
-    raised = codes_raised({"LendRefused", "LentNodeUnavailable"}, [PKG / "host" / "lending.py",
-                                                                    PKG / "host" / "lend_api.py"])
+    raised = codes_raised({"LendRefused", "LentNodeUnavailable"}, [PKG / "host" / "lending" / "service.py",
+                                                                    PKG / "host" / "edges" / "lend_api.py"])
     assert len(raised) >= 10
     assert raised - {"?"} <= set(LEND_STATUSES)
-    from cadre_desktop.host.lending import WrongToken
+    from cadre_desktop.host.lending.service import WrongToken
 
     assert WrongToken.code in LEND_STATUSES
 
 
 def test_every_refusal_the_node_can_give_has_its_status():
-    raised = codes_raised({"RequestRefused"}, sorted((PKG / "node").glob("*.py")))
+    raised = codes_raised({"RequestRefused"}, sources("node") + sources("wire"))
     assert len(raised) >= 15 and "?" not in raised
     assert raised == set(NODE_STATUSES)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from cadre_desktop.host import launch
+from cadre_desktop.host.local import launch
 
 
 def build(**changes):

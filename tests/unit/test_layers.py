@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.imports import imported
+from tests.support.imports import imported, sources
 
 PKG = Path(__file__).parents[2] / "cadre_desktop"
 
@@ -14,20 +14,60 @@ def imported_modules(path: Path) -> set[str]:
     return {module for module, _ in imported(PKG, path)}
 
 
+
+
 def test_host_and_node_sources_never_import_qt_or_ui():
-    checked = 0
-    for layer in ("host", "node"):
-        for path in (PKG / layer).rglob("*.py"):
-            checked += 1
+    for layer in ("host", "node", "wire"):
+        for path in sources(layer):
             for name in imported_modules(path):
                 assert not name.startswith(("PySide6", "qasync", "cadre_desktop.ui")), f"{path} imports {name}"
-    assert checked >= 5
 
 
 def test_node_never_imports_the_host():
-    for path in (PKG / "node").rglob("*.py"):
+    for path in sources("node"):
         for name in imported_modules(path):
             assert not name.startswith("cadre_desktop.host"), f"{path} imports {name}"
+
+
+def test_the_engine_never_imports_the_node():
+    """What both sides of a wire share is in wire/, which belongs to neither."""
+    for path in sources("host"):
+        for name in imported_modules(path):
+            assert not name.startswith("cadre_desktop.node"), f"{path} imports {name}"
+
+
+def test_the_wire_format_imports_only_the_basics():
+    for path in sources("wire"):
+        for name in imported_modules(path):
+            assert not name.startswith(("cadre_desktop.host", "cadre_desktop.node", "cadre_desktop.ui",
+                                        "cadre_desktop.cli", "aiohttp", "h11")), f"{path} imports {name}"
+
+
+#: What each room of the engine may import of the others (host/__init__.py and each room's docstring say why).
+ROOMS = {
+    "host/core": set(),
+    "host/local": {"cadre_desktop.host.core.driver", "cadre_desktop.host.core.events", "cadre_desktop.host.core.jsondoc"},
+    "host/lending": {"cadre_desktop.host.core"},
+    "host/edges": {"cadre_desktop.host.core", "cadre_desktop.host.lending"},
+}
+
+
+def test_each_room_of_the_engine_imports_only_the_rooms_below_it():
+    for room, allowed in ROOMS.items():
+        own = "cadre_desktop." + room.replace("/", ".")
+        for path in sources(room):
+            for name in imported_modules(path):
+                if not name.startswith("cadre_desktop.host.") or name.startswith(own):
+                    continue
+                assert any(name == a or name.startswith(a + ".") for a in allowed), f"{path} imports {name}"
+
+
+def test_every_room_says_what_it_holds_and_may_import():
+    rooms = [p for p in (PKG / "host").iterdir() if p.is_dir() and p.name != "__pycache__"] + [PKG / "wire"]
+    assert {p.name for p in rooms} >= {"core", "local", "lending", "edges", "wire"}
+    for room in rooms:
+        doc = ast.get_docstring(ast.parse((room / "__init__.py").read_text()))
+        assert doc and "import" in doc and len(doc) > 200, f"{room}/__init__.py wants a docstring: what it holds and may import"
 
 
 def test_importing_the_engine_loads_no_qt():
@@ -55,9 +95,9 @@ def test_shared_modules_import_neither_host_nor_node_nor_ui():
 
 def test_node_imports_only_itself_and_the_shared_modules():
     allowed = {f"cadre_desktop.{name[:-3]}" for name in SHARED} | {"cadre_desktop"}
-    for path in (PKG / "node").rglob("*.py"):
+    for path in sources("node"):
         for module in imported_modules(path):
-            if module.startswith("cadre_desktop") and not module.startswith("cadre_desktop.node"):
+            if module.startswith("cadre_desktop") and not module.startswith(("cadre_desktop.node", "cadre_desktop.wire")):
                 assert module in allowed, f"{path} imports {module}"
 
 
@@ -70,7 +110,7 @@ def test_the_log_pump_needs_only_the_standard_library():
 def test_nothing_but_the_lifecycle_writes_a_record():
     """One owner of a node's life: the store's writers (hosted or lent nodes) are called from lifecycle.py only."""
     writers = ("put", "remove", "mark_removed", "removal_done")
-    for path in (PKG / "host").rglob("*.py"):
+    for path in sources("host"):
         if path.name in ("lifecycle.py", "store.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -80,9 +120,10 @@ def test_nothing_but_the_lifecycle_writes_a_record():
 
 
 def test_the_engine_speaks_to_compute_only_through_the_driver_seam():
-    for name in ("supervisor.py", "passes.py", "service.py", "probe.py", "decide.py", "lifecycle.py", "lending.py", "lend_kind.py"):
-        imports = imported_modules(PKG / "host" / name)
-        assert not {"cadre_desktop.host.orchestrator", "cadre_desktop.host.procs", "subprocess"} & imports, name
+    for path in sources("host/core") + sources("host/lending"):
+        imports = imported_modules(path)
+        assert "subprocess" not in imports, path
+        assert not any(m.startswith("cadre_desktop.host.local") for m in imports), path
 
 
 def test_shared_basics_at_the_top_level_import_no_layer_above_them():
@@ -91,7 +132,7 @@ def test_shared_basics_at_the_top_level_import_no_layer_above_them():
     the engine, the node, a front end or Qt."""
     above = ("cadre_desktop.host", "cadre_desktop.node", "cadre_desktop.ui", "cadre_desktop.cli",
              "PySide6", "qasync")
-    basics = [p for p in PKG.glob("*.py") if p.name not in ("__main__.py",)]
+    basics = [p for p in sources(pattern="*.py") if p.name not in ("__main__.py",)]
     assert len(basics) >= 10
     for path in basics:
         for module in imported_modules(path):
@@ -99,7 +140,7 @@ def test_shared_basics_at_the_top_level_import_no_layer_above_them():
 
 
 def test_the_engine_never_imports_a_front_end():
-    for path in (PKG / "host").rglob("*.py"):
+    for path in sources("host"):
         for module in imported_modules(path):
             assert not module.startswith(("cadre_desktop.cli", "cadre_desktop.ui")), f"{path} imports {module}"
 

@@ -13,9 +13,9 @@ import socket
 import aiohttp
 import pytest
 
-from cadre_desktop.host.lend_api import LendServer
-from cadre_desktop.host.secrets import SecretKind
-from cadre_desktop.node.identity import b64url
+from cadre_desktop.host.core.secrets import SecretKind
+from cadre_desktop.host.edges.lend_api import LendServer
+from cadre_desktop.wire.keys import b64url
 from tests.support.lend_rig import OWNER_KEY, LendRig
 
 GOOD = {"party_id": "friends", "profile": "storage", "bootstrap_nodes": ["10.0.0.1:4001"], "owner_keys": [OWNER_KEY]}

@@ -11,14 +11,13 @@ import stat
 
 import pytest
 
-from cadre_desktop.errors import SpawnError
-from cadre_desktop.host.donations import DonationStatus
-from cadre_desktop.host.events import EventKind
-from cadre_desktop.errors import wire_code
-from cadre_desktop.host.lend_api import REFUSAL_STATUSES
-from cadre_desktop.host.lending import LendRefused
-from cadre_desktop.host.ports import port_is_free
-from cadre_desktop.host.secrets import SecretKind
+from cadre_desktop.errors import SpawnError, wire_code
+from cadre_desktop.host.core.events import EventKind
+from cadre_desktop.host.core.secrets import SecretKind
+from cadre_desktop.host.edges.lend_api import REFUSAL_STATUSES
+from cadre_desktop.host.lending.donations import DonationStatus
+from cadre_desktop.host.lending.service import LendRefused
+from cadre_desktop.host.local.ports import port_is_free
 from tests.support.keyrings import HangingKeyring
 from tests.support.lend_rig import LendRig
 from tests.support.polling import async_wait_until
@@ -316,7 +315,7 @@ async def test_a_row_left_provisioning_without_a_child_is_reclaimed_with_its_fol
 
 
 async def test_a_grant_left_half_created_is_cleared(rig):
-    from cadre_desktop.host.grants import Grant
+    from cadre_desktop.host.lending.grants import Grant
 
     rig.grants.put(Grant(id="gr_halfcreated0", label="x", max_nodes=1, token_sha256="0" * 64,
                          created_at="2026-01-01T00:00:00Z", creating=True))
@@ -335,11 +334,11 @@ async def test_an_end_of_loan_left_unfinished_is_finished(rig):
 # -- drop and restore of handles ----------------------------------------------------------------------
 
 async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leaks_no_port(tmp_path):
-    from cadre_desktop.host import procs
-    from cadre_desktop.host.handles import Handle
-    from cadre_desktop.host.orchestrator import Orchestrator
+    from cadre_desktop.host.local import procs
+    from cadre_desktop.host.local.handles import Handle
+    from cadre_desktop.host.local.orchestrator import Orchestrator
+    from cadre_desktop.host.local.ports import PortAllocator
     from cadre_desktop.paths import Paths
-    from cadre_desktop.host.ports import PortAllocator
 
     rig = LendRig(tmp_path)
     ports = PortAllocator(41000, 41099, bind_host="127.0.0.1")
@@ -369,7 +368,7 @@ async def test_the_reaper_waits_while_the_keyring_refuses_and_catches_up_after(r
     grant, _ = await rig.grant()
     donation = await rig.request(grant)
     await rig.clock.run_for(121)  # past the provisioning TTL
-    from cadre_desktop.host.keyring_gate import KeyringCondition
+    from cadre_desktop.host.core.keyring_gate import KeyringCondition
 
     rig.gate.condition = KeyringCondition("keyring_locked", "The keyring is locked.")
     assert await rig.lending.reap() == [] and rig.drow(donation.id) is not None
@@ -380,7 +379,7 @@ async def test_the_reaper_waits_while_the_keyring_refuses_and_catches_up_after(r
 def test_a_home_that_only_lends_keeps_its_home_id_before_naming_a_keyring_entry(tmp_path):
     """Bug: a home with no hosted node never wrote hosted-nodes.json, so each start made up a
     new home id and could not find the grant and seed tokens the last run stored."""
-    from cadre_desktop.host.store import RecordStore
+    from cadre_desktop.host.core.store import RecordStore
 
     store = RecordStore(tmp_path / "hosted-nodes.json")
     first = store.home_id

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from cadre_desktop import logpump
-from cadre_desktop.host import nodelogs
+from cadre_desktop.host.local import nodelogs
 from tests.support.polling import wait_until
 
 

@@ -3,7 +3,7 @@ import socket
 import pytest
 
 from cadre_desktop.errors import PortsExhausted
-from cadre_desktop.host.ports import PortAllocator, port_is_free
+from cadre_desktop.host.local.ports import PortAllocator, port_is_free
 
 
 def test_allocates_lowest_free_ports_and_releases_them():

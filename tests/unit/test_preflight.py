@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cadre_desktop.errors import SettingsError, StorageError
-from cadre_desktop.host.preflight import check_bind_host, machine_addresses, prepare_home
+from cadre_desktop.host.core.preflight import check_bind_host, machine_addresses, prepare_home
 from cadre_desktop.paths import resolve_paths
 from cadre_desktop.readfile import NotAFile, TooLarge, read_bytes
 from cadre_desktop.settings import parse_settings

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cadre_desktop.host.events import EventKind
-from cadre_desktop.host.records import NodeMode, NodeStatus
+from cadre_desktop.host.core.events import EventKind
+from cadre_desktop.host.core.records import NodeMode, NodeStatus
 from tests.support.clock import settle
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from cadre_desktop.host import procs
+from cadre_desktop.host.local import procs
 
 
 class Recorder:

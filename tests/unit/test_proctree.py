@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from cadre_desktop.host import procs, proctree, winjob
-from cadre_desktop.host.handles import STATE_VERSION, Handle, read_state
-from cadre_desktop.host.teardown import Ender
+from cadre_desktop.host.local import procs, proctree, winjob
+from cadre_desktop.host.local.handles import STATE_VERSION, Handle, read_state
+from cadre_desktop.host.local.teardown import Ender
 from tests.support.lock_holder import HOLD_LOCK
 from tests.support.polling import wait_until
+
 
 def node_env(nodes: Path, node_id: str) -> dict[str, str]:
     return {**os.environ, "CADRE_NODE_ID": node_id, "CADRE_NODE_DIR": str(nodes / node_id)}
@@ -271,7 +272,7 @@ def test_version_1_state_is_upgraded_with_the_pid_as_group(tmp_path):
 
 
 def test_state_rows_keep_group_job_and_pump(tmp_path):
-    from cadre_desktop.host.handles import write_state
+    from cadre_desktop.host.local.handles import write_state
 
     handle = Handle("n1.a", "n1", 10, procs.Identity("5", "boot"), 1, 2, "t", pgid=10, job="Local\\j",
                     pump_pid=11, pump_identity=procs.Identity("6", "boot"))

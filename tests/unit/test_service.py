@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cadre_desktop.errors import Invalid, InvalidState, NoSuchThing, SecretsError, SpawnError, StorageError
-from cadre_desktop.host.events import EventKind
-from cadre_desktop.host.records import NodeMode, NodeStatus, RespawnInfo
-from cadre_desktop.host.secrets import SERVICE, SecretKind
+from cadre_desktop.host.core.events import EventKind
+from cadre_desktop.host.core.records import NodeMode, NodeStatus, RespawnInfo
+from cadre_desktop.host.core.secrets import SERVICE, SecretKind
 from tests.support.keyrings import LockedKeyring
 from tests.support.rig import Rig
 
@@ -61,7 +61,7 @@ async def test_failed_spawn_unwinds_everything(rig):
 
 async def test_locked_keyring_fails_add_with_nothing_left(tmp_path):
     r = Rig(tmp_path)
-    from cadre_desktop.host.secrets import SecretStore
+    from cadre_desktop.host.core.secrets import SecretStore
     r.gate.secrets = SecretStore(LockedKeyring())
     with pytest.raises(SecretsError) as err:
         await r.service.add("A")

@@ -10,13 +10,13 @@ import shutil
 import pytest
 
 from cadre_desktop.errors import InvalidState, SecretsError, StorageError
-from cadre_desktop.host.decide import Decision, Observation, Policy, SecretState, decide
-from cadre_desktop.host.driver import DriverStatus, NodeDriver
-from cadre_desktop.host.events import EventKind
-from cadre_desktop.host.orchestrator import Orchestrator
-from cadre_desktop.host.records import NodeStatus, StartMark
-from cadre_desktop.host.secrets import SERVICE, SecretKind
-from cadre_desktop.host.store import RecordStore
+from cadre_desktop.host.core.decide import Decision, Observation, Policy, SecretState, decide
+from cadre_desktop.host.core.driver import DriverStatus, NodeDriver
+from cadre_desktop.host.core.events import EventKind
+from cadre_desktop.host.core.records import NodeStatus, StartMark
+from cadre_desktop.host.core.secrets import SERVICE, SecretKind
+from cadre_desktop.host.core.store import RecordStore
+from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.settings import Settings
 from tests.support.fake_driver import FakeOrchestrator
 from tests.support.keyrings import HangingKeyring, LockedKeyring
@@ -243,7 +243,7 @@ async def test_a_requested_stop_is_no_exit_event(rig):
 
 
 def test_decision_table_of_a_down_node():
-    from cadre_desktop.host.records import NodeRecord, RespawnInfo
+    from cadre_desktop.host.core.records import NodeRecord, RespawnInfo
     rec = NodeRecord(id="n", name="n", status=NodeStatus.JOINED, handle="h", respawn=RespawnInfo(2, "x"))
     policy = Policy(Settings())
     down = Observation(status=DriverStatus.FAILED, since_attempt_s=5)

@@ -9,9 +9,9 @@ import types
 import pytest
 
 from cadre_desktop.errors import SpawnError
-from cadre_desktop.host.events import EventKind
+from cadre_desktop.host.core.events import EventKind
+from cadre_desktop.host.core.records import NodeMode, NodeStatus
 from cadre_desktop.host.live_settings import apply_settings
-from cadre_desktop.host.records import NodeMode, NodeStatus
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
@@ -79,7 +79,7 @@ async def test_refill_rereads_the_record_and_never_writes_a_stale_snapshot(rig):
     # A claim lands after the pass took its snapshot.
     rig.store.put(rig.rec().replace(status=NodeStatus.JOINED, cadre="family"))
     verdict = rig.sup.observe(snapshot)
-    from cadre_desktop.host.decide import decide
+    from cadre_desktop.host.core.decide import decide
     await rig.sup._carry_out(snapshot, decide(snapshot, verdict, rig.sup.policy))
     assert rig.rec().cadre == "family" and rig.rec().status is NodeStatus.JOINED
     assert rig.rec().attempts == 0
@@ -156,7 +156,7 @@ async def test_give_up_leaves_a_record_already_in_error_alone(rig):
 async def test_a_budget_lowered_while_running_counts_from_the_next_pass(tmp_path):
     r = Rig(tmp_path, respawn_max_attempts=5)
     r.node("a", attempts=3, ago_s=3600)  # down, two attempts left under the old budget
-    host = types.SimpleNamespace(settings=r.settings, orchestrator=None, supervisor=r.sup, store=r.store)
+    host = types.SimpleNamespace(settings=r.settings, driver=None, supervisor=r.sup, store=r.store)
     await apply_settings(host, r.settings.with_changes(respawn_max_attempts=3))
     assert await r.sup.reconcile() == []
     assert r.rec("a").status is NodeStatus.ERROR and "gave up after 3 attempts" in r.rec("a").error

@@ -133,7 +133,7 @@ def public_methods(cls) -> dict[str, bool]:
             if callable(fn) and not name.startswith("_")}
 
 
-@pytest.mark.parametrize("seam", ["cadre_desktop.host.clock:Clock", "cadre_desktop.node.clock:Clock"])
+@pytest.mark.parametrize("seam", ["cadre_desktop.host.core.clock:Clock", "cadre_desktop.node.clock:Clock"])
 def test_the_fake_clock_has_every_call_of_both_clock_seams(seam):
     import importlib
 

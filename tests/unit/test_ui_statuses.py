@@ -8,9 +8,8 @@ button whose check compared against the old word.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-UI = Path(__file__).resolve().parents[2] / "cadre_desktop" / "ui"
+from tests.support.imports import sources
 
 
 def _is_status(node: ast.AST) -> bool:
@@ -62,7 +61,7 @@ def bare_status_strings(source: str, filename: str = "<ui>") -> list[str]:
 
 
 def test_no_ui_module_compares_a_status_with_a_bare_string():
-    found = [hit for path in sorted(UI.glob("*.py")) for hit in bare_status_strings(path.read_text(), path.name)]
+    found = [hit for path in sources("ui", "*.py") for hit in bare_status_strings(path.read_text(), path.name)]
     assert found == [], "compare with NodeStatus / DonationStatus / GrantState members:\n" + "\n".join(found)
 
 
@@ -84,7 +83,7 @@ def f(v, status):
 
 def test_the_check_leaves_enum_members_and_other_strings_alone():
     source = '''
-from cadre_desktop.host.records import NodeStatus, SUPERVISED
+from cadre_desktop.host.core.records import NodeStatus, SUPERVISED
 def f(v):
     a = v.status == NodeStatus.ERROR
     b = v.status in (NodeStatus.SPAWNING, NodeStatus.JOINING)

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from cadre_desktop.host.address import ConfiguredAddress
-from cadre_desktop.host.events import Listeners
-from cadre_desktop.host.records import NodeStatus
-from cadre_desktop.host.views import NodeView
+from cadre_desktop.host.core.address import ConfiguredAddress
+from cadre_desktop.host.core.events import Listeners
+from cadre_desktop.host.core.records import NodeStatus
+from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.settings import Settings
 
 

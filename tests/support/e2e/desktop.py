@@ -14,10 +14,10 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from tests.support.polling import wait_until
 
@@ -54,7 +54,7 @@ class Desktop:
 
     # -- life ------------------------------------------------------------------------
 
-    def start(self, size: str = "1280x800x24", tray: str = "trayer") -> "Desktop":
+    def start(self, size: str = "1280x800x24", tray: str = "trayer") -> Desktop:
         read, write = os.pipe()
         xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", size, "-nolisten", "tcp"],
                                 pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -76,7 +76,7 @@ class Desktop:
         wait_until(lambda: self.window_id("--classname", "panel"), timeout=20, interval=0.05, what="trayer's panel")
         return self
 
-    def _start_sni(self) -> "Desktop":
+    def _start_sni(self) -> Desktop:
         from tests.support.e2e.bus import WATCHER, has_owner
 
         log = open(self.root / "sni-tray.log", "wb")

@@ -1,0 +1,51 @@
+"""Time as a seam: the engine asks a Clock, tests hand it a fake that jumps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+
+class Clock:
+    """Wall time for what must survive a restart (attempt timestamps), monotonic for waits."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+async def sleep_or_kick(clock: Clock, seconds: float, kick: asyncio.Event) -> bool:
+    """Sleep on `clock`, or end early when `kick` is set; True when kicked (and clears it)."""
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    kicked = asyncio.ensure_future(kick.wait())
+    try:
+        await asyncio.wait({sleeper, kicked}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        kicked.cancel()
+    was_kicked = kick.is_set()
+    kick.clear()
+    return was_kicked
+
+
+def iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_iso(text: str | None) -> datetime | None:
+    """Parse a timestamp we wrote; anything unparsable is None (callers decide what that means)."""
+    if not text or not isinstance(text, str):
+        return None
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt

@@ -1,0 +1,184 @@
+"""The supervisor's decision: (record, what the driver and probe say, now) -> verdict.
+
+Pure on purpose: no store, no driver, no clock. Everything the decision
+depends on comes in as an `Observation`, so every rule is a line of a table
+and a unit test can pin each one. `Supervisor` carries the verdicts out.
+
+The rules, in the order they are checked:
+  not supervised, or no child yet        -> LEAVE (the code creating it owns it)
+  running, answered, stopped answering   -> HUNG (stop it; the crash path counts it)
+  running, not answered, past its grace  -> STALLED (a failed start: stop it)
+  running, not answered, inside grace    -> STARTING (nothing kills or restarts it)
+  running, attempts old enough           -> REFILL (the budget is full again)
+  running                                -> HEALTHY
+  down, stopped cleanly by the last host -> START, uncounted, whatever budget or backoff said
+  down, an exit retrying cannot fix      -> GIVE_UP at once, with the node's own words
+  down, budget spent                     -> GIVE_UP
+  down, inside backoff                   -> WAIT
+  down, secret not in memory yet         -> WAIT_KEYRING (no attempt counted)
+  down, secret absent from the keyring   -> GIVE_UP
+  down                                   -> START (counts one attempt)
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from enum import Enum
+
+from cadre_desktop.host.core.driver import DriverStatus
+from cadre_desktop.host.core.records import SUPERVISED, NodeRecord
+from cadre_desktop.settings import Settings
+
+#: Node exit codes that mean "respawning will not help" (docs/node-contract.md):
+#: bad configuration, an unusable work folder, a corrupt identity or state file.
+HOPELESS_EXIT_CODES = {2: "its configuration is wrong", 4: "its work folder is unusable",
+                       5: "its identity or state file is corrupt"}
+
+
+class Decision(str, Enum):
+    LEAVE = "leave"
+    HEALTHY = "healthy"
+    REFILL = "refill"
+    STARTING = "starting"
+    STALLED = "stalled"
+    HUNG = "hung"
+    WAIT = "wait"
+    WAIT_KEYRING = "waiting-for-keyring"
+    START = "start"
+    GIVE_UP = "give-up"
+
+
+class SecretState(str, Enum):
+    READY = "ready"
+    WAITING = "waiting"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class Observation:
+    status: DriverStatus
+    #: The exit code of the record's child, when it ended and the code is known.
+    returncode: int | None = None
+    #: The record's current child has answered GET /status.
+    answered: bool = False
+    #: It answered once and has been silent longer than the probe allows since.
+    unresponsive: bool = False
+    #: Seconds since the record's current child was started (None: unknown).
+    started_s: float | None = None
+    #: Seconds since the last counted attempt (None: none, or unknown).
+    since_attempt_s: float | None = None
+    secret: SecretState = SecretState.READY
+    #: The last host stopped this node on a clean quit.
+    stopped_cleanly: bool = False
+    #: Words for the last exit seen ("exited with code 3: ...", "never answered within 15 s").
+    last_exit: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    #: For START: whether it spends an attempt.
+    counted: bool = True
+    #: For GIVE_UP, STALLED, HUNG: the words the record and the user get.
+    reason: str | None = None
+    #: For WAIT and STARTING: seconds until the next look is due.
+    due_in_s: float | None = None
+
+
+class Policy:
+    """The numbers of supervision, from settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.base_ms = settings.respawn_backoff_base_ms
+        self.max_ms = settings.respawn_backoff_max_ms
+        self.max_attempts = settings.respawn_max_attempts
+        self.healthy_ms = settings.respawn_healthy_ms
+        self.sweep_s = settings.sweep_ms / 1000
+        self.grace_ms = settings.start_grace_ms
+        self.grace_max_ms = settings.start_grace_max_ms
+
+    def backoff_s(self, attempts: int) -> float:
+        """No attempt yet: at once. After n attempts: base * 2^n, capped."""
+        if attempts <= 0:
+            return 0.0
+        return min(self.base_ms * (2 ** min(attempts, 40)), self.max_ms) / 1000
+
+    def grace_s(self, failures: int) -> float:
+        """The start grace after `failures` failed starts: the base doubled per failure, capped (0: off)."""
+        if self.grace_ms <= 0:
+            return 0.0
+        return min(self.grace_ms * (2 ** min(max(failures, 0), 40)), max(self.grace_max_ms, self.grace_ms)) / 1000
+
+
+def seconds(s: float) -> str:
+    """A duration in words a person reads at a glance."""
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def exit_words(code: int | None, last_line: str | None) -> str:
+    """What a person is told of an exit: the code or signal, and the node's own last line."""
+    if code is None:
+        words = "exited"
+    elif code < 0:
+        try:
+            words = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            words = f"was killed by signal {-code}"
+    else:
+        words = f"exited with code {code}"
+    if last_line:
+        words += f": {last_line}"
+    return words
+
+
+def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: frozenset = SUPERVISED) -> Verdict:
+    """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs)."""
+    if record.status not in supervised or not record.handle:
+        return Verdict(Decision.LEAVE)
+    if obs.status is DriverStatus.RUNNING:
+        return _running(record, obs, policy)
+    return _down(record, obs, policy)
+
+
+def _running(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
+    if obs.answered and obs.unresponsive:
+        return Verdict(Decision.HUNG, reason="stopped answering its status requests")
+    if not obs.answered:
+        grace = policy.grace_s(record.start.failures if record.start else 0)
+        if grace > 0 and obs.started_s is not None:
+            if obs.started_s >= grace:
+                return Verdict(Decision.STALLED, reason=f"never answered within {seconds(grace)}")
+            return Verdict(Decision.STARTING, due_in_s=grace - obs.started_s)
+    if (record.attempts > 0 and obs.since_attempt_s is not None
+            and obs.since_attempt_s * 1000 > policy.healthy_ms):
+        return Verdict(Decision.REFILL)
+    return Verdict(Decision.HEALTHY)
+
+
+def _down(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
+    if obs.stopped_cleanly:
+        return _start_if_secret(obs, counted=False)
+    if obs.returncode in HOPELESS_EXIT_CODES:
+        why = HOPELESS_EXIT_CODES[obs.returncode]
+        return Verdict(Decision.GIVE_UP, reason=f"{obs.last_exit or f'exited with code {obs.returncode}'} "
+                                               f"({why}; restarting it will not help)")
+    if record.attempts >= policy.max_attempts:
+        return Verdict(Decision.GIVE_UP, reason=obs.last_exit or "the node did not stay running")
+    wait = policy.backoff_s(record.attempts)
+    if obs.since_attempt_s is not None and obs.since_attempt_s < wait:
+        return Verdict(Decision.WAIT, due_in_s=wait - obs.since_attempt_s)
+    return _start_if_secret(obs, counted=True)
+
+
+def _start_if_secret(obs: Observation, *, counted: bool) -> Verdict:
+    if obs.secret is SecretState.WAITING:
+        return Verdict(Decision.WAIT_KEYRING, counted=counted)
+    if obs.secret is SecretState.MISSING:
+        return Verdict(Decision.GIVE_UP, reason="its secret is missing from the keyring, so it cannot be started; "
+                                                "remove the node and add it again")
+    return Verdict(Decision.START, counted=counted)

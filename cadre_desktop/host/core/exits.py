@@ -1,0 +1,71 @@
+"""What the supervisor knows of each node's last exit, until the node's next start.
+
+The words ("exited with code 3: <its last line>", "never answered within 15 s")
+explain a node that is down, become the next start mark's `last_exit`, and
+give a give-up its reason; the code decides whether retrying can help.
+The node's own lines come from its log, secrets redacted, one line each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cadre_desktop.host.core.decide import exit_words
+from cadre_desktop.text import one_line
+
+
+class ExitBook:
+    def __init__(self, log_tail: Callable[[str, int], list[str]], redact: Callable[[str, str], str]) -> None:
+        #: The node's last lines (`log_tail(node_id, count)`), and the redaction of its secrets.
+        self._log_tail, self._redact = log_tail, redact
+        self._words: dict[str, str] = {}
+        self._codes: dict[str, int | None] = {}
+        #: Per dead child whose exit no event reported, the words read from its log.
+        self._unseen: dict[str, str] = {}
+
+    def seen(self, node_id: str, code: int | None) -> str:
+        """A child ended on its own: its exit in words, kept until the next start."""
+        words = self._words[node_id] = self.from_log(node_id, code)
+        self._codes[node_id] = code
+        return words
+
+    def from_log(self, node_id: str, code: int | None) -> str:
+        """An exit in words: its code or signal, and the node's last log line."""
+        lines = self._log_tail(node_id, 1)
+        return exit_words(code, one_line(self._redact(node_id, lines[-1])) if lines else None)
+
+    def with_log_tail(self, node_id: str, reason: str) -> str:
+        """`reason`, then the node's last five log lines (what a give-up says)."""
+        lines = self._log_tail(node_id, 5)
+        if not lines:
+            return reason
+        return reason + "\nLast log lines:\n" + self._redact(node_id, "\n".join(one_line(x) for x in lines))
+
+    def stopped(self, node_id: str, reason: str) -> None:
+        """The host stopped a child for a reason of its own (it never answered, it hung)."""
+        self._words[node_id] = reason
+        self._codes.pop(node_id, None)
+
+    def words(self, node_id: str) -> str | None:
+        return self._words.get(node_id)
+
+    def code(self, node_id: str, default: int | None = None) -> int | None:
+        return self._codes.get(node_id, default)
+
+    def unseen(self, node_id: str, handle_id: str, code: int | None) -> str:
+        """The words of a child that died unseen (the host was down): read once per child."""
+        words = self._unseen.get(handle_id)
+        if words is None:
+            words = self._unseen[handle_id] = self.from_log(node_id, code)
+        return words
+
+    def take_for_start(self, node_id: str, old_handle: str | None) -> str | None:
+        """A start begins: the words it follows go into its mark, and the book is cleared."""
+        self._unseen.pop(old_handle or "", None)
+        self._codes.pop(node_id, None)
+        return self._words.pop(node_id, None)
+
+    def forget(self, node_id: str) -> None:
+        """A deliberate start begins with a clean slate: the last exit explains nothing."""
+        self._words.pop(node_id, None)
+        self._codes.pop(node_id, None)

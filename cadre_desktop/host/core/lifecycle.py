@@ -1,0 +1,237 @@
+"""The one owner of a node's life: every write of a record goes through here.
+
+Each change of a record is a named transition with the statuses it may start
+from and end in. `apply` re-reads the record, checks the transition is
+allowed from what is on disk *now*, writes, and emits the event, in one place
+and with no await in between (the store is synchronous on purpose). A record
+that was removed or moved on while its caller awaited is left alone and
+`apply` returns None: the caller's work is abandoned, never written over the
+newer truth. Two transitions write nothing (`exited`, `waiting`): what they
+report lives in the driver and the keyring gate, and they only tell the views.
+
+A transition whose *result* leaves its allowed statuses is a bug in the
+caller and raises.
+
+Hosted nodes are one *kind* of supervised record; a node lent to another
+cadre is another (host/lending/kind.py). A `RecordKind` says what differs: its
+statuses and their table, its secret, how it is announced. Everything else
+(this module, the supervisor, the decision, the probe) is the same code for
+both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from cadre_desktop.errors import Bug
+from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.events import EventBus, EventKind
+from cadre_desktop.host.core.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus
+from cadre_desktop.host.core.secrets import SecretKind
+from cadre_desktop.host.core.store import RecordStore
+
+S = NodeStatus
+_ANY = frozenset(NodeStatus)
+
+
+class Change(str, Enum):
+    CREATE = "create"
+    SPAWNED = "spawned"
+    STARTED = "started"
+    START_FAILED = "start-failed"
+    ADOPT = "adopt"
+    ANSWERED = "answered"
+    REFILL = "refill"
+    JOINED = "joined"
+    PEER = "peer"
+    INVITATION_FAILED = "invitation-failed"
+    GIVE_UP = "give-up"
+    RETRY = "retry"
+    EXITED = "exited"
+    WAITING = "waiting"
+    #: Lent nodes: the node answered and waits for its seed; the seed was taken.
+    AWAITING_SEED = "awaiting-seed"
+    SEEDED = "seeded"
+
+
+#: change -> (statuses it may start from, statuses it may end in). The one table of a node's life.
+TRANSITIONS: dict[Change, tuple[frozenset[NodeStatus], frozenset[NodeStatus]]] = {
+    Change.CREATE: (frozenset(), frozenset({S.SPAWNING})),
+    Change.SPAWNED: (frozenset({S.SPAWNING}), frozenset({S.UNCLAIMED, S.JOINING})),
+    Change.STARTED: (SUPERVISED, SUPERVISED),
+    Change.START_FAILED: (SUPERVISED, SUPERVISED),
+    Change.ADOPT: (SUPERVISED, SUPERVISED),
+    Change.ANSWERED: (SUPERVISED, SUPERVISED),
+    Change.REFILL: (SUPERVISED, SUPERVISED),
+    Change.JOINED: (SUPERVISED, frozenset({S.JOINED})),
+    Change.PEER: (SUPERVISED, SUPERVISED),
+    Change.INVITATION_FAILED: (frozenset({S.JOINING}), frozenset({S.ERROR})),
+    Change.GIVE_UP: (SUPERVISED, frozenset({S.ERROR})),
+    Change.RETRY: (frozenset({S.ERROR}), SUPERVISED),
+    Change.EXITED: (_ANY, _ANY),
+    Change.WAITING: (SUPERVISED, SUPERVISED),
+}
+
+#: Transitions that report something outside the record: an event, no write.
+EVENT_ONLY = frozenset({Change.EXITED, Change.WAITING})
+
+
+def _announce_hosted(events: EventBus, change: Change, before: NodeRecord, after: NodeRecord, detail: str) -> None:
+    node_id = after.id
+    if change is Change.SPAWNED:
+        events.emit(EventKind.ADDED, node_id)
+        return
+    events.emit(EventKind.CHANGED, node_id)
+    if change is Change.EXITED:
+        events.emit(EventKind.EXITED, node_id, detail)
+    elif change in (Change.GIVE_UP, Change.INVITATION_FAILED):
+        events.emit(EventKind.GAVE_UP, node_id, detail or (after.error or ""))
+    elif change is Change.JOINED and before.status is not S.JOINED:
+        events.emit(EventKind.CLAIMED, node_id, after.cadre or "")
+
+
+def _hosted_secret_kind(record: NodeRecord) -> SecretKind:
+    return SecretKind.CLAIM if record.mode is NodeMode.CLAIM else SecretKind.INVITATION
+
+
+def _hosted_secret_env(record: NodeRecord, value: str, host_token: str | None = None) -> dict[str, str]:
+    """What a start adds to the node contract's environment: the secret, the name, the host's token.
+
+    The host token (node contract §1) is made anew for each start and kept in
+    this process's memory only: it lets the host mint an invitation from a
+    node it runs, over loopback, with no owner token to copy.
+    """
+    var = "CADRE_CLAIM_SECRET" if record.mode is NodeMode.CLAIM else "CADRE_INVITATION"
+    env = {var: value, "CADRE_NODE_NAME": record.name}
+    if host_token:
+        env["CADRE_HOST_TOKEN"] = host_token
+    return env
+
+
+def _hosted_retry(record: NodeRecord, now: str) -> dict[str, Any]:
+    if record.mode is NodeMode.CLAIM:
+        return {"status": S.JOINED if record.cadre else S.UNCLAIMED}
+    return {"status": S.JOINED if record.cadre else S.JOINING}
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """What one kind of supervised record is: its statuses, table, secret and events."""
+
+    #: Words for one record of this kind, in messages ("node", "lent node").
+    noun: str
+    transitions: dict
+    #: What the supervisor keeps running, and what the probe reads (a superset).
+    supervised: frozenset
+    probed: frozenset
+    #: The status a record is created in (the code creating it owns it), and the given-up one.
+    creating: Enum
+    error: Enum
+    announce: Callable[[EventBus, Change, Any, Any, str], None]
+    removed_event: EventKind
+    secret_kind: Callable[[Any], Any]
+    #: (record, secret, host token or None) -> the variables a start adds to the node's environment.
+    secret_env: Callable[..., dict]
+    #: The fields a Retry sets (the status it comes back in, at least), given the record and now.
+    retry: Callable[[Any, str], dict]
+    #: A person's name for a record.
+    label: Callable[[Any], str] = lambda record: getattr(record, "name", record.id)
+    #: Why a record cannot be started again from what it holds, or None.
+    cannot_start: Callable[[Any], str | None] = lambda record: None
+    #: The settings its supervision uses (lent nodes have keys of their own).
+    settings: Callable[[Any], Any] = lambda settings: settings
+    #: Takes what a child of this kind answers on /status (None: the probe's own, for hosted nodes).
+    on_status: Callable[..., None] | None = None
+
+
+HOSTED = RecordKind(
+    noun="node", transitions=TRANSITIONS, supervised=SUPERVISED, probed=SUPERVISED, creating=S.SPAWNING,
+    error=S.ERROR, announce=_announce_hosted, removed_event=EventKind.REMOVED,
+    secret_kind=_hosted_secret_kind, secret_env=_hosted_secret_env, retry=_hosted_retry,
+)
+
+
+class Lifecycle:
+    def __init__(self, *, store: RecordStore, events: EventBus, clock: Clock, kind: RecordKind = HOSTED) -> None:
+        self.store = store
+        self.events = events
+        self.clock = clock
+        self.kind = kind
+        #: The lifecycles of the other kinds on this host, whose ports this one keeps clear of.
+        self.neighbours: list[Lifecycle] = []
+
+    def get(self, node_id: str) -> NodeRecord | None:
+        return self.store.get(node_id)
+
+    def apply(
+        self,
+        node_id: str,
+        change: Change,
+        update: Callable[[NodeRecord], NodeRecord] = lambda r: r,
+        *,
+        handle: str | None = None,
+        detail: str = "",
+    ) -> NodeRecord | None:
+        """Re-read, check, write and announce one transition; None when it no longer applies.
+
+        `handle`, when given, must still be the record's child: news about a
+        replaced child is never applied to its successor.
+        """
+        current = self.store.get(node_id)
+        if current is None:
+            return None
+        allowed_from, allowed_to = self.kind.transitions[change]
+        if current.status not in allowed_from:
+            return None
+        if handle is not None and current.handle != handle:
+            return None
+        if change in EVENT_ONLY:
+            self._announce(change, current, current, detail)
+            return current
+        changed = update(current)
+        if changed.status not in allowed_to:
+            raise Bug(f"{change.value} may not leave node {node_id} {changed.status.value}")
+        if changed != current:  # nothing new is announced but never written
+            changed = changed.replace(updated_at=iso(self.clock.now()))
+            self.store.put(changed)
+        self._announce(change, current, changed, detail)
+        return changed
+
+    def create(self, record: NodeRecord) -> None:
+        """The first write of a node (status `spawning`); no event: nobody sees it yet."""
+        if record.status is not self.kind.creating or self.store.get(record.id) is not None:
+            raise Bug(f"node {record.id} cannot be created as {record.status.value}")
+        self.store.put(record)
+
+    def mark_removed(self, node_id: str, *, announce_unborn: bool = False) -> bool:
+        """Delete the record, leaving a tombstone until its clean-up is done.
+
+        A node still being created was never announced, so its removal is not
+        either (unless an earlier run left it behind, and views may show it).
+        """
+        record = self.store.get(node_id)
+        existed = self.store.mark_removed(node_id, iso(self.clock.now()))
+        if existed and (announce_unborn or record is None or record.status is not self.kind.creating):
+            self.events.emit(self.kind.removed_event, node_id)
+        return existed
+
+    def drop_unborn(self, node_id: str) -> None:
+        """Delete a `spawning` row that never got anything (its secret was refused)."""
+        self.store.remove(node_id)
+
+    def removal_done(self, node_id: str) -> None:
+        self.store.removal_done(node_id)
+
+    def remembered_ports(self, node_id: str) -> set[int]:
+        """Ports other nodes will want back when they start again (their claim URLs name them).
+
+        Those of every kind: a hosted node never takes a lent node's ports, nor the other way round.
+        """
+        rows: Iterable = [r for lc in (self, *self.neighbours) for r in lc.store.list()]
+        return {p for r in rows if r.id != node_id for p in (r.api_port, r.p2p_port) if p}
+
+    def _announce(self, change: Change, before: NodeRecord, after: NodeRecord, detail: str) -> None:
+        self.kind.announce(self.events, change, before, after, detail)

@@ -1,0 +1,152 @@
+"""When the supervisor's passes run; the supervisor says what one pass does.
+
+Four triggers bring a pass: `kick` (start-up, the keyring coming back), every
+child exit (a storm of exits coalesces into one queued pass, and exits that
+come meanwhile ride on it), the periodic sweep (the backstop for a death no
+event reported), and a timer armed for the moment the earliest backoff or
+start grace ends. A pass that fails is logged; the next trigger tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from cadre_desktop.host.core.clock import Clock
+
+log = logging.getLogger(__name__)
+
+
+async def breathe() -> None:
+    """Let everything already due run before a pass goes on.
+
+    A start holds the loop for its spawn and a synced file write, so a storm of
+    fifty would stall the control API, the probe and the UI for all of them
+    together. `sleep(0)` would queue the pass ahead of timers that fell due
+    meanwhile; a zero-delay timer queues it behind them.
+    """
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    handle = loop.call_later(0, lambda: done.done() or done.set_result(None))
+    try:
+        await done
+    finally:
+        handle.cancel()
+
+
+class PassSchedule:
+    """The triggers of one supervisor's passes, and the tasks they run on."""
+
+    def __init__(
+        self,
+        run: Callable[[], Awaitable[list[str]]],
+        clock: Clock,
+        sweep_s: Callable[[], float],
+        chores: Callable[[], Awaitable[None]],
+    ) -> None:
+        #: One pass (the supervisor queues it behind any other).
+        self._run = run
+        self.clock = clock
+        #: Read at every sweep: live settings may change it.
+        self._sweep_s = sweep_s
+        #: The sweep's housekeeping, before its pass.
+        self._chores = chores
+        #: Set by `stop`: no new pass, and a pass in flight drops the records it has not reached.
+        self.stopped = False
+        self._sweep: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._exit_pass_queued = False
+        self._exit_pass_wanted = False
+        self._due_task: asyncio.Task | None = None
+        #: When (monotonic) the armed due pass fires; None when none is armed.
+        self.due_at: float | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._sweep is not None
+
+    def start(self) -> None:
+        self.stopped = False
+        self._sweep = asyncio.create_task(self._sweep_forever(), name="supervisor-sweep")
+
+    async def stop(self) -> None:
+        """End the sweep and every queued or timed pass."""
+        self.stopped = True
+        if self._sweep:
+            self._sweep.cancel()
+            await asyncio.gather(self._sweep, return_exceptions=True)
+            self._sweep = None
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def kick(self, trigger: str) -> asyncio.Task | None:
+        """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
+        if self.stopped or self._sweep is None:
+            return None
+        return self._spawn(self.run_logged(trigger), f"supervisor-{trigger}")
+
+    def after_exit(self) -> None:
+        """A child exited: one pass is queued, and exits until it starts ride on it."""
+        if self.stopped:
+            return
+        self._exit_pass_wanted = True
+        if self._exit_pass_queued:
+            return
+        self._exit_pass_queued = True
+
+        async def run() -> None:
+            try:
+                while self._exit_pass_wanted and not self.stopped:
+                    self._exit_pass_wanted = False
+                    await self.run_logged("exit")
+            finally:
+                self._exit_pass_queued = False
+
+        self._spawn(run(), "supervisor-exit")
+
+    def arm(self, waits: list[float]) -> None:
+        """Bring the next pass forward to when the earliest backoff or start grace ends.
+
+        `waits` are a pass's own verdicts (seconds until each is due), so the
+        timer costs no second look at every node.
+        """
+        if self.stopped or not waits:
+            return
+        due = self.clock.monotonic() + min(waits)
+        if self._due_task is not None and not self._due_task.done():
+            if self.due_at is not None and self.due_at <= due:
+                return
+            self._due_task.cancel()
+        self.due_at = due
+        delay = max(0.0, min(waits))
+
+        async def fire() -> None:
+            await self.clock.sleep(delay)
+            self._due_task, self.due_at = None, None  # this pass may arm the next one
+            await self.run_logged("due")
+
+        self._due_task = self._spawn(fire(), "supervisor-due")
+
+    async def run_logged(self, trigger: str) -> list[str]:
+        try:
+            ids = await self._run()
+        except Exception:  # a failed pass must not end supervision; the next one retries
+            log.exception("supervisor pass (%s) failed", trigger)
+            return []
+        if ids:
+            log.info("%s pass started %s", trigger, ", ".join(ids))
+        return ids
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await self.clock.sleep(self._sweep_s())
+            await self._chores()
+            await self.run_logged("timer")
+
+    def _spawn(self, work: Awaitable[object], name: str) -> asyncio.Task:
+        task = asyncio.create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task

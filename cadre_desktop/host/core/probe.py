@@ -1,0 +1,294 @@
+"""The probe: what each running node says of itself, every `probe_interval_ms`.
+
+`GET /status` on the node's API port is both its liveness and its news: an
+unclaimed node that reports `joined` was claimed from a phone; a joining node
+that reports `failed` could not redeem its invitation. The probe judges
+nothing: it tells the supervisor which children answered (a start that answers
+spends its start mark) and which stopped answering, and the supervisor
+decides. Every request is bounded by a timeout, and one slow node never holds
+up the others. Records change only through the lifecycle.
+
+Nodes lent to another cadre are probed the same way (`watch` adds their
+lifecycle); what their answers mean is their kind's (`RecordKind.on_status`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from cadre_desktop import text
+from cadre_desktop.errors import CadreError
+from cadre_desktop.host.core.clock import Clock, sleep_or_kick
+from cadre_desktop.host.core.driver import NodeDriver
+from cadre_desktop.host.core.lifecycle import Change, Lifecycle
+from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
+
+log = logging.getLogger(__name__)
+
+Fetch = Callable[[int], Awaitable[dict[str, Any] | None]]
+NODE_STATES = {"unclaimed", "joining", "joined", "failed", "awaiting_seed", "seeded"}
+#: A /status answer is a few hundred bytes; anything past this is not one.
+MAX_STATUS_BYTES = 64 * 1024
+
+
+def sanitize_status(doc: dict[str, Any]) -> dict[str, Any]:
+    """Only what the host uses of a node's /status, every string checked.
+
+    A node program is anyone's code, and its answer reaches a record, the log
+    and the user's terminal. Identifiers that are not clean text are dropped;
+    the cadre name and the error, which are for a person, keep what they say
+    with unprintable characters written as escapes.
+    """
+    state = doc.get("state")
+    lent = {}
+    if "donation_id" in doc:  # a lent node's (node contract §10): which donation, for which party
+        lent = {"donation_id": text.clean(doc.get("donation_id"), 64), "party": text.clean(doc.get("party"), 64)}
+    return {
+        **lent,
+        "state": state if state in NODE_STATES else None,
+        "node_id": text.clean(doc.get("node_id"), 128),
+        "peer_id": text.clean(doc.get("peer_id"), 128),
+        "cadre": _for_a_person(doc.get("cadre"), 64),
+        "error": _for_a_person(doc.get("error"), 300),
+        "version": text.clean(doc.get("version"), 64),
+    }
+
+
+def _for_a_person(value: Any, limit: int) -> str | None:
+    return text.escape(value, limit) if isinstance(value, str) and value else None
+
+
+def loopback_for(bind_host: str) -> str:
+    """Where to reach a node that listens on `bind_host` from this machine."""
+    if bind_host in ("0.0.0.0", "", "*"):
+        return "127.0.0.1"
+    if bind_host == "::":
+        return "::1"
+    return bind_host
+
+
+class HttpStatusFetcher:
+    """GET /status with one shared session, bounded by a timeout; None if no good answer.
+
+    A pooled connection is kept for less than a probe interval (`fresh_after_s`),
+    so each regular probe opens a fresh one: a node that has stopped accepting
+    connections (its port flooded) is seen as not answering, instead of being
+    read through a keep-alive connection it accepted long ago. The quick probes
+    of a starting node still share one.
+    """
+
+    def __init__(self, host: str, timeout_s: float, fresh_after_s: float = 2.5) -> None:
+        self.host = host
+        self.timeout_s = timeout_s
+        self.fresh_after_s = fresh_after_s
+        self._session = None
+
+    async def __call__(self, port: int) -> dict[str, Any] | None:
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=self.fresh_after_s),
+            )
+        try:
+            async with self._session.get(f"http://{text.url_host(self.host)}:{port}/status") as resp:
+                if resp.status != 200:
+                    return None
+                raw = await resp.content.read(MAX_STATUS_BYTES + 1)  # a node may send anything
+                if len(raw) > MAX_STATUS_BYTES:
+                    return None
+                body = json.loads(raw)
+        except (TimeoutError, aiohttp.ClientError, ValueError, RecursionError, OSError):
+            return None
+        return sanitize_status(body) if isinstance(body, dict) else None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class Probe:
+    def __init__(
+        self,
+        *,
+        lifecycle: Lifecycle,
+        driver: NodeDriver,
+        clock: Clock,
+        interval_s: float,
+        fetch: Fetch,
+        grace_s: float | None = None,
+        on_unresponsive: Callable[[str], None] | None = None,
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.store = lifecycle.store
+        self.lifecycles: list[Lifecycle] = [lifecycle]
+        self.driver = driver
+        self.clock = clock
+        self.on_unresponsive = on_unresponsive
+        self.interval_s = interval_s
+        self.fetch = fetch
+        #: How long a child that answered may go silent before it is reported unresponsive.
+        self.grace_s = grace_s if grace_s is not None else max(15.0, 3 * interval_s)
+        self._last_ok: dict[str, float] = {}
+        #: Children that have answered /status at least once: "ready" in the contract.
+        self._answered: set[str] = set()
+        self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        #: Nodes whose new child is watched until it first answers.
+        self._starting: dict[str, asyncio.Task] = {}
+        self._stopping: set[asyncio.Task] = set()
+        #: At most this many requests in flight, so a hundred nodes never crowd one loop turn.
+        self._limit = asyncio.Semaphore(8)
+
+    def watch(self, lifecycle: Lifecycle) -> None:
+        """Probe another kind of record too."""
+        self.lifecycles.append(lifecycle)
+
+    def _lc(self, node_id: str) -> Lifecycle:
+        for lc in self.lifecycles[1:]:
+            if lc.store.get(node_id) is not None:
+                return lc
+        return self.lifecycle
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="probe")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        for task in list(self._starting.values()):
+            task.cancel()
+        await asyncio.gather(*self._starting.values(), *self._stopping, return_exceptions=True)
+        close = getattr(self.fetch, "close", None)
+        if close:
+            await close()
+
+    def watch_node(self, node_id: str) -> None:
+        """Probe a node's new child every 250 ms until it first answers, so the UI
+        can say "ready" quickly; only that node, and only while it is starting."""
+        if node_id in self._starting or self._task is None:
+            return
+        record = self._lc(node_id).get(node_id)
+        if record is None or not self.driver.is_running(record.handle) or self.is_ready(record.handle):
+            return
+        task = asyncio.create_task(self._watch_start(record.handle, node_id), name=f"probe-start-{node_id}")
+        self._starting[node_id] = task
+        task.add_done_callback(lambda _t: self._starting.pop(node_id, None))
+
+    async def _watch_start(self, handle_id: str, node_id: str) -> None:
+        """Every 250 ms for the first seconds, then at the interval, until it answers or is replaced."""
+        quick_until = self.clock.monotonic() + max(15.0, self.interval_s)
+        while True:
+            record = self._lc(node_id).get(node_id)
+            if record is None or record.handle != handle_id or not self.driver.is_running(handle_id):
+                return
+            await self.probe_one(record)
+            if self.is_ready(handle_id):
+                return
+            await self.clock.sleep(0.25 if self.clock.monotonic() < quick_until else self.interval_s)
+
+    def is_ready(self, handle_id: str | None) -> bool:
+        return handle_id in self._answered
+
+    def unresponsive(self, handle_id: str | None) -> bool:
+        """It answered once, and has not for longer than the grace since."""
+        last = self._last_ok.get(handle_id) if handle_id in self._answered else None
+        return last is not None and self.clock.monotonic() - last > self.grace_s
+
+    def probe_soon(self) -> None:
+        """Probe every node now instead of at the end of the interval (after a wake)."""
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.probe_all()
+            except Exception:  # a failed pass must not end probing for the host's life; the next one retries
+                log.exception("probe pass failed")
+            await sleep_or_kick(self.clock, self.interval_s, self._wake)
+
+    async def probe_all(self) -> None:
+        try:
+            records = [r for lc in self.lifecycles for r in lc.store.list() if r.status in lc.kind.probed and r.handle]
+        except CadreError as exc:
+            log.error("probe cannot read the records: %s", exc.message)
+            return
+        live = {r.handle for r in records if self.driver.is_running(r.handle)}
+        for handle_id in list(self._last_ok):
+            if handle_id not in live:
+                del self._last_ok[handle_id]
+                self._answered.discard(handle_id)
+        await asyncio.gather(*(self.probe_one(r) for r in records if r.handle in live))
+
+    async def probe_one(self, snapshot: NodeRecord) -> None:
+        handle = self.driver.get(snapshot.handle)
+        if handle is None:
+            return
+        async with self._limit:
+            status = await self.fetch(handle.api_port)
+        if status is None or status.get("state") not in NODE_STATES:
+            if self.unresponsive(handle.id) and self.driver.is_running(handle.id):
+                log.warning("node %s has not answered for %.0f s", snapshot.id, self.grace_s)
+                if self.on_unresponsive is not None:
+                    self.on_unresponsive(snapshot.id)
+            return
+        self._last_ok[handle.id] = self.clock.monotonic()
+        first_answer = handle.id not in self._answered
+        self._answered.add(handle.id)
+        lc = self._lc(snapshot.id)
+        if first_answer:
+            # A start that answers spends its mark (the next start counts failures from 0).
+            lc.apply(snapshot.id, Change.ANSWERED, _spend_mark, handle=handle.id)
+        if lc.kind.on_status is not None:
+            lc.kind.on_status(lc, snapshot.id, handle.id, status)
+        else:
+            self.apply(snapshot.id, handle.id, status)
+
+    def apply(self, node_id: str, handle_id: str, status: dict[str, Any]) -> None:
+        """Take in what the node says, about this very child only."""
+        record = self.store.get(node_id)
+        if record is None or record.handle != handle_id or record.status not in SUPERVISED:
+            return
+        state = status.get("state")
+        peer_id = _text(status.get("peer_id"), 128) or record.peer_id
+        cadre = _text(status.get("cadre"), 128)
+        if state == "joined" and (record.status is not NodeStatus.JOINED or record.cadre != cadre):
+            if self.lifecycle.apply(node_id, Change.JOINED, lambda r: r.replace(
+                    status=NodeStatus.JOINED, cadre=cadre, peer_id=peer_id, error=None), handle=handle_id):
+                if record.status is not NodeStatus.JOINED:
+                    log.info("node %s joined cadre %r", node_id, cadre)
+        elif state == "failed" and record.status is NodeStatus.JOINING:
+            message = f"invitation failed: {_text(status.get('error'), 300) or 'no reason given'}"
+            if self.lifecycle.apply(node_id, Change.INVITATION_FAILED, lambda r: r.replace(
+                    status=NodeStatus.ERROR, error=message, peer_id=peer_id), handle=handle_id, detail=message):
+                log.warning("node %s: %s", node_id, message)
+                # Stopped after the write, like a give-up; the work folder stays.
+                self._stop_later(handle_id)
+        elif peer_id != record.peer_id:
+            self.lifecycle.apply(node_id, Change.PEER, lambda r: r.replace(peer_id=peer_id), handle=handle_id)
+
+    def _stop_later(self, handle_id: str) -> None:
+        task = asyncio.ensure_future(self.driver.stop(handle_id))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+
+def _spend_mark(record: NodeRecord) -> NodeRecord:
+    if record.start is None or record.start.answered:
+        return record
+    return record.replace(start=dataclasses.replace(record.start, answered=True))
+
+
+def _text(value: Any, limit: int) -> str | None:
+    """A string a node sent, made safe for a record: one printable line, bounded; else None."""
+    return text.one_line(value, limit) or None if isinstance(value, str) else None

@@ -1,0 +1,197 @@
+"""One versioned JSON file of rows keyed by id: hosted nodes, grants, donations.
+
+Every method is synchronous on purpose. The engine re-reads a row and writes
+it back with no `await` in between; that is only atomic against the event
+loop because get/put cannot yield. An async write path here would quietly
+reopen the races the re-reads close (a removed row brought back by a stale
+write-back), and nothing else would notice.
+
+The cache is the truth while the host runs; the file is rewritten whole on each
+change (fine for a household's handful of rows, and for a hundred).
+
+Removal leaves a tombstone: `mark_removed` takes a row out and, in the same
+write, names its id under `removing`; `removal_done` drops the name once what
+the row owned (a child, a work folder, keyring entries) is gone. A host killed
+between the two finds the name at its next start and finishes the job, so a
+crash never leaves a child or a keyring secret that no row names. The key is
+written only while a removal is pending; older builds ignore it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+from cadre_desktop.atomicfile import write_json_atomic
+from cadre_desktop.errors import StorageError
+from cadre_desktop.host.core.jsondoc import Upgrade, keep_backup, read_versioned, remove_interrupted_writes
+
+log = logging.getLogger(__name__)
+
+
+class Row(Protocol):
+    id: str
+    created_at: str
+
+    def to_row(self) -> dict[str, Any]: ...
+
+
+R = TypeVar("R", bound=Row)
+
+
+class RowStore(Generic[R]):
+    """Rows of one kind in one file: `{"version": n, <key>: {id: row}, "removing": {...}}`."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        what: str,
+        key: str,
+        parse: Callable[[str, Any], R],
+        is_id: Callable[[Any], bool],
+        version: int,
+        upgrades: Mapping[int, Upgrade],
+        clears_interrupted_writes: bool = False,
+    ) -> None:
+        self.path = path
+        self._what, self._key = what, key
+        self._parse, self._is_id = parse, is_id
+        self._version = version
+        self._upgrades = upgrades
+        self._clears = clears_interrupted_writes
+        self._cache: dict[str, R] | None = None
+        #: Ids removed from the rows whose clean-up is not known to be finished.
+        self._removing: dict[str, str] = {}
+        self._upgraded_from: int | None = None
+        #: Why the last save failed (None once one succeeds): views show it beside the live truth.
+        self.save_error: str | None = None
+
+    def load(self) -> dict[str, R]:
+        """Load once and cache. A missing file is an empty store; a bad one raises.
+
+        The store that clears interrupted writes loads first, at host start-up,
+        under the home's lock and before anything writes, so it may clear the temp
+        files a crash left beside the files of the folder.
+        """
+        if self._cache is not None:
+            return self._cache
+        if self._clears:
+            remove_interrupted_writes(self.path.parent)
+        doc, found = read_versioned(
+            self.path, what=self._what, current=self._version, upgrades=self._upgrades
+        )
+        if doc is None:
+            self._cache, self._removing = {}, {}
+            self._read_top(None, upgraded=False)
+            return self._cache
+        self._read_top(doc, upgraded=found is not None and found < self._version)
+        removing = doc.get("removing", {})
+        if not isinstance(removing, dict) or not all(
+                self._is_id(k) and isinstance(v, str) for k, v in removing.items()):
+            raise StorageError(
+                f"the {self._what} file {self.path} has a bad 'removing' object; it was left as it is"
+            )
+        rows = doc.get(self._key)
+        if not isinstance(rows, dict):
+            raise StorageError(
+                f"the {self._what} file {self.path} has no '{self._key}' object; it was left as it is"
+            )
+        cache: dict[str, R] = {}
+        for row_id, row in rows.items():
+            try:
+                cache[row_id] = self._parse(row_id, row)
+            except ValueError as exc:
+                raise StorageError(
+                    f"the {self._what} file {self.path} has a bad row: {exc}; it was left as it is"
+                ) from None
+        if found is not None and found < self._version:
+            self._upgraded_from = found
+        self._cache = cache
+        self._removing = dict(removing)
+        return cache
+
+    def _read_top(self, doc: dict[str, Any] | None, *, upgraded: bool) -> None:
+        """Read the file's own fields beside its rows (None: there is no file yet); for subclasses."""
+
+    def _top(self) -> dict[str, Any]:
+        """The file's own fields to write beside its rows; for subclasses."""
+        return {}
+
+    def _save(self, rows: dict[str, R], removing: dict[str, str] | None = None) -> None:
+        removing = self._removing if removing is None else removing
+        doc: dict[str, Any] = {
+            "version": self._version,
+            self._key: {row_id: row.to_row() for row_id, row in sorted(rows.items())},
+            **self._top(),
+        }
+        if removing:
+            doc["removing"] = dict(sorted(removing.items()))
+        try:
+            if self._upgraded_from is not None:
+                keep_backup(self.path, self._upgraded_from)
+            # Compact (the C encoder): a storm of restarts spent most of its loop time indenting JSON.
+            write_json_atomic(self.path, doc, compact=True)
+        except OSError as exc:
+            error = StorageError(
+                f"could not save the {self._what} file {self.path}: {exc.strerror or exc}. "
+                "The previous file is intact; free some disk space and try again."
+            )
+            self.save_error = error.message
+            raise error from None
+        self._upgraded_from = None
+        self.save_error = None
+
+    def get(self, row_id: str) -> R | None:
+        return self.load().get(row_id)
+
+    def list(self) -> list[R]:
+        return sorted(self.load().values(), key=lambda r: (r.created_at, r.id))
+
+    def put(self, row: R) -> None:
+        """Insert or replace a row. The cache changes only if the file was written."""
+        rows = dict(self.load())
+        rows[row.id] = row
+        self._save(rows)
+        self._cache = rows
+
+    def remove(self, row_id: str) -> bool:
+        rows = dict(self.load())
+        if row_id not in rows:
+            return False
+        del rows[row_id]
+        self._save(rows)
+        self._cache = rows
+        return True
+
+    def mark_removed(self, row_id: str, when: str = "") -> bool:
+        """Take the row out and leave a tombstone, in one write. False if there was no row."""
+        rows = dict(self.load())
+        if row_id not in rows:
+            return False
+        del rows[row_id]
+        removing = {**self._removing, row_id: when}
+        self._save(rows, removing)
+        self._cache, self._removing = rows, removing
+        return True
+
+    def removal_done(self, row_id: str) -> None:
+        """Drop the tombstone: what the row owned is gone."""
+        self.load()
+        if row_id not in self._removing:
+            return
+        removing = {k: v for k, v in self._removing.items() if k != row_id}
+        self._save(self._cache, removing)
+        self._removing = removing
+
+    def knows(self, row_id: str) -> bool:
+        """Whether this store has or had (a pending removal) a row of this id."""
+        self.load()
+        return row_id in self._cache or row_id in self._removing
+
+    def pending_removals(self) -> list[str]:
+        """Ids whose removal a crash (or a failing keyring) left unfinished."""
+        self.load()
+        return sorted(self._removing)

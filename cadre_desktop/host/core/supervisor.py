@@ -1,0 +1,490 @@
+"""The supervisor: an `unclaimed`, `joining` or `joined` node is expected to run.
+
+One reconcile pass behind three triggers: once at start (after the driver
+re-attached, catching every node that died while the host was down), on every
+child exit (a crash is noticed in milliseconds; a storm of exits coalesces into
+one queued pass), and a periodic sweep as the backstop. A timer also brings the
+pass forward to the moment the earliest backoff or start grace ends. When a
+pass runs is `passes.py`; what it does is here.
+
+Each pass gives one verdict per node (`decide.py`, a pure function of the
+record and what the driver, the probe and the keyring gate say) and carries it
+out here: starting, stopping, giving up. Every record write goes through the
+lifecycle. Passes, Retry and Restart share one serial queue, and nothing on it
+ever waits for the keyring: secrets come from the gate's memory, or the node
+waits for the keyring without spending its budget.
+
+Records are reconciled to instances, never instances to records: a child no
+record names is reported once at start and left running.
+
+Hosted nodes are one kind of record; nodes lent to another cadre are another
+(`watch` adds their lifecycle). Both go through the same passes, queue,
+timers, decision and effects; their kind says which statuses are supervised,
+which secret a start needs, and what Retry comes back to.
+
+Timing runs on the monotonic clock. Wall-clock times in the records only carry
+a wait across a host restart, and a clock stepped back never makes a wait
+longer than it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import secrets as _random
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
+from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.decide import Decision, Observation, Policy, SecretState, Verdict, decide
+from cadre_desktop.host.core.driver import DriverStatus, Exit, InstanceInfo, NodeDriver
+from cadre_desktop.host.core.exits import ExitBook
+from cadre_desktop.host.core.keyring_gate import KeyringGate
+from cadre_desktop.host.core.lifecycle import HOSTED, Change, Lifecycle
+from cadre_desktop.host.core.passes import PassSchedule, breathe
+from cadre_desktop.host.core.records import NodeRecord, RespawnInfo, StartMark, SupervisedRow
+from cadre_desktop.host.core.secrets import SecretKind
+from cadre_desktop.host.core.timeline import Timeline
+from cadre_desktop.settings import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def new_host_token() -> str:
+    return _random.token_urlsafe(32)
+
+
+def secret_kind(record: NodeRecord) -> SecretKind:
+    return HOSTED.secret_kind(record)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        *,
+        lifecycle: Lifecycle,
+        driver: NodeDriver,
+        gate: KeyringGate,
+        settings: Settings,
+        clock: Clock,
+        probe=None,
+        on_sweep: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.store = lifecycle.store
+        #: Every kind of record supervised here; the hosted nodes' first.
+        self.lifecycles: list[Lifecycle] = [lifecycle]
+        self.driver = driver
+        self.gate = gate
+        self.settings = settings
+        #: Per kind of record, its supervision numbers.
+        self._policies: dict[str, Policy] = {lifecycle.kind.noun: Policy(lifecycle.kind.settings(settings))}
+        #: Records a pass skipped because they cannot be started again (reported once each).
+        self._skipped: set[str] = set()
+        self.clock = clock
+        #: Tells whether a child answered (`is_ready`) or stopped answering (`unresponsive`).
+        self.probe = probe
+        self._on_sweep = on_sweep
+        self.supervisor_id = f"{socket.gethostname()}:{os.getpid()}"
+        self._queue = asyncio.Lock()
+        self.passes = PassSchedule(self.reconcile, clock, lambda: self.policy.sweep_s, self._sweep_chores)
+        self._unsubscribe = None
+        self._uncounted: set[str] = set()
+        self.timeline = Timeline(clock)
+        #: The words for each node's last exit this process saw (or the reason it stopped it).
+        self.exits = ExitBook(lambda node_id, count: self.driver.log_tail(node_id, count), gate.redact)
+        self._waiting_keyring: set[str] = set()
+        #: Per child this process started, the host token it was given (memory only).
+        self.host_tokens: dict[str, str] = {}
+        #: Per node, the last verdict: decision, when, how long it took, error.
+        self.last_decisions: dict[str, dict] = {}
+        gate.on_ready(lambda: self.kick("keyring"))
+
+    # -- kinds of records ------------------------------------------------------------
+
+    def watch(self, lifecycle: Lifecycle) -> None:
+        """Supervise another kind of record on the same passes, queue and timers."""
+        self.lifecycles.append(lifecycle)
+        self._policies[lifecycle.kind.noun] = Policy(lifecycle.kind.settings(self.settings))
+
+    def use_settings(self, settings: Settings) -> None:
+        """New supervision numbers for every kind of record, from the next decision on."""
+        self.settings = settings
+        for lc in self.lifecycles:
+            self._policies[lc.kind.noun] = Policy(lc.kind.settings(settings))
+
+    @property
+    def policy(self) -> Policy:
+        """The hosted nodes' numbers (the sweep's period among them)."""
+        return self._policies[self.lifecycle.kind.noun]
+
+    def lifecycle_of(self, node_id: str) -> Lifecycle:
+        """The lifecycle whose store holds this id (the hosted one when none does)."""
+        for lc in self.lifecycles[1:]:
+            if lc.store.get(node_id) is not None:
+                return lc
+        return self.lifecycle
+
+    def policy_for(self, lc: Lifecycle) -> Policy:
+        return self._policies[lc.kind.noun]
+
+    def _supervised(self) -> list[tuple[Lifecycle, NodeRecord]]:
+        return [(lc, r) for lc in self.lifecycles for r in lc.store.list() if r.status in lc.kind.supervised]
+
+    # -- life -------------------------------------------------------------------
+
+    def start(self, stopped_cleanly: frozenset[str] = frozenset()) -> None:
+        """Subscribe to exits, start the sweep, report orphans, run the start-up pass.
+
+        `stopped_cleanly` names nodes the last host stopped on a clean quit: the
+        start-up pass starts them again whatever their budget or backoff says,
+        without counting an attempt.
+        """
+        if self.passes.started:
+            return
+        self._uncounted = set(stopped_cleanly)
+        self._unsubscribe = self.driver.subscribe(self._on_exit)
+        self.passes.start()
+        self._report_orphans()
+        self.kick("startup")
+
+    async def stop(self) -> None:
+        """End the timers and the subscription; an in-flight pass drops what it has not reached."""
+        if self._unsubscribe:
+            self._unsubscribe()
+            self._unsubscribe = None
+        await self.passes.stop()
+
+    async def serialize(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run `work` on the serial queue every pass, Retry and Restart share."""
+        async with self._queue:
+            return await work()
+
+    def kick(self, trigger: str) -> asyncio.Task | None:
+        """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
+        return self.passes.kick(trigger)
+
+    async def _sweep_chores(self) -> None:
+        if self._on_sweep is not None:
+            try:
+                await self._on_sweep()
+            except Exception:  # housekeeping must not end the sweep; the next one retries
+                log.exception("the sweep's housekeeping failed")
+        try:
+            self.driver.trim_logs()
+        except Exception as exc:  # trimming logs only saves disk; the next sweep retries
+            log.debug("log trim failed: %s", exc)
+
+    def _on_exit(self, event: Exit) -> None:
+        """An exit is an event at once; the pass it asks for is queued (storms coalesce)."""
+        if self.passes.stopped:
+            return
+        if not event.requested:
+            self._note_exit(event)
+        self.passes.after_exit()
+
+    def _note_exit(self, event: Exit) -> None:
+        words = self.exits.seen(event.node_id, event.returncode)
+        try:
+            self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
+        except StorageError as exc:
+            log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
+        log.warning("node %s %s", event.node_id, words)
+
+    def _report_orphans(self) -> None:
+        try:
+            known = {r.id for lc in self.lifecycles for r in lc.store.list()}
+        except StorageError as exc:
+            log.error("cannot check for orphaned children: %s", exc.message)
+            return
+        for handle in self.driver.list_nodes():
+            if handle.node_id not in known:
+                log.warning(
+                    "a child for node %s (pid %s) runs but no record names it; it is left running. "
+                    "`cadre-desktop node remove %s` stops it and deletes its data.",
+                    handle.node_id, handle.pid, handle.node_id,
+                )
+
+    # -- the pass -----------------------------------------------------------------
+
+    async def reconcile(self) -> list[str]:
+        """One pass over the records, queued behind any other pass, Retry or Restart."""
+        return await self.serialize(self._reconcile_once)
+
+    async def _reconcile_once(self) -> list[str]:
+        started: list[str] = []
+        try:
+            candidates = self._supervised()
+        except StorageError as exc:
+            log.error("supervisor cannot read the records: %s", exc.message)
+            return started
+        waits: list[float] = []
+        for lc, record in candidates:
+            if self.passes.stopped:
+                break
+            if self._skip(lc, record):
+                continue
+            t0 = time.perf_counter()
+            verdict, error = None, None
+            try:
+                verdict = decide(record, self.observe(record), self.policy_for(lc), lc.kind.supervised)
+                if await self._carry_out(record, verdict):
+                    started.append(record.id)
+                    await breathe()
+            except Exception as exc:
+                # One bad record never ends the pass; the others may be down too.
+                error = exc.message if isinstance(exc, CadreError) else f"{type(exc).__name__}: {exc}"
+                log.error("supervising node %s failed: %s", record.id, error)
+            due = self._due_after(lc, record.id, verdict)
+            if due is not None:
+                waits.append(due)
+            if verdict is not None and verdict.decision is not Decision.LEAVE or error:
+                self._note_decision(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
+        self.passes.arm(waits)
+        return started
+
+    def _due_after(self, lc: Lifecycle, node_id: str, verdict: Verdict | None) -> float | None:
+        """When this node next needs a look. The verdict says it, unless a start (done or
+        failed) changed the node: then its new start grace, or its new backoff."""
+        if verdict is None or verdict.decision is not Decision.START:
+            return verdict.due_in_s if verdict is not None else None
+        fresh = lc.get(node_id)
+        if fresh is None:
+            return None
+        return decide(fresh, self.observe(fresh), self.policy_for(lc), lc.kind.supervised).due_in_s
+
+    def _skip(self, lc: Lifecycle, record: NodeRecord) -> bool:
+        """A record that cannot be started again from what it holds is left alone, and said so once."""
+        why = lc.kind.cannot_start(record)
+        if why is None:
+            self._skipped.discard(record.id)
+            return False
+        if record.id not in self._skipped:
+            self._skipped.add(record.id)
+            log.warning("%s %s is not supervised: %s", lc.kind.noun, record.id, why)
+        self.last_decisions[record.id] = {"decision": "skipped", "at": iso(self.clock.now()), "ms": 0.0,
+                                          "error": why}
+        return True
+
+    def _note_decision(self, node_id: str, verdict: Verdict | None, ms: float, error: str | None) -> None:
+        self.last_decisions[node_id] = {
+            "decision": verdict.decision.value if verdict else "error",
+            "at": iso(self.clock.now()),
+            "ms": round(ms, 3),
+            "error": error or (verdict.reason if verdict else None),
+        }
+
+    def observe(self, record: NodeRecord) -> Observation:
+        """Everything the decision needs, read from the driver, the probe and the gate."""
+        handle = self.driver.get(record.handle)
+        status = self.driver.status(record.handle)
+        secret = SecretState.READY
+        kind = self.lifecycle_of(record.id).kind.secret_kind(record)
+        if self.gate.cached(record.id, kind) is None:
+            secret = SecretState.MISSING if self.gate.is_missing(record.id, kind) else SecretState.WAITING
+        answered = unresponsive = False
+        if status is DriverStatus.RUNNING and handle is not None:
+            mark = record.start
+            answered = bool(self.probe and self.probe.is_ready(handle.id)) or bool(
+                mark and mark.answered and mark.attempt == getattr(handle, "attempt", -1))
+            unresponsive = bool(self.probe and self.probe.unresponsive(handle.id))
+        last_exit = self.exits.words(record.id)
+        if last_exit is None and status is not DriverStatus.RUNNING and handle is not None:
+            # An exit this process did not see (it died while the host was down): its words
+            # come from the log, read once per dead child rather than at every pass.
+            last_exit = self.exits.unseen(record.id, handle.id, handle.returncode)
+        return Observation(
+            status=status,
+            returncode=self.exits.code(record.id, handle.returncode if handle else None),
+            answered=answered,
+            unresponsive=unresponsive,
+            started_s=self.timeline.seen_for(handle.id) if handle is not None and status is DriverStatus.RUNNING else None,
+            since_attempt_s=self._since_attempt_s(record),
+            secret=secret,
+            stopped_cleanly=record.id in self._uncounted,
+            last_exit=last_exit,
+        )
+
+    async def _carry_out(self, record: NodeRecord, verdict: Verdict) -> bool:
+        """Do what the verdict says; True when a child was started."""
+        d = verdict.decision
+        if d is not Decision.WAIT_KEYRING:
+            self._waiting_keyring.discard(record.id)
+        if d is Decision.REFILL:
+            self.lifecycle_of(record.id).apply(record.id, Change.REFILL, lambda r: r.replace(
+                respawn=RespawnInfo(0, r.respawn.last_attempt_at) if r.respawn else None))
+            log.info("node %s stayed up; its respawn budget is full again", record.id)
+        elif d in (Decision.STALLED, Decision.HUNG):
+            self.exits.stopped(record.id, verdict.reason)
+            log.warning("node %s %s; stopping it", record.id, verdict.reason)
+            self.lifecycle_of(record.id).apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason)
+            await self.driver.stop(record.handle)
+        elif d is Decision.GIVE_UP:
+            await self.give_up(record.id, verdict.reason or "the node did not stay running")
+        elif d is Decision.WAIT_KEYRING:
+            lc = self.lifecycle_of(record.id)
+            self.gate.want(record.id, lc.kind.secret_kind(record))
+            if record.id not in self._waiting_keyring:
+                self._waiting_keyring.add(record.id)
+                lc.apply(record.id, Change.WAITING)
+        elif d is Decision.START:
+            self._uncounted.discard(record.id)
+            try:
+                return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle)
+            except Exception as exc:
+                message = message_of(exc)
+                lc = self.lifecycle_of(record.id)
+                current = lc.get(record.id)
+                attempts = current.attempts if current else 0
+                log.warning("start attempt %d of %s %s failed: %s", attempts, lc.kind.noun, record.id, message)
+                if attempts >= self.policy_for(lc).max_attempts:
+                    await self.give_up(record.id, f"could not be started: {message}")
+                    return False
+                raise
+        return False
+
+    # -- effects ------------------------------------------------------------------
+
+    def start_node(self, node_id: str, *, counted: bool, expect_handle: str | None = None) -> bool:
+        """The one start of a node: re-read, start through the driver, write handle and mark.
+
+        Synchronous from the re-read to the write: nothing can change the
+        record in between. A live child of the node that the record does not
+        name yet is taken over instead (spends nothing): a host that died after
+        starting it, or a write that failed, never gets a second child beside it.
+        """
+        lc = self.lifecycle_of(node_id)
+        record = lc.get(node_id)
+        if record is None or record.status not in lc.kind.supervised or record.handle != expect_handle:
+            return False
+        live = [h for h in self.driver.handles_for(node_id) if h.alive and h.id != record.handle]
+        if live:
+            child = live[-1]
+            lc.apply(node_id, Change.ADOPT, lambda r: r.replace(
+                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port))
+            log.info("node %s: its record takes the running child pid %s", node_id, child.pid)
+            return False
+        value = self.gate.cached(node_id, lc.kind.secret_kind(record))
+        if value is None:
+            raise SecretsError(f"the secret of node {node_id} has not been read from the keyring yet")
+        attempt = record.next_start
+        now = iso(self.clock.now())
+        words = self.exits.take_for_start(node_id, record.handle)
+        mark = self._next_mark(record, attempt, now, counted, words)
+        respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
+        want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
+        try:
+            child = self.launch(record, value, attempt, want_ports=want, lc=lc)
+        except Exception as exc:
+            message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
+            failed_mark = dataclasses.replace(mark, last_exit=f"could not be started: {message}")
+            lc.apply(node_id, Change.START_FAILED, lambda r: r.replace(
+                error=message, respawn=respawn, start=failed_mark))
+            if counted:
+                self.timeline.mark(("attempt", node_id), now)
+            raise
+        self.timeline.started(child.id)
+        change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
+        lc.apply(node_id, change, lambda r: r.replace(
+            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark))
+        if counted:
+            self.timeline.mark(("attempt", node_id), now)
+        log.info("node %s started (attempt %d%s), pid %s", node_id, attempt, "" if counted else ", uncounted",
+                 child.pid)
+        return True
+
+    def launch(self, record: SupervisedRow, secret: str, attempt: int, *, lc: Lifecycle,
+               want_ports: tuple[int, int] | None = None) -> InstanceInfo:
+        """Every start of a child goes through here: the record's secret and a fresh host
+        token in its environment, clear of the ports the other records remember; the
+        token is kept (in memory only) for the child that got it."""
+        token = new_host_token()
+        env = lc.kind.secret_env(record, secret, token)
+        child = self.driver.start(record.id, attempt, env, want_ports=want_ports,
+                                  avoid_ports=lc.remembered_ports(record.id))
+        if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
+            self.host_tokens[child.id] = token
+        return child
+
+    def spawned(self, node_id: str, child: InstanceInfo, *, lc: Lifecycle, **fields) -> SupervisedRow | None:
+        """A record being created gets its first child (`launch`, attempt 1) and first start
+        mark: the record written, or None when it went meanwhile."""
+        mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
+        return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
+            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
+
+    def _next_mark(self, record: NodeRecord, attempt: int, now: str, counted: bool, words: str | None) -> StartMark:
+        prev = record.start
+        failed_before = prev is not None and not prev.answered
+        if not failed_before:
+            failures = 0
+        elif counted:
+            failures = prev.failures + 1
+        else:
+            failures = prev.failures  # a deliberate restart neither adds to nor forgives failures
+        return StartMark(attempt=attempt, at=now, by=self.supervisor_id, failures=failures,
+                         last_exit=words or (prev.last_exit if prev and failed_before else None))
+
+    async def give_up(self, node_id: str, reason: str) -> None:
+        """Stop trying: the record becomes `error` first, then the child is stopped.
+
+        The write comes first because the stop raises an exit, and the pass it
+        triggers must not find a supervised record with no child. The work
+        folder is kept: it holds the identity its cadre knows.
+        """
+        lc = self.lifecycle_of(node_id)
+        record = lc.get(node_id)
+        if record is None or record.status not in lc.kind.supervised:
+            return
+        n = record.attempts
+        head = f"gave up after {n} attempt{'s' if n != 1 else ''}: {reason}" if n else f"gave up: {reason}"
+        message = self.exits.with_log_tail(node_id, head)
+        if lc.apply(node_id, Change.GIVE_UP, lambda r: r.replace(status=lc.kind.error, error=message),
+                    detail=message) is None:
+            return
+        log.warning("%s %s: %s", lc.kind.noun, node_id, head)
+        if record.handle:
+            try:
+                await self.driver.stop(record.handle)
+            except Exception as exc:  # giving up must finish; the record says error whatever the stop did
+                log.error("could not stop node %s while giving up: %s", node_id, exc)
+
+    # -- time ---------------------------------------------------------------------
+
+    def _since_attempt_s(self, record: NodeRecord) -> float | None:
+        if not record.respawn:
+            return None
+        return self.timeline.since(("attempt", record.id), record.respawn.last_attempt_at)
+
+    # -- what views show --------------------------------------------------------------
+
+    def next_attempt_at(self, record: NodeRecord) -> datetime | None:
+        """When the backoff of a down node ends (wall time, for views); None when now or never."""
+        lc = self.lifecycle_of(record.id)
+        policy = self.policy_for(lc)
+        if record.status not in lc.kind.supervised or not record.respawn or record.attempts >= policy.max_attempts:
+            return None
+        since = self._since_attempt_s(record)
+        if since is None:
+            return None
+        remaining = policy.backoff_s(record.attempts) - since
+        return self.clock.now() + timedelta(seconds=remaining) if remaining > 0 else None
+
+    def forget_exit(self, node_id: str) -> None:
+        self.exits.forget(node_id)
+
+    def last_exit(self, node_id: str) -> str | None:
+        return self.exits.words(node_id)
+
+    def exit_code(self, node_id: str) -> int | None:
+        return self.exits.code(node_id)
+
+    def waiting_for_keyring(self, node_id: str) -> bool:
+        return node_id in self._waiting_keyring

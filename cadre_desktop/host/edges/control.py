@@ -1,0 +1,426 @@
+"""The loopback control API: how the CLI (and scripts) drive a running host.
+
+The server listens on 127.0.0.1 on a port the OS picks and publishes where it
+is, with a fresh bearer token, in `control.json` (mode 0600) beside the
+records. Whoever can read that file is the user who owns the host; nobody else
+gets in. Guards, in order, each answered before the request reaches a handler:
+
+- the Host header must name the loopback address and our port (a DNS-rebinding
+  page would send its own name): 403;
+- any request a browser made (an Origin header, or Sec-Fetch-Site naming
+  another site) is refused: 403. A web page on this machine must never drive
+  the API, even if it somehow learnt the token;
+- the API takes no query parameters, and a token in the URL is refused even
+  when it is right, because URLs end up in logs and shell history: 400;
+- `Authorization: Bearer <token>`, compared in constant time: else 401.
+
+Every error, ours or aiohttp's, is answered as `{"error": {"code", "message"}}`.
+Nothing here logs a token, a claim URL or an invitation: there is no access
+log, bodies are never logged, and an unexpected exception is logged with the
+request's secrets taken out of its text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import secrets
+import traceback
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from cadre_desktop import __version__, logfilter
+from cadre_desktop.atomicfile import write_json_atomic
+from cadre_desktop.errors import ApiError, Bug, CadreError, Invalid, NoSuchThing, StorageError
+from cadre_desktop.host.core.events import LENDING_EVENTS, HostEvent
+from cadre_desktop.host.core.jsondoc import read_versioned
+from cadre_desktop.host.core.records import is_node_id
+from cadre_desktop.host.core.validate import clean_invitation, clean_name
+from cadre_desktop.host.edges import lend_control
+from cadre_desktop.host.edges.http_status import status_of
+from cadre_desktop.host.edges.webguard import GuardedSockSite, busy_middleware
+from cadre_desktop.netguard import ConnectionGuard, bind_socket
+from cadre_desktop.readfile import read_bytes
+from cadre_desktop.text import url_host
+
+log = logging.getLogger(__name__)
+
+CONTROL_VERSION = 1
+MAX_BODY = 64 * 1024
+HEARTBEAT_S = 15.0
+#: Events a slow SSE client may have queued before it is cut off.
+STREAM_BACKLOG = 1000
+#: Connections the API holds at most (every client is local, so one source is all of
+#: them); idle or half-sent ones are closed after IDLE_S. See cadre_desktop/netguard.py and host/edges/webguard.py.
+MAX_CONNECTIONS = 64
+IDLE_S = 5.0
+#: How long a request body may take to arrive.
+BODY_TIMEOUT_S = 10.0
+
+_LOOPBACK = ("127.0.0.1", "::1")
+_TOKENISH = {"token", "access_token", "auth", "authorization", "bearer", "key", "api_key"}
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+}
+_MESSAGES = {
+    404: "There is no such endpoint.",
+    405: "That method is not allowed on this endpoint.",
+    413: f"The request body is larger than {MAX_BODY // 1024} KiB.",
+}
+
+#: Strings of the current request to take out of a logged exception.
+_SECRETS: Any = web.RequestKey("secrets", list) if hasattr(web, "RequestKey") else "secrets"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _refused(status: int, message: str, code: str | None = None) -> ApiError:
+    """A guard's refusal: its status, and the code the API gives that status unless told."""
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return ApiError(status, code or _CODES.get(status, "error"), message, headers=headers)
+
+
+def error_response(status: int, code: str, message: str, headers: dict | None = None) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message}}, status=status, headers=headers)
+
+
+def check_control_file(path: Path) -> None:
+    """Refuse a control.json this host cannot have written; leave it as it is.
+
+    A stale file (a host killed without cleaning up) is normal and is simply
+    replaced at start. One that is empty, not JSON, of a newer version or of the
+    wrong shape was not written by us: like every file the host keeps, it is
+    an error naming the file and the problem, never silently overwritten. Call
+    it before the host changes anything (right after loading the records).
+    """
+    doc, _ = read_versioned(path, what="control", current=CONTROL_VERSION, upgrades={})
+    if doc is None:
+        return
+    for key, kind in (("url", str), ("token", str), ("pid", int)):
+        value = doc.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise StorageError(
+                f"the control file {path} has no valid {key!r}; it was left as it is. "
+                "Delete it if no cadre-desktop host is running."
+            )
+
+
+def check_name(value: Any) -> str | None:
+    return clean_name(value, None)
+
+
+def check_invitation(value: Any) -> str:
+    return clean_invitation(value)
+
+
+_UNEXPECTED = "The host failed unexpectedly; its log has the details."
+
+
+def _failure(request: web.Request, exc: BaseException) -> str:
+    """An unexpected failure for the log: its words, with the request's secrets taken out, and where it was."""
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    return _redact(f"{type(exc).__name__}: {exc}", request.get(_SECRETS, [])) + "\n" + frames
+
+
+def _redact(text: str, secrets_: list[str]) -> str:
+    for secret in secrets_:
+        if secret:
+            text = text.replace(secret, "<redacted>")
+    return text
+
+
+class ControlServer:
+    def __init__(self, host: Any, control_file: Path, *, bind: str = "127.0.0.1",
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
+        if bind not in _LOOPBACK:
+            raise ValueError(f"the control API listens on loopback only, not {bind!r}")
+        self.host = host
+        self.control_file = Path(control_file)
+        self.bind = bind
+        self.heartbeat_s = heartbeat_s
+        self.token = ""
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._streams: set[asyncio.Queue] = set()
+        self._unsubscribe: Callable[[], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.guard = ConnectionGuard(per_source=MAX_CONNECTIONS, total=MAX_CONNECTIONS, idle_s=IDLE_S,
+                                     name="control API")
+
+    @property
+    def url(self) -> str:
+        return f"http://{url_host(self.bind)}:{self.port}"
+
+    # -- life cycle ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Listen on a free loopback port, then publish url, token and pid in control.json."""
+        self._loop = asyncio.get_running_loop()
+        self.token = secrets.token_urlsafe(32)
+        app = web.Application(middlewares=[busy_middleware(self.guard), self._errors, self._guard],
+                              client_max_size=MAX_BODY)
+        app.add_routes([
+            web.get("/api/host", self._get_host),
+            web.get("/api/nodes", self._list_nodes),
+            web.post("/api/nodes", self._add_node),
+            web.post("/api/nodes/join", self._join_node),
+            web.get("/api/nodes/{id}", self._get_node),
+            web.delete("/api/nodes/{id}", self._remove_node),
+            web.post("/api/nodes/{id}/retry", self._action("retry_node")),
+            web.post("/api/nodes/{id}/restart", self._action("restart_node")),
+            web.post("/api/nodes/{id}/regenerate", self._action("regenerate_node")),
+            web.post("/api/nodes/{id}/invite", self._invite_node),
+            web.get("/api/events", self._events),
+        ])
+        app.add_routes(lend_control.routes(self))  # lending's routes live beside these
+        sock = bind_socket(self.bind, 0, reuse=False)
+        try:
+            self.port = sock.getsockname()[1]
+            # No access log: request lines are not worth the risk of a secret in them.
+            # A request aiohttp cannot parse is logged as one line (no traceback).
+            self._runner = web.AppRunner(
+                app, access_log=None, shutdown_timeout=2.0, keepalive_timeout=IDLE_S,
+                logger=logfilter.OneLineLogger(log, "control API: a malformed request"),
+            )
+            await self._runner.setup()
+            await GuardedSockSite(self._runner, sock, self.guard).start()
+        except BaseException:
+            sock.close()
+            if self._runner is not None:
+                await self._runner.cleanup()
+                self._runner = None
+            raise
+        self._unsubscribe = self.host.subscribe(self._on_event)
+        write_json_atomic(self.control_file, {
+            "version": CONTROL_VERSION, "url": self.url, "token": self.token, "pid": os.getpid(),
+        })
+        log.info("control API listening on %s", self.url)
+
+    async def stop(self) -> None:
+        """End every event stream, stop listening, and take control.json away if it is still ours."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        for queue in list(self._streams):
+            self._offer(queue, None)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self._remove_control_file()
+
+    def _remove_control_file(self) -> None:
+        try:
+            doc = json.loads(read_bytes(self.control_file, max_bytes=64 * 1024, follow_symlinks=False))
+        except (OSError, ValueError):
+            return
+        # Another host may have taken over the home since; its file is not ours to delete.
+        theirs = doc.get("token") if isinstance(doc, dict) else None
+        if (isinstance(theirs, str) and hmac.compare_digest(theirs.encode(), self.token.encode())
+                and doc.get("pid") == os.getpid()):
+            try:
+                self.control_file.unlink()
+            except OSError as exc:
+                log.warning("could not remove %s: %s", self.control_file, exc.strerror or exc)
+
+    # -- middlewares -----------------------------------------------------------
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return error_response(exc.status, exc.code, exc.message, exc.headers or None)
+        except CadreError as exc:
+            if isinstance(exc, Bug):  # a rule of ours broken: told as any unexpected failure below
+                log.error("control API: %s %s failed: %s", request.method, request.path, _failure(request, exc))
+                return error_response(500, "internal_error", _UNEXPECTED)
+            return error_response(status_of(exc), exc.code, exc.message)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            message = _MESSAGES.get(exc.status, exc.reason)
+            return error_response(exc.status, _CODES.get(exc.status, "error"), message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Our bug in a handler: logged (secrets taken out), answered 500, the API keeps serving.
+            log.error("control API: %s %s failed: %s", request.method, request.path, _failure(request, exc))
+            return error_response(500, "internal_error", _UNEXPECTED)
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}", f"[::1]:{self.port}"}
+        if request.headers.get("Host", "").lower() not in allowed_hosts:
+            raise _refused(403, "The Host header must name the loopback address and this port.")
+        site = request.headers.get("Sec-Fetch-Site", "none").lower()
+        if "Origin" in request.headers or site != "none":
+            raise _refused(403, "Requests from web pages are refused.", "origin_refused")
+        if request.query_string:
+            if _TOKENISH & {key.lower() for key in request.query}:
+                raise _refused(400, "Send the token in the Authorization header, never in the URL.",
+                               "token_in_url")
+            raise _refused(400, "This API takes no query parameters.")
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+                given.strip().encode("utf-8", "replace"), self.token.encode()):
+            raise _refused(401, "A valid token is required: 'Authorization: Bearer <token from control.json>'.")
+        length = request.content_length
+        if length is not None and length > MAX_BODY:
+            raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=length)
+        return await handler(request)
+
+    # -- helpers -----------------------------------------------------------------
+
+    async def _body(self, request: web.Request, allowed: set[str]) -> dict[str, Any]:
+        try:
+            # Bounded by client_max_size (413 above it) and in time: a trickled body
+            # would hold its connection busy, out of reach of the idle limit.
+            async with asyncio.timeout(BODY_TIMEOUT_S):
+                raw = await request.read()
+        except TimeoutError:
+            raise Invalid(f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.") from None
+        except web.RequestPayloadError:
+            # The body itself is broken: a Content-Encoding it is not in, a bad chunk.
+            raise Invalid("The request body could not be read.") from None
+        if not raw.strip():
+            return {}
+        try:
+            doc = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            # RecursionError: a few KiB of "[[[[..." nest deeper than the parser's stack.
+            raise Invalid("The request body is not valid JSON.") from None
+        if not isinstance(doc, dict):
+            raise Invalid("The request body must be a JSON object.")
+        unknown = sorted(set(doc) - allowed)
+        if unknown:
+            raise Invalid(f"Unknown field(s): {', '.join(unknown)}.")
+        return doc
+
+    @staticmethod
+    def _node_id(request: web.Request) -> str:
+        node_id = request.match_info["id"]
+        if not is_node_id(node_id):
+            raise NoSuchThing(f"No node with id {node_id[:40]!r}.")
+        return node_id
+
+    # -- routes ------------------------------------------------------------------
+
+    async def _get_host(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"pid": os.getpid(), "version": __version__, "home": str(self.host.paths.data_dir)}
+        )
+
+    async def _list_nodes(self, request: web.Request) -> web.Response:
+        return web.json_response({"nodes": [view.to_json() for view in self.host.list_nodes()]})
+
+    async def _get_node(self, request: web.Request) -> web.Response:
+        return web.json_response(self.host.get_node(self._node_id(request)).to_json())
+
+    async def _add_node(self, request: web.Request) -> web.Response:
+        body = await self._body(request, {"name"})
+        view = await self.host.add_node(check_name(body.get("name")))
+        return web.json_response(view.to_json(), status=201)
+
+    async def _join_node(self, request: web.Request) -> web.Response:
+        body = await self._body(request, {"invitation", "name"})
+        if isinstance(body.get("invitation"), str):
+            request[_SECRETS] = [body["invitation"], body["invitation"].strip()]
+        invitation = check_invitation(body.get("invitation"))
+        view = await self.host.join_node(invitation, check_name(body.get("name")))
+        return web.json_response(view.to_json(), status=201)
+
+    async def _invite_node(self, request: web.Request) -> web.Response:
+        body = await self._body(request, {"name"})
+        view = await self.host.invite_node(self._node_id(request), check_name(body.get("name")))
+        return web.json_response(view.to_json(), status=201)
+
+    def _action(self, method: str) -> Handler:
+        async def act(request: web.Request) -> web.Response:
+            await self._body(request, set())
+            view = await getattr(self.host, method)(self._node_id(request))
+            return web.json_response(view.to_json())
+        return act
+
+    async def _remove_node(self, request: web.Request) -> web.Response:
+        node_id = request.match_info["id"]
+        existed = is_node_id(node_id) and await self.host.remove_node(node_id)
+        return web.json_response({"removed": node_id, "existed": bool(existed)})
+
+    # -- events --------------------------------------------------------------------
+
+    def _on_event(self, event: HostEvent) -> None:
+        for queue in list(self._streams):
+            self._offer(queue, event)
+
+    def _offer(self, queue: asyncio.Queue, item: HostEvent | None) -> None:
+        """Queue for one stream, from the loop's thread whoever emitted."""
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is not None and running is not loop:
+            loop.call_soon_threadsafe(self._offer, queue, item)
+            return
+        try:
+            queue.put_nowait(item)
+        except asyncio.QueueFull:
+            # A client that cannot keep up is cut off rather than growing our memory.
+            self._streams.discard(queue)
+            queue.get_nowait()
+            queue.put_nowait(None)
+
+    def _event_payload(self, event: HostEvent) -> bytes:
+        if event.kind in LENDING_EVENTS:
+            from cadre_desktop.host.edges import lend_control
+
+            return lend_control.event_bytes(self.host, event)
+        try:
+            node = self.host.get_node(event.node_id).to_json()
+        except NoSuchThing:
+            node = None
+        except Exception:  # one view that cannot be built must not end every client's event stream
+            log.exception("control API: could not read node %s for an event", event.node_id)
+            node = None
+        data = json.dumps({"id": event.node_id, "node": node, "detail": event.detail})
+        return f"event: {event.kind.value}\ndata: {data}\n\n".encode()
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        queue: asyncio.Queue = asyncio.Queue(maxsize=STREAM_BACKLOG)
+        self._streams.add(queue)
+        response = web.StreamResponse(headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        })
+        try:
+            await response.prepare(request)
+            await response.write(b": connected\n\n")
+            while True:
+                try:
+                    async with asyncio.timeout(self.heartbeat_s):
+                        event = await queue.get()
+                except TimeoutError:
+                    await response.write(b": keep-alive\n\n")
+                    continue
+                if event is None:
+                    break
+                await response.write(self._event_payload(event))
+        except (ConnectionResetError, ConnectionError):
+            pass  # the client went away
+        finally:
+            self._streams.discard(queue)
+        return response

@@ -1,0 +1,293 @@
+"""The lend API: what a borrower's software asks of this host, on `bind_host`:`lend_port`.
+
+It listens only while at least one grant is active, so a host that lends
+nothing opens no port. Every call carries `Authorization: Bearer <grant token>`:
+
+    POST   /grants/{id}/donations              a node for the borrower's party   201
+    GET    /grants/{id}                        the grant's limits and its nodes  200
+    GET    /grants/{id}/donations/{did}        one node                          200
+    POST   /grants/{id}/donations/{did}/seed   the seed, presented to the node   200
+    DELETE /grants/{id}/donations/{did}        the loan ends                     200
+
+It faces the network, so it has the claim API's hardening: bodies are bounded
+in size and in time, fields are checked strictly and named in their error, a
+token is compared in constant time (as a digest: see `grants`), and a source
+address that sends wrong tokens is locked out for a while. Sources are what
+the socket says, never a forwarded header (anyone can write one). Every error
+is `{"error": {"code", "message"}}` and no input gets a server error. Nothing
+here logs a token: the access log has no headers, and paths hold none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, SecretsError, wire_code
+from cadre_desktop.host.edges.http_status import status_of
+from cadre_desktop.host.edges.lend_wire import errors_as_json, read_json_body
+from cadre_desktop.host.lending.donations import check_request
+from cadre_desktop.host.lending.service import LendingService, LendRefused, LentNodeUnavailable, WrongToken
+from cadre_desktop.host.lending.views import LendingViews
+from cadre_desktop.text import url_host
+from cadre_desktop.wire.ratelimit import FailureLimiter
+from cadre_desktop.wire.seed import SeedError, parse_seed
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 8 * 1024
+BODY_TIMEOUT_S = 10.0
+SEED_TIMEOUT_S = 5.0
+MAX_ANSWER = 16 * 1024
+MAX_FAILURES = 5
+LOCKOUT_S = 60.0
+
+#: The status of each refusal the lending service gives a borrower, by its code (docs/lending.md).
+REFUSAL_STATUSES = {
+    "wrong_token": 403,
+    "grant_revoked": 410,
+    "grant_expired": 410,
+    "donation_unknown": 404,
+    "grant_full": 409,
+    "host_full": 409,
+    "donation_ended": 409,
+    "not_ready": 409,
+    "donation_failed": 409,
+    "invalid_seed": 400,
+    "seed_mismatch": 400,
+    "untrusted_key": 400,
+    "bad_signature": 400,
+    "already_seeded": 409,
+    "node_unavailable": 503,
+    "node_refused": 502,
+}
+
+
+class _AccessLog(AbstractAccessLogger):
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        self.logger.info('lend API: %s "%s %s" %s', request.remote, request.method, request.path[:200],
+                         response.status)
+
+
+class LendServer:
+    def __init__(
+        self,
+        service: LendingService,
+        views: LendingViews,
+        *,
+        bind_host: str,
+        port: int,
+        max_failures: int = MAX_FAILURES,
+        lockout_s: float = LOCKOUT_S,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+    ) -> None:
+        self.service = service
+        self.views = views
+        self.bind_host = bind_host
+        self.port = port
+        self.body_timeout_s = body_timeout_s
+        self.limiter = FailureLimiter(service.clock, max_failures=max_failures, lockout_s=lockout_s)
+        self._runner: web.AppRunner | None = None
+        self._sync_lock = asyncio.Lock()
+        #: Why the last attempt to listen failed (a port taken), for the owner to read.
+        self.error: str | None = None
+
+    @property
+    def bound_port(self) -> int | None:
+        """The port it listens on (the setting's, or the one the OS chose for port 0)."""
+        if self._runner is None or not self._runner.addresses:
+            return None
+        return self._runner.addresses[0][1]
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[errors_as_json, self._refusals])
+        app.router.add_post("/grants/{grant}/donations", self._request)
+        app.router.add_get("/grants/{grant}", self._grant)
+        app.router.add_get("/grants/{grant}/donations/{donation}", self._donation)
+        app.router.add_post("/grants/{grant}/donations/{donation}/seed", self._seed)
+        app.router.add_delete("/grants/{grant}/donations/{donation}", self._end)
+        return app
+
+    # -- listening only while a grant is active ----------------------------------------------
+
+    async def sync(self) -> None:
+        """Open the port if a grant is active and it is closed; close it if none is."""
+        async with self._sync_lock:
+            wanted = bool(self.service.active_grants())
+            if wanted and self._runner is None:
+                await self._start()
+            elif not wanted and self._runner is not None:
+                await self._stop()
+                log.info("lend API closed: no grant is active")
+
+    async def _start(self) -> None:
+        runner = web.AppRunner(self.app(), access_log_class=_AccessLog, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.bind_host, self.port).start()
+        except OSError as exc:
+            await runner.cleanup()
+            self.error = f"the lend API cannot listen on {self.bind_host}:{self.port}: {exc.strerror or exc}"
+            log.error("%s (setting 'lend_port'); tried again at the next pass", self.error)
+            return
+        self._runner, self.error = runner, None
+        log.info("lend API listening on %s:%s", self.bind_host, self.bound_port)
+
+    async def _stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def close(self) -> None:
+        async with self._sync_lock:
+            await self._stop()
+
+    # -- guards ------------------------------------------------------------------------------
+
+    @web.middleware
+    async def _refusals(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Our errors as the node contract writes them; no internal detail for the borrower."""
+        try:
+            return await handler(request)
+        except (LendRefused, LentNodeUnavailable) as err:
+            raise ApiError(REFUSAL_STATUSES[err.code], wire_code(err.code), err.message,
+                           headers=_retry_after(err.retry_after_s)) from None
+        except SecretsError as err:
+            log.error("lend API: %s %s: %s", request.method, request.path[:200], err.message)
+            raise ApiError(503, "host-unavailable", "the host cannot reach its keyring right now; try again later",
+                           headers={"Retry-After": "30"}) from None
+        except NoSuchThing as err:
+            raise ApiError(404, "not-found", err.message) from None
+        except (ApiError, Bug):
+            raise  # an answer already, or our bug: errors_as_json logs it and answers 500 "internal"
+        except CadreError as err:
+            log.error("lend API: %s %s: %s", request.method, request.path[:200], err.message)
+            status = status_of(err)
+            status = status if 400 <= status < 500 else 503
+            raise ApiError(status, wire_code(err.code),
+                           err.message if status < 500 else "the host cannot do that right now",
+                           headers={"Retry-After": "30"} if status == 503 else None) from None
+
+    def _authorize(self, request: web.Request):
+        client = request.remote or "unknown"
+        wait = self.limiter.retry_after(client)
+        if wait is not None:
+            raise ApiError(429, "too-many-tries", f"too many wrong tokens from this address; try again in {wait} s",
+                           headers={"Retry-After": str(wait)})
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else ""
+        if not token:
+            raise ApiError(401, "unauthorized", "send the grant token as 'Authorization: Bearer <token>'",
+                           headers={"WWW-Authenticate": "Bearer"})
+        try:
+            grant = self.service.authorize(request.match_info["grant"], token)
+        except WrongToken:
+            self.limiter.failed(client)
+            raise
+        self.limiter.succeeded(client)
+        return grant
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        return await read_json_body(request, max_body=MAX_BODY, timeout=self.body_timeout_s)
+
+    # -- routes ------------------------------------------------------------------------------
+
+    async def _request(self, request: web.Request) -> web.Response:
+        grant = self._authorize(request)
+        wanted = check_request(await self._body(request))
+        donation = await self.service.request(grant, wanted)
+        return _json(self.views.for_borrower(donation), status=201)
+
+    async def _grant(self, request: web.Request) -> web.Response:
+        grant = self._authorize(request)
+        return _json(self.views.grant_for_borrower(grant))
+
+    async def _donation(self, request: web.Request) -> web.Response:
+        grant = self._authorize(request)
+        return _json(self.views.for_borrower(self.service.donation_in(grant, request.match_info["donation"])))
+
+    async def _seed(self, request: web.Request) -> web.Response:
+        grant = self._authorize(request)
+        body = await self._body(request)
+        unknown = sorted(set(body) - {"seed"})
+        if unknown:
+            raise ApiError(400, "invalid-field", f"unknown field(s): {', '.join(repr(k[:32]) for k in unknown[:4])}")
+        try:
+            parse_seed(body.get("seed"))  # the node checks it again, with the keys it trusts
+        except SeedError as exc:
+            raise ApiError(400, "invalid-seed", str(exc)) from None
+        donation = await self.service.seed(grant, request.match_info["donation"], body["seed"])
+        return _json(self.views.for_borrower(donation))
+
+    async def _end(self, request: web.Request) -> web.Response:
+        grant = self._authorize(request)
+        donation = self.service.donation_in(grant, request.match_info["donation"])
+        await self.service.end(donation.id, why="the borrower ended it")
+        return _json({"id": donation.id, "ended": True})
+
+
+def _retry_after(seconds: int | None) -> dict[str, str] | None:
+    return {"Retry-After": str(seconds)} if seconds is not None else None
+
+
+def _json(body: Any, *, status: int = 200) -> web.Response:
+    return web.json_response(body, status=status, headers={"Cache-Control": "no-store"})
+
+
+class NodeSeedClient:
+    """POST /seed to a lent node on this machine, bounded by a timeout."""
+
+    def __init__(self, host: str, timeout_s: float = SEED_TIMEOUT_S) -> None:
+        self.host = host
+        self.timeout_s = timeout_s
+        self._session = None
+
+    async def __call__(self, port: int, token: str, body: dict[str, Any]) -> None:
+        status, answer = await self._post(port, token, body)
+        if status != 200:
+            raise node_refusal(status, answer)
+
+    async def _post(self, port: int, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        try:
+            async with self._session.post(f"http://{url_host(self.host)}:{port}/seed", json=body,
+                                          headers={"Authorization": f"Bearer {token}"}) as resp:
+                raw = await resp.content.read(MAX_ANSWER)  # a node's answer is small; never more than this
+                try:
+                    answer = json.loads(raw)
+                except (ValueError, RecursionError):
+                    answer = {}
+                return resp.status, answer if isinstance(answer, dict) else {}
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return 0, {}
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def node_refusal(status: int, body: dict[str, Any]) -> LendRefused | LentNodeUnavailable:
+    """A lent node's answer to a seed (status 0: no answer), as the borrower should see it."""
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if status in (400, 403, 409) and code in ("invalid-seed", "seed-mismatch", "untrusted-key",
+                                               "bad-signature", "already-seeded"):
+        text = message if isinstance(message, str) and message.isprintable() else code
+        return LendRefused(text[:200], code=code.replace("-", "_"))
+    if status == 429:
+        return LentNodeUnavailable("the node is busy; try again shortly", code="node_unavailable", retry_after_s=60)
+    if status == 0:
+        return LentNodeUnavailable("the node did not answer; try again shortly", code="node_unavailable",
+                                   retry_after_s=5)
+    log.error("a lent node answered the host's seed with %s %s", status, code)
+    return LentNodeUnavailable("the node refused the host; its owner should look at its log", code="node_refused")

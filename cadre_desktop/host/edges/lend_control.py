@@ -1,0 +1,118 @@
+"""The owner's lending endpoints on the control API: /api/grants and /api/donations.
+
+Registered by `ControlServer` (behind its guards: loopback, no browsers, its
+token), so nothing here checks who is asking. The grant link, which holds the
+grant's token, is given only when asked for by name (`/link`) or right after a
+create; lists never hold it.
+
+    GET    /api/grants                     {"grants": [...]}
+    POST   /api/grants                     {label?, max_nodes?, expires_in_s?} -> 201, with "link"
+    GET    /api/grants/{id}                the grant, with "donations"
+    GET    /api/grants/{id}/link           {"link"}
+    POST   /api/grants/{id}/revoke         the grant (its loans ended)
+    GET    /api/donations                  {"donations": [...]}
+    GET    /api/donations/{id}             one lent node
+    POST   /api/donations/{id}/retry       try again a lent node the host gave up on
+    DELETE /api/donations/{id}             end the loan
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from cadre_desktop.errors import MachineError, NoSuchThing
+from cadre_desktop.host.core.events import HostEvent
+from cadre_desktop.host.core.records import is_node_id
+
+GRANT_FIELDS = {"label", "max_nodes", "expires_in_s"}
+
+
+def _lending(server):
+    lending = getattr(server.host, "lending", None)
+    if lending is None or lending.service is None:
+        raise MachineError("Lending is not ready yet; try again in a moment.", code="not_ready")
+    return lending
+
+
+def _id(request: web.Request) -> str:
+    value = request.match_info["id"]
+    if not is_node_id(value):
+        raise NoSuchThing(f"Nothing here has the id {value[:40]!r}.")
+    return value
+
+
+def _action(server, action: str, view: str):
+    """A POST with an empty body that does `lending.<action>(id)` and answers the row's view."""
+    async def handler(request: web.Request) -> web.Response:
+        await server._body(request, set())
+        lending, row_id = _lending(server), _id(request)
+        await getattr(lending, action)(row_id)
+        return web.json_response(getattr(lending.views, view)(row_id).to_json())
+    return handler
+
+
+def routes(server) -> list[web.RouteDef]:
+    """The routes, bound to one ControlServer (its host and body reader)."""
+
+    async def list_grants(request: web.Request) -> web.Response:
+        return web.json_response({"grants": [v.to_json() for v in _lending(server).views.grants()]})
+
+    async def create_grant(request: web.Request) -> web.Response:
+        body = await server._body(request, GRANT_FIELDS)
+        lending = _lending(server)
+        grant = await lending.create_grant(body.get("label"), body.get("max_nodes"), body.get("expires_in_s"))
+        view = lending.views.grant(grant.id).to_json()
+        view["link"] = await lending.link_of(grant.id)
+        return web.json_response(view, status=201)
+
+    async def get_grant(request: web.Request) -> web.Response:
+        lending, grant_id = _lending(server), _id(request)
+        view = lending.views.grant(grant_id).to_json()
+        view["donations"] = [d.to_json() for d in lending.views.donations(grant_id)]
+        return web.json_response(view)
+
+    async def grant_link(request: web.Request) -> web.Response:
+        return web.json_response({"link": await _lending(server).link_of(_id(request))})
+
+    async def list_donations(request: web.Request) -> web.Response:
+        return web.json_response({"donations": [v.to_json() for v in _lending(server).views.donations()]})
+
+    async def get_donation(request: web.Request) -> web.Response:
+        return web.json_response(_lending(server).views.donation(_id(request)).to_json())
+
+    async def end_donation(request: web.Request) -> web.Response:
+        donation_id = request.match_info["id"]
+        existed = is_node_id(donation_id) and await _lending(server).end_loan(donation_id)
+        return web.json_response({"ended": donation_id, "existed": bool(existed)})
+
+    return [
+        web.get("/api/grants", list_grants),
+        web.post("/api/grants", create_grant),
+        web.get("/api/grants/{id}", get_grant),
+        web.get("/api/grants/{id}/link", grant_link),
+        web.post("/api/grants/{id}/revoke", _action(server, "revoke_grant", "grant")),
+        web.get("/api/donations", list_donations),
+        web.get("/api/donations/{id}", get_donation),
+        web.post("/api/donations/{id}/retry", _action(server, "retry", "donation")),
+        web.delete("/api/donations/{id}", end_donation),
+    ]
+
+
+def event_data(host, event: HostEvent) -> dict[str, Any]:
+    """What an event stream carries for a lending event: the row's view, or null once it is gone."""
+    lending = getattr(host, "lending", None)
+    kind = "grant" if event.kind.value.startswith("grant") else "donation"
+    view = None
+    if lending is not None and lending.views is not None:
+        try:
+            view = (lending.views.grant if kind == "grant" else lending.views.donation)(event.node_id).to_json()
+        except NoSuchThing:
+            view = None
+    return {"id": event.node_id, kind: view, "detail": event.detail}
+
+
+def event_bytes(host, event: HostEvent) -> bytes:
+    return f"event: {event.kind.value}\ndata: {json.dumps(event_data(host, event))}\n\n".encode()

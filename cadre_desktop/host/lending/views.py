@@ -1,0 +1,211 @@
+"""What the outside sees of grants and lent nodes.
+
+Two audiences: the owner (the window, the CLI, the control API) sees
+everything but secrets; the borrower (the lend API) sees its own donations,
+their status, peer id, address and respawn counters, and never a token, a log
+line or anything of another grant. No view ever holds a grant or seed token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from cadre_desktop.host.core.clock import iso
+from cadre_desktop.host.core.views import last_exit_words
+from cadre_desktop.host.lending.donations import Donation
+from cadre_desktop.host.lending.grants import Grant
+from cadre_desktop.text import url_host
+
+
+@dataclass(frozen=True)
+class GrantView:
+    id: str
+    label: str
+    #: active, expired or revoked (creating only while a create is in flight)
+    status: str
+    max_nodes: int
+    #: Every lent node under it, whatever its status.
+    nodes: int
+    expires_at: str | None
+    created_at: str
+    revoked_at: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DonationView:
+    id: str
+    grant_id: str
+    grant_label: str
+    party_id: str
+    profile: str
+    status: str
+    running: bool
+    pid: int | None
+    api_port: int | None
+    p2p_port: int | None
+    #: Where the borrower's party reaches the node: advertised host and P2P port.
+    address: str | None
+    peer_id: str | None
+    attempts: int
+    next_retry_at: str | None
+    last_error: str | None
+    #: What ended its last start ("exited with code 1: ..."), while that matters.
+    last_exit: str | None
+    #: "keyring" while its start waits for the keyring, else None.
+    waiting_for: str | None
+    #: The supervisor's last decision about it: decision, at, ms, error.
+    last_decision: dict | None
+    #: False on a row without every input of its first start: it is not restarted.
+    respawnable: bool
+    created_at: str
+    updated_at: str
+    seeded_at: str | None
+    started_at: str | None
+    log_path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def grant_view(grant: Grant, nodes: int, now: datetime) -> GrantView:
+    return GrantView(
+        id=grant.id, label=grant.label, status=grant.state(now).value, max_nodes=grant.max_nodes,
+        nodes=nodes, expires_at=grant.expires_at, created_at=grant.created_at, revoked_at=grant.revoked_at,
+    )
+
+
+def donation_view(
+    donation: Donation,
+    *,
+    grant: Grant | None,
+    handle,
+    advertise_host: str,
+    next_retry: datetime | None,
+    log_path: str,
+    supervisor=None,
+) -> DonationView:
+    running = bool(handle and handle.alive)
+    host = handle.advertise_host if running and getattr(handle, "advertise_host", "") else advertise_host
+    return DonationView(
+        id=donation.id,
+        grant_id=donation.grant_id,
+        grant_label=grant.label if grant else "",
+        party_id=donation.party_id,
+        profile=donation.profile,
+        status=donation.status.value,
+        running=running,
+        pid=handle.pid if running else None,
+        api_port=donation.api_port,
+        p2p_port=donation.p2p_port,
+        address=f"{url_host(host)}:{donation.p2p_port}" if donation.p2p_port else None,
+        peer_id=donation.peer_id,
+        attempts=donation.attempts,
+        next_retry_at=iso(next_retry) if next_retry else None,
+        last_error=donation.error,
+        last_exit=last_exit_words(donation, running, supervisor),
+        waiting_for="keyring" if supervisor and supervisor.waiting_for_keyring(donation.id) else None,
+        last_decision=supervisor.last_decisions.get(donation.id) if supervisor else None,
+        respawnable=donation.respawnable,
+        created_at=donation.created_at,
+        updated_at=donation.updated_at,
+        seeded_at=donation.seeded_at,
+        started_at=handle.started_at if running else None,
+        log_path=log_path,
+    )
+
+
+def borrower_view(view: DonationView, donation: Donation) -> dict[str, Any]:
+    """The borrower's part of a lent node: no pid, port layout, log, or the owner's label."""
+    error = (view.last_error or "").splitlines()[0][:300] if view.last_error else None
+    return {
+        "id": view.id,
+        "grant_id": view.grant_id,
+        "party_id": view.party_id,
+        "profile": view.profile,
+        "status": view.status,
+        "running": view.running,
+        "peer_id": view.peer_id,
+        "address": view.address,
+        "bootstrap_nodes": list(donation.bootstrap_nodes or ()),
+        "owner_keys": list(donation.owner_keys or ()),
+        "respawn": {
+            "attempts": view.attempts,
+            "last_attempt_at": donation.respawn.last_attempt_at if donation.respawn else None,
+            "next_retry_at": view.next_retry_at,
+        },
+        "error": error,
+        "created_at": view.created_at,
+        "seeded_at": view.seeded_at,
+    }
+
+
+def borrower_grant(grant: Grant, now: datetime, donations: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": grant.id,
+        "label": grant.label,
+        "status": grant.state(now).value,
+        "max_nodes": grant.max_nodes,
+        "expires_at": grant.expires_at,
+        "donations": donations,
+    }
+
+
+class LendingViews:
+    """Views read fresh from the stores, the driver and the supervisor, for every audience."""
+
+    def __init__(self, service, *, log_path) -> None:
+        self.service = service
+        self.log_path = log_path
+
+    def grants(self) -> list[GrantView]:
+        now = self.service.now()
+        counts: dict[str, int] = {}
+        for d in self.service.donations.list():
+            counts[d.grant_id] = counts.get(d.grant_id, 0) + 1
+        return [grant_view(g, counts.get(g.id, 0), now) for g in self.service.grants.list() if not g.creating]
+
+    def grant(self, grant_id: str) -> GrantView:
+        grant = self.service.require_grant(grant_id)
+        return grant_view(grant, len(self.service.donations.of_grant(grant_id)), self.service.now())
+
+    def link(self, grant_id: str) -> str | None:
+        """The grant link if its token is in memory (the window never waits for the keyring)."""
+        return self.service.cached_link(grant_id)
+
+    def donations(self, grant_id: str | None = None) -> list[DonationView]:
+        rows = self.service.donations.of_grant(grant_id) if grant_id else self.service.donations.list()
+        return [self._view(d) for d in rows]
+
+    def donation(self, donation_id: str) -> DonationView:
+        return self._view(self.service.require_donation(donation_id))
+
+    def _view(self, donation: Donation) -> DonationView:
+        service = self.service
+        supervisor = service.supervisor
+        handle = service.driver.get(donation.handle)
+        next_retry = None
+        if supervisor is not None and not (handle and handle.alive):
+            when = supervisor.next_attempt_at(donation)
+            next_retry = when if when is not None and when > service.now() else None
+        return donation_view(
+            donation, grant=service.grants.get(donation.grant_id), handle=handle,
+            advertise_host=service.advertise_host(), next_retry=next_retry, log_path=self.log_path(donation.id),
+            supervisor=supervisor,
+        )
+
+    def log_tail(self, donation_id: str, lines: int = 200) -> list[str]:
+        """The last lines of a lent node's log (a bounded read from the end)."""
+        self.service.require_donation(donation_id)
+        return self.service.driver.log_tail(donation_id, lines, max_bytes=256 * 1024)
+
+    def for_borrower(self, donation: Donation) -> dict[str, Any]:
+        return borrower_view(self._view(donation), donation)
+
+    def grant_for_borrower(self, grant: Grant) -> dict[str, Any]:
+        rows = [self.for_borrower(d) for d in self.service.donations.of_grant(grant.id)]
+        return borrower_grant(grant, self.service.now(), rows)

@@ -1,0 +1,11 @@
+"""The local-process driver: nodes as child processes of this computer.
+
+It holds the orchestrator (the ``core.driver.NodeDriver`` for local processes), how a
+child is launched (``launch``: the node contract's environment), its identity across
+host restarts (``handles``: pid plus start time in ``state.json``), every OS call on
+processes (``procs``: process groups, pidfds, signals; ``winjob`` for Windows Job
+objects), finding what a child left behind (``proctree``), ending it (``teardown``),
+its log (``nodelogs``), ports and warm standbys. It may import the basics and, of
+the core, only the seam it implements and what that seam speaks in (``driver``,
+``events``, ``jsondoc``); never ``lending``, ``edges``, the node, or the front ends.
+"""

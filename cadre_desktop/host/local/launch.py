@@ -1,0 +1,145 @@
+"""Starting one node child: its Job object (Windows), the process, its log pump, its handle.
+
+The orchestrator decides what to start (ports, environment, which handle it
+replaces); this is how. The node is started first, writing into a pipe that
+holds its first lines until its pump reads them, so a respawn's child starts
+as soon as it can (the pump's start is a few milliseconds of its own); then
+the pump; then the handle that names both. Out of descriptors, each system
+call is tried once more with the reserve (see `fdlimit`), never the whole
+launch: a retry must not start a second node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cadre_desktop.errors import SpawnError
+from cadre_desktop.fdlimit import call_with_reserve
+from cadre_desktop.host.local import nodelogs, procs, winjob
+from cadre_desktop.host.local.handles import Handle
+
+log = logging.getLogger(__name__)
+
+def node_env(base: Mapping[str, str], *, node_id: str, work: Path, bind_host: str, ports: tuple[int, int],
+             advertise_host: str, attempt: int, secret_env: Mapping[str, str]) -> dict[str, str]:
+    """The environment a node child is started with (node contract §1): `base` without any
+    `CADRE_` variable it inherited, then the node's own. The one builder of it: the
+    orchestrator and doctor's trial start both use it. It holds the node's secret:
+    never log it, never persist it."""
+    env = procs.without_node_vars(base)
+    env.update(
+        CADRE_NODE_ID=node_id,
+        CADRE_NODE_DIR=str(work),
+        CADRE_API_HOST=bind_host,
+        CADRE_API_PORT=str(ports[0]),
+        CADRE_P2P_PORT=str(ports[1]),
+        CADRE_ADVERTISE_HOST=advertise_host,
+        CADRE_START_ATTEMPT=str(attempt),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(secret_env)
+    return env
+
+
+@dataclass
+class Launched:
+    popen: subprocess.Popen
+    pump: subprocess.Popen
+    #: The child's Job object on Windows (None elsewhere, or when Windows refused one).
+    job: Any = None
+
+
+def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Path, node_id: str,
+           log_cap: int, handle_id: str, platform: str, job_ops: Callable[[], winjob.JobOps]) -> Launched:
+    """Start the child (in a session or job of its own) with its output going to a fresh log pump.
+
+    OSError: the node program could not be started. SpawnError: its pump could
+    not, and the node, already running, was ended again.
+    """
+    job = name = None
+    if platform == "win32":
+        name = winjob.job_name(handle_id)
+        job = winjob.prepare(job_ops(), name)
+    read_end, write_end = call_with_reserve(os.pipe)
+    try:
+        try:
+            os.write(write_end, nodelogs.header(node_id))
+            popen = call_with_reserve(procs.spawn, command, env=env, cwd=work, stdin=subprocess.DEVNULL,
+                                      stdout=write_end, stderr=write_end, platform=platform)
+        except BaseException:
+            if job is not None:
+                job_ops().close(job)
+            raise
+        finally:
+            os.close(write_end)  # the child holds it now; the pump sees end-of-file when the node ends
+        job = winjob.assign(job_ops(), job, getattr(popen, "_handle", None)) if job else None
+        try:
+            pump = call_with_reserve(nodelogs.start_pump, read_end, log_path, log_cap, platform=platform,
+                                     job=name if job else None)
+        except OSError as exc:
+            _undo(popen, job, job_ops, platform)
+            raise SpawnError(f"could not start the log pump of node {node_id}: {exc.strerror or exc}; "
+                             "the node was stopped again") from None
+    finally:
+        os.close(read_end)
+    return Launched(popen, pump, job)
+
+
+def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platform: str) -> Launched:
+    """A standby that was just told who it is (`standby.StandbyPool.take`) gets its log pump."""
+    try:
+        pump = call_with_reserve(nodelogs.start_pump, standby.out_read, log_path, log_cap, platform=platform)
+    except OSError as exc:
+        _undo(standby.popen, None, lambda: None, platform)  # type: ignore[arg-type, return-value]
+        raise SpawnError(f"could not start the log pump of node {node_id}: {exc.strerror or exc}; "
+                         "the node was stopped again") from None
+    finally:
+        standby.close_fds()
+    return Launched(standby.popen, pump)
+
+
+def _undo(popen: subprocess.Popen, job: Any, job_ops: Callable[[], winjob.JobOps], platform: str) -> None:
+    """End a child that cannot be given a log pump (it has only just started)."""
+    if platform == "win32" and winjob.end(job_ops(), job):
+        return
+    procs.kill_and_reap(popen, platform, what="node child")
+
+
+def new_handle(node_id: str, handle_id: str, launched: Launched, ports: tuple[int, int], env: dict[str, str],
+               attempt: int, platform: str) -> Handle:
+    popen, pump = launched.popen, launched.pump
+    handle = Handle(
+        id=handle_id,
+        node_id=node_id,
+        pid=popen.pid,
+        identity=procs.read_identity(popen.pid, platform) or procs.Identity("unknown"),
+        api_port=ports[0],
+        p2p_port=ports[1],
+        started_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        advertise_host=env["CADRE_ADVERTISE_HOST"],
+        attempt=attempt,
+        pgid=None if platform == "win32" else popen.pid,
+        job=winjob.job_name(handle_id) if launched.job is not None else None,
+        pump_pid=pump.pid,
+        pump_identity=procs.read_identity(pump.pid, platform),
+        popen=popen,
+    )
+    handle._job_handle = launched.job
+    return handle
+
+
+def watch_pump(pump: subprocess.Popen, handle: Handle) -> None:
+    """Reap the pump when it ends (it is our child), and tell the handle."""
+    try:
+        handle._cancel_pump_watch = procs.watch_exit(
+            asyncio.get_running_loop(), pump.pid, pump, lambda _code: handle._pump_exited.set())
+    except Exception as exc:  # the node runs without its pump watch; only its log's end goes unseen
+        log.error("cannot watch the log pump %s: %s", pump.pid, exc)

@@ -1,0 +1,477 @@
+"""The process orchestrator: spawns node programs and knows which are alive.
+
+A *handle* is the orchestrator's row for one spawned child: its pid together
+with the process's start time (and boot id on Linux), so a pid the OS has since
+given to another program is never adopted or signalled. Live handles persist in
+`state.json` (0600); a restarted host re-attaches to every child still running
+and reports the others as dead. Secrets reach the child through its environment
+only; nothing of the environment is persisted.
+
+Each child runs in its own session / process group (a Job object on
+Windows), so the host's death does not take it down, and everything it starts
+is ended with it: Stop ends the whole group (terminate, a grace period, then
+kill), and so do a respawn, a give-up, a Remove and a Quit when the leader has
+already died, since what it left behind would hold the node's work folder and
+ports (see `proctree`). Its output goes to a log pump that keeps the log under
+its cap as it is written (see `nodelogs`). Where a node's work folder and log
+are is `Paths`'s to say; the orchestrator only asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from cadre_desktop.atomicfile import ensure_private_dir
+from cadre_desktop.errors import SpawnError, StorageError
+from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, InitReport, status_of
+from cadre_desktop.host.core.events import Listeners
+from cadre_desktop.host.local import launch, nodelogs, procs, proctree, winjob
+from cadre_desktop.host.local.handles import ExitEvent, ExitListener, Handle, StateFile, read_state
+from cadre_desktop.host.local.nodelogs import LOG_CAP_BYTES, NodeLogs
+from cadre_desktop.host.local.ports import PortAllocator
+from cadre_desktop.host.local.standby import StandbyPool
+from cadre_desktop.host.local.teardown import Ender, delete_node_files, wait_pids_gone
+from cadre_desktop.paths import Paths
+
+log = logging.getLogger(__name__)
+
+#: How long an exit's listeners wait at most for the child's log pump to write its last lines.
+PUMP_FLUSH_S = 2.0
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        *,
+        paths: Paths,
+        node_command: list[str],
+        ports: PortAllocator,
+        bind_host: str,
+        advertise_host: Callable[[], str],
+        stop_timeout_s: float = 5.0,
+        platform: str = procs.CURRENT,
+        log_cap_bytes: int = LOG_CAP_BYTES,
+        job_ops: Callable[[], winjob.JobOps] | None = None,
+        warm_standby: bool = False,
+    ) -> None:
+        self.paths = paths
+        self.state_file = paths.state_file
+        self.nodes_dir = paths.nodes_dir
+        self.node_command = list(node_command)
+        self.ports = ports
+        self.bind_host = bind_host
+        self.advertise_host = advertise_host
+        self.stop_timeout_s = stop_timeout_s
+        self.platform = platform
+        self.logs = NodeLogs(paths, log_cap_bytes)
+        self.ender = Ender(self.nodes_dir, platform, job_ops)
+        #: One node program loaded ahead for the next start (see `standby`); None: every start is cold.
+        self.standby = self._standby_pool() if warm_standby else None
+        self._handles: dict[str, Handle] = {}
+        self._listeners: Listeners[ExitEvent] = Listeners("exit")
+        #: Exits waiting for their pump to write the node's last lines (`_on_exit`).
+        self._telling: set[asyncio.Task] = set()
+        self._closed = False
+        #: state.json, written now or (after an exit) once the exit's listeners had their turn.
+        self.state = StateFile(self.state_file, self._handles)
+        #: A Quit is stopping every child: it writes state.json once at its end.
+        self._stopping_all = False
+
+    @property
+    def save_error(self) -> str | None:
+        """Why the last write of state.json failed (None once one succeeds): shown with the views."""
+        return self.state.save_error
+
+    # -- queries -------------------------------------------------------------
+
+    def get(self, handle_id: str | None) -> Handle | None:
+        return self._handles.get(handle_id) if handle_id else None
+
+    def is_running(self, handle_id: str | None) -> bool:
+        handle = self.get(handle_id)
+        return bool(handle and handle.alive)
+
+    def list_nodes(self) -> list[Handle]:
+        return list(self._handles.values())
+
+    def status(self, handle_id: str | None) -> DriverStatus:
+        if not handle_id:
+            return DriverStatus.UNKNOWN
+        return status_of(self.get(handle_id))
+
+    def handles_for(self, node_id: str) -> list[Handle]:
+        return [h for h in self._handles.values() if h.node_id == node_id]
+
+    def subscribe(self, listener: ExitListener) -> Callable[[], None]:
+        return self._listeners.add(listener)
+
+    # -- start-up --------------------------------------------------------------
+
+    async def init(self) -> InitReport:
+        """Re-attach to every persisted child that is still the same process.
+
+        Then one census of the process table: a session leader running for one
+        of our nodes that no handle names (a host killed between a spawn and its
+        state write) is tracked again; anything else of our nodes that no live
+        child owns (what a leader that died while no host watched left behind)
+        is ended before supervision starts.
+        """
+        persisted, stopped_cleanly = read_state(self.state_file)
+        # nodes/ 0700 before any work folder in it: mkdir(parents=True) would make it 0755.
+        ensure_private_dir(self.nodes_dir, tighten=True)
+        attached, dead = [], []
+        for handle in persisted.values():
+            now = procs.read_identity(handle.pid, self.platform)
+            if handle.identity.matches(now):
+                self._attach(handle)
+                attached.append(handle)
+            else:
+                dead.append(handle.id)
+                log.info("node %s: its child (pid %s) is gone since the last run", handle.node_id, handle.pid)
+        census = await asyncio.to_thread(proctree.take_census, self.nodes_dir, self._owned(), self.platform)
+        for member in census.untracked:
+            handle = proctree.handle_for(member, self.platform)
+            if handle is None:
+                continue
+            self._attach(handle)
+            attached.append(handle)
+            log.warning("node %s: found its child (pid %s) running untracked; tracking it again",
+                        handle.node_id, handle.pid)
+        if census.leftovers:
+            pids = [m.pid for m in census.leftovers]
+            log.warning("ending %d process(es) that dead node children left behind: %s", len(pids), pids)
+            procs.kill_pids(pids)
+            await wait_pids_gone(pids, self.platform)
+        if dead or census.untracked or stopped_cleanly:
+            self.state.write()  # the clean-stop list is read once
+        if self.standby is not None:
+            self.standby.fill_soon()
+        return InitReport(attached=attached, stopped_cleanly=stopped_cleanly)
+
+    def _attach(self, handle: Handle) -> None:
+        loop = asyncio.get_running_loop()
+        self._handles[handle.id] = handle
+        self.ports.reserve(handle.ports)
+        if self.platform == "win32":
+            handle._job_handle = winjob.reopen(self.ender.job_ops(), handle.job)
+        handle._cancel_watch = procs.watch_exit(
+            loop, handle.pid, None, lambda code, h=handle: self._on_exit(h, code)
+        )
+        if handle.pump_pid and handle.pump_identity:
+            if handle.pump_identity.matches(procs.read_identity(handle.pump_pid, self.platform)):
+                handle._cancel_pump_watch = procs.watch_exit(
+                    loop, handle.pump_pid, None, lambda _code, h=handle: h._pump_exited.set())
+            else:
+                handle._pump_exited.set()
+
+    def _owned(self) -> dict[int, str]:
+        """Each live leader's group id (its pid on Windows) -> its node."""
+        return {(h.pid if self.platform == "win32" else h.pgid or h.pid): h.node_id
+                for h in self._handles.values() if h.alive}
+
+    def _choose_ports(self, want: tuple[int, int] | None, avoid: Iterable[int] = ()) -> tuple[int, int]:
+        """Keep the node's previous ports when they are free, so its claim URL stays valid."""
+        if want and self.ports.try_reserve(want):
+            return want
+        api, p2p = self.ports.allocate(2, avoid=avoid)
+        return api, p2p
+
+    def _drop_stale(self, node_id: str) -> list[Handle]:
+        """Take out the node's previous handles and free their ports; reversible."""
+        dropped = [h for h in self._handles.values() if h.node_id == node_id]
+        for h in dropped:
+            del self._handles[h.id]
+            self.ports.release(h.ports)
+        return dropped
+
+    def _restore(self, dropped: Iterable[Handle]) -> None:
+        for h in dropped:
+            self._handles[h.id] = h
+            self.ports.reserve(h.ports)
+
+    def start(
+        self,
+        node_id: str,
+        attempt: int,
+        secret_env: Mapping[str, str],
+        *,
+        want_ports: tuple[int, int] | None = None,
+        avoid_ports: Iterable[int] = (),
+    ) -> Handle:
+        """The driver seam's start: a live child that this same attempt made is adopted.
+
+        A host that died after starting a child and before its record named it
+        comes back to find that child running (state.json, or the scan for
+        untracked children); starting the same attempt again returns it rather
+        than a second child on the same ports and folder.
+        """
+        for handle in self.handles_for(node_id):
+            if handle.alive and attempt > 0 and handle.attempt == attempt:
+                handle.adopted = True
+                return handle
+        return self.spawn(node_id, secret_env, want_ports=want_ports, avoid_ports=avoid_ports, attempt=attempt)
+
+    def spawn(
+        self,
+        node_id: str,
+        secret_env: Mapping[str, str],
+        *,
+        want_ports: tuple[int, int] | None = None,
+        avoid_ports: Iterable[int] = (),
+        attempt: int = 0,
+    ) -> Handle:
+        """Start the node program for `node_id` and return its live handle.
+
+        Synchronous from the first change to the last on purpose: the previous
+        handle of the node is dropped (its ports released) before the launch,
+        and put back exactly as it was if the launch fails. Restoring is sound
+        only because nothing else can run in between; do not add an await here.
+        Whatever a previous child left behind (its group, a stray holding the
+        work folder's lock) is sent a kill first; nothing here waits for it.
+        """
+        if self._closed:
+            raise SpawnError("the host is shutting down")
+        dropped = self._drop_stale(node_id)
+        for old in dropped:
+            if not old.alive:
+                self.ender.end_now(old)
+        work = self.paths.node_dir(node_id)
+        self.ender.end_lock_holder(node_id, work)
+        try:
+            api_port, p2p_port = self._choose_ports(want_ports, avoid_ports)
+        except Exception:
+            self._restore(dropped)
+            raise
+        handle_id = f"{node_id}.{uuid.uuid4().hex[:8]}"
+        try:
+            ensure_private_dir(work)
+            env = self._env(node_id, work, (api_port, p2p_port), attempt, secret_env)
+            launched = self._launch(node_id, handle_id, env, work)
+        except OSError as exc:
+            self.ports.release((api_port, p2p_port))
+            self._restore(dropped)
+            raise SpawnError(
+                f"could not start the node program {self.node_command[0]!r}: {exc.strerror or exc}. "
+                "Check 'node_command' in settings.json."
+            ) from None
+        except BaseException:
+            self.ports.release((api_port, p2p_port))
+            self._restore(dropped)
+            raise
+        # From here on nothing may throw: the child exists and must be tracked.
+        handle = self._track(node_id, handle_id, launched, (api_port, p2p_port), env, attempt)
+        for old in dropped:
+            self._unwatch(old)
+        try:
+            self.state.write()
+        except StorageError as exc:
+            log.error("node %s: %s", node_id, exc.message)
+        return handle
+
+    def _env(self, node_id: str, work: Path, ports: tuple[int, int], attempt: int,
+             secret_env: Mapping[str, str]) -> dict[str, str]:
+        return launch.node_env(os.environ, node_id=node_id, work=work, bind_host=self.bind_host, ports=ports,
+                               advertise_host=self.advertise_host(), attempt=attempt, secret_env=secret_env)
+
+    def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
+        if self.standby is not None:
+            taken = self.standby.take(env, nodelogs.header(node_id))
+            self.standby.fill_soon()
+            if taken is not None:
+                return launch.hand_over(taken, log_path=self.logs.path(node_id), node_id=node_id,
+                                        log_cap=self.logs.cap, platform=self.platform)
+        return launch.launch(self.node_command, env, work, log_path=self.logs.path(node_id), node_id=node_id,
+                             log_cap=self.logs.cap, handle_id=handle_id, platform=self.platform,
+                             job_ops=self.ender.job_ops)
+
+    def _track(self, node_id: str, handle_id: str, launched: launch.Launched, ports: tuple[int, int],
+               env: dict[str, str], attempt: int) -> Handle:
+        handle = launch.new_handle(node_id, handle_id, launched, ports, env, attempt, self.platform)
+        self._handles[handle.id] = handle
+        launch.watch_pump(launched.pump, handle)
+        try:
+            handle._cancel_watch = procs.watch_exit(
+                asyncio.get_running_loop(), handle.pid, handle.popen, lambda code: self._on_exit(handle, code)
+            )
+        except Exception as exc:  # the child runs unwatched; the supervisor's sweep still sees it die
+            log.error("node %s: cannot watch its child for exits: %s", node_id, exc)
+        return handle
+
+    def _unwatch(self, handle: Handle) -> None:
+        if handle._cancel_watch:
+            handle._cancel_watch()
+            handle._cancel_watch = None
+
+    # -- exits and stops -----------------------------------------------------------
+
+    def _on_exit(self, handle: Handle, code: int | None) -> None:
+        if not handle.alive:
+            return
+        handle.alive = False
+        handle.returncode = code
+        handle._exited.set()
+        if not handle.stop_requested:
+            # Before the listeners hear of it: the respawn they start needs the folder and ports.
+            self.ender.end_now(handle)
+            if handle._cancel_pump_watch is not None and not handle._pump_exited.is_set():
+                # The listeners read the node's last log line to say why it ended; its pump
+                # may not have written it yet. The pump ends on the pipe's end, so its exit
+                # says the log is whole: tell once it came (within a bound).
+                task = asyncio.get_running_loop().create_task(self._tell_when_flushed(handle, code))
+                self._telling.add(task)
+                task.add_done_callback(self._telling.discard)
+                return
+        self._tell_exit(handle, code)
+
+    async def _tell_when_flushed(self, handle: Handle, code: int | None) -> None:
+        try:
+            async with asyncio.timeout(PUMP_FLUSH_S):  # a close's cancel is never dropped
+                await handle._pump_exited.wait()
+        except TimeoutError:
+            log.debug("node %s: its log pump outlived it by %.1fs; its exit is told without waiting", handle.node_id, PUMP_FLUSH_S)
+        self._tell_exit(handle, code)
+
+    def _tell_exit(self, handle: Handle, code: int | None) -> None:
+        self._listeners.tell(ExitEvent(handle.id, handle.node_id, handle.pid, code, handle.stop_requested))
+        if self._handles.get(handle.id) is handle and not self._closed and not self._stopping_all:
+            self.state.write_soon(lambda: not self._closed)
+
+    def _same_process(self, handle: Handle) -> bool:
+        return handle.identity.matches(procs.read_identity(handle.pid, self.platform))
+
+    async def stop(self, handle_id: str | None) -> None:
+        """Terminate the child's group, wait the grace period, then kill what is left of it.
+
+        The grace covers the whole group: a leader that exits on the terminate
+        while something it started does not still has that killed at the end.
+        A leader that is already gone is never signalled; what its group left
+        is ended if it carries the node's environment.
+        """
+        handle = self.get(handle_id)
+        if handle is None or not handle.alive:
+            return
+        deadline = asyncio.get_running_loop().time() + self.stop_timeout_s
+        if self._terminate(handle):
+            await self._finish_stop(handle, deadline)
+        else:
+            await self.ender.end_leftovers(handle)
+
+    def _terminate(self, handle: Handle) -> bool:
+        """Send the group its terminate; False when the leader is no longer ours to signal."""
+        handle.stop_requested = True
+        if not self._same_process(handle):
+            # The pid is gone or belongs to someone else now: never signal it.
+            self._on_exit(handle, None)
+            return False
+        self.ender.signal(handle, kill=False)
+        return True
+
+    async def _finish_stop(self, handle: Handle, deadline: float) -> None:
+        """Wait for the group until `deadline`, then kill what is left of it."""
+        if await self.ender.wait_gone(handle, deadline):
+            return
+        log.warning("node %s did not stop within %.1fs; killing it", handle.node_id, self.stop_timeout_s)
+        if self._same_process(handle) or (not handle.alive and not self.ender.group_gone(handle)):
+            self.ender.signal(handle, kill=True)
+        if not await self.ender.wait_gone(handle, asyncio.get_running_loop().time() + 5.0) and handle.alive:
+            self._on_exit(handle, None)
+
+    async def stop_node(self, node_id: str) -> None:
+        for handle in self.handles_for(node_id):
+            await self.stop(handle.id)
+
+    async def remove_node(self, node_id: str) -> None:
+        """Stop every process of the node, forget its handles, delete its work folder and log.
+
+        Strays of the node (anything still carrying its environment) are ended
+        first: its folder is never deleted from under a running process.
+        """
+        await self.stop_node(node_id)
+        dropped = self._drop_stale(node_id)
+        for handle in dropped:
+            self._unwatch(handle)
+        await self.ender.end_strays(self._owned(), node_id)
+        for handle in dropped:
+            await self.ender.wait_pump(handle)
+        self.state.write()
+        await asyncio.to_thread(delete_node_files, self.paths, self.logs, node_id)
+
+    async def stop_all(self) -> None:
+        """Stop every child at once (a clean quit), end any stray of our nodes, and write
+        down which were stopped on purpose, so the next host starts them again without
+        counting a failed attempt.
+
+        Every group gets its terminate in one go and all share one grace period;
+        what is left when it ends is killed. `state.json` is written once, at
+        the end, not once per exit.
+        """
+        if self.standby is not None:
+            self.standby.close()
+        live = [h for h in self._handles.values() if h.alive]
+        self._stopping_all = True
+        try:
+            deadline = asyncio.get_running_loop().time() + self.stop_timeout_s
+            signalled = [h for h in live if self._terminate(h)]
+            gone = [h for h in live if h not in signalled]
+            await asyncio.gather(*(self._finish_stop(h, deadline) for h in signalled),
+                                 *(self.ender.end_leftovers(h) for h in gone))
+            try:
+                await self.ender.end_strays(self._owned())
+            except Exception as exc:  # a quit must finish; the next start's census tries again
+                log.error("could not look for stray node processes: %s", exc)
+            await asyncio.gather(*(self.ender.wait_pump(h) for h in self._handles.values()))
+        finally:
+            self._stopping_all = False
+        self.state.write_or_log(stopped_cleanly=[h.node_id for h in live])
+
+    def log_tail(self, node_id: str, lines: int = 20, max_bytes: int = 16384) -> list[str]:
+        """The last lines of the node's log (a bounded read from the end)."""
+        return self.logs.tail(node_id, lines, max_bytes)
+
+    def trim_logs(self) -> None:
+        """Keep under their cap the logs that no pump writes (children of an older build,
+        or a pump that could not start); a pump caps its log as it writes."""
+        for handle in self._handles.values():
+            if not handle.pump_pid:
+                self.logs.trim(handle.node_id)
+
+    def _standby_pool(self) -> StandbyPool:
+        return StandbyPool(self.node_command, self.nodes_dir, lambda: dict(os.environ), self.platform)
+
+    def reconfigure(self, config: DriverConfig) -> None:
+        """New settings for the next starts. A standby of the old node program is ended and
+        one of the new program loaded, so no start after a change runs the old one."""
+        command = list(config.node_command)
+        if command != self.node_command and self.standby is not None:
+            self.standby.close()
+            self.node_command = command
+            self.standby = self._standby_pool()
+            self.standby.fill_soon()
+        self.node_command = command
+        self.ports.low, self.ports.high = config.port_range
+        self.stop_timeout_s = config.stop_timeout_s
+
+    def close(self) -> None:
+        """Stop watching; children keep running (a restarted host re-attaches)."""
+        self._closed = True
+        for task in list(self._telling):
+            task.cancel()
+        if self.standby is not None:
+            self.standby.close()
+        if self.state.pending:
+            self.state.write_or_log()
+        for handle in self._handles.values():
+            self._unwatch(handle)
+            if handle._cancel_pump_watch:
+                handle._cancel_pump_watch()
+                handle._cancel_pump_watch = None
+            if handle._job_handle is not None:
+                # The node's pump holds the job too, so closing ours does not end the node.
+                self.ender.job_ops().close(handle._job_handle)
+                handle._job_handle = None
+        self._listeners.clear()

@@ -1,0 +1,8 @@
+"""What the host and a node share on the wire: neutral, so neither imports the other.
+
+It holds the seed format a borrower signs (``seed``), keys and signatures as they
+travel (``keys``), the bounds and codes every API of the node's format answers with
+(``api``), a refusal and its HTTP status (``refusal``, ``http_status``) and the
+throttle of wrong secrets (``ratelimit``). It imports only the basics
+(``cadre_desktop.errors``, ``text``): nothing of ``host``, ``node``, ``ui`` or ``cli``.
+"""
