@@ -18,6 +18,7 @@ import os
 import plistlib
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path, PureWindowsPath
 from typing import Any
 
@@ -34,7 +35,7 @@ CARRIED = ("CADRE_DESKTOP_HOME", "PYTHON_KEYRING_BACKEND")
 CARRIED_WITHOUT_HOME = ("XDG_DATA_HOME", "XDG_STATE_HOME")
 
 
-def carried_env(env: dict[str, str] | None = None) -> dict[str, str]:
+def carried_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     env = os.environ if env is None else env
     names = CARRIED if env.get("CADRE_DESKTOP_HOME") else CARRIED + CARRIED_WITHOUT_HOME
     out = {name: env[name] for name in names if env.get(name)}
@@ -124,7 +125,7 @@ class _LoginFile:
 
 
 class XdgAutostart(_LoginFile):
-    def __init__(self, command: list[str], env: dict[str, str] | None = None,
+    def __init__(self, command: list[str], env: Mapping[str, str] | None = None,
                  carried: dict[str, str] | None = None) -> None:
         env = os.environ if env is None else env
         config = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".config")
@@ -190,8 +191,9 @@ class LaunchAgent(_LoginFile):
             return f"on, but {self.path} cannot be read ({exc}); `cadre-desktop autostart on` rewrites it"
         if found == self.plist():
             return True
-        words = lambda doc: " ".join([*(f"{k}={v}" for k, v in (doc.get("EnvironmentVariables") or {}).items()),  # noqa: E731
-                                      *map(str, doc.get("ProgramArguments") or [])])
+        def words(doc: dict[str, Any]) -> str:
+            return " ".join([*(f"{k}={v}" for k, v in (doc.get("EnvironmentVariables") or {}).items()),
+                             *map(str, doc.get("ProgramArguments") or [])])
         return _elsewhere(words(found), words(self.plist()))
 
 
@@ -202,7 +204,7 @@ class RunKey:
 
     where = f"HKCU\\{RUN_KEY}\\{APP_NAME}"
 
-    def __init__(self, command: list[str], winreg, carried: dict[str, str] | None = None) -> None:
+    def __init__(self, command: list[str], winreg: Any, carried: dict[str, str] | None = None) -> None:
         self.command = command
         self.winreg = winreg
         self.carried = dict(carried or {})
@@ -248,7 +250,7 @@ class RunKey:
 
 # -- this computer ------------------------------------------------------------------------------
 
-def backend(platform: str | None = None, **kwargs):
+def backend(platform: str | None = None, **kwargs: Any) -> RunKey | LaunchAgent | XdgAutostart:
     """The branch for `platform` (default: this one); kwargs override its command, home, env, winreg."""
     platform = platform or sys.platform
     command = kwargs.get("command") or launch_command(platform=platform)

@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -32,7 +32,7 @@ _UNLIMITED_CAP = 65536
 RESERVE = 8
 
 
-def raise_soft_limit(platform: str = sys.platform, resource_module=None) -> tuple[int, int] | None:
+def raise_soft_limit(platform: str = sys.platform, resource_module: Any = None) -> tuple[int, int] | None:
     """Raise RLIMIT_NOFILE's soft limit to the hard one; (old, new), or None where there is none."""
     if platform == "win32":
         return None
@@ -79,7 +79,7 @@ class Reserve:
             while self._fds:
                 os.close(self._fds.pop())
 
-    def call(self, fn: Callable[..., T], *args, **kwargs) -> T:
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
             return fn(*args, **kwargs)
         except OSError as exc:
@@ -112,7 +112,7 @@ def keep_reserve(count: int = RESERVE) -> Reserve:
     return _reserve
 
 
-def call_with_reserve(fn: Callable[..., T], *args, **kwargs) -> T:
+def call_with_reserve(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`fn(*args)`, retried once on EMFILE with the reserve freed (if the process keeps one)."""
     spare = _reserve
     if spare is None:

@@ -40,7 +40,7 @@ class RepeatFilter(logging.Filter):
         self.budget = budget
         self.clock = clock
         #: kind -> [window start, lines passed, lines left out]
-        self._kinds: OrderedDict[tuple, list] = OrderedDict()
+        self._kinds: OrderedDict[tuple[Any, ...], list[float]] = OrderedDict()
         self._window_start = clock()
         self._window_lines = 0
 
@@ -87,7 +87,7 @@ class RepeatFilter(logging.Filter):
         record.args = None
 
 
-def install(handlers: list[logging.Handler], **kwargs) -> RepeatFilter:
+def install(handlers: list[logging.Handler], **kwargs: Any) -> RepeatFilter:
     """Put one RepeatFilter on every handler (the same one, so each record is judged once)."""
     repeat = RepeatFilter(**kwargs)
     for handler in handlers:
@@ -100,7 +100,7 @@ def quiet_loop_errors(loop: asyncio.AbstractEventLoop, logger: logging.Logger | 
     """Report the loop's OS-level errors as one line (no traceback); others as before."""
     target = logger or logging.getLogger("asyncio")
 
-    def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
         if isinstance(exc, OSError):
             target.error("%s: %s: %s", context.get("message", "event loop error"), type(exc).__name__, exc)
@@ -110,7 +110,7 @@ def quiet_loop_errors(loop: asyncio.AbstractEventLoop, logger: logging.Logger | 
     loop.set_exception_handler(handle)
 
 
-class OneLineLogger(logging.LoggerAdapter):
+class OneLineLogger(logging.LoggerAdapter[logging.Logger]):
     """For aiohttp's request handler: a request it cannot parse is one warning line, never a traceback.
 
     A malformed request is the client's doing, not a failure of ours; anyone

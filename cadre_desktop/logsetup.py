@@ -5,6 +5,7 @@ headless host both call this, before the engine starts."""
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import logging.handlers
 import os
@@ -20,7 +21,7 @@ class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
     """host.log and its rotations, 0600 from their creation (a rollover makes a new file,
     which the stock handler would create with the umask's mode)."""
 
-    def _open(self):
+    def _open(self) -> io.TextIOWrapper:
         fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0),
                      0o600)
         if os.name == "posix":

@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from cadre_desktop.readfile import open_binary
 
@@ -94,9 +95,9 @@ def follow(path: Path, offset: int, write: Callable[[bytes], None], interval: fl
         fh.close()
 
 
-def _still_there(fh, seen: bytes) -> bool:
+def _still_there(fh: BinaryIO, seen: bytes) -> bool:
     pos = fh.tell()
     fh.seek(pos - len(seen))
-    same = fh.read(len(seen)) == seen
+    same: bool = fh.read(len(seen)) == seen
     fh.seek(pos)
     return same

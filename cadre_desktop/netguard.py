@@ -34,7 +34,7 @@ import socket
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +76,13 @@ class ConnectionGuard:
         source = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else "?"
         mine = self._by_source.get(source)
         if mine is not None and len(mine) >= self.per_source and not self._evict_from(source):
-            return self._refuse(source)
+            self._refuse(source)
+            return None
         if self._count >= self.total:
             busiest = max(self._by_source, key=lambda s: len(self._by_source[s]), default=None)
             if busiest is None or not self._evict_from(busiest):
-                return self._refuse(source)
+                self._refuse(source)
+                return None
         conn = Conn(transport, source, loop.time())
         self._by_source.setdefault(source, OrderedDict())[transport] = conn
         self._count += 1
@@ -186,7 +188,7 @@ class _Guarded(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._conn = self._guard.admit(transport)
         if self._conn is None:
-            transport.abort()  # a reset frees the descriptor now, not after a close handshake
+            cast(asyncio.Transport, transport).abort()  # a reset frees the descriptor now, not after a close handshake
             self._inner = None
             return
         self._inner.connection_made(transport)

@@ -9,6 +9,7 @@ folder for settings, its log folder for logs.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +83,7 @@ class Paths:
         }
 
 
-def resolve_paths(env: dict[str, str] | None = None) -> Paths:
+def resolve_paths(env: Mapping[str, str] | None = None) -> Paths:
     env = os.environ if env is None else env
     home = env.get(HOME_ENV)
     if home:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,9 +97,13 @@ class Settings:
 #: The drivers this host can run nodes with (host/drivers.py builds each).
 DRIVERS = ("local",)
 
+#: A key's check: the value to keep and None, or None and what is wrong with it.
+Checked = tuple[Any, str | None]
+Check = Callable[[Any], Checked]
 
-def _one_of(choices: tuple[str, ...]):
-    def check(v: Any) -> Any:
+
+def _one_of(choices: tuple[str, ...]) -> Check:
+    def check(v: Any) -> Checked:
         if v not in choices:
             return None, f"must be one of: {', '.join(repr(c) for c in choices)}"
         return v, None
@@ -112,9 +117,9 @@ def _is_int(v: Any) -> bool:
 _MINUTE_MS, _HOUR_MS, _DAY_MS = 60_000, 3_600_000, 86_400_000
 
 
-def _whole(minimum: int, maximum: int, words: str = ""):
+def _whole(minimum: int, maximum: int, words: str = "") -> Check:
     """A whole number in [minimum, maximum]; the error names the bound (and what it means)."""
-    def check(v: Any) -> Any:
+    def check(v: Any) -> Checked:
         if not _is_int(v):
             return None, "must be a whole number"
         if v < minimum:
@@ -125,8 +130,8 @@ def _whole(minimum: int, maximum: int, words: str = ""):
     return check
 
 
-def _nullable(check):
-    def nullable(v: Any):
+def _nullable(check: Check) -> Check:
+    def nullable(v: Any) -> Checked:
         if v is None:
             return None, None
         value, problem = check(v)
@@ -134,31 +139,31 @@ def _nullable(check):
     return nullable
 
 
-def _port(v: Any):
+def _port(v: Any) -> Checked:
     if not _is_int(v) or not 1024 <= v <= 65535:
         return None, "must be a port number from 1024 to 65535"
     return v, None
 
 
-def _bool(v: Any):
+def _bool(v: Any) -> Checked:
     if not isinstance(v, bool):
         return None, "must be true or false"
     return v, None
 
 
-def _bool_or_null(v: Any):
+def _bool_or_null(v: Any) -> Checked:
     if v is not None and not isinstance(v, bool):
         return None, "must be true, false or null"
     return v, None
 
 
-def _node_command(v: Any):
+def _node_command(v: Any) -> Checked:
     if not isinstance(v, list) or not v or not all(isinstance(p, str) and p for p in v):
         return None, "must be a non-empty list of non-empty strings"
     return list(v), None
 
 
-def _port_range(v: Any):
+def _port_range(v: Any) -> Checked:
     if not (isinstance(v, list) and len(v) == 2 and all(_is_int(p) for p in v)):
         return None, "must be a list of two port numbers, like [28100, 28299]"
     lo, hi = v
@@ -169,8 +174,8 @@ def _port_range(v: Any):
     return (lo, hi), None
 
 
-def _host(allow_null: bool):
-    def check(v: Any):
+def _host(allow_null: bool) -> Check:
+    def check(v: Any) -> Checked:
         if v is None and allow_null:
             return None, None
         if not isinstance(v, str) or not v.strip():

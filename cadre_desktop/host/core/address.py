@@ -27,7 +27,7 @@ def detect_lan_address() -> str:
         try:
             with socket.socket(family, socket.SOCK_DGRAM) as sock:
                 sock.connect(target)
-                addr = sock.getsockname()[0]
+                addr: str = sock.getsockname()[0]
                 if addr and not addr.startswith(("0.", "::")):
                     return addr
         except OSError:

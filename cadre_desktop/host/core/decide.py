@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from cadre_desktop.host.core.driver import DriverStatus
-from cadre_desktop.host.core.records import SUPERVISED, NodeRecord
+from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
 from cadre_desktop.settings import Settings
 
 #: Node exit codes that mean "respawning will not help" (docs/node-contract.md):
@@ -102,13 +102,13 @@ class Policy:
         """No attempt yet: at once. After n attempts: base * 2^n, capped."""
         if attempts <= 0:
             return 0.0
-        return min(self.base_ms * (2 ** min(attempts, 40)), self.max_ms) / 1000
+        return float(min(self.base_ms * (2 ** min(attempts, 40)), self.max_ms)) / 1000
 
     def grace_s(self, failures: int) -> float:
         """The start grace after `failures` failed starts: the base doubled per failure, capped (0: off)."""
         if self.grace_ms <= 0:
             return 0.0
-        return min(self.grace_ms * (2 ** min(max(failures, 0), 40)), max(self.grace_max_ms, self.grace_ms)) / 1000
+        return float(min(self.grace_ms * (2 ** min(max(failures, 0), 40)), max(self.grace_max_ms, self.grace_ms))) / 1000
 
 
 def seconds(s: float) -> str:
@@ -136,7 +136,7 @@ def exit_words(code: int | None, last_line: str | None) -> str:
     return words
 
 
-def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: frozenset = SUPERVISED) -> Verdict:
+def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: frozenset[NodeStatus] = SUPERVISED) -> Verdict:
     """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs)."""
     if record.status not in supervised or not record.handle:
         return Verdict(Decision.LEAVE)

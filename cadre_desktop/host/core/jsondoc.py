@@ -104,7 +104,7 @@ def remove_interrupted_writes(folder: Path) -> list[Path]:
     holding the home's lock, before anything writes: a temp file of a write in
     progress looks exactly the same.
     """
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(folder.iterdir())
     except FileNotFoundError:

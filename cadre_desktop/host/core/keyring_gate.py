@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from cadre_desktop.errors import SecretsError
@@ -40,7 +40,7 @@ class KeyringCondition:
 
 
 class KeyringGate:
-    def __init__(self, secrets: SecretStore, *, sleep: Callable[[float], asyncio.Future] | None = None) -> None:
+    def __init__(self, secrets: SecretStore, *, sleep: Callable[[float], Awaitable[None]] | None = None) -> None:
         self.secrets = secrets
         self._sleep = sleep or asyncio.sleep
         self._cache: dict[tuple[str, SecretKind], str] = {}
@@ -48,7 +48,7 @@ class KeyringGate:
         self._wanted: set[tuple[str, SecretKind]] = set()
         self.condition: KeyringCondition | None = None
         self._ready: Listeners[None] = Listeners("keyring ready")
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._closed = False
         secrets.on_answer(self._kick.set)

@@ -21,17 +21,17 @@ both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from cadre_desktop.errors import Bug
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.events import EventBus, EventKind
 from cadre_desktop.host.core.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus
+from cadre_desktop.host.core.rowstore import RowStore
 from cadre_desktop.host.core.secrets import SecretKind
-from cadre_desktop.host.core.store import RecordStore
+from cadre_desktop.settings import Settings
 
 S = NodeStatus
 _ANY = frozenset(NodeStatus)
@@ -117,64 +117,150 @@ def _hosted_retry(record: NodeRecord, now: str) -> dict[str, Any]:
     return {"status": S.JOINED if record.cadre else S.JOINING}
 
 
-@dataclass(frozen=True)
-class RecordKind:
-    """What one kind of supervised record is: its statuses, table, secret and events."""
+#: What a kind may do with what one of its children answers on /status:
+#: (its lifecycle, the record's id, the child's handle, the answer).
+StatusTaker = Callable[["Lifecycle[Any]", str, str, dict[str, Any]], None]
+
+
+class RecordKind(Protocol):
+    """What one kind of supervised record is: its statuses, table, secret and events.
+
+    Hosted nodes (`HostedKind`, here) and lent nodes (`host/lending/kind.py`) are the two
+    kinds; the lifecycle, the supervisor, the decision and the probe are shared, and ask
+    the kind only what differs. A record is typed `Any` here: each kind knows its own.
+    """
 
     #: Words for one record of this kind, in messages ("node", "lent node").
     noun: str
-    transitions: dict
+    transitions: Mapping[Change, tuple[frozenset[Any], frozenset[Any]]]
     #: What the supervisor keeps running, and what the probe reads (a superset).
-    supervised: frozenset
-    probed: frozenset
+    supervised: frozenset[Any]
+    probed: frozenset[Any]
     #: The status a record is created in (the code creating it owns it), and the given-up one.
     creating: Enum
     error: Enum
-    announce: Callable[[EventBus, Change, Any, Any, str], None]
     removed_event: EventKind
-    secret_kind: Callable[[Any], Any]
-    #: (record, secret, host token or None) -> the variables a start adds to the node's environment.
-    secret_env: Callable[..., dict]
-    #: The fields a Retry sets (the status it comes back in, at least), given the record and now.
-    retry: Callable[[Any, str], dict]
-    #: A person's name for a record.
-    label: Callable[[Any], str] = lambda record: getattr(record, "name", record.id)
-    #: Why a record cannot be started again from what it holds, or None.
-    cannot_start: Callable[[Any], str | None] = lambda record: None
-    #: The settings its supervision uses (lent nodes have keys of their own).
-    settings: Callable[[Any], Any] = lambda settings: settings
     #: Takes what a child of this kind answers on /status (None: the probe's own, for hosted nodes).
-    on_status: Callable[..., None] | None = None
+    on_status: StatusTaker | None
+
+    def announce(self, events: EventBus, change: Change, before: Any, after: Any, detail: str) -> None:
+        """Emit the events of one transition."""
+        ...
+
+    def secret_kind(self, record: Any) -> SecretKind:
+        """The keyring entry a start of this record needs."""
+        ...
+
+    def secret_env(self, record: Any, secret: str, host_token: str | None = None) -> dict[str, str]:
+        """The variables a start adds to the node's environment."""
+        ...
+
+    def retry(self, record: Any, now: str) -> dict[str, Any]:
+        """The fields a Retry sets (the status it comes back in, at least)."""
+        ...
+
+    def label(self, record: Any) -> str:
+        """A person's name for a record."""
+        ...
+
+    def cannot_start(self, record: Any) -> str | None:
+        """Why a record cannot be started again from what it holds, or None."""
+        ...
+
+    def settings(self, settings: Settings) -> Settings:
+        """The settings its supervision uses (lent nodes have keys of their own)."""
+        ...
 
 
-HOSTED = RecordKind(
-    noun="node", transitions=TRANSITIONS, supervised=SUPERVISED, probed=SUPERVISED, creating=S.SPAWNING,
-    error=S.ERROR, announce=_announce_hosted, removed_event=EventKind.REMOVED,
-    secret_kind=_hosted_secret_kind, secret_env=_hosted_secret_env, retry=_hosted_retry,
-)
+class HostedKind:
+    """A node this host runs for its own person's cadre."""
+
+    noun = "node"
+    transitions: Mapping[Change, tuple[frozenset[Any], frozenset[Any]]] = TRANSITIONS
+    supervised: frozenset[Any] = SUPERVISED
+    probed: frozenset[Any] = SUPERVISED
+    creating: Enum = S.SPAWNING
+    error: Enum = S.ERROR
+    removed_event = EventKind.REMOVED
+    on_status: StatusTaker | None = None
+
+    def announce(self, events: EventBus, change: Change, before: Any, after: Any, detail: str) -> None:
+        _announce_hosted(events, change, before, after, detail)
+
+    def secret_kind(self, record: Any) -> SecretKind:
+        return _hosted_secret_kind(record)
+
+    def secret_env(self, record: Any, secret: str, host_token: str | None = None) -> dict[str, str]:
+        return _hosted_secret_env(record, secret, host_token)
+
+    def retry(self, record: Any, now: str) -> dict[str, Any]:
+        return _hosted_retry(record, now)
+
+    def label(self, record: Any) -> str:
+        return str(record.name)
+
+    def cannot_start(self, record: Any) -> str | None:
+        return None
+
+    def settings(self, settings: Settings) -> Settings:
+        return settings
 
 
-class Lifecycle:
-    def __init__(self, *, store: RecordStore, events: EventBus, clock: Clock, kind: RecordKind = HOSTED) -> None:
+HOSTED: RecordKind = HostedKind()
+
+
+class Supervised(Protocol):
+    """What the lifecycle reads of a record of any kind (a node's record, a lent node's donation)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def created_at(self) -> str: ...
+
+    @property
+    def status(self) -> Enum: ...
+
+    @property
+    def handle(self) -> str | None: ...
+
+    @property
+    def api_port(self) -> int | None: ...
+
+    @property
+    def p2p_port(self) -> int | None: ...
+
+    def replace(self, **changes: Any) -> Self: ...
+
+    def to_row(self) -> dict[str, Any]: ...
+
+
+R = TypeVar("R", bound=Supervised)
+
+
+class Lifecycle(Generic[R]):
+    """The one writer of one kind's records (`kind`), in `store`."""
+
+    def __init__(self, *, store: RowStore[R], events: EventBus, clock: Clock, kind: RecordKind = HOSTED) -> None:
         self.store = store
         self.events = events
         self.clock = clock
         self.kind = kind
         #: The lifecycles of the other kinds on this host, whose ports this one keeps clear of.
-        self.neighbours: list[Lifecycle] = []
+        self.neighbours: list[Lifecycle[Any]] = []
 
-    def get(self, node_id: str) -> NodeRecord | None:
+    def get(self, node_id: str) -> R | None:
         return self.store.get(node_id)
 
     def apply(
         self,
         node_id: str,
         change: Change,
-        update: Callable[[NodeRecord], NodeRecord] = lambda r: r,
+        update: Callable[[R], R] = lambda r: r,
         *,
         handle: str | None = None,
         detail: str = "",
-    ) -> NodeRecord | None:
+    ) -> R | None:
         """Re-read, check, write and announce one transition; None when it no longer applies.
 
         `handle`, when given, must still be the record's child: news about a
@@ -200,7 +286,7 @@ class Lifecycle:
         self._announce(change, current, changed, detail)
         return changed
 
-    def create(self, record: NodeRecord) -> None:
+    def create(self, record: R) -> None:
         """The first write of a node (status `spawning`); no event: nobody sees it yet."""
         if record.status is not self.kind.creating or self.store.get(record.id) is not None:
             raise Bug(f"node {record.id} cannot be created as {record.status.value}")
@@ -230,8 +316,8 @@ class Lifecycle:
 
         Those of every kind: a hosted node never takes a lent node's ports, nor the other way round.
         """
-        rows: Iterable = [r for lc in (self, *self.neighbours) for r in lc.store.list()]
+        rows: list[Supervised] = [r for lc in (self, *self.neighbours) for r in lc.store.list()]
         return {p for r in rows if r.id != node_id for p in (r.api_port, r.p2p_port) if p}
 
-    def _announce(self, change: Change, before: NodeRecord, after: NodeRecord, detail: str) -> None:
+    def _announce(self, change: Change, before: R, after: R, detail: str) -> None:
         self.kind.announce(self.events, change, before, after, detail)

@@ -7,7 +7,9 @@ process, so the next host starts without anyone deleting a file by hand.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import IO
 
 from cadre_desktop.errors import HostBusy, StorageError
 from cadre_desktop.readfile import open_regular, read_bytes
@@ -16,7 +18,7 @@ from cadre_desktop.readfile import open_regular, read_bytes
 class HostLock:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fh = None
+        self._fh: IO[str] | None = None
 
     def holder_pid(self) -> int | None:
         try:
@@ -59,21 +61,21 @@ class HostLock:
                 self._fh = None
 
 
-if os.name == "nt":  # pragma: no cover - exercised on Windows
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows
     import msvcrt
 
-    def _lock(fh) -> None:
+    def _lock(fh: IO[str]) -> None:
         fh.seek(0)
         msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
 
-    def _unlock(fh) -> None:
+    def _unlock(fh: IO[str]) -> None:
         fh.seek(0)
         msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
 else:
     import fcntl
 
-    def _lock(fh) -> None:
+    def _lock(fh: IO[str]) -> None:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
 
-    def _unlock(fh) -> None:
+    def _unlock(fh: IO[str]) -> None:
         fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

@@ -18,8 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable
+from typing import Any
 
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
+from cadre_desktop.host.core.driver import NodeDriver
+from cadre_desktop.host.core.records import SupervisedRow
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ class AddressWatcher:
         self.wake_gap_s = wake_gap_s
         #: The address nodes are told to advertise now (what the source said, once it held).
         self.current = self._read(fallback="127.0.0.1")
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._marks = (clock.now(), clock.monotonic())
 
@@ -115,7 +118,8 @@ class AddressWatcher:
         return True
 
 
-async def restart_stale(rows: Iterable, supervised: Collection, driver, restart, new: str, what: str) -> None:
+async def restart_stale(rows: Iterable[SupervisedRow], supervised: Collection[Any], driver: NodeDriver,
+                        restart: Callable[[str], Awaitable[object]], new: str, what: str) -> None:
     """Restart, one at a time, each supervised row whose running child still advertises
     another address than `new` (a restart spends no budget). A restart that fails leaves
     the node down; the exit its stop raised hands it to the crash path."""

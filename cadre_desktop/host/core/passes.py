@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from cadre_desktop.host.core.clock import Clock
 
@@ -28,7 +29,7 @@ async def breathe() -> None:
     """
     loop = asyncio.get_running_loop()
     done = loop.create_future()
-    handle = loop.call_later(0, lambda: done.done() or done.set_result(None))
+    handle = loop.call_later(0, lambda: None if done.done() else done.set_result(None))
     try:
         await done
     finally:
@@ -54,11 +55,11 @@ class PassSchedule:
         self._chores = chores
         #: Set by `stop`: no new pass, and a pass in flight drops the records it has not reached.
         self.stopped = False
-        self._sweep: asyncio.Task | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._sweep: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._exit_pass_queued = False
         self._exit_pass_wanted = False
-        self._due_task: asyncio.Task | None = None
+        self._due_task: asyncio.Task[Any] | None = None
         #: When (monotonic) the armed due pass fires; None when none is armed.
         self.due_at: float | None = None
 
@@ -81,7 +82,7 @@ class PassSchedule:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def kick(self, trigger: str) -> asyncio.Task | None:
+    def kick(self, trigger: str) -> asyncio.Task[Any] | None:
         """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
         if self.stopped or self._sweep is None:
             return None
@@ -145,8 +146,8 @@ class PassSchedule:
             await self._chores()
             await self.run_logged("timer")
 
-    def _spawn(self, work: Awaitable[object], name: str) -> asyncio.Task:
-        task = asyncio.create_task(work, name=name)
+    def _spawn(self, work: Coroutine[Any, Any, object], name: str) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

@@ -118,7 +118,7 @@ class Probe:
     def __init__(
         self,
         *,
-        lifecycle: Lifecycle,
+        lifecycle: Lifecycle[Any],
         driver: NodeDriver,
         clock: Clock,
         interval_s: float,
@@ -128,7 +128,7 @@ class Probe:
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
-        self.lifecycles: list[Lifecycle] = [lifecycle]
+        self.lifecycles: list[Lifecycle[Any]] = [lifecycle]
         self.driver = driver
         self.clock = clock
         self.on_unresponsive = on_unresponsive
@@ -147,11 +147,11 @@ class Probe:
         #: At most this many requests in flight, so a hundred nodes never crowd one loop turn.
         self._limit = asyncio.Semaphore(8)
 
-    def watch(self, lifecycle: Lifecycle) -> None:
+    def watch(self, lifecycle: Lifecycle[Any]) -> None:
         """Probe another kind of record too."""
         self.lifecycles.append(lifecycle)
 
-    def _lc(self, node_id: str) -> Lifecycle:
+    def _lc(self, node_id: str) -> Lifecycle[Any]:
         for lc in self.lifecycles[1:]:
             if lc.store.get(node_id) is not None:
                 return lc

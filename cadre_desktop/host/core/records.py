@@ -6,7 +6,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any
+from typing import Any, Self
 
 
 class NodeStatus(StrEnum):
@@ -101,7 +101,7 @@ class SupervisedRow:
     #: A row's keys this build does not know, kept and written back as they were.
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def replace(self, **changes: Any):
+    def replace(self, **changes: Any) -> Self:
         return dataclasses.replace(self, **changes)
 
     @property
@@ -138,7 +138,7 @@ LIFE_PORT = ("api_port", "p2p_port")
 LIFE_KEYS = frozenset({"respawn", "start", "created_at", "updated_at", *LIFE_STR, *LIFE_PORT})
 
 
-def life_from_row(what: str, row_id: str, row: dict, strings: tuple[str, ...] = ()) -> dict[str, Any]:
+def life_from_row(what: str, row_id: str, row: dict[str, Any], strings: tuple[str, ...] = ()) -> dict[str, Any]:
     """The shared fields of a row (and its own optional `strings`, checked alike) as keyword
     arguments of its dataclass; a field of the wrong shape raises ValueError."""
     check_optional(what, row, LIFE_STR + strings, LIFE_PORT)
@@ -182,7 +182,7 @@ def is_node_id(node_id: Any) -> bool:
     return isinstance(node_id, str) and NODE_ID.fullmatch(node_id) is not None and ".." not in node_id
 
 
-def check_optional(what: str, row: dict, strings: tuple[str, ...], ports: tuple[str, ...]) -> None:
+def check_optional(what: str, row: dict[str, Any], strings: tuple[str, ...], ports: tuple[str, ...]) -> None:
     """The optional fields of a row (of any kind of supervised record): strings and port numbers, or null."""
     for key in strings:
         if row.get(key) is not None and not isinstance(row[key], str):
@@ -212,7 +212,7 @@ def record_from_row(node_id: str, row: Any) -> NodeRecord:
     if not isinstance(name, str):
         raise ValueError(f"node {node_id!r} has no name")
     try:
-        status = NodeStatus(row.get("status"))
+        status = NodeStatus(str(row.get("status")))
     except ValueError:
         raise ValueError(f"node {node_id!r} has an unknown status {row.get('status')!r}") from None
     try:

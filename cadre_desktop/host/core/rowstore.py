@@ -19,6 +19,7 @@ written only while a removal is pending; older builds ignore it.
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -32,8 +33,11 @@ log = logging.getLogger(__name__)
 
 
 class Row(Protocol):
-    id: str
-    created_at: str
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def created_at(self) -> str: ...
 
     def to_row(self) -> dict[str, Any]: ...
 
@@ -179,19 +183,18 @@ class RowStore(Generic[R]):
 
     def removal_done(self, row_id: str) -> None:
         """Drop the tombstone: what the row owned is gone."""
-        self.load()
+        rows = self.load()
         if row_id not in self._removing:
             return
         removing = {k: v for k, v in self._removing.items() if k != row_id}
-        self._save(self._cache, removing)
+        self._save(rows, removing)
         self._removing = removing
 
     def knows(self, row_id: str) -> bool:
         """Whether this store has or had (a pending removal) a row of this id."""
-        self.load()
-        return row_id in self._cache or row_id in self._removing
+        return row_id in self.load() or row_id in self._removing
 
-    def pending_removals(self) -> list[str]:
+    def pending_removals(self) -> builtins.list[str]:
         """Ids whose removal a crash (or a failing keyring) left unfinished."""
         self.load()
         return sorted(self._removing)

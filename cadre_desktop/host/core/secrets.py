@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
 from enum import Enum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import keyring
 import keyring.errors
@@ -138,14 +138,14 @@ class _DaemonWorker(Executor):
     """
 
     def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._started = False
         self._closed = False
         self._lock = threading.Lock()
 
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        future: Future = Future()
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
         with self._lock:
             if self._closed:
                 raise RuntimeError("the keyring worker is closed")
@@ -195,7 +195,7 @@ class SecretStore:
         self.timeout_s = timeout_s
         self.bind_home(home_id, owns, legacy=legacy)
         self._executor = _DaemonWorker("keyring")
-        self._hung: asyncio.Future | None = None
+        self._hung: asyncio.Future[Any] | None = None
         self._answer_listeners: Listeners[None] = Listeners("keyring answered")
 
     def bind_home(self, home_id: str | None, owns: Callable[[str], bool] | None = None, *,
@@ -315,7 +315,7 @@ class SecretStore:
     def hung(self) -> bool:
         return self._hung is not None and not self._hung.done()
 
-    async def _run(self, fn: Callable[..., T], *args) -> T:
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self.hung:
             raise KeyringTimeout(_HELP_TIMEOUT.format(s=self.timeout_s))
         loop = asyncio.get_running_loop()
@@ -330,7 +330,7 @@ class SecretStore:
             future.add_done_callback(self._answered)
             raise KeyringTimeout(_HELP_TIMEOUT.format(s=self.timeout_s)) from None
 
-    def _answered(self, future: asyncio.Future) -> None:
+    def _answered(self, future: asyncio.Future[Any]) -> None:
         if not future.cancelled():
             future.exception()  # retrieved, so asyncio does not log it as lost
         if future is self._hung:

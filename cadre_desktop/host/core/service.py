@@ -38,7 +38,7 @@ class NodeService:
     def __init__(
         self,
         *,
-        lifecycle: Lifecycle,
+        lifecycle: Lifecycle[NodeRecord],
         driver: NodeDriver,
         gate: KeyringGate,
         supervisor: Supervisor,

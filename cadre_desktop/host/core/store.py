@@ -101,19 +101,19 @@ class RecordStore(RowStore[NodeRecord]):
         before any keyring entry is named after it."""
         self.load()
         if self._upgraded_from is not None:
-            self._save(self._cache)
+            self._save(self.load())
 
     def persist_home(self) -> None:
         """Write the file now if it does not exist yet, so the home id is on disk before a
         keyring entry is named after it (a home that only lends has no node to write it)."""
         self.load()
         if not self.path.exists():
-            self._save(self._cache)
+            self._save(self.load())
 
     def keyring_moved(self) -> None:
         """Every old-form keyring entry of this home has its new name now."""
         self.load()
         if self._keyring_layout != KEYRING_LAYOUT:
             self._keyring_layout = KEYRING_LAYOUT
-            self._save(self._cache)
+            self._save(self.load())
 

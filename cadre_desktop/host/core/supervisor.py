@@ -38,7 +38,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
@@ -69,7 +69,7 @@ class Supervisor:
     def __init__(
         self,
         *,
-        lifecycle: Lifecycle,
+        lifecycle: Lifecycle[Any],
         driver: NodeDriver,
         gate: KeyringGate,
         settings: Settings,
@@ -80,7 +80,7 @@ class Supervisor:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
         #: Every kind of record supervised here; the hosted nodes' first.
-        self.lifecycles: list[Lifecycle] = [lifecycle]
+        self.lifecycles: list[Lifecycle[Any]] = [lifecycle]
         self.driver = driver
         self.gate = gate
         self.settings = settings
@@ -109,7 +109,7 @@ class Supervisor:
 
     # -- kinds of records ------------------------------------------------------------
 
-    def watch(self, lifecycle: Lifecycle) -> None:
+    def watch(self, lifecycle: Lifecycle[Any]) -> None:
         """Supervise another kind of record on the same passes, queue and timers."""
         self.lifecycles.append(lifecycle)
         self._policies[lifecycle.kind.noun] = Policy(lifecycle.kind.settings(self.settings))
@@ -125,17 +125,17 @@ class Supervisor:
         """The hosted nodes' numbers (the sweep's period among them)."""
         return self._policies[self.lifecycle.kind.noun]
 
-    def lifecycle_of(self, node_id: str) -> Lifecycle:
+    def lifecycle_of(self, node_id: str) -> Lifecycle[Any]:
         """The lifecycle whose store holds this id (the hosted one when none does)."""
         for lc in self.lifecycles[1:]:
             if lc.store.get(node_id) is not None:
                 return lc
         return self.lifecycle
 
-    def policy_for(self, lc: Lifecycle) -> Policy:
+    def policy_for(self, lc: Lifecycle[Any]) -> Policy:
         return self._policies[lc.kind.noun]
 
-    def _supervised(self) -> list[tuple[Lifecycle, NodeRecord]]:
+    def _supervised(self) -> list[tuple[Lifecycle[Any], NodeRecord]]:
         return [(lc, r) for lc in self.lifecycles for r in lc.store.list() if r.status in lc.kind.supervised]
 
     # -- life -------------------------------------------------------------------
@@ -250,7 +250,7 @@ class Supervisor:
         self.passes.arm(waits)
         return started
 
-    def _due_after(self, lc: Lifecycle, node_id: str, verdict: Verdict | None) -> float | None:
+    def _due_after(self, lc: Lifecycle[Any], node_id: str, verdict: Verdict | None) -> float | None:
         """When this node next needs a look. The verdict says it, unless a start (done or
         failed) changed the node: then its new start grace, or its new backoff."""
         if verdict is None or verdict.decision is not Decision.START:
@@ -260,7 +260,7 @@ class Supervisor:
             return None
         return decide(fresh, self.observe(fresh), self.policy_for(lc), lc.kind.supervised).due_in_s
 
-    def _skip(self, lc: Lifecycle, record: NodeRecord) -> bool:
+    def _skip(self, lc: Lifecycle[Any], record: NodeRecord) -> bool:
         """A record that cannot be started again from what it holds is left alone, and said so once."""
         why = lc.kind.cannot_start(record)
         if why is None:
@@ -324,7 +324,7 @@ class Supervisor:
         elif d in (Decision.STALLED, Decision.HUNG):
             self.exits.stopped(record.id, verdict.reason)
             log.warning("node %s %s; stopping it", record.id, verdict.reason)
-            self.lifecycle_of(record.id).apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason)
+            self.lifecycle_of(record.id).apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason or "")
             await self.driver.stop(record.handle)
         elif d is Decision.GIVE_UP:
             await self.give_up(record.id, verdict.reason or "the node did not stay running")
@@ -400,7 +400,7 @@ class Supervisor:
                  child.pid)
         return True
 
-    def launch(self, record: SupervisedRow, secret: str, attempt: int, *, lc: Lifecycle,
+    def launch(self, record: SupervisedRow, secret: str, attempt: int, *, lc: Lifecycle[Any],
                want_ports: tuple[int, int] | None = None) -> InstanceInfo:
         """Every start of a child goes through here: the record's secret and a fresh host
         token in its environment, clear of the ports the other records remember; the
@@ -413,7 +413,7 @@ class Supervisor:
             self.host_tokens[child.id] = token
         return child
 
-    def spawned(self, node_id: str, child: InstanceInfo, *, lc: Lifecycle, **fields) -> SupervisedRow | None:
+    def spawned(self, node_id: str, child: InstanceInfo, *, lc: Lifecycle[Any], **fields) -> SupervisedRow | None:
         """A record being created gets its first child (`launch`, attempt 1) and first start
         mark: the record written, or None when it went meanwhile."""
         mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)

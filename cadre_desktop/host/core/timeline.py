@@ -27,7 +27,7 @@ class Timeline:
     def since(self, key: tuple[str, str], wall: str | None) -> float | None:
         """Seconds since `wall`, never negative; None when it is no time at all."""
         when = parse_iso(wall)
-        if when is None:
+        if when is None or wall is None:
             return None
         anchor = self._anchors.get(key)
         if anchor is None or anchor[0] != wall:

@@ -27,27 +27,27 @@ def clean_name(name: Any, fallback: str | None, what: str = "node name") -> str 
         raise Invalid(f"The {what} must be text.")
     if not name.isprintable():
         raise Invalid(f"The {what} must be one line of printable characters (no tabs or line breaks).")
-    name = " ".join(name.split())
-    if not name and fallback is not None:
+    text = " ".join(name.split())
+    if not text and fallback is not None:
         return fallback
-    if not name or len(name) > MAX_NAME:
+    if not text or len(text) > MAX_NAME:
         raise Invalid(f"The {what} must be 1 to {MAX_NAME} printable characters.")
-    return name
+    return text
 
 
 def clean_invitation(invitation: Any) -> str:
     if not isinstance(invitation, str) or not invitation.strip():
         raise Invalid("The invitation is empty. Paste the invitation text you were given.")
-    invitation = invitation.strip()
-    if len(invitation) > MAX_INVITATION:
+    text = invitation.strip()
+    if len(text) > MAX_INVITATION:
         raise Invalid(f"The invitation is longer than {MAX_INVITATION} characters; is it the right text?")
-    if re.search(r"\s", invitation) or not invitation.isprintable():
+    if re.search(r"\s", text) or not text.isprintable():
         raise Invalid("That does not look like an invitation: it should be one line of text without spaces.")
-    return invitation
+    return text
 
 
 def require_node_id(node_id: Any) -> str:
     """A node id of this host's form; anything else is simply not one of ours."""
     if not is_node_id(node_id):
         raise NoSuchThing(f"There is no node {str(node_id)[:80]!r} on this host.")
-    return node_id
+    return str(node_id)

@@ -13,12 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.core.address import claim_url
 from cadre_desktop.host.core.clock import Clock, iso
-from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
+from cadre_desktop.host.core.driver import InstanceInfo, NodeDriver
+from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus, SupervisedRow
+from cadre_desktop.host.core.store import RecordStore
+
+if TYPE_CHECKING:
+    from cadre_desktop.host.core.probe import Probe
+    from cadre_desktop.host.core.supervisor import Supervisor
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,8 @@ class NodeView:
 class NodeViews:
     """Builds the views of one host's nodes from its parts (the Host makes one once they exist)."""
 
-    def __init__(self, *, store, driver, supervisor, probe, clock: Clock, address: Callable[[], str],
+    def __init__(self, *, store: RecordStore, driver: NodeDriver, supervisor: Supervisor | None, probe: Probe | None,
+                 clock: Clock, address: Callable[[], str],
                  log_path: Callable[[str], Path], claim_secret: Callable[[str], str | None]) -> None:
         self.store = store
         self.driver = driver
@@ -137,14 +144,14 @@ class NodeViews:
         secret = self.claim_secret(record.id)
         return claim_url(self.address(), record.api_port, record.id, secret) if secret else None
 
-    def _unsaved_child(self, record: NodeRecord):
+    def _unsaved_child(self, record: NodeRecord) -> InstanceInfo | None:
         """A live child of the node that its record does not name: the write after its start failed."""
         if record.status not in SUPERVISED:
             return None
         alive = [h for h in self.driver.handles_for(record.id) if h.alive]
         return alive[-1] if alive else None
 
-    def _save_problem(self, record: NodeRecord, unsaved) -> str | None:
+    def _save_problem(self, record: NodeRecord, unsaved: InstanceInfo | None) -> str | None:
         """The live truth came from memory, not the records: say why it could not be saved."""
         if unsaved is None:
             return None
@@ -153,11 +160,11 @@ class NodeViews:
         return f"{record.error}; {note}" if record.error else note
 
 
-def last_exit_words(row, running: bool, supervisor) -> str | None:
+def last_exit_words(row: SupervisedRow, running: bool, supervisor: Supervisor | None) -> str | None:
     """What ended the last start of a node (hosted or lent), while it matters: down, or
     starting again after a failure. The supervisor's words for an exit it saw, else the
     start mark's (an exit an earlier host saw)."""
-    seen = supervisor.last_exit(row.id) if supervisor else None
+    seen: str | None = supervisor.last_exit(row.id) if supervisor else None
     if seen:
         return seen
     mark = row.start

@@ -17,13 +17,16 @@ another cadre:
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.events import EventBus, EventKind
-from cadre_desktop.host.core.lifecycle import Change, Lifecycle, RecordKind
+from cadre_desktop.host.core.lifecycle import Change, Lifecycle, RecordKind, StatusTaker
 from cadre_desktop.host.core.secrets import SecretKind
 from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, Donation, DonationStatus
+from cadre_desktop.settings import Settings
 from cadre_desktop.text import one_line
 
 log = logging.getLogger(__name__)
@@ -31,10 +34,10 @@ log = logging.getLogger(__name__)
 D = DonationStatus
 _SUP = DONATION_SUPERVISED
 _ANY = frozenset(DonationStatus)
-_NONE: frozenset = frozenset()
+_NONE: frozenset[DonationStatus] = frozenset()
 
 #: change -> (statuses it may start from, statuses it may end in), for lent nodes.
-DONATION_TRANSITIONS: dict[Change, tuple[frozenset, frozenset]] = {
+DONATION_TRANSITIONS: dict[Change, tuple[frozenset[DonationStatus], frozenset[DonationStatus]]] = {
     Change.CREATE: (_NONE, frozenset({D.PROVISIONING})),
     Change.SPAWNED: (frozenset({D.PROVISIONING}), frozenset({D.PROVISIONING})),
     Change.AWAITING_SEED: (frozenset({D.PROVISIONING, D.SEEDED}), frozenset({D.AWAITING_SEED})),
@@ -81,7 +84,7 @@ def _text(value: Any, limit: int) -> str | None:
     return one_line(value, limit) or None if isinstance(value, str) else None
 
 
-def take_status(lc: Lifecycle, donation_id: str, handle_id: str, status: dict[str, Any]) -> None:
+def take_status(lc: Lifecycle[Donation], donation_id: str, handle_id: str, status: dict[str, Any]) -> None:
     """What a lent node says of itself, about this very child only."""
     record = lc.get(donation_id)
     if record is None or record.handle != handle_id or record.status is D.ERROR:
@@ -105,21 +108,40 @@ def take_status(lc: Lifecycle, donation_id: str, handle_id: str, status: dict[st
         lc.apply(donation_id, Change.PEER, lambda r: r.replace(peer_id=peer_id), handle=handle_id)
 
 
-DONATED = RecordKind(
-    noun="lent node",
-    transitions=DONATION_TRANSITIONS,
-    supervised=DONATION_SUPERVISED,
-    probed=DONATION_SUPERVISED | {D.PROVISIONING},
-    creating=D.PROVISIONING,
-    error=D.ERROR,
-    announce=_announce,
-    removed_event=EventKind.DONATION_REMOVED,
-    secret_kind=lambda donation: SecretKind.SEED_TOKEN,
-    # No host token: the owner's host has no say in a party's node beyond its life.
-    secret_env=lambda donation, seed_token, host_token=None: donation.node_env(seed_token),
-    retry=_retry,
-    label=lambda donation: f"{donation.id} (party {donation.party_id})",
-    cannot_start=_cannot_start,
-    settings=lambda settings: settings.donation_supervision(),
-    on_status=take_status,
-)
+class DonatedKind:
+    """A node this host runs for another cadre's party, under a grant."""
+
+    noun = "lent node"
+    transitions: Mapping[Change, tuple[frozenset[Any], frozenset[Any]]] = DONATION_TRANSITIONS
+    supervised: frozenset[Any] = DONATION_SUPERVISED
+    probed: frozenset[Any] = DONATION_SUPERVISED | {D.PROVISIONING}
+    creating: Enum = D.PROVISIONING
+    error: Enum = D.ERROR
+    removed_event = EventKind.DONATION_REMOVED
+    on_status: StatusTaker | None = staticmethod(take_status)
+
+    def announce(self, events: EventBus, change: Change, before: Any, after: Any, detail: str) -> None:
+        _announce(events, change, before, after, detail)
+
+    def secret_kind(self, record: Any) -> SecretKind:
+        return SecretKind.SEED_TOKEN
+
+    def secret_env(self, record: Any, secret: str, host_token: str | None = None) -> dict[str, str]:
+        # No host token: the owner's host has no say in a party's node beyond its life.
+        env: dict[str, str] = record.node_env(secret)
+        return env
+
+    def retry(self, record: Any, now: str) -> dict[str, Any]:
+        return _retry(record, now)
+
+    def label(self, record: Any) -> str:
+        return f"{record.id} (party {record.party_id})"
+
+    def cannot_start(self, record: Any) -> str | None:
+        return _cannot_start(record)
+
+    def settings(self, settings: Settings) -> Settings:
+        return settings.donation_supervision()
+
+
+DONATED: RecordKind = DonatedKind()

@@ -79,7 +79,7 @@ class LendingService:
         self,
         *,
         grants: GrantStore,
-        lifecycle: Lifecycle,
+        lifecycle: Lifecycle[Donation],
         driver,
         gate: KeyringGate,
         supervisor,
