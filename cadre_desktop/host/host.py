@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from cadre_desktop.errors import CadreError, NoSuchThing
+from cadre_desktop.errors import Bug, CadreError, NoSuchThing
 from cadre_desktop.host import live_settings
 from cadre_desktop.host.core.address import ConfiguredAddress
 from cadre_desktop.host.core.clock import Clock
@@ -32,10 +34,26 @@ from cadre_desktop.host.core.store import KEYRING_LAYOUT, RecordStore
 from cadre_desktop.host.core.supervisor import Supervisor, secret_kind
 from cadre_desktop.host.core.views import NodeView, NodeViews
 from cadre_desktop.host.drivers import make_driver
+from cadre_desktop.host.lend_host import Lending
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
 
+if TYPE_CHECKING:
+    from cadre_desktop.host.edges.control import ControlServer
+
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What a started host runs on: made together by `Host.start`, in this order."""
+
+    driver: NodeDriver
+    gate: KeyringGate
+    probe: Probe
+    supervisor: Supervisor
+    service: NodeService
+    views: NodeViews
 
 
 class Host:
@@ -66,18 +84,43 @@ class Host:
             source=address_source or ConfiguredAddress(paths.settings_file, settings), clock=self.clock,
             on_change=self._address_changed, on_wake=self._woke,
         )
-        # Made by `start`, in this order, once every file was read and found good.
-        self.gate: KeyringGate | None = None
-        self.driver: NodeDriver | None = None
-        self.probe: Probe | None = None
-        self.supervisor: Supervisor | None = None
-        self.service: NodeService | None = None
-        self.views: NodeViews | None = None
-        #: Grants, lent nodes and the lend API (host/lend_host.py).
-        self.lending = None
-        self.control = None
-        self._tasks: list[asyncio.Future] = []
+        #: What `start` makes, once every file was read and found good (`Parts`).
+        self._parts: Parts | None = None
+        #: Grants, lent nodes and the lend API (host/lend_host.py); made when the files are read.
+        self.lending: Lending | None = None
+        self.control: ControlServer | None = None
+        self._tasks: list[asyncio.Future[Any]] = []
         self._started = False
+
+    # The parts `start` made, None before it (front ends and tests read them).
+    @property
+    def driver(self) -> NodeDriver | None:
+        return self._parts.driver if self._parts else None
+
+    @property
+    def gate(self) -> KeyringGate | None:
+        return self._parts.gate if self._parts else None
+
+    @property
+    def probe(self) -> Probe | None:
+        return self._parts.probe if self._parts else None
+
+    @property
+    def supervisor(self) -> Supervisor | None:
+        return self._parts.supervisor if self._parts else None
+
+    @property
+    def service(self) -> NodeService | None:
+        return self._parts.service if self._parts else None
+
+    @property
+    def views(self) -> NodeViews | None:
+        return self._parts.views if self._parts else None
+
+    def _running(self) -> Parts:
+        if self._parts is None:
+            raise Bug("the host was asked to act before it started")
+        return self._parts
 
     @property
     def advertise_host(self) -> str:
@@ -101,23 +144,28 @@ class Host:
             raise
 
     async def _start(self) -> None:
-        self._load_files()
-        self.driver = make_driver(self.settings, self.paths, lambda: self.netwatch.current)
-        report = await self.driver.init()
+        lending = self._load_files()
+        driver = make_driver(self.settings, self.paths, lambda: self.netwatch.current)
+        report = await driver.init()
         # Only once every file was read and found good: an upgrade writes the records.
         self._bind_keyring()
         if report.attached:
             log.info("re-attached to %d running node(s)", len(report.attached))
-        self._make_supervision()
+        p = self._parts = self._make_supervision(driver)
         await self._prefetch_secrets()
         self._tasks.append(asyncio.ensure_future(self._move_keyring_entries()))
-        await self.service.reap_stuck()
-        self.lending.attach()  # lent nodes: the same supervisor, probe and gate, from the first pass
-        self.supervisor.start(stopped_cleanly=report.stopped_cleanly)
-        await self.lending.start()
-        self.probe.start()
+        await p.service.reap_stuck()
+        # Lent nodes: the same supervisor, probe and gate, from the first pass.
+        lending.attach(
+            hosted=self.lifecycle, supervisor=p.supervisor, probe=p.probe, gate=p.gate, driver=driver,
+            nodes=p.service, settings=self.settings, advertise_host=lambda: self.advertise_host,
+            keep_home=self.store.persist_home,
+        )
+        p.supervisor.start(stopped_cleanly=report.stopped_cleanly)
+        await lending.start()
+        p.probe.start()
         # A new child is watched until it answers, rather than waiting out the interval.
-        self.events.subscribe(lambda event: self.probe.watch_node(event.node_id) if event.node_id else None)
+        self.events.subscribe(lambda event: p.probe.watch_node(event.node_id) if event.node_id else None)
         self.netwatch.start()
         if self._serve_control_api:
             from cadre_desktop.host.edges.control import ControlServer
@@ -127,47 +175,47 @@ class Host:
         self._started = True
         log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
 
-    def _load_files(self) -> None:
+    def _load_files(self) -> Lending:
         """Read every file the host keeps; a broken one stops the start and is left as it is."""
         self.paths.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store.load()
-        from cadre_desktop.host.lend_host import Lending
-
-        self.lending = Lending(self)
-        self.lending.load()
+        lending = self.lending = Lending(paths=self.paths, events=self.events, clock=self.clock)
+        lending.load()
         if self._serve_control_api:
             from cadre_desktop.host.edges.control import check_control_file
 
             # A control.json we cannot have written is refused, like every file we keep.
             check_control_file(self.paths.control_file)
         check_bind_host(self.settings.bind_host, str(self.paths.settings_file))
+        return lending
 
-    def _make_supervision(self) -> None:
+    def _make_supervision(self, driver: NodeDriver) -> Parts:
         """The keyring gate, the probe, the supervisor, the service and the views, over the driver."""
         s = self.settings
-        self.gate = KeyringGate(self.secrets, sleep=self.clock.sleep)
+        gate = KeyringGate(self.secrets, sleep=self.clock.sleep)
         interval = s.probe_interval_ms / 1000
-        self.probe = Probe(
-            lifecycle=self.lifecycle, driver=self.driver, clock=self.clock,
+
+        def unresponsive(_node_id: str) -> None:
+            supervisor.kick("unresponsive")
+
+        probe = Probe(
+            lifecycle=self.lifecycle, driver=driver, clock=self.clock,
             interval_s=interval,
             fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval)),
                                     fresh_after_s=min(2.5, interval / 2)),
-            on_unresponsive=lambda _node_id: self.supervisor.kick("unresponsive"),
+            on_unresponsive=unresponsive,
         )
-        self.supervisor = Supervisor(
-            lifecycle=self.lifecycle, driver=self.driver, gate=self.gate, settings=s, clock=self.clock,
-            probe=self.probe, on_sweep=self._sweep_housekeeping,
+        supervisor = Supervisor(
+            lifecycle=self.lifecycle, driver=driver, gate=gate, settings=s, clock=self.clock,
+            probe=probe, on_sweep=self._sweep_housekeeping,
         )
-        self.service = NodeService(
-            lifecycle=self.lifecycle, driver=self.driver, gate=self.gate,
-            supervisor=self.supervisor, clock=self.clock,
-        )
-        gate = self.gate
-        self.views = NodeViews(
-            store=self.store, driver=self.driver, supervisor=self.supervisor, probe=self.probe,
+        service = NodeService(lifecycle=self.lifecycle, driver=driver, gate=gate, supervisor=supervisor, clock=self.clock)
+        views = NodeViews(
+            store=self.store, driver=driver, supervisor=supervisor, probe=probe,
             clock=self.clock, address=lambda: self.netwatch.current, log_path=self.paths.node_log,
             claim_secret=lambda node_id: gate.cached(node_id, SecretKind.CLAIM),
         )
+        return Parts(driver=driver, gate=gate, probe=probe, supervisor=supervisor, service=service, views=views)
 
     def _bind_keyring(self) -> None:
         """Key this home's keyring entries by its id; an upgraded records file is written
@@ -205,7 +253,7 @@ class Host:
                   if r.status in SUPERVISED or r.status is NodeStatus.ERROR]
         if not wanted:
             return
-        task = asyncio.ensure_future(self.gate.prefetch(wanted))
+        task = asyncio.ensure_future(self._running().gate.prefetch(wanted))
         self._tasks.append(task)
         try:
             async with asyncio.timeout(wait_s):  # not wait_for: see secrets.SecretStore._run
@@ -216,7 +264,7 @@ class Host:
             log.error("reading secrets ahead failed: %s", exc)
 
     async def _sweep_housekeeping(self) -> None:
-        await self.service.reap_stuck()
+        await self._running().service.reap_stuck()
         if self.lending is not None and self.lending.service is not None:
             await self.lending.sweep()
 
@@ -241,9 +289,9 @@ class Host:
         self.events.emit(EventKind.ADDRESS, "", new)
         for record in self.store.list():
             self.events.emit(EventKind.CHANGED, record.id)
-        if self.service is None:
+        if self._parts is None:
             return
-        await restart_stale(self.store.list(), SUPERVISED, self.driver, self.service.restart, new, "node")
+        await restart_stale(self.store.list(), SUPERVISED, self._parts.driver, self._parts.service.restart, new, "node")
         if self.lending is not None and self.lending.service is not None:
             await self.lending.address_changed(new)
 
@@ -262,10 +310,10 @@ class Host:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self.driver is not None:
+        if self._parts is not None:
             if stop_nodes:
-                await self.driver.stop_all()
-            self.driver.close()
+                await self._parts.driver.stop_all()
+            self._parts.driver.close()
         self.secrets.close()
         self._lock.release()
         self._started = False
@@ -286,30 +334,42 @@ class Host:
 
     def log_tail(self, node_id: str, lines: int = 200) -> list[str]:
         self.get_node(node_id)
-        return self.driver.log_tail(node_id, lines, max_bytes=256 * 1024)
+        return self._running().driver.log_tail(node_id, lines, max_bytes=256 * 1024)
 
     # -- actions ----------------------------------------------------------------------
 
     async def add_node(self, name: str | None = None) -> NodeView:
-        return self.views.of(await self.service.add(name))
+        p = self._running()
+        return p.views.of(await p.service.add(name))
 
     async def join_node(self, invitation: str, name: str | None = None) -> NodeView:
-        return self.views.of(await self.service.join(invitation, name))
+        p = self._running()
+        return p.views.of(await p.service.join(invitation, name))
 
     async def retry_node(self, node_id: str) -> NodeView:
-        return self.views.of(await self.service.retry(node_id))
+        p = self._running()
+        return p.views.of(await p.service.retry(node_id))
 
     async def restart_node(self, node_id: str) -> NodeView:
-        return self.views.of(await self.service.restart(node_id))
+        p = self._running()
+        await p.service.restart(node_id)  # only a restart asked `only_if_running` may come back empty
+        return p.views.get(node_id)
 
     async def regenerate_node(self, node_id: str) -> NodeView:
-        return self.views.of(await self.service.regenerate(node_id))
+        p = self._running()
+        return p.views.of(await p.service.regenerate(node_id))
 
     async def invite_node(self, node_id: str, name: str | None = None) -> NodeView:
         """A new node that joins the cadre of `node_id` (host/core/invite.py)."""
-        from cadre_desktop.host.core.invite import invite_another
+        from cadre_desktop.host.core.invite import Inviter
 
-        return await invite_another(self, node_id, name)
+        p = self._running()
+        inviter = Inviter(store=self.store, supervisor=p.supervisor, driver=p.driver, service=p.service,
+                          probe=p.probe, bind_host=self.settings.bind_host)
+        inviting, invitation = await inviter.invitation_from(node_id)
+        view = await self.join_node(invitation, name)
+        log.info("node %s invited node %s into cadre %r", node_id, view.id, inviting.cadre)
+        return view
 
     async def remove_node(self, node_id: str) -> bool:
-        return await self.service.remove(node_id)
+        return await self._running().service.remove(node_id)

@@ -13,38 +13,55 @@ and go.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+from cadre_desktop.errors import Bug
+from cadre_desktop.host.core.clock import Clock
+from cadre_desktop.host.core.driver import NodeDriver
+from cadre_desktop.host.core.events import EventBus
+from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Lifecycle
 from cadre_desktop.host.core.netwatch import restart_stale
-from cadre_desktop.host.core.probe import loopback_for
+from cadre_desktop.host.core.probe import Probe, loopback_for
+from cadre_desktop.host.core.records import NodeRecord
 from cadre_desktop.host.core.secrets import SecretKind
+from cadre_desktop.host.core.service import NodeService
+from cadre_desktop.host.core.supervisor import Supervisor
 from cadre_desktop.host.edges.lend_api import LendServer, NodeSeedClient
-from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, DonationStatus, DonationStore
-from cadre_desktop.host.lending.grants import GrantStore
+from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, Donation, DonationStatus, DonationStore
+from cadre_desktop.host.lending.grants import Grant, GrantStore
 from cadre_desktop.host.lending.kind import DONATED
 from cadre_desktop.host.lending.service import LendingService
 from cadre_desktop.host.lending.views import LendingViews
+from cadre_desktop.paths import Paths
+from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 class Lending:
-    def __init__(self, host) -> None:
-        self.host = host
-        self.grants = GrantStore(host.paths.grants_file)
-        self.donations = DonationStore(host.paths.donations_file)
-        self.lifecycle = Lifecycle(store=self.donations, events=host.events, clock=host.clock, kind=DONATED)
+    """Grants, lent nodes and the lend API of one home; its collaborators come in typed, never the Host."""
+
+    def __init__(self, *, paths: Paths, events: EventBus, clock: Clock) -> None:
+        self.paths = paths
+        self.grants = GrantStore(paths.grants_file)
+        self.donations = DonationStore(paths.donations_file)
+        self.lifecycle: Lifecycle[Donation] = Lifecycle(store=self.donations, events=events, clock=clock, kind=DONATED)
+        self.clock = clock
         self.service: LendingService | None = None
         self.views: LendingViews | None = None
         self.server: LendServer | None = None
         self._seed_client: NodeSeedClient | None = None
+        self._driver: NodeDriver | None = None
+        self._restart: Callable[..., Awaitable[object]] | None = None
 
     def load(self) -> None:
         """Read both files now; a broken one raises (and is left as it is)."""
         self.grants.load()
         self.donations.load()
 
-    def owns_or(self, hosted_knows):
+    def owns_or(self, hosted_knows: Callable[[str], bool]) -> Callable[[str], bool]:
         """Which ids' keyring entries this home may delete: its nodes', grants' and lent nodes'."""
         return lambda row_id: hosted_knows(row_id) or self.grants.knows(row_id) or self.donations.knows(row_id)
 
@@ -53,59 +70,66 @@ class Lending:
         return ([g.id for g in self.grants.list()] + self.grants.pending_removals()
                 + [d.id for d in self.donations.list()] + self.donations.pending_removals())
 
-    def attach(self) -> None:
+    def attach(self, *, hosted: Lifecycle[NodeRecord], supervisor: Supervisor, probe: Probe, gate: KeyringGate,
+               driver: NodeDriver, nodes: NodeService, settings: Settings, advertise_host: Callable[[], str],
+               keep_home: Callable[[], None]) -> None:
         """Join the host's supervision: same supervisor, probe, ports and keyring gate."""
-        host, s = self.host, self.host.settings
-        host.lifecycle.neighbours.append(self.lifecycle)
-        self.lifecycle.neighbours.append(host.lifecycle)
-        host.supervisor.watch(self.lifecycle)
-        host.probe.watch(self.lifecycle)
+        s = settings
+        hosted.neighbours.append(self.lifecycle)
+        self.lifecycle.neighbours.append(hosted)
+        supervisor.watch(self.lifecycle)
+        probe.watch(self.lifecycle)
+        self._driver, self._restart = driver, nodes.restart
         self._seed_client = NodeSeedClient(loopback_for(s.bind_host))
         self.service = LendingService(
-            grants=self.grants, lifecycle=self.lifecycle, driver=host.driver, gate=host.gate,
-            supervisor=host.supervisor, nodes=host.service, clock=host.clock, settings=s,
-            advertise_host=lambda: host.advertise_host, post_seed=self._seed_client,
-            keep_home=host.store.persist_home,
+            grants=self.grants, lifecycle=self.lifecycle, driver=driver, gate=gate,
+            supervisor=supervisor, nodes=nodes, clock=self.clock, settings=s,
+            advertise_host=advertise_host, post_seed=self._seed_client, keep_home=keep_home,
         )
-        self.views = LendingViews(self.service, log_path=lambda d: str(host.paths.node_log(d)))
+        self.views = LendingViews(self.service, log_path=lambda d: str(self.paths.node_log(d)))
         self.server = LendServer(self.service, self.views, bind_host=s.bind_host, port=s.lend_port)
         self.service.on_grants_changed = self.server.sync
         # Seed tokens are read ahead, in the background: a lent node whose token has
         # not arrived waits for the keyring, like a hosted node, without spending budget.
         for donation in self.donations.list():
             if donation.status in DONATION_SUPERVISED or donation.status is DonationStatus.ERROR:
-                host.gate.want(donation.id, SecretKind.SEED_TOKEN)
+                gate.want(donation.id, SecretKind.SEED_TOKEN)
+
+    def _attached(self) -> tuple[LendingService, LendServer]:
+        if self.service is None or self.server is None:
+            raise Bug("lending was used before it was attached to the host's supervision")
+        return self.service, self.server
 
     async def start(self) -> None:
-        await self.service.reap()
-        await self.server.sync()
+        await self.sweep()
 
     async def sweep(self) -> None:
         """At each supervisor sweep: clear what waited too long, follow the grants."""
-        await self.service.reap()
-        await self.server.sync()
+        service, server = self._attached()
+        await service.reap()
+        await server.sync()
 
     async def address_changed(self, new: str) -> None:
         """Restart, one at a time, each running lent node that still advertises the old address."""
-        await restart_stale(self.donations.list(), DONATION_SUPERVISED, self.host.driver,
-                            self.host.service.restart, new, "lent node")
+        if self._driver is not None and self._restart is not None:
+            await restart_stale(self.donations.list(), DONATION_SUPERVISED, self._driver, self._restart, new, "lent node")
 
     # -- what the owner asks (the window, the tray); the control API asks the same ----------
 
-    async def create_grant(self, label=None, max_nodes=None, expires_in_s=None):
-        return await self.service.create_grant(label, max_nodes, expires_in_s)
+    async def create_grant(self, label: Any = None, max_nodes: Any = None, expires_in_s: Any = None) -> Grant:
+        return await self._attached()[0].create_grant(label, max_nodes, expires_in_s)
 
     async def link_of(self, grant_id: str) -> str:
-        return await self.service.link_of(grant_id)
+        return await self._attached()[0].link_of(grant_id)
 
-    async def revoke_grant(self, grant_id: str):
-        return await self.service.revoke_grant(grant_id)
+    async def revoke_grant(self, grant_id: str) -> Grant:
+        return await self._attached()[0].revoke_grant(grant_id)
 
     async def end_loan(self, donation_id: str) -> bool:
-        return await self.service.end(donation_id, why="its owner ended it")
+        return await self._attached()[0].end(donation_id, why="its owner ended it")
 
-    async def retry(self, donation_id: str):
-        return await self.service.retry(donation_id)
+    async def retry(self, donation_id: str) -> Donation:
+        return await self._attached()[0].retry(donation_id)
 
     async def stop(self) -> None:
         if self.server is not None:

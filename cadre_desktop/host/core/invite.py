@@ -17,8 +17,12 @@ import logging
 import aiohttp
 
 from cadre_desktop.errors import InvalidState, NodeFault, NoSuchThing
-from cadre_desktop.host.core.probe import loopback_for
-from cadre_desktop.host.core.records import NodeStatus
+from cadre_desktop.host.core.driver import NodeDriver
+from cadre_desktop.host.core.probe import Probe, loopback_for
+from cadre_desktop.host.core.records import NodeRecord, NodeStatus
+from cadre_desktop.host.core.service import NodeService
+from cadre_desktop.host.core.store import RecordStore
+from cadre_desktop.host.core.supervisor import Supervisor
 from cadre_desktop.text import url_host
 
 log = logging.getLogger(__name__)
@@ -27,39 +31,54 @@ READY_WAIT_S = 30.0
 REQUEST_TIMEOUT_S = 5.0
 
 
-async def invite_another(host, node_id: str, name: str | None = None):
-    """The new node's view; it joins the cadre `node_id` is in."""
-    record = host.store.get(node_id)
-    if record is None:
-        raise NoSuchThing(f"There is no node {node_id!r} on this host.")
-    if record.status is not NodeStatus.JOINED:
-        raise InvalidState(f"Node {record.name} has not joined a cadre, so it cannot invite another node.")
-    token = host.supervisor.host_tokens.get(record.handle) if host.driver.is_running(record.handle) else None
-    if token is None:
-        log.info("node %s was started before this host: restarting it to give it the host's credential", node_id)
-        await host.service.restart(node_id)
-        record = await _wait_ready(host, node_id)
-        token = host.supervisor.host_tokens.get(record.handle)
-        if token is None:
-            raise InvalidState(f"Node {record.name} could not be given the host's credential; try again.")
-    invitation = await _mint(loopback_for(host.settings.bind_host), record.api_port, token, record.name)
-    view = await host.join_node(invitation, name)
-    log.info("node %s invited node %s into cadre %r", node_id, view.id, record.cadre)
-    return view
+class Inviter:
+    """Invites through a node this host runs; its collaborators are the host's parts, typed."""
 
+    def __init__(self, *, store: RecordStore, supervisor: Supervisor, driver: NodeDriver, service: NodeService,
+                 probe: Probe, bind_host: str) -> None:
+        self.store = store
+        self.supervisor = supervisor
+        self.driver = driver
+        self.service = service
+        self.probe = probe
+        self.bind_host = bind_host
 
-async def _wait_ready(host, node_id: str):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + READY_WAIT_S
-    while loop.time() < deadline:
-        record = host.store.get(node_id)
+    async def invitation_from(self, node_id: str) -> tuple[NodeRecord, str]:
+        """A fresh invitation into the cadre `node_id` is in, minted by that node (and the node)."""
+        record = self.store.get(node_id)
         if record is None:
-            raise NoSuchThing(f"Node {node_id} was removed meanwhile.")
-        if host.probe and host.probe.is_ready(record.handle):
-            return record
-        await asyncio.sleep(0.1)
-    raise NodeFault(f"Node {node_id} did not answer within {READY_WAIT_S:.0f} s after its restart.",
-                    code="node_not_answering")
+            raise NoSuchThing(f"There is no node {node_id!r} on this host.")
+        if record.status is not NodeStatus.JOINED:
+            raise InvalidState(f"Node {record.name} has not joined a cadre, so it cannot invite another node.")
+        token = self._token(record)
+        if token is None:
+            log.info("node %s was started before this host: restarting it to give it the host's credential", node_id)
+            await self.service.restart(node_id)
+            record = await self._wait_ready(node_id)
+            token = self._token(record)
+            if token is None:
+                raise InvalidState(f"Node {record.name} could not be given the host's credential; try again.")
+        if record.api_port is None:
+            raise InvalidState(f"Node {record.name} has no API port yet; try again.")
+        return record, await _mint(loopback_for(self.bind_host), record.api_port, token, record.name)
+
+    def _token(self, record: NodeRecord) -> str | None:
+        if record.handle is None or not self.driver.is_running(record.handle):
+            return None
+        return self.supervisor.host_tokens.get(record.handle)
+
+    async def _wait_ready(self, node_id: str) -> NodeRecord:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READY_WAIT_S
+        while loop.time() < deadline:
+            record = self.store.get(node_id)
+            if record is None:
+                raise NoSuchThing(f"Node {node_id} was removed meanwhile.")
+            if self.probe.is_ready(record.handle):
+                return record
+            await asyncio.sleep(0.1)
+        raise NodeFault(f"Node {node_id} did not answer within {READY_WAIT_S:.0f} s after its restart.",
+                        code="node_not_answering")
 
 
 async def _mint(address: str, port: int, token: str, name: str) -> str:
