@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from cadre_desktop.errors import ApiError, MachineError
 from cadre_desktop.readfile import read_bytes
@@ -216,7 +216,7 @@ def _quote(row_id: str) -> str:
 
 def parse_sse(lines) -> Iterator[tuple[str, dict]]:
     """Server-sent events from an iterable of byte lines; comments (heartbeats) are skipped."""
-    kind, data = "message", []
+    kind, data = "message", cast(list[str], [])
     for raw in lines:
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if not line:
@@ -225,7 +225,7 @@ def parse_sse(lines) -> Iterator[tuple[str, dict]]:
                     yield kind, json.loads("\n".join(data))
                 except ValueError:
                     pass
-            kind, data = "message", []
+            kind, data = "message", cast(list[str], [])
         elif line.startswith(":"):
             continue
         else:

@@ -17,10 +17,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from cadre_desktop import logtail
 from cadre_desktop.errors import CadreError
@@ -87,10 +88,10 @@ def check_home_writable(paths: Paths) -> CheckResult:
     return ok("home folder", f"writable ({paths.data_dir})")
 
 
-def check_keyring(make_store: Callable | None = None) -> CheckResult:
-    if make_store is None:
-        from cadre_desktop.host.core.secrets import SecretStore as make_store
-    store = make_store()
+def check_keyring(make_store: Callable[[], Any] | None = None) -> CheckResult:
+    from cadre_desktop.host.core.secrets import SecretStore
+
+    store = (make_store or SecretStore)()
     try:
         backend = store.check_sync()
     except CadreError as exc:
@@ -103,8 +104,9 @@ def check_keyring(make_store: Callable | None = None) -> CheckResult:
 
 
 def free_ports(settings: Settings, is_free: Callable[[str, int], bool] | None = None) -> list[int]:
-    if is_free is None:
-        from cadre_desktop.host.local.ports import port_is_free as is_free
+    from cadre_desktop.host.local.ports import port_is_free
+
+    is_free = is_free or port_is_free
     low, high = settings.port_range
     found = []
     for port in range(low, high + 1):
@@ -166,7 +168,7 @@ def check_node_program(settings: Settings, timeout: float = NODE_START_TIMEOUT_S
             procs.end_child(child, grace_s=5.0)
 
 
-def _until_it_answers(child: subprocess.Popen, port: int, log_path: Path, started: float,
+def _until_it_answers(child: subprocess.Popen[bytes], port: int, log_path: Path, started: float,
                       timeout: float) -> CheckResult:
     name = "node program"
     while time.monotonic() < started + timeout:
@@ -200,7 +202,7 @@ def check_host(paths: Paths) -> CheckResult:
                        required=False)
 
 
-def has_display(env: dict[str, str] | None = None, platform: str = sys.platform) -> bool:
+def has_display(env: Mapping[str, str] | None = None, platform: str = sys.platform) -> bool:
     env = os.environ if env is None else env
     return platform in ("win32", "darwin") or bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
 

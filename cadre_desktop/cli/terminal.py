@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +60,9 @@ def clip(text: str | None, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     """Columns padded to their widest cell, two spaces apart; the last one is not padded."""
-    rows = [header] + rows
+    rows = [header, *rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows)
 
@@ -95,7 +95,7 @@ def write_qr_file(data: str, args) -> str | None:
     if target is None:
         return None
     try:
-        claim_qr.write_image(data, Path(target), kind)
+        claim_qr.write_image(data, Path(target), kind or "png")
     except OSError as exc:
         raise StorageError(f"cannot write {target}: {exc.strerror or exc}") from None
     return target

@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cadre_desktop.errors import message_of
-from cadre_desktop.host.core.records import SUPERVISED
+from cadre_desktop.host.core.driver import InstanceInfo
+from cadre_desktop.host.core.records import SUPERVISED, NodeRecord
 from cadre_desktop.host.drivers import driver_config
 from cadre_desktop.settings import Settings
+
+if TYPE_CHECKING:
+    from cadre_desktop.host.host import Host
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +42,7 @@ class Applied:
     at_next_start: list[str] = field(default_factory=list)
 
 
-def _running_supervised(host) -> list:
+def _running_supervised(host: Host) -> list[tuple[NodeRecord, InstanceInfo]]:
     out = []
     for record in host.store.list():
         handle = host.driver.get(record.handle) if host.driver else None
@@ -46,7 +51,7 @@ def _running_supervised(host) -> list:
     return out
 
 
-def _to_restart(host, old: Settings, new: Settings) -> list[str]:
+def _to_restart(host: Host, old: Settings, new: Settings) -> list[str]:
     low, high = new.port_range
     ids = []
     for record, handle in _running_supervised(host):
@@ -57,7 +62,7 @@ def _to_restart(host, old: Settings, new: Settings) -> list[str]:
     return ids
 
 
-def _swap(host, new: Settings) -> None:
+def _swap(host: Host, new: Settings) -> None:
     if host.driver is not None:
         host.driver.reconfigure(driver_config(new))
     supervisor = host.supervisor
@@ -65,7 +70,7 @@ def _swap(host, new: Settings) -> None:
         supervisor.use_settings(new)
 
 
-async def apply_settings(host, new: Settings) -> Applied:
+async def apply_settings(host: Host, new: Settings) -> Applied:
     """Take `new` as the settings from now on; restart, one at a time, the nodes that need it."""
     old = host.settings
     applied = Applied(at_next_start=[k for k in AT_START_ONLY if getattr(old, k) != getattr(new, k)])

@@ -89,7 +89,8 @@ def _json(raw: bytes) -> dict[str, Any]:
 
 
 def _refusal(status: int, body: dict[str, Any]) -> Refused:
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    found = body.get("error")
+    error: dict[str, Any] = found if isinstance(found, dict) else {}
     return Refused(f"the host answered {status} {error.get('code', '')}: {error.get('message', 'no reason given')}")
 
 
@@ -149,7 +150,8 @@ def seed_node(client: LendClient, view: dict, party: str, private_key: bytes, de
         status, body, headers = client.call("POST", f"/donations/{view['id']}/seed", {"seed": seed})
         if status == 200:
             return body
-        error = body.get("error") if isinstance(body.get("error"), dict) else {}
+        found = body.get("error")
+        error: dict[str, Any] = found if isinstance(found, dict) else {}
         again = status == 503 or (status == 409 and error.get("code") == "not-ready")
         if not again or time.monotonic() > deadline:
             raise _refusal(status, body)

@@ -25,6 +25,7 @@ import logging
 import time
 import zlib
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import h11
 
@@ -65,7 +66,7 @@ class HttpServer:
         self.max_body = max_body
         self.body_timeout_s = body_timeout_s
         self.closing = False
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task] = set()
 
     async def start(self, host: str, port: int) -> None:
@@ -79,7 +80,10 @@ class HttpServer:
 
     @property
     def port(self) -> int:
-        return self._server.sockets[0].getsockname()[1]
+        if self._server is None:
+            raise RuntimeError("the server is not listening")
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
 
     async def stop(self, grace_s: float) -> None:
         """Stop listening, close idle connections now, give the busy ones ``grace_s``."""
@@ -102,6 +106,7 @@ class HttpServer:
             transport.abort()  # a reset frees the descriptor now, not after a close handshake
             return
         task = asyncio.current_task()
+        assert task is not None  # a connection is served by a task of its own
         self._tasks.add(task)
         try:
             await _Exchange(self, conn, reader, writer).run()
@@ -314,7 +319,7 @@ class _Inflate:
 
     def __init__(self, gzip: bool) -> None:
         self.gzip = gzip
-        self.obj = None
+        self.obj: Any = None
 
     def feed(self, data: bytes, room: int) -> bytes:
         if self.obj is None:

@@ -80,7 +80,7 @@ def parse_invitation(text: str) -> InvitationCode:
         raise MalformedInvitation("it has no valid invitation id")
     if not isinstance(secret, str) or not _TOKEN.fullmatch(secret) or len(secret) < 16:
         raise MalformedInvitation("it has no valid secret")
-    if clean_text(peer, 128) is None:
+    if not isinstance(peer, str) or clean_text(peer, 128) is None:
         raise MalformedInvitation("it has no valid inviting peer id")
     return InvitationCode(host=host, port=port, id=ident, secret=secret, peer=peer)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from cadre_desktop.errors import InputError
 from cadre_desktop.wire.keys import b64url, b64url_decode, verify_signature
@@ -79,7 +79,7 @@ def seed_message(donation_id: str, party_id: str, peer_id: str, owner_key: bytes
     return "\n".join((SEED_PROOF_TAG, donation_id, party_id, peer_id, b64url(owner_key))).encode()
 
 
-def is_id(value: Any) -> bool:
+def is_id(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
 
 

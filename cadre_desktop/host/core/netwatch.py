@@ -22,7 +22,6 @@ from typing import Any
 
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
 from cadre_desktop.host.core.driver import NodeDriver
-from cadre_desktop.host.core.records import SupervisedRow
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +117,8 @@ class AddressWatcher:
         return True
 
 
-async def restart_stale(rows: Iterable[SupervisedRow], supervised: Collection[Any], driver: NodeDriver,
-                        restart: Callable[[str], Awaitable[object]], new: str, what: str) -> None:
+async def restart_stale(rows: Iterable[Any], supervised: Collection[Any], driver: NodeDriver,
+                        restart: Callable[..., Awaitable[object]], new: str, what: str) -> None:
     """Restart, one at a time, each supervised row whose running child still advertises
     another address than `new` (a restart spends no budget). A restart that fails leaves
     the node down; the exit its stop raised hands it to the crash path."""

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cadre_desktop import text
 from cadre_desktop.errors import CadreError
@@ -27,6 +27,9 @@ from cadre_desktop.host.core.clock import Clock, sleep_or_kick
 from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +89,7 @@ class HttpStatusFetcher:
         self.host = host
         self.timeout_s = timeout_s
         self.fresh_after_s = fresh_after_s
-        self._session = None
+        self._session: aiohttp.ClientSession | None = None
 
     async def __call__(self, port: int) -> dict[str, Any] | None:
         import aiohttp
@@ -139,11 +142,11 @@ class Probe:
         self._last_ok: dict[str, float] = {}
         #: Children that have answered /status at least once: "ready" in the contract.
         self._answered: set[str] = set()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         #: Nodes whose new child is watched until it first answers.
-        self._starting: dict[str, asyncio.Task] = {}
-        self._stopping: set[asyncio.Task] = set()
+        self._starting: dict[str, asyncio.Task[None]] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
         #: At most this many requests in flight, so a hundred nodes never crowd one loop turn.
         self._limit = asyncio.Semaphore(8)
 

@@ -6,7 +6,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any, Self
+from typing import Any, Self, TypeGuard
 
 
 class NodeStatus(StrEnum):
@@ -178,7 +178,7 @@ _KNOWN = {"name", "status", "mode", "cadre", *LIFE_KEYS}
 NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
-def is_node_id(node_id: Any) -> bool:
+def is_node_id(node_id: Any) -> TypeGuard[str]:
     return isinstance(node_id, str) and NODE_ID.fullmatch(node_id) is not None and ".." not in node_id
 
 

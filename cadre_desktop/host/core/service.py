@@ -21,7 +21,7 @@ import logging
 import secrets as _random
 from datetime import datetime, timedelta
 
-from cadre_desktop.errors import InvalidState, NoSuchThing, SecretsError, StorageError, message_of
+from cadre_desktop.errors import Bug, InvalidState, NoSuchThing, SecretsError, StorageError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.keyring_gate import KeyringGate
@@ -101,7 +101,7 @@ class NodeService:
         now = iso(self._creation_time())
         record = NodeRecord(
             id=node_id,
-            name=clean_name(name, f"Node {len(self.store.list()) + 1}"),
+            name=clean_name(name, f"Node {len(self.store.list()) + 1}") or f"Node {len(self.store.list()) + 1}",
             status=NodeStatus.SPAWNING,
             mode=mode,
             created_at=now,
@@ -124,9 +124,10 @@ class NodeService:
                 raise
             status = NodeStatus.UNCLAIMED if mode is NodeMode.CLAIM else NodeStatus.JOINING
             try:
-                record = self.supervisor.spawned(node_id, child, lc=self.lifecycle, status=status)
-                if record is None:
+                spawned: NodeRecord | None = self.supervisor.spawned(node_id, child, lc=self.lifecycle, status=status)
+                if spawned is None:
                     raise InvalidState(f"Node {node_id} was removed while it was being created.")
+                record = spawned
             except BaseException:
                 await self._unwind_create(node_id)
                 raise
@@ -187,7 +188,7 @@ class NodeService:
     def _require(self, node_id: str) -> NodeRecord:
         """The record of any kind the supervisor keeps (a hosted node, a lent one)."""
         require_node_id(node_id)
-        record = self.supervisor.lifecycle_of(node_id).get(node_id)
+        record: NodeRecord | None = self.supervisor.lifecycle_of(node_id).get(node_id)
         if record is None:
             raise NoSuchThing(f"There is no node {node_id!r} on this host.")
         return record
@@ -240,6 +241,8 @@ class NodeService:
             if previous is not None and self.store.get(node_id) is not None:
                 await self.gate.store(node_id, SecretKind.CLAIM, previous)
             raise
+        if renewed is None:
+            raise Bug(f"the restart of node {node_id} for its new claim code came back empty")
         log.info("node %s: new claim code", node_id)
         return renewed
 

@@ -38,7 +38,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
@@ -48,10 +48,13 @@ from cadre_desktop.host.core.exits import ExitBook
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import HOSTED, Change, Lifecycle
 from cadre_desktop.host.core.passes import PassSchedule, breathe
-from cadre_desktop.host.core.records import NodeRecord, RespawnInfo, StartMark, SupervisedRow
+from cadre_desktop.host.core.records import NodeRecord, RespawnInfo, StartMark
 from cadre_desktop.host.core.secrets import SecretKind
 from cadre_desktop.host.core.timeline import Timeline
 from cadre_desktop.settings import Settings
+
+if TYPE_CHECKING:
+    from cadre_desktop.host.core.probe import Probe
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,7 +77,7 @@ class Supervisor:
         gate: KeyringGate,
         settings: Settings,
         clock: Clock,
-        probe=None,
+        probe: Probe | None = None,
         on_sweep: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self.lifecycle = lifecycle
@@ -95,7 +98,7 @@ class Supervisor:
         self.supervisor_id = f"{socket.gethostname()}:{os.getpid()}"
         self._queue = asyncio.Lock()
         self.passes = PassSchedule(self.reconcile, clock, lambda: self.policy.sweep_s, self._sweep_chores)
-        self._unsubscribe = None
+        self._unsubscribe: Callable[[], None] | None = None
         self._uncounted: set[str] = set()
         self.timeline = Timeline(clock)
         #: The words for each node's last exit this process saw (or the reason it stopped it).
@@ -104,8 +107,8 @@ class Supervisor:
         #: Per child this process started, the host token it was given (memory only).
         self.host_tokens: dict[str, str] = {}
         #: Per node, the last verdict: decision, when, how long it took, error.
-        self.last_decisions: dict[str, dict] = {}
-        gate.on_ready(lambda: self.kick("keyring"))
+        self.last_decisions: dict[str, dict[str, Any]] = {}
+        gate.on_ready(lambda: self._kick_quietly("keyring"))
 
     # -- kinds of records ------------------------------------------------------------
 
@@ -167,7 +170,10 @@ class Supervisor:
         async with self._queue:
             return await work()
 
-    def kick(self, trigger: str) -> asyncio.Task | None:
+    def _kick_quietly(self, trigger: str) -> None:
+        self.kick(trigger)
+
+    def kick(self, trigger: str) -> asyncio.Task[Any] | None:
         """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
         return self.passes.kick(trigger)
 
@@ -322,7 +328,7 @@ class Supervisor:
                 respawn=RespawnInfo(0, r.respawn.last_attempt_at) if r.respawn else None))
             log.info("node %s stayed up; its respawn budget is full again", record.id)
         elif d in (Decision.STALLED, Decision.HUNG):
-            self.exits.stopped(record.id, verdict.reason)
+            self.exits.stopped(record.id, verdict.reason or "")
             log.warning("node %s %s; stopping it", record.id, verdict.reason)
             self.lifecycle_of(record.id).apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason or "")
             await self.driver.stop(record.handle)
@@ -400,7 +406,7 @@ class Supervisor:
                  child.pid)
         return True
 
-    def launch(self, record: SupervisedRow, secret: str, attempt: int, *, lc: Lifecycle[Any],
+    def launch(self, record: Any, secret: str, attempt: int, *, lc: Lifecycle[Any],
                want_ports: tuple[int, int] | None = None) -> InstanceInfo:
         """Every start of a child goes through here: the record's secret and a fresh host
         token in its environment, clear of the ports the other records remember; the
@@ -413,7 +419,7 @@ class Supervisor:
             self.host_tokens[child.id] = token
         return child
 
-    def spawned(self, node_id: str, child: InstanceInfo, *, lc: Lifecycle[Any], **fields) -> SupervisedRow | None:
+    def spawned(self, node_id: str, child: InstanceInfo, *, lc: Lifecycle[Any], **fields: Any) -> Any:
         """A record being created gets its first child (`launch`, attempt 1) and first start
         mark: the record written, or None when it went meanwhile."""
         mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
@@ -422,15 +428,14 @@ class Supervisor:
 
     def _next_mark(self, record: NodeRecord, attempt: int, now: str, counted: bool, words: str | None) -> StartMark:
         prev = record.start
-        failed_before = prev is not None and not prev.answered
-        if not failed_before:
+        if prev is None or prev.answered:
             failures = 0
         elif counted:
             failures = prev.failures + 1
         else:
             failures = prev.failures  # a deliberate restart neither adds to nor forgives failures
         return StartMark(attempt=attempt, at=now, by=self.supervisor_id, failures=failures,
-                         last_exit=words or (prev.last_exit if prev and failed_before else None))
+                         last_exit=words or (prev.last_exit if prev and not prev.answered else None))
 
     async def give_up(self, node_id: str, reason: str) -> None:
         """Stop trying: the record becomes `error` first, then the child is stopped.
@@ -465,7 +470,7 @@ class Supervisor:
 
     # -- what views show --------------------------------------------------------------
 
-    def next_attempt_at(self, record: NodeRecord) -> datetime | None:
+    def next_attempt_at(self, record: Any) -> datetime | None:
         """When the backoff of a down node ends (wall time, for views); None when now or never."""
         lc = self.lifecycle_of(record.id)
         policy = self.policy_for(lc)

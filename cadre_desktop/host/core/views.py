@@ -19,7 +19,7 @@ from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.core.address import claim_url
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import InstanceInfo, NodeDriver
-from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus, SupervisedRow
+from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
 from cadre_desktop.host.core.store import RecordStore
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class NodeView:
 class NodeViews:
     """Builds the views of one host's nodes from its parts (the Host makes one once they exist)."""
 
-    def __init__(self, *, store: RecordStore, driver: NodeDriver, supervisor: Supervisor | None, probe: Probe | None,
+    def __init__(self, *, store: RecordStore, driver: NodeDriver, supervisor: Supervisor, probe: Probe,
                  clock: Clock, address: Callable[[], str],
                  log_path: Callable[[str], Path], claim_secret: Callable[[str], str | None]) -> None:
         self.store = store
@@ -102,7 +102,7 @@ class NodeViews:
         handle = self.driver.get(record.handle)
         unsaved = None if handle and handle.alive else self._unsaved_child(record)
         handle = unsaved or handle
-        running = bool(handle and handle.alive)
+        running = handle is not None and handle.alive
         supervisor = self.supervisor
         return NodeView(
             id=record.id,
@@ -110,20 +110,20 @@ class NodeViews:
             status=record.status,
             mode=record.mode.value,
             running=running,
-            ready=bool(running and self.probe.is_ready(handle.id)),
-            pid=handle.pid if running else None,
-            api_port=handle.api_port if unsaved else record.api_port,
-            p2p_port=handle.p2p_port if unsaved else record.p2p_port,
+            ready=bool(handle and running and self.probe.is_ready(handle.id)),
+            pid=handle.pid if handle and running else None,
+            api_port=unsaved.api_port if unsaved else record.api_port,
+            p2p_port=unsaved.p2p_port if unsaved else record.p2p_port,
             peer_id=record.peer_id,
             cadre=record.cadre,
             attempts=record.attempts,
             next_retry_at=self._next_retry(record, running),
             last_error=self._save_problem(record, unsaved) or record.error,
             claim_url=self._claim_url(record),
-            advertise_host=handle.advertise_host if running and handle.advertise_host else self.address(),
+            advertise_host=handle.advertise_host if handle and running and handle.advertise_host else self.address(),
             created_at=record.created_at,
             updated_at=record.updated_at,
-            started_at=handle.started_at if running else None,
+            started_at=handle.started_at if handle and running else None,
             log_path=str(self.log_path(record.id)),
             last_exit=last_exit_words(record, running, supervisor),
             exit_code=None if running else supervisor.exit_code(record.id),
@@ -160,7 +160,7 @@ class NodeViews:
         return f"{record.error}; {note}" if record.error else note
 
 
-def last_exit_words(row: SupervisedRow, running: bool, supervisor: Supervisor | None) -> str | None:
+def last_exit_words(row: Any, running: bool, supervisor: Supervisor | None) -> str | None:
     """What ended the last start of a node (hosted or lent), while it matters: down, or
     starting again after a failure. The supervisor's words for an exit it saw, else the
     start mark's (an exit an earlier host saw)."""
@@ -169,5 +169,6 @@ def last_exit_words(row: SupervisedRow, running: bool, supervisor: Supervisor | 
         return seen
     mark = row.start
     if mark is not None and mark.last_exit and (not running or not mark.answered):
-        return mark.last_exit
+        words: str = mark.last_exit
+        return words
     return None

@@ -31,7 +31,7 @@ import secrets
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -48,6 +48,9 @@ from cadre_desktop.host.edges.webguard import GuardedSockSite, busy_middleware
 from cadre_desktop.netguard import ConnectionGuard, bind_socket
 from cadre_desktop.readfile import read_bytes
 from cadre_desktop.text import url_host
+
+if TYPE_CHECKING:
+    from cadre_desktop.host.host import Host
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +96,7 @@ def _refused(status: int, message: str, code: str | None = None) -> ApiError:
     return ApiError(status, code or _CODES.get(status, "error"), message, headers=headers)
 
 
-def error_response(status: int, code: str, message: str, headers: dict | None = None) -> web.Response:
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response({"error": {"code": code, "message": message}}, status=status, headers=headers)
 
 
@@ -143,7 +146,7 @@ def _redact(text: str, secrets_: list[str]) -> str:
 
 
 class ControlServer:
-    def __init__(self, host: Any, control_file: Path, *, bind: str = "127.0.0.1",
+    def __init__(self, host: Host, control_file: Path, *, bind: str = "127.0.0.1",
                  heartbeat_s: float = HEARTBEAT_S) -> None:
         if bind not in _LOOPBACK:
             raise ValueError(f"the control API listens on loopback only, not {bind!r}")
@@ -154,7 +157,7 @@ class ControlServer:
         self.token = ""
         self.port = 0
         self._runner: web.AppRunner | None = None
-        self._streams: set[asyncio.Queue] = set()
+        self._streams: set[asyncio.Queue[HostEvent | None]] = set()
         self._unsubscribe: Callable[[], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.guard = ConnectionGuard(per_source=MAX_CONNECTIONS, total=MAX_CONNECTIONS, idle_s=IDLE_S,
@@ -365,7 +368,7 @@ class ControlServer:
         for queue in list(self._streams):
             self._offer(queue, event)
 
-    def _offer(self, queue: asyncio.Queue, item: HostEvent | None) -> None:
+    def _offer(self, queue: asyncio.Queue[HostEvent | None], item: HostEvent | None) -> None:
         """Queue for one stream, from the loop's thread whoever emitted."""
         loop = self._loop
         try:
@@ -399,7 +402,7 @@ class ControlServer:
         return f"event: {event.kind.value}\ndata: {data}\n\n".encode()
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
-        queue: asyncio.Queue = asyncio.Queue(maxsize=STREAM_BACKLOG)
+        queue: asyncio.Queue[HostEvent | None] = asyncio.Queue(maxsize=STREAM_BACKLOG)
         self._streams.add(queue)
         response = web.StreamResponse(headers={
             "Content-Type": "text/event-stream",

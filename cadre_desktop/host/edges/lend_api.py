@@ -23,20 +23,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.typedefs import Handler
 
 from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, SecretsError, wire_code
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.lend_wire import errors_as_json, read_json_body
 from cadre_desktop.host.lending.donations import check_request
+from cadre_desktop.host.lending.grants import Grant
 from cadre_desktop.host.lending.service import LendingService, LendRefused, LentNodeUnavailable, WrongToken
 from cadre_desktop.host.lending.views import LendingViews
 from cadre_desktop.text import url_host
 from cadre_desktop.wire.ratelimit import FailureLimiter
 from cadre_desktop.wire.seed import SeedError, parse_seed
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +107,8 @@ class LendServer:
         """The port it listens on (the setting's, or the one the OS chose for port 0)."""
         if self._runner is None or not self._runner.addresses:
             return None
-        return self._runner.addresses[0][1]
+        port: int = self._runner.addresses[0][1]
+        return port
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[errors_as_json, self._refusals])
@@ -150,7 +156,7 @@ class LendServer:
     # -- guards ------------------------------------------------------------------------------
 
     @web.middleware
-    async def _refusals(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _refusals(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Our errors as the node contract writes them; no internal detail for the borrower."""
         try:
             return await handler(request)
@@ -173,7 +179,7 @@ class LendServer:
                            err.message if status < 500 else "the host cannot do that right now",
                            headers={"Retry-After": "30"} if status == 503 else None) from None
 
-    def _authorize(self, request: web.Request):
+    def _authorize(self, request: web.Request) -> Grant:
         client = request.remote or "unknown"
         wait = self.limiter.retry_after(client)
         if wait is not None:
@@ -245,7 +251,7 @@ class NodeSeedClient:
     def __init__(self, host: str, timeout_s: float = SEED_TIMEOUT_S) -> None:
         self.host = host
         self.timeout_s = timeout_s
-        self._session = None
+        self._session: aiohttp.ClientSession | None = None
 
     async def __call__(self, port: int, token: str, body: dict[str, Any]) -> None:
         status, answer = await self._post(port, token, body)

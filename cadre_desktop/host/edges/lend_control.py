@@ -19,22 +19,30 @@ create; lists never hold it.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from cadre_desktop.errors import MachineError, NoSuchThing
 from cadre_desktop.host.core.events import HostEvent
 from cadre_desktop.host.core.records import is_node_id
+from cadre_desktop.host.lending.views import LendingViews
+
+if TYPE_CHECKING:
+    from cadre_desktop.host.edges.control import ControlServer
+    from cadre_desktop.host.host import Host
+    from cadre_desktop.host.lend_host import Lending
 
 GRANT_FIELDS = {"label", "max_nodes", "expires_in_s"}
+Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
-def _lending(server):
-    lending = getattr(server.host, "lending", None)
-    if lending is None or lending.service is None:
+def _lending(server: ControlServer) -> tuple[Lending, LendingViews]:
+    lending = server.host.lending
+    if lending is None or lending.views is None:
         raise MachineError("Lending is not ready yet; try again in a moment.", code="not_ready")
-    return lending
+    return lending, lending.views
 
 
 def _id(request: web.Request) -> str:
@@ -44,48 +52,48 @@ def _id(request: web.Request) -> str:
     return value
 
 
-def _action(server, action: str, view: str):
+def _action(server: ControlServer, action: str, view: str) -> Handler:
     """A POST with an empty body that does `lending.<action>(id)` and answers the row's view."""
     async def handler(request: web.Request) -> web.Response:
         await server._body(request, set())
-        lending, row_id = _lending(server), _id(request)
+        (lending, views), row_id = _lending(server), _id(request)
         await getattr(lending, action)(row_id)
-        return web.json_response(getattr(lending.views, view)(row_id).to_json())
+        return web.json_response(getattr(views, view)(row_id).to_json())
     return handler
 
 
-def routes(server) -> list[web.RouteDef]:
+def routes(server: ControlServer) -> list[web.RouteDef]:
     """The routes, bound to one ControlServer (its host and body reader)."""
 
     async def list_grants(request: web.Request) -> web.Response:
-        return web.json_response({"grants": [v.to_json() for v in _lending(server).views.grants()]})
+        return web.json_response({"grants": [v.to_json() for v in _lending(server)[1].grants()]})
 
     async def create_grant(request: web.Request) -> web.Response:
         body = await server._body(request, GRANT_FIELDS)
-        lending = _lending(server)
+        lending, views = _lending(server)
         grant = await lending.create_grant(body.get("label"), body.get("max_nodes"), body.get("expires_in_s"))
-        view = lending.views.grant(grant.id).to_json()
+        view = views.grant(grant.id).to_json()
         view["link"] = await lending.link_of(grant.id)
         return web.json_response(view, status=201)
 
     async def get_grant(request: web.Request) -> web.Response:
-        lending, grant_id = _lending(server), _id(request)
-        view = lending.views.grant(grant_id).to_json()
-        view["donations"] = [d.to_json() for d in lending.views.donations(grant_id)]
+        (_, views), grant_id = _lending(server), _id(request)
+        view = views.grant(grant_id).to_json()
+        view["donations"] = [d.to_json() for d in views.donations(grant_id)]
         return web.json_response(view)
 
     async def grant_link(request: web.Request) -> web.Response:
-        return web.json_response({"link": await _lending(server).link_of(_id(request))})
+        return web.json_response({"link": await _lending(server)[0].link_of(_id(request))})
 
     async def list_donations(request: web.Request) -> web.Response:
-        return web.json_response({"donations": [v.to_json() for v in _lending(server).views.donations()]})
+        return web.json_response({"donations": [v.to_json() for v in _lending(server)[1].donations()]})
 
     async def get_donation(request: web.Request) -> web.Response:
-        return web.json_response(_lending(server).views.donation(_id(request)).to_json())
+        return web.json_response(_lending(server)[1].donation(_id(request)).to_json())
 
     async def end_donation(request: web.Request) -> web.Response:
         donation_id = request.match_info["id"]
-        existed = is_node_id(donation_id) and await _lending(server).end_loan(donation_id)
+        existed = is_node_id(donation_id) and await _lending(server)[0].end_loan(donation_id)
         return web.json_response({"ended": donation_id, "existed": bool(existed)})
 
     return [
@@ -101,18 +109,19 @@ def routes(server) -> list[web.RouteDef]:
     ]
 
 
-def event_data(host, event: HostEvent) -> dict[str, Any]:
+def event_data(host: Host, event: HostEvent) -> dict[str, Any]:
     """What an event stream carries for a lending event: the row's view, or null once it is gone."""
-    lending = getattr(host, "lending", None)
+    lending = host.lending
     kind = "grant" if event.kind.value.startswith("grant") else "donation"
     view = None
-    if lending is not None and lending.views is not None:
+    views = lending.views if lending is not None else None
+    if views is not None:
         try:
-            view = (lending.views.grant if kind == "grant" else lending.views.donation)(event.node_id).to_json()
+            view = (views.grant(event.node_id) if kind == "grant" else views.donation(event.node_id)).to_json()
         except NoSuchThing:
             view = None
     return {"id": event.node_id, kind: view, "detail": event.detail}
 
 
-def event_bytes(host, event: HostEvent) -> bytes:
+def event_bytes(host: Host, event: HostEvent) -> bytes:
     return f"event: {event.kind.value}\ndata: {json.dumps(event_data(host, event))}\n\n".encode()

@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from cadre_desktop.errors import ApiError, StorageError, wire_code
 from cadre_desktop.wire.api import BODY_TIMEOUT_S, HTTP_CODES, MAX_BODY, parse_json_body, too_large, too_slow, unreadable
@@ -26,21 +27,21 @@ __all__ = ["BODY_TIMEOUT_S", "MAX_BODY", "errors_as_json", "read_json_body"]
 
 
 @web.middleware
-async def errors_as_json(request: web.Request, handler: Any) -> web.StreamResponse:
+async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every error as ``{"error": {"code", "message"}}``, aiohttp's own (404, 405, 413) too."""
     try:
         response = await handler(request)
     except RequestRefused as refusal:
-        err = answer_to(refusal)
-        return _json(err.body(), status=err.status, headers=err.headers)
+        answer = answer_to(refusal)
+        return _json(answer.body(), status=answer.status, headers=answer.headers)
     except ApiError as err:
         return _json(err.body(), status=err.status, headers=err.headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        err = ApiError(exc.status, HTTP_CODES.get(exc.status, "http-error"), (exc.reason or "request refused").lower())
+        made = ApiError(exc.status, HTTP_CODES.get(exc.status, "http-error"), (exc.reason or "request refused").lower())
         headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-        return _json(err.body(), status=exc.status, headers=headers)
+        return _json(made.body(), status=exc.status, headers=headers)
     except StorageError as err:
         log.error("%s %s: %s", request.method, request.path, err)
         return _json(ApiError(500, wire_code(err.code), str(err)).body(), status=500)

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from cadre_desktop.netguard import ACCEPT_BATCH, ConnectionGuard
 
 
-def busy_middleware(guard: ConnectionGuard) -> Callable:
+def busy_middleware(guard: ConnectionGuard) -> Middleware:
     @web.middleware
-    async def busy(request: web.Request, handler: Callable) -> web.StreamResponse:
+    async def busy(request: web.Request, handler: Handler) -> web.StreamResponse:
         conn = guard.find(request.transport)
         if conn is None:
             return await handler(request)
@@ -41,8 +41,11 @@ class GuardedSockSite(web.SockSite):
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
         loop = asyncio.get_running_loop()
+        server = self._runner.server
+        if server is None:
+            raise RuntimeError("the site's runner was not set up")
         self._server = await loop.create_server(
-            self._guard.protocol_factory(self._runner.server), sock=self._sock, backlog=self._backlog,
+            self._guard.protocol_factory(server), sock=self._sock, backlog=self._backlog,
         )
 
     async def stop(self) -> None:

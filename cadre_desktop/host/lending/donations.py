@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import secrets as _random
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -136,7 +137,7 @@ def new_donation_id() -> str:
     return "grn_" + "".join(_random.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(12))
 
 
-def _string_list(donation_id: str, row: dict, key: str) -> tuple[str, ...] | None:
+def _string_list(donation_id: str, row: dict[str, Any], key: str) -> tuple[str, ...] | None:
     value = row.get(key)
     if value is None:
         return None
@@ -215,7 +216,7 @@ def check_request(body: dict[str, Any]) -> DonationRequest:
     )
 
 
-def _each(field: str, items: list, check) -> None:
+def _each(field: str, items: list[Any], check: Callable[[Any], object]) -> None:
     for index, item in enumerate(items):
         try:
             check(item)

@@ -163,7 +163,7 @@ def grant_link(advertise_host: str, lend_port: int, grant_id: str, token: str) -
 # -- what a person may ask for ---------------------------------------------------------------
 
 def clean_label(label: Any, fallback: str) -> str:
-    return clean_name(label, fallback, "grant's label")
+    return clean_name(label, fallback, "grant's label") or fallback
 
 
 def check_max_nodes(value: Any, host_cap: int) -> int:

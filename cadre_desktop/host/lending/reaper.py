@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from cadre_desktop.errors import message_of
 from cadre_desktop.host.core.clock import parse_iso
 from cadre_desktop.host.core.secrets import SecretKind
-from cadre_desktop.host.lending.donations import DonationStatus
+from cadre_desktop.host.lending.donations import Donation, DonationStatus
 from cadre_desktop.host.lending.grants import GrantState
+
+if TYPE_CHECKING:
+    from cadre_desktop.host.lending.service import LendingService
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +40,7 @@ def _older(stamp: str | None, now: datetime, age: timedelta) -> bool:
     return when is None or now - when > age  # an unreadable time is old: clearing is safe
 
 
-async def reap(service) -> list[str]:
+async def reap(service: LendingService) -> list[str]:
     """One pass over grants and donations; the ids it finished or cleared."""
     reaped: list[str] = []
     if service.gate.condition is not None:
@@ -54,7 +58,7 @@ async def reap(service) -> list[str]:
     return reaped
 
 
-async def _reap_grants(service) -> list[str]:
+async def _reap_grants(service: LendingService) -> list[str]:
     done = []
     now = service.now()
     for grant in service.grants.list():
@@ -74,7 +78,7 @@ async def _reap_grants(service) -> list[str]:
     return done
 
 
-def _why_clear(service, donation, open_grants: set[str], now: datetime) -> str | None:
+def _why_clear(service: LendingService, donation: Donation, open_grants: set[str], now: datetime) -> str | None:
     settings = service.settings
     provisioning_ttl = timedelta(milliseconds=settings.donation_provisioning_ttl_ms)
     unseeded_ttl = timedelta(milliseconds=settings.donation_awaiting_seed_ttl_ms)
@@ -89,7 +93,7 @@ def _why_clear(service, donation, open_grants: set[str], now: datetime) -> str |
     return None
 
 
-async def _reap_donations(service) -> list[str]:
+async def _reap_donations(service: LendingService) -> list[str]:
     done = []
     now = service.now()
     open_grants = {g.id for g in service.active_grants()}
@@ -103,7 +107,7 @@ async def _reap_donations(service) -> list[str]:
     return done
 
 
-async def _finish_removals(service) -> list[str]:
+async def _finish_removals(service: LendingService) -> list[str]:
     done = []
     for donation_id in service.donations.pending_removals():
         if donation_id in service.in_flight:

@@ -23,15 +23,19 @@ import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from datetime import datetime
+from typing import Any, cast
 
-from cadre_desktop.errors import CadreError, InputError, InvalidState, NodeFault, NoSuchThing, SecretsError, message_of
+from cadre_desktop.errors import Bug, CadreError, InputError, InvalidState, NodeFault, NoSuchThing, SecretsError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
-from cadre_desktop.host.core.events import EventKind
+from cadre_desktop.host.core.driver import NodeDriver
+from cadre_desktop.host.core.events import EventKind, HostEvent
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.secrets import SecretKind
-from cadre_desktop.host.lending.donations import Donation, DonationRequest, DonationStatus, is_donation_id, new_donation_id
+from cadre_desktop.host.core.service import NodeService
+from cadre_desktop.host.core.supervisor import Supervisor
+from cadre_desktop.host.lending.donations import Donation, DonationRequest, DonationStatus, DonationStore, is_donation_id, new_donation_id
 from cadre_desktop.host.lending.grants import (
     Grant,
     GrantState,
@@ -80,10 +84,10 @@ class LendingService:
         *,
         grants: GrantStore,
         lifecycle: Lifecycle[Donation],
-        driver,
+        driver: NodeDriver,
         gate: KeyringGate,
-        supervisor,
-        nodes,
+        supervisor: Supervisor,
+        nodes: NodeService,
         clock: Clock,
         settings: Settings,
         advertise_host: Callable[[], str],
@@ -93,7 +97,9 @@ class LendingService:
     ) -> None:
         self.grants = grants
         self.lifecycle = lifecycle
-        self.donations = lifecycle.store
+        if not isinstance(lifecycle.store, DonationStore):
+            raise Bug("lending's lifecycle must keep lent nodes")
+        self.donations: DonationStore = lifecycle.store
         self.events = lifecycle.events
         self.driver = driver
         self.gate = gate
@@ -115,7 +121,7 @@ class LendingService:
 
     # -- reading ----------------------------------------------------------------------
 
-    def now(self):
+    def now(self) -> datetime:
         return self.clock.now()
 
     def require_grant(self, grant_id: str) -> Grant:
@@ -334,7 +340,7 @@ class LendingService:
             return
         done = asyncio.get_running_loop().create_future()
 
-        def heard(event) -> None:
+        def heard(event: HostEvent) -> None:
             if event.node_id == donation_id and settled() and not done.done():
                 done.set_result(None)
 
@@ -373,7 +379,8 @@ class LendingService:
     async def retry(self, donation_id: str) -> Donation:
         """Bring a lent node back from `error` with a fresh budget: the one Retry, a hosted node's."""
         self.require_donation(donation_id)
-        return await self.nodes.retry(donation_id)
+        # The node service's Retry serves every kind; this id is a lent node's.
+        return cast(Donation, await self.nodes.retry(donation_id))
 
     async def end(self, donation_id: str, why: str = "its loan ended") -> bool:
         """End a loan: row (with tombstone) first, then child, folder and seed token.

@@ -8,15 +8,21 @@ line or anything of another grant. No view ever holds a grant or seed token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.views import last_exit_words
 from cadre_desktop.host.lending.donations import Donation
 from cadre_desktop.host.lending.grants import Grant
 from cadre_desktop.text import url_host
+
+if TYPE_CHECKING:
+    from cadre_desktop.host.core.driver import InstanceInfo
+    from cadre_desktop.host.core.supervisor import Supervisor
+    from cadre_desktop.host.lending.service import LendingService
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class DonationView:
     #: "keyring" while its start waits for the keyring, else None.
     waiting_for: str | None
     #: The supervisor's last decision about it: decision, at, ms, error.
-    last_decision: dict | None
+    last_decision: dict[str, Any] | None
     #: False on a row without every input of its first start: it is not restarted.
     respawnable: bool
     created_at: str
@@ -83,14 +89,14 @@ def donation_view(
     donation: Donation,
     *,
     grant: Grant | None,
-    handle,
+    handle: InstanceInfo | None,
     advertise_host: str,
     next_retry: datetime | None,
     log_path: str,
-    supervisor=None,
+    supervisor: Supervisor | None = None,
 ) -> DonationView:
     running = bool(handle and handle.alive)
-    host = handle.advertise_host if running and getattr(handle, "advertise_host", "") else advertise_host
+    host = handle.advertise_host if handle and running and handle.advertise_host else advertise_host
     return DonationView(
         id=donation.id,
         grant_id=donation.grant_id,
@@ -99,7 +105,7 @@ def donation_view(
         profile=donation.profile,
         status=donation.status.value,
         running=running,
-        pid=handle.pid if running else None,
+        pid=handle.pid if handle and running else None,
         api_port=donation.api_port,
         p2p_port=donation.p2p_port,
         address=f"{url_host(host)}:{donation.p2p_port}" if donation.p2p_port else None,
@@ -114,7 +120,7 @@ def donation_view(
         created_at=donation.created_at,
         updated_at=donation.updated_at,
         seeded_at=donation.seeded_at,
-        started_at=handle.started_at if running else None,
+        started_at=handle.started_at if handle and running else None,
         log_path=log_path,
     )
 
@@ -158,7 +164,7 @@ def borrower_grant(grant: Grant, now: datetime, donations: list[dict[str, Any]])
 class LendingViews:
     """Views read fresh from the stores, the driver and the supervisor, for every audience."""
 
-    def __init__(self, service, *, log_path) -> None:
+    def __init__(self, service: LendingService, *, log_path: Callable[[str], str]) -> None:
         self.service = service
         self.log_path = log_path
 

@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import StorageError
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 2
 
 
-def _upgrade_1_to_2(doc: dict) -> dict:
+def _upgrade_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
     rows = doc.get("handles")
     if isinstance(rows, dict):
         for row in rows.values():
@@ -69,7 +70,7 @@ class Handle:
     #: The log pump writing the child's output, if one was started.
     pump_pid: int | None = None
     pump_identity: procs.Identity | None = None
-    popen: subprocess.Popen | None = field(default=None, repr=False)
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _cancel_watch: Callable[[], None] | None = field(default=None, repr=False)
     _exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _job_handle: object | None = field(default=None, repr=False)
@@ -80,7 +81,7 @@ class Handle:
     def ports(self) -> tuple[int, int]:
         return (self.api_port, self.p2p_port)
 
-    def to_row(self) -> dict:
+    def to_row(self) -> dict[str, Any]:
         return {
             "node_id": self.node_id,
             "pid": self.pid,
@@ -170,7 +171,7 @@ def read_state(path: Path) -> tuple[dict[str, Handle], frozenset[str]]:
 
 
 def write_state(path: Path, handles: Iterable[Handle], stopped_cleanly: Iterable[str] = ()) -> None:
-    doc: dict = {"version": STATE_VERSION, "handles": {h.id: h.to_row() for h in handles if h.alive}}
+    doc: dict[str, Any] = {"version": STATE_VERSION, "handles": {h.id: h.to_row() for h in handles if h.alive}}
     if stopped_cleanly:
         doc["stopped_cleanly"] = sorted(set(stopped_cleanly))
     try:

@@ -51,8 +51,8 @@ def node_env(base: Mapping[str, str], *, node_id: str, work: Path, bind_host: st
 
 @dataclass
 class Launched:
-    popen: subprocess.Popen
-    pump: subprocess.Popen
+    popen: subprocess.Popen[bytes]
+    pump: subprocess.Popen[bytes]
     #: The child's Job object on Windows (None elsewhere, or when Windows refused one).
     job: Any = None
 
@@ -106,7 +106,7 @@ def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platf
     return Launched(standby.popen, pump)
 
 
-def _undo(popen: subprocess.Popen, job: Any, job_ops: Callable[[], winjob.JobOps], platform: str) -> None:
+def _undo(popen: subprocess.Popen[bytes], job: Any, job_ops: Callable[[], winjob.JobOps], platform: str) -> None:
     """End a child that cannot be given a log pump (it has only just started)."""
     if platform == "win32" and winjob.end(job_ops(), job):
         return
@@ -136,7 +136,7 @@ def new_handle(node_id: str, handle_id: str, launched: Launched, ports: tuple[in
     return handle
 
 
-def watch_pump(pump: subprocess.Popen, handle: Handle) -> None:
+def watch_pump(pump: subprocess.Popen[bytes], handle: Handle) -> None:
     """Reap the pump when it ends (it is our child), and tell the handle."""
     try:
         handle._cancel_pump_watch = procs.watch_exit(

@@ -44,7 +44,7 @@ def header(node_id: str) -> bytes:
     return f"{HEADER_PREFIX} starting node {node_id} at {stamp} ---\n".encode()
 
 
-def start_pump(read_end: int, path: Path, cap: int, *, platform: str, job: str | None = None) -> subprocess.Popen:
+def start_pump(read_end: int, path: Path, cap: int, *, platform: str, job: str | None = None) -> subprocess.Popen[bytes]:
     """A log pump reading `read_end` into `path` (in a session of its own, like the node).
 
     No `CADRE_` variables: the pump is not a node process, and must not look like one.

@@ -75,7 +75,7 @@ class Orchestrator:
         self._handles: dict[str, Handle] = {}
         self._listeners: Listeners[ExitEvent] = Listeners("exit")
         #: Exits waiting for their pump to write the node's last lines (`_on_exit`).
-        self._telling: set[asyncio.Task] = set()
+        self._telling: set[asyncio.Task[None]] = set()
         self._closed = False
         #: state.json, written now or (after an exit) once the exit's listeners had their turn.
         self.state = StateFile(self.state_file, self._handles)
@@ -135,13 +135,13 @@ class Orchestrator:
                 log.info("node %s: its child (pid %s) is gone since the last run", handle.node_id, handle.pid)
         census = await asyncio.to_thread(proctree.take_census, self.nodes_dir, self._owned(), self.platform)
         for member in census.untracked:
-            handle = proctree.handle_for(member, self.platform)
-            if handle is None:
+            found = proctree.handle_for(member, self.platform)
+            if found is None:
                 continue
-            self._attach(handle)
-            attached.append(handle)
+            self._attach(found)
+            attached.append(found)
             log.warning("node %s: found its child (pid %s) running untracked; tracking it again",
-                        handle.node_id, handle.pid)
+                        found.node_id, found.pid)
         if census.leftovers:
             pids = [m.pid for m in census.leftovers]
             log.warning("ending %d process(es) that dead node children left behind: %s", len(pids), pids)
@@ -160,12 +160,12 @@ class Orchestrator:
         if self.platform == "win32":
             handle._job_handle = winjob.reopen(self.ender.job_ops(), handle.job)
         handle._cancel_watch = procs.watch_exit(
-            loop, handle.pid, None, lambda code, h=handle: self._on_exit(h, code)
+            loop, handle.pid, None, lambda code: self._on_exit(handle, code)
         )
         if handle.pump_pid and handle.pump_identity:
             if handle.pump_identity.matches(procs.read_identity(handle.pump_pid, self.platform)):
                 handle._cancel_pump_watch = procs.watch_exit(
-                    loop, handle.pump_pid, None, lambda _code, h=handle: h._pump_exited.set())
+                    loop, handle.pump_pid, None, lambda _code: handle._pump_exited.set())
             else:
                 handle._pump_exited.set()
 

@@ -163,7 +163,8 @@ def without_node_vars(env: Mapping[str, str]) -> dict[str, str]:
 def environment(pid: int) -> dict[str, str]:
     """A process's environment, or {} when it cannot be read (gone, or not ours)."""
     try:
-        return psutil.Process(pid).environ()
+        env: dict[str, str] = psutil.Process(pid).environ()
+        return env
     except (psutil.Error, OSError):
         return {}
 
@@ -308,7 +309,7 @@ def kill_and_reap(popen: subprocess.Popen[bytes], platform: str = CURRENT, *, wh
     threading.Thread(target=reap, name=f"reap-{popen.pid}", daemon=True).start()
 
 
-def end_child(popen: subprocess.Popen, grace_s: float, platform: str = CURRENT,
+def end_child(popen: subprocess.Popen[bytes], grace_s: float, platform: str = CURRENT,
               ops: SignalOps | None = None) -> int | None:
     """Stop a child we started and wait for it, blocking: terminate its group, wait up to
     `grace_s`, then kill the group and reap it. Its return code (None if it would not go).
@@ -334,7 +335,7 @@ def end_child(popen: subprocess.Popen, grace_s: float, platform: str = CURRENT,
 def watch_exit(
     loop: asyncio.AbstractEventLoop,
     pid: int,
-    popen: subprocess.Popen | None,
+    popen: subprocess.Popen[bytes] | None,
     on_exit: ExitCallback,
 ) -> Callable[[], None]:
     """Call `on_exit(returncode)` on the loop as soon as `pid` ends; return a canceller.
@@ -394,7 +395,7 @@ def _watch_pidfd(loop: asyncio.AbstractEventLoop, pid: int, done: threading.Even
     return cancel
 
 
-def _watch_in_thread(loop: asyncio.AbstractEventLoop, pid: int, popen: subprocess.Popen | None,
+def _watch_in_thread(loop: asyncio.AbstractEventLoop, pid: int, popen: subprocess.Popen[bytes] | None,
                      done: threading.Event, fire: Callable[[], None]) -> None:
     """Watch with one waiting thread that posts the exit back to the loop."""
     def wait_in_thread() -> None:

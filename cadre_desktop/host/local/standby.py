@@ -42,7 +42,7 @@ MAX_PAUSE_S = 60.0
 
 @dataclass
 class Standby:
-    popen: subprocess.Popen
+    popen: subprocess.Popen[bytes]
     #: The read end of its output pipe (the pump gets it) and the write end (the header goes first).
     out_read: int
     out_write: int
@@ -109,7 +109,7 @@ class StandbyPool:
             raise
         standby = Standby(popen, out_read, out_write)
         standby._cancel_watch = procs.watch_exit(asyncio.get_running_loop(), popen.pid, popen,
-                                                 lambda _code, s=standby: self._on_exit(s))
+                                                 lambda _code: self._on_exit(standby))
         return standby
 
     def _on_exit(self, standby: Standby) -> None:
@@ -144,8 +144,11 @@ class StandbyPool:
         line = json.dumps({"env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)}}).encode() + b"\n"
         try:
             os.write(standby.out_write, header)
-            standby.popen.stdin.write(line)
-            standby.popen.stdin.close()
+            stdin = standby.popen.stdin
+            if stdin is None:
+                raise ValueError("the standby has no standard input")
+            stdin.write(line)
+            stdin.close()
         except (OSError, ValueError):
             self._discard(standby)
             return None
