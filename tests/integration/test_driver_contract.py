@@ -147,13 +147,15 @@ async def test_stop_node_stops_it_and_remove_node_forgets_it(contract_rig: Drive
     await driver.init()
     one = await contract_rig.started("n1")
     two = await contract_rig.started("n2")
+    said = await contract_rig.node_output(one)
+    await async_wait_until(lambda: any(said in line for line in driver.log_tail("n1")), what="the node's line")
     await driver.stop_node("n1")
     assert driver.status(one.id) is DriverStatus.STOPPED
     assert [e.requested for e in contract_rig.exits] == [True]
     await driver.remove_node("n1")
     assert driver.handles_for("n1") == [] and driver.get(one.id) is None
     assert driver.status(one.id) is DriverStatus.GONE
-    assert driver.log_tail("n1") == []
+    assert driver.log_tail("n1") == [], "a removed node's log is gone with it"
     await driver.remove_node("n2")  # a running node: stopped, then forgotten
     assert driver.list_nodes() == [] and driver.status(two.id) is DriverStatus.GONE
     assert [(e.node_id, e.requested) for e in contract_rig.exits] == [("n1", True), ("n2", True)]
