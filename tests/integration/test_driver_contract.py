@@ -13,7 +13,7 @@ import json
 import pytest
 
 from cadre_desktop.errors import InputError, SettingsError
-from cadre_desktop.host.core.driver import DriverStatus, NodeDriver
+from cadre_desktop.host.core.driver import DriverStatus, Exit, NodeDriver
 from cadre_desktop.host.drivers import make_driver
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import DRIVERS, Settings, load_settings
@@ -41,6 +41,8 @@ async def test_a_stop_is_stopped_and_one_requested_exit(contract_rig: DriverRig)
     driver = contract_rig.new_driver()
     await driver.init()
     info = await contract_rig.started("n1")
+    unheard: list[Exit] = []
+    driver.subscribe(unheard.append)()  # unsubscribed at once: told nothing
     await driver.stop(info.id)
     assert driver.status(info.id) is DriverStatus.STOPPED
     assert not driver.is_running(info.id)
@@ -49,6 +51,7 @@ async def test_a_stop_is_stopped_and_one_requested_exit(contract_rig: DriverRig)
     await contract_rig.wait_running("n1", 0)
     await driver.stop(info.id)  # a second stop of an ended instance is a no-op
     assert len(contract_rig.exits_of(info)) == 1, contract_rig.exits
+    assert unheard == []
 
 
 async def test_a_crash_is_failed_and_one_unrequested_exit_with_its_code(contract_rig: DriverRig):
@@ -184,6 +187,8 @@ async def test_a_fresh_home_attaches_nothing_and_a_new_driver_reattaches_what_ru
     report = await first.init()
     assert list(report.attached) == [] and report.stopped_cleanly == frozenset()
     info = await contract_rig.started("n1", attempt=4)
+    told_after_close: list[Exit] = []
+    first.subscribe(told_after_close.append)
     first.close()  # the host goes away; the instance stays
     assert contract_rig.running("n1") == 1
     second = contract_rig.new_driver()
@@ -198,6 +203,23 @@ async def test_a_fresh_home_attaches_nothing_and_a_new_driver_reattaches_what_ru
     # Its code, or None where the driver cannot know it (a local child re-attached is not its to reap).
     assert not exit_.requested and exit_.returncode in (code, None)
     await contract_rig.wait_status(info, DriverStatus.FAILED)
+    assert told_after_close == [], "a closed driver still told an exit"
+
+
+async def test_an_instance_that_ended_while_no_host_watched_is_gone_and_not_adopted(contract_rig: DriverRig):
+    first = contract_rig.new_driver()
+    await first.init()
+    info = await contract_rig.started("n1", attempt=5)
+    first.close()
+    contract_rig.crash_unwatched(info)
+    second = contract_rig.new_driver()
+    report = await second.init()
+    assert list(report.attached) == [] and report.stopped_cleanly == frozenset()
+    assert second.status(info.id) is DriverStatus.GONE and not second.is_running(info.id)
+    again = await contract_rig.started("n1", attempt=5)
+    assert again.id != info.id and not again.adopted, "a dead instance was adopted"
+    assert second.is_running(again.id) and contract_rig.running("n1") == 1
+    assert contract_rig.exits == []
 
 
 async def test_stop_all_stops_everything_and_the_next_init_says_so_once(contract_rig: DriverRig):

@@ -78,6 +78,10 @@ class DriverRig:
         """End the instance as a crash would; returns the exit code its Exit must carry."""
         raise NotImplementedError
 
+    def crash_unwatched(self, info: InstanceInfo) -> None:
+        """End the instance while no driver watches (its host is gone), and wait until it has."""
+        raise NotImplementedError
+
     async def wait_answering(self, info: InstanceInfo) -> None:
         """Until the instance answers on its ports (the node contract's readiness)."""
 
@@ -152,6 +156,11 @@ class LocalRig(DriverRig):
         os.kill(info.pid, signal.SIGKILL)
         return -signal.SIGKILL
 
+    def crash_unwatched(self, info: InstanceInfo) -> None:
+        proc = psutil.Process(info.pid)
+        proc.kill()
+        proc.wait(timeout=WAIT_S)  # reaped here: a host that went away leaves no zombie to its child
+
     async def wait_answering(self, info: InstanceInfo) -> None:
         def answers() -> bool:  # a connection to this machine is accepted or refused at once
             for port in (info.api_port, info.p2p_port):
@@ -198,6 +207,10 @@ class FakeRig(DriverRig):
     async def crash(self, info: InstanceInfo) -> int | None:
         self.fake.exit(info.id, code=70)
         return 70
+
+    def crash_unwatched(self, info: InstanceInfo) -> None:
+        instance = self.machine.instances[info.id]
+        instance.alive, instance.returncode = False, 70
 
     def command_of(self, info: InstanceInfo) -> tuple[str, ...]:
         return self.machine.instances[info.id].command
