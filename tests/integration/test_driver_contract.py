@@ -12,12 +12,12 @@ import json
 
 import pytest
 
-from cadre_desktop.errors import InputError, SettingsError
+from cadre_desktop.errors import InputError, SettingsError, SpawnError
 from cadre_desktop.host.core.driver import DriverStatus, Exit, NodeDriver
 from cadre_desktop.host.drivers import make_driver
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import DRIVERS, Settings, load_settings
-from tests.support.driver_contract import MARKED_COMMAND, OTHER_PORT_RANGE, DriverRig
+from tests.support.driver_contract import MARKED_COMMAND, OTHER_PORT_RANGE, DriverRig, claim_env
 from tests.support.polling import async_wait_until
 
 # -- start, status, stop, exits -------------------------------------------------------------
@@ -191,6 +191,8 @@ async def test_a_fresh_home_attaches_nothing_and_a_new_driver_reattaches_what_ru
     first.subscribe(told_after_close.append)
     first.close()  # the host goes away; the instance stays
     assert contract_rig.running("n1") == 1
+    with pytest.raises(SpawnError):
+        first.start("n2", 1, claim_env())  # a closed driver starts nothing
     second = contract_rig.new_driver()
     report = await second.init()
     assert [h.id for h in report.attached] == [info.id] and report.stopped_cleanly == frozenset()

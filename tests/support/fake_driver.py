@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cadre_desktop.errors import SpawnError
 from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, InitReport, status_of
 
 SECRET_VARS = ("CADRE_CLAIM_SECRET", "CADRE_INVITATION")
@@ -106,7 +107,7 @@ class FakeOrchestrator:
 
     def spawn(self, node_id, secret_env, *, want_ports=None, avoid_ports=(), attempt=0):
         if self.closed:
-            raise RuntimeError("the fake driver is closed")
+            raise SpawnError("the host is shutting down")
         if self.spawn_error is not None:
             raise self.spawn_error
         for old in self.handles_for(node_id):
