@@ -1,10 +1,11 @@
-"""Fixtures for integration tests: real headless hosts on a real Secret Service."""
+"""Fixtures for integration tests: real headless hosts on a real Secret Service; every driver under the driver contract."""
 
 from __future__ import annotations
 
 import psutil
 import pytest
 
+from tests.support.driver_contract import RIGS
 from tests.support.headless import HeadlessHost
 
 
@@ -31,3 +32,11 @@ def host_factory(tmp_path, secret_service):
             pids.append(proc)
     for proc in pids:
         proc.kill()
+
+
+@pytest.fixture(params=sorted(RIGS))
+def contract_rig(request, tmp_path):
+    """Each driver under the driver contract (tests/support/driver_contract.py), on a fresh home."""
+    rig = RIGS[request.param](tmp_path / "home")
+    yield rig
+    rig.cleanup()

@@ -220,3 +220,24 @@ async def test_malformed_state_file_refuses_and_stays_identical(tmp_path):
         await orch.init()
     assert str(path) in str(err.value)
     assert path.read_bytes() == before
+
+
+async def test_a_start_of_a_new_attempt_ends_the_live_instance_it_replaces(tmp_path, cleanup_pids):
+    # The sleeper holds no lock on its work folder: only the driver can end the instance it replaces.
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    events: list[ExitEvent] = []
+    orch.subscribe(events.append)
+    first = orch.start("n1", 1, {})
+    cleanup_pids.append(first.pid)
+    ready_info(orch, "n1")
+    (orch.paths.node_dir("n1") / "ready.json").unlink()
+    second = orch.start("n1", 2, {})
+    cleanup_pids.append(second.pid)
+    ready_info(orch, "n1")
+    await async_wait_until(lambda: not psutil.pid_exists(first.pid)
+                           or psutil.Process(first.pid).status() == psutil.STATUS_ZOMBIE,
+                           what="the replaced instance gone")
+    assert [h.id for h in orch.list_nodes()] == [second.id] and orch.is_running(second.id)
+    assert events == [], "the replaced instance was told as an exit"
+    await orch.stop(second.id)

@@ -184,7 +184,7 @@ async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_
 async def test_quit_stops_every_node_in_one_grace_and_writes_state_once(tmp_path, cleanup, monkeypatch):
     """Terminates go out to every group before any wait; the nodes that ignore it share one
     grace and are killed together; state.json is written once, naming every node stopped."""
-    from cadre_desktop.host.local import orchestrator as orchestrator_module
+    from cadre_desktop.host.local import handles as handles_module
     from cadre_desktop.host.local.handles import read_state
 
     monkeypatch.setenv("SLEEPER_MODE", "ignore-term")
@@ -196,14 +196,14 @@ async def test_quit_stops_every_node_in_one_grace_and_writes_state_once(tmp_path
         ready_info(orch, h.node_id)
     signals: list[tuple[str, bool]] = []
     real_signal, writes = orch.ender.signal, []
-    real_write = orchestrator_module.write_state
+    real_write = handles_module.write_state
 
     def record_signal(handle, *, kill):
         signals.append((handle.node_id, kill))
         real_signal(handle, kill=kill)
 
     monkeypatch.setattr(orch.ender, "signal", record_signal)
-    monkeypatch.setattr(orchestrator_module, "write_state", lambda *a, **k: (writes.append(a), real_write(*a, **k)))
+    monkeypatch.setattr(handles_module, "write_state", lambda *a, **k: (writes.append(a), real_write(*a, **k)))
     await orch.stop_all()
     assert [kill for _, kill in signals] == [False] * 4 + [True] * 4, signals
     assert all(gone(h.pid) and gone(h.pump_pid) for h in handles), "quit left a node or its log pump"

@@ -1,10 +1,19 @@
-"""A driver without processes (host.driver.NodeDriver): children live and die on command."""
+"""A driver without processes (host.driver.NodeDriver): children live and die on command.
+
+`FakeMachine` is what outlives one driver, as the OS does for the local one: the
+instances still running and the nodes stopped on a clean quit. Two drivers given
+the same machine behave like two hosts in turn on one home: a closed driver's live
+instances are re-attached by the next one's `init`. It passes the driver contract
+(tests/integration/test_driver_contract.py) beside the local driver.
+"""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+from cadre_desktop.errors import SpawnError
 from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, InitReport, status_of
 
 SECRET_VARS = ("CADRE_CLAIM_SECRET", "CADRE_INVITATION")
@@ -24,18 +33,33 @@ class FakeHandle:
     attempt: int = 0
     adopted: bool = False
     stop_requested: bool = False
+    #: The node program this instance runs (the driver's `node_command` at its start).
+    command: tuple[str, ...] = ()
 
     @property
     def ports(self):
         return (self.api_port, self.p2p_port)
 
 
+@dataclass
+class FakeMachine:
+    """What outlives a fake driver: every instance started on it, and the clean-quit list."""
+
+    instances: dict[str, FakeHandle] = field(default_factory=dict)
+    stopped_cleanly: set[str] = field(default_factory=set)
+    ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+
+FAKE_COMMAND = ("fake-node",)
+
+
 class FakeOrchestrator:
     """A driver (host.driver.NodeDriver) with no processes: children live and die on command."""
 
-    def __init__(self) -> None:
+    def __init__(self, machine: FakeMachine | None = None) -> None:
+        self.machine = machine or FakeMachine()
         self.handles: dict[str, FakeHandle] = {}
-        self.listeners = []
+        self.listeners: list[Callable[[Exit], None]] = []
         self.spawned: list[tuple[str, dict]] = []
         self.envs: list[tuple[str, dict]] = []
         self.stopped: list[str] = []
@@ -49,7 +73,9 @@ class FakeOrchestrator:
         self.config: DriverConfig | None = None
         self.stopped_all = False
         self.closed = False
-        self._ids = itertools.count(1)
+        self.node_command: tuple[str, ...] = FAKE_COMMAND
+        self.port_range: tuple[int, int] | None = None
+        self._ids = self.machine.ids
 
     # orchestrator surface
     def subscribe(self, listener):
@@ -80,18 +106,32 @@ class FakeOrchestrator:
         return self.spawn(node_id, secret_env, want_ports=want_ports, avoid_ports=avoid_ports, attempt=attempt)
 
     def spawn(self, node_id, secret_env, *, want_ports=None, avoid_ports=(), attempt=0):
+        if self.closed:
+            raise SpawnError("the host is shutting down")
         if self.spawn_error is not None:
             raise self.spawn_error
         for old in self.handles_for(node_id):
+            # Replaced: the instance ends with no exit told (the local driver kills it unwatched).
+            old.alive = False
             del self.handles[old.id]
+            self.machine.instances.pop(old.id, None)
         n = next(self._ids)
-        api, p2p = want_ports or (40000 + 2 * n, 40001 + 2 * n)
-        handle = FakeHandle(f"{node_id}.{n}", node_id, 1000 + n, api, p2p, attempt=attempt)
+        api, p2p = want_ports or self._ports(n)
+        handle = FakeHandle(f"{node_id}.{n}", node_id, 1000 + n, api, p2p, attempt=attempt,
+                            command=tuple(self.node_command))
         self.handles[handle.id] = handle
+        self.machine.instances[handle.id] = handle
         # What a test compares: the secret the child got (name and host token are checked apart).
         self.spawned.append((node_id, {k: v for k, v in secret_env.items() if k in SECRET_VARS}))
         self.envs.append((node_id, dict(secret_env)))
         return handle
+
+    def _ports(self, n: int) -> tuple[int, int]:
+        if self.port_range is None:
+            return 40000 + 2 * n, 40001 + 2 * n
+        low, high = self.port_range
+        api = low + (2 * n) % max(1, high - low)
+        return api, api + 1
 
     async def stop(self, handle_id):
         self.stopped.append(handle_id)
@@ -110,6 +150,8 @@ class FakeOrchestrator:
         await self.stop_node(node_id)
         for h in self.handles_for(node_id):
             del self.handles[h.id]
+            self.machine.instances.pop(h.id, None)
+        self.logs.pop(node_id, None)
         self.removed.append(node_id)
 
     def trim_logs(self):
@@ -119,26 +161,43 @@ class FakeOrchestrator:
         return self.logs.get(node_id, [])[-lines:]
 
     async def init(self):
-        return InitReport(attached=[h for h in self.handles.values() if h.alive])
+        """Re-attach what a closed driver on the same machine left running; the clean-quit list is read once."""
+        for h in self.machine.instances.values():
+            if h.alive and h.id not in self.handles:
+                h.adopted = False
+                self.handles[h.id] = h
+        stopped_cleanly = frozenset(self.machine.stopped_cleanly)
+        self.machine.stopped_cleanly.clear()
+        return InitReport(attached=[h for h in self.handles.values() if h.alive], stopped_cleanly=stopped_cleanly)
 
     async def stop_all(self):
         self.stopped_all = True
-        for h in list(self.handles.values()):
-            if h.alive:
-                await self.stop(h.id)
+        live = [h for h in self.handles.values() if h.alive]
+        for h in live:
+            await self.stop(h.id)
+        self.machine.stopped_cleanly = {h.node_id for h in live}
 
     def close(self):
+        """Stop watching: a closed driver tells no more exits; its instances keep running."""
         self.closed = True
+        self.listeners.clear()
 
     def reconfigure(self, config):
         self.config = config
+        self.node_command = tuple(config.node_command)
+        self.port_range = config.port_range
 
     # test controls
     def add_live(self, node_id, handle_id=None) -> FakeHandle:
         n = next(self._ids)
         handle = FakeHandle(handle_id or f"{node_id}.{n}", node_id, 1000 + n, 40000 + 2 * n, 40001 + 2 * n)
         self.handles[handle.id] = handle
+        self.machine.instances[handle.id] = handle
         return handle
+
+    def say(self, node_id, *lines: str) -> None:
+        """The node prints `lines` to its log."""
+        self.logs.setdefault(node_id, []).extend(lines)
 
     def exit(self, handle_id, code=1, requested=False):
         h = self.handles[handle_id]

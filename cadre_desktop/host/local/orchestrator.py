@@ -231,14 +231,17 @@ class Orchestrator:
         handle of the node is dropped (its ports released) before the launch,
         and put back exactly as it was if the launch fails. Restoring is sound
         only because nothing else can run in between; do not add an await here.
-        Whatever a previous child left behind (its group, a stray holding the
-        work folder's lock) is sent a kill first; nothing here waits for it.
+        A previous child still running (a new attempt replaces it), whatever a
+        previous child left behind (its group, a stray holding the work
+        folder's lock) is sent a kill first; nothing here waits for it.
         """
         if self._closed:
             raise SpawnError("the host is shutting down")
         dropped = self._drop_stale(node_id)
         for old in dropped:
-            if not old.alive:
+            if old.alive:
+                self._end_replaced(old)
+            else:
                 self.ender.end_now(old)
         work = self.paths.node_dir(node_id)
         self.ender.end_lock_holder(node_id, work)
@@ -272,6 +275,14 @@ class Orchestrator:
         except StorageError as exc:
             log.error("node %s: %s", node_id, exc.message)
         return handle
+
+    def _end_replaced(self, handle: Handle) -> None:
+        """A start of a new attempt replaces a live instance: its group is killed now (a start
+        never waits), and it is unwatched once the new one runs, so no exit is told for it."""
+        handle.stop_requested = True
+        if self._same_process(handle):
+            log.info("node %s: a new start replaces its running child (pid %s)", handle.node_id, handle.pid)
+            self.ender.signal(handle, kill=True)
 
     def _env(self, node_id: str, work: Path, ports: tuple[int, int], attempt: int,
              secret_env: Mapping[str, str]) -> dict[str, str]:
