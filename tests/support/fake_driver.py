@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, InitReport, status_of
+from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, ExitListener, InitReport, status_of
 
 SECRET_VARS = ("CADRE_CLAIM_SECRET", "CADRE_INVITATION")
 
@@ -35,7 +35,7 @@ class FakeOrchestrator:
 
     def __init__(self) -> None:
         self.handles: dict[str, FakeHandle] = {}
-        self.listeners = []
+        self.listeners: list[ExitListener] = []
         self.spawned: list[tuple[str, dict]] = []
         self.envs: list[tuple[str, dict]] = []
         self.stopped: list[str] = []

@@ -35,7 +35,9 @@ def call(host: HeadlessHost, method: str, path: str, body: dict | None = None,
         return err.code, json.loads(err.read() or b"{}")
     except OSError:
         # Lost: fine only if the host is dead (or dying: the SIGKILL may be in flight).
-        wait_until(lambda: host.proc.poll() is not None, timeout=5,
+        proc = host.proc
+        assert proc is not None, "a call to a host that was never started"
+        wait_until(lambda: proc.poll() is not None, timeout=5,
                    what="the host to be dead after a lost answer (else it hung)")
         return None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 T = TypeVar("T")
 
@@ -26,9 +26,8 @@ async def async_wait_until(
 ) -> T:
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
+        got = predicate()
+        value: T = await got if asyncio.iscoroutine(got) else cast(T, got)
         if value:
             return value
         if time.monotonic() > deadline:
