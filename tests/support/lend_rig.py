@@ -100,3 +100,9 @@ class LendRig(Rig):
 
     def drow(self, donation_id="grn_aaaaaaaaaaaa") -> Donation | None:
         return self.donations.get(donation_id)
+
+    def present_drow(self, donation_id="grn_aaaaaaaaaaaa") -> Donation:
+        """The lent node's row, which the test expects to be there."""
+        row = self.donations.get(donation_id)
+        assert row is not None, f"no donation {donation_id}"
+        return row
