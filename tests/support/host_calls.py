@@ -42,6 +42,14 @@ def call(host: HeadlessHost, method: str, path: str, body: dict | None = None,
         return None
 
 
+def answered(host: HeadlessHost, method: str, path: str, body: dict | None = None,
+             timeout: float = 30) -> tuple[int, dict]:
+    """`call` to a host the test expects to stay up: its (status, JSON body), never a lost answer."""
+    answer = call(host, method, path, body, timeout)
+    assert answer is not None, f"{method} {path}: the host died before it answered"
+    return answer
+
+
 def post_json(url: str, body: dict, token: str | None = None, timeout: float = 10) -> tuple[int, dict]:
     headers = {"Content-Type": "application/json"}
     if token:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, cast
+from typing import Literal, TypeVar, cast
 
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01, what: str = "condition") -> T:
+def wait_until(predicate: Callable[[], T | None | Literal[False]], timeout: float = 10.0, interval: float = 0.01,
+               what: str = "condition") -> T:
+    """The predicate's first true value (so never its None or False)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
