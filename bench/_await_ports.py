@@ -42,8 +42,8 @@ def main() -> int:
     timeout = float(sys.argv[1])
     pending: dict[int, int | None] = {}
     for arg in sys.argv[2:]:
-        port, _, pid = arg.partition(":")
-        pending[int(port)] = int(pid) if pid else None
+        port_text, _, pid_text = arg.partition(":")
+        pending[int(port_text)] = int(pid_text) if pid_text else None
     answered: dict[int, int] = {}
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:

@@ -33,7 +33,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import _rig
 import psutil
@@ -64,6 +66,18 @@ def our_settings(base: int) -> dict:
     return {"bind_host": "127.0.0.1", "advertise_host": "127.0.0.1", "port_range": [base, base + 49]}
 
 
+class Contender(Protocol):
+    """What the run asks of each supervisor it compares."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def host_pid(self) -> int | None: ...
+
+    def stop(self) -> None: ...
+
+
 class OurHeadless:
     name = "cadre-desktop --headless"
 
@@ -78,6 +92,7 @@ class OurHeadless:
         return self.host.home
 
     def host_pid(self) -> int:
+        assert self.host.proc is not None, "not started"
         return self.host.proc.pid
 
     def stop(self) -> None:
@@ -124,6 +139,7 @@ class OurTray:
         raise RuntimeError("the tray app's control API never came up")
 
     def host_pid(self) -> int:
+        assert self.proc is not None, "not started"
         return self.proc.pid
 
     def stop(self) -> None:
@@ -262,7 +278,7 @@ def run(nodes: int, seconds: float, only: set[str] | None, baseline: Path | None
     stamp = _rig.stamp_binary()
     session, keyring_env = _rig.start_secret_service()
     base = random.randrange(20000, 31000, 500)
-    candidates = {
+    candidates: dict[str, Callable[[], Contender]] = {
         "headless": lambda: OurHeadless(work / "headless", base, keyring_env),
         "tray": lambda: OurTray(work / "tray", base + 100, keyring_env),
         "supervisord": lambda: Supervisord(work / "supervisord", stamp, base + 200, count=nodes),
@@ -272,9 +288,9 @@ def run(nodes: int, seconds: float, only: set[str] | None, baseline: Path | None
         _rig.compile_checkout(baseline)
         candidates["tray-baseline"] = lambda: OurTray(work / "tray-baseline", base + 150, keyring_env,
                                                       baseline, "cadre-desktop (tray), baseline")
-    sups = [make() for key, make in candidates.items()
+    sups: list[Contender] = [make() for key, make in candidates.items()
             if not only or key in only or (key == "tray-baseline" and "tray" in only)]
-    started = []
+    started: list[Contender] = []
     result: dict = {"nodes": nodes, "seconds": seconds, "settle_s": SETTLE_S, "loadavg_at_start": os.getloadavg()}
     try:
         for sup in sups:
@@ -289,7 +305,9 @@ def run(nodes: int, seconds: float, only: set[str] | None, baseline: Path | None
         time.sleep(SETTLE_S)
         samplers = {}
         for sup in sups:
-            samplers[sup.name] = (Sampler(sup.host_pid()), [Sampler(p) for p in node_pids(sup)])
+            pid = sup.host_pid()
+            assert pid is not None, f"{sup.name} has no supervising process to sample"
+            samplers[sup.name] = (Sampler(pid), [Sampler(p) for p in node_pids(sup)])
         for host, kids in samplers.values():
             for s in (host, *kids):
                 s.begin()

@@ -15,6 +15,7 @@ import selectors
 import signal
 import socket
 import sys
+from typing import cast
 
 
 def main() -> int:
@@ -40,7 +41,7 @@ def main() -> int:
                 conn.setblocking(False)
                 sel.register(conn, selectors.EVENT_READ)
                 continue
-            conn = key.fileobj
+            conn = cast(socket.socket, key.fileobj)  # only sockets are registered
             try:
                 data = conn.recv(4096)
             except OSError:

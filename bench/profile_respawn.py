@@ -106,6 +106,7 @@ async def run(rounds: int, child: str, profile: bool) -> None:
     try:
         view = await host.add_node("profile")
         if child == "node":
+            assert view.api_port is not None  # a running node has its port
             await asyncio.to_thread(_rig.wait_status, view.api_port, 30)
         if profile:
             from pyinstrument import Profiler
@@ -125,6 +126,7 @@ async def run(rounds: int, child: str, profile: bool) -> None:
                 marks["stamp"] = after[len(before)][1]
             rows.append({label: (marks[key] - marks["kill"]) / 1e6 for label, key in STEPS[1:] if key in marks})
             if child == "node":
+                assert view.api_port is not None  # a running node has its port
                 await asyncio.to_thread(_rig.wait_status, view.api_port, 30)
     finally:
         if profiler is not None:

@@ -92,6 +92,7 @@ class LagSampler:
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> list[float]:
+        assert self._task is not None, "stop before start"
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         return self.samples

@@ -1,3 +1,4 @@
+import asyncio
 import sys
 from pathlib import Path
 
@@ -56,7 +57,9 @@ async def serve_handler():
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         runners.append(runner)
-        return site._server.sockets[0].getsockname()[1]
+        server = site._server  # the port the OS picked is on the private server
+        assert isinstance(server, asyncio.Server)
+        return server.sockets[0].getsockname()[1]
 
     yield serve
     for runner in runners:

@@ -91,8 +91,11 @@ def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp
         left = min(menu.x, tray.x) - 8
         box = Box(left, 0, 1280 - left, menu.y + menu.height + 8)
         shots: list[dict] = []  # a menu still being painted differs from the next grab
-        until(lambda: shots.append(desktop.screenshot(tmp_path / "menu.png", box)) or shots[-2:-1] == shots[-1:],
-              "the menu painted")
+
+        def painted() -> bool:
+            shots.append(desktop.screenshot(tmp_path / "menu.png", box))
+            return shots[-2:-1] == shots[-1:]
+        until(painted, "the menu painted")
         keep(tmp_path / "menu.png", "tray-menu.png")
         pid = control_get(home, f"/api/nodes/{node['id']}")["pid"]
         desktop.keys("Up", "Return")

@@ -38,6 +38,7 @@ def host(tmp_path, keyring_env):
     h = HeadlessHost(tmp_path / "home", keyring_env, fast_settings())
     h.start()
     yield h
+    assert h.proc is not None
     if h.proc.poll() is None:
         h.stop()
 
@@ -103,9 +104,15 @@ def test_watch_prints_events_as_they_happen(host):
     watcher = subprocess.Popen([sys.executable, "-m", "cadre_desktop", "node", "watch", "--json"],
                                env=host.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in watcher.stdout], daemon=True).start()
+    out, err = watcher.stdout, watcher.stderr
+    assert out is not None and err is not None
+
+    def pump() -> None:
+        for line in out:
+            lines.put(line)
+    threading.Thread(target=pump, daemon=True).start()
     try:
-        assert "Watching" in watcher.stderr.readline()  # connected: nothing after this is missed
+        assert "Watching" in err.readline()  # connected: nothing after this is missed
         node = json.loads(ok(host.cli("node", "add", "--json")))
         event = json.loads(lines.get(timeout=20))
         assert (event["event"], event["id"]) == ("added", node["id"])

@@ -16,6 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
+from cadre_desktop.host.local.handles import ExitEvent
 from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.paths import Paths
@@ -46,10 +47,14 @@ def orchestrator(home: Path, script: str) -> Orchestrator:
     )
 
 
-async def told_exit(orch: Orchestrator, node_id: str) -> tuple[object, list[str]]:
+async def told_exit(orch: Orchestrator, node_id: str) -> tuple[ExitEvent, list[str]]:
     """The first exit told, and the node's last log line read when it was."""
-    told: asyncio.Future = asyncio.get_running_loop().create_future()
-    orch.subscribe(lambda event: told.done() or told.set_result((event, orch.log_tail(node_id, 1))))
+    told: asyncio.Future[tuple[ExitEvent, list[str]]] = asyncio.get_running_loop().create_future()
+
+    def on_exit(event: ExitEvent) -> None:
+        if not told.done():
+            told.set_result((event, orch.log_tail(node_id, 1)))
+    orch.subscribe(on_exit)
     orch.spawn(node_id, {})
     return await asyncio.wait_for(told, 10)
 

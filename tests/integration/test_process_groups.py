@@ -6,12 +6,13 @@ import os
 import signal
 import subprocess
 import sys
+from typing import cast
 
 import psutil
 import pytest
 
 from cadre_desktop.host.local import procs, proctree
-from cadre_desktop.host.local.orchestrator import ExitEvent
+from cadre_desktop.host.local.handles import ExitEvent, Handle
 from tests.support.lock_holder import HOLD_LOCK
 from tests.support.polling import async_wait_until, wait_until
 from tests.support.real_orchestrator import make_orchestrator, ready_info
@@ -98,7 +99,8 @@ async def test_remove_and_quit_end_a_stray_that_left_the_group(tmp_path, cleanup
         cleanup.append(handle.pid)
         strays[node_id] = ready_info(orch, node_id)["grandchild"]
         cleanup.append(strays[node_id])
-        wait_until(lambda: procs.process_info(strays[node_id]).sid == strays[node_id], what="setsid")
+        wait_until(lambda: (info := procs.process_info(strays[node_id])) is not None and info.sid == strays[node_id],
+                   what="setsid")
     await orch.remove_node("n1")
     assert gone(strays["n1"]), "remove deleted the folder of a process that still runs"
     assert not orch.paths.node_dir("n1").exists()
@@ -117,6 +119,7 @@ async def test_a_stray_holding_the_work_folders_lock_is_ended_before_a_spawn(tmp
     stray = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(work / proctree.LOCK_FILE)],
                              env=env, stdout=subprocess.PIPE, start_new_session=True)
     cleanup.append(stray.pid)
+    assert stray.stdout is not None
     assert stray.stdout.readline().strip() == b"locked"
     handle = orch.spawn("n1", {})
     cleanup.append(handle.pid)
@@ -147,7 +150,7 @@ async def test_a_child_writes_through_a_pump_that_outlives_the_host_and_caps_the
     assert path.stat().st_mode & 0o777 == 0o600 and rotated.stat().st_mode & 0o777 == 0o600
     second = make_orchestrator(tmp_path)
     report = await second.init()
-    assert [h.pump_pid for h in report.attached] == [pump.pid]
+    assert [cast(Handle, h).pump_pid for h in report.attached] == [pump.pid]  # the local driver's instances
     await second.remove_node("n1")  # the pump ends with its node's output, before the log is deleted
     assert gone(pump.pid) and not path.exists()
     second.close()
@@ -184,7 +187,7 @@ async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_
 async def test_quit_stops_every_node_in_one_grace_and_writes_state_once(tmp_path, cleanup, monkeypatch):
     """Terminates go out to every group before any wait; the nodes that ignore it share one
     grace and are killed together; state.json is written once, naming every node stopped."""
-    from cadre_desktop.host.local import handles as handles_module
+    from cadre_desktop.host.local import handles as handles_module  # where the state file is written
     from cadre_desktop.host.local.handles import read_state
 
     monkeypatch.setenv("SLEEPER_MODE", "ignore-term")
@@ -195,7 +198,8 @@ async def test_quit_stops_every_node_in_one_grace_and_writes_state_once(tmp_path
         cleanup.extend([h.pid, h.pump_pid])
         ready_info(orch, h.node_id)
     signals: list[tuple[str, bool]] = []
-    real_signal, writes = orch.ender.signal, []
+    real_signal = orch.ender.signal
+    writes: list[tuple] = []
     real_write = handles_module.write_state
 
     def record_signal(handle, *, kill):
@@ -203,10 +207,15 @@ async def test_quit_stops_every_node_in_one_grace_and_writes_state_once(tmp_path
         real_signal(handle, kill=kill)
 
     monkeypatch.setattr(orch.ender, "signal", record_signal)
-    monkeypatch.setattr(handles_module, "write_state", lambda *a, **k: (writes.append(a), real_write(*a, **k)))
+
+    def record_write(*a, **k):
+        writes.append(a)
+        real_write(*a, **k)
+    monkeypatch.setattr(handles_module, "write_state", record_write)
     await orch.stop_all()
     assert [kill for _, kill in signals] == [False] * 4 + [True] * 4, signals
-    assert all(gone(h.pid) and gone(h.pump_pid) for h in handles), "quit left a node or its log pump"
+    assert all(gone(h.pid) and h.pump_pid is not None and gone(h.pump_pid) for h in handles), \
+        "quit left a node or its log pump"
     assert len(writes) == 1, f"state.json written {len(writes)} times"
     persisted, stopped = read_state(orch.state_file)
     assert persisted == {} and stopped == {h.node_id for h in handles}

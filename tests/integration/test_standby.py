@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from cadre_desktop.host.local import standby as standby_module
+from cadre_desktop.host.local.handles import ExitEvent
 from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.settings import Settings, default_node_command
@@ -75,7 +76,8 @@ async def test_a_start_takes_the_loaded_standby_and_another_is_loaded(orch):
     handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secret})
     assert handle.pid == pid, "the start did not take the standby"
     await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the node answering")
-    assert status(handle.api_port)["node_id"] == "n1"
+    answer = status(handle.api_port)
+    assert answer is not None and answer["node_id"] == "n1"
     await ready_standby(orch, other_than=pid)
     # The secret went through the pipe: not in the command line, not in the exec-time environment.
     proc = psutil.Process(pid)
@@ -100,7 +102,7 @@ async def test_a_standby_never_answers_as_a_node_before_it_is_told_who_it_is(orc
 
 async def test_a_standby_that_dies_is_replaced_quietly_and_counts_for_no_node(orch, monkeypatch):
     monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.05)
-    exits = []
+    exits: list[ExitEvent] = []
     orch.subscribe(exits.append)
     await orch.init()
     pid = await ready_standby(orch)
@@ -113,8 +115,10 @@ async def test_a_program_that_cannot_stand_by_is_started_cold(tmp_path, monkeypa
     monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.02)
     orch = make(tmp_path, [sys.executable, "-c", "import sys; sys.exit(2)"])
     await orch.init()
-    await async_wait_until(lambda: not orch.standby.enabled, timeout=10, what="the pool giving up")
-    assert orch.standby.ready is None
+    pool = orch.standby
+    assert pool is not None
+    await async_wait_until(lambda: not pool.enabled, timeout=10, what="the pool giving up")
+    assert pool.ready is None
     orch.close()
 
 

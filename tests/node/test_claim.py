@@ -27,7 +27,7 @@ async def test_owner_token_is_stored_only_as_a_hash(nodes: NodeLauncher) -> None
     nodes.redact(token)
     for path in node.node_dir.iterdir():
         assert token not in path.read_text(errors="replace")
-        assert node.claim_secret not in path.read_text(errors="replace")
+        assert node.claim_secret is not None and node.claim_secret not in path.read_text(errors="replace")
 
 
 async def test_wrong_secret_is_403(nodes: NodeLauncher) -> None:

@@ -132,6 +132,7 @@ async def test_second_process_on_the_same_node_dir_exits_4(nodes: NodeLauncher) 
     running = await nodes.start("cfg")
     result = nodes.run_to_exit(nodes.env_for("cfg", node_dir=running.node_dir))
     assert result.returncode == 4
+    assert running.proc is not None
     assert_one_line_naming(result.stderr, "in use", f"(pid {running.proc.pid})")
 
 

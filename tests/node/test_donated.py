@@ -8,6 +8,7 @@ getting the seed wrong is refused with nothing changed.
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -106,7 +107,7 @@ async def test_a_wrong_seed_is_refused_and_changes_nothing(
     owner = Owner()
     node = await start_donated(nodes, "grn_wrong", owner)
     peer_id = (await node.status())["peer_id"]
-    seed: object = owner.seed("grn_wrong", "friends", peer_id)
+    seed: Any = owner.seed("grn_wrong", "friends", peer_id)  # a seed, or on purpose something that is not one
     if change == "unpinned key":
         seed = Owner().seed("grn_wrong", "friends", peer_id)
     elif change == "tampered signature":

@@ -23,6 +23,7 @@ HOST_TOKEN = "host-only-" + "x" * 32
 def test_the_host_token_counts_only_from_this_machine(tmp_path: Path) -> None:
     node = make_node(tmp_path, FakeClock(), CADRE_HOST_TOKEN=HOST_TOKEN)
     node.claim("10.0.0.9", SECRET, "family")
+    remote: str | None
     for remote in ("127.0.0.1", "::1", "127.8.9.10"):
         node.authorize_owner(HOST_TOKEN, remote)
     for remote in ("10.0.0.9", "192.168.1.20", "fe80::1", None, "garbage"):

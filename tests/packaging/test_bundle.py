@@ -138,7 +138,8 @@ def test_tray_app_from_the_bundle_docks_its_icon_on_a_real_x_server(bundle, secr
         # The SVG icon drew (image plugins and the icons are in the bundle): more than the panel's colour.
         colours = wait_until(lambda: len(c := desktop.screenshot(tmp_path / "tray.png", tray)) > 4 and c,
                              timeout=20, what="an icon drawn in the tray")
-        background = max(colours, key=colours.get)
+        assert isinstance(colours, dict)
+        background = max(colours, key=colours.__getitem__)
         assert sum(n for c, n in colours.items() if c != background) > 40
         app.terminate()
         assert app.wait(timeout=30) == 0

@@ -21,6 +21,7 @@ WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 SHELL_SCRIPTS = ["packaging/build.sh", "packaging/build-deb.sh", "packaging/checksums.sh", "packaging/linux/install.sh"]
 
 _spec = importlib.util.spec_from_file_location("release_notes", REPO / "packaging" / "release-notes.py")
+assert _spec is not None and _spec.loader is not None
 release_notes = sys.modules["release_notes"] = importlib.util.module_from_spec(_spec)  # a script, not a package
 _spec.loader.exec_module(release_notes)
 

@@ -56,5 +56,5 @@ def hosts(tmp_path, secret_service):
             except Exception:
                 host.proc.kill()
                 host.proc.wait(10)
-    for host in {h.home for h in made}:
-        kill_node_processes(host)
+    for home in {h.home for h in made}:
+        kill_node_processes(home)

@@ -16,7 +16,7 @@ import signal
 import time
 
 from tests.support.headless import host_settings
-from tests.support.host_calls import call, claim, running
+from tests.support.host_calls import answered, claim, running
 from tests.support.node_scan import node_processes, read_json, wait_settled
 from tests.support.polling import wait_until
 
@@ -32,7 +32,7 @@ def signal_quietly(pid: int, sig: int) -> None:
 
 def test_chaos_settles_to_one_tracked_child_per_node_and_a_clean_stop_leaves_none(hosts, rng):
     host = hosts(host_settings(rng, respawn_max_attempts=6, respawn_healthy_ms=2000)).start()
-    ids = [call(host, "POST", "/api/nodes", {"name": f"chaos {i}"})[1]["id"] for i in range(3)]
+    ids = [answered(host, "POST", "/api/nodes", {"name": f"chaos {i}"})[1]["id"] for i in range(3)]
     first = running(host, ids[0])
     assert claim(first, "chaos family")[0] == 200
     tracked: set[int] = set()
@@ -69,21 +69,21 @@ def test_chaos_settles_to_one_tracked_child_per_node_and_a_clean_stop_leaves_non
             assert result.returncode in (0, 1), result.stderr
             assert result.returncode == 0 or result.stderr.startswith("cadre-desktop: "), result.stderr
         elif action == "add":
-            status, body = call(host, "POST", "/api/nodes", {})
+            status, body = answered(host, "POST", "/api/nodes", {})
             assert status == 201, body
             ids.append(body["id"])
         elif action == "remove":
             node_id = ids.pop(rng.randrange(len(ids)))
-            assert call(host, "DELETE", f"/api/nodes/{node_id}")[0] == 200
+            assert answered(host, "DELETE", f"/api/nodes/{node_id}")[0] == 200
         for _ in range(rng.randint(1, 4)):
-            status, body = call(host, "GET", "/api/nodes")
+            status, body = answered(host, "GET", "/api/nodes")
             assert status == 200, body
             assert sorted(n["id"] for n in body["nodes"]) == sorted(ids)
     print(f"chaos actions: {counts}")
     for pid in frozen:
         signal_quietly(pid, signal.SIGCONT)
     snap = wait_settled(host.home, tracked, timeout=40)
-    views = {n["id"]: n for n in call(host, "GET", "/api/nodes")[1]["nodes"]}
+    views = {n["id"]: n for n in answered(host, "GET", "/api/nodes")[1]["nodes"]}
     for node_id, record in snap.records.items():
         if record["status"] != "error":
             assert views[node_id]["running"] and views[node_id]["pid"] == snap.procs[node_id][0].pid

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from tests.support.headless import HeadlessHost, host_settings
-from tests.support.host_calls import call, running
+from tests.support.host_calls import answered, running
 from tests.support.node_scan import kill_node_processes, node_processes
 
 ENDPOINTS = [("GET", "/api/nodes"), ("POST", "/api/nodes"), ("POST", "/api/nodes/join"),
@@ -44,13 +44,18 @@ ATTACKS = {
 }
 
 
+class GuardedHost(HeadlessHost):
+    node_view: dict  # its one node's view, running
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, secret_service):
     import random
 
     home = tmp_path_factory.mktemp("guard") / "home"
-    host = HeadlessHost(home, secret_service, host_settings(random.Random())).start()
-    status, view = call(host, "POST", "/api/nodes", {"name": "guarded"})
+    host = GuardedHost(home, secret_service, host_settings(random.Random()))
+    host.start()
+    status, view = answered(host, "POST", "/api/nodes", {"name": "guarded"})
     assert status == 201, view
     host.node_view = running(host, view["id"])
     yield host

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from tests.support.headless import host_settings
-from tests.support.host_calls import call, claim_secret_of, running
+from tests.support.host_calls import answered, call, claim_secret_of, running
 from tests.support.host_files import parse_versioned
 from tests.support.instrumented_host import STALL_ENV, InstrumentedHost
 from tests.support.node_scan import check_invariant, node_processes, read_json, wait_settled
@@ -38,7 +38,7 @@ class Ledger:
     """What the host acknowledged, per node. An unanswered call makes its node unsure."""
 
     exists: dict[str, bool] = field(default_factory=dict)
-    claim_secret: dict[str, str] = field(default_factory=dict)
+    claim_secret: dict[str, str | None] = field(default_factory=dict)
     retried: set[str] = field(default_factory=set)
     unsure: set[str] = field(default_factory=set)
     acked: int = 0
@@ -206,7 +206,7 @@ def test_host_killed_mid_remove_finishes_the_removal_at_next_start(hosts, rng, s
     """Bug: Remove deleted the record first and the keyring entry last; a host killed in between
     left a running child and a keyring secret that no record named, forever."""
     host = hosts(host_settings(rng, stop_timeout_ms=1500)).start()
-    status, added = call(host, "POST", "/api/nodes", {"name": "doomed"})
+    status, added = answered(host, "POST", "/api/nodes", {"name": "doomed"})
     assert status == 201, added
     view = running(host, added["id"])
     node_id = view["id"]
@@ -215,14 +215,19 @@ def test_host_killed_mid_remove_finishes_the_removal_at_next_start(hosts, rng, s
     os.kill(view["pid"], signal.SIGSTOP)
     remover = threading.Thread(target=call, args=(host, "DELETE", f"/api/nodes/{node_id}"), daemon=True)
     remover.start()
-    wait_until(lambda: node_id not in read_json(host.home / "hosted-nodes.json")["nodes"], timeout=10,
+
+    def records() -> dict:
+        doc = read_json(host.home / "hosted-nodes.json")
+        assert doc is not None, "hosted-nodes.json is gone"
+        return doc
+    wait_until(lambda: node_id not in records()["nodes"], timeout=10,
                what="the record to be gone")
     host.kill()
     remover.join(10)
     assert psutil.pid_exists(view["pid"]), "the child must outlive the host for this test to mean anything"
     host.start()
-    assert node_id not in read_json(host.home / "hosted-nodes.json")["nodes"]
-    assert not read_json(host.home / "hosted-nodes.json").get("removing")
+    assert node_id not in records()["nodes"]
+    assert not records().get("removing")
     assert entry_name(host.home, node_id) not in secret_items(secret_service)
     assert not (host.home / "nodes" / node_id).exists()
     wait_until(lambda: node_id not in node_processes(host.home), timeout=5, what="the child to be stopped")
@@ -240,7 +245,7 @@ def test_host_killed_between_spawn_and_state_write_leaves_no_untracked_child(tmp
         trigger.touch()
         threading.Thread(target=call, args=(host, "POST", "/api/nodes", {}), daemon=True).start()
     else:
-        view = running(host, call(host, "POST", "/api/nodes", {})[1]["id"])
+        view = running(host, answered(host, "POST", "/api/nodes", {})[1]["id"])
         trigger.touch()
         os.kill(view["pid"], signal.SIGKILL)
     stalled = wait_until(lambda: Path(f"{trigger}.stalled").exists() and Path(f"{trigger}.stalled").read_text(),

@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from tests.support.headless import host_settings
-from tests.support.host_calls import call, running
+from tests.support.host_calls import answered, running
 from tests.support.polling import wait_until
 
 FLOODER = Path(__file__).resolve().parents[1] / "support" / "flooder.py"
@@ -39,6 +39,7 @@ class Flood:
     def __init__(self, host: str, port: int, source: str | None = None) -> None:
         args = [sys.executable, str(FLOODER), host, str(port), str(CONNECTIONS), str(FLOOD_S)]
         self.proc = subprocess.Popen(args + ([source] if source else []), stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "flooding"
 
     def stop(self) -> dict:
@@ -68,7 +69,7 @@ def test_a_flood_on_the_control_api_leaves_the_cli_respawns_and_the_log_working(
     host = hosts(host_settings(rng, respawn_max_attempts=5))
     host.fd_limit = FD_LIMIT
     host.start()
-    ids = [call(host, "POST", "/api/nodes", {"name": f"flooded {i}"})[1]["id"] for i in range(2)]
+    ids = [answered(host, "POST", "/api/nodes", {"name": f"flooded {i}"})[1]["id"] for i in range(2)]
     victim = running(host, ids[0])
     running(host, ids[1])
     records_before = (host.home / "hosted-nodes.json").read_bytes()
@@ -118,7 +119,7 @@ def test_a_flood_on_a_nodes_port_leaves_its_claim_page_to_others_and_the_probe_h
     host = hosts(host_settings(rng))
     host.fd_limit = FD_LIMIT  # the node inherits it
     host.start()
-    node_id = call(host, "POST", "/api/nodes", {"name": "flooded node"})[1]["id"]
+    node_id = answered(host, "POST", "/api/nodes", {"name": "flooded node"})[1]["id"]
     view = running(host, node_id)
     port = view["api_port"]
     with Flood("127.0.0.1", port):
@@ -129,7 +130,7 @@ def test_a_flood_on_a_nodes_port_leaves_its_claim_page_to_others_and_the_probe_h
         node_proc = psutil.Process(view["pid"])
         assert node_proc.num_fds() < 512, f"the node holds {node_proc.num_fds()} descriptors"
         # The host either still reads /status, or sees the node as not answering.
-        now = call(host, "GET", f"/api/nodes/{node_id}")[1]
+        now = answered(host, "GET", f"/api/nodes/{node_id}")[1]
         assert now["running"]
     after = running(host, node_id)
     assert after["status"] == "unclaimed"

@@ -21,7 +21,7 @@ from hypothesis import example, given, seed
 from hypothesis import strategies as st
 
 from cadre_desktop.node import invitations
-from cadre_desktop.node.invitation_code import parse_invitation
+from cadre_desktop.node.invitation_code import InvitationCode, parse_invitation
 from cadre_desktop.wire.http_status import answer_to
 from cadre_desktop.wire.refusal import RequestRefused
 from tests.support.hostile import FUZZ, SEED, checked_answer, json_values, near_misses, requests, texts
@@ -43,10 +43,16 @@ def unclaimed(tmp_path_factory):
     assert node.stop() == 0, node.log.read_text()[-3000:]
 
 
+class ClaimedNode(NodeServer):
+    owner_token: str
+    invitation: InvitationCode  # one it minted
+    members_before: dict  # GET /members before any fuzzing
+
+
 @pytest.fixture(scope="module")
 def claimed(tmp_path_factory):
-    node = NodeServer(tmp_path_factory.mktemp("fuzz"), "fuzz-claimed", CADRE_CLAIM_SECRET=CLAIM_SECRET,
-                      **WIDE_OPEN).start()
+    node = ClaimedNode(tmp_path_factory.mktemp("fuzz"), "fuzz-claimed", CADRE_CLAIM_SECRET=CLAIM_SECRET, **WIDE_OPEN)
+    node.start()
     status, body = node.json("POST", "/claim", {"secret": CLAIM_SECRET, "cadre": "fuzzers"})
     assert status == 200, body
     node.owner_token = body["owner_token"]
@@ -166,7 +172,8 @@ class Spy:
     """hmac.compare_digest that records its calls and answers what the test says."""
 
     def __init__(self, answer: bool) -> None:
-        self.answer, self.calls = answer, []
+        self.answer = answer
+        self.calls: list[tuple] = []
 
     def __call__(self, a, b):
         self.calls.append((a, b))

@@ -18,16 +18,23 @@ import pytest
 from hypothesis import example, given, seed
 from hypothesis import strategies as st
 
-from cadre_desktop.host.lending.donations import DonationStatus
+from cadre_desktop.host.lending.donations import Donation, DonationStatus
+from cadre_desktop.host.lending.grants import Grant
 from tests.support.hostile import FUZZ, SEED, checked_answer, json_values, near_misses, requests, texts
 from tests.support.lend_rig import OWNER_KEY
 from tests.support.lend_server import ThreadedLendServer
 from tests.support.node_server import raw_request, send_raw
 
 
+class LentServer(ThreadedLendServer):
+    grant: Grant  # the grant below, its token and one lent node
+    token: str | None
+    donation: Donation
+
+
 @pytest.fixture(scope="module")
 def lend(tmp_path_factory):
-    served = ThreadedLendServer(tmp_path_factory.mktemp("lend"))
+    served = LentServer(tmp_path_factory.mktemp("lend"))
     grant, token = served.run(served.rig.grant(max_nodes=100))
     donation = served.run(served.rig.request(grant))
     served.rig.answer(donation.id)
@@ -139,7 +146,11 @@ def test_the_grant_token_is_compared_only_with_compare_digest(lend, monkeypatch)
     import hmac
 
     calls = []
-    monkeypatch.setattr(hmac, "compare_digest", lambda a, b: calls.append((a, b)) or False)
+
+    def compare_digest(a, b):
+        calls.append((a, b))
+        return False
+    monkeypatch.setattr(hmac, "compare_digest", compare_digest)
     from cadre_desktop.host.lending.service import LendRefused
 
     with pytest.raises(LendRefused):

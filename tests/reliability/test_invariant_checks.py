@@ -109,9 +109,10 @@ def test_each_broken_rule_of_the_invariant_is_reported(tmp_path, planted, case):
                              env={"CADRE_NODE_ID": node_id, "CADRE_NODE_DIR": str(home / "nodes" / node_id),
                                   "PATH": "/usr/bin:/bin"})
     planted.append(child)
+    assert child.stdout is not None
     port = int(child.stdout.readline())
     row = {**handle_row(child.pid, 41000), "node_id": node_id, "api_port": port}
-    record = {"name": node_id, "status": "joined", "mode": "claim", "handle": f"{node_id}.a"}
+    record: dict[str, str | None] = {"name": node_id, "status": "joined", "mode": "claim", "handle": f"{node_id}.a"}
     records, handles, lent = {"n1": record}, {"n1.a": row}, {}
     if case == "supervised without a child":
         records["n2"] = {**record, "handle": "n2.a"}
@@ -147,6 +148,7 @@ def test_the_invariant_holds_for_a_well_formed_home(tmp_path, planted):
                              env={"CADRE_NODE_ID": "n1", "CADRE_NODE_DIR": str(home / "nodes" / "n1"),
                                   "PATH": "/usr/bin:/bin"})
     planted.append(child)
+    assert child.stdout is not None
     port = int(child.stdout.readline())
     write_home(home, {"n1": {"name": "n1", "status": "joined", "mode": "claim", "handle": "n1.a"}},
                {"n1.a": {**handle_row(child.pid, 41000), "api_port": port}})

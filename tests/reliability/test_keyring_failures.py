@@ -21,7 +21,7 @@ import pytest
 
 from cadre_desktop.host.local.ports import port_is_free
 from tests.support.headless import HeadlessHost, host_settings
-from tests.support.host_calls import call, running
+from tests.support.host_calls import answered, running
 from tests.support.keyrings import FILE_ENV, MODE_ENV
 from tests.support.node_scan import kill_node_processes, node_processes, read_json
 from tests.support.polling import wait_until
@@ -63,7 +63,7 @@ def assert_add_fails_and_leaves_nothing(host: HeadlessHost, entries, code: str, 
     before = Footprint(host, entries)
     for path, body in (("/api/nodes", {"name": "doomed"}),
                        ("/api/nodes/join", {"invitation": "cadre-inv1.eyJ4IjoxfQ"})):
-        status, answer = call(host, "POST", path, body)
+        status, answer = answered(host, "POST", path, body)
         assert status == 503 and answer["error"]["code"] == code, answer
         assert words in answer["error"]["message"], answer
     cli = host.cli("node", "add", "--name", "doomed")
@@ -83,7 +83,7 @@ def test_add_fails_clearly_leaves_nothing_and_the_running_node_carries_on(tmp_pa
     env = faulty_env(tmp_path)
     settings = host_settings(rng)
     host = hosts(settings, keyring_env=env).start()
-    kept = running(host, call(host, "POST", "/api/nodes", {"name": "kept"})[1]["id"])
+    kept = running(host, answered(host, "POST", "/api/nodes", {"name": "kept"})[1]["id"])
 
     def entries():
         return read_json(Path(env[FILE_ENV])) or {}
@@ -99,7 +99,7 @@ def test_add_fails_clearly_leaves_nothing_and_the_running_node_carries_on(tmp_pa
     # The keyring works again: the next node gets the first free ports, so none leaked.
     Path(env[MODE_ENV]).write_text("ok")
     expected = first_free_pair(settings, {kept["api_port"], kept["p2p_port"]})
-    status, new = call(host, "POST", "/api/nodes", {})
+    status, new = answered(host, "POST", "/api/nodes", {})
     assert status == 201, new
     assert [new["api_port"], new["p2p_port"]] == expected
     assert host.stop() == 0
@@ -109,7 +109,7 @@ def test_no_keyring_at_all_add_fails_clearly_and_the_running_node_stays(tmp_path
     env = faulty_env(tmp_path)
     settings = host_settings(rng)
     first = hosts(settings, keyring_env=env).start()
-    kept = running(first, call(first, "POST", "/api/nodes", {"name": "kept"})[1]["id"])
+    kept = running(first, answered(first, "POST", "/api/nodes", {"name": "kept"})[1]["id"])
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(10)
     first.kill()
@@ -129,7 +129,7 @@ def test_no_keyring_at_all_add_fails_clearly_and_the_running_node_stays(tmp_path
 
 def test_a_really_locked_secret_service_fails_add_clearly_and_leaves_nothing(hosts, rng, private_secret_service):
     host = hosts(host_settings(rng), keyring_env=private_secret_service).start()
-    kept = running(host, call(host, "POST", "/api/nodes", {"name": "kept"})[1]["id"])
+    kept = running(host, answered(host, "POST", "/api/nodes", {"name": "kept"})[1]["id"])
     entries_before = secret_items(private_secret_service)
     lock_default_collection(private_secret_service)
     assert_add_fails_and_leaves_nothing(host, lambda: entries_before, "keyring_locked",

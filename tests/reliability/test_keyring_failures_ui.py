@@ -31,7 +31,11 @@ def test_a_locked_keyring_is_told_once_adds_nothing_and_the_running_node_carries
     kept = aio.wait(lambda: (v := shell.model.view(kept.id)).ready and v)
     told, notified = [], []
     real_show_error = actions.show_error
-    monkeypatch.setattr(actions, "show_error", lambda *a, **k: told.append(a) or real_show_error(*a, **k))
+
+    def show_error(*a, **k):
+        told.append(a)
+        return real_show_error(*a, **k)
+    monkeypatch.setattr(actions, "show_error", show_error)
     shell.notifier.shown.connect(lambda *args: notified.append(args))
     monkeypatch.setattr(shell.host.secrets, "_backend", LockedKeyring())
 

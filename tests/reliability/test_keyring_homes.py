@@ -14,7 +14,7 @@ import json
 import secrets
 
 from tests.support.headless import host_settings
-from tests.support.host_calls import call, claim_secret_of, running
+from tests.support.host_calls import answered, claim_secret_of, running
 from tests.support.polling import wait_until
 from tests.support.secret_items import entry_name, home_id, secret_items, store_secret
 
@@ -27,8 +27,8 @@ def test_a_remove_in_one_home_never_deletes_a_secret_of_another(hosts, rng, tmp_
     other = low + 200 if low < 65000 else low - 200  # a range of its own for the second home
     a = hosts(settings, home=tmp_path / "a").start()
     b = hosts({**settings, "port_range": [other, other + 99]}, home=tmp_path / "b").start()
-    na = call(a, "POST", "/api/nodes", {"name": "in a"})[1]["id"]
-    nb = call(b, "POST", "/api/nodes", {"name": "in b"})[1]["id"]
+    na = answered(a, "POST", "/api/nodes", {"name": "in a"})[1]["id"]
+    nb = answered(b, "POST", "/api/nodes", {"name": "in b"})[1]["id"]
     running(a, na)
     running(b, nb)
     assert home_id(a.home) != home_id(b.home)
@@ -36,7 +36,7 @@ def test_a_remove_in_one_home_never_deletes_a_secret_of_another(hosts, rng, tmp_
     a_entry, b_entry = entry_name(a.home, na), entry_name(b.home, nb)
     assert a_entry in before and b_entry in before
 
-    status, body = call(a, "DELETE", f"/api/nodes/{nb}")  # an id home a does not have
+    status, body = answered(a, "DELETE", f"/api/nodes/{nb}")  # an id home a does not have
     assert status == 200 and body["existed"] is False
     assert secret_items(secret_service).get(b_entry) == before[b_entry], "home a deleted home b's secret"
 
@@ -44,7 +44,7 @@ def test_a_remove_in_one_home_never_deletes_a_secret_of_another(hosts, rng, tmp_
     b.start()
     assert claim_secret_of(running(b, nb)) == before[b_entry], "home b lost its claim code"
 
-    assert call(a, "DELETE", f"/api/nodes/{na}")[0] == 200
+    assert answered(a, "DELETE", f"/api/nodes/{na}")[0] == 200
     after = secret_items(secret_service)
     assert a_entry not in after and after.get(b_entry) == before[b_entry]
 

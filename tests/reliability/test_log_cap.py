@@ -14,9 +14,9 @@ import os
 import sys
 import time
 
-from cadre_desktop.host.local.orchestrator import LOG_CAP_BYTES
+from cadre_desktop.host.local.nodelogs import LOG_CAP_BYTES
 from tests.support.headless import REPO, host_settings
-from tests.support.host_calls import call, running
+from tests.support.host_calls import answered, running
 from tests.support.polling import wait_until
 
 CHATTY = [sys.executable, str(REPO / "tests" / "support" / "chatty_node.py")]
@@ -45,7 +45,7 @@ def test_a_node_writing_600_mb_never_has_more_than_twice_the_cap_on_disk(hosts, 
     host = hosts(host_settings(rng, node_command=CHATTY))
     host.env.update(CHATTY_BYTES=os.environ["CHATTY_BYTES"], CHATTY_RATE=os.environ["CHATTY_RATE"])
     host.start()
-    node_id = call(host, "POST", "/api/nodes", {"name": "chatty"})[1]["id"]
+    node_id = answered(host, "POST", "/api/nodes", {"name": "chatty"})[1]["id"]
     view = running(host, node_id, timeout=30)
     log = host.home / "logs" / f"node-{node_id}.log"
     peak = samples = 0
@@ -62,5 +62,5 @@ def test_a_node_writing_600_mb_never_has_more_than_twice_the_cap_on_disk(hosts, 
     assert peak <= 2 * LOG_CAP_BYTES, f"the logs took {peak} bytes on disk"
     for each in (log, log.with_name(log.name + ".1")):
         assert each.stat().st_mode & 0o777 == 0o600
-    after = call(host, "GET", f"/api/nodes/{node_id}")[1]
+    after = answered(host, "GET", f"/api/nodes/{node_id}")[1]
     assert after["running"] and after["pid"] == view["pid"], "the chatty node was restarted"

@@ -27,7 +27,7 @@ from cadre_desktop.host.edges.control import check_control_file
 from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.host.local.ports import PortAllocator
 from tests.support.headless import REPO, host_settings
-from tests.support.host_calls import call, running
+from tests.support.host_calls import answered, running
 from tests.support.instrumented_host import FULL_ENV, InstrumentedHost
 from tests.support.node_scan import kill_node_processes, node_processes
 from tests.support.polling import wait_until
@@ -223,22 +223,22 @@ def test_full_disk_in_a_running_host_fails_add_and_remove_clearly_and_keeps_ever
     flag = tmp_path / "disk-full"
     host.env[FULL_ENV] = str(flag)
     host.start()
-    kept = running(host, call(host, "POST", "/api/nodes", {"name": "kept"})[1]["id"])
+    kept = running(host, answered(host, "POST", "/api/nodes", {"name": "kept"})[1]["id"])
     records = (host.home / "hosted-nodes.json").read_bytes()
     items = secret_items(secret_service)
     flag.touch()
-    status, body = call(host, "POST", "/api/nodes", {"name": "no room"})
+    status, body = answered(host, "POST", "/api/nodes", {"name": "no room"})
     assert status == 500 and body["error"]["code"] == "storage_error", body
     assert "No space left on device" in body["error"]["message"]
     assert "free some disk space" in body["error"]["message"]
-    status, body = call(host, "DELETE", f"/api/nodes/{kept['id']}")
+    status, body = answered(host, "DELETE", f"/api/nodes/{kept['id']}")
     assert status == 500 and body["error"]["code"] == "storage_error", body
     assert (host.home / "hosted-nodes.json").read_bytes() == records
     assert secret_items(secret_service) == items, "a keyring entry changed though nothing was saved"
     assert list(node_processes(host.home)) == [kept["id"]]
-    assert call(host, "GET", f"/api/nodes/{kept['id']}")[1]["pid"] == kept["pid"], "the kept node was disturbed"
+    assert answered(host, "GET", f"/api/nodes/{kept['id']}")[1]["pid"] == kept["pid"], "the kept node was disturbed"
     flag.unlink()
-    assert call(host, "POST", "/api/nodes", {"name": "room again"})[0] == 201
+    assert answered(host, "POST", "/api/nodes", {"name": "room again"})[0] == 201
     assert host.stop() == 0
 
 

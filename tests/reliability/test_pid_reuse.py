@@ -22,7 +22,7 @@ import pytest
 
 from cadre_desktop.host.local import procs
 from tests.support.headless import host_settings
-from tests.support.host_calls import call, running
+from tests.support.host_calls import answered, running
 from tests.support.polling import wait_until
 from tests.support.secret_items import store_secret
 
@@ -37,7 +37,7 @@ def bystander(tmp_path):
     proc = subprocess.Popen([sys.executable, str(BYSTANDER), str(folder)], start_new_session=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until(lambda: (folder / "ready").exists(), timeout=10, what="the bystander to start")
-    proc.folder = folder
+    proc.folder = folder  # type: ignore[attr-defined]  # signals_seen finds the bystander's folder on it
     yield proc
     proc.kill()
     proc.wait(5)
@@ -80,6 +80,7 @@ def test_handle_with_a_reused_pid_is_never_adopted_nor_signalled(tmp_path, hosts
                                                                    bystander, how):
     settings = host_settings(rng, stop_timeout_ms=1000)
     real = procs.read_identity(bystander.pid)
+    assert real is not None  # the bystander runs
     node_id = forge_home(tmp_path / "home", settings, bystander.pid, forged_identity(real, how), secret_service)
     host = hosts(home=tmp_path / "home").start()
     view = running(host, node_id)
@@ -87,9 +88,9 @@ def test_handle_with_a_reused_pid_is_never_adopted_nor_signalled(tmp_path, hosts
     state = json.loads((host.home / "state.json").read_text())
     assert bystander.pid not in [row["pid"] for row in state["handles"].values()]
     # Every path that signals a child: restart, remove, and stopping the host with a node.
-    assert call(host, "POST", f"/api/nodes/{node_id}/restart")[0] == 200
-    assert call(host, "DELETE", f"/api/nodes/{node_id}")[0] == 200
-    assert call(host, "POST", "/api/nodes", {})[0] == 201
+    assert answered(host, "POST", f"/api/nodes/{node_id}/restart")[0] == 200
+    assert answered(host, "DELETE", f"/api/nodes/{node_id}")[0] == 200
+    assert answered(host, "POST", "/api/nodes", {})[0] == 201
     assert host.stop() == 0
     assert signals_seen(bystander) == []
     assert psutil.Process(bystander.pid).status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE)
@@ -99,9 +100,10 @@ def test_control_a_handle_with_the_true_identity_is_adopted_and_signalled(tmp_pa
                                                                            secret_service, bystander):
     """Not a product rule so much as proof that the test above would notice an adoption."""
     settings = host_settings(rng, stop_timeout_ms=1000)
-    node_id = forge_home(tmp_path / "home", settings, bystander.pid, procs.read_identity(bystander.pid),
-                         secret_service)
+    identity = procs.read_identity(bystander.pid)
+    assert identity is not None  # the bystander runs
+    node_id = forge_home(tmp_path / "home", settings, bystander.pid, identity, secret_service)
     host = hosts(home=tmp_path / "home").start()
-    assert call(host, "GET", f"/api/nodes/{node_id}")[1]["pid"] == bystander.pid
+    assert answered(host, "GET", f"/api/nodes/{node_id}")[1]["pid"] == bystander.pid
     assert host.stop() == 0
     assert "SIGTERM" in signals_seen(bystander)

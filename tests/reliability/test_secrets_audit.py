@@ -19,6 +19,7 @@ import secrets
 import signal
 import subprocess
 import urllib.parse
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import psutil
@@ -26,7 +27,7 @@ import pytest
 
 from cadre_desktop.node.invitation_code import InvitationCode, parse_invitation
 from tests.support.headless import host_settings
-from tests.support.host_calls import call, claim, claim_secret_of, post_json, running
+from tests.support.host_calls import answered, claim, claim_secret_of, post_json, running
 from tests.support.node_scan import node_processes
 from tests.support.polling import wait_until
 from tests.support.secret_items import entry_name, node_of, secret_items, without_home
@@ -47,7 +48,7 @@ class Vault:
     def forms(self, value: str) -> set[bytes]:
         return {value.encode(), urllib.parse.quote(value, safe="").encode(), json.dumps(value)[1:-1].encode()}
 
-    def leaks_in(self, data: bytes, allowed: set[str] = frozenset()) -> list[str]:
+    def leaks_in(self, data: bytes, allowed: AbstractSet[str] = frozenset()) -> list[str]:
         return [name for name, value in self.found.items()
                 if name not in allowed and any(form in data for form in self.forms(value))]
 
@@ -109,7 +110,7 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
     vault.add("control token of the first host", host.control["token"])
 
     # Add, through the API and the CLI; a new claim code for the second.
-    a = running(host, call(host, "POST", "/api/nodes", {"name": "Alpha"})[1]["id"])
+    a = running(host, answered(host, "POST", "/api/nodes", {"name": "Alpha"})[1]["id"])
     vault.add("claim secret of A", claim_secret_of(a))
     cli = host.cli("node", "add", "--name", "Gamma", "--json")
     assert cli.returncode == 0, cli.stderr
@@ -128,7 +129,7 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
     a = joined(host, a["id"])
     first = mint(a, vault.found["owner token of A"])
     vault.add("invitation for B", first)
-    b = call(host, "POST", "/api/nodes/join", {"invitation": first, "name": "Beta"})[1]
+    b = answered(host, "POST", "/api/nodes/join", {"invitation": first, "name": "Beta"})[1]
     second = mint(a, vault.found["owner token of A"])
     vault.add("invitation for D", second)
     cli = host.cli("node", "join", "--name", "Delta", "--json", input=second + "\n")
@@ -140,7 +141,7 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
     bogus = InvitationCode(host="127.0.0.1", port=a["api_port"], id=secrets.token_urlsafe(12),
                            secret=secrets.token_urlsafe(32), peer=a["peer_id"]).encode()
     vault.add("invitation that fails", bogus)
-    e = call(host, "POST", "/api/nodes/join", {"invitation": bogus, "name": "Epsilon"})[1]
+    e = answered(host, "POST", "/api/nodes/join", {"invitation": bogus, "name": "Epsilon"})[1]
     failed = wait_until(lambda: (n := host.node(e["id"]))["status"] == "error" and n, timeout=30,
                         what="the bogus join to fail")
     assert "invitation failed" in failed["last_error"]
@@ -166,7 +167,7 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
     os.kill(host.node(c["id"])["pid"], signal.SIGKILL)
     wait_until(lambda: host.node(c["id"])["status"] == "error", timeout=30, what="the give-up")
     (host.home / "nodes" / c["id"] / "crash").unlink()
-    assert call(host, "POST", f"/api/nodes/{c['id']}/retry")[0] == 200
+    assert answered(host, "POST", f"/api/nodes/{c['id']}/retry")[0] == 200
     running(host, c["id"])
     if warm_standby:
         born_warm = [n for n in (a["id"], b["id"], c["id"], d["id"]) if b"CADRE_STANDBY=1" in
@@ -181,7 +182,7 @@ def test_no_secret_outside_the_keyring_and_the_nodes_own_environment(hosts, rng,
 
     # Remove everything (API and CLI), stop, and look again.
     for node_id in (a["id"], b["id"], e["id"]):
-        assert call(host, "DELETE", f"/api/nodes/{node_id}")[0] == 200
+        assert answered(host, "DELETE", f"/api/nodes/{node_id}")[0] == 200
     for node_id in (c["id"], d["id"]):
         cli = host.cli("node", "remove", "--yes", node_id)
         assert cli.returncode == 0, cli.stderr
@@ -203,7 +204,7 @@ def test_no_lending_secret_outside_the_keyring_and_the_lent_nodes_own_environmen
     vault = Vault()
     host = hosts(host_settings(rng, lend_port=free_lend_port())).start()
     vault.add("control token of the first host", host.control["token"])
-    status, first = call(host, "POST", "/api/grants", {"label": "first"})
+    status, first = answered(host, "POST", "/api/grants", {"label": "first"})
     assert status == 201, first
     vault.add("grant token of the first grant", up.urlsplit(first["link"]).fragment)
     cli = host.cli("grant", "create", "--label", "second", "--json")
@@ -226,9 +227,9 @@ def test_no_lending_secret_outside_the_keyring_and_the_lent_nodes_own_environmen
         vault.add(f"seed token of {d['id']}", items[f"{d['id']}/seed-token"])
 
     # Crashes: a lent node, then the host; the second node is seeded after the restart.
-    pid = call(host, "GET", f"/api/donations/{a['id']}")[1]["pid"]
+    pid = answered(host, "GET", f"/api/donations/{a['id']}")[1]["pid"]
     os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: (v := call(host, "GET", f"/api/donations/{a['id']}")[1])["running"] and v["pid"] != pid,
+    wait_until(lambda: (v := answered(host, "GET", f"/api/donations/{a['id']}")[1])["running"] and v["pid"] != pid,
                timeout=30, what="the lent node back")
     host.kill()
     host.start()
@@ -241,7 +242,7 @@ def test_no_lending_secret_outside_the_keyring_and_the_lent_nodes_own_environmen
     assert wrong[0] == 403 and not vault.leaks_in(json.dumps(wrong[1]).encode())
 
     # A revoke and an end (CLI), then stop and look again.
-    assert call(host, "POST", f"/api/grants/{first['id']}/revoke", {})[0] == 200
+    assert answered(host, "POST", f"/api/grants/{first['id']}/revoke", {})[0] == 200
     cli = host.cli("donation", "end", "--yes", b["id"])
     assert cli.returncode == 0, cli.stderr
     assert host.stop() == 0

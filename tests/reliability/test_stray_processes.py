@@ -18,7 +18,7 @@ import signal
 import psutil
 
 from tests.support.headless import FLAKY_NODE, REPO, host_settings
-from tests.support.host_calls import call, running
+from tests.support.host_calls import answered, running
 from tests.support.node_scan import node_processes
 from tests.support.polling import wait_until
 
@@ -57,7 +57,7 @@ def log_pumps(home) -> list[psutil.Process]:
 def test_sigkilled_wrappers_leave_exactly_one_node_per_record_and_none_after_quit(hosts, rng):
     host = hosts(host_settings(rng, node_command=WRAPPER, respawn_max_attempts=40,
                                respawn_backoff_max_ms=200)).start()
-    ids = [call(host, "POST", "/api/nodes", {"name": f"wrapped {i}"})[1]["id"] for i in range(2)]
+    ids = [answered(host, "POST", "/api/nodes", {"name": f"wrapped {i}"})[1]["id"] for i in range(2)]
     views = {node_id: running(host, node_id) for node_id in ids}
     for kill in range(KILLS):
         node_id = ids[kill % 2]
@@ -69,7 +69,7 @@ def test_sigkilled_wrappers_leave_exactly_one_node_per_record_and_none_after_qui
                    what=f"one real node process for {node_id} after kill {kill + 1}")
     nodes = real_nodes(host.home)
     for node_id in ids:
-        view = call(host, "GET", f"/api/nodes/{node_id}")[1]
+        view = answered(host, "GET", f"/api/nodes/{node_id}")[1]
         assert view["status"] == "unclaimed" and view["running"], view
         assert len(nodes[node_id]) == 1, f"{node_id}: {[p.pid for p in nodes[node_id]]}"
         assert nodes[node_id][0].ppid() == view["pid"], "the real node is not the tracked wrapper's child"
@@ -96,7 +96,7 @@ def standbys(home) -> list[psutil.Process]:
 
 def test_quit_with_warm_starts_leaves_no_node_standby_or_pump(hosts, rng):
     host = hosts(host_settings(rng, warm_standby=True, respawn_max_attempts=10)).start()
-    ids = [call(host, "POST", "/api/nodes", {"name": f"warm {i}"})[1]["id"] for i in range(2)]
+    ids = [answered(host, "POST", "/api/nodes", {"name": f"warm {i}"})[1]["id"] for i in range(2)]
     views = {node_id: running(host, node_id) for node_id in ids}
     wait_until(lambda: any(p.cwd() == str(host.home / "nodes") for p in standbys(host.home)), timeout=15,
                what="a standby waiting")

@@ -13,7 +13,7 @@ import os
 import signal
 
 from tests.support.headless import host_settings
-from tests.support.host_calls import call, running
+from tests.support.host_calls import answered, running
 from tests.support.instrumented_host import FULL_ENV, InstrumentedHost
 from tests.support.polling import wait_until
 
@@ -23,25 +23,25 @@ def test_a_node_respawned_on_a_full_disk_shows_running_with_the_save_error(tmp_p
     flag = tmp_path / "disk-full"
     host.env[FULL_ENV] = str(flag)
     host.start()
-    node_id = call(host, "POST", "/api/nodes", {"name": "unsaved"})[1]["id"]
+    node_id = answered(host, "POST", "/api/nodes", {"name": "unsaved"})[1]["id"]
     before = running(host, node_id)
     named = records_of(host)["nodes"][node_id]["handle"]
     flag.touch()
     os.kill(before["pid"], signal.SIGKILL)
 
     def shown_live() -> dict | None:
-        view = call(host, "GET", f"/api/nodes/{node_id}")[1]
+        view = answered(host, "GET", f"/api/nodes/{node_id}")[1]
         return view if view["running"] and view["pid"] not in (None, before["pid"]) else None
     view = wait_until(shown_live, timeout=20, interval=0.05, what="the respawned node shown running")
     assert "not saved" in view["last_error"] and "No space left on device" in view["last_error"], view
-    listed = call(host, "GET", "/api/nodes")[1]["nodes"]
+    listed = answered(host, "GET", "/api/nodes")[1]["nodes"]
     assert [n["pid"] for n in listed if n["id"] == node_id] == [view["pid"]]
     assert records_of(host)["nodes"][node_id]["handle"] == named, "the full disk let a write through"
 
     flag.unlink()
-    wait_until(lambda: not (call(host, "GET", f"/api/nodes/{node_id}")[1]["last_error"] or "").count("not saved"),
+    wait_until(lambda: not (answered(host, "GET", f"/api/nodes/{node_id}")[1]["last_error"] or "").count("not saved"),
                timeout=20, interval=0.1, what="the records to catch up")
-    after = call(host, "GET", f"/api/nodes/{node_id}")[1]
+    after = answered(host, "GET", f"/api/nodes/{node_id}")[1]
     assert after["running"] and after["pid"] == view["pid"], "catching up must not restart the node"
     assert records_of(host)["nodes"][node_id]["handle"] != named, "the records never caught up"
     assert host.stop() == 0

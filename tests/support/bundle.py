@@ -85,6 +85,7 @@ class BundledHost:
         return time.monotonic() - started
 
     def _answers(self) -> bool:
+        assert self.proc is not None, "not started"
         if self.proc.poll() is not None:
             raise AssertionError(f"the bundled host exited with {self.proc.returncode}: {self.stderr()}")
         try:
@@ -115,6 +116,7 @@ class BundledHost:
                               stdin=subprocess.DEVNULL, timeout=60)
 
     def stop(self) -> int:
+        assert self.proc is not None, "not started"
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=30)

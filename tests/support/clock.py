@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+from cadre_desktop.host.core.clock import Clock
+
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -25,7 +27,7 @@ async def settle(rounds: int = 10) -> None:
         await asyncio.sleep(0)
 
 
-class FakeClock:
+class FakeClock(Clock):
     """Wall and monotonic time moved by hand; sleepers wake when the clock passes their time."""
 
     def __init__(self, start: datetime | None = None, monotonic: float = 1000.0) -> None:

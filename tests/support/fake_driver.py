@@ -10,11 +10,10 @@ instances are re-attached by the next one's `init`. It passes the driver contrac
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cadre_desktop.errors import SpawnError
-from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, InitReport, status_of
+from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, ExitListener, InitReport, status_of
 
 SECRET_VARS = ("CADRE_CLAIM_SECRET", "CADRE_INVITATION")
 
@@ -59,7 +58,7 @@ class FakeOrchestrator:
     def __init__(self, machine: FakeMachine | None = None) -> None:
         self.machine = machine or FakeMachine()
         self.handles: dict[str, FakeHandle] = {}
-        self.listeners: list[Callable[[Exit], None]] = []
+        self.listeners: list[ExitListener] = []
         self.spawned: list[tuple[str, dict]] = []
         self.envs: list[tuple[str, dict]] = []
         self.stopped: list[str] = []

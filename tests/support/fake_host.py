@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cadre_desktop.errors import InvalidState, NoSuchThing
 from cadre_desktop.host.core.events import EventBus, EventKind
+from cadre_desktop.host.core.records import NodeStatus
 from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
@@ -19,10 +20,10 @@ from cadre_desktop.settings import Settings
 STAMP = "2024-01-01T00:00:00+00:00"
 
 
-def make_view(node_id: str, name: str, status: str = "unclaimed", **changes) -> NodeView:
+def make_view(node_id: str, name: str, status: NodeStatus | str = NodeStatus.UNCLAIMED, **changes) -> NodeView:
     port = 47100
     view = NodeView(
-        id=node_id, name=name, status=status, mode="claim", running=True, ready=True, pid=4242,
+        id=node_id, name=name, status=NodeStatus(status), mode="claim", running=True, ready=True, pid=4242,
         api_port=port, p2p_port=port + 1, peer_id=f"peer-{node_id}", cadre=None, attempts=0,
         next_retry_at=None, last_error=None,
         claim_url=f"http://127.0.0.1:{port}/claim?node={node_id}#secret-of-{node_id}" if status == "unclaimed" else None,
@@ -86,7 +87,7 @@ class FakeHost:
         view = self.get_node(node_id)
         if view.status != "error":
             raise InvalidState(f"Node {node_id} is {view.status}; only a node in error can be retried.")
-        return self.put(replace(view, status="unclaimed", attempts=0, last_error=None))
+        return self.put(replace(view, status=NodeStatus.UNCLAIMED, attempts=0, last_error=None))
 
     async def restart_node(self, node_id: str) -> NodeView:
         self.calls.append(("restart", node_id))
@@ -99,6 +100,7 @@ class FakeHost:
         view = self.get_node(node_id)
         if view.status != "unclaimed":
             raise InvalidState(f"Node {node_id} is {view.status}; only an unclaimed node has a claim secret.")
+        assert view.claim_url is not None  # an unclaimed view has one
         return self.put(replace(view, claim_url=view.claim_url + "-new"))
 
     async def remove_node(self, node_id: str) -> bool:

@@ -16,6 +16,7 @@ import selectors
 import socket
 import sys
 import time
+from typing import cast
 
 HALF = b"GET /api/nodes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer not-yet"
 
@@ -67,7 +68,7 @@ def main(host: str, port: int, count: int, seconds: float, source: str | None) -
 def churn(sel: selectors.BaseSelector, end: float, stats: dict, open_one) -> None:
     while time.monotonic() < end:
         for key, events in sel.select(timeout=0.1):
-            sock, half = key.fileobj, key.data
+            sock, half = cast(socket.socket, key.fileobj), key.data  # only sockets are registered
             if events & selectors.EVENT_WRITE:
                 if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                     sel.unregister(sock)

@@ -128,9 +128,11 @@ class HeadlessHost:
     def _limit_fds(self) -> None:
         import resource
 
+        assert self.fd_limit is not None  # set as preexec_fn only when there is a limit
         resource.setrlimit(resource.RLIMIT_NOFILE, (self.fd_limit, self.fd_limit))
 
     def _ready(self) -> bool:
+        assert self.proc is not None, "not started"
         if self.proc.poll() is not None:
             raise AssertionError(f"host exited with {self.proc.returncode}: {self.stderr()}")
         try:
@@ -155,13 +157,15 @@ class HeadlessHost:
                               capture_output=True, text=True, input=input, timeout=60)
 
     def stop(self) -> int:
-        if self.proc and self.proc.poll() is None:
+        assert self.proc is not None, "not started"
+        if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=30)
         self._stderr.close()
         return self.proc.returncode
 
     def kill(self) -> None:
+        assert self.proc is not None, "not started"
         self.proc.kill()
         self.proc.wait(timeout=10)
         self._stderr.close()

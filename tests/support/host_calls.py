@@ -35,9 +35,19 @@ def call(host: HeadlessHost, method: str, path: str, body: dict | None = None,
         return err.code, json.loads(err.read() or b"{}")
     except OSError:
         # Lost: fine only if the host is dead (or dying: the SIGKILL may be in flight).
-        wait_until(lambda: host.proc.poll() is not None, timeout=5,
+        proc = host.proc
+        assert proc is not None, "a call to a host that was never started"
+        wait_until(lambda: proc.poll() is not None, timeout=5,
                    what="the host to be dead after a lost answer (else it hung)")
         return None
+
+
+def answered(host: HeadlessHost, method: str, path: str, body: dict | None = None,
+             timeout: float = 30) -> tuple[int, dict]:
+    """`call` to a host the test expects to stay up: its (status, JSON body), never a lost answer."""
+    answer = call(host, method, path, body, timeout)
+    assert answer is not None, f"{method} {path}: the host died before it answered"
+    return answer
 
 
 def post_json(url: str, body: dict, token: str | None = None, timeout: float = 10) -> tuple[int, dict]:

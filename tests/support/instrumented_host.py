@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -51,7 +52,8 @@ class InstrumentedHost(HeadlessHost):
 def _install_stall(trigger: Path) -> None:
     from cadre_desktop.host.local import handles as state_module  # where state.json is written
 
-    real = state_module.write_json_atomic
+    patched: Any = state_module  # a name it imported, not one it exports: patched where it is looked up
+    real = patched.write_json_atomic
     known: set[str] = set()
 
     def write(path, doc, **kw):
@@ -62,7 +64,7 @@ def _install_stall(trigger: Path) -> None:
         real(path, doc, **kw)
         known.update(handles)
 
-    state_module.write_json_atomic = write
+    patched.write_json_atomic = write
 
 
 def _install_full_disk(trigger: Path) -> None:

@@ -66,7 +66,9 @@ class LendRig(Rig):
 
     def answer(self, donation_id: str, state: str = "awaiting_seed", peer: str = "cn1" + "p" * 32) -> None:
         """What the lent node's /status says from now on."""
-        handle = self.orch.get(self.donations.get(donation_id).handle)
+        donation = self.donations.get(donation_id)
+        assert donation is not None, f"no donation {donation_id}"
+        handle = self.orch.get(donation.handle)
         self.answers.by_port[handle.api_port] = {"node_id": donation_id, "donation_id": donation_id,
                                                  "state": state, "peer_id": peer}
 
@@ -98,3 +100,9 @@ class LendRig(Rig):
 
     def drow(self, donation_id="grn_aaaaaaaaaaaa") -> Donation | None:
         return self.donations.get(donation_id)
+
+    def present_drow(self, donation_id="grn_aaaaaaaaaaaa") -> Donation:
+        """The lent node's row, which the test expects to be there."""
+        row = self.donations.get(donation_id)
+        assert row is not None, f"no donation {donation_id}"
+        return row

@@ -45,6 +45,7 @@ class NodeServer:
         return self
 
     def _answers(self) -> bool:
+        assert self.proc is not None, "not started"
         if self.proc.poll() is not None:
             raise AssertionError(f"node exited {self.proc.returncode}: {self.log.read_text()}")
         try:
@@ -68,7 +69,8 @@ class NodeServer:
         return status, json.loads(data or b"{}")
 
     def stop(self) -> int:
-        if self.alive:
+        assert self.proc is not None, "not started"
+        if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(10)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Literal, TypeVar, cast
 
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01, what: str = "condition") -> T:
+def wait_until(predicate: Callable[[], T | None | Literal[False]], timeout: float = 10.0, interval: float = 0.01,
+               what: str = "condition") -> T:
+    """The predicate's first true value (so never its None or False)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -26,9 +28,8 @@ async def async_wait_until(
 ) -> T:
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
+        got = predicate()
+        value: T = await got if asyncio.iscoroutine(got) else cast(T, got)
         if value:
             return value
         if time.monotonic() > deadline:

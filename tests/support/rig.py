@@ -84,6 +84,12 @@ class Rig:
     def rec(self, node_id="n1") -> NodeRecord | None:
         return self.store.get(node_id)
 
+    def present_rec(self, node_id="n1") -> NodeRecord:
+        """The record, which the test expects to be there."""
+        rec = self.store.get(node_id)
+        assert rec is not None, f"no record {node_id}"
+        return rec
+
     def kinds(self):
         return [e.kind for e in self.seen]
 

@@ -53,6 +53,7 @@ class SecretServiceSession:
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
         self._procs.append(bus)
+        assert bus.stdout is not None
         address = bus.stdout.readline().strip()
         if not address:
             raise RuntimeError("dbus-daemon did not start")
@@ -67,6 +68,7 @@ class SecretServiceSession:
             ["gnome-keyring-daemon", "--foreground", "--unlock", "--components=secrets"],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
         )
+        assert keyring.stdin is not None
         keyring.stdin.write(b"test-keyring-password")
         keyring.stdin.close()
         self._procs.append(keyring)

@@ -48,7 +48,7 @@ class Aio:
 
     def wait(self, predicate, timeout: float = 15.0):
         """Poll `predicate` while Qt and asyncio run; return its last (true) value."""
-        seen = []
+        seen: list[object] = []
 
         def check() -> bool:
             seen[:] = [predicate()]

@@ -36,6 +36,7 @@ def test_a_second_launch_shows_the_first_window_and_exits_0(home, qtbot, aio):
         with qtbot.waitSignal(server.show_requested, timeout=20000):
             second = launch(home)
             qtbot.waitUntil(lambda: second.poll() is not None, timeout=20000)
+        assert second.stdout is not None
         assert second.returncode == 0, second.stdout.read()
         assert "already runs" in second.stdout.read()
         assert not (home / "control.json").exists()  # it never started a host

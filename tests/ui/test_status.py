@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from cadre_desktop.host.core.clock import iso
+from cadre_desktop.host.core.records import NodeStatus
 from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.ui.status import (
     TrayState,
@@ -25,7 +27,7 @@ from cadre_desktop.ui.status import (
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 BASE = NodeView(
-    id="n1", name="Kitchen", status="unclaimed", mode="claim", running=True, ready=True, pid=10, api_port=1, p2p_port=2,
+    id="n1", name="Kitchen", status=NodeStatus.UNCLAIMED, mode="claim", running=True, ready=True, pid=10, api_port=1, p2p_port=2,
     peer_id=None, cadre=None, attempts=0, next_retry_at=None, last_error=None, claim_url=None,
     advertise_host="127.0.0.1", created_at="", updated_at="", started_at=iso(NOW - timedelta(minutes=3)),
     log_path="",
@@ -110,7 +112,8 @@ def test_exit_line_prefers_the_engine_words_then_the_quoted_log_then_the_reason(
 
     class WithExit:
         last_exit = "exited with code 3: cannot open /dev/ttyUSB0"
-    assert exit_line(WithExit(), reason) == "exited with code 3: cannot open /dev/ttyUSB0"
+    # a view from a newer engine, which has the field the pane prefers
+    assert exit_line(WithExit(), reason) == "exited with code 3: cannot open /dev/ttyUSB0"  # type: ignore[arg-type]
 
 
 # -- the details pane's words ------------------------------------------------------------------
@@ -145,7 +148,7 @@ def test_details_words_read_new_engine_fields_when_there():
         exit_code = 3
         waiting_for = "keyring"
         last_decision = {"decision": "wait", "at": iso(NOW - timedelta(seconds=5)), "ms": 0.2, "error": None}
-    v = Newer()
+    v: Any = Newer()  # a view from a newer engine: fields NodeView does not have yet
     assert explain.exit_code(v) == 3
     assert explain.state_words(v, NOW).startswith("Waiting for the keyring")
     assert "Unlock your keyring" in explain.next_step(v)

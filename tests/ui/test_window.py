@@ -106,9 +106,12 @@ def test_a_keyring_failure_is_shown_in_words_and_adds_nothing(shell, aio, monkey
     import keyring.backends.fail
     from PySide6.QtWidgets import QApplication, QMessageBox
 
+    from cadre_desktop.ui.dialogs import AddDialog
+
     monkeypatch.setattr(shell.host.secrets, "_backend", keyring.backends.fail.Keyring())
     shell.ask_add()
     dialog = next(w for w in QApplication.topLevelWidgets() if w.windowTitle() == "Add node" and w.isVisible())
+    assert isinstance(dialog, AddDialog)
     dialog.accept()
     box = aio.wait(lambda: next((w for w in QApplication.topLevelWidgets()
                                  if isinstance(w, QMessageBox) and w.isVisible()), None))
@@ -247,6 +250,7 @@ def test_the_table_is_one_tab_stop_and_enter_delete_ctrl_r_act_on_the_row(shell,
 def test_every_button_has_a_mnemonic_and_a_tooltip_and_add_says_add(shell):
     from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
+    from cadre_desktop.ui.dialogs import AddDialog
     from cadre_desktop.ui.window import BUTTONS
 
     for attr, _text, _tip in BUTTONS:
@@ -254,6 +258,7 @@ def test_every_button_has_a_mnemonic_and_a_tooltip_and_add_says_add(shell):
         assert "&" in button.text() and button.toolTip(), attr
     shell.ask_add()
     dialog = next(w for w in QApplication.topLevelWidgets() if w.windowTitle() == "Add node" and w.isVisible())
+    assert isinstance(dialog, AddDialog)
     assert dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).text() == "&Add"
     dialog.reject()
 

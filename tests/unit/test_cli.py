@@ -12,6 +12,7 @@ import sys
 import threading
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -256,7 +257,11 @@ def test_remove_asks_on_a_terminal(capsys, served, monkeypatch, answer, removed)
     served.put(make_view("n-1", "kitchen"))
     monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(isatty=lambda: True))
     asked = []
-    monkeypatch.setattr("builtins.input", lambda q: asked.append(q) or answer)
+
+    def ask(q):
+        asked.append(q)
+        return answer
+    monkeypatch.setattr("builtins.input", ask)
     code, _, _ = run(capsys, "node", "remove", "n-1")
     assert "kitchen" in asked[0]
     assert code == (0 if removed else 1)
@@ -338,6 +343,7 @@ def test_logs_follow_prints_appended_lines_until_ctrl_c(home):
     child = subprocess.Popen([sys.executable, "-m", "cadre_desktop", "node", "logs", "n-1", "-f"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
+        assert child.stdout is not None
         assert child.stdout.readline() == b"old\n"
         with open(log, "a") as fh:
             fh.write("new\n")
@@ -358,7 +364,7 @@ def test_logs_follow_prints_appended_lines_until_ctrl_c(home):
 def test_watch_prints_a_line_per_event_and_exits_3_when_the_host_stops(capsys, home, as_json):
     served = ServedHost(home)
     served.put(make_view("n-1", "kitchen"))
-    result = {}
+    result: dict[str, int] = {}
     argv = ["node", "watch"] + (["--json"] if as_json else [])
     watcher = threading.Thread(target=lambda: result.setdefault("code", cli.main(argv)))
     watcher.start()
@@ -386,15 +392,23 @@ def test_watch_prints_a_line_per_event_and_exits_3_when_the_host_stops(capsys, h
 
 def test_no_arguments_start_the_tray_app(monkeypatch, home):
     seen = []
-    monkeypatch.setattr("cadre_desktop.ui.app.run_gui", lambda argv: seen.append(argv) or 0)
+
+    def run_gui(argv):
+        seen.append(argv)
+        return 0
+    monkeypatch.setattr("cadre_desktop.ui.app.run_gui", run_gui)
     assert cli.main([]) == 0 and seen == [[]]
 
 
 def test_headless_runs_the_runner_with_paths_and_settings(monkeypatch, home):
     (home / "settings.json").write_text(json.dumps({"sweep_ms": 1234}))
     seen = []
-    fake = types.ModuleType("cadre_desktop.cli.headless")
-    fake.run_headless = lambda paths, settings: seen.append((paths, settings)) or 7
+    fake: Any = types.ModuleType("cadre_desktop.cli.headless")  # a stand-in: its one function is set below
+
+    def run_headless(paths, settings):
+        seen.append((paths, settings))
+        return 7
+    fake.run_headless = run_headless
     monkeypatch.setitem(sys.modules, "cadre_desktop.cli.headless", fake)
     assert cli.main(["--headless"]) == 7
     assert seen[0][0] == resolve_paths() and seen[0][1].sweep_ms == 1234
@@ -420,7 +434,7 @@ def test_autostart_on_off_status_write_and_remove_the_xdg_entry(capsys, monkeypa
 
 def test_autostart_calls_the_ui_module(capsys, monkeypatch):
     calls = []
-    fake = types.ModuleType("cadre_desktop.autostart")
+    fake: Any = types.ModuleType("cadre_desktop.autostart")  # a stand-in: its functions are set below
     fake.enable, fake.disable, fake.status = (lambda: calls.append("on")), (lambda: calls.append("off")), (lambda: True)
     monkeypatch.setitem(sys.modules, "cadre_desktop.autostart", fake)
     monkeypatch.setattr("cadre_desktop.autostart", fake, raising=False)
@@ -452,7 +466,7 @@ def test_names_cadres_and_errors_from_the_network_are_escaped_in_every_output(ca
 def test_watch_escapes_names_and_details(capsys, home):
     served = ServedHost(home)
     served.put(make_view("n-1", "name" + HOSTILE))
-    result = {}
+    result: dict[str, int] = {}
     watcher = threading.Thread(target=lambda: result.setdefault("code", cli.main(["node", "watch"])))
     watcher.start()
     try:

@@ -55,7 +55,7 @@ def fake_node(tmp_path, monkeypatch):
     def settings(mode="serve"):
         monkeypatch.setenv("DOCTOR_TEST_MODE", mode)
         return Settings(node_command=[sys.executable, str(script)], port_range=(47800, 47899))
-    settings.report = lambda: json.loads(report.read_text())
+    settings.report = lambda: json.loads(report.read_text())  # type: ignore[attr-defined]  # the fixture hands both
     return settings
 
 

@@ -10,8 +10,10 @@ import json
 import pkgutil
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 import cadre_desktop
@@ -54,9 +56,9 @@ BUILTIN_EXCEPTIONS = {name for name, value in vars(builtins).items()
                       if inspect.isclass(value) and issubclass(value, BaseException)}
 
 
-def package_exceptions() -> set[type]:
+def package_exceptions() -> set[type[BaseException]]:
     """Every exception class defined in the package's importable modules (ui/ needs Qt: see below)."""
-    found = set()
+    found: set[type[BaseException]] = set()
     for info in pkgutil.walk_packages(cadre_desktop.__path__, "cadre_desktop."):
         if info.name.endswith("__main__") or info.name.startswith("cadre_desktop.ui"):
             continue
@@ -98,6 +100,7 @@ def test_each_error_says_whose_fault_it_is():
 
 def test_every_code_is_snake_case():
     for kind in package_exceptions():
+        assert issubclass(kind, CadreError), kind.__qualname__  # as the tree test holds; a code is a CadreError's
         assert re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", kind.code), f"{kind.__qualname__}: {kind.code!r}"
 
 
@@ -178,8 +181,14 @@ async def control_answer(error: BaseException) -> tuple[int, dict]:
     async def handler(request):
         raise error
 
-    response = await ControlServer._errors(None, make_mocked_request("GET", "/api/nodes"), handler)
-    return response.status, json.loads(response.body)["error"]
+    # the middleware alone: it uses nothing of the server, so no server is built
+    response = await ControlServer._errors(None, make_mocked_request("GET", "/api/nodes"), handler)  # type: ignore[arg-type]
+    return response.status, json_body(response)["error"]
+
+
+def json_body(response: web.StreamResponse) -> Any:
+    assert isinstance(response, web.Response) and isinstance(response.body, bytes), response
+    return json.loads(response.body)
 
 
 @pytest.mark.parametrize(("error", "status", "code"), CONTROL_ANSWERS[:4], ids=lambda v: getattr(v, "code", v))
@@ -213,7 +222,7 @@ async def lend_answer(error: BaseException) -> ApiError:
 
     request = make_mocked_request("POST", "/grants/g/donations")
     with pytest.raises(ApiError) as answered:
-        await LendServer._refusals(None, request, handler)
+        await LendServer._refusals(None, request, handler)  # type: ignore[arg-type]  # the middleware alone, no server
     return answered.value
 
 
@@ -265,7 +274,8 @@ async def test_the_lend_api_leaves_our_bug_to_the_500_internal_answer():
         raise Bug("a rule was broken")
 
     with pytest.raises(Bug):
-        await LendServer._refusals(None, make_mocked_request("GET", "/grants/g"), handler)
+        await LendServer._refusals(None,  # type: ignore[arg-type]  # the middleware alone, no server
+                                   make_mocked_request("GET", "/grants/g"), handler)
 
 
 async def test_the_lend_api_passes_its_own_answers_through():
@@ -309,7 +319,7 @@ async def test_the_node_api_answers_each_error_as_the_contract_says(error, statu
 
     response = await errors_as_json(make_mocked_request("POST", "/claim"), handler)
     assert response.status == status
-    assert json.loads(response.body)["error"]["code"] == code
+    assert json_body(response)["error"]["code"] == code
 
 
 @pytest.mark.parametrize(("error", "status", "code", "header"), [
@@ -327,7 +337,10 @@ async def test_the_nodes_own_server_answers_each_error_as_the_contract_says(erro
 
     api = Api.__new__(Api)  # the routes alone: the edge is Api.answer, whatever the node behind it
     api.routes = {"/claim": {"POST": handler}}
-    answer = await api.answer(Request("POST", "/claim", "", {}, "10.0.0.9", lambda: None))
+
+    async def unread() -> bytes:
+        raise AssertionError("the handler reads no body")
+    answer = await api.answer(Request("POST", "/claim", "", {}, "10.0.0.9", unread))
     assert (answer.status, json.loads(answer.body)["error"]["code"]) == (status, code)
     assert header is None or header in answer.headers
 
@@ -444,14 +457,17 @@ def test_a_broken_rule_of_the_lifecycle_is_not_taken_for_an_unreadable_record():
 
 def codes_raised(kinds: set[str], paths) -> set[str]:
     """The `code=` of every refusal of `kinds` built in `paths` (a code read from elsewhere shows as '?')."""
-    codes = set()
+    codes: set[str] = set()
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) in kinds:
                 for keyword in node.keywords:
                     if keyword.arg == "code":
                         value = keyword.value
-                        codes.add(value.value if isinstance(value, ast.Constant) else "?")
+                        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                            codes.add(value.value)
+                        else:
+                            codes.add("?")
     return codes
 
 

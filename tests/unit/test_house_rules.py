@@ -22,6 +22,7 @@ def long_functions(path: Path, limit: int, root: Path = PKG.parent) -> list[str]
     found = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            assert node.end_lineno is not None  # ast.parse sets it
             length = node.end_lineno - node.lineno + 1
             if length > limit:
                 found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({length} lines)")

@@ -1,12 +1,13 @@
 """The one builder of a node child's environment (node contract §1), used by the orchestrator and doctor."""
 
 from pathlib import Path
+from typing import Any
 
 from cadre_desktop.host.local import launch
 
 
 def build(**changes):
-    args = dict(node_id="n1", work=Path("/home/x/nodes/n1"), bind_host="0.0.0.0", ports=(47100, 47101),
+    args: dict[str, Any] = dict(node_id="n1", work=Path("/home/x/nodes/n1"), bind_host="0.0.0.0", ports=(47100, 47101),
                 advertise_host="192.0.2.7", attempt=3, secret_env={"CADRE_CLAIM_SECRET": "s3cret"})
     args.update(changes)
     return launch.node_env({"PATH": "/bin", "CADRE_INVITATION": "stale", "CADRE_NODE_ID": "other"}, **args)

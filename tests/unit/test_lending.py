@@ -165,7 +165,7 @@ async def test_a_seed_the_node_takes_makes_it_seeded_and_a_refusal_says_why(rig)
 
 async def test_a_loan_ended_while_its_seed_token_is_written_leaves_nothing(tmp_path):
     keyring = HangingKeyring()
-    keyring.set_password = _hang_then(keyring, keyring.set_password)
+    keyring.set_password = _hang_then(keyring, keyring.set_password)  # type: ignore[method-assign]  # its writes hang too
     rig = LendRig(tmp_path, keyring=keyring)
     try:
         keyring.release.set()
@@ -348,6 +348,7 @@ async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leak
     try:
         row = rig.donation(status=D.SEEDED)
         rig.donations.put(row.replace(api_port=41010, p2p_port=41011))
+        assert row.handle is not None  # the row runs on a (fake) child
         old = Handle(id=row.handle, node_id=row.id, pid=999999, identity=procs.Identity("0"), api_port=41010,
                      p2p_port=41011, started_at="", alive=False, returncode=1)
         orch._handles[old.id] = old
@@ -358,7 +359,7 @@ async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leak
         assert not ports.try_reserve([41010]) and not ports.try_reserve([41011]), "the old handle's ports are free"
         free = [p for p in range(41000, 41100) if p not in (41010, 41011) and port_is_free("127.0.0.1", p)]
         assert ports.allocate(2) == free[:2], "the failed launch left a port held"
-        assert rig.drow().attempts == 1 and "could not start the node program" in rig.drow().error
+        assert rig.present_drow().attempts == 1 and "could not start the node program" in (rig.present_drow().error or "")
     finally:
         orch.close()
         await rig.close()

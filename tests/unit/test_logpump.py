@@ -62,6 +62,7 @@ def test_two_pumps_on_one_log_never_push_it_past_the_cap(tmp_path):
 def test_the_pump_process_drains_its_input_ignores_sigterm_and_ends_at_end_of_file(tmp_path):
     path = tmp_path / "node.log"
     proc = subprocess.Popen([*nodelogs.pump_command(), str(path), "4096"], stdin=subprocess.PIPE)
+    assert proc.stdin is not None
     proc.stdin.write(b"first\n")
     proc.stdin.flush()
     wait_until(lambda: path.exists() and path.read_bytes() == b"first\n", what="the pump's first line")

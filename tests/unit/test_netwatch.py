@@ -30,7 +30,8 @@ def make(clock, source, changes, wakes=None):
 
 
 async def test_a_change_that_holds_is_acted_on_once():
-    clock, src, changes = FakeClock(), Source(), []
+    clock, src = FakeClock(), Source()
+    changes: list[tuple[str, str]] = []
     w = make(clock, src, changes)
     src.value = "10.0.0.7"
     task = asyncio.create_task(w.check())
@@ -43,7 +44,8 @@ async def test_a_change_that_holds_is_acted_on_once():
 
 
 async def test_a_flap_within_the_debounce_does_nothing():
-    clock, src, changes = FakeClock(), Source(), []
+    clock, src = FakeClock(), Source()
+    changes: list[tuple[str, str]] = []
     w = make(clock, src, changes)
     src.value = "10.0.0.7"
     task = asyncio.create_task(w.check())
@@ -56,9 +58,14 @@ async def test_a_flap_within_the_debounce_does_nothing():
 
 
 async def test_no_busy_polling_the_loop_waits_its_interval():
-    clock, src, changes = FakeClock(), Source(), []
+    clock, src = FakeClock(), Source()
+    changes: list[tuple[str, str]] = []
     reads = []
-    w = make(clock, lambda: reads.append(1) or src.value, changes)
+
+    def read():
+        reads.append(1)
+        return src.value
+    w = make(clock, read, changes)
     reads.clear()
     w.start()
     await settle()
@@ -71,7 +78,9 @@ async def test_no_busy_polling_the_loop_waits_its_interval():
 
 
 async def test_wake_is_a_gap_between_wall_and_monotonic_clocks():
-    clock, src, changes, wakes = FakeClock(), Source(), [], []
+    clock, src = FakeClock(), Source()
+    changes: list[tuple[str, str]] = []
+    wakes: list[float] = []
     w = make(clock, src, changes, wakes)
     w.start()
     await settle()
@@ -130,7 +139,8 @@ async def test_after_a_wake_every_node_is_probed_at_once(rig):
     probe.start()
     await async_wait_until(lambda: len(answers.calls) == 2, what="first round")
     await settle()
-    watcher = AddressWatcher(source=lambda: "x", clock=rig.clock, on_change=None,
+    watcher = AddressWatcher(source=lambda: "x", clock=rig.clock,
+                             on_change=None,  # type: ignore[arg-type]  # the address never changes here
                              on_wake=lambda slept: probe.probe_soon(), interval_s=15)
     watcher.start()
     await settle()

@@ -63,7 +63,7 @@ async def test_unclaimed_answer_only_fills_the_peer_id(rig):
 async def test_a_node_that_answered_then_went_silent_is_reported_unresponsive_never_stopped(rig):
     rig.node(status=NodeStatus.JOINED, live=True)
     handle = rig.store.get("n1").handle
-    reported = []
+    reported: list[str] = []
     rig.probe.on_unresponsive = reported.append
     rig.answers.by_port[port_of(rig)] = status("joined")
     await rig.probe.probe_all()

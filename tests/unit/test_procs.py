@@ -1,5 +1,6 @@
 """Each platform's branch of the process seam, exercised with fake OS calls."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -95,7 +96,7 @@ def test_zombie_counts_as_gone():
 
 async def test_thread_watcher_branch_reports_exit(monkeypatch):
     import asyncio
-    monkeypatch.delattr(procs.os, "pidfd_open", raising=False)
+    monkeypatch.delattr(os, "pidfd_open", raising=False)
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(7)"])
     loop = asyncio.get_running_loop()
     got = loop.create_future()
@@ -110,10 +111,15 @@ def test_end_child_terminates_then_kills_after_the_grace_only_when_the_child_sta
                                  "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                                  "print('ready', flush=True)\ntime.sleep(60)"],
                                 stdout=subprocess.PIPE, start_new_session=True)
+    assert stubborn.stdout is not None
     assert stubborn.stdout.readline() == b"ready\n"
     rec = Recorder()
     real = procs.SignalOps()
-    ops = procs.SignalOps(killpg=lambda pid, sig: (rec.killpg(pid, sig), real.killpg(pid, sig)), kill=rec.kill)
+
+    def killpg(pid: int, sig: int) -> None:
+        rec.killpg(pid, sig)
+        real.killpg(pid, sig)
+    ops = procs.SignalOps(killpg=killpg, kill=rec.kill)
     assert procs.end_child(stubborn, grace_s=0.2, platform="linux", ops=ops) == -signal.SIGKILL
     assert rec.calls == [("killpg", stubborn.pid, signal.SIGTERM), ("killpg", stubborn.pid, signal.SIGKILL)]
     stubborn.stdout.close()
@@ -135,7 +141,8 @@ class FakePopen:
     """A child that ends only at the n-th wait (n=1: on the terminate; n=2: only after the kill)."""
 
     def __init__(self, ends_at_wait: int):
-        self.pid, self.returncode, self._waits, self._ends_at = 4242, None, 0, ends_at_wait
+        self.pid, self._waits, self._ends_at = 4242, 0, ends_at_wait
+        self.returncode: int | None = None
 
     def poll(self):
         return self.returncode
@@ -155,8 +162,11 @@ class FakePopen:
 def test_end_child_on_each_platform_breaks_or_terminates_first_and_kills_only_a_child_that_stays(
         platform, terminate, kill):
     rec = Recorder()
-    assert procs.end_child(FakePopen(ends_at_wait=1), grace_s=0.01, platform=platform, ops=rec.ops()) == 1
+    # a fake child (pid, poll, wait) where a Popen goes
+    assert procs.end_child(FakePopen(ends_at_wait=1),  # type: ignore[arg-type]
+                           grace_s=0.01, platform=platform, ops=rec.ops()) == 1
     assert rec.calls == [terminate]
     rec.calls.clear()
-    assert procs.end_child(FakePopen(ends_at_wait=2), grace_s=0.01, platform=platform, ops=rec.ops()) == 1
+    assert procs.end_child(FakePopen(ends_at_wait=2),  # type: ignore[arg-type]
+                           grace_s=0.01, platform=platform, ops=rec.ops()) == 1
     assert rec.calls == [terminate, kill]

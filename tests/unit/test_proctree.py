@@ -119,6 +119,7 @@ def test_group_leftovers_are_never_taken_from_a_reused_leader_pid(tmp_path, spaw
     nodes = tmp_path / "nodes"
     leader = spawned(["import time; time.sleep(60)"], start_new_session=True, env=node_env(nodes, "n1"))
     real = procs.read_identity(leader.pid)
+    assert real is not None  # a live child has one
     wait_until(lambda: procs.environment(leader.pid).get("CADRE_NODE_ID") == "n1", what="child env")
     assert proctree.group_leftovers(leader.pid, real, "n1", nodes) == [leader.pid]
     other = procs.Identity(str(int(real.start_time) - 5), real.boot_id)
@@ -247,7 +248,9 @@ async def test_posix_leader_death_kills_what_is_left_of_its_group(platform, spaw
         start_new_session=True,
     )
     grandchild = int(wrapper.stdout.readline())
-    handle = Handle("n1.x", "n1", wrapper.pid, procs.read_identity(wrapper.pid, platform), 1, 2, "",
+    identity = procs.read_identity(wrapper.pid, platform)
+    assert identity is not None  # a live child has one
+    handle = Handle("n1.x", "n1", wrapper.pid, identity, 1, 2, "",
                     pgid=wrapper.pid)
     wrapper.kill()
     wrapper.wait()

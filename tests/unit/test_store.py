@@ -47,7 +47,9 @@ def test_unknown_fields_of_a_newer_build_are_kept(tmp_path):
     path = tmp_path / "hosted-nodes.json"
     path.write_text(json.dumps({"version": 1, "nodes": {"n1": {"name": "A", "status": "joined", "colour": "red"}}}))
     store = RecordStore(path)
-    store.put(store.get("n1").replace(name="B"))
+    rec = store.get("n1")
+    assert rec is not None
+    store.put(rec.replace(name="B"))
     assert json.loads(path.read_text())["nodes"]["n1"]["colour"] == "red"
 
 
@@ -131,10 +133,13 @@ def test_upgrade_runs_one_function_per_version_step_and_keeps_a_backup(tmp_path)
         return {"nodes": nodes}
 
     store = RecordStore(path, version=3, upgrades={1: v1_to_v2, 2: v2_to_v3})
-    assert store.get("n1").name == "Old"
+    old = store.get("n1")
+    assert old is not None and old.name == "Old"
     assert calls == [1, 2]
     assert path.read_bytes() == original  # reading never rewrites
-    store.put(store.get("n1").replace(name="New"))
+    reread = store.get("n1")
+    assert reread is not None
+    store.put(reread.replace(name="New"))
     assert json.loads(path.read_text())["version"] == 3
     assert (tmp_path / "hosted-nodes.json.v1.bak").read_bytes() == original
 

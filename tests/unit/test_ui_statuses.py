@@ -22,7 +22,7 @@ def _is_status(node: ast.AST) -> bool:
 
 def _literal_tuples(tree: ast.Module) -> dict[str, ast.AST]:
     """Module-level names bound to a tuple, list or set display (`SUPERVISED = ("a", "b")`)."""
-    found = {}
+    found: dict[str, ast.AST] = {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, (ast.Tuple, ast.List, ast.Set)):
             for target in stmt.targets:

@@ -131,7 +131,9 @@ class Desktop:
         return None
 
     def tray_box(self) -> Box:
-        return self.geometry(self.window_id("--classname", "panel"))
+        panel = self.window_id("--classname", "panel")
+        assert panel is not None, "no panel window on the desktop"
+        return self.geometry(panel)
 
     def screenshot(self, path: Path, box: Box | None = None) -> dict[str, int]:
         """Save the screen (or a box of it) to `path`; for a box, return its colours and their counts."""
