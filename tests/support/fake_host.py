@@ -41,6 +41,8 @@ class FakeHost:
         self.bus = EventBus()
         self.calls: list[tuple] = []
         self.fail_next: Exception | None = None
+        #: No lending in a fake host: its routes answer that lending is not ready.
+        self.lending = None
         self._counter = 0
 
     def subscribe(self, listener):
@@ -64,7 +66,7 @@ class FakeHost:
         except KeyError:
             raise NoSuchThing(f"No node with id {node_id!r}.") from None
 
-    async def add_node(self, name: str | None) -> NodeView:
+    async def add_node(self, name: str | None = None) -> NodeView:
         self.calls.append(("add", name))
         self._maybe_fail()
         self._counter += 1
@@ -73,7 +75,7 @@ class FakeHost:
         self.bus.emit(EventKind.ADDED, node_id)
         return view
 
-    async def join_node(self, invitation: str, name: str | None) -> NodeView:
+    async def join_node(self, invitation: str, name: str | None = None) -> NodeView:
         self.calls.append(("join", invitation, name))
         self._maybe_fail()
         self._counter += 1
@@ -81,6 +83,10 @@ class FakeHost:
         view = self.put(make_view(node_id, name or "joined node", "joining", mode="invitation"))
         self.bus.emit(EventKind.ADDED, node_id)
         return view
+
+    async def invite_node(self, node_id: str, name: str | None = None) -> NodeView:
+        self.get_node(node_id)
+        raise InvalidState("this fake host invites no node")
 
     async def retry_node(self, node_id: str) -> NodeView:
         self.calls.append(("retry", node_id))
@@ -114,8 +120,8 @@ class FakeHost:
 class ExplodingHost(FakeHost):
     """add_node fails with an exception nobody planned for, carrying a secret in its text."""
 
-    async def add_node(self, name):
+    async def add_node(self, name: str | None = None) -> NodeView:
         raise RuntimeError("boom with secret-of-everything")
 
-    async def join_node(self, invitation, name):
+    async def join_node(self, invitation: str, name: str | None = None) -> NodeView:
         raise RuntimeError(f"could not parse {invitation}")

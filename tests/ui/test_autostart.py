@@ -167,6 +167,7 @@ def test_the_login_entry_carries_the_home_made_absolute_and_the_keyring(tmp_path
     env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg"), "CADRE_DESKTOP_HOME": "my home",
            "PYTHON_KEYRING_BACKEND": "keyring.backends.SecretService.Keyring", "XDG_DATA_HOME": "/elsewhere"}
     xdg = backend("linux", env=env, command=COMMAND)
+    assert isinstance(xdg, XdgAutostart)
     xdg.enable()
     exec_line = next(line for line in xdg.path.read_text().splitlines() if line.startswith("Exec="))
     assert exec_line == (f'Exec=env "CADRE_DESKTOP_HOME={tmp_path}/my home" '

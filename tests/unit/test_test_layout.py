@@ -146,6 +146,19 @@ def test_the_fake_clock_has_every_call_of_both_clock_seams(seam):
     assert {m: have.get(m) for m in wanted} == wanted
 
 
+def test_the_fake_hosts_have_every_call_the_control_api_makes():
+    from cadre_desktop.host.edges.control import ServedHost
+    from tests.support.fake_host import ExplodingHost, FakeHost
+
+    wanted = public_methods(ServedHost)
+    assert len(wanted) >= 10, "the seam has no methods: the check would pass on anything"
+    for fake in (FakeHost, ExplodingHost):
+        have = {name: inspect.iscoroutinefunction(getattr(fake, name, None)) for name in wanted}
+        assert have == wanted, fake
+    host = FakeHost(Path("/nonexistent"))
+    assert hasattr(host, "paths") and hasattr(host, "lending")
+
+
 def test_every_test_keyring_is_a_keyring_backend():
     from keyring.backend import KeyringBackend
 

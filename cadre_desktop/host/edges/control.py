@@ -31,7 +31,7 @@ import secrets
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
@@ -42,15 +42,47 @@ from cadre_desktop.host.core.events import LENDING_EVENTS, HostEvent
 from cadre_desktop.host.core.jsondoc import read_versioned
 from cadre_desktop.host.core.records import is_node_id
 from cadre_desktop.host.core.validate import clean_invitation, clean_name
+from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.host.edges import lend_control
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.webguard import GuardedSockSite, busy_middleware
 from cadre_desktop.netguard import ConnectionGuard, bind_socket
+from cadre_desktop.paths import Paths
 from cadre_desktop.readfile import read_bytes
 from cadre_desktop.text import url_host
 
 if TYPE_CHECKING:
-    from cadre_desktop.host.host import Host
+    from cadre_desktop.host.lend_host import Lending
+
+
+class ServedHost(Protocol):
+    """What the control API asks of the host it serves: the Host, or a fake in unit tests."""
+
+    @property
+    def paths(self) -> Paths: ...
+
+    @property
+    def lending(self) -> Lending | None: ...
+
+    def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]: ...
+
+    def list_nodes(self) -> list[NodeView]: ...
+
+    def get_node(self, node_id: str) -> NodeView: ...
+
+    async def add_node(self, name: str | None = None) -> NodeView: ...
+
+    async def join_node(self, invitation: str, name: str | None = None) -> NodeView: ...
+
+    async def invite_node(self, node_id: str, name: str | None = None) -> NodeView: ...
+
+    async def retry_node(self, node_id: str) -> NodeView: ...
+
+    async def restart_node(self, node_id: str) -> NodeView: ...
+
+    async def regenerate_node(self, node_id: str) -> NodeView: ...
+
+    async def remove_node(self, node_id: str) -> bool: ...
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +178,7 @@ def _redact(text: str, secrets_: list[str]) -> str:
 
 
 class ControlServer:
-    def __init__(self, host: Host, control_file: Path, *, bind: str = "127.0.0.1",
+    def __init__(self, host: ServedHost, control_file: Path, *, bind: str = "127.0.0.1",
                  heartbeat_s: float = HEARTBEAT_S) -> None:
         if bind not in _LOOPBACK:
             raise ValueError(f"the control API listens on loopback only, not {bind!r}")

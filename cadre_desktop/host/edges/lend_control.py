@@ -30,8 +30,7 @@ from cadre_desktop.host.core.records import is_node_id
 from cadre_desktop.host.lending.views import LendingViews
 
 if TYPE_CHECKING:
-    from cadre_desktop.host.edges.control import ControlServer
-    from cadre_desktop.host.host import Host
+    from cadre_desktop.host.edges.control import ControlServer, ServedHost
     from cadre_desktop.host.lend_host import Lending
 
 GRANT_FIELDS = {"label", "max_nodes", "expires_in_s"}
@@ -109,7 +108,7 @@ def routes(server: ControlServer) -> list[web.RouteDef]:
     ]
 
 
-def event_data(host: Host, event: HostEvent) -> dict[str, Any]:
+def event_data(host: ServedHost, event: HostEvent) -> dict[str, Any]:
     """What an event stream carries for a lending event: the row's view, or null once it is gone."""
     lending = host.lending
     kind = "grant" if event.kind.value.startswith("grant") else "donation"
@@ -123,5 +122,5 @@ def event_data(host: Host, event: HostEvent) -> dict[str, Any]:
     return {"id": event.node_id, kind: view, "detail": event.detail}
 
 
-def event_bytes(host: Host, event: HostEvent) -> bytes:
+def event_bytes(host: ServedHost, event: HostEvent) -> bytes:
     return f"event: {event.kind.value}\ndata: {json.dumps(event_data(host, event))}\n\n".encode()
