@@ -25,6 +25,7 @@ from cadre_desktop.node.invitation_code import InvitationCode, parse_invitation
 from cadre_desktop.wire.http_status import answer_to
 from cadre_desktop.wire.refusal import RequestRefused
 from tests.support.hostile import FUZZ, SEED, checked_answer, json_values, near_misses, requests, texts
+from tests.support.imports import sources
 from tests.support.node_server import NodeServer, send_raw
 
 WIDE_OPEN = {"CADRE_CLAIM_MAX_FAILURES": "1000", "CADRE_CLAIM_LOCKOUT_MS": "100", "CADRE_BODY_TIMEOUT_MS": "500"}
@@ -239,8 +240,10 @@ def test_no_secret_is_compared_with_an_ordinary_equality():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "cadre_desktop"
-    files = sorted((root / "node").glob("*.py")) + [root / "host" / "control.py", root / "cli" / "client.py"]
-    files += [root / "host" / name for name in ("lend_api.py", "lending.py", "grants.py", "lend_control.py")]
+    files = sources("node") + sources("wire") + [root / "host/edges/control.py", root / "cli/client.py"]
+    files += [root / "host" / name for name in ("edges/lend_api.py", "lending/service.py", "lending/grants.py",
+                                                 "edges/lend_control.py")]
+    assert all(f.is_file() for f in files), [f for f in files if not f.is_file()]
 
     def equalities_on_secrets(source: str) -> list[str]:
         found = []
