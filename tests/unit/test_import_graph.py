@@ -16,7 +16,9 @@ PKG = Path(__file__).parents[2] / "cadre_desktop"
 
 
 def module_names(root: Path) -> dict[str, Path]:
-    return {module_name(root, path): path for path in root.rglob("*.py")}
+    names = {module_name(root, path): path for path in root.rglob("*.py")}
+    assert names, f"no module under {root}: the graph would be empty and free of cycles"
+    return names
 
 
 def import_graph(root: Path) -> dict[str, set[str]]:

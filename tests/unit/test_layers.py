@@ -52,16 +52,37 @@ ROOMS = {
 }
 
 
-def test_each_room_of_the_engine_imports_only_the_rooms_below_it():
-    """At run time. An edge may name the Host it serves in an annotation (under TYPE_CHECKING):
-    that is a type, not a dependency, and the import graph test keeps it free of cycles."""
+def room_violations(pkg: Path) -> list[str]:
+    """Run-time imports across the engine's rooms that ROOMS does not allow. An edge may name the
+    Host it serves in an annotation (under TYPE_CHECKING): a type, not a dependency, and the
+    import graph test keeps it free of cycles."""
+    found = []
     for room, allowed in ROOMS.items():
         own = "cadre_desktop." + room.replace("/", ".")
-        for path in sources(room):
-            for name in {module for module, _ in imported(PKG, path, running_only=True)}:
+        paths = sorted((pkg / room).rglob("*.py"))
+        assert paths, f"{pkg / room} holds no module: the check would walk nothing"
+        for path in paths:
+            for name in {module for module, _ in imported(pkg, path, running_only=True)}:
                 if not name.startswith("cadre_desktop.host.") or name.startswith(own):
                     continue
-                assert any(name == a or name.startswith(a + ".") for a in allowed), f"{path} imports {name}"
+                if not any(name == a or name.startswith(a + ".") for a in allowed):
+                    found.append(f"{path.relative_to(pkg)} imports {name}")
+    return found
+
+
+def test_each_room_of_the_engine_imports_only_the_rooms_below_it():
+    assert room_violations(PKG) == []
+
+
+def test_the_room_check_sees_a_planted_upward_import(tmp_path):
+    pkg = tmp_path / "cadre_desktop"
+    for room in ROOMS:
+        (pkg / room).mkdir(parents=True)
+        (pkg / room / "__init__.py").write_text("")
+    (pkg / "host/core/planted.py").write_text("from cadre_desktop.host.local import orchestrator\n")
+    (pkg / "host/edges/typed.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cadre_desktop.host.host import Host\n")
+    assert room_violations(pkg) == ["host/core/planted.py imports cadre_desktop.host.local"]
 
 
 def test_every_room_says_what_it_holds_and_may_import():

@@ -25,7 +25,9 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 def python_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    found = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    assert found, f"no Python file under {root}: the layout rules would pass on nothing"
+    return found
 
 
 def imported_modules(root: Path, path: Path) -> set[str]:
