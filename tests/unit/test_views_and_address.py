@@ -57,3 +57,16 @@ def test_a_listener_that_raises_does_not_stop_the_others_and_removal_is_idempote
     remove()
     listeners.tell(2)
     assert heard == [1]
+
+
+def test_both_kinds_of_view_are_supervised_views():
+    """The shared base the front ends read through: every field it names is a field of both views."""
+    import dataclasses
+
+    from cadre_desktop.host.core.views import NodeView, SupervisedView
+    from cadre_desktop.host.lending.views import DonationView
+
+    shared = {name for name, value in vars(SupervisedView).items() if isinstance(value, property)}
+    assert len(shared) >= 15
+    for view in (NodeView, DonationView):
+        assert shared <= {f.name for f in dataclasses.fields(view)}, view

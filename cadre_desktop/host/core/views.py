@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.core.address import claim_url
@@ -25,6 +25,45 @@ from cadre_desktop.host.core.store import RecordStore
 if TYPE_CHECKING:
     from cadre_desktop.host.core.probe import Probe
     from cadre_desktop.host.core.supervisor import Supervisor
+
+
+class SupervisedView(Protocol):
+    """What the views of every supervised kind share (a hosted node's `NodeView`, a lent
+    node's `DonationView`): the one shape the front ends read a node's life through.
+    Read-only; each view keeps its own field order, which is its JSON's."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def api_port(self) -> int | None: ...
+    @property
+    def peer_id(self) -> str | None: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def next_retry_at(self) -> str | None: ...
+    @property
+    def last_error(self) -> str | None: ...
+    @property
+    def last_exit(self) -> str | None: ...
+    @property
+    def waiting_for(self) -> str | None: ...
+    @property
+    def last_decision(self) -> dict[str, Any] | None: ...
+    @property
+    def created_at(self) -> str: ...
+    @property
+    def updated_at(self) -> str: ...
+    @property
+    def started_at(self) -> str | None: ...
+    @property
+    def log_path(self) -> str: ...
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
