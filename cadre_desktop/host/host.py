@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from cadre_desktop.errors import Bug, CadreError, NoSuchThing
 from cadre_desktop.host import live_settings
 from cadre_desktop.host.core.address import ConfiguredAddress
+from cadre_desktop.host.core.caps import caps_view, node_caps
 from cadre_desktop.host.core.clock import Clock
-from cadre_desktop.host.core.driver import NodeDriver
+from cadre_desktop.host.core.driver import NodeCaps, NodeDriver
 from cadre_desktop.host.core.events import EventBus, EventKind, HostEvent
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Lifecycle
@@ -145,7 +146,8 @@ class Host:
 
     async def _start(self) -> None:
         lending = self._load_files()
-        driver = make_driver(self.settings, self.paths, lambda: self.netwatch.current)
+        driver = make_driver(self.settings, self.paths, lambda: self.netwatch.current,
+                             caps_for=self._caps_for, home_id=self.store.home_id)
         report = await driver.init()
         # Only once every file was read and found good: an upgrade writes the records.
         self._bind_keyring()
@@ -214,8 +216,14 @@ class Host:
             store=self.store, driver=driver, supervisor=supervisor, probe=probe,
             clock=self.clock, address=lambda: self.netwatch.current, log_path=self.paths.node_log,
             claim_secret=lambda node_id: gate.cached(node_id, SecretKind.CLAIM),
+            caps=lambda record: caps_view(node_caps(record, self.settings),
+                                          driver.caps_enforcement(node_caps(record, self.settings))),
         )
         return Parts(driver=driver, gate=gate, probe=probe, supervisor=supervisor, service=service, views=views)
+
+    def _caps_for(self, node_id: str) -> NodeCaps:
+        """The caps of a node's next start: its record's, else the settings' (read at each start)."""
+        return node_caps(self.store.get(node_id), self.settings)
 
     def _bind_keyring(self) -> None:
         """Key this home's keyring entries by its id; an upgraded records file is written

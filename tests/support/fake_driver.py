@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from cadre_desktop.errors import SpawnError
-from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, ExitListener, InitReport, status_of
+from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, Exit, ExitListener, InitReport, NodeCaps, status_of
 
 SECRET_VARS = ("CADRE_CLAIM_SECRET", "CADRE_INVITATION")
 
@@ -180,6 +180,9 @@ class FakeOrchestrator:
         """Stop watching: a closed driver tells no more exits; its instances keep running."""
         self.closed = True
         self.listeners.clear()
+
+    def caps_enforcement(self, caps: NodeCaps) -> CapsEnforcement:
+        return CapsEnforcement(enforced=not (caps.cpu_percent or caps.memory_mb), how="not enforced: a fake driver")
 
     def reconfigure(self, config):
         self.config = config
