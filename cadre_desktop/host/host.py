@@ -15,15 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cadre_desktop.errors import Bug, CadreError, NoSuchThing
+from cadre_desktop.errors import Bug, CadreError, InvalidState, NoSuchThing
 from cadre_desktop.host import live_settings
 from cadre_desktop.host.core.address import ConfiguredAddress
-from cadre_desktop.host.core.caps import caps_view, node_caps
+from cadre_desktop.host.core.caps import caps_view, check_caps_change, node_caps
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.driver import NodeCaps, NodeDriver
 from cadre_desktop.host.core.events import EventBus, EventKind, HostEvent
 from cadre_desktop.host.core.keyring_gate import KeyringGate
-from cadre_desktop.host.core.lifecycle import Lifecycle
+from cadre_desktop.host.core.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.lock import HostLock
 from cadre_desktop.host.core.netwatch import AddressWatcher, restart_stale
 from cadre_desktop.host.core.preflight import check_bind_host, prepare_home
@@ -378,6 +378,15 @@ class Host:
         view = await self.join_node(invitation, name)
         log.info("node %s invited node %s into cadre %r", node_id, view.id, inviting.cadre)
         return view
+
+    async def set_node_caps(self, node_id: str, change: dict[str, Any]) -> NodeView:
+        """A node's own caps and `always_run` (`PATCH /api/nodes/{id}`, `node set`): checked whole,
+        then written at once; the driver takes them at the node's next start (a Restart)."""
+        checked = check_caps_change(change)
+        if self.lifecycle.apply(node_id, Change.CAPS, lambda r: r.replace(**checked)) is None:
+            self.get_node(node_id)  # no such node: its error
+            raise InvalidState(f"Node {node_id} is being created; set its caps once it has started.")
+        return self.get_node(node_id)
 
     async def remove_node(self, node_id: str) -> bool:
         return await self._running().service.remove(node_id)

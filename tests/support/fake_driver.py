@@ -201,12 +201,12 @@ class FakeOrchestrator:
         """The node prints `lines` to its log."""
         self.logs.setdefault(node_id, []).extend(lines)
 
-    def exit(self, handle_id, code=1, requested=False):
+    def exit(self, handle_id, code=1, requested=False, cause=None):
         h = self.handles[handle_id]
         h.alive = False
         h.returncode = code
         for listener in list(self.listeners):
-            listener(Exit(h.id, h.node_id, h.pid, code, requested))
+            listener(Exit(h.id, h.node_id, h.pid, code, requested, cause))
 
     def spawns_of(self, node_id):
         return [s for s in self.spawned if s[0] == node_id]

@@ -163,21 +163,31 @@ class CgroupTree:
     def _limits_v2(self, path: Path, caps: NodeCaps) -> None:
         memory = str(caps.memory_mb << 20) if caps.memory_mb else "max"
         self.ops.write(path / "memory.max", memory)
-        try:  # swap is not a way round the cap; a kernel without swap accounting has no such file
-            self.ops.write(path / "memory.swap.max", "0" if caps.memory_mb else "max")
-        except OSError:
-            pass
+        # Swap is no way round the cap (a kernel without swap accounting has no such file).
+        self._try_write(path / "memory.swap.max", "0" if caps.memory_mb else "max")
         quota = str(caps.cpu_percent * CPU_PERIOD_US // 100) if caps.cpu_percent else "max"
         self.ops.write(path / "cpu.max", f"{quota} {CPU_PERIOD_US}")
 
     def _limits_v1(self, dirs: dict[str, Path], caps: NodeCaps) -> None:
         if "memory" in dirs:
-            # -1: no limit. Swap is not capped separately (memsw needs swap accounting).
-            self.ops.write(dirs["memory"] / "memory.limit_in_bytes", str(caps.memory_mb << 20) if caps.memory_mb else "-1")
+            # -1: no limit. memory+swap (where swap is accounted) gets the same cap, so swap is no
+            # way round it; lifted first, since it may never be below the memory limit.
+            limit = str(caps.memory_mb << 20) if caps.memory_mb else "-1"
+            memsw = dirs["memory"] / "memory.memsw.limit_in_bytes"
+            self._try_write(memsw, "-1")
+            self.ops.write(dirs["memory"] / "memory.limit_in_bytes", limit)
+            self._try_write(memsw, limit)
         if "cpu" in dirs:
             self.ops.write(dirs["cpu"] / "cpu.cfs_period_us", str(CPU_PERIOD_US))
             quota = caps.cpu_percent * CPU_PERIOD_US // 100 if caps.cpu_percent else -1
             self.ops.write(dirs["cpu"] / "cpu.cfs_quota_us", str(quota))
+
+    def _try_write(self, path: Path, text: str) -> None:
+        """A file only some kernels have (swap accounting)."""
+        try:
+            self.ops.write(path, text)
+        except OSError:
+            pass
 
     def oom_kills(self, node_id: str) -> int:
         """How many of the group's processes the memory cap killed (0 when unknown)."""
