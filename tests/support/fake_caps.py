@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.host.local.cgroups import CgroupOps
+from cadre_desktop.host.local.scope import ScopeOps
 
 V1_MOUNTINFO = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -83,10 +84,11 @@ def v2_tree(subtree_control: str = "cpu memory pids", **options: Any) -> FakeCgr
     return FakeCgroupOps(V2_MOUNTINFO, V2_OWN, [me], {f"{me}/cgroup.subtree_control": subtree_control}, **options)
 
 
-class FakeScopeOps:
+class FakeScopeOps(ScopeOps):
     """A systemd user manager: the scopes started and stopped."""
 
     def __init__(self, fail: bool = False) -> None:
+        super().__init__("unix:path=/nonexistent")
         self.started: list[tuple[str, list[tuple[str, str, Any]]]] = []
         self.stopped: list[str] = []
         self.fail = fail
