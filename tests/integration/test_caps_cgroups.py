@@ -91,7 +91,7 @@ async def test_a_busy_node_capped_at_20_percent_gets_about_that(tmp_path):
 
 async def test_remove_and_quit_leave_nothing_in_the_cgroup_tree(tmp_path):
     both = NodeCaps(cpu_percent=50, memory_mb=256, low_priority=False)
-    orch, way = capped(tmp_path, "busy", {"n1": both, "n2": both})
+    orch, way = capped(tmp_path, "busy", {"n1": both, "n2": NodeCaps(cpu_percent=50, memory_mb=256)})
     assert way.tree is not None
     await orch.init()
     try:
@@ -99,6 +99,8 @@ async def test_remove_and_quit_leave_nothing_in_the_cgroup_tree(tmp_path):
             handle = orch.spawn(node_id, {})
             for group in way.tree.node_dirs(node_id).values():
                 assert str(handle.pid) in (group / "cgroup.procs").read_text().split()
+        assert psutil.Process(orch.handles_for("n2")[0].pid).nice() == 10  # low priority: the OS's background
+        assert psutil.Process(orch.handles_for("n1")[0].pid).nice() == 0
         await orch.remove_node("n1")
         assert not any(group.exists() for group in way.tree.node_dirs("n1").values())
         assert all(group.exists() for group in way.tree.node_dirs("n2").values())

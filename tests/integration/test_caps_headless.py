@@ -33,13 +33,13 @@ def test_a_hosted_node_is_held_to_its_memory_cap_and_leaves_no_cgroup(host_facto
     if here.tree is None or "memory" not in here.tree.controllers:
         pytest.skip(f"no writable cgroup memory controller here: {caps.describe(here)['how']}")
     host = host_factory(fast_settings(node_command=[sys.executable, CAP_NODES, "hog"], node_memory_mb=64,
-                                      respawn_max_attempts=50, respawn_backoff_max_ms=500))
+                                      respawn_max_attempts=50, respawn_backoff_max_ms=500, node_low_priority=True))
     host.start()
     node = added(host, "hog")
     seen = wait_until(lambda: (n := host.node(node["id"]))["last_exit"] == WORDS and n, timeout=60,
                       what="the memory cap's words")
     assert seen["caps"]["memory_mb"] == 64 and seen["caps"]["enforced"] is True
-    assert seen["caps"]["how"] == here.how()
+    assert seen["caps"]["how"] == here.how() and seen["caps"]["low_priority"] is True
     done = host.cli("node", "show", node["id"])
     assert done.returncode == 0 and "memory 64 MB" in done.stdout, done.stderr
 
