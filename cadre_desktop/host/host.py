@@ -28,7 +28,7 @@ from cadre_desktop.host.core.lock import HostLock
 from cadre_desktop.host.core.netwatch import AddressWatcher, restart_stale
 from cadre_desktop.host.core.preflight import check_bind_host, prepare_home
 from cadre_desktop.host.core.probe import HttpStatusFetcher, Probe, loopback_for
-from cadre_desktop.host.core.records import SUPERVISED, NodeStatus
+from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
 from cadre_desktop.host.core.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.core.service import NodeService
 from cadre_desktop.host.core.store import KEYRING_LAYOUT, RecordStore
@@ -161,7 +161,7 @@ class Host:
         lending.attach(
             hosted=self.lifecycle, supervisor=p.supervisor, probe=p.probe, gate=p.gate, driver=driver,
             nodes=p.service, settings=self.settings, advertise_host=lambda: self.advertise_host,
-            keep_home=self.store.persist_home,
+            keep_home=self.store.persist_home, caps=lambda: self._caps_view(None),
         )
         p.supervisor.start(stopped_cleanly=report.stopped_cleanly)
         await lending.start()
@@ -216,14 +216,18 @@ class Host:
             store=self.store, driver=driver, supervisor=supervisor, probe=probe,
             clock=self.clock, address=lambda: self.netwatch.current, log_path=self.paths.node_log,
             claim_secret=lambda node_id: gate.cached(node_id, SecretKind.CLAIM),
-            caps=lambda record: caps_view(node_caps(record, self.settings),
-                                          driver.caps_enforcement(node_caps(record, self.settings))),
+            caps=self._caps_view,
         )
         return Parts(driver=driver, gate=gate, probe=probe, supervisor=supervisor, service=service, views=views)
 
     def _caps_for(self, node_id: str) -> NodeCaps:
         """The caps of a node's next start: its record's, else the settings' (read at each start)."""
         return node_caps(self.store.get(node_id), self.settings)
+
+    def _caps_view(self, record: NodeRecord | None) -> dict[str, Any]:
+        """A view's `caps`: a node's next start's, and how the driver holds it to them."""
+        caps = node_caps(record, self.settings)
+        return caps_view(caps, self._running().driver.caps_enforcement(caps))
 
     def _bind_keyring(self) -> None:
         """Key this home's keyring entries by its id; an upgraded records file is written

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cadre_desktop.host.local import caps, procs
+from tests.support.borrower import borrow, create_grant, free_lend_port
 from tests.support.headless import added, fast_settings
 from tests.support.polling import wait_until
 
@@ -60,4 +61,30 @@ def test_a_hosted_node_is_held_to_its_memory_cap_and_leaves_no_cgroup(host_facto
     second = added(host, "hog two")
     wait_until(lambda: host.node(second["id"])["last_exit"] == WORDS, timeout=60, what="the second node's kill")
     assert host.stop() == 0  # a Quit that stops the nodes
+    assert not any((root / way.tree.family).exists() for root in way.tree.roots.values())
+
+
+def test_a_lent_node_gets_the_hosts_caps_and_its_view_says_so(host_factory, tmp_path):
+    here = caps.choose(procs.CURRENT, "probe", scope_address=lambda: None)
+    if here.tree is None or "cpu" not in here.tree.controllers:
+        pytest.skip(f"no writable cgroup cpu controller here: {caps.describe(here)['how']}")
+    host = host_factory(fast_settings(lend_port=free_lend_port(), node_cpu_percent=50)).start()
+    grant = create_grant(host, label="friends", max_nodes=1)
+    result = borrow(grant["link"], "friends", tmp_path / "owner.json")
+    assert result.returncode == 0, result.stderr
+    lent = json.loads(result.stdout)["id"]
+
+    def running() -> dict | None:
+        status, view = host.api("GET", f"/api/donations/{lent}")
+        return view if status == 200 and view["running"] else None
+
+    view = wait_until(running, timeout=30, what="the lent node running")
+    assert view["caps"] == {"cpu_percent": 50, "memory_mb": None, "low_priority": False, "enforced": True,
+                            "how": here.how()}
+    way, _home_id = groups_of(host.home)
+    assert way.tree is not None
+    group = way.tree.node_dirs(lent)["cpu"]
+    assert str(view["pid"]) in (group / "cgroup.procs").read_text().split()
+    assert (group / "cpu.cfs_quota_us").read_text().strip() == "50000"
+    assert host.stop() == 0
     assert not any((root / way.tree.family).exists() for root in way.tree.roots.values())
