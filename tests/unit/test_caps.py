@@ -341,3 +341,31 @@ def test_mounts_and_own_paths_read_the_proc_files():
     found = cgroups.mounts("35 31 0:32 /sandbox /mnt/mem rw - cgroup cgroup rw,memory\nnot a line\n")
     assert found == [cgroups.Mount("cgroup", Path("/mnt/mem"), "/sandbox", frozenset({"rw", "memory"}))]
     assert cgroups.own_paths("4:cpu,cpuacct:/a\n0::/b\n") == {"cpu": "/a", "cpuacct": "/a", "": "/b"}
+
+
+@pytest.mark.parametrize("code, words", [(-9, "stopped by its memory cap of 256 MB"), (1, None)])
+def test_without_a_kill_count_a_sigkill_after_the_limit_was_hit_is_the_caps(code, words):
+    ops = v1_tree()
+    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+                           NodeCaps(memory_mb=256))
+    group = MEM / "cadre-desktop-habc" / "n1"
+    ops.dirs |= {group.parent, group}
+    ops.files[group / "memory.oom_control"] = "oom_kill_disable 0\nunder_oom 0\n"  # a kernel before 4.13
+    ops.files[group / "memory.failcnt"] = "0"
+    child = FakeChild("n1", 5)
+    keeper.place(child)
+    ops.files[group / "memory.failcnt"] = "17"
+    assert keeper.exit_cause(child, code) == words
+
+
+def test_a_child_of_an_earlier_host_is_told_by_its_groups_counters_too():
+    ops = v1_tree()
+    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+                           NodeCaps(memory_mb=256))
+    group = MEM / "cadre-desktop-habc" / "n1"
+    ops.dirs |= {group.parent, group}
+    ops.files[group / "memory.oom_control"] = "oom_kill 4\n"
+    child = FakeChild("n1", 5)
+    keeper.adopted(child)
+    ops.files[group / "memory.oom_control"] = "oom_kill 5\n"
+    assert keeper.exit_cause(child, -9) == "stopped by its memory cap of 256 MB"

@@ -65,6 +65,8 @@ class NodeView:
     #: What it may use and how the OS holds it to that: cpu_percent, memory_mb,
     #: low_priority, enforced, how (host/core/caps.py).
     caps: dict[str, Any] | None = None
+    #: Runs whatever the run conditions say (a person's pause still stops it).
+    always_run: bool = False
 
     def __post_init__(self) -> None:
         # A status given by its value ("joined") is taken as the member: typed end to end.
@@ -135,6 +137,7 @@ class NodeViews:
             waiting_for="keyring" if supervisor.waiting_for_keyring(record.id) else None,
             last_decision=supervisor.last_decisions.get(record.id),
             caps=self.caps(record) if self.caps else None,
+            always_run=record.always_run,
         )
 
     def _next_retry(self, record: NodeRecord, running: bool) -> str | None:

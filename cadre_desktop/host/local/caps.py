@@ -131,7 +131,8 @@ def enforcement(way: Way, caps: NodeCaps) -> CapsEnforcement:
 class _Placed:
     node_id: str
     memory_mb: int | None
-    oom_before: int
+    #: The group's memory counters at the start (`CgroupTree.kill_counters`).
+    before: dict[str, int | None] = field(default_factory=dict)
 
 
 class CapsKeeper:
@@ -165,11 +166,12 @@ class CapsKeeper:
                 self.priority.lower(child.pid)
             except (OSError, ValueError) as exc:
                 log.warning("node %s: could not lower its priority: %s", child.node_id, exc)
-        before, way = 0, self.way
+        before: dict[str, int | None] = {}
+        way = self.way
         if not (caps.memory_mb or caps.cpu_percent):
             pass  # no group: a node with no cap is not put anywhere
         elif way.tree is not None:
-            before = way.tree.place(child.node_id, child.pid, caps)["oom_kill"]
+            before = way.tree.place(child.node_id, child.pid, caps)
         elif way.scopes is not None:
             way.scopes.place(child.node_id, child.pid, caps)
         elif way.kind == "job":
@@ -182,7 +184,7 @@ class CapsKeeper:
         """A child an earlier host started: read its group's counters, so its exit can be told."""
         if self.way.tree is not None:
             caps = self.caps_for(child.node_id)
-            self._placed[child.id] = _Placed(child.node_id, caps.memory_mb, self.way.tree.oom_kills(child.node_id))
+            self._placed[child.id] = _Placed(child.node_id, caps.memory_mb, self.way.tree.kill_counters(child.node_id))
 
     def exit_cause(self, child: Child, code: int | None) -> str | None:
         """"stopped by its memory cap of N MB" when that cap killed the child, else None."""
@@ -191,8 +193,8 @@ class CapsKeeper:
             return None
         words = f"stopped by its memory cap of {placed.memory_mb} MB"
         tree = self.way.tree
-        if tree is not None and "memory" in tree.controllers:
-            return words if tree.oom_kills(placed.node_id) > placed.oom_before else None
+        if tree is not None and "memory" in tree.controllers and placed.before:
+            return words if tree.killed_by_cap(placed.node_id, placed.before, code) else None
         if self.way.scopes is not None and code == KILLED:
             # The scope is collected with its processes: a kill is the memory cap's.
             return words

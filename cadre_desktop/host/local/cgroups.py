@@ -158,7 +158,7 @@ class CgroupTree:
             self._limits_v1(dirs, caps)
         for path in dict.fromkeys(dirs.values()):
             self.ops.write(path / "cgroup.procs", str(pid))
-        return {"oom_kill": self.oom_kills(node_id)}
+        return self.kill_counters(node_id)
 
     def _limits_v2(self, path: Path, caps: NodeCaps) -> None:
         memory = str(caps.memory_mb << 20) if caps.memory_mb else "max"
@@ -189,21 +189,32 @@ class CgroupTree:
         except OSError:
             pass
 
-    def oom_kills(self, node_id: str) -> int:
-        """How many of the group's processes the memory cap killed (0 when unknown)."""
+    def kill_counters(self, node_id: str) -> dict[str, int | None]:
+        """The group's memory counters: `oom_kill` (processes the memory cap killed; None on a
+        kernel without the count, before 4.13) and `failcnt` (v1: times it hit its limit)."""
         path = self.node_dirs(node_id).get("memory")
+        counters: dict[str, int | None] = {"oom_kill": None, "failcnt": 0}
         if path is None:
-            return 0
+            return counters
         name = "memory.events" if self.version == 2 else "memory.oom_control"
         try:
-            text = self.ops.read(path / name)
-        except OSError:
-            return 0
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                return int(value)
-        return 0
+            for line in self.ops.read(path / name).splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    counters["oom_kill"] = int(value)
+            if self.version == 1:
+                counters["failcnt"] = int(self.ops.read(path / "memory.failcnt").strip() or 0)
+        except (OSError, ValueError):
+            pass
+        return counters
+
+    def killed_by_cap(self, node_id: str, before: dict[str, int | None], code: int | None) -> bool:
+        """Whether the memory cap ended the group's child: its kill count grew, or (a kernel
+        without one) it died of SIGKILL after the group hit its limit."""
+        now = self.kill_counters(node_id)
+        if now["oom_kill"] is not None and before["oom_kill"] is not None:
+            return now["oom_kill"] > before["oom_kill"]
+        return code == -9 and (now["failcnt"] or 0) > (before["failcnt"] or 0)
 
     def remove(self, node_id: str) -> list[str]:
         """Delete the node's group (its processes ended first); what could not be deleted."""
