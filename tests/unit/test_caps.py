@@ -365,7 +365,22 @@ def test_a_child_of_an_earlier_host_is_told_by_its_groups_counters_too():
     group = MEM / "cadre-desktop-habc" / "n1"
     ops.dirs |= {group.parent, group}
     ops.files[group / "memory.oom_control"] = "oom_kill 4\n"
+    ops.files[group / "memory.limit_in_bytes"] = str(256 << 20)  # what it was started with
+    keeper.caps_for = lambda _n: NodeCaps(memory_mb=512)  # changed since: taken at its next start
     child = FakeChild("n1", 5)
     keeper.adopted(child)
     ops.files[group / "memory.oom_control"] = "oom_kill 5\n"
     assert keeper.exit_cause(child, -9) == "stopped by its memory cap of 256 MB"
+
+
+def test_a_child_of_an_earlier_host_without_a_memory_cap_is_never_said_killed_by_one():
+    ops = v1_tree()
+    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops), NodeCaps())
+    group = MEM / "cadre-desktop-habc" / "n1"
+    ops.dirs |= {group.parent, group}
+    ops.files[group / "memory.limit_in_bytes"] = "9223372036854771712"  # v1's "no limit"
+    ops.files[group / "memory.oom_control"] = "oom_kill 0\n"
+    child = FakeChild("n1", 5)
+    keeper.adopted(child)
+    ops.files[group / "memory.oom_control"] = "oom_kill 1\n"
+    assert keeper.exit_cause(child, -9) is None

@@ -181,10 +181,13 @@ class CapsKeeper:
         self._placed[child.id] = _Placed(child.node_id, caps.memory_mb, before)
 
     def adopted(self, child: Child) -> None:
-        """A child an earlier host started: read its group's counters, so its exit can be told."""
-        if self.way.tree is not None:
-            caps = self.caps_for(child.node_id)
-            self._placed[child.id] = _Placed(child.node_id, caps.memory_mb, self.way.tree.kill_counters(child.node_id))
+        """A child an earlier host started: its group's cap (the one it was started with) and
+        counters, so its exit can be told."""
+        tree = self.way.tree
+        if tree is not None:
+            limit = tree.memory_limit_mb(child.node_id)
+            if limit is not None:
+                self._placed[child.id] = _Placed(child.node_id, limit, tree.kill_counters(child.node_id))
 
     def exit_cause(self, child: Child, code: int | None) -> str | None:
         """"stopped by its memory cap of N MB" when that cap killed the child, else None."""

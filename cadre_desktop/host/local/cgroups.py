@@ -189,6 +189,17 @@ class CgroupTree:
         except OSError:
             pass
 
+    def memory_limit_mb(self, node_id: str) -> int | None:
+        """The memory cap the node's group holds now (None: no group, or no cap)."""
+        path = self.node_dirs(node_id).get("memory")
+        name = "memory.max" if self.version == 2 else "memory.limit_in_bytes"
+        try:
+            value = int(self.ops.read(path / name).strip()) if path is not None else 0
+        except (OSError, ValueError):  # "max": no cap
+            return None
+        # v1 says "no limit" with a huge number (the page-rounded maximum).
+        return value >> 20 if 0 < value < (1 << 60) else None
+
     def kill_counters(self, node_id: str) -> dict[str, int | None]:
         """The group's memory counters: `oom_kill` (processes the memory cap killed; None on a
         kernel without the count, before 4.13) and `failcnt` (v1: times it hit its limit)."""
