@@ -52,16 +52,17 @@ def test_a_hosted_node_is_held_to_its_memory_cap_and_leaves_no_cgroup(host_facto
     assert host.node(node["id"])["caps"]["memory_mb"] == 96  # nothing changed
 
     way, _home_id = groups_of(host.home)
-    assert way.tree is not None
-    wait_until(lambda: any(d.exists() for d in way.tree.node_dirs(node["id"]).values()), what="its cgroup")
+    tree = way.tree
+    assert tree is not None
+    wait_until(lambda: any(d.exists() for d in tree.node_dirs(node["id"]).values()), what="its cgroup")
     done = host.cli("node", "remove", "--yes", node["id"])
     assert done.returncode == 0, done.stderr
-    assert not any(d.exists() for d in way.tree.node_dirs(node["id"]).values())
+    assert not any(d.exists() for d in tree.node_dirs(node["id"]).values())
 
     second = added(host, "hog two")
     wait_until(lambda: host.node(second["id"])["last_exit"] == WORDS, timeout=60, what="the second node's kill")
     assert host.stop() == 0  # a Quit that stops the nodes
-    assert not any((root / way.tree.family).exists() for root in way.tree.roots.values())
+    assert not any((root / tree.family).exists() for root in tree.roots.values())
 
 
 def test_a_lent_node_gets_the_hosts_caps_and_its_view_says_so(host_factory, tmp_path):

@@ -145,9 +145,9 @@ class CgroupTree:
     def node_dirs(self, node_id: str) -> dict[str, Path]:
         return {c: root / self.family / node_id for c, root in self.roots.items()}
 
-    def place(self, node_id: str, pid: int, caps: NodeCaps) -> dict[str, int]:
+    def place(self, node_id: str, pid: int, caps: NodeCaps) -> dict[str, int | None]:
         """Make (or re-use) the node's group, write its limits, put `pid` in it. Returns the
-        group's memory-kill count before this start (read back at the exit)."""
+        group's memory counters before this start (read back at the exit)."""
         dirs = self.node_dirs(node_id)
         for path in dict.fromkeys(dirs.values()):
             self.ops.mkdir(path.parent)
