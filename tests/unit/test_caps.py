@@ -384,3 +384,23 @@ def test_a_child_of_an_earlier_host_without_a_memory_cap_is_never_said_killed_by
     keeper.adopted(child)
     ops.files[group / "memory.oom_control"] = "oom_kill 1\n"
     assert keeper.exit_cause(child, -9) is None
+
+
+def test_low_priority_is_below_normal_on_windows_and_nice_10_elsewhere(monkeypatch):
+    import psutil
+
+    seen: list[tuple[str, int, int]] = []
+
+    class Proc:
+        def __init__(self, pid: int) -> None:
+            self.pid = pid
+
+        def nice(self, value: int) -> None:
+            seen.append(("nice", self.pid, value))
+
+    monkeypatch.setattr(psutil, "Process", Proc)
+    monkeypatch.setattr(os, "setpriority", lambda which, pid, value: seen.append(("setpriority", pid, value)),
+                        raising=False)
+    caps.PriorityOps("win32").lower(7)
+    caps.PriorityOps("darwin").lower(8)
+    assert seen == [("nice", 7, getattr(psutil, "BELOW_NORMAL_PRIORITY_CLASS", 0x4000)), ("setpriority", 8, 10)]
