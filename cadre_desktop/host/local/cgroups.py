@@ -7,9 +7,9 @@ systemd user manager first, see `scope`):
   writable and already hands the `memory` and `cpu` controllers to its children
   (a delegated subtree): `cadre-desktop-<home id>/<node id>` under it, with
   `memory.max` and `cpu.max`. v2 lets a cgroup with processes of its own hand
-  controllers down only at the root, so this is a host running in the root
-  cgroup (as root, or in a container's namespace root); the host never moves
-  itself to make a subtree (a desktop has the systemd user manager for that).
+  controllers down only at the root, so in practice this is a host running as
+  root in the root cgroup; the host never moves itself into a leaf to make a
+  subtree (a desktop has the systemd user manager for that).
 * **cgroup v1**: the `memory` and `cpu` hierarchies, each where this host's own
   cgroup is in it, when writable (as root in a container, or delegated):
   `cadre-desktop-<home id>/<node id>` under each, with `memory.limit_in_bytes`,
