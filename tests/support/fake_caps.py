@@ -114,6 +114,12 @@ class FakeJobOps:
     def set_cpu_rate(self, job: Any, rate: int) -> None:
         self.calls.append(("cpu_rate", job, rate))
 
+    #: What memory_use answers: the job's peak and its limit.
+    use: tuple[int, int] = (0, 0)
+
+    def memory_use(self, job: Any) -> tuple[int, int]:
+        return self.use
+
 
 class FakeKernel32:
     """kernel32's SetInformationJobObject, recording the structures it is given."""
@@ -123,6 +129,14 @@ class FakeKernel32:
 
     def SetInformationJobObject(self, job: Any, info_class: int, info: Any, size: int) -> int:  # noqa: N802
         self.infos.append((info_class, info._obj))
+        return 1
+
+    def QueryInformationJobObject(self, job: Any, info_class: int, info: Any, size: int, _ret: Any) -> int:  # noqa: N802
+        """Answers the last extended limits set, with a peak of 250 MiB."""
+        limits = next(i for c, i in reversed(self.infos) if c == info_class)
+        info._obj.BasicLimitInformation.LimitFlags = limits.BasicLimitInformation.LimitFlags
+        info._obj.JobMemoryLimit = limits.JobMemoryLimit
+        info._obj.PeakJobMemoryUsed = 250 << 20
         return 1
 
 

@@ -404,3 +404,28 @@ def test_low_priority_is_below_normal_on_windows_and_nice_10_elsewhere(monkeypat
     caps.PriorityOps("win32").lower(7)
     caps.PriorityOps("darwin").lower(8)
     assert seen == [("nice", 7, getattr(psutil, "BELOW_NORMAL_PRIORITY_CLASS", 0x4000)), ("setpriority", 8, 10)]
+
+
+def test_the_job_reports_its_peak_and_its_limit():
+    k = FakeKernel32()
+    ops = winjob.JobOps(k)
+    ops.set_limits("JOB", memory_bytes=256 << 20, priority_class=None)
+    assert ops.memory_use("JOB") == (250 << 20, 256 << 20)
+    assert winjob.hit_memory_limit(ops, "JOB")  # within a tenth of it: the allocation that failed was larger
+    ops.set_limits("JOB", memory_bytes=None, priority_class=None)
+    assert ops.memory_use("JOB") == (250 << 20, 0) and not winjob.hit_memory_limit(ops, "JOB")
+
+
+@pytest.mark.parametrize("use, code, words", [
+    ((255 << 20, 256 << 20), 1, "stopped by its memory cap of 256 MB"),
+    ((100 << 20, 256 << 20), 1, None),   # far below its cap: some other failure
+    ((255 << 20, 256 << 20), 0, None),   # it ended well
+])
+def test_on_windows_a_node_that_died_at_its_jobs_memory_limit_is_said_stopped_by_it(use, code, words):
+    jobs = FakeJobOps()
+    jobs.use = use
+    keeper, _ = keeper_for(caps.choose("win32", "habc"), NodeCaps(memory_mb=256), platform="win32",
+                           job_ops=lambda: jobs)
+    child = FakeChild("n1", 3, job="JOB")
+    keeper.place(child)
+    assert keeper.exit_cause(child, code) == words

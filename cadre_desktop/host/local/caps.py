@@ -201,6 +201,8 @@ class CapsKeeper:
         if self.way.scopes is not None and code == KILLED:
             # The scope is collected with its processes: a kill is the memory cap's.
             return words
+        if self.way.kind == "job" and code not in (0, None):
+            return words if winjob.hit_memory_limit((self.job_ops or winjob.JobOps)(), child._job_handle) else None
         return None
 
     async def forget(self, node_id: str) -> None:

@@ -125,6 +125,15 @@ class JobOps:
                                               ctypes.byref(info), ctypes.sizeof(info)):
             raise OSError(_last_error(), "SetInformationJobObject (CPU rate) failed")
 
+    def memory_use(self, job: Any) -> tuple[int, int]:
+        """The job's peak memory and its memory limit, in bytes (0: no limit)."""
+        info = ExtendedLimits()
+        if not self.k.QueryInformationJobObject(job, JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
+                                                ctypes.byref(info), ctypes.sizeof(info), None):
+            raise OSError(_last_error(), "QueryInformationJobObject failed")
+        limited = info.BasicLimitInformation.LimitFlags & JOB_OBJECT_LIMIT_JOB_MEMORY
+        return int(info.PeakJobMemoryUsed), int(info.JobMemoryLimit) if limited else 0
+
     def assign(self, job: Any, process_handle: Any) -> None:
         if not self.k.AssignProcessToJobObject(job, process_handle):
             raise OSError(_last_error(), "AssignProcessToJobObject failed")
@@ -217,3 +226,17 @@ def limit(ops: JobOps, job: Any | None, *, memory_mb: int | None, cpu_percent: i
     except OSError as exc:
         log.warning("could not set the Job object's limits: %s", exc)
         return False
+
+
+def hit_memory_limit(ops: JobOps, job: Any | None) -> bool:
+    """Whether the job's processes reached its memory limit. Windows does not kill there: an
+    allocation past it fails, and a node dies of that (so within a tenth of the limit, or 1 MiB,
+    counts: the allocation that failed was not made)."""
+    if not job:
+        return False
+    try:
+        peak, limit = ops.memory_use(job)
+    except OSError as exc:
+        log.debug("QueryInformationJobObject failed: %s", exc)
+        return False
+    return limit > 0 and peak >= limit - max(limit // 10, 1 << 20)
