@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,6 +75,11 @@ class Settings:
     warm_standby: bool | None = None
     #: What runs the nodes (host/drivers.py): `local`, child processes of this computer.
     driver: str = "local"
+    #: Caps every node gets unless its own record says otherwise (`cadre-desktop node set`):
+    #: CPU in percent of one core, memory in MB (null: no cap), the OS's background priority.
+    node_cpu_percent: int | None = None
+    node_memory_mb: int | None = None
+    node_low_priority: bool = True
 
     def uses_warm_standby(self) -> bool:
         if self.warm_standby is None:
@@ -137,6 +143,33 @@ def _nullable(check: Check) -> Check:
         value, problem = check(v)
         return value, problem and problem + " (or null)"
     return nullable
+
+
+#: The least memory cap a node may have: below it no node program starts at all.
+MIN_MEMORY_MB = 32
+#: The largest memory cap (4 TiB): a number past any computer's memory is a typo.
+MAX_MEMORY_MB = 1 << 22
+
+
+def max_cpu_percent() -> int:
+    """A CPU cap is in percent of one core: at most every core of this computer."""
+    return 100 * (os.cpu_count() or 1)
+
+
+def check_cpu_percent(v: Any) -> Checked:
+    """A CPU cap: a whole number of percent of one core, 1 to 100 × the cores."""
+    most = max_cpu_percent()
+    if not _is_int(v) or not 1 <= v <= most:
+        return None, f"must be a whole number from 1 to {most} (percent of one core; this computer has " \
+                     f"{most // 100} core{'s' if most > 100 else ''})"
+    return v, None
+
+
+def check_memory_mb(v: Any) -> Checked:
+    """A memory cap: a whole number of MB, at least 32."""
+    if not _is_int(v) or not MIN_MEMORY_MB <= v <= MAX_MEMORY_MB:
+        return None, f"must be a whole number of MB from {MIN_MEMORY_MB} to {MAX_MEMORY_MB}"
+    return v, None
 
 
 def _port(v: Any) -> Checked:
@@ -226,6 +259,9 @@ _CHECKS = {
     "donation_awaiting_seed_ttl_ms": _whole(1000, 30 * _DAY_MS, "30 days"),
     "warm_standby": _bool_or_null,
     "driver": _one_of(DRIVERS),
+    "node_cpu_percent": _nullable(check_cpu_percent),
+    "node_memory_mb": _nullable(check_memory_mb),
+    "node_low_priority": _bool,
 }
 
 KNOWN_KEYS = tuple(_CHECKS)

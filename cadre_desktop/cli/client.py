@@ -166,6 +166,9 @@ class ControlClient:
     def remove_node(self, node_id: str) -> dict:
         return self.request("DELETE", f"/api/nodes/{_quote(node_id)}", timeout=ACTION_TIMEOUT_S)
 
+    def set_node_caps(self, node_id: str, change: dict[str, Any]) -> dict:
+        return self.request("PATCH", f"/api/nodes/{_quote(node_id)}", change, timeout=ACTION_TIMEOUT_S)
+
     # -- lending -----------------------------------------------------------------
 
     def list_grants(self) -> list[dict]:

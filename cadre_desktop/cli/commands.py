@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from cadre_desktop import __version__, build_commit
-from cadre_desktop.cli import lending
+from cadre_desktop.cli import caps, lending
 from cadre_desktop.cli.client import NoHost
 from cadre_desktop.cli.logs import cmd_logs
 from cadre_desktop.cli.terminal import (
@@ -92,7 +92,7 @@ def decision_words(decision: Any) -> str:
 
 
 def node_details(node: dict) -> str:
-    return details(node, SHOW_ORDER, words={"last_decision": decision_words})
+    return details(node, SHOW_ORDER, words={"last_decision": decision_words, "caps": caps.caps_words})
 
 
 def node_summary(node: dict) -> str:
@@ -321,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.set_defaults(func=cmd_logs)
     nodes.add_parser("watch", parents=[as_json], help="print host events as they happen, until Ctrl-C"
                      ).set_defaults(func=cmd_watch)
+    caps.add_parser(nodes, as_json, node_id)  # node set: a node's caps
 
     lending.add_parsers(commands, as_json)  # grant and donation: lending
     commands.add_parser("doctor", help="check that this computer can host nodes").set_defaults(func=cmd_doctor)

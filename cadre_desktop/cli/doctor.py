@@ -202,6 +202,24 @@ def check_host(paths: Paths) -> CheckResult:
                        required=False)
 
 
+def check_caps(settings: Settings, way: Callable[[], Any] | None = None) -> CheckResult:
+    """How this computer holds a node to its caps (host/local/caps.py), and the host's defaults."""
+    from cadre_desktop.host.local import caps, procs
+
+    try:
+        chosen = way() if way is not None else caps.choose(procs.CURRENT, "doctor")
+    except Exception as exc:  # a check reports, never crashes
+        return CheckResult("caps", Outcome.WARN, f"could not tell how caps are enforced here: {exc}", False)
+    seen = caps.describe(chosen)
+    defaults = (f"default cpu {settings.node_cpu_percent or 'not capped'}"
+                f"{' %' if settings.node_cpu_percent else ''}, memory "
+                f"{f'{settings.node_memory_mb} MB' if settings.node_memory_mb else 'not capped'}, "
+                f"{'low' if settings.node_low_priority else 'normal'} priority")
+    if seen["enforced"]:
+        return ok("caps", f"enforced by the OS: {seen['how']} ({defaults})", False)
+    return CheckResult("caps", Outcome.WARN, f"{seen['how']} ({defaults})", False)
+
+
 def has_display(env: Mapping[str, str] | None = None, platform: str = sys.platform) -> bool:
     env = os.environ if env is None else env
     return platform in ("win32", "darwin") or bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
@@ -258,6 +276,7 @@ def main(paths: Paths, out=None) -> int:
         check_keyring,
         lambda: check_ports(settings),
         lambda: check_node_program(settings),
+        lambda: check_caps(settings),
         lambda: check_host(paths),
         check_desktop,
     ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cadre_desktop.errors import InputError
-from cadre_desktop.host.core.driver import DriverConfig, NodeDriver
+from cadre_desktop.host.core.driver import DriverConfig, NodeCaps, NodeDriver
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import DRIVERS, Settings
 
@@ -22,16 +22,26 @@ def driver_config(settings: Settings) -> DriverConfig:
                         stop_timeout_s=settings.stop_timeout_ms / 1000, warm_standby=settings.uses_warm_standby())
 
 
-def make_driver(settings: Settings, paths: Paths, advertise_host: Callable[[], str]) -> NodeDriver:
-    """The driver `settings.driver` names (settings.py has already refused any other name)."""
+def make_driver(settings: Settings, paths: Paths, advertise_host: Callable[[], str], *,
+                caps_for: Callable[[str], NodeCaps] | None = None, home_id: str = "") -> NodeDriver:
+    """The driver `settings.driver` names (settings.py has already refused any other name).
+
+    `caps_for(node_id)` gives the caps of a node's next start (its record's, else the
+    settings'); `home_id` names this home's cgroups or scopes, so two homes never share one.
+    """
     config = driver_config(settings)
     if settings.driver == "local":
+        from cadre_desktop.host.local import caps, procs
         from cadre_desktop.host.local.orchestrator import Orchestrator
         from cadre_desktop.host.local.ports import PortAllocator
 
+        keeper = None
+        if caps_for is not None:
+            keeper = caps.CapsKeeper(caps.choose(procs.CURRENT, home_id or "home"), caps_for, platform=procs.CURRENT)
         return Orchestrator(
             paths=paths, node_command=list(config.node_command),
             ports=PortAllocator(*config.port_range, bind_host=settings.bind_host), bind_host=settings.bind_host,
             advertise_host=advertise_host, stop_timeout_s=config.stop_timeout_s, warm_standby=config.warm_standby,
+            caps=keeper,
         )
     raise InputError(f"unknown driver {settings.driver!r}; known drivers: {', '.join(DRIVERS)}")

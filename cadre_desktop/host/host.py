@@ -15,19 +15,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cadre_desktop.errors import Bug, CadreError, NoSuchThing
+from cadre_desktop.errors import Bug, CadreError, InvalidState, NoSuchThing
 from cadre_desktop.host import live_settings
 from cadre_desktop.host.core.address import ConfiguredAddress
+from cadre_desktop.host.core.caps import caps_view, check_caps_change, node_caps
 from cadre_desktop.host.core.clock import Clock
-from cadre_desktop.host.core.driver import NodeDriver
+from cadre_desktop.host.core.driver import NodeCaps, NodeDriver
 from cadre_desktop.host.core.events import EventBus, EventKind, HostEvent
 from cadre_desktop.host.core.keyring_gate import KeyringGate
-from cadre_desktop.host.core.lifecycle import Lifecycle
+from cadre_desktop.host.core.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.lock import HostLock
 from cadre_desktop.host.core.netwatch import AddressWatcher, restart_stale
 from cadre_desktop.host.core.preflight import check_bind_host, prepare_home
 from cadre_desktop.host.core.probe import HttpStatusFetcher, Probe, loopback_for
-from cadre_desktop.host.core.records import SUPERVISED, NodeStatus
+from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
 from cadre_desktop.host.core.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.core.service import NodeService
 from cadre_desktop.host.core.store import KEYRING_LAYOUT, RecordStore
@@ -145,7 +146,8 @@ class Host:
 
     async def _start(self) -> None:
         lending = self._load_files()
-        driver = make_driver(self.settings, self.paths, lambda: self.netwatch.current)
+        driver = make_driver(self.settings, self.paths, lambda: self.netwatch.current,
+                             caps_for=self._caps_for, home_id=self.store.home_id)
         report = await driver.init()
         # Only once every file was read and found good: an upgrade writes the records.
         self._bind_keyring()
@@ -159,7 +161,7 @@ class Host:
         lending.attach(
             hosted=self.lifecycle, supervisor=p.supervisor, probe=p.probe, gate=p.gate, driver=driver,
             nodes=p.service, settings=self.settings, advertise_host=lambda: self.advertise_host,
-            keep_home=self.store.persist_home,
+            keep_home=self.store.persist_home, caps=lambda: self._caps_view(None),
         )
         p.supervisor.start(stopped_cleanly=report.stopped_cleanly)
         await lending.start()
@@ -214,8 +216,18 @@ class Host:
             store=self.store, driver=driver, supervisor=supervisor, probe=probe,
             clock=self.clock, address=lambda: self.netwatch.current, log_path=self.paths.node_log,
             claim_secret=lambda node_id: gate.cached(node_id, SecretKind.CLAIM),
+            caps=self._caps_view,
         )
         return Parts(driver=driver, gate=gate, probe=probe, supervisor=supervisor, service=service, views=views)
+
+    def _caps_for(self, node_id: str) -> NodeCaps:
+        """The caps of a node's next start: its record's, else the settings' (read at each start)."""
+        return node_caps(self.store.get(node_id), self.settings)
+
+    def _caps_view(self, record: NodeRecord | None) -> dict[str, Any]:
+        """A view's `caps`: a node's next start's, and how the driver holds it to them."""
+        caps = node_caps(record, self.settings)
+        return caps_view(caps, self._running().driver.caps_enforcement(caps))
 
     def _bind_keyring(self) -> None:
         """Key this home's keyring entries by its id; an upgraded records file is written
@@ -370,6 +382,15 @@ class Host:
         view = await self.join_node(invitation, name)
         log.info("node %s invited node %s into cadre %r", node_id, view.id, inviting.cadre)
         return view
+
+    async def set_node_caps(self, node_id: str, change: dict[str, Any]) -> NodeView:
+        """A node's own caps and `always_run` (`PATCH /api/nodes/{id}`, `node set`): checked whole,
+        then written at once; the driver takes them at the node's next start (a Restart)."""
+        checked = check_caps_change(change)
+        if self.lifecycle.apply(node_id, Change.CAPS, lambda r: r.replace(**checked)) is None:
+            self.get_node(node_id)  # no such node: its error
+            raise InvalidState(f"Node {node_id} is being created; set its caps once it has started.")
+        return self.get_node(node_id)
 
     async def remove_node(self, node_id: str) -> bool:
         return await self._running().service.remove(node_id)

@@ -72,7 +72,7 @@ class Lending:
 
     def attach(self, *, hosted: Lifecycle[NodeRecord], supervisor: Supervisor, probe: Probe, gate: KeyringGate,
                driver: NodeDriver, nodes: NodeService, settings: Settings, advertise_host: Callable[[], str],
-               keep_home: Callable[[], None]) -> None:
+               keep_home: Callable[[], None], caps: Callable[[], dict[str, Any]] | None = None) -> None:
         """Join the host's supervision: same supervisor, probe, ports and keyring gate."""
         s = settings
         hosted.neighbours.append(self.lifecycle)
@@ -86,7 +86,7 @@ class Lending:
             supervisor=supervisor, nodes=nodes, clock=self.clock, settings=s,
             advertise_host=advertise_host, post_seed=self._seed_client, keep_home=keep_home,
         )
-        self.views = LendingViews(self.service, log_path=lambda d: str(self.paths.node_log(d)))
+        self.views = LendingViews(self.service, log_path=lambda d: str(self.paths.node_log(d)), caps=caps)
         self.server = LendServer(self.service, self.views, bind_host=s.bind_host, port=s.lend_port)
         self.service.on_grants_changed = self.server.sync
         # Seed tokens are read ahead, in the background: a lent node whose token has

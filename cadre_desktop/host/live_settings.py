@@ -8,7 +8,9 @@ is spent: each running node for a new node command, each running node whose
 ports fall outside a new range. A node the host gave up on is left alone; its
 Retry starts the new command. A new advertised address goes through the address
 watcher, which restarts the nodes that advertise the old one. `bind_host` and
-`probe_interval_ms` are read at start only: the result names them.
+`probe_interval_ms` are read at start only: the result names them. The nodes' default caps
+(`node_cpu_percent`, `node_memory_mb`, `node_low_priority`) are read at each node's start: a
+running node keeps its caps until it starts again (a Restart applies them now).
 """
 
 from __future__ import annotations

@@ -7,12 +7,12 @@ from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from cadre_desktop.host.core.views import NodeView
-from cadre_desktop.ui.explain import address_words, decision_words, exit_code, log_lines, log_words, next_step, reason_words, state_words
+from cadre_desktop.ui.explain import address_words, caps_words, decision_words, exit_code, log_lines, log_words, next_step, reason_words, state_words
 from cadre_desktop.ui.model import NodeTableModel
 
 ROWS = (("status", "Status"), ("reason", "Reason"), ("exit", "Exit code"), ("decision", "Last decision"),
         ("next", "Next step"), ("address", "Address"), ("peer", "Peer id"), ("node", "Node id"),
-        ("log", "Last log lines"))
+        ("caps", "Caps"), ("log", "Last log lines"))
 
 
 class DetailsPane(QScrollArea):
@@ -73,6 +73,7 @@ class DetailsPane(QScrollArea):
             "address": address_words(v),
             "peer": v.peer_id or "—",
             "node": v.id,
+            "caps": caps_words(v),
             "log": log_words(log_lines(v.log_path)),
         }
         self._set(self.title, v.name)

@@ -96,6 +96,19 @@ def address_words(v: NodeView) -> str:
     return f"{url_host(v.advertise_host)}:{v.api_port} (API), P2P port {v.p2p_port}"
 
 
+def caps_words(v: NodeView) -> str:
+    """What the node may use and how the OS holds it to that, for a person."""
+    caps = v.caps
+    if not caps:
+        return "—"
+    cpu, memory = caps.get("cpu_percent"), caps.get("memory_mb")
+    parts = [f"CPU {cpu} % of a core" if cpu else "CPU not capped", f"memory {memory} MB" if memory else "memory not capped"]
+    if caps.get("low_priority"):
+        parts.append("low priority")
+    how = str(caps.get("how") or "")
+    return ", ".join(parts) + (f" ({how})" if caps.get("enforced", True) else f". Not enforced: {how}")
+
+
 def next_step(v: NodeView) -> str:
     waiting = getattr(v, "waiting_for", None)
     if waiting == "keyring":

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from cadre_desktop.errors import CadreError, Invalid
 from cadre_desktop.settings import Settings, default_node_command
+from cadre_desktop.ui.caps_prefs import CapsBox
 from cadre_desktop.ui.settings_store import save_changes
 
 
@@ -51,6 +52,8 @@ class PreferencesDialog(QDialog):
         layout.addWidget(self._make_notifications())
         layout.addWidget(self._make_starting_and_quitting())
         layout.addWidget(self._make_nodes(detected_address))
+        layout.addWidget(caps_box := CapsBox())
+        self.caps = caps_box
         self._add_error_and_buttons(layout)
         self._fill(settings)
 
@@ -130,6 +133,7 @@ class PreferencesDialog(QDialog):
         self.node_command.setText("" if default else shlex.join(s.node_command))
         self.port_low.setValue(s.port_range[0])
         self.port_high.setValue(s.port_range[1])
+        self.caps.fill(s)
 
     def _autostart_on(self) -> bool:
         try:
@@ -156,6 +160,7 @@ class PreferencesDialog(QDialog):
             "advertise_host": self.advertise.text().strip() or None,
             "node_command": command,
             "port_range": [self.port_low.value(), self.port_high.value()],
+            **self.caps.changes(),
         }
 
     def _differs(self, key: str, value: Any) -> bool:

@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from cadre_desktop.errors import SpawnError
-from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, ExitListener, InitReport, status_of
+from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, Exit, ExitListener, InitReport, NodeCaps, status_of
 
 SECRET_VARS = ("CADRE_CLAIM_SECRET", "CADRE_INVITATION")
 
@@ -181,6 +181,9 @@ class FakeOrchestrator:
         self.closed = True
         self.listeners.clear()
 
+    def caps_enforcement(self, caps: NodeCaps) -> CapsEnforcement:
+        return CapsEnforcement(enforced=not (caps.cpu_percent or caps.memory_mb), how="not enforced: a fake driver")
+
     def reconfigure(self, config):
         self.config = config
         self.node_command = tuple(config.node_command)
@@ -198,12 +201,12 @@ class FakeOrchestrator:
         """The node prints `lines` to its log."""
         self.logs.setdefault(node_id, []).extend(lines)
 
-    def exit(self, handle_id, code=1, requested=False):
+    def exit(self, handle_id, code=1, requested=False, cause=None):
         h = self.handles[handle_id]
         h.alive = False
         h.returncode = code
         for listener in list(self.listeners):
-            listener(Exit(h.id, h.node_id, h.pid, code, requested))
+            listener(Exit(h.id, h.node_id, h.pid, code, requested, cause))
 
     def spawns_of(self, node_id):
         return [s for s in self.spawned if s[0] == node_id]

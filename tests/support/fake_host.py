@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cadre_desktop.errors import InvalidState, NoSuchThing
+from cadre_desktop.host.core.caps import check_caps_change
 from cadre_desktop.host.core.events import EventBus, EventKind
 from cadre_desktop.host.core.records import NodeStatus
 from cadre_desktop.host.core.views import NodeView
@@ -108,6 +109,15 @@ class FakeHost:
             raise InvalidState(f"Node {node_id} is {view.status}; only an unclaimed node has a claim secret.")
         assert view.claim_url is not None  # an unclaimed view has one
         return self.put(replace(view, claim_url=view.claim_url + "-new"))
+
+    async def set_node_caps(self, node_id: str, change: dict) -> NodeView:
+        self.calls.append(("caps", node_id, change))
+        checked = check_caps_change(change)
+        view = self.get_node(node_id)
+        caps = dict(view.caps or {"cpu_percent": None, "memory_mb": None, "low_priority": True,
+                                  "enforced": True, "how": "fake"})
+        caps.update({k: v for k, v in checked.items() if k != "always_run"})
+        return self.put(replace(view, caps=caps))
 
     async def remove_node(self, node_id: str) -> bool:
         self.calls.append(("remove", node_id))

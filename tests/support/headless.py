@@ -31,6 +31,9 @@ def fast_settings(**overrides) -> dict:
         "probe_interval_ms": 200,
         "stop_timeout_ms": 3000,
         "warm_standby": False,
+        # Nodes at normal priority: on a machine busy with other suites, nice 10 would starve
+        # them past the tests' deadlines (tests/integration/test_caps_headless.py checks it).
+        "node_low_priority": False,
     }
     settings.update(overrides)
     return settings
@@ -55,6 +58,7 @@ def host_settings(rng: random.Random, **overrides) -> dict:
         "sweep_ms": 500,
         "probe_interval_ms": 200,
         "stop_timeout_ms": 3000,
+        "node_low_priority": False,  # as in fast_settings
     }
     settings.update(overrides)
     return settings

@@ -245,7 +245,7 @@ def test_exit_code_follows_the_required_checks_only(monkeypatch, tmp_path, capsy
     assert doctor.main(home_paths(tmp_path)) == code
     lines = capsys.readouterr().out.splitlines()
     names = [line.split()[1].rstrip(":") for line in lines]
-    assert names == ["settings", "home", "keyring", "ports", "node", "host", "tray"]
+    assert names == ["settings", "home", "keyring", "ports", "node", "caps", "host", "tray"]
     assert lines[-1].startswith("warn")
 
 
@@ -269,3 +269,21 @@ def test_display_probe_answers_json_offscreen():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert set(json.loads(done.stdout.strip().splitlines()[-1])) == {"tray", "messages"}
+
+
+# -- caps -------------------------------------------------------------------------------------------
+
+def test_doctor_says_how_caps_are_enforced_here():
+    from cadre_desktop.host.local import caps
+
+    result = doctor.check_caps(Settings(node_memory_mb=256), lambda: caps.choose("win32", "h"))
+    assert (result.outcome, result.required) == (Outcome.OK, False)
+    assert result.detail == "enforced by the OS: job object (default cpu not capped, memory 256 MB, low priority)"
+
+
+def test_doctor_says_plainly_where_caps_are_priority_only():
+    from cadre_desktop.host.local import caps
+
+    result = doctor.check_caps(Settings(), lambda: caps.choose("darwin", "h"))
+    assert result.outcome is Outcome.WARN
+    assert result.detail.startswith("priority only: memory and cpu caps not enforced here: this OS")

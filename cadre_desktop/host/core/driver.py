@@ -16,7 +16,9 @@ Local processes (`host/local/orchestrator.py`) are the first driver. The rest of
 the Protocol is everything else the engine calls on a driver, and nothing more:
 exit notifications, the instances of one node, logs, the host-wide start
 (``init``: re-attach to what outlived the last host), stop (``stop_all``) and
-close, and new settings while running (``reconfigure``). `host/drivers.py` builds
+close, new settings while running (``reconfigure``), and how it enforces a
+node's caps (``caps_enforcement``; the caps themselves reach it as the
+``caps_for`` its factory is given, read at each start). `host/drivers.py` builds
 the driver the `driver` setting names; the driver contract tests
 (`tests/integration/test_driver_contract.py`) run against every driver.
 docs/drivers.md says how a second driver would plug in.
@@ -52,6 +54,28 @@ class Exit:
     returncode: int | None
     #: True when the exit followed a stop the host asked for.
     requested: bool
+    #: What the driver knows ended it, in words ("stopped by its memory cap of 256 MB"), if anything.
+    cause: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeCaps:
+    """What one node may use: CPU in percent of one core and memory in MB (None: no cap),
+    and whether it runs at the OS's background priority. A driver takes them at a start."""
+
+    cpu_percent: int | None = None
+    memory_mb: int | None = None
+    low_priority: bool = True
+
+
+@dataclass(frozen=True)
+class CapsEnforcement:
+    """How a driver enforces a node's caps on this computer: every view says it."""
+
+    #: True when every cap set is held by the OS (nothing set: nothing to enforce, True).
+    enforced: bool
+    #: In words: "cgroup v1 memory and cpu controllers", "priority only: memory cap not enforced here: …".
+    how: str
 
 
 class InstanceInfo(Protocol):
@@ -151,6 +175,10 @@ class NodeDriver(Protocol):
 
     def reconfigure(self, config: DriverConfig) -> None:
         """Take new settings for the next starts (the node program, the port range, the stop grace)."""
+        ...
+
+    def caps_enforcement(self, caps: NodeCaps) -> CapsEnforcement:
+        """How this driver holds a node to `caps` on this computer (what the views say)."""
         ...
 
 

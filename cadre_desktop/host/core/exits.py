@@ -23,9 +23,10 @@ class ExitBook:
         #: Per dead child whose exit no event reported, the words read from its log.
         self._unseen: dict[str, str] = {}
 
-    def seen(self, node_id: str, code: int | None) -> str:
-        """A child ended on its own: its exit in words, kept until the next start."""
-        words = self._words[node_id] = self.from_log(node_id, code)
+    def seen(self, node_id: str, code: int | None, cause: str | None = None) -> str:
+        """A child ended on its own: its exit in words, kept until the next start. A `cause`
+        the driver knows (its memory cap killed it) is the words."""
+        words = self._words[node_id] = cause or self.from_log(node_id, code)
         self._codes[node_id] = code
         return words
 

@@ -55,6 +55,8 @@ class Change(str, Enum):
     #: Lent nodes: the node answered and waits for its seed; the seed was taken.
     AWAITING_SEED = "awaiting-seed"
     SEEDED = "seeded"
+    #: A person set the node's own caps or `always_run` (taken at its next start).
+    CAPS = "caps"
 
 
 #: change -> (statuses it may start from, statuses it may end in). The one table of a node's life.
@@ -73,6 +75,7 @@ TRANSITIONS: dict[Change, tuple[frozenset[NodeStatus], frozenset[NodeStatus]]] =
     Change.RETRY: (frozenset({S.ERROR}), SUPERVISED),
     Change.EXITED: (_ANY, _ANY),
     Change.WAITING: (SUPERVISED, SUPERVISED),
+    Change.CAPS: (_ANY - {S.SPAWNING}, _ANY - {S.SPAWNING}),
 }
 
 #: Transitions that report something outside the record: an event, no write.

@@ -162,15 +162,39 @@ class NodeRecord(SupervisedRow):
     status: NodeStatus
     mode: NodeMode = NodeMode.CLAIM
     cadre: str | None = None
+    #: This node's own caps (None: the host's `node_cpu_percent` / `node_memory_mb`), and
+    #: whether it runs whatever the run conditions say. Taken at the node's next start.
+    cpu_percent: int | None = None
+    memory_mb: int | None = None
+    always_run: bool = False
 
     def to_row(self) -> dict[str, Any]:
         row: dict[str, Any] = {"name": self.name, "status": self.status.value, "mode": self.mode.value,
                                "cadre": self.cadre, **self.life_row()}
+        # Written only when set: a row without them is what an older build wrote and reads.
+        row.update({k: v for k, v in self.caps_row().items() if v not in (None, False)})
         row.update(self.extra)
         return row
 
+    def caps_row(self) -> dict[str, Any]:
+        return {"cpu_percent": self.cpu_percent, "memory_mb": self.memory_mb, "always_run": self.always_run}
 
-_KNOWN = {"name", "status", "mode", "cadre", *LIFE_KEYS}
+
+CAPS_KEYS = ("cpu_percent", "memory_mb", "always_run")
+_KNOWN = {"name", "status", "mode", "cadre", *LIFE_KEYS, *CAPS_KEYS}
+
+
+def caps_from_row(what: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A record's own caps; absent is None (the host's) and false. Only the shape is checked
+    here: a row is never refused for a cap the settings' bounds would now refuse."""
+    for key in ("cpu_percent", "memory_mb"):
+        v = row.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ValueError(f"{what}: {key} must be a positive whole number or null")
+    if not isinstance(row.get("always_run", False), bool):
+        raise ValueError(f"{what}: always_run must be true or false")
+    return {"cpu_percent": row.get("cpu_percent"), "memory_mb": row.get("memory_mb"),
+            "always_run": row.get("always_run", False)}
 
 
 #: What a node id may look like (the node program refuses any other). It names a
@@ -226,6 +250,7 @@ def record_from_row(node_id: str, row: Any) -> NodeRecord:
         mode=mode,
         cadre=row.get("cadre"),
         **life_from_row(f"node {node_id!r}", node_id, row, ("cadre",)),
+        **caps_from_row(f"node {node_id!r}", row),
         # Keys a newer build added are carried through untouched, never dropped.
         extra={k: v for k, v in row.items() if k not in _KNOWN},
     )

@@ -197,7 +197,7 @@ class Supervisor:
         self.passes.after_exit()
 
     def _note_exit(self, event: Exit) -> None:
-        words = self.exits.seen(event.node_id, event.returncode)
+        words = self.exits.seen(event.node_id, event.returncode, event.cause)
         try:
             self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
         except StorageError as exc:

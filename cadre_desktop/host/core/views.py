@@ -101,6 +101,11 @@ class NodeView:
     waiting_for: str | None = None
     #: The supervisor's last verdict on it: decision, at, ms, error.
     last_decision: dict[str, Any] | None = None
+    #: What it may use and how the OS holds it to that: cpu_percent, memory_mb,
+    #: low_priority, enforced, how (host/core/caps.py).
+    caps: dict[str, Any] | None = None
+    #: Runs whatever the run conditions say (a person's pause still stops it).
+    always_run: bool = False
 
     def __post_init__(self) -> None:
         # A status given by its value ("joined") is taken as the member: typed end to end.
@@ -117,7 +122,8 @@ class NodeViews:
 
     def __init__(self, *, store: RecordStore, driver: NodeDriver, supervisor: Supervisor, probe: Probe,
                  clock: Clock, address: Callable[[], str],
-                 log_path: Callable[[str], Path], claim_secret: Callable[[str], str | None]) -> None:
+                 log_path: Callable[[str], Path], claim_secret: Callable[[str], str | None],
+                 caps: Callable[[NodeRecord], dict[str, Any]] | None = None) -> None:
         self.store = store
         self.driver = driver
         self.supervisor = supervisor
@@ -127,6 +133,7 @@ class NodeViews:
         self.clock = clock
         self.address = address
         self.log_path = log_path
+        self.caps = caps
 
     def list(self) -> list[NodeView]:
         return [self.of(r) for r in self.store.list()]
@@ -168,6 +175,8 @@ class NodeViews:
             exit_code=None if running else supervisor.exit_code(record.id),
             waiting_for="keyring" if supervisor.waiting_for_keyring(record.id) else None,
             last_decision=supervisor.last_decisions.get(record.id),
+            caps=self.caps(record) if self.caps else None,
+            always_run=record.always_run,
         )
 
     def _next_retry(self, record: NodeRecord, running: bool) -> str | None:

@@ -43,7 +43,7 @@ from cadre_desktop.host.core.jsondoc import read_versioned
 from cadre_desktop.host.core.records import is_node_id
 from cadre_desktop.host.core.validate import clean_invitation, clean_name
 from cadre_desktop.host.core.views import NodeView
-from cadre_desktop.host.edges import lend_control
+from cadre_desktop.host.edges import caps_control, lend_control
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.webguard import GuardedSockSite, busy_middleware
 from cadre_desktop.netguard import ConnectionGuard, bind_socket
@@ -83,6 +83,8 @@ class ServedHost(Protocol):
     async def regenerate_node(self, node_id: str) -> NodeView: ...
 
     async def remove_node(self, node_id: str) -> bool: ...
+
+    async def set_node_caps(self, node_id: str, change: dict[str, Any]) -> NodeView: ...
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +223,7 @@ class ControlServer:
             web.get("/api/events", self._events),
         ])
         app.add_routes(lend_control.routes(self))  # lending's routes live beside these
+        app.add_routes(caps_control.routes(self))  # PATCH /api/nodes/{id}: a node's caps
         sock = bind_socket(self.bind, 0, reuse=False)
         try:
             self.port = sock.getsockname()[1]

@@ -73,6 +73,8 @@ class DonationView:
     seeded_at: str | None
     started_at: str | None
     log_path: str
+    #: What it may use and how the OS holds it to that: the host's caps (a lent node has none of its own).
+    caps: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +96,7 @@ def donation_view(
     next_retry: datetime | None,
     log_path: str,
     supervisor: Supervisor | None = None,
+    caps: dict[str, Any] | None = None,
 ) -> DonationView:
     running = bool(handle and handle.alive)
     host = handle.advertise_host if handle and running and handle.advertise_host else advertise_host
@@ -122,6 +125,7 @@ def donation_view(
         seeded_at=donation.seeded_at,
         started_at=handle.started_at if handle and running else None,
         log_path=log_path,
+        caps=caps,
     )
 
 
@@ -164,9 +168,11 @@ def borrower_grant(grant: Grant, now: datetime, donations: list[dict[str, Any]])
 class LendingViews:
     """Views read fresh from the stores, the driver and the supervisor, for every audience."""
 
-    def __init__(self, service: LendingService, *, log_path: Callable[[str], str]) -> None:
+    def __init__(self, service: LendingService, *, log_path: Callable[[str], str],
+                 caps: Callable[[], dict[str, Any]] | None = None) -> None:
         self.service = service
         self.log_path = log_path
+        self.caps = caps
 
     def grants(self) -> list[GrantView]:
         now = self.service.now()
@@ -201,7 +207,7 @@ class LendingViews:
         return donation_view(
             donation, grant=service.grants.get(donation.grant_id), handle=handle,
             advertise_host=service.advertise_host(), next_retry=next_retry, log_path=self.log_path(donation.id),
-            supervisor=supervisor,
+            supervisor=supervisor, caps=self.caps() if self.caps else None,
         )
 
     def log_tail(self, donation_id: str, lines: int = 200) -> list[str]:

@@ -28,9 +28,10 @@ from pathlib import Path
 
 from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.errors import SpawnError, StorageError
-from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, InitReport, status_of
+from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, InitReport, NodeCaps, status_of
 from cadre_desktop.host.core.events import Listeners
 from cadre_desktop.host.local import launch, nodelogs, procs, proctree, winjob
+from cadre_desktop.host.local.caps import CapsKeeper, no_caps
 from cadre_desktop.host.local.handles import ExitEvent, ExitListener, Handle, StateFile, read_state
 from cadre_desktop.host.local.nodelogs import LOG_CAP_BYTES, NodeLogs
 from cadre_desktop.host.local.ports import PortAllocator
@@ -58,6 +59,7 @@ class Orchestrator:
         log_cap_bytes: int = LOG_CAP_BYTES,
         job_ops: Callable[[], winjob.JobOps] | None = None,
         warm_standby: bool = False,
+        caps: CapsKeeper | None = None,
     ) -> None:
         self.paths = paths
         self.state_file = paths.state_file
@@ -70,6 +72,7 @@ class Orchestrator:
         self.platform = platform
         self.logs = NodeLogs(paths, log_cap_bytes)
         self.ender = Ender(self.nodes_dir, platform, job_ops)
+        self.caps = caps or no_caps(platform)  # the OS's limits on each child (see `caps`)
         #: One node program loaded ahead for the next start (see `standby`); None: every start is cold.
         self.standby = self._standby_pool() if warm_standby else None
         self._handles: dict[str, Handle] = {}
@@ -159,6 +162,7 @@ class Orchestrator:
         self.ports.reserve(handle.ports)
         if self.platform == "win32":
             handle._job_handle = winjob.reopen(self.ender.job_ops(), handle.job)
+        self.caps.adopted(handle)
         handle._cancel_watch = procs.watch_exit(
             loop, handle.pid, None, lambda code: self._on_exit(handle, code)
         )
@@ -304,6 +308,7 @@ class Orchestrator:
                env: dict[str, str], attempt: int) -> Handle:
         handle = launch.new_handle(node_id, handle_id, launched, ports, env, attempt, self.platform)
         self._handles[handle.id] = handle
+        self.caps.place(handle)
         launch.watch_pump(launched.pump, handle)
         try:
             handle._cancel_watch = procs.watch_exit(
@@ -348,7 +353,8 @@ class Orchestrator:
         self._tell_exit(handle, code)
 
     def _tell_exit(self, handle: Handle, code: int | None) -> None:
-        self._listeners.tell(ExitEvent(handle.id, handle.node_id, handle.pid, code, handle.stop_requested))
+        cause = self.caps.exit_cause(handle, code)  # the memory cap's kill, said as such
+        self._listeners.tell(ExitEvent(handle.id, handle.node_id, handle.pid, code, handle.stop_requested, cause))
         if self._handles.get(handle.id) is handle and not self._closed and not self._stopping_all:
             self.state.write_soon(lambda: not self._closed)
 
@@ -409,6 +415,7 @@ class Orchestrator:
         await self.ender.end_strays(self._owned(), node_id)
         for handle in dropped:
             await self.ender.wait_pump(handle)
+        await self.caps.forget(node_id)
         self.state.write()
         await asyncio.to_thread(delete_node_files, self.paths, self.logs, node_id)
 
@@ -436,6 +443,7 @@ class Orchestrator:
             except Exception as exc:  # a quit must finish; the next start's census tries again
                 log.error("could not look for stray node processes: %s", exc)
             await asyncio.gather(*(self.ender.wait_pump(h) for h in self._handles.values()))
+            await self.caps.clear()
         finally:
             self._stopping_all = False
         self.state.write_or_log(stopped_cleanly=[h.node_id for h in live])
@@ -466,6 +474,9 @@ class Orchestrator:
         self.node_command = command
         self.ports.low, self.ports.high = config.port_range
         self.stop_timeout_s = config.stop_timeout_s
+
+    def caps_enforcement(self, caps: NodeCaps) -> CapsEnforcement:
+        return self.caps.enforcement(caps)
 
     def close(self) -> None:
         """Stop watching; children keep running (a restarted host re-attaches)."""

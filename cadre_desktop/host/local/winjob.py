@@ -32,6 +32,13 @@ JOB_OBJECT_QUERY = 0x0004
 JOB_OBJECT_TERMINATE = 0x0008
 JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE = 0x2000
 JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS = 9
+#: A node's caps (see `caps`): the job's memory, its priority class, its share of the CPUs.
+JOB_OBJECT_LIMIT_PRIORITY_CLASS = 0x0020
+JOB_OBJECT_LIMIT_JOB_MEMORY = 0x0200
+BELOW_NORMAL_PRIORITY_CLASS = 0x4000
+JOB_OBJECT_CPU_RATE_CONTROL_INFORMATION_CLASS = 15
+JOB_OBJECT_CPU_RATE_CONTROL_ENABLE = 0x1
+JOB_OBJECT_CPU_RATE_CONTROL_HARD_CAP = 0x4
 #: The exit code the processes of a terminated job get.
 TERMINATED_EXIT_CODE = 1
 
@@ -48,6 +55,11 @@ class _BasicLimits(ctypes.Structure):
         ("PriorityClass", ctypes.c_uint32),
         ("SchedulingClass", ctypes.c_uint32),
     ]
+
+
+class CpuRateControl(ctypes.Structure):
+    #: CpuRate: the job's share of every CPU of the computer, in hundredths of a percent.
+    _fields_ = [("ControlFlags", ctypes.c_uint32), ("CpuRate", ctypes.c_uint32)]
 
 
 class _IoCounters(ctypes.Structure):
@@ -91,6 +103,36 @@ class JobOps:
         if not self.k.SetInformationJobObject(job, JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
                                               ctypes.byref(info), ctypes.sizeof(info)):
             raise OSError(_last_error(), "SetInformationJobObject failed")
+
+    def set_limits(self, job: Any, *, memory_bytes: int | None, priority_class: int | None) -> None:
+        """The job's limits again, kill-on-close kept (the call replaces every flag)."""
+        info = ExtendedLimits()
+        flags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+        if memory_bytes:
+            flags |= JOB_OBJECT_LIMIT_JOB_MEMORY
+            info.JobMemoryLimit = memory_bytes
+        if priority_class:
+            flags |= JOB_OBJECT_LIMIT_PRIORITY_CLASS
+            info.BasicLimitInformation.PriorityClass = priority_class
+        info.BasicLimitInformation.LimitFlags = flags
+        if not self.k.SetInformationJobObject(job, JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
+                                              ctypes.byref(info), ctypes.sizeof(info)):
+            raise OSError(_last_error(), "SetInformationJobObject failed")
+
+    def set_cpu_rate(self, job: Any, rate: int) -> None:
+        info = CpuRateControl(JOB_OBJECT_CPU_RATE_CONTROL_ENABLE | JOB_OBJECT_CPU_RATE_CONTROL_HARD_CAP, rate)
+        if not self.k.SetInformationJobObject(job, JOB_OBJECT_CPU_RATE_CONTROL_INFORMATION_CLASS,
+                                              ctypes.byref(info), ctypes.sizeof(info)):
+            raise OSError(_last_error(), "SetInformationJobObject (CPU rate) failed")
+
+    def memory_use(self, job: Any) -> tuple[int, int]:
+        """The job's peak memory and its memory limit, in bytes (0: no limit)."""
+        info = ExtendedLimits()
+        if not self.k.QueryInformationJobObject(job, JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
+                                                ctypes.byref(info), ctypes.sizeof(info), None):
+            raise OSError(_last_error(), "QueryInformationJobObject failed")
+        limited = info.BasicLimitInformation.LimitFlags & JOB_OBJECT_LIMIT_JOB_MEMORY
+        return int(info.PeakJobMemoryUsed), int(info.JobMemoryLimit) if limited else 0
 
     def assign(self, job: Any, process_handle: Any) -> None:
         if not self.k.AssignProcessToJobObject(job, process_handle):
@@ -162,3 +204,39 @@ def end(ops: JobOps, job: Any | None) -> bool:
     except OSError as exc:
         log.debug("TerminateJobObject failed: %s", exc)
         return False
+
+
+def cpu_rate(cpu_percent: int, cores: int) -> int:
+    """A cap in percent of one core as a job's CPU rate: hundredths of a percent of all the
+    computer's CPUs (50 % of one core on 4 cores: 1250), at least 1, at most 10000."""
+    return max(1, min(10_000, cpu_percent * 100 // max(1, cores)))
+
+
+def limit(ops: JobOps, job: Any | None, *, memory_mb: int | None, cpu_percent: int | None,
+          low_priority: bool, cores: int) -> bool:
+    """Hold the node's job to its caps; False (logged) when there is no job or Windows refused."""
+    if not job:
+        return False
+    try:
+        ops.set_limits(job, memory_bytes=memory_mb << 20 if memory_mb else None,
+                       priority_class=BELOW_NORMAL_PRIORITY_CLASS if low_priority else None)
+        if cpu_percent:
+            ops.set_cpu_rate(job, cpu_rate(cpu_percent, cores))
+        return True
+    except OSError as exc:
+        log.warning("could not set the Job object's limits: %s", exc)
+        return False
+
+
+def hit_memory_limit(ops: JobOps, job: Any | None) -> bool:
+    """Whether the job's processes reached its memory limit. Windows does not kill there: an
+    allocation past it fails, and a node dies of that (so within a tenth of the limit, or 1 MiB,
+    counts: the allocation that failed was not made)."""
+    if not job:
+        return False
+    try:
+        peak, limit = ops.memory_use(job)
+    except OSError as exc:
+        log.debug("QueryInformationJobObject failed: %s", exc)
+        return False
+    return limit > 0 and peak >= limit - max(limit // 10, 1 << 20)

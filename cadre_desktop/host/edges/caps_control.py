@@ -1,0 +1,31 @@
+"""A node's caps on the control API: `PATCH /api/nodes/{id}`.
+
+Registered by `ControlServer` (behind its guards). The body holds any of
+`cpu_percent` (percent of one core, 1 to 100 × cores, or null for the host's
+`node_cpu_percent`), `memory_mb` (at least 32, or null for `node_memory_mb`) and
+`always_run` (true or false). The whole body is checked before anything is
+written: a bad value is one 400 naming it, and nothing changes. The answer is the
+node's view, whose `caps` hold what its next start gets and how this computer
+enforces it; a running node takes the change when it starts again (a Restart).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from cadre_desktop.host.core.caps import CAPS_FIELDS, check_caps_change
+
+if TYPE_CHECKING:
+    from cadre_desktop.host.edges.control import ControlServer
+
+
+def routes(server: ControlServer) -> list[web.RouteDef]:
+    async def set_caps(request: web.Request) -> web.Response:
+        node_id = server._node_id(request)
+        change = check_caps_change(await server._body(request, set(CAPS_FIELDS)))
+        view = await server.host.set_node_caps(node_id, change)
+        return web.json_response(view.to_json())
+
+    return [web.patch("/api/nodes/{id}", set_caps)]

@@ -1,0 +1,120 @@
+"""Caps for real, on this computer's cgroups (the local driver with the caps it chooses here).
+
+A node that allocates past its memory cap is stopped, and its exit says so; a busy node
+capped at 20 % of a core gets about that; Remove and Quit leave nothing in the cgroup tree.
+Skipped, with the reason, where no cgroup controller is writable.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cadre_desktop.host.core.driver import NodeCaps
+from cadre_desktop.host.local import caps, cgroups, procs
+from cadre_desktop.host.local.handles import ExitEvent
+from cadre_desktop.host.local.orchestrator import Orchestrator
+from cadre_desktop.host.local.ports import PortAllocator
+from cadre_desktop.paths import Paths
+from tests.support.polling import async_wait_until
+
+CAP_NODES = str(Path(__file__).resolve().parents[1] / "support" / "cap_nodes.py")
+
+
+def this_computers_way(home_id: str) -> caps.Way:
+    way = caps.choose(procs.CURRENT, home_id, scope_address=lambda: None)
+    if way.tree is None:
+        pytest.skip(f"no cgroup controller is writable here: {caps.enforcement(way, NodeCaps(20, 64)).how}")
+    return way
+
+
+def capped(home: Path, mode: str, node_caps: dict[str, NodeCaps]) -> tuple[Orchestrator, caps.Way]:
+    way = this_computers_way("htest" + secrets.token_hex(6))
+    keeper = caps.CapsKeeper(way, lambda node_id: node_caps[node_id], platform=procs.CURRENT)
+    orch = Orchestrator(
+        paths=Paths(home, home, home / "logs"), node_command=[sys.executable, CAP_NODES, mode],
+        ports=PortAllocator(47800, 47899, bind_host="127.0.0.1"), bind_host="127.0.0.1",
+        advertise_host=lambda: "127.0.0.1", stop_timeout_s=2.0, caps=keeper,
+    )
+    return orch, way
+
+
+def family_dirs(way: caps.Way) -> list[Path]:
+    assert way.tree is not None
+    return [root / way.tree.family for root in way.tree.roots.values()]
+
+
+async def test_a_node_past_its_memory_cap_is_stopped_and_told_in_words(tmp_path):
+    orch, way = capped(tmp_path, "hog", {"n1": NodeCaps(memory_mb=64, low_priority=False)})
+    assert way.tree is not None
+    if "memory" not in way.tree.controllers:
+        pytest.skip("the memory controller is not writable here")
+    await orch.init()
+    exits: list[ExitEvent] = []
+    orch.subscribe(exits.append)
+    try:
+        orch.spawn("n1", {})
+        await async_wait_until(lambda: exits, timeout=30, what="the hog's exit")
+        assert exits[0].cause == "stopped by its memory cap of 64 MB"
+        assert exits[0].returncode == -9 and not exits[0].requested
+        held = [line for line in orch.log_tail("n1", 5) if line.startswith("holding")]
+        assert held and int(held[-1].split()[1]) <= 64  # it never held more than its cap
+    finally:
+        await orch.stop_all()
+        orch.close()
+
+
+async def test_a_busy_node_capped_at_20_percent_gets_about_that(tmp_path):
+    orch, way = capped(tmp_path, "busy", {"n1": NodeCaps(cpu_percent=20, low_priority=False)})
+    assert way.tree is not None
+    if "cpu" not in way.tree.controllers:
+        pytest.skip("the cpu controller is not writable here")
+    await orch.init()
+    try:
+        handle = orch.spawn("n1", {})
+        proc = psutil.Process(handle.pid)
+        start_wall, start_cpu = time.monotonic(), sum(proc.cpu_times()[:2])
+        # Two seconds of its CPU time: about ten of the wall clock at 20 %, two without a cap.
+        used = await async_wait_until(lambda: (sum(proc.cpu_times()[:2]) - start_cpu) >= 2.0, timeout=90,
+                                      interval=0.1, what="two seconds of the node's CPU time")
+        assert used
+        share = (sum(proc.cpu_times()[:2]) - start_cpu) / (time.monotonic() - start_wall)
+        assert share <= 0.25, f"a node capped at 20 % used {share:.0%} of a core"
+    finally:
+        await orch.stop_all()
+        orch.close()
+
+
+async def test_remove_and_quit_leave_nothing_in_the_cgroup_tree(tmp_path):
+    both = NodeCaps(cpu_percent=50, memory_mb=256, low_priority=False)
+    orch, way = capped(tmp_path, "busy", {"n1": both, "n2": NodeCaps(cpu_percent=50, memory_mb=256)})
+    assert way.tree is not None
+    await orch.init()
+    try:
+        for node_id in ("n1", "n2"):
+            handle = orch.spawn(node_id, {})
+            for group in way.tree.node_dirs(node_id).values():
+                assert str(handle.pid) in (group / "cgroup.procs").read_text().split()
+        assert psutil.Process(orch.handles_for("n2")[0].pid).nice() == 10  # low priority: the OS's background
+        assert psutil.Process(orch.handles_for("n1")[0].pid).nice() == 0
+        await orch.remove_node("n1")
+        assert not any(group.exists() for group in way.tree.node_dirs("n1").values())
+        assert all(group.exists() for group in way.tree.node_dirs("n2").values())
+        await orch.stop_all()
+        assert not any(family.exists() for family in family_dirs(way))
+    finally:
+        await orch.stop_all()
+        orch.close()
+
+
+def test_the_groups_are_where_this_host_may_write():
+    way = this_computers_way("htest")
+    assert way.tree is not None
+    own = cgroups.own_paths(Path("/proc/self/cgroup").read_text())
+    for controller, root in way.tree.roots.items():
+        assert root.is_dir() and str(root).endswith(own["" if way.tree.version == 2 else controller].rstrip("/"))
