@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import datetime
 
 from cadre_desktop.errors import CadreError, NoSuchThing
 from cadre_desktop.host import live_settings
@@ -26,6 +27,7 @@ from cadre_desktop.host.core.netwatch import AddressWatcher, restart_stale
 from cadre_desktop.host.core.preflight import check_bind_host, prepare_home
 from cadre_desktop.host.core.probe import HttpStatusFetcher, Probe, loopback_for
 from cadre_desktop.host.core.records import SUPERVISED, NodeStatus
+from cadre_desktop.host.core.runfile import RunFiles
 from cadre_desktop.host.core.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.core.service import NodeService
 from cadre_desktop.host.core.store import KEYRING_LAYOUT, RecordStore
@@ -156,7 +158,7 @@ class Host:
         )
         self.supervisor = Supervisor(
             lifecycle=self.lifecycle, driver=self.driver, gate=self.gate, settings=s, clock=self.clock,
-            probe=self.probe, on_sweep=self._sweep_housekeeping,
+            probe=self.probe, on_sweep=self._sweep_housekeeping, run_files=RunFiles(self.paths.node_dir),
         )
         self.service = NodeService(
             lifecycle=self.lifecycle, driver=self.driver, gate=self.gate,
@@ -298,6 +300,13 @@ class Host:
 
     async def retry_node(self, node_id: str) -> NodeView:
         return self.views.of(await self.service.retry(node_id))
+
+    async def pause_node(self, node_id: str, *, for_ms: int | None = None,
+                         until: datetime | None = None) -> NodeView:
+        return self.views.of(await self.service.pause(node_id, for_ms=for_ms, until=until))
+
+    async def resume_node(self, node_id: str) -> NodeView:
+        return self.views.of(await self.service.resume(node_id))
 
     async def restart_node(self, node_id: str) -> NodeView:
         return self.views.of(await self.service.restart(node_id))

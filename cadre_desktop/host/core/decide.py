@@ -5,12 +5,16 @@ depends on comes in as an `Observation`, so every rule is a line of a table
 and a unit test can pin each one. `Supervisor` carries the verdicts out.
 
 The rules, in the order they are checked:
+  held (paused, sleeping, done), child up -> STOP_HELD (its hold stops it; nothing counted)
+  sleeping, its wake_at reached          -> WAKE (started again, uncounted, budget untouched)
+  held                                   -> HELD (sleeping: a look is due at wake_at)
   not supervised, or no child yet        -> LEAVE (the code creating it owns it)
   running, answered, stopped answering   -> HUNG (stop it; the crash path counts it)
   running, not answered, past its grace  -> STALLED (a failed start: stop it)
   running, not answered, inside grace    -> STARTING (nothing kills or restarts it)
   running, attempts old enough           -> REFILL (the budget is full again)
   running                                -> HEALTHY
+  down, exit 0 with a run.json hold      -> HOLD (paused, sleeping or done, as the node asked)
   down, stopped cleanly by the last host -> START, uncounted, whatever budget or backoff said
   down, an exit retrying cannot fix      -> GIVE_UP at once, with the node's own words
   down, budget spent                     -> GIVE_UP
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from cadre_desktop.host.core.driver import DriverStatus
-from cadre_desktop.host.core.records import SUPERVISED, NodeRecord
+from cadre_desktop.host.core.records import HELD, SUPERVISED, Hold, NodeRecord, NodeStatus
 from cadre_desktop.settings import Settings
 
 #: Node exit codes that mean "respawning will not help" (docs/node-contract.md):
@@ -47,6 +51,10 @@ class Decision(str, Enum):
     WAIT_KEYRING = "waiting-for-keyring"
     START = "start"
     GIVE_UP = "give-up"
+    HOLD = "hold"
+    HELD = "held"
+    STOP_HELD = "stop-held"
+    WAKE = "wake"
 
 
 class SecretState(str, Enum):
@@ -73,6 +81,10 @@ class Observation:
     stopped_cleanly: bool = False
     #: Words for the last exit seen ("exited with code 3: ...", "never answered within 15 s").
     last_exit: str | None = None
+    #: What the node's run.json asked for at its last exit (code 0): (status, hold), else None.
+    node_hold: tuple[NodeStatus, Hold] | None = None
+    #: For a sleeping node: seconds until its wake_at (None: no end).
+    wake_in_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -82,8 +94,10 @@ class Verdict:
     counted: bool = True
     #: For GIVE_UP, STALLED, HUNG: the words the record and the user get.
     reason: str | None = None
-    #: For WAIT and STARTING: seconds until the next look is due.
+    #: For WAIT, STARTING and HELD: seconds until the next look is due.
     due_in_s: float | None = None
+    #: For HOLD: the status and hold the node asked for.
+    hold: tuple[NodeStatus, Hold] | None = None
 
 
 class Policy:
@@ -136,8 +150,12 @@ def exit_words(code: int | None, last_line: str | None) -> str:
     return words
 
 
-def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: frozenset = SUPERVISED) -> Verdict:
-    """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs)."""
+def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: frozenset = SUPERVISED,
+           held: frozenset = HELD) -> Verdict:
+    """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs);
+    `held`: its hold statuses (paused, sleeping, done; a kind without holds has none)."""
+    if record.status in held:
+        return _held(record, obs)
     if record.status not in supervised or not record.handle:
         return Verdict(Decision.LEAVE)
     if obs.status is DriverStatus.RUNNING:
@@ -160,7 +178,20 @@ def _running(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
     return Verdict(Decision.HEALTHY)
 
 
+def _held(record: NodeRecord, obs: Observation) -> Verdict:
+    """A held node is never started; a child of it still up is stopped; a sleeper wakes at its time."""
+    if obs.status is DriverStatus.RUNNING:
+        return Verdict(Decision.STOP_HELD, reason=f"it is {record.status}")
+    if record.status is NodeStatus.SLEEPING and obs.wake_in_s is not None:
+        if obs.wake_in_s <= 0:
+            return Verdict(Decision.WAKE, counted=False)
+        return Verdict(Decision.HELD, due_in_s=obs.wake_in_s)
+    return Verdict(Decision.HELD)
+
+
 def _down(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
+    if obs.node_hold is not None:
+        return Verdict(Decision.HOLD, hold=obs.node_hold)
     if obs.stopped_cleanly:
         return _start_if_secret(obs, counted=False)
     if obs.returncode in HOPELESS_EXIT_CODES:

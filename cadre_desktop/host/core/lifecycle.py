@@ -22,14 +22,14 @@ both.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from cadre_desktop.errors import Bug
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.events import EventBus, EventKind
-from cadre_desktop.host.core.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus
+from cadre_desktop.host.core.records import HELD, SUPERVISED, NodeMode, NodeRecord, NodeStatus
 from cadre_desktop.host.core.secrets import SecretKind
 from cadre_desktop.host.core.store import RecordStore
 
@@ -55,6 +55,12 @@ class Change(str, Enum):
     #: Lent nodes: the node answered and waits for its seed; the seed was taken.
     AWAITING_SEED = "awaiting-seed"
     SEEDED = "seeded"
+    #: Holds: a person pauses (or puts to sleep) a node; the node holds itself (its run.json);
+    #: a sleeping node wakes at its time; a person resumes a held node (the seed's demand).
+    PAUSE = "pause"
+    HOLD = "hold"
+    WAKE = "wake"
+    RESUME = "resume"
 
 
 #: change -> (statuses it may start from, statuses it may end in). The one table of a node's life.
@@ -70,10 +76,20 @@ TRANSITIONS: dict[Change, tuple[frozenset[NodeStatus], frozenset[NodeStatus]]] =
     Change.PEER: (SUPERVISED, SUPERVISED),
     Change.INVITATION_FAILED: (frozenset({S.JOINING}), frozenset({S.ERROR})),
     Change.GIVE_UP: (SUPERVISED, frozenset({S.ERROR})),
-    Change.RETRY: (frozenset({S.ERROR}), SUPERVISED),
+    Change.RETRY: (frozenset({S.ERROR, S.DONE}), SUPERVISED),
     Change.EXITED: (_ANY, _ANY),
     Change.WAITING: (SUPERVISED, SUPERVISED),
+    Change.PAUSE: (SUPERVISED | HELD, frozenset({S.PAUSED, S.SLEEPING})),
+    Change.HOLD: (SUPERVISED, HELD),
+    Change.WAKE: (frozenset({S.SLEEPING}), SUPERVISED),
+    Change.RESUME: (HELD, SUPERVISED),
+    # Lent nodes' news; a hosted node never has it.
+    Change.AWAITING_SEED: (frozenset(), frozenset()),
+    Change.SEEDED: (frozenset(), frozenset()),
 }
+
+#: What each kind of hold is in a hosted node's statuses (a kind without holds has none).
+HOSTED_HOLDS = {"paused": S.PAUSED, "sleeping": S.SLEEPING, "done": S.DONE}
 
 #: Transitions that report something outside the record: an event, no write.
 EVENT_ONLY = frozenset({Change.EXITED, Change.WAITING})
@@ -91,6 +107,10 @@ def _announce_hosted(events: EventBus, change: Change, before: NodeRecord, after
         events.emit(EventKind.GAVE_UP, node_id, detail or (after.error or ""))
     elif change is Change.JOINED and before.status is not S.JOINED:
         events.emit(EventKind.CLAIMED, node_id, after.cadre or "")
+    elif change in (Change.PAUSE, Change.HOLD):
+        events.emit(EventKind.HELD, node_id, after.hold.reason if after.hold else "")
+    elif change in (Change.WAKE, Change.RESUME) or (change is Change.RETRY and before.status is S.DONE):
+        events.emit(EventKind.RESUMED, node_id, change.value)
 
 
 def _hosted_secret_kind(record: NodeRecord) -> SecretKind:
@@ -145,12 +165,18 @@ class RecordKind:
     settings: Callable[[Any], Any] = lambda settings: settings
     #: Takes what a child of this kind answers on /status (None: the probe's own, for hosted nodes).
     on_status: Callable[..., None] | None = None
+    #: Its hold statuses by name ("paused", "sleeping", "done"); empty: this kind is never held.
+    holds: dict[str, Enum] = field(default_factory=dict)
+
+    @property
+    def held(self) -> frozenset:
+        return frozenset(self.holds.values())
 
 
 HOSTED = RecordKind(
     noun="node", transitions=TRANSITIONS, supervised=SUPERVISED, probed=SUPERVISED, creating=S.SPAWNING,
     error=S.ERROR, announce=_announce_hosted, removed_event=EventKind.REMOVED,
-    secret_kind=_hosted_secret_kind, secret_env=_hosted_secret_env, retry=_hosted_retry,
+    secret_kind=_hosted_secret_kind, secret_env=_hosted_secret_env, retry=_hosted_retry, holds=HOSTED_HOLDS,
 )
 
 

@@ -17,10 +17,9 @@ waits for the keyring without spending its budget.
 Records are reconciled to instances, never instances to records: a child no
 record names is reported once at start and left running.
 
-Hosted nodes are one kind of record; nodes lent to another cadre are another
-(`watch` adds their lifecycle). Both go through the same passes, queue,
-timers, decision and effects; their kind says which statuses are supervised,
-which secret a start needs, and what Retry comes back to.
+Hosted and lent nodes (`watch`) share the passes, queue, timers, decision and
+effects; their kind says what is supervised or held, which secret a start needs,
+and what Retry comes back to. Holds are `holds.py`; what a pass sees, `observe.py`.
 
 Timing runs on the monotonic clock. Wall-clock times in the records only carry
 a wait across a host restart, and a clock stepped back never makes a wait
@@ -42,13 +41,16 @@ from typing import TypeVar
 
 from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
-from cadre_desktop.host.core.decide import Decision, Observation, Policy, SecretState, Verdict, decide
-from cadre_desktop.host.core.driver import DriverStatus, Exit, InstanceInfo, NodeDriver
+from cadre_desktop.host.core.decide import Decision, Observation, Policy, Verdict, decide
+from cadre_desktop.host.core.driver import Exit, InstanceInfo, NodeDriver
 from cadre_desktop.host.core.exits import ExitBook
+from cadre_desktop.host.core.holds import Holds
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import HOSTED, Change, Lifecycle
+from cadre_desktop.host.core.observe import Observer
 from cadre_desktop.host.core.passes import PassSchedule, breathe
-from cadre_desktop.host.core.records import NodeRecord, RespawnInfo, StartMark, SupervisedRow
+from cadre_desktop.host.core.records import Hold, NodeRecord, RespawnInfo, StartMark, SupervisedRow, next_mark
+from cadre_desktop.host.core.runfile import RunFiles
 from cadre_desktop.host.core.secrets import SecretKind
 from cadre_desktop.host.core.timeline import Timeline
 from cadre_desktop.settings import Settings
@@ -76,6 +78,7 @@ class Supervisor:
         clock: Clock,
         probe=None,
         on_sweep: Callable[[], Awaitable[object]] | None = None,
+        run_files: RunFiles | None = None,
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
@@ -98,8 +101,12 @@ class Supervisor:
         self._unsubscribe = None
         self._uncounted: set[str] = set()
         self.timeline = Timeline(clock)
+        #: Paused, sleeping and done nodes: their holds and releases, and what nodes asked for (run.json).
+        self.holds = Holds(clock=clock, timeline=self.timeline, run_files=run_files)
         #: The words for each node's last exit this process saw (or the reason it stopped it).
         self.exits = ExitBook(lambda node_id, count: self.driver.log_tail(node_id, count), gate.redact)
+        self.observer = Observer(driver=driver, gate=gate, exits=self.exits, timeline=self.timeline,
+                                 holds=self.holds, probe=probe)
         self._waiting_keyring: set[str] = set()
         #: Per child this process started, the host token it was given (memory only).
         self.host_tokens: dict[str, str] = {}
@@ -136,7 +143,8 @@ class Supervisor:
         return self._policies[lc.kind.noun]
 
     def _supervised(self) -> list[tuple[Lifecycle, NodeRecord]]:
-        return [(lc, r) for lc in self.lifecycles for r in lc.store.list() if r.status in lc.kind.supervised]
+        return [(lc, r) for lc in self.lifecycles for r in lc.store.list()
+                if r.status in lc.kind.supervised or r.status in lc.kind.held]
 
     # -- life -------------------------------------------------------------------
 
@@ -188,6 +196,11 @@ class Supervisor:
             return
         if not event.requested:
             self._note_exit(event)
+            try:
+                self.holds.exited(self.lifecycle_of(event.node_id), event)
+            except StorageError as exc:
+                log.error("node %s: its run.json is not read; its record is unreadable: %s", event.node_id,
+                          exc.message)
         self.passes.after_exit()
 
     def _note_exit(self, event: Exit) -> None:
@@ -234,7 +247,7 @@ class Supervisor:
             t0 = time.perf_counter()
             verdict, error = None, None
             try:
-                verdict = decide(record, self.observe(record), self.policy_for(lc), lc.kind.supervised)
+                verdict = decide(record, self.observe(record), self.policy_for(lc), lc.kind.supervised, lc.kind.held)
                 if await self._carry_out(record, verdict):
                     started.append(record.id)
                     await breathe()
@@ -258,7 +271,7 @@ class Supervisor:
         fresh = lc.get(node_id)
         if fresh is None:
             return None
-        return decide(fresh, self.observe(fresh), self.policy_for(lc), lc.kind.supervised).due_in_s
+        return decide(fresh, self.observe(fresh), self.policy_for(lc), lc.kind.supervised, lc.kind.held).due_in_s
 
     def _skip(self, lc: Lifecycle, record: NodeRecord) -> bool:
         """A record that cannot be started again from what it holds is left alone, and said so once."""
@@ -283,34 +296,8 @@ class Supervisor:
 
     def observe(self, record: NodeRecord) -> Observation:
         """Everything the decision needs, read from the driver, the probe and the gate."""
-        handle = self.driver.get(record.handle)
-        status = self.driver.status(record.handle)
-        secret = SecretState.READY
-        kind = self.lifecycle_of(record.id).kind.secret_kind(record)
-        if self.gate.cached(record.id, kind) is None:
-            secret = SecretState.MISSING if self.gate.is_missing(record.id, kind) else SecretState.WAITING
-        answered = unresponsive = False
-        if status is DriverStatus.RUNNING and handle is not None:
-            mark = record.start
-            answered = bool(self.probe and self.probe.is_ready(handle.id)) or bool(
-                mark and mark.answered and mark.attempt == getattr(handle, "attempt", -1))
-            unresponsive = bool(self.probe and self.probe.unresponsive(handle.id))
-        last_exit = self.exits.words(record.id)
-        if last_exit is None and status is not DriverStatus.RUNNING and handle is not None:
-            # An exit this process did not see (it died while the host was down): its words
-            # come from the log, read once per dead child rather than at every pass.
-            last_exit = self.exits.unseen(record.id, handle.id, handle.returncode)
-        return Observation(
-            status=status,
-            returncode=self.exits.code(record.id, handle.returncode if handle else None),
-            answered=answered,
-            unresponsive=unresponsive,
-            started_s=self.timeline.seen_for(handle.id) if handle is not None and status is DriverStatus.RUNNING else None,
-            since_attempt_s=self._since_attempt_s(record),
-            secret=secret,
-            stopped_cleanly=record.id in self._uncounted,
-            last_exit=last_exit,
-        )
+        self.observer.probe = self.probe
+        return self.observer.observe(record, self.lifecycle_of(record.id).kind, uncounted=record.id in self._uncounted)
 
     async def _carry_out(self, record: NodeRecord, verdict: Verdict) -> bool:
         """Do what the verdict says; True when a child was started."""
@@ -328,6 +315,13 @@ class Supervisor:
             await self.driver.stop(record.handle)
         elif d is Decision.GIVE_UP:
             await self.give_up(record.id, verdict.reason or "the node did not stay running")
+        elif d is Decision.HOLD and verdict.hold is not None:
+            await self.hold_node(record.id, Change.HOLD, *verdict.hold)
+        elif d is Decision.STOP_HELD:
+            log.info("node %s %s; stopping its child", record.id, verdict.reason)
+            await self.driver.stop(record.handle)
+        elif d is Decision.WAKE:
+            return self.release_node(record.id, Change.WAKE)
         elif d is Decision.WAIT_KEYRING:
             lc = self.lifecycle_of(record.id)
             self.gate.want(record.id, lc.kind.secret_kind(record))
@@ -377,7 +371,7 @@ class Supervisor:
         attempt = record.next_start
         now = iso(self.clock.now())
         words = self.exits.take_for_start(node_id, record.handle)
-        mark = self._next_mark(record, attempt, now, counted, words)
+        mark = next_mark(record.start, attempt, now, self.supervisor_id, counted=counted, words=words)
         respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
         want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
         try:
@@ -393,7 +387,9 @@ class Supervisor:
         self.timeline.started(child.id)
         change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
         lc.apply(node_id, change, lambda r: r.replace(
-            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark))
+            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark,
+            problem=None))
+        self.timeline.mark(("start", node_id), now)
         if counted:
             self.timeline.mark(("attempt", node_id), now)
         log.info("node %s started (attempt %d%s), pid %s", node_id, attempt, "" if counted else ", uncounted",
@@ -407,6 +403,7 @@ class Supervisor:
         token is kept (in memory only) for the child that got it."""
         token = new_host_token()
         env = lc.kind.secret_env(record, secret, token)
+        self.holds.before_start(record.id)
         child = self.driver.start(record.id, attempt, env, want_ports=want_ports,
                                   avoid_ports=lc.remembered_ports(record.id))
         if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
@@ -419,18 +416,6 @@ class Supervisor:
         mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
         return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
-
-    def _next_mark(self, record: NodeRecord, attempt: int, now: str, counted: bool, words: str | None) -> StartMark:
-        prev = record.start
-        failed_before = prev is not None and not prev.answered
-        if not failed_before:
-            failures = 0
-        elif counted:
-            failures = prev.failures + 1
-        else:
-            failures = prev.failures  # a deliberate restart neither adds to nor forgives failures
-        return StartMark(attempt=attempt, at=now, by=self.supervisor_id, failures=failures,
-                         last_exit=words or (prev.last_exit if prev and failed_before else None))
 
     async def give_up(self, node_id: str, reason: str) -> None:
         """Stop trying: the record becomes `error` first, then the child is stopped.
@@ -456,12 +441,35 @@ class Supervisor:
             except Exception as exc:  # giving up must finish; the record says error whatever the stop did
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
 
-    # -- time ---------------------------------------------------------------------
+    async def hold_node(self, node_id: str, change: Change, status, hold: Hold) -> SupervisedRow | None:
+        """Hold a node (on the serial queue): the record first, then its child stopped cleanly.
 
-    def _since_attempt_s(self, record: NodeRecord) -> float | None:
-        if not record.respawn:
-            return None
-        return self.timeline.since(("attempt", record.id), record.respawn.last_attempt_at)
+        As with a give-up, the write comes first, so the exit the stop raises finds a held record
+        and starts nothing. No attempt is spent, and no notification is sent.
+        """
+        lc = self.lifecycle_of(node_id)
+        held = self.holds.hold(lc, node_id, change, status, hold)
+        if held is not None and held.handle and self.driver.is_running(held.handle):
+            await self.driver.stop(held.handle)
+        return held
+
+    def release_node(self, node_id: str, change: Change) -> bool:
+        """Release a held node (on the serial queue) and start it now, uncounted, whatever its budget
+        says (the seed's demand); True when a child was started. With its secret not in memory yet,
+        the next pass starts it, still uncounted."""
+        lc = self.lifecycle_of(node_id)
+        fresh = self.holds.release(lc, node_id, change)
+        if fresh is None:
+            return False
+        self.forget_exit(node_id)
+        self._uncounted.add(node_id)
+        if self.gate.cached(node_id, lc.kind.secret_kind(fresh)) is None:
+            self.kick("released")
+            return False
+        self._uncounted.discard(node_id)
+        return self.start_node(node_id, counted=False, expect_handle=fresh.handle)
+
+    # -- time ---------------------------------------------------------------------
 
     # -- what views show --------------------------------------------------------------
 
@@ -471,7 +479,7 @@ class Supervisor:
         policy = self.policy_for(lc)
         if record.status not in lc.kind.supervised or not record.respawn or record.attempts >= policy.max_attempts:
             return None
-        since = self._since_attempt_s(record)
+        since = self.observer.since_attempt_s(record)
         if since is None:
             return None
         remaining = policy.backoff_s(record.attempts) - since

@@ -18,7 +18,7 @@ from typing import Any
 from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.core.address import claim_url
 from cadre_desktop.host.core.clock import Clock, iso
-from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
+from cadre_desktop.host.core.records import HELD, SUPERVISED, NodeRecord, NodeStatus
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,13 @@ class NodeView:
     waiting_for: str | None = None
     #: The supervisor's last verdict on it: decision, at, ms, error.
     last_decision: dict[str, Any] | None = None
+    #: While sleeping: when it wakes (ISO-8601 UTC); else None.
+    wake_at: str | None = None
+    #: While paused, sleeping or done: who holds it ("person", "node", "conditions") and why (one line).
+    held_by: str | None = None
+    hold_reason: str | None = None
+    #: What was wrong with its record as read (an unreadable start mark), else None.
+    problem: str | None = None
 
     def __post_init__(self) -> None:
         # A status given by its value ("joined") is taken as the member: typed end to end.
@@ -122,6 +129,8 @@ class NodeViews:
             exit_code=None if running else supervisor.exit_code(record.id),
             waiting_for="keyring" if supervisor.waiting_for_keyring(record.id) else None,
             last_decision=supervisor.last_decisions.get(record.id),
+            **hold_fields(record, supervisor),
+            problem=record.problem,
         )
 
     def _next_retry(self, record: NodeRecord, running: bool) -> str | None:
@@ -151,6 +160,15 @@ class NodeViews:
         why = self.store.save_error or getattr(self.driver, "save_error", None)
         note = f"running, but not saved yet: {why}" if why else "running, but not saved yet"
         return f"{record.error}; {note}" if record.error else note
+
+
+def hold_fields(row, supervisor) -> dict[str, Any]:
+    """A held node's (hosted or lent) `wake_at`, `held_by` and `hold_reason`, for its view."""
+    hold = row.hold if row.status in HELD else None
+    if hold is None:
+        return {"wake_at": None, "held_by": None, "hold_reason": None}
+    wake = supervisor.holds.wake_at(row) if row.status is NodeStatus.SLEEPING else None
+    return {"wake_at": iso(wake) if wake is not None else None, "held_by": hold.by.value, "hold_reason": hold.reason}
 
 
 def last_exit_words(row, running: bool, supervisor) -> str | None:

@@ -39,6 +39,7 @@ from cadre_desktop import __version__, logfilter
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import ApiError, Bug, CadreError, Invalid, NoSuchThing, StorageError
 from cadre_desktop.host.core.events import LENDING_EVENTS, HostEvent
+from cadre_desktop.host.core.holds import parse_rfc3339
 from cadre_desktop.host.core.jsondoc import read_versioned
 from cadre_desktop.host.core.records import is_node_id
 from cadre_desktop.host.core.validate import clean_invitation, clean_name
@@ -180,6 +181,8 @@ class ControlServer:
             web.get("/api/nodes/{id}", self._get_node),
             web.delete("/api/nodes/{id}", self._remove_node),
             web.post("/api/nodes/{id}/retry", self._action("retry_node")),
+            web.post("/api/nodes/{id}/pause", self._pause_node),
+            web.post("/api/nodes/{id}/resume", self._action("resume_node")),
             web.post("/api/nodes/{id}/restart", self._action("restart_node")),
             web.post("/api/nodes/{id}/regenerate", self._action("regenerate_node")),
             web.post("/api/nodes/{id}/invite", self._invite_node),
@@ -346,6 +349,20 @@ class ControlServer:
         body = await self._body(request, {"name"})
         view = await self.host.invite_node(self._node_id(request), check_name(body.get("name")))
         return web.json_response(view.to_json(), status=201)
+
+    async def _pause_node(self, request: web.Request) -> web.Response:
+        """`{}` pauses with no end; `{"for_ms": N}` or `{"until": "<RFC 3339>"}` puts the node to sleep."""
+        body = await self._body(request, {"for_ms", "until"})
+        for_ms, until = body.get("for_ms"), body.get("until")
+        if for_ms is not None and (not isinstance(for_ms, int) or isinstance(for_ms, bool)):
+            raise Invalid("for_ms must be a whole number of milliseconds.")
+        when = None
+        if until is not None:
+            when = parse_rfc3339(until)
+            if when is None:
+                raise Invalid("until must be an RFC 3339 time with its zone, e.g. 2026-01-01T07:00:00+01:00.")
+        view = await self.host.pause_node(self._node_id(request), for_ms=for_ms, until=when)
+        return web.json_response(view.to_json())
 
     def _action(self, method: str) -> Handler:
         async def act(request: web.Request) -> web.Response:

@@ -52,6 +52,11 @@ DONATION_TRANSITIONS: dict[Change, tuple[frozenset, frozenset]] = {
     # Hosted nodes' news; a lent node never has it.
     Change.JOINED: (_NONE, _NONE),
     Change.INVITATION_FAILED: (_NONE, _NONE),
+    # Holds are the hosted nodes' only, for now: a lent node has no hold statuses.
+    Change.PAUSE: (_NONE, _NONE),
+    Change.HOLD: (_NONE, _NONE),
+    Change.WAKE: (_NONE, _NONE),
+    Change.RESUME: (_NONE, _NONE),
 }
 
 

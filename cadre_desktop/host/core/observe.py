@@ -1,0 +1,76 @@
+"""What one pass sees of one node: the driver, the probe, the keyring gate, the exit book, the
+timeline and the holds, gathered into the `Observation` that `decide()` judges. It reads, never acts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cadre_desktop.host.core.decide import Observation, SecretState
+from cadre_desktop.host.core.driver import DriverStatus, InstanceInfo, NodeDriver
+from cadre_desktop.host.core.exits import ExitBook
+from cadre_desktop.host.core.holds import Holds
+from cadre_desktop.host.core.keyring_gate import KeyringGate
+from cadre_desktop.host.core.lifecycle import RecordKind
+from cadre_desktop.host.core.records import NodeRecord
+from cadre_desktop.host.core.timeline import Timeline
+
+
+class Observer:
+    def __init__(self, *, driver: NodeDriver, gate: KeyringGate, exits: ExitBook, timeline: Timeline,
+                 holds: Holds, probe: Any = None) -> None:
+        self.driver = driver
+        self.gate = gate
+        self.exits = exits
+        self.timeline = timeline
+        self.holds = holds
+        #: Tells whether a child answered (`is_ready`) or stopped answering (`unresponsive`).
+        self.probe = probe
+
+    def since_attempt_s(self, record: NodeRecord) -> float | None:
+        if not record.respawn:
+            return None
+        return self.timeline.since(("attempt", record.id), record.respawn.last_attempt_at)
+
+    def observe(self, record: NodeRecord, kind: RecordKind, *, uncounted: bool) -> Observation:
+        """Everything the decision needs. `uncounted`: its next start spends nothing (a clean quit, a release)."""
+        handle = self.driver.get(record.handle)
+        status = self.driver.status(record.handle)
+        secret = SecretState.READY
+        secret_kind = kind.secret_kind(record)
+        if self.gate.cached(record.id, secret_kind) is None:
+            secret = SecretState.MISSING if self.gate.is_missing(record.id, secret_kind) else SecretState.WAITING
+        answered = unresponsive = False
+        if status is DriverStatus.RUNNING and handle is not None:
+            mark = record.start
+            answered = bool(self.probe and self.probe.is_ready(handle.id)) or bool(
+                mark and mark.answered and mark.attempt == getattr(handle, "attempt", -1))
+            unresponsive = bool(self.probe and self.probe.unresponsive(handle.id))
+        last_exit = self.exits.words(record.id)
+        if last_exit is None and status is not DriverStatus.RUNNING and handle is not None:
+            # An exit this process did not see (it died while the host was down): its words
+            # come from the log, read once per dead child rather than at every pass.
+            last_exit = self.exits.unseen(record.id, handle.id, handle.returncode)
+        return Observation(
+            status=status,
+            returncode=self.exits.code(record.id, handle.returncode if handle else None),
+            answered=answered,
+            unresponsive=unresponsive,
+            started_s=self.started_s(record, handle) if status is DriverStatus.RUNNING else None,
+            since_attempt_s=self.since_attempt_s(record),
+            secret=secret,
+            stopped_cleanly=uncounted,
+            last_exit=last_exit,
+            node_hold=self.holds.requested(record),
+            wake_in_s=self.holds.wake_in_s(record),
+        )
+
+    def started_s(self, record: NodeRecord, handle: InstanceInfo | None) -> float | None:
+        """How long the record's running child has been starting: from its start mark's time, across
+        restarts too (seed 003); an unreadable mark gives it no grace; a child no mark names, from
+        when this process first saw it."""
+        if handle is None or record.problem:
+            return None
+        mark = record.start
+        if mark is not None and mark.attempt == handle.attempt and mark.at:
+            return self.timeline.since(("start", record.id), mark.at)
+        return self.timeline.seen_for(handle.id)
