@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from cadre_desktop.errors import ApiError, StorageError, wire_code
+from cadre_desktop.errors import ApiError, Invalid, StorageError, wire_code
 from cadre_desktop.node import donated, invitations, run_request
 from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
 from cadre_desktop.node.node import Node
@@ -205,7 +205,10 @@ class Api:
     async def host_run(self, request: Request) -> Answer:
         """The host asks the node to hold itself: write run.json, then exit with code 0 (§7)."""
         self.node.authorize_host(request.bearer(), request.remote)
-        doc = run_request.checked(await request.json())
+        try:
+            doc = run_request.checked(await request.json())
+        except Invalid as exc:
+            raise ApiError(400, "invalid-field", exc.message) from None
         run_request.write(self.node.config.node_dir, doc)
         self._stopping = asyncio.get_running_loop().create_task(_stop_after(self.node, STOP_AFTER_S))
         return json_answer({**doc, "stopping": True}, status=202)

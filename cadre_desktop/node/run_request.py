@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.atomicfile import write_json_atomic
-from cadre_desktop.errors import ApiError
+from cadre_desktop.errors import Invalid
 from cadre_desktop.text import one_line
 
 log = logging.getLogger(__name__)
@@ -26,22 +26,22 @@ REASON_MAX = 200
 
 
 def checked(body: dict[str, Any]) -> dict[str, Any]:
-    """The run.json document a request body asks for; a field out of the contract is 400."""
+    """The run.json document a request body asks for; a field out of the contract raises Invalid (400)."""
     unknown = sorted(set(body) - {"state", "wake_at", "reason"})
     if unknown:
-        raise ApiError(400, "invalid-field", f"unknown field(s): {', '.join(unknown)}")
+        raise Invalid(f"unknown field(s): {', '.join(unknown)}")
     state = body.get("state")
     if state not in STATES:
-        raise ApiError(400, "invalid-field", f"state must be one of {', '.join(STATES)}")
+        raise Invalid(f"state must be one of {', '.join(STATES)}")
     wake_at = body.get("wake_at")
     if wake_at is not None:
         if state != "sleeping":
-            raise ApiError(400, "invalid-field", "wake_at is for state sleeping only")
+            raise Invalid("wake_at is for state sleeping only")
         if not _is_rfc3339(wake_at):
-            raise ApiError(400, "invalid-field", "wake_at must be an RFC 3339 time with its zone")
+            raise Invalid("wake_at must be an RFC 3339 time with its zone")
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > REASON_MAX:
-        raise ApiError(400, "invalid-field", f"reason must be a string of at most {REASON_MAX} characters")
+        raise Invalid(f"reason must be a string of at most {REASON_MAX} characters")
     return {"state": state, "wake_at": wake_at, "reason": one_line(reason, REASON_MAX)}
 
 
