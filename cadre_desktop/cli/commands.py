@@ -234,7 +234,14 @@ def cmd_remove(args, paths: Paths) -> int:
             out("Not removed.")
             return EXIT_FAILED
     result = api.remove_node(args.id)
-    out(f"Removed {args.id}." if result.get("existed") else f"No node {args.id}; nothing to remove.")
+    pids = [p for p in result.get("orphan_pids") or [] if isinstance(p, int)]
+    if result.get("existed"):
+        out(f"Removed {args.id}.")
+    elif pids:
+        out(f"No node {args.id}, but an orphaned process of it ran (pid {', '.join(map(str, pids))}): "
+            "it was stopped, and nothing was deleted.")
+    else:
+        out(f"No node {args.id}; nothing to remove.")
     return EXIT_OK
 
 

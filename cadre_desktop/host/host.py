@@ -16,6 +16,7 @@ from datetime import datetime
 
 from cadre_desktop.errors import CadreError, NoSuchThing
 from cadre_desktop.host import live_settings
+from cadre_desktop.host.core import orphans
 from cadre_desktop.host.core.address import ConfiguredAddress
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.driver import NodeDriver
@@ -24,6 +25,7 @@ from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Lifecycle
 from cadre_desktop.host.core.lock import HostLock
 from cadre_desktop.host.core.netwatch import AddressWatcher, restart_stale
+from cadre_desktop.host.core.orphans import find_orphans
 from cadre_desktop.host.core.preflight import check_bind_host, prepare_home
 from cadre_desktop.host.core.probe import HttpStatusFetcher, Probe, loopback_for
 from cadre_desktop.host.core.records import SUPERVISED, NodeStatus
@@ -266,7 +268,10 @@ class Host:
         self._tasks.clear()
         if self.driver is not None:
             if stop_nodes:
-                await self.driver.stop_all()
+                # Orphans are not this host's to stop: left running, and said so once.
+                left = find_orphans(self.driver, self.supervisor.lifecycles) if self.supervisor else []
+                orphans.report(left, at_quit=True)
+                await self.driver.stop_all(leave=frozenset(h.node_id for h in left))
             self.driver.close()
         self.secrets.close()
         self._lock.release()
@@ -322,3 +327,7 @@ class Host:
 
     async def remove_node(self, node_id: str) -> bool:
         return await self.service.remove(node_id)
+
+    async def reclaim_orphan(self, node_id: str) -> list[int]:
+        """Stop the orphaned children of an id no record names; the pids stopped."""
+        return await self.service.reclaim_orphan(node_id)

@@ -82,3 +82,25 @@ def test_the_reference_node_asked_to_sleep_3_s_is_not_restarted_early_and_is_rea
     assert back["status"] == "unclaimed" and back["attempts"] == 0 and back["wake_at"] is None
     assert not (host.home / "nodes" / node["id"] / "run.json").exists()
     host.stop()
+
+
+def test_a_quit_leaves_an_orphan_running_and_remove_reclaims_it_deleting_nothing(host_factory):
+    host = host_factory(fast_settings()).start()
+    node = running_node(host, added(host)["id"])
+    host.kill()  # the child outlives its host ...
+    records = host.home / "hosted-nodes.json"
+    doc = json.loads(records.read_text())
+    del doc["nodes"][node["id"]]  # ... and no record names it any more (a records file restored from a backup)
+    records.write_text(json.dumps(doc))
+    again = host_factory(home=host.home).start()
+    assert again.api("GET", f"/api/nodes/{node['id']}")[0] == 404
+    assert again.stop() == 0  # a Quit that stops the nodes
+    assert not gone(node["pid"]), "the orphan was stopped at Quit"
+    assert again.stderr_path.read_text().count("is an orphan no record names; it is left running") == 1
+
+    third = host_factory(home=host.home).start()
+    status, body = third.api("DELETE", f"/api/nodes/{node['id']}")
+    assert status == 200 and body == {"removed": node["id"], "existed": False, "orphan_pids": [node["pid"]]}
+    wait_until(lambda: gone(node["pid"]), timeout=10, what="the orphan stopped")
+    assert (host.home / "nodes" / node["id"]).is_dir()  # no record owns it: nothing deleted
+    third.stop()

@@ -121,10 +121,10 @@ class FakeOrchestrator:
     async def init(self):
         return InitReport(attached=[h for h in self.handles.values() if h.alive])
 
-    async def stop_all(self):
+    async def stop_all(self, leave=frozenset()):
         self.stopped_all = True
         for h in list(self.handles.values()):
-            if h.alive:
+            if h.alive and h.node_id not in leave:
                 await self.stop(h.id)
 
     def close(self):

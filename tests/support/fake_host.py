@@ -42,6 +42,8 @@ class FakeHost:
         self.nodes: dict[str, NodeView] = {}
         self.bus = EventBus()
         self.calls: list[tuple] = []
+        #: Per id no record names, the pids of its orphaned children (Remove reclaims them).
+        self.orphans: dict[str, list[int]] = {}
         self.fail_next: Exception | None = None
         self._counter = 0
 
@@ -105,6 +107,10 @@ class FakeHost:
         if view.status not in ("paused", "sleeping", "done"):
             raise InvalidState(f"Node {node_id} is {view.status}; only a held node can be resumed.")
         return self.put(replace(view, status="joined", running=True, wake_at=None, held_by=None, hold_reason=None))
+
+    async def reclaim_orphan(self, node_id: str) -> list[int]:
+        self.calls.append(("reclaim", node_id))
+        return self.orphans.pop(node_id, [])
 
     async def restart_node(self, node_id: str) -> NodeView:
         self.calls.append(("restart", node_id))

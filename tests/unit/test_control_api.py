@@ -230,8 +230,15 @@ async def test_host_error_keeps_its_code_and_status(api):
 
 async def test_remove_node_twice_is_not_an_error(api):
     api.host.put(make_view("n-1", "one"))
-    assert await api.call("DELETE", "/api/nodes/n-1") == (200, {"removed": "n-1", "existed": True})
-    assert await api.call("DELETE", "/api/nodes/n-1") == (200, {"removed": "n-1", "existed": False})
+    assert await api.call("DELETE", "/api/nodes/n-1") == (200, {"removed": "n-1", "existed": True, "orphan_pids": []})
+    assert await api.call("DELETE", "/api/nodes/n-1") == (200, {"removed": "n-1", "existed": False, "orphan_pids": []})
+
+
+async def test_remove_of_an_id_no_record_names_reclaims_its_orphan(api):
+    api.host.orphans["n-9"] = [4711]
+    assert await api.call("DELETE", "/api/nodes/n-9") == (200, {"removed": "n-9", "existed": False,
+                                                               "orphan_pids": [4711]})
+    assert ("reclaim", "n-9") in api.host.calls
 
 
 async def test_wrong_method_is_405_and_unknown_route_404(api):

@@ -27,6 +27,7 @@ from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.holds import pause_end, person_hold
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle, RecordKind
+from cadre_desktop.host.core.orphans import find_orphans
 from cadre_desktop.host.core.records import NodeMode, NodeRecord, NodeStatus
 from cadre_desktop.host.core.secrets import SecretKind, new_claim_secret
 from cadre_desktop.host.core.supervisor import Supervisor
@@ -380,6 +381,19 @@ class NodeService:
         if existed:
             log.info("node %s removed", node_id)
         return existed
+
+    async def reclaim_orphan(self, node_id: str) -> list[int]:
+        """Remove of an id no record names: stop its orphaned children (seed 000), and delete
+        nothing, since no record owns its folder or secrets. The pids stopped ([] for none)."""
+        require_node_id(node_id)
+        found = [h for h in find_orphans(self.driver, self.supervisor.lifecycles) if h.node_id == node_id]
+        if not found:
+            return []
+        await self.driver.stop_node(node_id)
+        pids = [h.pid for h in found]
+        log.warning("node %s: no record names it; its orphaned child (pid %s) was stopped and nothing was deleted",
+                    node_id, ", ".join(map(str, pids)))
+        return pids
 
     async def reap_stuck(self) -> list[str]:
         """Finish what an earlier run left half-done.

@@ -40,6 +40,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
+from cadre_desktop.host.core import orphans
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.decide import Decision, Observation, Policy, Verdict, decide
 from cadre_desktop.host.core.driver import Exit, InstanceInfo, NodeDriver
@@ -160,7 +161,7 @@ class Supervisor:
         self._uncounted = set(stopped_cleanly)
         self._unsubscribe = self.driver.subscribe(self._on_exit)
         self.passes.start()
-        self._report_orphans()
+        orphans.report(orphans.find_orphans(self.driver, self.lifecycles))
         self.kick("startup")
 
     async def stop(self) -> None:
@@ -211,20 +212,6 @@ class Supervisor:
             log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
         log.warning("node %s %s", event.node_id, words)
 
-    def _report_orphans(self) -> None:
-        try:
-            known = {r.id for lc in self.lifecycles for r in lc.store.list()}
-        except StorageError as exc:
-            log.error("cannot check for orphaned children: %s", exc.message)
-            return
-        for handle in self.driver.list_nodes():
-            if handle.node_id not in known:
-                log.warning(
-                    "a child for node %s (pid %s) runs but no record names it; it is left running. "
-                    "`cadre-desktop node remove %s` stops it and deletes its data.",
-                    handle.node_id, handle.pid, handle.node_id,
-                )
-
     # -- the pass -----------------------------------------------------------------
 
     async def reconcile(self) -> list[str]:
@@ -232,6 +219,7 @@ class Supervisor:
         return await self.serialize(self._reconcile_once)
 
     async def _reconcile_once(self) -> list[str]:
+        self.passes.began()
         started: list[str] = []
         try:
             candidates = self._supervised()

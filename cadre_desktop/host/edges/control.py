@@ -374,7 +374,9 @@ class ControlServer:
     async def _remove_node(self, request: web.Request) -> web.Response:
         node_id = request.match_info["id"]
         existed = is_node_id(node_id) and await self.host.remove_node(node_id)
-        return web.json_response({"removed": node_id, "existed": bool(existed)})
+        # An id no record names may still have an orphaned child running: Remove reclaims it.
+        pids = await self.host.reclaim_orphan(node_id) if is_node_id(node_id) and not existed else []
+        return web.json_response({"removed": node_id, "existed": bool(existed), "orphan_pids": pids})
 
     # -- events --------------------------------------------------------------------
 
