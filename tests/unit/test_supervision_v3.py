@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 from cadre_desktop.host.core.clock import iso
+from cadre_desktop.host.core.decide import starting_words
 from cadre_desktop.host.core.records import StartMark
 from cadre_desktop.host.core.store import RecordStore
 from cadre_desktop.host.core.views import NodeViews
@@ -108,3 +109,26 @@ async def test_exits_while_the_exit_pass_waits_for_the_queue_join_it(rig):
     await async_wait_until(lambda: all(rig.orch.spawns_of(n) for n in names), what="all three started")
     await settle(50)
     assert len(passes) == 1
+
+
+# -- a start in progress, in the seed's words ------------------------------------------------
+
+def test_starting_words_say_how_long_of_which_grace_and_what_came_before():
+    mark = StartMark(attempt=3, at="2026-01-01T00:00:00Z", by="host:4711", failures=2,
+                     last_exit="exited with code 1: no config")
+    assert starting_words(12.2, 30, mark) == ("starting for 12 s of a 30 s grace (2 failed starts before; "
+                                              "last: exited with code 1: no config; started by host:4711)")
+    assert starting_words(3, 15, StartMark(attempt=1, at="x", by="host:1")) == (
+        "starting for 3 s of a 15 s grace (started by host:1)")
+    assert starting_words(None, 0, None) == "starting"
+
+
+async def test_a_view_of_a_start_in_progress_says_it_in_the_seeds_words(rig):
+    rig.node(live=True, answered=False, mark=StartMark(attempt=0, at=iso(rig.clock.now() - timedelta(seconds=12)),
+                                                       by="host:4711", failures=2, last_exit="exited with code 1: x"))
+    assert rig.sup.starting(rig.rec()) == ("starting for 12 s of a 60 s grace (2 failed starts before; "
+                                           "last: exited with code 1: x; started by host:4711)")
+    answered = rig.node("ok", live=True, answered=True)
+    assert rig.sup.starting(answered) is None
+    down = rig.node("down", live=False)
+    assert rig.sup.starting(down) is None

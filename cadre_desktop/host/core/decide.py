@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from cadre_desktop.host.core.driver import DriverStatus
-from cadre_desktop.host.core.records import HELD, SUPERVISED, Hold, NodeRecord, NodeStatus
+from cadre_desktop.host.core.records import HELD, SUPERVISED, Hold, NodeRecord, NodeStatus, StartMark
 from cadre_desktop.settings import Settings
 
 #: Node exit codes that mean "respawning will not help" (docs/node-contract.md):
@@ -132,6 +132,22 @@ def seconds(s: float) -> str:
     if s < 7200:
         return f"{s / 60:.0f} min"
     return f"{s / 3600:.1f} h"
+
+
+def starting_words(since_s: float | None, grace_s: float, mark: StartMark | None) -> str:
+    """A start in progress in the seed's words: "starting for 12 s of a 30 s grace (2 failed
+    starts before; last: exited with code 1: …; started by host:4711)"."""
+    words = "starting" if since_s is None else f"starting for {seconds(since_s)}"
+    if grace_s > 0:
+        words += f" of a {seconds(grace_s)} grace" if since_s is not None else f" (a {seconds(grace_s)} grace)"
+    notes = []
+    if mark is not None and mark.failures:
+        notes.append(f"{mark.failures} failed start{'s' if mark.failures != 1 else ''} before")
+    if mark is not None and mark.last_exit and mark.failures:
+        notes.append(f"last: {mark.last_exit}")
+    if mark is not None and mark.by:
+        notes.append(f"started by {mark.by}")
+    return f"{words} ({'; '.join(notes)})" if notes else words
 
 
 def exit_words(code: int | None, last_line: str | None) -> str:

@@ -42,7 +42,7 @@ from typing import TypeVar
 from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
 from cadre_desktop.host.core import orphans
 from cadre_desktop.host.core.clock import Clock, iso
-from cadre_desktop.host.core.decide import Decision, Observation, Policy, Verdict, decide
+from cadre_desktop.host.core.decide import Decision, Observation, Policy, Verdict, decide, starting_words
 from cadre_desktop.host.core.driver import Exit, InstanceInfo, NodeDriver
 from cadre_desktop.host.core.exits import ExitBook
 from cadre_desktop.host.core.holds import Holds
@@ -472,6 +472,18 @@ class Supervisor:
             return None
         remaining = policy.backoff_s(record.attempts) - since
         return self.clock.now() + timedelta(seconds=remaining) if remaining > 0 else None
+
+    def starting(self, record: NodeRecord) -> str | None:
+        """A start in progress (running, not answered yet) in the seed's words, else None."""
+        lc = self.lifecycle_of(record.id)
+        handle = self.driver.get(record.handle)
+        if record.status not in lc.kind.supervised or handle is None or not handle.alive:
+            return None
+        mark = record.start
+        if (self.probe and self.probe.is_ready(handle.id)) or (mark and mark.answered and mark.attempt == handle.attempt):
+            return None
+        grace = 0.0 if record.problem else self.policy_for(lc).grace_s(mark.failures if mark else 0)
+        return starting_words(self.observer.started_s(record, handle), grace, mark)
 
     def forget_exit(self, node_id: str) -> None:
         self.exits.forget(node_id)

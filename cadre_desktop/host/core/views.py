@@ -63,6 +63,9 @@ class NodeView:
     hold_reason: str | None = None
     #: What was wrong with its record as read (an unreadable start mark), else None.
     problem: str | None = None
+    #: A start in progress, in words: "starting for 12 s of a 30 s grace (2 failed starts before;
+    #: last: exited with code 1: …; started by host:4711)"; None once it answered or while down.
+    starting: str | None = None
 
     def __post_init__(self) -> None:
         # A status given by its value ("joined") is taken as the member: typed end to end.
@@ -131,6 +134,7 @@ class NodeViews:
             last_decision=supervisor.last_decisions.get(record.id),
             **hold_fields(record, supervisor),
             problem=record.problem,
+            starting=supervisor.starting(record) if running and not unsaved else None,
         )
 
     def _next_retry(self, record: NodeRecord, running: bool) -> str | None:
