@@ -156,7 +156,7 @@ class Host:
             interval_s=interval,
             fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval)),
                                     fresh_after_s=min(2.5, interval / 2)),
-            on_unresponsive=lambda _node_id: self.supervisor.kick("unresponsive"),
+            on_news=lambda _node_id: self.supervisor.kick("probe"),
         )
         self.supervisor = Supervisor(
             lifecycle=self.lifecycle, driver=self.driver, gate=self.gate, settings=s, clock=self.clock,

@@ -259,3 +259,29 @@ async def test_a_hold_survives_a_host_restart_and_a_sleep_keeps_its_wall_time(tm
     await second.sup.reconcile()
     assert [s[0] for s in second.orch.spawned] == ["s"] and second.rec("p").status is NodeStatus.PAUSED
     await second.close()
+
+
+# -- the rules themselves: decide() alone --------------------------------------------------------
+
+def test_decide_holds_rules_one_by_one():
+    from cadre_desktop.host.core.decide import Observation, Policy, decide
+    from cadre_desktop.host.core.driver import DriverStatus
+    from cadre_desktop.host.core.records import Hold, NodeRecord
+    from cadre_desktop.settings import Settings
+    policy = Policy(Settings())
+    hold = Hold(by=HeldBy.PERSON, reason="r", at="2026-01-01T00:00:00Z", wake_at="2026-01-01T00:01:00Z")
+
+    def rec(status, **kw):
+        return NodeRecord(id="n1", name="n1", status=status, handle="h1", hold=hold, **kw)
+    up, down = Observation(status=DriverStatus.RUNNING), Observation(status=DriverStatus.STOPPED)
+    assert decide(rec(NodeStatus.PAUSED), up, policy).decision is Decision.STOP_HELD
+    assert decide(rec(NodeStatus.DONE), down, policy).decision is Decision.HELD
+    sleeping = rec(NodeStatus.SLEEPING)
+    verdict = decide(sleeping, Observation(status=DriverStatus.STOPPED, wake_in_s=42.0), policy)
+    assert verdict.decision is Decision.HELD and verdict.due_in_s == 42.0
+    assert decide(sleeping, Observation(status=DriverStatus.STOPPED, wake_in_s=0.0), policy).decision is Decision.WAKE
+    asked = (NodeStatus.PAUSED, hold)
+    joined = NodeRecord(id="n1", name="n1", status=NodeStatus.JOINED, handle="h1")
+    verdict = decide(joined, Observation(status=DriverStatus.STOPPED, returncode=0, node_hold=asked,
+                                         stopped_cleanly=True), policy)
+    assert verdict.decision is Decision.HOLD and verdict.hold == asked

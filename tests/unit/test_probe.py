@@ -7,7 +7,6 @@ import pytest
 from cadre_desktop.host.core.events import EventKind
 from cadre_desktop.host.core.records import NodeMode, NodeStatus
 from tests.support.clock import settle
-from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
 
@@ -44,10 +43,12 @@ async def test_failed_invitation_becomes_error_with_the_nodes_reason_and_stops(r
     handle = rig.store.get("n1").handle
     rig.answers.by_port[port_of(rig)] = status("failed", error="invitation already used")
     await rig.probe.probe_all()
+    assert rig.store.get("n1").status is NodeStatus.JOINING and rig.orch.stopped == []  # the probe only observes
+    await rig.sup.reconcile()  # the supervisor's pass decides, and stops the child on its queue
     rec = rig.store.get("n1")
     assert rec.status is NodeStatus.ERROR
     assert rec.error == "invitation failed: invitation already used"
-    await async_wait_until(lambda: handle in rig.orch.stopped, what="stop")
+    assert rig.orch.stopped == [handle]
     assert rig.orch.removed == []
     assert [e.kind for e in rig.seen if e.kind is EventKind.GAVE_UP]
 
@@ -64,7 +65,7 @@ async def test_a_node_that_answered_then_went_silent_is_reported_unresponsive_ne
     rig.node(status=NodeStatus.JOINED, live=True)
     handle = rig.store.get("n1").handle
     reported = []
-    rig.probe.on_unresponsive = reported.append
+    rig.probe.on_news = reported.append
     rig.answers.by_port[port_of(rig)] = status("joined")
     await rig.probe.probe_all()
     rig.answers.by_port[port_of(rig)] = None

@@ -132,3 +132,18 @@ async def test_a_view_of_a_start_in_progress_says_it_in_the_seeds_words(rig):
     assert rig.sup.starting(answered) is None
     down = rig.node("down", live=False)
     assert rig.sup.starting(down) is None
+
+
+def test_every_kind_of_record_has_every_change_in_its_transition_table():
+    from cadre_desktop.host.core.lifecycle import HOSTED, Change
+    from cadre_desktop.host.lending.kind import DONATED
+    for kind in (HOSTED, DONATED):
+        assert set(kind.transitions) == set(Change), f"{kind.noun}: {set(Change) - set(kind.transitions)}"
+
+
+def test_the_rule_table_names_every_decision():
+    from cadre_desktop.host.core import decide as decide_module
+    from cadre_desktop.host.core.decide import Decision
+    table = decide_module.__doc__
+    missing = [d.name for d in Decision if f"-> {d.name}" not in table]
+    assert not missing

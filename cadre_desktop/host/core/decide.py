@@ -9,6 +9,7 @@ The rules, in the order they are checked:
   sleeping, its wake_at reached          -> WAKE (started again, uncounted, budget untouched)
   held                                   -> HELD (sleeping: a look is due at wake_at)
   not supervised, or no child yet        -> LEAVE (the code creating it owns it)
+  running, joining, invitation failed    -> INVITATION_FAILED (error with its words, then stopped)
   running, answered, stopped answering   -> HUNG (stop it; the crash path counts it)
   running, not answered, past its grace  -> STALLED (a failed start: stop it)
   running, not answered, inside grace    -> STARTING (nothing kills or restarts it)
@@ -51,6 +52,7 @@ class Decision(str, Enum):
     WAIT_KEYRING = "waiting-for-keyring"
     START = "start"
     GIVE_UP = "give-up"
+    INVITATION_FAILED = "invitation-failed"
     HOLD = "hold"
     HELD = "held"
     STOP_HELD = "stop-held"
@@ -83,6 +85,8 @@ class Observation:
     last_exit: str | None = None
     #: What the node's run.json asked for at its last exit (code 0): (status, hold), else None.
     node_hold: tuple[NodeStatus, Hold] | None = None
+    #: The probe heard the current child say its invitation failed (its words), else None.
+    invitation_failed: str | None = None
     #: For a sleeping node: seconds until its wake_at (None: no end).
     wake_in_s: float | None = None
 
@@ -180,6 +184,8 @@ def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: fro
 
 
 def _running(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
+    if obs.invitation_failed and record.status is NodeStatus.JOINING:
+        return Verdict(Decision.INVITATION_FAILED, reason=obs.invitation_failed)
     if obs.answered and obs.unresponsive:
         return Verdict(Decision.HUNG, reason="stopped answering its status requests")
     if not obs.answered:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cadre_desktop.host.core.decide import Observation, SecretState
+from cadre_desktop.host.core.decide import Observation, Policy, SecretState, starting_words
 from cadre_desktop.host.core.driver import DriverStatus, InstanceInfo, NodeDriver
 from cadre_desktop.host.core.exits import ExitBook
 from cadre_desktop.host.core.holds import Holds
@@ -62,7 +62,20 @@ class Observer:
             last_exit=last_exit,
             node_hold=self.holds.requested(record),
             wake_in_s=self.holds.wake_in_s(record),
+            invitation_failed=self.probe.invitation_failure(record.handle)
+            if self.probe is not None and status is DriverStatus.RUNNING else None,
         )
+
+    def starting(self, record: NodeRecord, kind: RecordKind, policy: Policy) -> str | None:
+        """A start in progress (running, not answered yet) in the seed's words, else None."""
+        handle = self.driver.get(record.handle)
+        if record.status not in kind.supervised or handle is None or not handle.alive:
+            return None
+        mark = record.start
+        if (self.probe and self.probe.is_ready(handle.id)) or (mark and mark.answered and mark.attempt == handle.attempt):
+            return None
+        grace = 0.0 if record.problem else policy.grace_s(mark.failures if mark else 0)
+        return starting_words(self.started_s(record, handle), grace, mark)
 
     def started_s(self, record: NodeRecord, handle: InstanceInfo | None) -> float | None:
         """How long the record's running child has been starting: from its start mark's time, across

@@ -124,14 +124,15 @@ class Probe:
         interval_s: float,
         fetch: Fetch,
         grace_s: float | None = None,
-        on_unresponsive: Callable[[str], None] | None = None,
+        on_news: Callable[[str], None] | None = None,
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
         self.lifecycles: list[Lifecycle] = [lifecycle]
         self.driver = driver
         self.clock = clock
-        self.on_unresponsive = on_unresponsive
+        #: Told of news the supervisor must judge (a child stopped answering, an invitation failed).
+        self.on_news = on_news
         self.interval_s = interval_s
         self.fetch = fetch
         #: How long a child that answered may go silent before it is reported unresponsive.
@@ -143,7 +144,8 @@ class Probe:
         self._wake = asyncio.Event()
         #: Nodes whose new child is watched until it first answers.
         self._starting: dict[str, asyncio.Task] = {}
-        self._stopping: set[asyncio.Task] = set()
+        #: Per child, the words of its failed invitation, until the supervisor's pass takes them.
+        self._invitation_failed: dict[str, str] = {}
         #: At most this many requests in flight, so a hundred nodes never crowd one loop turn.
         self._limit = asyncio.Semaphore(8)
 
@@ -168,7 +170,7 @@ class Probe:
             self._task = None
         for task in list(self._starting.values()):
             task.cancel()
-        await asyncio.gather(*self._starting.values(), *self._stopping, return_exceptions=True)
+        await asyncio.gather(*self._starting.values(), return_exceptions=True)
         close = getattr(self.fetch, "close", None)
         if close:
             await close()
@@ -228,6 +230,8 @@ class Probe:
             if handle_id not in live:
                 del self._last_ok[handle_id]
                 self._answered.discard(handle_id)
+        for handle_id in [h for h in self._invitation_failed if h not in live]:
+            del self._invitation_failed[handle_id]
         await asyncio.gather(*(self.probe_one(r) for r in records if r.handle in live))
 
     async def probe_one(self, snapshot: NodeRecord) -> None:
@@ -239,8 +243,8 @@ class Probe:
         if status is None or status.get("state") not in NODE_STATES:
             if self.unresponsive(handle.id) and self.driver.is_running(handle.id):
                 log.warning("node %s has not answered for %.0f s", snapshot.id, self.grace_s)
-                if self.on_unresponsive is not None:
-                    self.on_unresponsive(snapshot.id)
+                if self.on_news is not None:
+                    self.on_news(snapshot.id)
             return
         self._last_ok[handle.id] = self.clock.monotonic()
         first_answer = handle.id not in self._answered
@@ -268,19 +272,21 @@ class Probe:
                 if record.status is not NodeStatus.JOINED:
                     log.info("node %s joined cadre %r", node_id, cadre)
         elif state == "failed" and record.status is NodeStatus.JOINING:
-            message = f"invitation failed: {_text(status.get('error'), 300) or 'no reason given'}"
-            if self.lifecycle.apply(node_id, Change.INVITATION_FAILED, lambda r: r.replace(
-                    status=NodeStatus.ERROR, error=message, peer_id=peer_id), handle=handle_id, detail=message):
+            # Only observed: the supervisor's pass decides (error, then the child stopped on its queue).
+            if handle_id not in self._invitation_failed:
+                message = f"invitation failed: {_text(status.get('error'), 300) or 'no reason given'}"
+                self._invitation_failed[handle_id] = message
                 log.warning("node %s: %s", node_id, message)
-                # Stopped after the write, like a give-up; the work folder stays.
-                self._stop_later(handle_id)
+                if self.on_news is not None:
+                    self.on_news(node_id)
+            if peer_id != record.peer_id:
+                self.lifecycle.apply(node_id, Change.PEER, lambda r: r.replace(peer_id=peer_id), handle=handle_id)
         elif peer_id != record.peer_id:
             self.lifecycle.apply(node_id, Change.PEER, lambda r: r.replace(peer_id=peer_id), handle=handle_id)
 
-    def _stop_later(self, handle_id: str) -> None:
-        task = asyncio.ensure_future(self.driver.stop(handle_id))
-        self._stopping.add(task)
-        task.add_done_callback(self._stopping.discard)
+    def invitation_failure(self, handle_id: str | None) -> str | None:
+        """Why this child's invitation failed, as it said (None: it did not say so)."""
+        return self._invitation_failed.get(handle_id) if handle_id else None
 
 
 def _spend_mark(record: NodeRecord) -> NodeRecord:

@@ -42,7 +42,7 @@ from typing import TypeVar
 from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
 from cadre_desktop.host.core import orphans
 from cadre_desktop.host.core.clock import Clock, iso
-from cadre_desktop.host.core.decide import Decision, Observation, Policy, Verdict, decide, starting_words
+from cadre_desktop.host.core.decide import Decision, Observation, Policy, Verdict, decide
 from cadre_desktop.host.core.driver import Exit, InstanceInfo, NodeDriver
 from cadre_desktop.host.core.exits import ExitBook
 from cadre_desktop.host.core.holds import Holds
@@ -303,6 +303,8 @@ class Supervisor:
             await self.driver.stop(record.handle)
         elif d is Decision.GIVE_UP:
             await self.give_up(record.id, verdict.reason or "the node did not stay running")
+        elif d is Decision.INVITATION_FAILED:
+            await self.give_up(record.id, verdict.reason or "invitation failed", change=Change.INVITATION_FAILED)
         elif d is Decision.HOLD and verdict.hold is not None:
             await self.hold_node(record.id, Change.HOLD, *verdict.hold)
         elif d is Decision.STOP_HELD:
@@ -405,8 +407,8 @@ class Supervisor:
         return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
 
-    async def give_up(self, node_id: str, reason: str) -> None:
-        """Stop trying: the record becomes `error` first, then the child is stopped.
+    async def give_up(self, node_id: str, reason: str, change: Change = Change.GIVE_UP) -> None:
+        """Stop trying (or a failed invitation): the record becomes `error` first, then the child is stopped.
 
         The write comes first because the stop raises an exit, and the pass it
         triggers must not find a supervised record with no child. The work
@@ -418,9 +420,10 @@ class Supervisor:
             return
         n = record.attempts
         head = f"gave up after {n} attempt{'s' if n != 1 else ''}: {reason}" if n else f"gave up: {reason}"
-        message = self.exits.with_log_tail(node_id, head)
-        if lc.apply(node_id, Change.GIVE_UP, lambda r: r.replace(status=lc.kind.error, error=message),
-                    detail=message) is None:
+        # A failed invitation is the node's own word, told as it said it.
+        message = reason if change is Change.INVITATION_FAILED else self.exits.with_log_tail(node_id, head)
+        if lc.apply(node_id, change, lambda r: r.replace(status=lc.kind.error, error=message),
+                    detail=message, handle=record.handle if change is Change.INVITATION_FAILED else None) is None:
             return
         log.warning("%s %s: %s", lc.kind.noun, node_id, head)
         if record.handle:
@@ -476,14 +479,8 @@ class Supervisor:
     def starting(self, record: NodeRecord) -> str | None:
         """A start in progress (running, not answered yet) in the seed's words, else None."""
         lc = self.lifecycle_of(record.id)
-        handle = self.driver.get(record.handle)
-        if record.status not in lc.kind.supervised or handle is None or not handle.alive:
-            return None
-        mark = record.start
-        if (self.probe and self.probe.is_ready(handle.id)) or (mark and mark.answered and mark.attempt == handle.attempt):
-            return None
-        grace = 0.0 if record.problem else self.policy_for(lc).grace_s(mark.failures if mark else 0)
-        return starting_words(self.observer.started_s(record, handle), grace, mark)
+        self.observer.probe = self.probe
+        return self.observer.starting(record, lc.kind, self.policy_for(lc))
 
     def forget_exit(self, node_id: str) -> None:
         self.exits.forget(node_id)
