@@ -433,16 +433,17 @@ class Supervisor:
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
 
     async def hold_node(self, node_id: str, change: Change, status, hold: Hold) -> SupervisedRow | None:
-        """Hold a node (on the serial queue): the record first, then its child stopped cleanly.
+        """Hold a node (on the serial queue): its child stopped cleanly, then the hold written.
 
-        As with a give-up, the write comes first, so the exit the stop raises finds a held record
-        and starts nothing. No attempt is spent, and no notification is sent.
+        The pass the stop's exit asks for waits for this queue, so it finds the record held and
+        starts nothing; the write's event comes after the child is gone, so every view shows the
+        node down. No attempt is spent, and no notification is sent.
         """
         lc = self.lifecycle_of(node_id)
-        held = self.holds.hold(lc, node_id, change, status, hold)
-        if held is not None and held.handle and self.driver.is_running(held.handle):
-            await self.driver.stop(held.handle)
-        return held
+        record = lc.get(node_id)
+        if record is not None and record.handle and self.driver.is_running(record.handle):
+            await self.driver.stop(record.handle)
+        return self.holds.hold(lc, node_id, change, status, hold)
 
     def release_node(self, node_id: str, change: Change) -> bool:
         """Release a held node (on the serial queue) and start it now, uncounted, whatever its budget
