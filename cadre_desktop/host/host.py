@@ -156,7 +156,8 @@ class Host:
             interval_s=interval,
             fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval)),
                                     fresh_after_s=min(2.5, interval / 2)),
-            on_news=lambda _node_id: self.supervisor.kick("probe"),
+            # News to judge (an answer, a claim, a failed invitation, silence): one coalesced pass.
+            on_news=lambda _node_id: self.supervisor.passes.after_exit(),
         )
         self.supervisor = Supervisor(
             lifecycle=self.lifecycle, driver=self.driver, gate=self.gate, settings=s, clock=self.clock,

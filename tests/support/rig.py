@@ -84,6 +84,11 @@ class Rig:
             self.gate._cache[(node_id, kind)] = f"secret-of-{node_id}"
         return rec
 
+    async def probed(self) -> None:
+        """One probe round, then the pass it would bring (the host kicks one on the probe's news)."""
+        await self.probe.probe_all()
+        await self.sup.reconcile()
+
     def rec(self, node_id="n1") -> NodeRecord | None:
         return self.store.get(node_id)
 

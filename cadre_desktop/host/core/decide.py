@@ -9,6 +9,8 @@ The rules, in the order they are checked:
   sleeping, its wake_at reached          -> WAKE (started again, uncounted, budget untouched)
   held                                   -> HELD (sleeping: a look is due at wake_at)
   not supervised, or no child yet        -> LEAVE (the code creating it owns it)
+  running: what the node said of itself that its record lacks is written first, whatever the
+           verdict (its first answer spends the start mark; `joined` with its cadre; a new peer id)
   running, joining, invitation failed    -> INVITATION_FAILED (error with its words, then stopped)
   running, answered, stopped answering   -> HUNG (stop it; the crash path counts it)
   running, not answered, past its grace  -> STALLED (a failed start: stop it)
@@ -27,9 +29,11 @@ The rules, in the order they are checked:
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from cadre_desktop.host.core.driver import DriverStatus
 from cadre_desktop.host.core.records import HELD, SUPERVISED, Hold, NodeRecord, NodeStatus, StartMark
@@ -66,6 +70,16 @@ class SecretState(str, Enum):
 
 
 @dataclass(frozen=True)
+class NodeNews:
+    """What a hosted node's running child last said of itself on GET /status (the probe's words)."""
+
+    state: str | None
+    cadre: str | None = None
+    peer_id: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class Observation:
     status: DriverStatus
     #: The exit code of the record's child, when it ended and the code is known.
@@ -85,8 +99,10 @@ class Observation:
     last_exit: str | None = None
     #: What the node's run.json asked for at its last exit (code 0): (status, hold), else None.
     node_hold: tuple[NodeStatus, Hold] | None = None
-    #: The probe heard the current child say its invitation failed (its words), else None.
-    invitation_failed: str | None = None
+    #: What the current child last said of itself (hosted nodes; None: nothing, or not this kind's).
+    news: NodeNews | None = None
+    #: The current child answered, and the start mark is not spent yet.
+    first_answer: bool = False
     #: For a sleeping node: seconds until its wake_at (None: no end).
     wake_in_s: float | None = None
 
@@ -102,6 +118,9 @@ class Verdict:
     due_in_s: float | None = None
     #: For HOLD: the status and hold the node asked for.
     hold: tuple[NodeStatus, Hold] | None = None
+    #: What the node said of itself that its record does not hold yet: written before the
+    #: decision is carried out (the change, and the record's fields it sets).
+    news: tuple[str, dict[str, Any]] | None = None
 
 
 class Policy:
@@ -184,8 +203,31 @@ def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: fro
 
 
 def _running(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
-    if obs.invitation_failed and record.status is NodeStatus.JOINING:
-        return Verdict(Decision.INVITATION_FAILED, reason=obs.invitation_failed)
+    verdict = _running_rules(record, obs, policy)
+    news = _news(record, obs)
+    return dataclasses.replace(verdict, news=news) if news is not None else verdict
+
+
+def _news(record: NodeRecord, obs: Observation) -> tuple[str, dict[str, Any]] | None:
+    """The node's own word taken into its record: its first answer spends the start mark; a
+    claim makes it joined with its cadre; a new peer id is kept. (change, fields) or None."""
+    change, fields = None, {}
+    if obs.first_answer and record.start is not None and not record.start.answered:
+        change, fields["start"] = "answered", dataclasses.replace(record.start, answered=True)
+    news = obs.news
+    if news is not None:
+        peer = news.peer_id or record.peer_id
+        if news.state == "joined" and (record.status is not NodeStatus.JOINED or record.cadre != news.cadre):
+            change = "joined"
+            fields.update(status=NodeStatus.JOINED, cadre=news.cadre, peer_id=peer, error=None)
+        elif peer != record.peer_id:
+            change, fields["peer_id"] = change or "peer", peer
+    return (change, fields) if change else None
+
+
+def _running_rules(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
+    if obs.news and obs.news.state == "failed" and record.status is NodeStatus.JOINING:
+        return Verdict(Decision.INVITATION_FAILED, reason=f"invitation failed: {obs.news.error or 'no reason given'}")
     if obs.answered and obs.unresponsive:
         return Verdict(Decision.HUNG, reason="stopped answering its status requests")
     if not obs.answered:

@@ -3,6 +3,7 @@ timeline and the holds, gathered into the `Observation` that `decide()` judges. 
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from cadre_desktop.host.core.decide import Observation, Policy, SecretState, starting_words
@@ -62,9 +63,20 @@ class Observer:
             last_exit=last_exit,
             node_hold=self.holds.requested(record),
             wake_in_s=self.holds.wake_in_s(record),
-            invitation_failed=self.probe.invitation_failure(record.handle)
-            if self.probe is not None and status is DriverStatus.RUNNING else None,
+            news=self.probe.news(record.handle) if self.probe is not None and status is DriverStatus.RUNNING else None,
+            first_answer=bool(status is DriverStatus.RUNNING and handle is not None and self.probe
+                              and self.probe.is_ready(handle.id)),
         )
+
+    def next_attempt_at(self, record: NodeRecord, kind: RecordKind, policy: Policy, now: datetime) -> datetime | None:
+        """When the backoff of a down node ends (wall time, for views); None when now or never."""
+        if record.status not in kind.supervised or not record.respawn or record.attempts >= policy.max_attempts:
+            return None
+        since = self.since_attempt_s(record)
+        if since is None:
+            return None
+        remaining = policy.backoff_s(record.attempts) - since
+        return now + timedelta(seconds=remaining) if remaining > 0 else None
 
     def starting(self, record: NodeRecord, kind: RecordKind, policy: Policy) -> str | None:
         """A start in progress (running, not answered yet) in the seed's words, else None."""

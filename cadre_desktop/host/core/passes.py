@@ -91,7 +91,7 @@ class PassSchedule:
         return self._spawn(self.run_logged(trigger), f"supervisor-{trigger}")
 
     def after_exit(self) -> None:
-        """A child exited: one pass is queued, and exits until it starts ride on it."""
+        """A child exited (or the probe has news): one pass is queued, and exits until it starts ride on it."""
         if self.stopped or self._exit_pass_waiting:
             return
         self._exit_pass_wanted = True

@@ -36,7 +36,7 @@ import secrets as _random
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TypeVar
 
 from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
@@ -236,6 +236,7 @@ class Supervisor:
             verdict, error = None, None
             try:
                 verdict = decide(record, self.observe(record), self.policy_for(lc), lc.kind.supervised, lc.kind.held)
+                self._take_news(lc, record, verdict)
                 if await self._carry_out(record, verdict):
                     started.append(record.id)
                     await breathe()
@@ -286,6 +287,15 @@ class Supervisor:
         """Everything the decision needs, read from the driver, the probe and the gate."""
         self.observer.probe = self.probe
         return self.observer.observe(record, self.lifecycle_of(record.id).kind, uncounted=record.id in self._uncounted)
+
+    def _take_news(self, lc: Lifecycle, record: NodeRecord, verdict: Verdict) -> None:
+        """What the node said of itself, into its record, before its verdict is carried out."""
+        if verdict.news is None:
+            return
+        change, fields = verdict.news
+        if lc.apply(record.id, Change(change), lambda r: r.replace(**fields), handle=record.handle) is not None \
+                and change == "joined" and record.status is not fields.get("status"):
+            log.info("node %s joined cadre %r", record.id, fields.get("cadre"))
 
     async def _carry_out(self, record: NodeRecord, verdict: Verdict) -> bool:
         """Do what the verdict says; True when a child was started."""
@@ -468,14 +478,7 @@ class Supervisor:
     def next_attempt_at(self, record: NodeRecord) -> datetime | None:
         """When the backoff of a down node ends (wall time, for views); None when now or never."""
         lc = self.lifecycle_of(record.id)
-        policy = self.policy_for(lc)
-        if record.status not in lc.kind.supervised or not record.respawn or record.attempts >= policy.max_attempts:
-            return None
-        since = self.observer.since_attempt_s(record)
-        if since is None:
-            return None
-        remaining = policy.backoff_s(record.attempts) - since
-        return self.clock.now() + timedelta(seconds=remaining) if remaining > 0 else None
+        return self.observer.next_attempt_at(record, lc.kind, self.policy_for(lc), self.clock.now())
 
     def starting(self, record: NodeRecord) -> str | None:
         """A start in progress (running, not answered yet) in the seed's words, else None."""
