@@ -5,8 +5,10 @@ unclaimed node that reports `joined` was claimed from a phone; a joining node
 that reports `failed` could not redeem its invitation. The probe judges
 nothing: it tells the supervisor which children answered (a start that answers
 spends its start mark) and which stopped answering, and the supervisor
-decides. Every request is bounded by a timeout, and one slow node never holds
-up the others. Records change only through the lifecycle.
+decides. For a hosted node it writes nothing: what a child says of itself is
+kept (`news`), the supervisor is told (`on_news`), and its pass's decision
+writes it. Every request is bounded by a timeout, and one slow node never holds
+up the others.
 
 Nodes lent to another cadre are probed the same way (`watch` adds their
 lifecycle); what their answers mean is their kind's (`RecordKind.on_status`).
