@@ -98,7 +98,7 @@ class Observation:
     #: Words for the last exit seen ("exited with code 3: ...", "never answered within 15 s").
     last_exit: str | None = None
     #: What the node's run.json asked for at its last exit (code 0): (status, hold), else None.
-    node_hold: tuple[NodeStatus, Hold] | None = None
+    node_hold: tuple[Enum, Hold] | None = None
     #: What the current child last said of itself (hosted nodes; None: nothing, or not this kind's).
     news: NodeNews | None = None
     #: The current child answered, and the start mark is not spent yet.
@@ -117,7 +117,7 @@ class Verdict:
     #: For WAIT, STARTING and HELD: seconds until the next look is due.
     due_in_s: float | None = None
     #: For HOLD: the status and hold the node asked for.
-    hold: tuple[NodeStatus, Hold] | None = None
+    hold: tuple[Enum, Hold] | None = None
     #: What the node said of itself that its record does not hold yet: written before the
     #: decision is carried out (the change, and the record's fields it sets).
     news: tuple[str, dict[str, Any]] | None = None
@@ -190,7 +190,7 @@ def exit_words(code: int | None, last_line: str | None) -> str:
 
 
 def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: frozenset = SUPERVISED,
-           held: frozenset = HELD) -> Verdict:
+           held: frozenset[Any] = HELD) -> Verdict:
     """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs);
     `held`: its hold statuses (paused, sleeping, done; a kind without holds has none)."""
     if record.status in held:
@@ -211,7 +211,8 @@ def _running(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
 def _news(record: NodeRecord, obs: Observation) -> tuple[str, dict[str, Any]] | None:
     """The node's own word taken into its record: its first answer spends the start mark; a
     claim makes it joined with its cadre; a new peer id is kept. (change, fields) or None."""
-    change, fields = None, {}
+    change: str | None = None
+    fields: dict[str, Any] = {}
     if obs.first_answer and record.start is not None and not record.start.answered:
         change, fields["start"] = "answered", dataclasses.replace(record.start, answered=True)
     news = obs.news

@@ -111,7 +111,7 @@ class Holds:
                     at=iso(self.clock.now()), wake_at=iso(asked.wake_at) if asked.wake_at else None)
         self._requests[event.node_id] = Request(event.handle_id, status, hold)
 
-    def requested(self, record: SupervisedRow) -> tuple[Enum, Hold] | None:
+    def requested(self, record: NodeRecord) -> tuple[Enum, Hold] | None:
         """What the node asked for at the exit of the record's current child, if anything."""
         request = self._requests.get(record.id)
         if request is None or request.handle_id != record.handle:
@@ -120,7 +120,7 @@ class Holds:
 
     # -- time -----------------------------------------------------------------------------
 
-    def wake_in_s(self, record: SupervisedRow) -> float | None:
+    def wake_in_s(self, record: NodeRecord) -> float | None:
         """Seconds until a sleeping record's wake_at (never below 0); None when it has no end."""
         hold = record.hold
         if hold is None or hold.wake_at is None:
@@ -132,7 +132,7 @@ class Holds:
         elapsed = self.timeline.since(("hold", record.id), hold.at) or 0.0
         return max(0.0, length - elapsed)
 
-    def wake_at(self, record: SupervisedRow) -> datetime | None:
+    def wake_at(self, record: NodeRecord) -> datetime | None:
         """When a sleeping record wakes, in wall time for views."""
         left = self.wake_in_s(record)
         if left is None:
@@ -152,7 +152,8 @@ class Holds:
             start = r.start
             if change is Change.HOLD and start is not None:
                 start = dataclasses.replace(start, answered=True)
-            return r.replace(status=status, hold=hold, start=start)
+            changed: NodeRecord = r.replace(status=status, hold=hold, start=start)
+            return changed
 
         held = lc.apply(node_id, change, update, detail=hold.reason)
         if held is not None:
@@ -164,6 +165,7 @@ class Holds:
         """Take a record off its hold (Change.WAKE, RESUME or RETRY): back to what its kind's Retry gives."""
         self._requests.pop(node_id, None)
         def update(r: NodeRecord) -> NodeRecord:
-            return r.replace(hold=None, error=None, **lc.kind.retry(r, iso(self.clock.now())))
+            released: NodeRecord = r.replace(hold=None, error=None, **lc.kind.retry(r, iso(self.clock.now())))
+            return released
 
         return lc.apply(node_id, change, update)
