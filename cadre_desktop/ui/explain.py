@@ -119,7 +119,8 @@ def next_step(v: NodeView) -> str:
     if v.status == NodeStatus.UNCLAIMED:
         return "Show its QR code and scan it with your phone to claim it into your cadre."
     if v.status in (NodeStatus.SPAWNING, NodeStatus.JOINING) or is_starting(v):
-        return "Nothing yet: it is on its way."
+        starting = getattr(v, "starting", None)
+        return f"Nothing yet: it is on its way ({starting})." if starting else "Nothing yet: it is on its way."
     return "Nothing to do: it is running."
 
 

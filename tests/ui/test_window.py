@@ -332,3 +332,11 @@ def test_details_say_how_a_held_node_comes_back():
     assert next_step(paused) == "It is paused (paused by a person); Resume starts it now, without counting an attempt."
     asleep = replace(paused, status="sleeping", wake_at="2030-01-01T06:00:00.000Z", hold_reason="until the batch")
     assert next_step(asleep).startswith("It is asleep (until the batch) and starts by itself at ")
+
+
+def test_details_say_a_start_in_progress_in_the_seeds_words():
+    from cadre_desktop.ui.explain import next_step
+    from tests.support.fake_host import make_view
+    words = "starting for 12 s of a 30 s grace (2 failed starts before; last: exited with code 1: x; started by h:1)"
+    starting = make_view("n-1", "one", "joining", ready=False, starting=words)
+    assert next_step(starting) == f"Nothing yet: it is on its way ({words})."
