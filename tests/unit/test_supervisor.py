@@ -80,7 +80,7 @@ async def test_refill_rereads_the_record_and_never_writes_a_stale_snapshot(rig):
     rig.store.put(rig.rec().replace(status=NodeStatus.JOINED, cadre="family"))
     verdict = rig.sup.observe(snapshot)
     from cadre_desktop.host.core.decide import decide
-    await rig.sup._carry_out(snapshot, decide(snapshot, verdict, rig.sup.policy))
+    await rig.sup._carry_out(rig.lifecycle, snapshot, decide(snapshot, verdict, rig.sup.policy))
     assert rig.rec().cadre == "family" and rig.rec().status is NodeStatus.JOINED
     assert rig.rec().attempts == 0
 

@@ -1,19 +1,55 @@
 """What one pass sees of one node: the driver, the probe, the keyring gate, the exit book, the
-timeline and the holds, gathered into the `Observation` that `decide()` judges. It reads, never acts."""
+timeline and the holds, gathered into the `Observation` that `decide()` judges (it reads, never
+acts); and the book of each node's last verdict (`DecisionBook`)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from cadre_desktop.host.core.decide import Observation, Policy, SecretState, starting_words
+from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.decide import Observation, Policy, SecretState, Verdict, starting_words
 from cadre_desktop.host.core.driver import DriverStatus, InstanceInfo, NodeDriver
 from cadre_desktop.host.core.exits import ExitBook
 from cadre_desktop.host.core.holds import Holds
 from cadre_desktop.host.core.keyring_gate import KeyringGate
-from cadre_desktop.host.core.lifecycle import RecordKind
+from cadre_desktop.host.core.lifecycle import Lifecycle, RecordKind
 from cadre_desktop.host.core.records import NodeRecord
 from cadre_desktop.host.core.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+
+class DecisionBook:
+    """Per node, the last verdict of a pass (decision, when, how long, error), for views and
+    `node show`; and the records a pass skips because they cannot be started again."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.last: dict[str, dict[str, Any]] = {}
+        #: Records skipped, each reported once.
+        self._skipped: set[str] = set()
+
+    def skip(self, lc: Lifecycle, record: NodeRecord) -> bool:
+        """A record that cannot be started again from what it holds is left alone, and said so once."""
+        why = lc.kind.cannot_start(record)
+        if why is None:
+            self._skipped.discard(record.id)
+            return False
+        if record.id not in self._skipped:
+            self._skipped.add(record.id)
+            log.warning("%s %s is not supervised: %s", lc.kind.noun, record.id, why)
+        self.last[record.id] = {"decision": "skipped", "at": iso(self.clock.now()), "ms": 0.0, "error": why}
+        return True
+
+    def note(self, node_id: str, verdict: Verdict | None, ms: float, error: str | None) -> None:
+        self.last[node_id] = {
+            "decision": verdict.decision.value if verdict else "error",
+            "at": iso(self.clock.now()),
+            "ms": round(ms, 3),
+            "error": error or (verdict.reason if verdict else None),
+        }
 
 
 class Observer:

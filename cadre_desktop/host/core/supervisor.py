@@ -37,6 +37,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from enum import Enum
 from typing import TypeVar
 
 from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
@@ -48,7 +49,7 @@ from cadre_desktop.host.core.exits import ExitBook
 from cadre_desktop.host.core.holds import Holds
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import HOSTED, Change, Lifecycle
-from cadre_desktop.host.core.observe import Observer
+from cadre_desktop.host.core.observe import DecisionBook, Observer
 from cadre_desktop.host.core.passes import PassSchedule, breathe
 from cadre_desktop.host.core.records import Hold, NodeRecord, RespawnInfo, StartMark, SupervisedRow, next_mark
 from cadre_desktop.host.core.runfile import RunFiles
@@ -90,8 +91,6 @@ class Supervisor:
         self.settings = settings
         #: Per kind of record, its supervision numbers.
         self._policies: dict[str, Policy] = {lifecycle.kind.noun: Policy(lifecycle.kind.settings(settings))}
-        #: Records a pass skipped because they cannot be started again (reported once each).
-        self._skipped: set[str] = set()
         self.clock = clock
         #: Tells whether a child answered (`is_ready`) or stopped answering (`unresponsive`).
         self.probe = probe
@@ -112,7 +111,8 @@ class Supervisor:
         #: Per child this process started, the host token it was given (memory only).
         self.host_tokens: dict[str, str] = {}
         #: Per node, the last verdict: decision, when, how long it took, error.
-        self.last_decisions: dict[str, dict] = {}
+        self.decisions = DecisionBook(clock)
+        self.last_decisions = self.decisions.last
         gate.on_ready(lambda: self.kick("keyring"))
 
     # -- kinds of records ------------------------------------------------------------
@@ -230,14 +230,15 @@ class Supervisor:
         for lc, record in candidates:
             if self.passes.stopped:
                 break
-            if self._skip(lc, record):
+            if self.decisions.skip(lc, record):
                 continue
             t0 = time.perf_counter()
             verdict, error = None, None
             try:
-                verdict = decide(record, self.observe(record), self.policy_for(lc), lc.kind.supervised, lc.kind.held)
+                verdict = decide(record, self.observe(record, lc), self.policy_for(lc), lc.kind.supervised,
+                                 lc.kind.held)
                 self._take_news(lc, record, verdict)
-                if await self._carry_out(record, verdict):
+                if await self._carry_out(lc, record, verdict):
                     started.append(record.id)
                     await breathe()
             except Exception as exc:
@@ -248,7 +249,7 @@ class Supervisor:
             if due is not None:
                 waits.append(due)
             if verdict is not None and verdict.decision is not Decision.LEAVE or error:
-                self._note_decision(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
+                self.decisions.note(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
         self.passes.arm(waits)
         return started
 
@@ -260,33 +261,13 @@ class Supervisor:
         fresh = lc.get(node_id)
         if fresh is None:
             return None
-        return decide(fresh, self.observe(fresh), self.policy_for(lc), lc.kind.supervised, lc.kind.held).due_in_s
+        return decide(fresh, self.observe(fresh, lc), self.policy_for(lc), lc.kind.supervised, lc.kind.held).due_in_s
 
-    def _skip(self, lc: Lifecycle, record: NodeRecord) -> bool:
-        """A record that cannot be started again from what it holds is left alone, and said so once."""
-        why = lc.kind.cannot_start(record)
-        if why is None:
-            self._skipped.discard(record.id)
-            return False
-        if record.id not in self._skipped:
-            self._skipped.add(record.id)
-            log.warning("%s %s is not supervised: %s", lc.kind.noun, record.id, why)
-        self.last_decisions[record.id] = {"decision": "skipped", "at": iso(self.clock.now()), "ms": 0.0,
-                                          "error": why}
-        return True
-
-    def _note_decision(self, node_id: str, verdict: Verdict | None, ms: float, error: str | None) -> None:
-        self.last_decisions[node_id] = {
-            "decision": verdict.decision.value if verdict else "error",
-            "at": iso(self.clock.now()),
-            "ms": round(ms, 3),
-            "error": error or (verdict.reason if verdict else None),
-        }
-
-    def observe(self, record: NodeRecord) -> Observation:
+    def observe(self, record: NodeRecord, lc: Lifecycle | None = None) -> Observation:
         """Everything the decision needs, read from the driver, the probe and the gate."""
         self.observer.probe = self.probe
-        return self.observer.observe(record, self.lifecycle_of(record.id).kind, uncounted=record.id in self._uncounted)
+        kind = (lc or self.lifecycle_of(record.id)).kind
+        return self.observer.observe(record, kind, uncounted=record.id in self._uncounted)
 
     def _take_news(self, lc: Lifecycle, record: NodeRecord, verdict: Verdict) -> None:
         """What the node said of itself, into its record, before its verdict is carried out."""
@@ -297,33 +278,32 @@ class Supervisor:
                 and change == "joined" and record.status is not fields.get("status"):
             log.info("node %s joined cadre %r", record.id, fields.get("cadre"))
 
-    async def _carry_out(self, record: NodeRecord, verdict: Verdict) -> bool:
-        """Do what the verdict says; True when a child was started."""
+    async def _carry_out(self, lc: Lifecycle, record: NodeRecord, verdict: Verdict) -> bool:
+        """Do what the verdict says (`lc`: the record's kind, carried from the pass); True when a child was started."""
         d = verdict.decision
         if d is not Decision.WAIT_KEYRING:
             self._waiting_keyring.discard(record.id)
         if d is Decision.REFILL:
-            self.lifecycle_of(record.id).apply(record.id, Change.REFILL, lambda r: r.replace(
+            lc.apply(record.id, Change.REFILL, lambda r: r.replace(
                 respawn=RespawnInfo(0, r.respawn.last_attempt_at) if r.respawn else None))
             log.info("node %s stayed up; its respawn budget is full again", record.id)
         elif d in (Decision.STALLED, Decision.HUNG):
             self.exits.stopped(record.id, verdict.reason)
             log.warning("node %s %s; stopping it", record.id, verdict.reason)
-            self.lifecycle_of(record.id).apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason)
+            lc.apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason)
             await self.driver.stop(record.handle)
         elif d is Decision.GIVE_UP:
-            await self.give_up(record.id, verdict.reason or "the node did not stay running")
+            await self.give_up(record.id, verdict.reason or "the node did not stay running", lc=lc)
         elif d is Decision.INVITATION_FAILED:
-            await self.give_up(record.id, verdict.reason or "invitation failed", change=Change.INVITATION_FAILED)
+            await self.give_up(record.id, verdict.reason or "invitation failed", change=Change.INVITATION_FAILED, lc=lc)
         elif d is Decision.HOLD and verdict.hold is not None:
-            await self.hold_node(record.id, Change.HOLD, *verdict.hold)
+            await self.hold_node(record.id, Change.HOLD, *verdict.hold, lc=lc)
         elif d is Decision.STOP_HELD:
             log.info("node %s %s; stopping its child", record.id, verdict.reason)
             await self.driver.stop(record.handle)
         elif d is Decision.WAKE:
-            return self.release_node(record.id, Change.WAKE)
+            return self.release_node(record.id, Change.WAKE, lc=lc)
         elif d is Decision.WAIT_KEYRING:
-            lc = self.lifecycle_of(record.id)
             self.gate.want(record.id, lc.kind.secret_kind(record))
             if record.id not in self._waiting_keyring:
                 self._waiting_keyring.add(record.id)
@@ -331,22 +311,22 @@ class Supervisor:
         elif d is Decision.START:
             self._uncounted.discard(record.id)
             try:
-                return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle)
+                return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle, lc=lc)
             except Exception as exc:
                 message = message_of(exc)
-                lc = self.lifecycle_of(record.id)
                 current = lc.get(record.id)
                 attempts = current.attempts if current else 0
                 log.warning("start attempt %d of %s %s failed: %s", attempts, lc.kind.noun, record.id, message)
                 if attempts >= self.policy_for(lc).max_attempts:
-                    await self.give_up(record.id, f"could not be started: {message}")
+                    await self.give_up(record.id, f"could not be started: {message}", lc=lc)
                     return False
                 raise
         return False
 
     # -- effects ------------------------------------------------------------------
 
-    def start_node(self, node_id: str, *, counted: bool, expect_handle: str | None = None) -> bool:
+    def start_node(self, node_id: str, *, counted: bool, expect_handle: str | None = None,
+                   lc: Lifecycle | None = None) -> bool:
         """The one start of a node: re-read, start through the driver, write handle and mark.
 
         Synchronous from the re-read to the write: nothing can change the
@@ -354,7 +334,7 @@ class Supervisor:
         name yet is taken over instead (spends nothing): a host that died after
         starting it, or a write that failed, never gets a second child beside it.
         """
-        lc = self.lifecycle_of(node_id)
+        lc = lc or self.lifecycle_of(node_id)
         record = lc.get(node_id)
         if record is None or record.status not in lc.kind.supervised or record.handle != expect_handle:
             return False
@@ -417,14 +397,15 @@ class Supervisor:
         return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
 
-    async def give_up(self, node_id: str, reason: str, change: Change = Change.GIVE_UP) -> None:
+    async def give_up(self, node_id: str, reason: str, change: Change = Change.GIVE_UP,
+                      lc: Lifecycle | None = None) -> None:
         """Stop trying (or a failed invitation): the record becomes `error` first, then the child is stopped.
 
         The write comes first because the stop raises an exit, and the pass it
         triggers must not find a supervised record with no child. The work
         folder is kept: it holds the identity its cadre knows.
         """
-        lc = self.lifecycle_of(node_id)
+        lc = lc or self.lifecycle_of(node_id)
         record = lc.get(node_id)
         if record is None or record.status not in lc.kind.supervised:
             return
@@ -442,24 +423,25 @@ class Supervisor:
             except Exception as exc:  # giving up must finish; the record says error whatever the stop did
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
 
-    async def hold_node(self, node_id: str, change: Change, status, hold: Hold) -> SupervisedRow | None:
+    async def hold_node(self, node_id: str, change: Change, status: Enum, hold: Hold,
+                        lc: Lifecycle | None = None) -> SupervisedRow | None:
         """Hold a node (on the serial queue): its child stopped cleanly, then the hold written.
 
         The pass the stop's exit asks for waits for this queue, so it finds the record held and
         starts nothing; the write's event comes after the child is gone, so every view shows the
         node down. No attempt is spent, and no notification is sent.
         """
-        lc = self.lifecycle_of(node_id)
+        lc = lc or self.lifecycle_of(node_id)
         record = lc.get(node_id)
         if record is not None and record.handle and self.driver.is_running(record.handle):
             await self.driver.stop(record.handle)
         return self.holds.hold(lc, node_id, change, status, hold)
 
-    def release_node(self, node_id: str, change: Change) -> bool:
+    def release_node(self, node_id: str, change: Change, lc: Lifecycle | None = None) -> bool:
         """Release a held node (on the serial queue) and start it now, uncounted, whatever its budget
         says (the seed's demand); True when a child was started. With its secret not in memory yet,
         the next pass starts it, still uncounted."""
-        lc = self.lifecycle_of(node_id)
+        lc = lc or self.lifecycle_of(node_id)
         fresh = self.holds.release(lc, node_id, change)
         if fresh is None:
             return False
@@ -469,7 +451,7 @@ class Supervisor:
             self.kick("released")
             return False
         self._uncounted.discard(node_id)
-        return self.start_node(node_id, counted=False, expect_handle=fresh.handle)
+        return self.start_node(node_id, counted=False, expect_handle=fresh.handle, lc=lc)
 
     # -- time ---------------------------------------------------------------------
 
