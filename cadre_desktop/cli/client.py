@@ -194,6 +194,9 @@ class ControlClient:
     def get_donation(self, donation_id: str) -> dict:
         return self.request("GET", f"/api/donations/{_quote(donation_id)}")
 
+    def donation_action(self, donation_id: str, action: str) -> dict:
+        return self.request("POST", f"/api/donations/{_quote(donation_id)}/{action}", {}, timeout=ACTION_TIMEOUT_S)
+
     def retry_donation(self, donation_id: str) -> dict:
         return self.request("POST", f"/api/donations/{_quote(donation_id)}/retry", {}, timeout=ACTION_TIMEOUT_S)
 

@@ -13,6 +13,7 @@ and go.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from cadre_desktop.host.core.lifecycle import Lifecycle
 from cadre_desktop.host.core.netwatch import restart_stale
@@ -106,6 +107,12 @@ class Lending:
 
     async def retry(self, donation_id: str):
         return await self.service.retry(donation_id)
+
+    async def pause(self, donation_id: str, *, for_ms: int | None = None, until: datetime | None = None):
+        return await self.service.pause(donation_id, for_ms=for_ms, until=until)
+
+    async def resume(self, donation_id: str):
+        return await self.service.resume(donation_id)
 
     async def stop(self) -> None:
         if self.server is not None:

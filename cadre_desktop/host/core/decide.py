@@ -247,7 +247,7 @@ def _held(record: NodeRecord, obs: Observation) -> Verdict:
     """A held node is never started; a child of it still up is stopped; a sleeper wakes at its time."""
     if obs.status is DriverStatus.RUNNING:
         return Verdict(Decision.STOP_HELD, reason=f"it is {record.status}")
-    if record.status is NodeStatus.SLEEPING and obs.wake_in_s is not None:
+    if record.status.value == NodeStatus.SLEEPING.value and obs.wake_in_s is not None:  # any kind's sleeping
         if obs.wake_in_s <= 0:
             return Verdict(Decision.WAKE, counted=False)
         return Verdict(Decision.HELD, due_in_s=obs.wake_in_s)

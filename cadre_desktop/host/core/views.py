@@ -168,10 +168,11 @@ class NodeViews:
 
 def hold_fields(row, supervisor) -> dict[str, Any]:
     """A held node's (hosted or lent) `wake_at`, `held_by` and `hold_reason`, for its view."""
-    hold = row.hold if row.status in HELD else None
+    held = {s.value for s in HELD}
+    hold = row.hold if row.status.value in held else None
     if hold is None:
         return {"wake_at": None, "held_by": None, "hold_reason": None}
-    wake = supervisor.holds.wake_at(row) if row.status is NodeStatus.SLEEPING else None
+    wake = supervisor.holds.wake_at(row) if row.status.value == NodeStatus.SLEEPING.value and supervisor else None
     return {"wake_at": iso(wake) if wake is not None else None, "held_by": hold.by.value, "hold_reason": hold.reason}
 
 

@@ -30,6 +30,7 @@ import os
 import secrets
 import traceback
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -352,6 +353,12 @@ class ControlServer:
 
     async def _pause_node(self, request: web.Request) -> web.Response:
         """`{}` pauses with no end; `{"for_ms": N}` or `{"until": "<RFC 3339>"}` puts the node to sleep."""
+        for_ms, when = await self.pause_body(request)
+        view = await self.host.pause_node(self._node_id(request), for_ms=for_ms, until=when)
+        return web.json_response(view.to_json())
+
+    async def pause_body(self, request: web.Request) -> tuple[int | None, datetime | None]:
+        """A pause's body, checked: (for_ms, until) — both None for a pause with no end."""
         body = await self._body(request, {"for_ms", "until"})
         for_ms, until = body.get("for_ms"), body.get("until")
         if for_ms is not None and (not isinstance(for_ms, int) or isinstance(for_ms, bool)):
@@ -361,8 +368,7 @@ class ControlServer:
             when = parse_rfc3339(until)
             if when is None:
                 raise Invalid("until must be an RFC 3339 time with its zone, e.g. 2026-01-01T07:00:00+01:00.")
-        view = await self.host.pause_node(self._node_id(request), for_ms=for_ms, until=when)
-        return web.json_response(view.to_json())
+        return for_ms, when
 
     def _action(self, method: str) -> Handler:
         async def act(request: web.Request) -> web.Response:

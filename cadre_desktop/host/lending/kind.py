@@ -23,13 +23,14 @@ from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.events import EventBus, EventKind
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle, RecordKind
 from cadre_desktop.host.core.secrets import SecretKind
-from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, Donation, DonationStatus
+from cadre_desktop.host.lending.donations import DONATION_HELD, DONATION_SUPERVISED, Donation, DonationStatus
 from cadre_desktop.text import one_line
 
 log = logging.getLogger(__name__)
 
 D = DonationStatus
 _SUP = DONATION_SUPERVISED
+_HELD = DONATION_HELD
 _ANY = frozenset(DonationStatus)
 _NONE: frozenset = frozenset()
 
@@ -46,17 +47,17 @@ DONATION_TRANSITIONS: dict[Change, tuple[frozenset, frozenset]] = {
     Change.REFILL: (_SUP, _SUP),
     Change.PEER: (_SUP | {D.PROVISIONING}, _SUP | {D.PROVISIONING}),
     Change.GIVE_UP: (_SUP, frozenset({D.ERROR})),
-    Change.RETRY: (frozenset({D.ERROR}), _SUP),
+    Change.RETRY: (frozenset({D.ERROR, D.DONE}), _SUP),
     Change.EXITED: (_ANY, _ANY),
     Change.WAITING: (_SUP, _SUP),
     # Hosted nodes' news; a lent node never has it.
     Change.JOINED: (_NONE, _NONE),
     Change.INVITATION_FAILED: (_NONE, _NONE),
-    # Holds are the hosted nodes' only, for now: a lent node has no hold statuses.
-    Change.PAUSE: (_NONE, _NONE),
-    Change.HOLD: (_NONE, _NONE),
-    Change.WAKE: (_NONE, _NONE),
-    Change.RESUME: (_NONE, _NONE),
+    # Holds, as a hosted node's: its owner pauses it, or it holds itself (its run.json).
+    Change.PAUSE: (_SUP | _HELD, frozenset({D.PAUSED, D.SLEEPING})),
+    Change.HOLD: (_SUP, _HELD),
+    Change.WAKE: (frozenset({D.SLEEPING}), _SUP),
+    Change.RESUME: (_HELD, _SUP),
 }
 
 
@@ -127,4 +128,5 @@ DONATED = RecordKind(
     cannot_start=_cannot_start,
     settings=lambda settings: settings.donation_supervision(),
     on_status=take_status,
+    holds={"paused": D.PAUSED, "sleeping": D.SLEEPING, "done": D.DONE},
 )

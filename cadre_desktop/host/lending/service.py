@@ -23,6 +23,7 @@ import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from cadre_desktop.errors import CadreError, InputError, InvalidState, NodeFault, NoSuchThing, SecretsError, message_of
@@ -374,6 +375,16 @@ class LendingService:
         """Bring a lent node back from `error` with a fresh budget: the one Retry, a hosted node's."""
         self.require_donation(donation_id)
         return await self.nodes.retry(donation_id)
+
+    async def pause(self, donation_id: str, *, for_ms: int | None = None, until: datetime | None = None) -> Donation:
+        """Hold a lent node, as a hosted node is held (its borrower sees it paused by its host)."""
+        self.require_donation(donation_id)
+        return await self.nodes.pause(donation_id, for_ms=for_ms, until=until)
+
+    async def resume(self, donation_id: str) -> Donation:
+        """Start a held lent node now, its budget untouched."""
+        self.require_donation(donation_id)
+        return await self.nodes.resume(donation_id)
 
     async def end(self, donation_id: str, why: str = "its loan ended") -> bool:
         """End a loan: row (with tombstone) first, then child, folder and seed token.
