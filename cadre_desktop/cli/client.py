@@ -163,6 +163,9 @@ class ControlClient:
     def node_action(self, node_id: str, action: str) -> dict:
         return self.request("POST", f"/api/nodes/{_quote(node_id)}/{action}", {}, timeout=ACTION_TIMEOUT_S)
 
+    def pause_node(self, node_id: str, body: dict) -> dict:
+        return self.request("POST", f"/api/nodes/{_quote(node_id)}/pause", body, timeout=ACTION_TIMEOUT_S)
+
     def remove_node(self, node_id: str) -> dict:
         return self.request("DELETE", f"/api/nodes/{_quote(node_id)}", timeout=ACTION_TIMEOUT_S)
 
@@ -193,6 +196,9 @@ class ControlClient:
 
     def get_donation(self, donation_id: str) -> dict:
         return self.request("GET", f"/api/donations/{_quote(donation_id)}")
+
+    def donation_action(self, donation_id: str, action: str) -> dict:
+        return self.request("POST", f"/api/donations/{_quote(donation_id)}/{action}", {}, timeout=ACTION_TIMEOUT_S)
 
     def retry_donation(self, donation_id: str) -> dict:
         return self.request("POST", f"/api/donations/{_quote(donation_id)}/retry", {}, timeout=ACTION_TIMEOUT_S)

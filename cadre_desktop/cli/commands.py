@@ -18,7 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from cadre_desktop import __version__, build_commit
@@ -54,7 +54,8 @@ NODE_FLAG = "--node"  # the node program inside a bundle; see run_node()
 MAX_INVITATION_INPUT = 64 * 1024
 SHOW_ORDER = (
     "id", "name", "status", "mode", "running", "pid", "api_port", "p2p_port", "peer_id", "cadre",
-    "attempts", "next_retry_at", "last_error", "last_exit", "exit_code", "waiting_for", "last_decision", "claim_url", "advertise_host", "created_at",
+    "attempts", "next_retry_at", "wake_at", "held_by", "hold_reason", "starting", "last_error", "last_exit", "exit_code",
+    "waiting_for", "problem", "last_decision", "claim_url", "advertise_host", "created_at",
     "updated_at", "started_at", "log_path",
 )
 
@@ -155,6 +156,54 @@ def action_command(action: str, verb: str) -> Callable[[Any, Paths], int]:
     return run
 
 
+def until_arg(text: str, now: datetime | None = None) -> str:
+    """`07:00` (the next 07:00 local time), `07:00:30`, or an RFC 3339 time -> RFC 3339 with its zone."""
+    text = text.strip()
+    now = (now or datetime.now().astimezone()).astimezone()
+    for pattern in ("%H:%M", "%H:%M:%S"):
+        try:
+            clock = datetime.strptime(text, pattern).time()
+        except ValueError:
+            continue
+        when = now.replace(hour=clock.hour, minute=clock.minute, second=clock.second, microsecond=0)
+        if when <= now:
+            # The next such time: tomorrow's, said in tomorrow's zone offset (a DST change between).
+            when = (when.replace(tzinfo=None) + timedelta(days=1)).astimezone()
+        return when.isoformat()
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a time: {text!r} (like 07:00, or 2026-01-01T07:00:00+01:00)") from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # a date and time without a zone is local time
+    return when.isoformat()
+
+
+def cmd_pause(args, paths: Paths) -> int:
+    body: dict[str, Any] = {}
+    if args.for_s is not None:
+        body["for_ms"] = args.for_s * 1000
+    elif args.until is not None:
+        body["until"] = args.until
+    node = client(paths).pause_node(args.id, body)
+    return show(args, node, lambda n: f"{'Sleeping' if n.get('wake_at') else 'Paused'}: {node_summary(n)}"
+                + (f" until {local_time(n.get('wake_at'))}" if n.get("wake_at") else ""))
+
+
+def add_hold_parsers(nodes, parents: list[argparse.ArgumentParser]) -> None:
+    """`node pause ID [--for 30m | --until 07:00]` and `node resume ID`."""
+    pause = nodes.add_parser("pause", parents=parents,
+                             help="stop a node and keep it stopped (for a while, or until a time); spends nothing")
+    when = pause.add_mutually_exclusive_group()
+    when.add_argument("--for", dest="for_s", type=lending.duration_arg, metavar="DURATION",
+                      help="sleep this long, then start again (90s, 30m, 2h, 1d)")
+    when.add_argument("--until", type=until_arg, metavar="TIME",
+                      help="sleep until this time (07:00 means the next 07:00 here, or RFC 3339)")
+    pause.set_defaults(func=cmd_pause)
+    nodes.add_parser("resume", parents=parents, help="start a paused, sleeping or done node now (its budget untouched)"
+                     ).set_defaults(func=action_command("resume", "Resumed"))
+
+
 def cmd_qr(args, paths: Paths) -> int:
     node = client(paths).get_node(args.id)
     url = node.get("claim_url")
@@ -185,7 +234,14 @@ def cmd_remove(args, paths: Paths) -> int:
             out("Not removed.")
             return EXIT_FAILED
     result = api.remove_node(args.id)
-    out(f"Removed {args.id}." if result.get("existed") else f"No node {args.id}; nothing to remove.")
+    pids = [p for p in result.get("orphan_pids") or [] if isinstance(p, int)]
+    if result.get("existed"):
+        out(f"Removed {args.id}.")
+    elif pids:
+        out(f"No node {args.id}, but an orphaned process of it ran (pid {', '.join(map(str, pids))}): "
+            "it was stopped, and nothing was deleted.")
+    else:
+        out(f"No node {args.id}; nothing to remove.")
     return EXIT_OK
 
 
@@ -313,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("regenerate", "New claim code for", "a new claim secret; the old QR code stops working"),
     ):
         nodes.add_parser(name, parents=[as_json, node_id], help=help_).set_defaults(func=action_command(name, verb))
+    add_hold_parsers(nodes, [as_json, node_id])
     remove = nodes.add_parser("remove", parents=[node_id], help="stop a node and delete its folder and secrets")
     remove.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     remove.set_defaults(func=cmd_remove)

@@ -19,7 +19,8 @@ _DURATION = re.compile(r"(\d{1,9})([smhdw]?)")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 DONATION_ORDER = (
     "id", "party_id", "status", "grant_id", "grant_label", "profile", "running", "pid", "peer_id", "address",
-    "api_port", "p2p_port", "attempts", "next_retry_at", "last_error", "respawnable", "created_at",
+    "api_port", "p2p_port", "attempts", "next_retry_at", "wake_at", "held_by", "hold_reason", "last_error",
+    "respawnable", "created_at",
     "updated_at", "seeded_at", "started_at", "log_path",
 )
 
@@ -121,6 +122,13 @@ def cmd_donation_retry(args, paths: Paths) -> int:
                 lambda d: f"Retrying lent node {d.get('id')} ({d.get('party_id')}): {d.get('status')}")
 
 
+def cmd_donation_hold(action: str, verb: str):
+    def run(args, paths: Paths) -> int:
+        return show(args, cli.client(paths).donation_action(args.id, action),
+                    lambda d: f"{verb} lent node {d.get('id')} ({d.get('party_id')}): {d.get('status')}")
+    return run
+
+
 def cmd_donation_end(args, paths: Paths) -> int:
     api = cli.client(paths)
     if cli.needs_terminal(args, "end of the loan"):
@@ -167,6 +175,10 @@ def add_parsers(commands, as_json: argparse.ArgumentParser) -> None:
                          ).set_defaults(func=cmd_donation_show)
     donations.add_parser("retry", parents=[as_json, row_id], help="try again a lent node the host gave up on"
                          ).set_defaults(func=cmd_donation_retry)
+    donations.add_parser("pause", parents=[as_json, row_id], help="stop a lent node and keep it stopped (no end)"
+                         ).set_defaults(func=cmd_donation_hold("pause", "Paused"))
+    donations.add_parser("resume", parents=[as_json, row_id], help="start a paused, sleeping or done lent node now"
+                         ).set_defaults(func=cmd_donation_hold("resume", "Resumed"))
     donations.add_parser("end", parents=[row_id, yes], help="end the loan: stop the node, delete its folder"
                          ).set_defaults(func=cmd_donation_end)
     logs = donations.add_parser("logs", parents=[row_id], help="a lent node's log (works without a running host)")

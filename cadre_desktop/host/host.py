@@ -13,10 +13,12 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.errors import Bug, CadreError, InvalidState, NoSuchThing
 from cadre_desktop.host import live_settings
+from cadre_desktop.host.core import orphans
 from cadre_desktop.host.core.address import ConfiguredAddress
 from cadre_desktop.host.core.caps import caps_view, check_caps_change, node_caps
 from cadre_desktop.host.core.clock import Clock
@@ -26,9 +28,11 @@ from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.lock import HostLock
 from cadre_desktop.host.core.netwatch import AddressWatcher, restart_stale
+from cadre_desktop.host.core.orphans import find_orphans
 from cadre_desktop.host.core.preflight import check_bind_host, prepare_home
 from cadre_desktop.host.core.probe import HttpStatusFetcher, Probe, loopback_for
 from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
+from cadre_desktop.host.core.runfile import RunFiles
 from cadre_desktop.host.core.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.core.service import NodeService
 from cadre_desktop.host.core.store import KEYRING_LAYOUT, RecordStore
@@ -197,19 +201,17 @@ class Host:
         gate = KeyringGate(self.secrets, sleep=self.clock.sleep)
         interval = s.probe_interval_ms / 1000
 
-        def unresponsive(_node_id: str) -> None:
-            supervisor.kick("unresponsive")
-
         probe = Probe(
             lifecycle=self.lifecycle, driver=driver, clock=self.clock,
             interval_s=interval,
             fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval)),
                                     fresh_after_s=min(2.5, interval / 2)),
-            on_unresponsive=unresponsive,
+            # News to judge (an answer, a claim, a failed invitation, silence): one coalesced pass.
+            on_news=lambda _node_id: supervisor.passes.after_exit(),
         )
         supervisor = Supervisor(
             lifecycle=self.lifecycle, driver=driver, gate=gate, settings=s, clock=self.clock,
-            probe=probe, on_sweep=self._sweep_housekeeping,
+            probe=probe, on_sweep=self._sweep_housekeeping, run_files=RunFiles(self.paths.node_dir),
         )
         service = NodeService(lifecycle=self.lifecycle, driver=driver, gate=gate, supervisor=supervisor, clock=self.clock)
         views = NodeViews(
@@ -324,7 +326,10 @@ class Host:
         self._tasks.clear()
         if self._parts is not None:
             if stop_nodes:
-                await self._parts.driver.stop_all()
+                # Orphans are not this host's to stop: left running, and said so once.
+                left = find_orphans(self._parts.driver, self._parts.supervisor.lifecycles)
+                orphans.report(left, at_quit=True)
+                await self._parts.driver.stop_all(leave=frozenset(h.node_id for h in left))
             self._parts.driver.close()
         self.secrets.close()
         self._lock.release()
@@ -362,6 +367,15 @@ class Host:
         p = self._running()
         return p.views.of(await p.service.retry(node_id))
 
+    async def pause_node(self, node_id: str, *, for_ms: int | None = None,
+                         until: datetime | None = None) -> NodeView:
+        p = self._running()
+        return p.views.of(await p.service.pause(node_id, for_ms=for_ms, until=until))
+
+    async def resume_node(self, node_id: str) -> NodeView:
+        p = self._running()
+        return p.views.of(await p.service.resume(node_id))
+
     async def restart_node(self, node_id: str) -> NodeView:
         p = self._running()
         await p.service.restart(node_id)  # only a restart asked `only_if_running` may come back empty
@@ -394,3 +408,7 @@ class Host:
 
     async def remove_node(self, node_id: str) -> bool:
         return await self._running().service.remove(node_id)
+
+    async def reclaim_orphan(self, node_id: str) -> list[int]:
+        """Stop the orphaned children of an id no record names; the pids stopped."""
+        return await self._running().service.reclaim_orphan(node_id)

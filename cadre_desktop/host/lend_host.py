@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from cadre_desktop.errors import Bug
@@ -130,6 +131,12 @@ class Lending:
 
     async def retry(self, donation_id: str) -> Donation:
         return await self._attached()[0].retry(donation_id)
+
+    async def pause(self, donation_id: str, *, for_ms: int | None = None, until: datetime | None = None) -> Donation:
+        return await self._attached()[0].pause(donation_id, for_ms=for_ms, until=until)
+
+    async def resume(self, donation_id: str) -> Donation:
+        return await self._attached()[0].resume(donation_id)
 
     async def stop(self) -> None:
         if self.server is not None:

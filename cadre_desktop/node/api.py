@@ -12,13 +12,14 @@ methods (405, with ``Allow``) included. Request bodies are JSON objects of at mo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from cadre_desktop.errors import ApiError, StorageError, wire_code
-from cadre_desktop.node import donated, invitations
+from cadre_desktop.errors import ApiError, Invalid, StorageError, wire_code
+from cadre_desktop.node import donated, invitations, run_request
 from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
 from cadre_desktop.node.node import Node
 from cadre_desktop.text import clean as clean_text
@@ -101,6 +102,8 @@ def http_error(status: int, reason: str, headers: Mapping[str, str] | None = Non
 
 
 Handler = Callable[[Request], Awaitable[Answer]]
+#: How long after answering `POST /host/run` the node stops (its answer leaves first).
+STOP_AFTER_S = 0.1
 
 
 class Api:
@@ -108,6 +111,7 @@ class Api:
 
     def __init__(self, node: Node) -> None:
         self.node = node
+        self._stopping: asyncio.Task[None] | None = None
         self.routes: dict[str, dict[str, Handler]] = {
             "/status": {"GET": self.status},
             "/claim": {"GET": self.claim_page, "POST": self.claim},
@@ -115,6 +119,7 @@ class Api:
             "/members": {"GET": self.members},
             "/join": {"POST": self.join},
             "/seed": {"POST": self.seed},
+            "/host/run": {"POST": self.host_run},
         }
 
     def allowed(self, path: str) -> list[str]:
@@ -197,9 +202,25 @@ class Api:
         )
         return json_answer(answer)
 
+    async def host_run(self, request: Request) -> Answer:
+        """The host asks the node to hold itself: write run.json, then exit with code 0 (§7)."""
+        self.node.authorize_host(request.bearer(), request.remote)
+        try:
+            doc = run_request.checked(await request.json())
+        except Invalid as exc:
+            raise ApiError(400, "invalid-field", exc.message) from None
+        run_request.write(self.node.config.node_dir, doc)
+        self._stopping = asyncio.get_running_loop().create_task(_stop_after(self.node, STOP_AFTER_S))
+        return json_answer({**doc, "stopping": True}, status=202)
+
     async def seed(self, request: Request) -> Answer:
         body = await request.json()
         return json_answer(donated.accept_seed(self.node, request.client, request.bearer(), body))
+
+
+async def _stop_after(node: Node, delay_s: float) -> None:
+    await asyncio.sleep(delay_s)  # the answer leaves first
+    node.stop_soon()
 
 
 def text_field(body: dict[str, Any], name: str, low: int, high: int, *, strip: bool = False) -> str:

@@ -24,6 +24,7 @@ import hmac
 import ipaddress
 import logging
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from cadre_desktop.node.clock import Clock, iso_utc
@@ -92,6 +93,8 @@ class Node:
             clock, max_failures=tuning.claim_max_failures, lockout_s=tuning.claim_lockout_s
         )
         self._join_failure: str | None = None
+        #: Set by the server: ends the node as a stop signal does.
+        self.on_stop: Callable[[], None] | None = None
         if config.donated is not None and store.state.seed is not None and not seeded_record(self):
             log.warning("the state file holds a seed for another donation or party; it is ignored")
         if store.state.node_id != config.node_id:
@@ -201,6 +204,20 @@ class Node:
             matched |= hmac.compare_digest(digest, sha256_hex(host_token)) and _is_loopback(remote)
         if not matched:
             raise RequestRefused("this owner token is not valid for this node", code="forbidden")
+
+    def authorize_host(self, token: str | None, remote: str | None = None) -> None:
+        """Accept only the host's own token (`CADRE_HOST_TOKEN`) on a connection from this machine."""
+        if not token:
+            raise RequestRefused("send the host token as 'Authorization: Bearer <token>'", code="unauthorized")
+        host_token = self.config.host_token
+        if host_token is None or not (hmac.compare_digest(sha256_hex(token), sha256_hex(host_token))
+                                      and _is_loopback(remote)):
+            raise RequestRefused("only the host that runs this node may ask this", code="forbidden")
+
+    def stop_soon(self) -> None:
+        """End the node as SIGTERM does (exit code 0), once the answer in flight is sent."""
+        if self.on_stop is not None:
+            self.on_stop()
 
     # ----- joiner side of an invitation ---------------------------------------
 

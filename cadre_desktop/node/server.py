@@ -46,6 +46,7 @@ async def serve(node: Node, started_at: float) -> None:
     config = node.config
     stop = asyncio.Event()
     _on_stop_signals(stop.set)
+    node.on_stop = stop.set
     logfilter.quiet_loop_errors(asyncio.get_running_loop(), log)
 
     guard = ConnectionGuard(per_source=MAX_PER_SOURCE, total=MAX_CONNECTIONS, idle_s=IDLE_S, name="node API")

@@ -97,6 +97,12 @@ class Actions(QObject):
     def retry(self, node_id: str) -> asyncio.Task:
         return self.run(f"retry {self._name(node_id)}", self.host.retry_node(node_id), node_id)
 
+    def pause(self, node_id: str) -> asyncio.Task:
+        return self.run(f"pause {self._name(node_id)}", self.host.pause_node(node_id), node_id)
+
+    def resume(self, node_id: str) -> asyncio.Task:
+        return self.run(f"resume {self._name(node_id)}", self.host.resume_node(node_id), node_id)
+
     def restart(self, node_id: str) -> asyncio.Task:
         return self.run(f"restart {self._name(node_id)}", self.host.restart_node(node_id), node_id)
 

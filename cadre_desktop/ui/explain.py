@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from cadre_desktop.host.core.clock import parse_iso
-from cadre_desktop.host.core.records import NodeStatus
+from cadre_desktop.host.core.records import HELD, NodeStatus
 from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.logtail import tail_lines
 from cadre_desktop.text import url_host
@@ -120,12 +120,20 @@ def next_step(v: NodeView) -> str:
         if "address already in use" in said or "port" in said and "in use" in said:
             return "Another program uses its port: change the port range in Preferences, then press Retry."
         return "Read its last log lines below, fix what they name, then press Retry."
+    if v.status in HELD:
+        why = f" ({v.hold_reason})" if v.hold_reason else ""
+        if v.status == NodeStatus.SLEEPING and v.wake_at:
+            wake = parse_iso(v.wake_at)
+            at = wake.astimezone().strftime("%H:%M") if wake else v.wake_at
+            return f"It is asleep{why} and starts by itself at {at}; Resume starts it now."
+        return f"It is {v.status.value}{why}; Resume starts it now, without counting an attempt."
     if is_down(v):
         return "It restarts by itself; Restart tries at once without counting an attempt."
     if v.status == NodeStatus.UNCLAIMED:
         return "Show its QR code and scan it with your phone to claim it into your cadre."
     if v.status in (NodeStatus.SPAWNING, NodeStatus.JOINING) or is_starting(v):
-        return "Nothing yet: it is on its way."
+        starting = getattr(v, "starting", None)
+        return f"Nothing yet: it is on its way ({starting})." if starting else "Nothing yet: it is on its way."
     return "Nothing to do: it is running."
 
 

@@ -103,7 +103,8 @@ class Shell(QObject):
 
         for signal, slot in (
             (self.tray.open_window, self.present_window), (self.tray.open_node, self.show_node),
-            (self.tray.retry_node, self.actions.retry), (self.tray.preferences, self.ask_preferences),
+            (self.tray.retry_node, self.actions.retry), (self.tray.resume_node, self.actions.resume),
+            (self.tray.preferences, self.ask_preferences),
             (self.tray.add_node, self.ask_add), (self.tray.join_node, self.ask_join),
             (self.tray.quit, self.ask_quit), (self.notifier.open_node, self.show_node),
             (self.actions.added, self._added), (self.tray.lend_nodes, self.lent.ask_lend),

@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
+from cadre_desktop.host.core.records import HELD
 from cadre_desktop.ui.icons import TrayIcons
 from cadre_desktop.ui.model import NodeTableModel
 from cadre_desktop.ui.status import aggregate, attention_first, gave_up, menu_words, summary_line, tooltip
@@ -39,6 +40,7 @@ class Tray(QObject):
     open_window = Signal()
     open_node = Signal(str)
     retry_node = Signal(str)
+    resume_node = Signal(str)
     add_node = Signal()
     join_node = Signal()
     lend_nodes = Signal()
@@ -55,6 +57,8 @@ class Tray(QObject):
         self.menu = QMenu()
         self._state = None
         self._slot_ids: list[str | None] = [None] * NODE_SLOTS
+        #: The slots whose node is held (paused, sleeping, done): their remedy is Resume.
+        self._held_slots: set[int] = set()
         #: How many item changes were applied (each is a signal to a StatusNotifierItem host).
         self.changes = 0
         self._closed = False
@@ -80,7 +84,9 @@ class Tray(QObject):
             node.triggered.connect(lambda _=False, s=slot: self._slot_signal(s, self.open_node))
             retry = menu.addAction("")
             retry.setVisible(False)
-            retry.triggered.connect(lambda _=False, s=slot: self._slot_signal(s, self.retry_node))
+            # A node's remedy: Retry when the host gave up on it, Resume when it is held.
+            retry.triggered.connect(lambda _=False, s=slot: self._slot_signal(
+                s, self.resume_node if s in self._held_slots else self.retry_node))
             self.node_actions.append(node)
             self.retry_actions.append(retry)
         self.show_all = menu.addAction("Show all…")
@@ -149,8 +155,12 @@ class Tray(QObject):
                 self._set(retry, visible=False)
                 continue
             self._set(node, text=_escaped(f"{v.name}: {menu_words(v)}"), visible=True)
+            self._held_slots.discard(slot)
             if gave_up(v):
                 self._set(retry, text=_escaped(f"Retry {v.name}"), visible=True)
+            elif v.status in HELD:
+                self._held_slots.add(slot)
+                self._set(retry, text=_escaped(f"Resume {v.name}"), visible=True)
             else:
                 self._set(retry, visible=False)
         more = len(views) > NODE_SLOTS

@@ -18,7 +18,7 @@ from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QHBoxLayout, QInputDialog, QLabel, QLineEdit, QMainWindow, QPushButton, QSplitter, QStackedWidget, QVBoxLayout, QWidget
 
 from cadre_desktop.atomicfile import write_json_atomic
-from cadre_desktop.host.core.records import SUPERVISED, NodeStatus
+from cadre_desktop.host.core.records import HELD, SUPERVISED, NodeStatus
 from cadre_desktop.ui import dialogs
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.details import DetailsPane
@@ -45,11 +45,15 @@ BUTTONS = (  # attribute, text with its mnemonic, tooltip
     ("qr_button", "Show &QR", "Show the claim QR code of the selected node (Enter)"),
     ("retry_button", "&Retry", "Try again a node the host gave up on, with a fresh budget (Ctrl+R)"),
     ("restart_button", "Re&start", "Stop and start the node; does not count as a failed attempt (Ctrl+R)"),
+    ("pause_button", "&Pause", "Stop the node and keep it stopped until you resume it; spends nothing"),
     ("remove_button", "Re&move…", "Remove the node and its work folder (Delete)"),
     ("log_button", "View &log", "Show the selected node's whole log"),
     ("copy_button", "&Copy claim link", "Copy the claim link; it holds the claim secret"),
     ("invite_button", "Add a&nother node…", "Start a new node that joins this node's cadre; no token to copy"),
 )
+
+
+BUTTON_TIPS = {attr: tip for attr, _, tip in BUTTONS}
 
 
 def fit_rect(wanted: QRect, available: QRect, minimum: QSize = MINIMUM) -> QRect:
@@ -127,7 +131,7 @@ class NodeWindow(QMainWindow):
     def _make_pages(self, split: QSplitter) -> None:
         """The table page (panes and the selected node's buttons) and the empty page that explains."""
         node_row = QHBoxLayout()
-        for button in (self.qr_button, self.retry_button, self.restart_button, self.remove_button,
+        for button in (self.qr_button, self.retry_button, self.restart_button, self.pause_button, self.remove_button,
                        self.log_button, self.copy_button, self.invite_button):
             node_row.addWidget(button)
         node_row.addStretch(1)
@@ -177,6 +181,7 @@ class NodeWindow(QMainWindow):
         self.qr_button.clicked.connect(lambda: self._with_selected(self.qr_requested.emit))
         self.retry_button.clicked.connect(lambda: self._with_selected(actions.retry))
         self.restart_button.clicked.connect(lambda: self._with_selected(actions.restart))
+        self.pause_button.clicked.connect(lambda: self._with_selected(self._pause_or_resume))
         self.remove_button.clicked.connect(lambda: self._with_selected(self.ask_remove))
         self.copy_button.clicked.connect(self._copy_link)
         self.invite_button.clicked.connect(lambda: self._with_selected(self.ask_invite))
@@ -233,6 +238,10 @@ class NodeWindow(QMainWindow):
         self.qr_button.setEnabled(ready and v.status == NodeStatus.UNCLAIMED and bool(v.claim_url))
         self.retry_button.setEnabled(ready and v.status == NodeStatus.ERROR)
         self.restart_button.setEnabled(ready and v.status in SUPERVISED)
+        held = v is not None and v.status in HELD
+        self.pause_button.setEnabled(ready and (held or v.status in SUPERVISED))
+        self.pause_button.setText("Res&ume" if held else "&Pause")
+        self.pause_button.setToolTip("Start the node now; its attempts are untouched" if held else BUTTON_TIPS["pause_button"])
         self.remove_button.setEnabled(ready)
         self.copy_button.setEnabled(ready and bool(v.claim_url))
         self.invite_button.setEnabled(ready and v.status == NodeStatus.JOINED)
@@ -250,6 +259,11 @@ class NodeWindow(QMainWindow):
             self.retry_button.click()
         elif self.restart_button.isEnabled():
             self.restart_button.click()
+
+    def _pause_or_resume(self, node_id: str) -> None:
+        v = self.model.view(node_id)
+        if v is not None:
+            (self.actions.resume if v.status in HELD else self.actions.pause)(node_id)
 
     def ask_invite(self, node_id: str) -> None:
         """Name the new node (optional); the host gets the invitation from the node itself."""

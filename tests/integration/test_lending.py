@@ -180,3 +180,22 @@ def test_the_event_stream_carries_grant_and_donation_events_with_their_views(len
     assert seen[0] == "donation_added" and data["id"] == donation_id
     assert grant["link"].split("#")[1] not in json.dumps(data)
     assert host.stop() == 0
+
+
+def test_a_lent_node_paused_by_its_owner_is_paused_by_its_host_for_the_borrower(lending_host, tmp_path):
+    host = lending_host().start()
+    grant = create_grant(host, label="friends", max_nodes=1)
+    result = borrow(grant["link"], "friends", tmp_path / "owner.json")
+    assert result.returncode == 0, result.stderr
+    lent = seeded_and_running(host, json.loads(result.stdout)["id"])
+    status, paused = host.api("POST", f"/api/donations/{lent['id']}/pause", {})
+    assert status == 200, paused
+    assert paused["status"] == "paused" and not paused["running"] and paused["held_by"] == "person"
+    wait_until(lambda: lent["id"] not in node_processes(host.home), timeout=10, what="the lent node stopped")
+    status, seen = lend_call(grant["link"], "GET", f"/donations/{lent['id']}")
+    assert status == 200 and seen["status"] == "paused" and seen["held_by"] == "host"
+    status, resumed = host.api("POST", f"/api/donations/{lent['id']}/resume")
+    assert status == 200, resumed
+    back = seeded_and_running(host, lent["id"], not_pid=lent["pid"])
+    assert back["attempts"] == 0 and back["held_by"] is None
+    assert host.stop() == 0

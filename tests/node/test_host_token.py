@@ -7,6 +7,7 @@ it is an unknown token. It never appears in a file or in the node's output.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,34 @@ async def test_the_claim_page_names_the_node(nodes: NodeLauncher) -> None:
     assert "<title>Claim Kitchen &lt;3</title>" in page and "<strong>Kitchen &lt;3</strong>" in page
     unnamed = await nodes.start("page-id")
     assert "<strong>Node page-id</strong>" in (await unnamed.get("/claim")).body
+
+
+# -- POST /host/run: the node asks its host to hold it (run.json) ----------------------------
+
+async def test_the_host_asks_a_node_to_sleep_it_writes_run_json_and_exits_0(nodes: NodeLauncher) -> None:
+    token = new_secret()
+    nodes.redact(token)
+    node = await nodes.start("sleepy", extra={"CADRE_HOST_TOKEN": token})
+    asked = {"state": "sleeping", "wake_at": "2030-01-01T07:00:00Z", "reason": "nothing to do\nuntil seven"}
+    answer = await node.post("/host/run", token=token, json=asked)
+    assert answer.status == 202, answer.body
+    assert await node.wait_exit() == 0
+    run = node.node_dir / "run.json"
+    assert json.loads(run.read_text()) == {"state": "sleeping", "wake_at": "2030-01-01T07:00:00Z",
+                                           "reason": "nothing to do until seven"}
+    assert run.stat().st_mode & 0o777 == 0o600
+
+
+async def test_only_the_host_token_may_ask_and_only_what_the_contract_says(nodes: NodeLauncher) -> None:
+    token = new_secret()
+    nodes.redact(token)
+    node = await nodes.start("held", extra={"CADRE_HOST_TOKEN": token})
+    owner = (await node.claim("family")).body["owner_token"]
+    nodes.redact(owner)
+    assert (await node.post("/host/run", json={"state": "paused"})).status == 401
+    assert (await node.post("/host/run", token=owner, json={"state": "paused"})).status == 403
+    for bad in ({"state": "asleep"}, {"state": "paused", "wake_at": "2030-01-01T07:00:00Z"},
+                {"state": "sleeping", "wake_at": "tomorrow"}, {"state": "done", "reason": "x" * 201},
+                {"state": "done", "extra": 1}):
+        assert (await node.post("/host/run", token=token, json=bad)).status == 400, bad
+    assert node.running and not (node.node_dir / "run.json").exists()

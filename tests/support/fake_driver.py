@@ -169,9 +169,9 @@ class FakeOrchestrator:
         self.machine.stopped_cleanly.clear()
         return InitReport(attached=[h for h in self.handles.values() if h.alive], stopped_cleanly=stopped_cleanly)
 
-    async def stop_all(self):
+    async def stop_all(self, leave=frozenset()):
         self.stopped_all = True
-        live = [h for h in self.handles.values() if h.alive]
+        live = [h for h in self.handles.values() if h.alive and h.node_id not in leave]
         for h in live:
             await self.stop(h.id)
         self.machine.stopped_cleanly = {h.node_id for h in live}

@@ -8,11 +8,14 @@ events through the engine's own EventBus.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cadre_desktop.errors import InvalidState, NoSuchThing
 from cadre_desktop.host.core.caps import check_caps_change
+from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.events import EventBus, EventKind
+from cadre_desktop.host.core.holds import pause_end
 from cadre_desktop.host.core.records import NodeStatus
 from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.paths import Paths
@@ -41,6 +44,8 @@ class FakeHost:
         self.nodes: dict[str, NodeView] = {}
         self.bus = EventBus()
         self.calls: list[tuple] = []
+        #: Per id no record names, the pids of its orphaned children (Remove reclaims them).
+        self.orphans: dict[str, list[int]] = {}
         self.fail_next: Exception | None = None
         #: No lending in a fake host: its routes answer that lending is not ready.
         self.lending = None
@@ -95,6 +100,25 @@ class FakeHost:
         if view.status != "error":
             raise InvalidState(f"Node {node_id} is {view.status}; only a node in error can be retried.")
         return self.put(replace(view, status=NodeStatus.UNCLAIMED, attempts=0, last_error=None))
+
+    async def pause_node(self, node_id: str, *, for_ms: int | None = None, until: datetime | None = None) -> NodeView:
+        self.calls.append(("pause", node_id, for_ms, until))
+        view = self.get_node(node_id)
+        wake = pause_end(datetime.now(UTC), for_ms, until)
+        return self.put(replace(view, status="sleeping" if wake else "paused", running=False, pid=None,
+                                wake_at=iso(wake) if wake else None, held_by="person",
+                                hold_reason="paused by a person"))
+
+    async def resume_node(self, node_id: str) -> NodeView:
+        self.calls.append(("resume", node_id))
+        view = self.get_node(node_id)
+        if view.status not in ("paused", "sleeping", "done"):
+            raise InvalidState(f"Node {node_id} is {view.status}; only a held node can be resumed.")
+        return self.put(replace(view, status="joined", running=True, wake_at=None, held_by=None, hold_reason=None))
+
+    async def reclaim_orphan(self, node_id: str) -> list[int]:
+        self.calls.append(("reclaim", node_id))
+        return self.orphans.pop(node_id, [])
 
     async def restart_node(self, node_id: str) -> NodeView:
         self.calls.append(("restart", node_id))

@@ -12,6 +12,7 @@ from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Lifecycle
 from cadre_desktop.host.core.probe import Probe
 from cadre_desktop.host.core.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
+from cadre_desktop.host.core.runfile import RunFiles
 from cadre_desktop.host.core.secrets import SERVICE, SecretKind, SecretStore
 from cadre_desktop.host.core.service import NodeService
 from cadre_desktop.host.core.store import RecordStore
@@ -50,8 +51,10 @@ class Rig:
         self.answers = Answers()
         self.probe = Probe(lifecycle=self.lifecycle, driver=self.orch, clock=self.clock, interval_s=5,
                            fetch=self.answers, grace_s=15)
+        #: Each node's work folder (where its run.json is).
+        self.work = tmp_path / "nodes"
         self.sup = Supervisor(lifecycle=self.lifecycle, driver=self.orch, gate=self.gate, settings=self.settings,
-                              clock=self.clock, probe=self.probe)
+                              clock=self.clock, probe=self.probe, run_files=RunFiles(lambda node_id: self.work / node_id))
         self.service = NodeService(lifecycle=self.lifecycle, driver=self.orch, gate=self.gate,
                                    supervisor=self.sup, clock=self.clock)
 
@@ -80,6 +83,11 @@ class Rig:
         if cached:
             self.gate._cache[(node_id, kind)] = f"secret-of-{node_id}"
         return rec
+
+    async def probed(self) -> None:
+        """One probe round, then the pass it would bring (the host kicks one on the probe's news)."""
+        await self.probe.probe_all()
+        await self.sup.reconcile()
 
     def rec(self, node_id="n1") -> NodeRecord | None:
         return self.store.get(node_id)

@@ -306,3 +306,42 @@ def test_an_action_still_in_flight_when_the_shell_closes_ends_in_silence(shell, 
     aio.wait(lambda: not shell.actions.busy("n00000000"))  # its done-callback has run
     assert task.cancelled()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_pause_then_resume_from_the_window_and_resume_from_the_tray(shell, aio):
+    window = shell.window
+    view = added(shell, aio)
+    assert window.pause_button.isEnabled() and window.pause_button.text() == "&Pause"
+    window.pause_button.click()
+    paused = aio.wait(lambda: (v := shell.model.view(view.id)).status == "paused" and not v.running and v)
+    assert paused.held_by == "person" and paused.attempts == 0
+    aio.wait(lambda: not shell.actions.busy(view.id) and window.pause_button.text() == "Res&ume")
+    window.pause_button.click()
+    aio.wait(lambda: (v := shell.model.view(view.id)).status == "unclaimed" and v.ready)
+    assert window.pause_button.text() == "&Pause"
+
+    aio.run(shell.host.pause_node(view.id))
+    shell.model.refresh()
+    resume = aio.wait(lambda: next((a for a in shell.tray.retry_actions
+                                    if a.isVisible() and a.text() == "Resume Kitchen"), None))
+    resume.trigger()  # the tray's node entry: Resume
+    aio.wait(lambda: (v := shell.model.view(view.id)).status == "unclaimed" and v.ready)
+
+
+def test_details_say_how_a_held_node_comes_back():
+    from dataclasses import replace
+
+    from cadre_desktop.ui.explain import next_step
+    from tests.support.fake_host import make_view
+    paused = make_view("n-1", "one", "paused", running=False, held_by="person", hold_reason="paused by a person")
+    assert next_step(paused) == "It is paused (paused by a person); Resume starts it now, without counting an attempt."
+    asleep = replace(paused, status="sleeping", wake_at="2030-01-01T06:00:00.000Z", hold_reason="until the batch")
+    assert next_step(asleep).startswith("It is asleep (until the batch) and starts by itself at ")
+
+
+def test_details_say_a_start_in_progress_in_the_seeds_words():
+    from cadre_desktop.ui.explain import next_step
+    from tests.support.fake_host import make_view
+    words = "starting for 12 s of a 30 s grace (2 failed starts before; last: exited with code 1: x; started by h:1)"
+    starting = make_view("n-1", "one", "joining", ready=False, starting=words)
+    assert next_step(starting) == f"Nothing yet: it is on its way ({words})."

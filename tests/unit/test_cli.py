@@ -486,3 +486,32 @@ def test_logs_escape_control_sequences_but_keep_lines(capsys, home):
     code, out, _ = run(capsys, "node", "logs", "n-1")
     assert code == 0 and no_controls(out)
     assert out == '127.0.0.1 "GET /\\x1b[2J\\x07 HTTP/1.1" 404\nnext\tline\n'
+
+
+# -- pause and resume --------------------------------------------------------------------------
+
+def test_pause_for_and_until_reach_the_host_as_milliseconds_and_rfc_3339(capsys, served):
+    served.put(make_view("n-1", "kitchen", "joined"))
+    code, out, _ = run(capsys, "node", "pause", "n-1", "--for", "30m")
+    assert code == 0 and out.startswith("Sleeping: kitchen (n-1): sleeping until ")
+    code, out, _ = run(capsys, "node", "pause", "n-1")
+    assert code == 0 and out == "Paused: kitchen (n-1): paused\n"
+    code, out, _ = run(capsys, "node", "resume", "n-1", "--json")
+    assert code == 0 and json.loads(out)["status"] == "joined"
+    calls = [c[:3] for c in served.host.calls]
+    assert calls == [("pause", "n-1", 1_800_000), ("pause", "n-1", None), ("resume", "n-1")]
+
+
+def test_until_a_clock_time_is_the_next_one_in_local_time():
+    from datetime import datetime
+    now = datetime(2026, 3, 1, 8, 0).astimezone()
+    assert datetime.fromisoformat(cli.until_arg("07:00", now)) == (now.replace(hour=7) + __import__("datetime").timedelta(days=1))
+    assert datetime.fromisoformat(cli.until_arg("09:30", now)) == now.replace(hour=9, minute=30)
+    assert cli.until_arg("2026-03-02T07:00:00Z", now) == "2026-03-02T07:00:00+00:00"
+
+
+def test_pause_with_a_bad_time_is_a_usage_error(capsys, served):
+    served.put(make_view("n-1", "kitchen", "joined"))
+    code, _, err = run(capsys, "node", "pause", "n-1", "--until", "half past seven")
+    assert code == 2 and "not a time" in err
+    assert served.host.calls == []

@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import stat
+from datetime import UTC, datetime, timedelta, timezone
 
 import aiohttp
 import pytest
@@ -229,8 +230,15 @@ async def test_host_error_keeps_its_code_and_status(api):
 
 async def test_remove_node_twice_is_not_an_error(api):
     api.host.put(make_view("n-1", "one"))
-    assert await api.call("DELETE", "/api/nodes/n-1") == (200, {"removed": "n-1", "existed": True})
-    assert await api.call("DELETE", "/api/nodes/n-1") == (200, {"removed": "n-1", "existed": False})
+    assert await api.call("DELETE", "/api/nodes/n-1") == (200, {"removed": "n-1", "existed": True, "orphan_pids": []})
+    assert await api.call("DELETE", "/api/nodes/n-1") == (200, {"removed": "n-1", "existed": False, "orphan_pids": []})
+
+
+async def test_remove_of_an_id_no_record_names_reclaims_its_orphan(api):
+    api.host.orphans["n-9"] = [4711]
+    assert await api.call("DELETE", "/api/nodes/n-9") == (200, {"removed": "n-9", "existed": False,
+                                                               "orphan_pids": [4711]})
+    assert ("reclaim", "n-9") in api.host.calls
 
 
 async def test_wrong_method_is_405_and_unknown_route_404(api):
@@ -310,3 +318,42 @@ async def test_stop_ends_open_event_streams(tmp_path):
                 await server.stop()
                 assert (await resp.content.read()).strip() == b""
     assert not server._streams
+
+
+# -- holds: pause and resume ------------------------------------------------------------------
+
+async def test_pause_with_no_body_a_length_or_an_end(api):
+    api.host.put(make_view("n-1", "one", "joined"))
+    status, body = await api.call("POST", "/api/nodes/n-1/pause", json={})
+    assert status == 200 and body["status"] == "paused" and body["held_by"] == "person" and body["wake_at"] is None
+    status, body = await api.call("POST", "/api/nodes/n-1/pause", json={"for_ms": 30_000})
+    assert status == 200 and body["status"] == "sleeping" and body["wake_at"]
+    until = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)
+    stamp = until.astimezone(timezone(timedelta(hours=1))).isoformat()  # "...+01:00"
+    status, body = await api.call("POST", "/api/nodes/n-1/pause", json={"until": stamp})
+    assert status == 200 and body["wake_at"] == until.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    assert [c[:3] for c in api.host.calls] == [("pause", "n-1", None), ("pause", "n-1", 30_000), ("pause", "n-1", None)]
+    status, body = await api.call("POST", "/api/nodes/n-1/resume")
+    assert status == 200 and body["status"] == "joined" and body["wake_at"] is None
+
+
+@pytest.mark.parametrize("body", [{"for_ms": "30m"}, {"for_ms": True}, {"for_ms": 1.5}, {"until": "07:00"},
+                                  {"until": "2999-01-01T07:00:00"}, {"until": 5}, {"when": 1}, [1]])
+async def test_pause_refuses_what_it_cannot_read_with_400(api, body):
+    api.host.put(make_view("n-1", "one", "joined"))
+    got, answer = await api.call("POST", "/api/nodes/n-1/pause", json=body)
+    assert got == 400 and answer["error"]["message"], answer
+    assert api.host.calls == []
+
+
+async def test_pause_until_the_past_is_a_clear_400(api):
+    api.host.put(make_view("n-1", "one", "joined"))
+    status_body = await api.call("POST", "/api/nodes/n-1/pause", json={"until": "2001-01-01T07:00:00Z"})
+    assert_error(status_body, 400)
+    assert "in the past" in status_body[1]["error"]["message"]
+    assert api.host.get_node("n-1").status == "joined"
+
+
+async def test_resume_of_a_node_not_held_is_409(api):
+    api.host.put(make_view("n-1", "one", "joined"))
+    assert_error(await api.call("POST", "/api/nodes/n-1/resume"), 409, "conflict")

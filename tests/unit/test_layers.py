@@ -179,3 +179,58 @@ def test_the_command_line_front_ends_load_no_qt():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# -- who starts and stops children ------------------------------------------------------------
+
+#: The only places outside the driver that start or stop a child, each for a reason. Everything
+#: in the supervisor runs on its serial queue (passes, and the service's `work` closures it runs);
+#: creating a record owns it before any pass sees it; Remove must win against a long pass and
+#: re-reads; a Quit stops what is left after the supervisor stopped.
+CHILD_EFFECTS_ALLOWED = {
+    ("host/core/supervisor.py", "*"),
+    ("host/core/service.py", "work"),  # Retry, Restart, Resume: run by supervisor.serialize
+    ("host/core/service.py", "_create"),  # the record is `spawning`: no pass touches it yet
+    ("host/core/service.py", "_clean_up_removed"),  # Remove: the record is gone first
+    ("host/core/service.py", "reclaim_orphan"),  # no record names it: no pass touches it
+    ("host/lending/service.py", "_provision"),  # its first start: the row is `provisioning`, the creator owns it
+    ("host/lending/service.py", "clean_up"),  # ending a loan: the row is gone first, as at Remove
+    ("host/host.py", "_teardown"),
+}
+_EFFECTS = {"start", "stop", "stop_node", "stop_all", "remove_node", "launch"}
+
+
+def _child_effects(path) -> list[tuple[str, int]]:
+    """(enclosing function, line) of every `<x>.driver.<effect>(…)` and `<x>.launch(…)` call."""
+    found = []
+
+    def walk(node, func: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else func
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr in _EFFECTS:
+                target = child.func.value
+                on_driver = isinstance(target, ast.Attribute) and target.attr == "driver" or (
+                    isinstance(target, ast.Name) and target.id == "driver")
+                if on_driver or child.func.attr == "launch" and ast.unparse(target).endswith("supervisor"):
+                    found.append((func, child.lineno))
+            walk(child, name)
+    walk(ast.parse(path.read_text()), "")
+    return found
+
+
+def test_nothing_but_the_supervisors_queue_starts_or_stops_a_child():
+    strays = []
+    for path in sources("host") + sources("ui") + sources("cli"):
+        name = path.relative_to(PKG).as_posix()
+        if name.startswith("host/local/"):
+            continue  # the local driver itself
+        for func, line in _child_effects(path):
+            if (name, "*") not in CHILD_EFFECTS_ALLOWED and (name, func) not in CHILD_EFFECTS_ALLOWED:
+                strays.append(f"{name}:{line} in {func or 'module'}")
+    assert not strays, "a child is started or stopped outside the supervisor's serial queue"
+
+
+def test_the_check_of_child_effects_finds_a_stop_outside_the_queue(tmp_path):
+    planted = tmp_path / "probe.py"
+    planted.write_text("class P:\n    def _stop_later(self, h):\n        return self.driver.stop(h)\n")
+    assert _child_effects(planted) == [("_stop_later", 3)]

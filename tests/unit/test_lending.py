@@ -388,3 +388,33 @@ def test_a_home_that_only_lends_keeps_its_home_id_before_naming_a_keyring_entry(
     assert RecordStore(tmp_path / "hosted-nodes.json").home_id == first
     store.persist_home()  # an existing file is left as it is
     assert RecordStore(tmp_path / "hosted-nodes.json").home_id == first
+
+
+# -- holds: a lent node follows the hosted nodes' rules ---------------------------------------------
+
+async def test_a_lent_node_paused_by_its_owner_stops_spends_nothing_and_its_borrower_is_told(rig):
+    row = rig.donation(status=D.SEEDED, live=True, attempts=1, ago_s=3600)
+    held = await rig.lending.pause(row.id)
+    assert held.status is D.PAUSED and not rig.orch.is_running(row.handle)
+    for _ in range(3):
+        await rig.sup.reconcile()
+        await rig.clock.run_for(3600)
+    assert rig.orch.spawns_of(row.id) == [] and rig.drow().attempts == 1
+    borrower = rig.views.for_borrower(rig.drow())
+    assert borrower["status"] == "paused" and borrower["held_by"] == "host"
+    assert rig.views.donation(row.id).hold_reason == "paused by a person"
+    resumed = await rig.lending.resume(row.id)
+    assert resumed.status is D.SEEDED and rig.orch.is_running(resumed.handle) and resumed.attempts == 1
+    assert rig.views.for_borrower(rig.drow())["held_by"] is None
+
+
+async def test_a_lent_node_asleep_for_a_while_wakes_by_itself(rig):
+    row = rig.donation(status=D.AWAITING_SEED, live=True)
+    await rig.lending.pause(row.id, for_ms=60_000)
+    assert rig.drow().status is D.SLEEPING
+    await rig.clock.run_for(59)
+    await rig.sup.reconcile()
+    assert rig.orch.spawns_of(row.id) == []
+    await rig.clock.run_for(1)
+    await rig.sup.reconcile()
+    assert rig.orch.spawns_of(row.id) and rig.drow().status is D.AWAITING_SEED

@@ -7,7 +7,6 @@ import pytest
 from cadre_desktop.host.core.events import EventKind
 from cadre_desktop.host.core.records import NodeMode, NodeStatus
 from tests.support.clock import settle
-from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
 
@@ -30,12 +29,12 @@ def port_of(rig, node_id="n1"):
 async def test_claimed_node_becomes_joined_with_its_cadre(rig):
     rig.node(status=NodeStatus.UNCLAIMED, live=True)
     rig.answers.by_port[port_of(rig)] = status("joined", cadre="family")
-    await rig.probe.probe_all()
+    await rig.probed()
     rec = rig.store.get("n1")
     assert rec.status is NodeStatus.JOINED and rec.cadre == "family" and rec.peer_id == "cn1peer"
     claimed = [e for e in rig.seen if e.kind is EventKind.CLAIMED]
     assert len(claimed) == 1 and claimed[0].detail == "family"
-    await rig.probe.probe_all()
+    await rig.probed()
     assert len([e for e in rig.seen if e.kind is EventKind.CLAIMED]) == 1  # one per claim
 
 
@@ -44,10 +43,12 @@ async def test_failed_invitation_becomes_error_with_the_nodes_reason_and_stops(r
     handle = rig.store.get("n1").handle
     rig.answers.by_port[port_of(rig)] = status("failed", error="invitation already used")
     await rig.probe.probe_all()
+    assert rig.store.get("n1").status is NodeStatus.JOINING and rig.orch.stopped == []  # the probe only observes
+    await rig.sup.reconcile()  # the supervisor's pass decides, and stops the child on its queue
     rec = rig.store.get("n1")
     assert rec.status is NodeStatus.ERROR
     assert rec.error == "invitation failed: invitation already used"
-    await async_wait_until(lambda: handle in rig.orch.stopped, what="stop")
+    assert rig.orch.stopped == [handle]
     assert rig.orch.removed == []
     assert [e.kind for e in rig.seen if e.kind is EventKind.GAVE_UP]
 
@@ -55,16 +56,17 @@ async def test_failed_invitation_becomes_error_with_the_nodes_reason_and_stops(r
 async def test_unclaimed_answer_only_fills_the_peer_id(rig):
     rig.node(status=NodeStatus.UNCLAIMED, live=True)
     rig.answers.by_port[port_of(rig)] = status("unclaimed")
-    await rig.probe.probe_all()
+    await rig.probed()
     rec = rig.store.get("n1")
     assert rec.status is NodeStatus.UNCLAIMED and rec.peer_id == "cn1peer"
 
 
 async def test_a_node_that_answered_then_went_silent_is_reported_unresponsive_never_stopped(rig):
     rig.node(status=NodeStatus.JOINED, live=True)
+    rig.store.put(rig.store.get("n1").replace(peer_id="cn1peer"))  # its answer holds no news for the record
     handle = rig.store.get("n1").handle
     reported: list[str] = []
-    rig.probe.on_unresponsive = reported.append
+    rig.probe.on_news = reported.append
     rig.answers.by_port[port_of(rig)] = status("joined")
     await rig.probe.probe_all()
     rig.answers.by_port[port_of(rig)] = None
@@ -118,13 +120,14 @@ async def test_answer_for_a_replaced_child_is_not_applied(rig):
 
     rig.probe.fetch = fetch
     await rig.probe.probe_one(rec)
+    await rig.sup.reconcile()
     assert rig.store.get("n1").status is NodeStatus.UNCLAIMED
 
 
 async def test_hostile_text_in_a_status_answer_is_made_one_bounded_printable_line(rig):
     rig.node(status=NodeStatus.UNCLAIMED, live=True)
     rig.answers.by_port[port_of(rig)] = status("joined", cadre="fam\x1b]0;pwned\x07ily\n" + "x" * 500)
-    await rig.probe.probe_all()
+    await rig.probed()
     cadre = rig.store.get("n1").cadre
     assert cadre.isprintable() and "\x1b" not in cadre and len(cadre) <= 128
 
@@ -146,7 +149,7 @@ async def test_first_answer_spends_the_start_mark(rig):
     rig.node(status=NodeStatus.JOINED, live=True, answered=False)
     assert rig.store.get("n1").start.answered is False
     rig.answers.by_port[port_of(rig)] = status("joined")
-    await rig.probe.probe_all()
+    await rig.probed()
     assert rig.store.get("n1").start.answered is True
 
 
@@ -172,3 +175,17 @@ async def test_a_starting_child_is_watched_until_it_first_answers_and_no_longer(
     await settle()
     assert len(rig.answers.calls) == calls  # ready: the watch is over
     await rig.probe.stop()
+
+
+async def test_the_probe_only_observes_and_tells_the_supervisor_of_news(rig):
+    rig.node(status=NodeStatus.UNCLAIMED, live=True, answered=False)
+    reported = []
+    rig.probe.on_news = reported.append
+    rig.answers.by_port[port_of(rig)] = status("joined", cadre="family")
+    await rig.probe.probe_all()
+    rec = rig.store.get("n1")
+    assert rec.status is NodeStatus.UNCLAIMED and not rec.start.answered and rec.peer_id is None  # nothing written
+    assert reported == ["n1"]
+    await rig.sup.reconcile()  # the pass the news asks for writes it, in one write
+    rec = rig.store.get("n1")
+    assert rec.status is NodeStatus.JOINED and rec.cadre == "family" and rec.start.answered and rec.peer_id == "cn1peer"

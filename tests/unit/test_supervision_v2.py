@@ -180,6 +180,8 @@ async def test_a_start_that_answers_spends_its_mark(rig):
     rig.node(live=True, answered=False, mark=StartMark(attempt=0, at="2026-01-01T00:00:00Z", failures=3))
     rig.answers.by_port[rig.orch.get(rig.rec().handle).api_port] = {"state": "joined", "peer_id": "p"}
     await rig.probe.probe_all()
+    assert not rig.rec().start.answered  # the probe only observes: the pass writes
+    await rig.sup.reconcile()
     assert rig.rec().start.answered
     rig.orch.exit(rig.rec().handle)
     await rig.sup.reconcile()

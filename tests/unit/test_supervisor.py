@@ -81,7 +81,7 @@ async def test_refill_rereads_the_record_and_never_writes_a_stale_snapshot(rig):
     rig.store.put(rig.rec().replace(status=NodeStatus.JOINED, cadre="family"))
     verdict = rig.sup.observe(snapshot)
     from cadre_desktop.host.core.decide import decide
-    await rig.sup._carry_out(snapshot, decide(snapshot, verdict, rig.sup.policy))
+    await rig.sup._carry_out(rig.lifecycle, snapshot, decide(snapshot, verdict, rig.sup.policy))
     assert rig.rec().cadre == "family" and rig.rec().status is NodeStatus.JOINED
     assert rig.rec().attempts == 0
 
@@ -383,3 +383,24 @@ async def test_nodes_stopped_on_a_clean_quit_start_again_without_counting_an_att
     await async_wait_until(lambda: len(rig.orch.spawns_of("quit")) == 2, what="crash respawn")
     assert rig.store.get("quit").attempts == 1
     await rig.sup.stop()
+
+
+async def test_remove_of_an_orphans_id_stops_it_and_deletes_nothing(rig):
+    rig.node("kept", live=True)
+    orphan = rig.orch.add_live("ghost")
+    assert await rig.service.remove("ghost") is False  # no record: nothing of a record is touched
+    assert await rig.service.reclaim_orphan("ghost") == [orphan.pid]
+    assert rig.orch.stopped == [orphan.id] and rig.orch.removed == []  # stopped, its folder not deleted
+    assert rig.orch.is_running(rig.rec("kept").handle)
+    assert await rig.service.reclaim_orphan("ghost") == []  # said once: nothing left to reclaim
+    assert await rig.service.reclaim_orphan("kept") == []  # a record's child is never an orphan
+
+
+async def test_a_quit_leaves_orphans_running(rig):
+    from cadre_desktop.host.core.orphans import find_orphans
+    rig.node("kept", live=True)
+    orphan = rig.orch.add_live("ghost")
+    left = find_orphans(rig.orch, rig.sup.lifecycles)
+    assert [h.node_id for h in left] == ["ghost"]
+    await rig.orch.stop_all(leave=frozenset(h.node_id for h in left))
+    assert rig.orch.is_running(orphan.id) and not rig.orch.is_running(rig.rec("kept").handle)

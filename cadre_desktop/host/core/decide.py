@@ -5,12 +5,19 @@ depends on comes in as an `Observation`, so every rule is a line of a table
 and a unit test can pin each one. `Supervisor` carries the verdicts out.
 
 The rules, in the order they are checked:
+  held (paused, sleeping, done), child up -> STOP_HELD (its hold stops it; nothing counted)
+  sleeping, its wake_at reached          -> WAKE (started again, uncounted, budget untouched)
+  held                                   -> HELD (sleeping: a look is due at wake_at)
   not supervised, or no child yet        -> LEAVE (the code creating it owns it)
+  running: what the node said of itself that its record lacks is written first, whatever the
+           verdict (its first answer spends the start mark; `joined` with its cadre; a new peer id)
+  running, joining, invitation failed    -> INVITATION_FAILED (error with its words, then stopped)
   running, answered, stopped answering   -> HUNG (stop it; the crash path counts it)
   running, not answered, past its grace  -> STALLED (a failed start: stop it)
   running, not answered, inside grace    -> STARTING (nothing kills or restarts it)
   running, attempts old enough           -> REFILL (the budget is full again)
   running                                -> HEALTHY
+  down, exit 0 with a run.json hold      -> HOLD (paused, sleeping or done, as the node asked)
   down, stopped cleanly by the last host -> START, uncounted, whatever budget or backoff said
   down, an exit retrying cannot fix      -> GIVE_UP at once, with the node's own words
   down, budget spent                     -> GIVE_UP
@@ -22,12 +29,14 @@ The rules, in the order they are checked:
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from cadre_desktop.host.core.driver import DriverStatus
-from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
+from cadre_desktop.host.core.records import HELD, SUPERVISED, Hold, NodeRecord, NodeStatus, StartMark
 from cadre_desktop.settings import Settings
 
 #: Node exit codes that mean "respawning will not help" (docs/node-contract.md):
@@ -47,12 +56,27 @@ class Decision(str, Enum):
     WAIT_KEYRING = "waiting-for-keyring"
     START = "start"
     GIVE_UP = "give-up"
+    INVITATION_FAILED = "invitation-failed"
+    HOLD = "hold"
+    HELD = "held"
+    STOP_HELD = "stop-held"
+    WAKE = "wake"
 
 
 class SecretState(str, Enum):
     READY = "ready"
     WAITING = "waiting"
     MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class NodeNews:
+    """What a hosted node's running child last said of itself on GET /status (the probe's words)."""
+
+    state: str | None
+    cadre: str | None = None
+    peer_id: str | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +97,14 @@ class Observation:
     stopped_cleanly: bool = False
     #: Words for the last exit seen ("exited with code 3: ...", "never answered within 15 s").
     last_exit: str | None = None
+    #: What the node's run.json asked for at its last exit (code 0): (status, hold), else None.
+    node_hold: tuple[Enum, Hold] | None = None
+    #: What the current child last said of itself (hosted nodes; None: nothing, or not this kind's).
+    news: NodeNews | None = None
+    #: The current child answered, and the start mark is not spent yet.
+    first_answer: bool = False
+    #: For a sleeping node: seconds until its wake_at (None: no end).
+    wake_in_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -82,8 +114,13 @@ class Verdict:
     counted: bool = True
     #: For GIVE_UP, STALLED, HUNG: the words the record and the user get.
     reason: str | None = None
-    #: For WAIT and STARTING: seconds until the next look is due.
+    #: For WAIT, STARTING and HELD: seconds until the next look is due.
     due_in_s: float | None = None
+    #: For HOLD: the status and hold the node asked for.
+    hold: tuple[Enum, Hold] | None = None
+    #: What the node said of itself that its record does not hold yet: written before the
+    #: decision is carried out (the change, and the record's fields it sets).
+    news: tuple[str, dict[str, Any]] | None = None
 
 
 class Policy:
@@ -120,6 +157,22 @@ def seconds(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
+def starting_words(since_s: float | None, grace_s: float, mark: StartMark | None) -> str:
+    """A start in progress in the seed's words: "starting for 12 s of a 30 s grace (2 failed
+    starts before; last: exited with code 1: …; started by host:4711)"."""
+    words = "starting" if since_s is None else f"starting for {seconds(since_s)}"
+    if grace_s > 0:
+        words += f" of a {seconds(grace_s)} grace" if since_s is not None else f" (a {seconds(grace_s)} grace)"
+    notes = []
+    if mark is not None and mark.failures:
+        notes.append(f"{mark.failures} failed start{'s' if mark.failures != 1 else ''} before")
+    if mark is not None and mark.last_exit and mark.failures:
+        notes.append(f"last: {mark.last_exit}")
+    if mark is not None and mark.by:
+        notes.append(f"started by {mark.by}")
+    return f"{words} ({'; '.join(notes)})" if notes else words
+
+
 def exit_words(code: int | None, last_line: str | None) -> str:
     """What a person is told of an exit: the code or signal, and the node's own last line."""
     if code is None:
@@ -136,8 +189,12 @@ def exit_words(code: int | None, last_line: str | None) -> str:
     return words
 
 
-def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: frozenset[NodeStatus] = SUPERVISED) -> Verdict:
-    """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs)."""
+def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: frozenset[NodeStatus] = SUPERVISED,
+           held: frozenset[Any] = HELD) -> Verdict:
+    """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs);
+    `held`: its hold statuses (paused, sleeping, done; a kind without holds has none)."""
+    if record.status in held:
+        return _held(record, obs)
     if record.status not in supervised or not record.handle:
         return Verdict(Decision.LEAVE)
     if obs.status is DriverStatus.RUNNING:
@@ -146,6 +203,32 @@ def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: fro
 
 
 def _running(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
+    verdict = _running_rules(record, obs, policy)
+    news = _news(record, obs)
+    return dataclasses.replace(verdict, news=news) if news is not None else verdict
+
+
+def _news(record: NodeRecord, obs: Observation) -> tuple[str, dict[str, Any]] | None:
+    """The node's own word taken into its record: its first answer spends the start mark; a
+    claim makes it joined with its cadre; a new peer id is kept. (change, fields) or None."""
+    change: str | None = None
+    fields: dict[str, Any] = {}
+    if obs.first_answer and record.start is not None and not record.start.answered:
+        change, fields["start"] = "answered", dataclasses.replace(record.start, answered=True)
+    news = obs.news
+    if news is not None:
+        peer = news.peer_id or record.peer_id
+        if news.state == "joined" and (record.status is not NodeStatus.JOINED or record.cadre != news.cadre):
+            change = "joined"
+            fields.update(status=NodeStatus.JOINED, cadre=news.cadre, peer_id=peer, error=None)
+        elif peer != record.peer_id:
+            change, fields["peer_id"] = change or "peer", peer
+    return (change, fields) if change else None
+
+
+def _running_rules(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
+    if obs.news and obs.news.state == "failed" and record.status is NodeStatus.JOINING:
+        return Verdict(Decision.INVITATION_FAILED, reason=f"invitation failed: {obs.news.error or 'no reason given'}")
     if obs.answered and obs.unresponsive:
         return Verdict(Decision.HUNG, reason="stopped answering its status requests")
     if not obs.answered:
@@ -160,7 +243,20 @@ def _running(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
     return Verdict(Decision.HEALTHY)
 
 
+def _held(record: NodeRecord, obs: Observation) -> Verdict:
+    """A held node is never started; a child of it still up is stopped; a sleeper wakes at its time."""
+    if obs.status is DriverStatus.RUNNING:
+        return Verdict(Decision.STOP_HELD, reason=f"it is {record.status}")
+    if record.status.value == NodeStatus.SLEEPING.value and obs.wake_in_s is not None:  # any kind's sleeping
+        if obs.wake_in_s <= 0:
+            return Verdict(Decision.WAKE, counted=False)
+        return Verdict(Decision.HELD, due_in_s=obs.wake_in_s)
+    return Verdict(Decision.HELD)
+
+
 def _down(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
+    if obs.node_hold is not None:
+        return Verdict(Decision.HOLD, hold=obs.node_hold)
     if obs.stopped_cleanly:
         return _start_if_secret(obs, counted=False)
     if obs.returncode in HOPELESS_EXIT_CODES:

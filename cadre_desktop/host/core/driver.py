@@ -165,8 +165,9 @@ class NodeDriver(Protocol):
         """Read what the last host left (re-attach to its live instances); once, before any start."""
         ...
 
-    async def stop_all(self) -> None:
-        """Stop every instance (a Quit that stops the nodes), noting they were stopped on purpose."""
+    async def stop_all(self, leave: frozenset[str] = frozenset()) -> None:
+        """Stop every instance (a Quit that stops the nodes), noting they were stopped on purpose;
+        those of the nodes in `leave` (orphans, not this host's to stop) keep running."""
         ...
 
     def close(self) -> None:

@@ -21,6 +21,10 @@ class EventKind(str, Enum):
     EXITED = "exited"
     #: A node reported it was claimed or joined a cadre.
     CLAIMED = "claimed"
+    #: A node was put on hold: paused, sleeping or done (detail: why). No notification.
+    HELD = "held"
+    #: A held node was started again (detail: "wake", "resume" or "retry").
+    RESUMED = "resumed"
     #: The machine woke from sleep (node_id is empty; detail is the seconds slept).
     WOKE = "woke"
     #: The address nodes advertise changed (node_id empty; detail is the new address).

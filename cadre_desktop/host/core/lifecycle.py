@@ -28,7 +28,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 from cadre_desktop.errors import Bug
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.events import EventBus, EventKind
-from cadre_desktop.host.core.records import SUPERVISED, NodeMode, NodeRecord, NodeStatus
+from cadre_desktop.host.core.records import HELD, SUPERVISED, NodeMode, NodeRecord, NodeStatus
 from cadre_desktop.host.core.rowstore import RowStore
 from cadre_desktop.host.core.secrets import SecretKind
 from cadre_desktop.settings import Settings
@@ -57,6 +57,12 @@ class Change(str, Enum):
     SEEDED = "seeded"
     #: A person set the node's own caps or `always_run` (taken at its next start).
     CAPS = "caps"
+    #: Holds: a person pauses (or puts to sleep) a node; the node holds itself (its run.json);
+    #: a sleeping node wakes at its time; a person resumes a held node (the seed's demand).
+    PAUSE = "pause"
+    HOLD = "hold"
+    WAKE = "wake"
+    RESUME = "resume"
 
 
 #: change -> (statuses it may start from, statuses it may end in). The one table of a node's life.
@@ -72,11 +78,21 @@ TRANSITIONS: dict[Change, tuple[frozenset[NodeStatus], frozenset[NodeStatus]]] =
     Change.PEER: (SUPERVISED, SUPERVISED),
     Change.INVITATION_FAILED: (frozenset({S.JOINING}), frozenset({S.ERROR})),
     Change.GIVE_UP: (SUPERVISED, frozenset({S.ERROR})),
-    Change.RETRY: (frozenset({S.ERROR}), SUPERVISED),
+    Change.RETRY: (frozenset({S.ERROR, S.DONE}), SUPERVISED),
     Change.EXITED: (_ANY, _ANY),
     Change.WAITING: (SUPERVISED, SUPERVISED),
     Change.CAPS: (_ANY - {S.SPAWNING}, _ANY - {S.SPAWNING}),
+    Change.PAUSE: (SUPERVISED | HELD, frozenset({S.PAUSED, S.SLEEPING})),
+    Change.HOLD: (SUPERVISED, HELD),
+    Change.WAKE: (frozenset({S.SLEEPING}), SUPERVISED),
+    Change.RESUME: (HELD, SUPERVISED),
+    # Lent nodes' news; a hosted node never has it.
+    Change.AWAITING_SEED: (frozenset(), frozenset()),
+    Change.SEEDED: (frozenset(), frozenset()),
 }
+
+#: What each kind of hold is in a hosted node's statuses (a kind without holds has none).
+HOSTED_HOLDS = {"paused": S.PAUSED, "sleeping": S.SLEEPING, "done": S.DONE}
 
 #: Transitions that report something outside the record: an event, no write.
 EVENT_ONLY = frozenset({Change.EXITED, Change.WAITING})
@@ -94,6 +110,10 @@ def _announce_hosted(events: EventBus, change: Change, before: NodeRecord, after
         events.emit(EventKind.GAVE_UP, node_id, detail or (after.error or ""))
     elif change is Change.JOINED and before.status is not S.JOINED:
         events.emit(EventKind.CLAIMED, node_id, after.cadre or "")
+    elif change in (Change.PAUSE, Change.HOLD):
+        events.emit(EventKind.HELD, node_id, after.hold.reason if after.hold else "")
+    elif change in (Change.WAKE, Change.RESUME) or (change is Change.RETRY and before.status is S.DONE):
+        events.emit(EventKind.RESUMED, node_id, change.value)
 
 
 def _hosted_secret_kind(record: NodeRecord) -> SecretKind:
@@ -145,6 +165,10 @@ class RecordKind(Protocol):
     removed_event: EventKind
     #: Takes what a child of this kind answers on /status (None: the probe's own, for hosted nodes).
     on_status: StatusTaker | None
+    #: Its hold statuses by name ("paused", "sleeping", "done"); empty: this kind is never held.
+    holds: Mapping[str, Enum]
+    #: The same statuses, as a set.
+    held: frozenset[Any]
 
     def announce(self, events: EventBus, change: Change, before: Any, after: Any, detail: str) -> None:
         """Emit the events of one transition."""
@@ -186,6 +210,8 @@ class HostedKind:
     error: Enum = S.ERROR
     removed_event = EventKind.REMOVED
     on_status: StatusTaker | None = None
+    holds: Mapping[str, Enum] = HOSTED_HOLDS
+    held: frozenset[Any] = frozenset(HOSTED_HOLDS.values())
 
     def announce(self, events: EventBus, change: Change, before: Any, after: Any, detail: str) -> None:
         _announce_hosted(events, change, before, after, detail)

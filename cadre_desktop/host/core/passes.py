@@ -2,7 +2,8 @@
 
 Four triggers bring a pass: `kick` (start-up, the keyring coming back), every
 child exit (a storm of exits coalesces into one queued pass, and exits that
-come meanwhile ride on it), the periodic sweep (the backstop for a death no
+come while it waits for the serial queue join it; only those after it began
+looking bring another), the periodic sweep (the backstop for a death no
 event reported), and a timer armed for the moment the earliest backoff or
 start grace ends. A pass that fails is logged; the next trigger tries again.
 """
@@ -59,6 +60,8 @@ class PassSchedule:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._exit_pass_queued = False
         self._exit_pass_wanted = False
+        #: An exit pass is queued and has not begun: exits now ride on it (it has not looked yet).
+        self._exit_pass_waiting = False
         self._due_task: asyncio.Task[Any] | None = None
         #: When (monotonic) the armed due pass fires; None when none is armed.
         self.due_at: float | None = None
@@ -89,8 +92,8 @@ class PassSchedule:
         return self._spawn(self.run_logged(trigger), f"supervisor-{trigger}")
 
     def after_exit(self) -> None:
-        """A child exited: one pass is queued, and exits until it starts ride on it."""
-        if self.stopped:
+        """A child exited (or the probe has news): one pass is queued, and exits until it starts ride on it."""
+        if self.stopped or self._exit_pass_waiting:
             return
         self._exit_pass_wanted = True
         if self._exit_pass_queued:
@@ -101,11 +104,17 @@ class PassSchedule:
             try:
                 while self._exit_pass_wanted and not self.stopped:
                     self._exit_pass_wanted = False
+                    self._exit_pass_waiting = True  # until the pass holds the queue (`began`)
                     await self.run_logged("exit")
+                    self._exit_pass_waiting = False
             finally:
-                self._exit_pass_queued = False
+                self._exit_pass_queued = self._exit_pass_waiting = False
 
         self._spawn(run(), "supervisor-exit")
+
+    def began(self) -> None:
+        """A pass holds the serial queue and is about to look: exits from now on need another."""
+        self._exit_pass_waiting = False
 
     def arm(self, waits: list[float]) -> None:
         """Bring the next pass forward to when the earliest backoff or start grace ends.

@@ -5,8 +5,10 @@ unclaimed node that reports `joined` was claimed from a phone; a joining node
 that reports `failed` could not redeem its invitation. The probe judges
 nothing: it tells the supervisor which children answered (a start that answers
 spends its start mark) and which stopped answering, and the supervisor
-decides. Every request is bounded by a timeout, and one slow node never holds
-up the others. Records change only through the lifecycle.
+decides. For a hosted node it writes nothing: what a child says of itself is
+kept (`news`), the supervisor is told (`on_news`), and its pass's decision
+writes it. Every request is bounded by a timeout, and one slow node never holds
+up the others.
 
 Nodes lent to another cadre are probed the same way (`watch` adds their
 lifecycle); what their answers mean is their kind's (`RecordKind.on_status`).
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from cadre_desktop import text
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
+from cadre_desktop.host.core.decide import NodeNews
 from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
@@ -127,14 +130,15 @@ class Probe:
         interval_s: float,
         fetch: Fetch,
         grace_s: float | None = None,
-        on_unresponsive: Callable[[str], None] | None = None,
+        on_news: Callable[[str], None] | None = None,
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
         self.lifecycles: list[Lifecycle[Any]] = [lifecycle]
         self.driver = driver
         self.clock = clock
-        self.on_unresponsive = on_unresponsive
+        #: Told of news the supervisor must judge (a child stopped answering, an invitation failed).
+        self.on_news = on_news
         self.interval_s = interval_s
         self.fetch = fetch
         #: How long a child that answered may go silent before it is reported unresponsive.
@@ -146,7 +150,8 @@ class Probe:
         self._wake = asyncio.Event()
         #: Nodes whose new child is watched until it first answers.
         self._starting: dict[str, asyncio.Task[None]] = {}
-        self._stopping: set[asyncio.Task[None]] = set()
+        #: Per child of a hosted node, the last thing it said of itself (the supervisor's pass takes it).
+        self._news: dict[str, NodeNews] = {}
         #: At most this many requests in flight, so a hundred nodes never crowd one loop turn.
         self._limit = asyncio.Semaphore(8)
 
@@ -171,7 +176,7 @@ class Probe:
             self._task = None
         for task in list(self._starting.values()):
             task.cancel()
-        await asyncio.gather(*self._starting.values(), *self._stopping, return_exceptions=True)
+        await asyncio.gather(*self._starting.values(), return_exceptions=True)
         close = getattr(self.fetch, "close", None)
         if close:
             await close()
@@ -231,6 +236,8 @@ class Probe:
             if handle_id not in live:
                 del self._last_ok[handle_id]
                 self._answered.discard(handle_id)
+        for handle_id in [h for h in self._news if h not in live]:
+            del self._news[handle_id]
         await asyncio.gather(*(self.probe_one(r) for r in records if r.handle in live))
 
     async def probe_one(self, snapshot: NodeRecord) -> None:
@@ -242,48 +249,48 @@ class Probe:
         if status is None or status.get("state") not in NODE_STATES:
             if self.unresponsive(handle.id) and self.driver.is_running(handle.id):
                 log.warning("node %s has not answered for %.0f s", snapshot.id, self.grace_s)
-                if self.on_unresponsive is not None:
-                    self.on_unresponsive(snapshot.id)
+                if self.on_news is not None:
+                    self.on_news(snapshot.id)
             return
         self._last_ok[handle.id] = self.clock.monotonic()
         first_answer = handle.id not in self._answered
         self._answered.add(handle.id)
         lc = self._lc(snapshot.id)
+        if lc.kind.on_status is None:
+            self.observe(snapshot.id, handle.id, status, first_answer)
+            return
         if first_answer:
             # A start that answers spends its mark (the next start counts failures from 0).
             lc.apply(snapshot.id, Change.ANSWERED, _spend_mark, handle=handle.id)
-        if lc.kind.on_status is not None:
-            lc.kind.on_status(lc, snapshot.id, handle.id, status)
-        else:
-            self.apply(snapshot.id, handle.id, status)
+        lc.kind.on_status(lc, snapshot.id, handle.id, status)
 
-    def apply(self, node_id: str, handle_id: str, status: dict[str, Any]) -> None:
-        """Take in what the node says, about this very child only."""
+    def observe(self, node_id: str, handle_id: str, status: dict[str, Any], first_answer: bool) -> None:
+        """Keep what a hosted node says of itself, about this very child; when the record does not
+        say it yet (its first answer, a claim, a failed invitation, a new peer id), the supervisor
+        is told, and its pass decides what to write (decide.py). The probe writes nothing."""
+        news = NodeNews(state=status.get("state"), cadre=_text(status.get("cadre"), 128),
+                        peer_id=_text(status.get("peer_id"), 128), error=_text(status.get("error"), 300))
+        before = self._news.get(handle_id)
+        self._news[handle_id] = news
         record = self.store.get(node_id)
         if record is None or record.handle != handle_id or record.status not in SUPERVISED:
             return
-        state = status.get("state")
-        peer_id = _text(status.get("peer_id"), 128) or record.peer_id
-        cadre = _text(status.get("cadre"), 128)
-        if state == "joined" and (record.status is not NodeStatus.JOINED or record.cadre != cadre):
-            if self.lifecycle.apply(node_id, Change.JOINED, lambda r: r.replace(
-                    status=NodeStatus.JOINED, cadre=cadre, peer_id=peer_id, error=None), handle=handle_id):
-                if record.status is not NodeStatus.JOINED:
-                    log.info("node %s joined cadre %r", node_id, cadre)
-        elif state == "failed" and record.status is NodeStatus.JOINING:
-            message = f"invitation failed: {_text(status.get('error'), 300) or 'no reason given'}"
-            if self.lifecycle.apply(node_id, Change.INVITATION_FAILED, lambda r: r.replace(
-                    status=NodeStatus.ERROR, error=message, peer_id=peer_id), handle=handle_id, detail=message):
-                log.warning("node %s: %s", node_id, message)
-                # Stopped after the write, like a give-up; the work folder stays.
-                self._stop_later(handle_id)
-        elif peer_id != record.peer_id:
-            self.lifecycle.apply(node_id, Change.PEER, lambda r: r.replace(peer_id=peer_id), handle=handle_id)
+        if first_answer and (record.start is None or record.start.answered):
+            # Ready is news for the views, though there is nothing to write: announced, not written.
+            self.lifecycle.apply(node_id, Change.ANSWERED, handle=handle_id)
+        joined = news.state == "joined" and (record.status is not NodeStatus.JOINED or record.cadre != news.cadre)
+        failed = news.state == "failed" and record.status is NodeStatus.JOINING
+        unspent = record.start is not None and not record.start.answered
+        new_peer = news.peer_id is not None and news.peer_id != record.peer_id
+        if (first_answer and unspent) or joined or new_peer or (failed and before != news):
+            if failed and before != news:
+                log.warning("node %s: its invitation failed: %s", node_id, news.error or "no reason given")
+            if self.on_news is not None:
+                self.on_news(node_id)
 
-    def _stop_later(self, handle_id: str) -> None:
-        task = asyncio.ensure_future(self.driver.stop(handle_id))
-        self._stopping.add(task)
-        task.add_done_callback(self._stopping.discard)
+    def news(self, handle_id: str | None) -> NodeNews | None:
+        """What this child last said of itself (hosted nodes), else None."""
+        return self._news.get(handle_id) if handle_id else None
 
 
 def _spend_mark(record: NodeRecord) -> NodeRecord:

@@ -20,9 +20,54 @@ class NodeStatus(StrEnum):
     JOINED = "joined"
     #: Given up on, or the invitation failed; only an explicit Retry brings it back.
     ERROR = "error"
+    #: Held with no end: nothing starts it until someone has work for it (Resume).
+    PAUSED = "paused"
+    #: Held until its `wake_at` (or, with none, like paused); it wakes by itself.
+    SLEEPING = "sleeping"
+    #: Finished (the node said so): never started again until a person resumes or retries it.
+    DONE = "done"
 
 
 SUPERVISED = frozenset({NodeStatus.UNCLAIMED, NodeStatus.JOINING, NodeStatus.JOINED})
+#: A node on hold: kept down on purpose, spending nothing, not a failure.
+HELD = frozenset({NodeStatus.PAUSED, NodeStatus.SLEEPING, NodeStatus.DONE})
+
+
+class HeldBy(StrEnum):
+    """Who holds a node: a person (Pause), the node itself (its run.json), or its run conditions."""
+
+    PERSON = "person"
+    NODE = "node"
+    CONDITIONS = "conditions"
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why a node is held, by whom, since when (`at`, wall ISO) and until when (`wake_at`, wall ISO or None).
+
+    The length of a sleep is `wake_at - at`, fixed when it was written; while
+    the host runs it is measured on the monotonic clock from `at` (the
+    timeline), across a restart from the wall clock, as a backoff is.
+    """
+
+    by: HeldBy
+    reason: str
+    at: str
+    wake_at: str | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        return {"by": self.by.value, "reason": self.reason, "at": self.at, "wake_at": self.wake_at}
+
+
+def hold_from_row(what: str, raw: Any) -> Hold | None:
+    """A hold from JSON; one of the wrong shape raises ValueError."""
+    if raw is None:
+        return None
+    ok = (isinstance(raw, dict) and raw.get("by") in {b.value for b in HeldBy} and isinstance(raw.get("reason"), str)
+          and isinstance(raw.get("at"), str) and isinstance(raw.get("wake_at"), (str, type(None))))
+    if not ok:
+        raise ValueError(f"{what}: hold must hold by, reason, at and wake_at")
+    return Hold(by=HeldBy(raw["by"]), reason=raw["reason"], at=raw["at"], wake_at=raw.get("wake_at"))
 
 
 class NodeMode(str, Enum):
@@ -63,6 +108,21 @@ class StartMark:
                 "last_exit": self.last_exit, "answered": self.answered}
 
 
+def next_mark(prev: StartMark | None, attempt: int, now: str, by: str, *, counted: bool,
+              words: str | None) -> StartMark:
+    """The mark of a new start: the failed starts right before it (a counted start after an
+    unanswered one adds one; a deliberate restart neither adds nor forgives), and the last exit."""
+    failed_before = prev is not None and not prev.answered
+    if prev is None or not failed_before:
+        failures = 0
+    elif counted:
+        failures = prev.failures + 1
+    else:
+        failures = prev.failures
+    return StartMark(attempt=attempt, at=now, by=by, failures=failures,
+                     last_exit=words or (prev.last_exit if prev and failed_before else None))
+
+
 def mark_from_row(node_id: str, raw: Any) -> StartMark | None:
     """A start mark from JSON; one of the wrong shape raises ValueError."""
     if raw is None:
@@ -96,6 +156,10 @@ class SupervisedRow:
     respawn: RespawnInfo | None = None
     #: The host's note of its last start (see StartMark).
     start: StartMark | None = None
+    #: Why it is held (paused, sleeping, done), while it is.
+    hold: Hold | None = None
+    #: What was wrong with the row as read (an unreadable start mark); never written.
+    problem: str | None = None
     created_at: str = ""
     updated_at: str = ""
     #: A row's keys this build does not know, kept and written back as they were.
@@ -129,19 +193,27 @@ class SupervisedRow:
         }
         if self.start is not None:
             row["start"] = self.start.to_row()
+        if self.hold is not None:
+            row["hold"] = self.hold.to_row()
         return row
 
 
 #: The keys `SupervisedRow.life_row` writes: optional strings, optional ports, and the rest.
 LIFE_STR = ("handle", "peer_id", "error")
 LIFE_PORT = ("api_port", "p2p_port")
-LIFE_KEYS = frozenset({"respawn", "start", "created_at", "updated_at", *LIFE_STR, *LIFE_PORT})
+LIFE_KEYS = frozenset({"respawn", "start", "hold", "created_at", "updated_at", *LIFE_STR, *LIFE_PORT})
 
 
 def life_from_row(what: str, row_id: str, row: dict[str, Any], strings: tuple[str, ...] = ()) -> dict[str, Any]:
     """The shared fields of a row (and its own optional `strings`, checked alike) as keyword
     arguments of its dataclass; a field of the wrong shape raises ValueError."""
     check_optional(what, row, LIFE_STR + strings, LIFE_PORT)
+    start, problem = None, None
+    try:
+        start = mark_from_row(row_id, row.get("start"))
+    except ValueError as exc:
+        # One unreadable start mark costs that run its grace, never the whole file (seed 003).
+        problem = f"its start mark is unreadable ({exc}); its current start has no grace"
     return {
         "handle": row.get("handle"),
         "api_port": row.get("api_port"),
@@ -149,7 +221,9 @@ def life_from_row(what: str, row_id: str, row: dict[str, Any], strings: tuple[st
         "peer_id": row.get("peer_id"),
         "error": row.get("error"),
         "respawn": respawn_from_row(what, row.get("respawn")),
-        "start": mark_from_row(row_id, row.get("start")),
+        "start": start,
+        "problem": problem,
+        "hold": hold_from_row(what, row.get("hold")),
         "created_at": str(row.get("created_at") or ""),
         "updated_at": str(row.get("updated_at") or ""),
     }

@@ -24,8 +24,10 @@ from datetime import datetime, timedelta
 from cadre_desktop.errors import Bug, InvalidState, NoSuchThing, SecretsError, StorageError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import NodeDriver
+from cadre_desktop.host.core.holds import pause_end, person_hold
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle, RecordKind
+from cadre_desktop.host.core.orphans import find_orphans
 from cadre_desktop.host.core.records import NodeMode, NodeRecord, NodeStatus
 from cadre_desktop.host.core.secrets import SecretKind, new_claim_secret
 from cadre_desktop.host.core.supervisor import Supervisor
@@ -205,9 +207,9 @@ class NodeService:
                                f"cannot be started. Remove the {kind.noun} and add it again.")
 
     async def retry(self, node_id: str) -> NodeRecord:
-        """Bring a node back from `error` with a fresh budget and start it now (a lent node too)."""
+        """Bring a node back from `error` (or `done`) with a fresh budget and start it now (a lent node too)."""
         record, kind = self._require(node_id), self._kind(node_id)
-        if record.status is not kind.error:
+        if record.status is not kind.error and record.status is not kind.holds.get("done"):
             raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
                            f"{kind.noun} in error can be retried.")
         await self._load_secret(record)
@@ -260,7 +262,8 @@ class NodeService:
             if record.status not in kind.supervised:
                 if only_if_running:
                     return None
-                hint = " Use Retry." if record.status is kind.error else ""
+                hint = (" Use Retry." if record.status is kind.error
+                        else " Use Resume." if record.status in kind.held else "")
                 raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value} and cannot "
                                f"be restarted.{hint}")
             if require is not None and record.status not in require:
@@ -282,7 +285,7 @@ class NodeService:
         async def work() -> NodeRecord:
             record, lc = self._require(node_id), self.supervisor.lifecycle_of(node_id)
             kind = lc.kind
-            if record.status is not kind.error:
+            if record.status is not kind.error and record.status is not kind.holds.get("done"):
                 raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
                                f"{kind.noun} in error can be retried.")
             if self.gate.cached(node_id, kind.secret_kind(record)) is None:
@@ -291,13 +294,61 @@ class NodeService:
             await self.driver.stop_node(node_id)
             fields = kind.retry(record, iso(self.clock.now()))  # the status it comes back in, and what goes with it
             fresh = lc.apply(node_id, Change.RETRY, lambda r: r.replace(
-                error=None, respawn=None,
+                error=None, respawn=None, hold=None,
                 start=dataclasses.replace(r.start, failures=0, answered=True) if r.start else None, **fields))
             if fresh is None:
                 raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} changed while it was being retried.")
             self.supervisor.forget_exit(node_id)
             log.info("node %s: retry requested", node_id)
             self.supervisor.start_node(node_id, counted=True, expect_handle=fresh.handle)
+            return self._require(node_id)
+        return await self.supervisor.serialize(work)
+
+    async def pause(self, node_id: str, *, for_ms: int | None = None, until: datetime | None = None) -> NodeRecord:
+        """Hold a node: `paused` (no end), or `sleeping` for `for_ms` or until `until` (aware).
+
+        Its child is stopped cleanly on the serial queue; no attempt is spent, no notification
+        sent, and the hold is in the record, so it outlives the host. Pausing a held node again
+        replaces its hold (a person's word wins over the node's own).
+        """
+        wake_at = pause_end(self.clock.now(), for_ms, until)
+        self._pausable(self._require(node_id))
+
+        async def work() -> NodeRecord:
+            record, lc = self._pausable(self._require(node_id)), self.supervisor.lifecycle_of(node_id)
+            status = lc.kind.holds["sleeping" if wake_at else "paused"]
+            held = await self.supervisor.hold_node(node_id, Change.PAUSE, status,
+                                                   person_hold(self.clock.now(), wake_at))
+            if held is None:
+                raise InvalidState(f"Node {record.name} changed while it was being paused.")
+            return self._require(node_id)
+        return await self.supervisor.serialize(work)
+
+    def _pausable(self, record: NodeRecord) -> NodeRecord:
+        kind = self._kind(record.id)
+        if not kind.holds:
+            raise InvalidState(f"A {kind.noun} cannot be paused; end its loan instead.")
+        if record.status not in kind.supervised and record.status not in kind.held:
+            hint = " Use Retry." if record.status is kind.error else ""
+            raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value} and cannot "
+                               f"be paused.{hint}")
+        return record
+
+    async def resume(self, node_id: str) -> NodeRecord:
+        """Someone has work for a held node (the seed's demand): start it now, its budget untouched."""
+        record, kind = self._require(node_id), self._kind(node_id)
+        if record.status not in kind.held:
+            raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
+                               f"paused, sleeping or done {kind.noun} can be resumed.")
+        await self._load_secret(record)
+
+        async def work() -> NodeRecord:
+            current = self._require(node_id)
+            if current.status not in kind.held:
+                raise InvalidState(f"{kind.noun.capitalize()} {kind.label(current)} is {current.status.value} now.")
+            await self.driver.stop_node(node_id)  # a child left over from the hold goes first
+            self.supervisor.release_node(node_id, Change.RESUME)
+            log.info("node %s resumed", node_id)
             return self._require(node_id)
         return await self.supervisor.serialize(work)
 
@@ -333,6 +384,19 @@ class NodeService:
         if existed:
             log.info("node %s removed", node_id)
         return existed
+
+    async def reclaim_orphan(self, node_id: str) -> list[int]:
+        """Remove of an id no record names: stop its orphaned children (seed 000), and delete
+        nothing, since no record owns its folder or secrets. The pids stopped ([] for none)."""
+        require_node_id(node_id)
+        found = [h for h in find_orphans(self.driver, self.supervisor.lifecycles) if h.node_id == node_id]
+        if not found:
+            return []
+        await self.driver.stop_node(node_id)
+        pids = [h.pid for h in found]
+        log.warning("node %s: no record names it; its orphaned child (pid %s) was stopped and nothing was deleted",
+                    node_id, ", ".join(map(str, pids)))
+        return pids
 
     async def reap_stuck(self) -> list[str]:
         """Finish what an earlier run left half-done.

@@ -17,10 +17,9 @@ waits for the keyring without spending its budget.
 Records are reconciled to instances, never instances to records: a child no
 record names is reported once at start and left running.
 
-Hosted nodes are one kind of record; nodes lent to another cadre are another
-(`watch` adds their lifecycle). Both go through the same passes, queue,
-timers, decision and effects; their kind says which statuses are supervised,
-which secret a start needs, and what Retry comes back to.
+Hosted and lent nodes (`watch`) share the passes, queue, timers, decision and
+effects; their kind says what is supervised or held, which secret a start needs,
+and what Retry comes back to. Holds are `holds.py`; what a pass sees, `observe.py`.
 
 Timing runs on the monotonic clock. Wall-clock times in the records only carry
 a wait across a host restart, and a clock stepped back never makes a wait
@@ -37,18 +36,23 @@ import secrets as _random
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
+from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
+from cadre_desktop.host.core import orphans
 from cadre_desktop.host.core.clock import Clock, iso
-from cadre_desktop.host.core.decide import Decision, Observation, Policy, SecretState, Verdict, decide
-from cadre_desktop.host.core.driver import DriverStatus, Exit, InstanceInfo, NodeDriver
+from cadre_desktop.host.core.decide import Decision, Observation, Policy, Verdict, decide
+from cadre_desktop.host.core.driver import Exit, InstanceInfo, NodeDriver
 from cadre_desktop.host.core.exits import ExitBook
+from cadre_desktop.host.core.holds import Holds
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import HOSTED, Change, Lifecycle
+from cadre_desktop.host.core.observe import DecisionBook, Observer
 from cadre_desktop.host.core.passes import PassSchedule, breathe
-from cadre_desktop.host.core.records import NodeRecord, RespawnInfo, StartMark
+from cadre_desktop.host.core.records import Hold, NodeRecord, RespawnInfo, StartMark, SupervisedRow, next_mark
+from cadre_desktop.host.core.runfile import RunFiles
 from cadre_desktop.host.core.secrets import SecretKind
 from cadre_desktop.host.core.timeline import Timeline
 from cadre_desktop.settings import Settings
@@ -79,6 +83,7 @@ class Supervisor:
         clock: Clock,
         probe: Probe | None = None,
         on_sweep: Callable[[], Awaitable[object]] | None = None,
+        run_files: RunFiles | None = None,
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
@@ -89,8 +94,6 @@ class Supervisor:
         self.settings = settings
         #: Per kind of record, its supervision numbers.
         self._policies: dict[str, Policy] = {lifecycle.kind.noun: Policy(lifecycle.kind.settings(settings))}
-        #: Records a pass skipped because they cannot be started again (reported once each).
-        self._skipped: set[str] = set()
         self.clock = clock
         #: Tells whether a child answered (`is_ready`) or stopped answering (`unresponsive`).
         self.probe = probe
@@ -101,13 +104,18 @@ class Supervisor:
         self._unsubscribe: Callable[[], None] | None = None
         self._uncounted: set[str] = set()
         self.timeline = Timeline(clock)
+        #: Paused, sleeping and done nodes: their holds and releases, and what nodes asked for (run.json).
+        self.holds = Holds(clock=clock, timeline=self.timeline, run_files=run_files)
         #: The words for each node's last exit this process saw (or the reason it stopped it).
         self.exits = ExitBook(lambda node_id, count: self.driver.log_tail(node_id, count), gate.redact)
+        self.observer = Observer(driver=driver, gate=gate, exits=self.exits, timeline=self.timeline,
+                                 holds=self.holds, probe=probe)
         self._waiting_keyring: set[str] = set()
         #: Per child this process started, the host token it was given (memory only).
         self.host_tokens: dict[str, str] = {}
         #: Per node, the last verdict: decision, when, how long it took, error.
-        self.last_decisions: dict[str, dict[str, Any]] = {}
+        self.decisions = DecisionBook(clock)
+        self.last_decisions = self.decisions.last
         gate.on_ready(lambda: self._kick_quietly("keyring"))
 
     # -- kinds of records ------------------------------------------------------------
@@ -139,7 +147,8 @@ class Supervisor:
         return self._policies[lc.kind.noun]
 
     def _supervised(self) -> list[tuple[Lifecycle[Any], NodeRecord]]:
-        return [(lc, r) for lc in self.lifecycles for r in lc.store.list() if r.status in lc.kind.supervised]
+        return [(lc, r) for lc in self.lifecycles for r in lc.store.list()
+                if r.status in lc.kind.supervised or r.status in lc.kind.held]
 
     # -- life -------------------------------------------------------------------
 
@@ -155,7 +164,7 @@ class Supervisor:
         self._uncounted = set(stopped_cleanly)
         self._unsubscribe = self.driver.subscribe(self._on_exit)
         self.passes.start()
-        self._report_orphans()
+        orphans.report(orphans.find_orphans(self.driver, self.lifecycles))
         self.kick("startup")
 
     async def stop(self) -> None:
@@ -194,6 +203,11 @@ class Supervisor:
             return
         if not event.requested:
             self._note_exit(event)
+            try:
+                self.holds.exited(self.lifecycle_of(event.node_id), event)
+            except StorageError as exc:
+                log.error("node %s: its run.json is not read; its record is unreadable: %s", event.node_id,
+                          exc.message)
         self.passes.after_exit()
 
     def _note_exit(self, event: Exit) -> None:
@@ -204,20 +218,6 @@ class Supervisor:
             log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
         log.warning("node %s %s", event.node_id, words)
 
-    def _report_orphans(self) -> None:
-        try:
-            known = {r.id for lc in self.lifecycles for r in lc.store.list()}
-        except StorageError as exc:
-            log.error("cannot check for orphaned children: %s", exc.message)
-            return
-        for handle in self.driver.list_nodes():
-            if handle.node_id not in known:
-                log.warning(
-                    "a child for node %s (pid %s) runs but no record names it; it is left running. "
-                    "`cadre-desktop node remove %s` stops it and deletes its data.",
-                    handle.node_id, handle.pid, handle.node_id,
-                )
-
     # -- the pass -----------------------------------------------------------------
 
     async def reconcile(self) -> list[str]:
@@ -225,6 +225,7 @@ class Supervisor:
         return await self.serialize(self._reconcile_once)
 
     async def _reconcile_once(self) -> list[str]:
+        self.passes.began()
         started: list[str] = []
         try:
             candidates = self._supervised()
@@ -235,13 +236,15 @@ class Supervisor:
         for lc, record in candidates:
             if self.passes.stopped:
                 break
-            if self._skip(lc, record):
+            if self.decisions.skip(lc, record):
                 continue
             t0 = time.perf_counter()
             verdict, error = None, None
             try:
-                verdict = decide(record, self.observe(record), self.policy_for(lc), lc.kind.supervised)
-                if await self._carry_out(record, verdict):
+                verdict = decide(record, self.observe(record, lc), self.policy_for(lc), lc.kind.supervised,
+                                 lc.kind.held)
+                self._take_news(lc, record, verdict)
+                if await self._carry_out(lc, record, verdict):
                     started.append(record.id)
                     await breathe()
             except Exception as exc:
@@ -252,7 +255,7 @@ class Supervisor:
             if due is not None:
                 waits.append(due)
             if verdict is not None and verdict.decision is not Decision.LEAVE or error:
-                self._note_decision(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
+                self.decisions.note(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
         self.passes.arm(waits)
         return started
 
@@ -264,78 +267,49 @@ class Supervisor:
         fresh = lc.get(node_id)
         if fresh is None:
             return None
-        return decide(fresh, self.observe(fresh), self.policy_for(lc), lc.kind.supervised).due_in_s
+        return decide(fresh, self.observe(fresh, lc), self.policy_for(lc), lc.kind.supervised, lc.kind.held).due_in_s
 
-    def _skip(self, lc: Lifecycle[Any], record: NodeRecord) -> bool:
-        """A record that cannot be started again from what it holds is left alone, and said so once."""
-        why = lc.kind.cannot_start(record)
-        if why is None:
-            self._skipped.discard(record.id)
-            return False
-        if record.id not in self._skipped:
-            self._skipped.add(record.id)
-            log.warning("%s %s is not supervised: %s", lc.kind.noun, record.id, why)
-        self.last_decisions[record.id] = {"decision": "skipped", "at": iso(self.clock.now()), "ms": 0.0,
-                                          "error": why}
-        return True
-
-    def _note_decision(self, node_id: str, verdict: Verdict | None, ms: float, error: str | None) -> None:
-        self.last_decisions[node_id] = {
-            "decision": verdict.decision.value if verdict else "error",
-            "at": iso(self.clock.now()),
-            "ms": round(ms, 3),
-            "error": error or (verdict.reason if verdict else None),
-        }
-
-    def observe(self, record: NodeRecord) -> Observation:
+    def observe(self, record: NodeRecord, lc: Lifecycle[Any] | None = None) -> Observation:
         """Everything the decision needs, read from the driver, the probe and the gate."""
-        handle = self.driver.get(record.handle)
-        status = self.driver.status(record.handle)
-        secret = SecretState.READY
-        kind = self.lifecycle_of(record.id).kind.secret_kind(record)
-        if self.gate.cached(record.id, kind) is None:
-            secret = SecretState.MISSING if self.gate.is_missing(record.id, kind) else SecretState.WAITING
-        answered = unresponsive = False
-        if status is DriverStatus.RUNNING and handle is not None:
-            mark = record.start
-            answered = bool(self.probe and self.probe.is_ready(handle.id)) or bool(
-                mark and mark.answered and mark.attempt == getattr(handle, "attempt", -1))
-            unresponsive = bool(self.probe and self.probe.unresponsive(handle.id))
-        last_exit = self.exits.words(record.id)
-        if last_exit is None and status is not DriverStatus.RUNNING and handle is not None:
-            # An exit this process did not see (it died while the host was down): its words
-            # come from the log, read once per dead child rather than at every pass.
-            last_exit = self.exits.unseen(record.id, handle.id, handle.returncode)
-        return Observation(
-            status=status,
-            returncode=self.exits.code(record.id, handle.returncode if handle else None),
-            answered=answered,
-            unresponsive=unresponsive,
-            started_s=self.timeline.seen_for(handle.id) if handle is not None and status is DriverStatus.RUNNING else None,
-            since_attempt_s=self._since_attempt_s(record),
-            secret=secret,
-            stopped_cleanly=record.id in self._uncounted,
-            last_exit=last_exit,
-        )
+        self.observer.probe = self.probe
+        kind = (lc or self.lifecycle_of(record.id)).kind
+        return self.observer.observe(record, kind, uncounted=record.id in self._uncounted)
 
-    async def _carry_out(self, record: NodeRecord, verdict: Verdict) -> bool:
-        """Do what the verdict says; True when a child was started."""
+    def _take_news(self, lc: Lifecycle[Any], record: NodeRecord, verdict: Verdict) -> None:
+        """What the node said of itself, into its record, before its verdict is carried out."""
+        if verdict.news is None:
+            return
+        change, fields = verdict.news
+        if lc.apply(record.id, Change(change), lambda r: r.replace(**fields), handle=record.handle) is not None \
+                and change == "joined" and record.status is not fields.get("status"):
+            log.info("node %s joined cadre %r", record.id, fields.get("cadre"))
+
+    async def _carry_out(self, lc: Lifecycle[Any], record: NodeRecord, verdict: Verdict) -> bool:
+        """Do what the verdict says (`lc`: the record's kind, carried from the pass); True when a child was started."""
         d = verdict.decision
         if d is not Decision.WAIT_KEYRING:
             self._waiting_keyring.discard(record.id)
         if d is Decision.REFILL:
-            self.lifecycle_of(record.id).apply(record.id, Change.REFILL, lambda r: r.replace(
+            lc.apply(record.id, Change.REFILL, lambda r: r.replace(
                 respawn=RespawnInfo(0, r.respawn.last_attempt_at) if r.respawn else None))
             log.info("node %s stayed up; its respawn budget is full again", record.id)
         elif d in (Decision.STALLED, Decision.HUNG):
             self.exits.stopped(record.id, verdict.reason or "")
             log.warning("node %s %s; stopping it", record.id, verdict.reason)
-            self.lifecycle_of(record.id).apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason or "")
+            lc.apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason or "")
             await self.driver.stop(record.handle)
         elif d is Decision.GIVE_UP:
-            await self.give_up(record.id, verdict.reason or "the node did not stay running")
+            await self.give_up(record.id, verdict.reason or "the node did not stay running", lc=lc)
+        elif d is Decision.INVITATION_FAILED:
+            await self.give_up(record.id, verdict.reason or "invitation failed", change=Change.INVITATION_FAILED, lc=lc)
+        elif d is Decision.HOLD and verdict.hold is not None:
+            await self.hold_node(record.id, Change.HOLD, *verdict.hold, lc=lc)
+        elif d is Decision.STOP_HELD:
+            log.info("node %s %s; stopping its child", record.id, verdict.reason)
+            await self.driver.stop(record.handle)
+        elif d is Decision.WAKE:
+            return self.release_node(record.id, Change.WAKE, lc=lc)
         elif d is Decision.WAIT_KEYRING:
-            lc = self.lifecycle_of(record.id)
             self.gate.want(record.id, lc.kind.secret_kind(record))
             if record.id not in self._waiting_keyring:
                 self._waiting_keyring.add(record.id)
@@ -343,22 +317,22 @@ class Supervisor:
         elif d is Decision.START:
             self._uncounted.discard(record.id)
             try:
-                return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle)
+                return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle, lc=lc)
             except Exception as exc:
                 message = message_of(exc)
-                lc = self.lifecycle_of(record.id)
                 current = lc.get(record.id)
                 attempts = current.attempts if current else 0
                 log.warning("start attempt %d of %s %s failed: %s", attempts, lc.kind.noun, record.id, message)
                 if attempts >= self.policy_for(lc).max_attempts:
-                    await self.give_up(record.id, f"could not be started: {message}")
+                    await self.give_up(record.id, f"could not be started: {message}", lc=lc)
                     return False
                 raise
         return False
 
     # -- effects ------------------------------------------------------------------
 
-    def start_node(self, node_id: str, *, counted: bool, expect_handle: str | None = None) -> bool:
+    def start_node(self, node_id: str, *, counted: bool, expect_handle: str | None = None,
+                   lc: Lifecycle[Any] | None = None) -> bool:
         """The one start of a node: re-read, start through the driver, write handle and mark.
 
         Synchronous from the re-read to the write: nothing can change the
@@ -366,7 +340,7 @@ class Supervisor:
         name yet is taken over instead (spends nothing): a host that died after
         starting it, or a write that failed, never gets a second child beside it.
         """
-        lc = self.lifecycle_of(node_id)
+        lc = lc or self.lifecycle_of(node_id)
         record = lc.get(node_id)
         if record is None or record.status not in lc.kind.supervised or record.handle != expect_handle:
             return False
@@ -383,7 +357,7 @@ class Supervisor:
         attempt = record.next_start
         now = iso(self.clock.now())
         words = self.exits.take_for_start(node_id, record.handle)
-        mark = self._next_mark(record, attempt, now, counted, words)
+        mark = next_mark(record.start, attempt, now, self.supervisor_id, counted=counted, words=words)
         respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
         want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
         try:
@@ -399,7 +373,9 @@ class Supervisor:
         self.timeline.started(child.id)
         change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
         lc.apply(node_id, change, lambda r: r.replace(
-            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark))
+            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark,
+            problem=None))
+        self.timeline.mark(("start", node_id), now)
         if counted:
             self.timeline.mark(("attempt", node_id), now)
         log.info("node %s started (attempt %d%s), pid %s", node_id, attempt, "" if counted else ", uncounted",
@@ -413,6 +389,7 @@ class Supervisor:
         token is kept (in memory only) for the child that got it."""
         token = new_host_token()
         env = lc.kind.secret_env(record, secret, token)
+        self.holds.before_start(record.id)
         child = self.driver.start(record.id, attempt, env, want_ports=want_ports,
                                   avoid_ports=lc.remembered_ports(record.id))
         if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
@@ -426,33 +403,24 @@ class Supervisor:
         return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
 
-    def _next_mark(self, record: NodeRecord, attempt: int, now: str, counted: bool, words: str | None) -> StartMark:
-        prev = record.start
-        if prev is None or prev.answered:
-            failures = 0
-        elif counted:
-            failures = prev.failures + 1
-        else:
-            failures = prev.failures  # a deliberate restart neither adds to nor forgives failures
-        return StartMark(attempt=attempt, at=now, by=self.supervisor_id, failures=failures,
-                         last_exit=words or (prev.last_exit if prev and not prev.answered else None))
-
-    async def give_up(self, node_id: str, reason: str) -> None:
-        """Stop trying: the record becomes `error` first, then the child is stopped.
+    async def give_up(self, node_id: str, reason: str, change: Change = Change.GIVE_UP,
+                      lc: Lifecycle[Any] | None = None) -> None:
+        """Stop trying (or a failed invitation): the record becomes `error` first, then the child is stopped.
 
         The write comes first because the stop raises an exit, and the pass it
         triggers must not find a supervised record with no child. The work
         folder is kept: it holds the identity its cadre knows.
         """
-        lc = self.lifecycle_of(node_id)
+        lc = lc or self.lifecycle_of(node_id)
         record = lc.get(node_id)
         if record is None or record.status not in lc.kind.supervised:
             return
         n = record.attempts
         head = f"gave up after {n} attempt{'s' if n != 1 else ''}: {reason}" if n else f"gave up: {reason}"
-        message = self.exits.with_log_tail(node_id, head)
-        if lc.apply(node_id, Change.GIVE_UP, lambda r: r.replace(status=lc.kind.error, error=message),
-                    detail=message) is None:
+        # A failed invitation is the node's own word, told as it said it.
+        message = reason if change is Change.INVITATION_FAILED else self.exits.with_log_tail(node_id, head)
+        if lc.apply(node_id, change, lambda r: r.replace(status=lc.kind.error, error=message),
+                    detail=message, handle=record.handle if change is Change.INVITATION_FAILED else None) is None:
             return
         log.warning("%s %s: %s", lc.kind.noun, node_id, head)
         if record.handle:
@@ -461,26 +429,50 @@ class Supervisor:
             except Exception as exc:  # giving up must finish; the record says error whatever the stop did
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
 
-    # -- time ---------------------------------------------------------------------
+    async def hold_node(self, node_id: str, change: Change, status: Enum, hold: Hold,
+                        lc: Lifecycle[Any] | None = None) -> SupervisedRow | None:
+        """Hold a node (on the serial queue): its child stopped cleanly, then the hold written.
 
-    def _since_attempt_s(self, record: NodeRecord) -> float | None:
-        if not record.respawn:
-            return None
-        return self.timeline.since(("attempt", record.id), record.respawn.last_attempt_at)
+        The pass the stop's exit asks for waits for this queue, so it finds the record held and
+        starts nothing; the write's event comes after the child is gone, so every view shows the
+        node down. No attempt is spent, and no notification is sent.
+        """
+        lc = lc or self.lifecycle_of(node_id)
+        record = lc.get(node_id)
+        if record is not None and record.handle and self.driver.is_running(record.handle):
+            await self.driver.stop(record.handle)
+        return self.holds.hold(lc, node_id, change, status, hold)
+
+    def release_node(self, node_id: str, change: Change, lc: Lifecycle[Any] | None = None) -> bool:
+        """Release a held node (on the serial queue) and start it now, uncounted, whatever its budget
+        says (the seed's demand); True when a child was started. With its secret not in memory yet,
+        the next pass starts it, still uncounted."""
+        lc = lc or self.lifecycle_of(node_id)
+        fresh = self.holds.release(lc, node_id, change)
+        if fresh is None:
+            return False
+        self.forget_exit(node_id)
+        self._uncounted.add(node_id)
+        if self.gate.cached(node_id, lc.kind.secret_kind(fresh)) is None:
+            self.kick("released")
+            return False
+        self._uncounted.discard(node_id)
+        return self.start_node(node_id, counted=False, expect_handle=fresh.handle, lc=lc)
+
+    # -- time ---------------------------------------------------------------------
 
     # -- what views show --------------------------------------------------------------
 
     def next_attempt_at(self, record: Any) -> datetime | None:
         """When the backoff of a down node ends (wall time, for views); None when now or never."""
         lc = self.lifecycle_of(record.id)
-        policy = self.policy_for(lc)
-        if record.status not in lc.kind.supervised or not record.respawn or record.attempts >= policy.max_attempts:
-            return None
-        since = self._since_attempt_s(record)
-        if since is None:
-            return None
-        remaining = policy.backoff_s(record.attempts) - since
-        return self.clock.now() + timedelta(seconds=remaining) if remaining > 0 else None
+        return self.observer.next_attempt_at(record, lc.kind, self.policy_for(lc), self.clock.now())
+
+    def starting(self, record: NodeRecord) -> str | None:
+        """A start in progress (running, not answered yet) in the seed's words, else None."""
+        lc = self.lifecycle_of(record.id)
+        self.observer.probe = self.probe
+        return self.observer.starting(record, lc.kind, self.policy_for(lc))
 
     def forget_exit(self, node_id: str) -> None:
         self.exits.forget(node_id)

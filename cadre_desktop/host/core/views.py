@@ -19,7 +19,7 @@ from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.core.address import claim_url
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import InstanceInfo, NodeDriver
-from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
+from cadre_desktop.host.core.records import HELD, SUPERVISED, NodeRecord, NodeStatus
 from cadre_desktop.host.core.store import RecordStore
 
 if TYPE_CHECKING:
@@ -101,6 +101,16 @@ class NodeView:
     waiting_for: str | None = None
     #: The supervisor's last verdict on it: decision, at, ms, error.
     last_decision: dict[str, Any] | None = None
+    #: While sleeping: when it wakes (ISO-8601 UTC); else None.
+    wake_at: str | None = None
+    #: While paused, sleeping or done: who holds it ("person", "node", "conditions") and why (one line).
+    held_by: str | None = None
+    hold_reason: str | None = None
+    #: What was wrong with its record as read (an unreadable start mark), else None.
+    problem: str | None = None
+    #: A start in progress, in words: "starting for 12 s of a 30 s grace (2 failed starts before;
+    #: last: exited with code 1: …; started by host:4711)"; None once it answered or while down.
+    starting: str | None = None
     #: What it may use and how the OS holds it to that: cpu_percent, memory_mb,
     #: low_priority, enforced, how (host/core/caps.py).
     caps: dict[str, Any] | None = None
@@ -175,6 +185,9 @@ class NodeViews:
             exit_code=None if running else supervisor.exit_code(record.id),
             waiting_for="keyring" if supervisor.waiting_for_keyring(record.id) else None,
             last_decision=supervisor.last_decisions.get(record.id),
+            **hold_fields(record, supervisor),
+            problem=record.problem,
+            starting=supervisor.starting(record) if running and not unsaved else None,
             caps=self.caps(record) if self.caps else None,
             always_run=record.always_run,
         )
@@ -206,6 +219,16 @@ class NodeViews:
         why = self.store.save_error or getattr(self.driver, "save_error", None)
         note = f"running, but not saved yet: {why}" if why else "running, but not saved yet"
         return f"{record.error}; {note}" if record.error else note
+
+
+def hold_fields(row: Any, supervisor: Supervisor | None) -> dict[str, Any]:
+    """A held node's (hosted or lent) `wake_at`, `held_by` and `hold_reason`, for its view."""
+    held = {s.value for s in HELD}
+    hold = row.hold if row.status.value in held else None
+    if hold is None:
+        return {"wake_at": None, "held_by": None, "hold_reason": None}
+    wake = supervisor.holds.wake_at(row) if row.status.value == NodeStatus.SLEEPING.value and supervisor else None
+    return {"wake_at": iso(wake) if wake is not None else None, "held_by": hold.by.value, "hold_reason": hold.reason}
 
 
 def last_exit_words(row: Any, running: bool, supervisor: Supervisor | None) -> str | None:

@@ -30,6 +30,7 @@ import os
 import secrets
 import traceback
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,6 +40,7 @@ from cadre_desktop import __version__, logfilter
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import ApiError, Bug, CadreError, Invalid, NoSuchThing, StorageError
 from cadre_desktop.host.core.events import LENDING_EVENTS, HostEvent
+from cadre_desktop.host.core.holds import parse_rfc3339
 from cadre_desktop.host.core.jsondoc import read_versioned
 from cadre_desktop.host.core.records import is_node_id
 from cadre_desktop.host.core.validate import clean_invitation, clean_name
@@ -83,6 +85,12 @@ class ServedHost(Protocol):
     async def regenerate_node(self, node_id: str) -> NodeView: ...
 
     async def remove_node(self, node_id: str) -> bool: ...
+
+    async def pause_node(self, node_id: str, *, for_ms: int | None = None, until: datetime | None = None) -> NodeView: ...
+
+    async def resume_node(self, node_id: str) -> NodeView: ...
+
+    async def reclaim_orphan(self, node_id: str) -> list[int]: ...
 
     async def set_node_caps(self, node_id: str, change: dict[str, Any]) -> NodeView: ...
 
@@ -217,6 +225,8 @@ class ControlServer:
             web.get("/api/nodes/{id}", self._get_node),
             web.delete("/api/nodes/{id}", self._remove_node),
             web.post("/api/nodes/{id}/retry", self._action("retry_node")),
+            web.post("/api/nodes/{id}/pause", self._pause_node),
+            web.post("/api/nodes/{id}/resume", self._action("resume_node")),
             web.post("/api/nodes/{id}/restart", self._action("restart_node")),
             web.post("/api/nodes/{id}/regenerate", self._action("regenerate_node")),
             web.post("/api/nodes/{id}/invite", self._invite_node),
@@ -385,6 +395,25 @@ class ControlServer:
         view = await self.host.invite_node(self._node_id(request), check_name(body.get("name")))
         return web.json_response(view.to_json(), status=201)
 
+    async def _pause_node(self, request: web.Request) -> web.Response:
+        """`{}` pauses with no end; `{"for_ms": N}` or `{"until": "<RFC 3339>"}` puts the node to sleep."""
+        for_ms, when = await self.pause_body(request)
+        view = await self.host.pause_node(self._node_id(request), for_ms=for_ms, until=when)
+        return web.json_response(view.to_json())
+
+    async def pause_body(self, request: web.Request) -> tuple[int | None, datetime | None]:
+        """A pause's body, checked: (for_ms, until) — both None for a pause with no end."""
+        body = await self._body(request, {"for_ms", "until"})
+        for_ms, until = body.get("for_ms"), body.get("until")
+        if for_ms is not None and (not isinstance(for_ms, int) or isinstance(for_ms, bool)):
+            raise Invalid("for_ms must be a whole number of milliseconds.")
+        when = None
+        if until is not None:
+            when = parse_rfc3339(until)
+            if when is None:
+                raise Invalid("until must be an RFC 3339 time with its zone, e.g. 2026-01-01T07:00:00+01:00.")
+        return for_ms, when
+
     def _action(self, method: str) -> Handler:
         async def act(request: web.Request) -> web.Response:
             await self._body(request, set())
@@ -395,7 +424,9 @@ class ControlServer:
     async def _remove_node(self, request: web.Request) -> web.Response:
         node_id = request.match_info["id"]
         existed = is_node_id(node_id) and await self.host.remove_node(node_id)
-        return web.json_response({"removed": node_id, "existed": bool(existed)})
+        # An id no record names may still have an orphaned child running: Remove reclaims it.
+        pids = await self.host.reclaim_orphan(node_id) if is_node_id(node_id) and not existed else []
+        return web.json_response({"removed": node_id, "existed": bool(existed), "orphan_pids": pids})
 
     # -- events --------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ create; lists never hold it.
     GET    /api/donations                  {"donations": [...]}
     GET    /api/donations/{id}             one lent node
     POST   /api/donations/{id}/retry       try again a lent node the host gave up on
+    POST   /api/donations/{id}/pause       hold it ({} or {"for_ms": N} or {"until": "<RFC 3339>"})
+    POST   /api/donations/{id}/resume      start a held lent node now
     DELETE /api/donations/{id}             end the loan
 """
 
@@ -90,6 +92,12 @@ def routes(server: ControlServer) -> list[web.RouteDef]:
     async def get_donation(request: web.Request) -> web.Response:
         return web.json_response(_lending(server)[1].donation(_id(request)).to_json())
 
+    async def pause_donation(request: web.Request) -> web.Response:
+        for_ms, until = await server.pause_body(request)
+        (lending, views), row_id = _lending(server), _id(request)
+        await lending.pause(row_id, for_ms=for_ms, until=until)
+        return web.json_response(views.donation(row_id).to_json())
+
     async def end_donation(request: web.Request) -> web.Response:
         donation_id = request.match_info["id"]
         existed = is_node_id(donation_id) and await _lending(server)[0].end_loan(donation_id)
@@ -104,6 +112,8 @@ def routes(server: ControlServer) -> list[web.RouteDef]:
         web.get("/api/donations", list_donations),
         web.get("/api/donations/{id}", get_donation),
         web.post("/api/donations/{id}/retry", _action(server, "retry", "donation")),
+        web.post("/api/donations/{id}/pause", pause_donation),
+        web.post("/api/donations/{id}/resume", _action(server, "resume", "donation")),
         web.delete("/api/donations/{id}", end_donation),
     ]
 

@@ -52,10 +52,16 @@ class DonationStatus(str, Enum):
     SEEDED = "seeded"
     #: Given up on; only an explicit Retry brings it back.
     ERROR = "error"
+    #: Held by its host (its owner paused it) or by itself (its run.json), as a hosted node is.
+    PAUSED = "paused"
+    SLEEPING = "sleeping"
+    DONE = "done"
 
 
 #: What the supervisor keeps running.
 DONATION_SUPERVISED = frozenset({DonationStatus.AWAITING_SEED, DonationStatus.SEEDED})
+#: Kept down on purpose: nothing starts it, no attempt is spent.
+DONATION_HELD = frozenset({DonationStatus.PAUSED, DonationStatus.SLEEPING, DonationStatus.DONE})
 
 
 class FieldError(Invalid):

@@ -25,7 +25,7 @@ from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.events import EventBus, EventKind
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle, RecordKind, StatusTaker
 from cadre_desktop.host.core.secrets import SecretKind
-from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, Donation, DonationStatus
+from cadre_desktop.host.lending.donations import DONATION_HELD, DONATION_SUPERVISED, Donation, DonationStatus
 from cadre_desktop.settings import Settings
 from cadre_desktop.text import one_line
 
@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 D = DonationStatus
 _SUP = DONATION_SUPERVISED
+_HELD = DONATION_HELD
 _ANY = frozenset(DonationStatus)
 _NONE: frozenset[DonationStatus] = frozenset()
 
@@ -49,12 +50,17 @@ DONATION_TRANSITIONS: dict[Change, tuple[frozenset[DonationStatus], frozenset[Do
     Change.REFILL: (_SUP, _SUP),
     Change.PEER: (_SUP | {D.PROVISIONING}, _SUP | {D.PROVISIONING}),
     Change.GIVE_UP: (_SUP, frozenset({D.ERROR})),
-    Change.RETRY: (frozenset({D.ERROR}), _SUP),
+    Change.RETRY: (frozenset({D.ERROR, D.DONE}), _SUP),
     Change.EXITED: (_ANY, _ANY),
     Change.WAITING: (_SUP, _SUP),
     # Hosted nodes' news; a lent node never has it.
     Change.JOINED: (_NONE, _NONE),
     Change.INVITATION_FAILED: (_NONE, _NONE),
+    # Holds, as a hosted node's: its owner pauses it, or it holds itself (its run.json).
+    Change.PAUSE: (_SUP | _HELD, frozenset({D.PAUSED, D.SLEEPING})),
+    Change.HOLD: (_SUP, _HELD),
+    Change.WAKE: (frozenset({D.SLEEPING}), _SUP),
+    Change.RESUME: (_HELD, _SUP),
 }
 
 
@@ -108,6 +114,9 @@ def take_status(lc: Lifecycle[Donation], donation_id: str, handle_id: str, statu
         lc.apply(donation_id, Change.PEER, lambda r: r.replace(peer_id=peer_id), handle=handle_id)
 
 
+_HOLDS: dict[str, Enum] = {"paused": D.PAUSED, "sleeping": D.SLEEPING, "done": D.DONE}
+
+
 class DonatedKind:
     """A node this host runs for another cadre's party, under a grant."""
 
@@ -119,6 +128,8 @@ class DonatedKind:
     error: Enum = D.ERROR
     removed_event = EventKind.DONATION_REMOVED
     on_status: StatusTaker | None = staticmethod(take_status)
+    holds: Mapping[str, Enum] = _HOLDS
+    held: frozenset[Any] = frozenset(_HOLDS.values())
 
     def announce(self, events: EventBus, change: Change, before: Any, after: Any, detail: str) -> None:
         _announce(events, change, before, after, detail)

@@ -382,6 +382,16 @@ class LendingService:
         # The node service's Retry serves every kind; this id is a lent node's.
         return cast(Donation, await self.nodes.retry(donation_id))
 
+    async def pause(self, donation_id: str, *, for_ms: int | None = None, until: datetime | None = None) -> Donation:
+        """Hold a lent node, as a hosted node is held (its borrower sees it paused by its host)."""
+        self.require_donation(donation_id)
+        return cast(Donation, await self.nodes.pause(donation_id, for_ms=for_ms, until=until))
+
+    async def resume(self, donation_id: str) -> Donation:
+        """Start a held lent node now, its budget untouched."""
+        self.require_donation(donation_id)
+        return cast(Donation, await self.nodes.resume(donation_id))
+
     async def end(self, donation_id: str, why: str = "its loan ended") -> bool:
         """End a loan: row (with tombstone) first, then child, folder and seed token.
 

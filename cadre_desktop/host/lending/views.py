@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.host.core.clock import iso
-from cadre_desktop.host.core.views import last_exit_words
+from cadre_desktop.host.core.views import hold_fields, last_exit_words
 from cadre_desktop.host.lending.donations import Donation
 from cadre_desktop.host.lending.grants import Grant
 from cadre_desktop.text import url_host
@@ -64,6 +64,11 @@ class DonationView:
     last_exit: str | None
     #: "keyring" while its start waits for the keyring, else None.
     waiting_for: str | None
+    #: While held (paused, sleeping, done): when it wakes, who holds it ("person": its owner;
+    #: "node": itself) and why.
+    wake_at: str | None
+    held_by: str | None
+    hold_reason: str | None
     #: The supervisor's last decision about it: decision, at, ms, error.
     last_decision: dict[str, Any] | None
     #: False on a row without every input of its first start: it is not restarted.
@@ -118,6 +123,7 @@ def donation_view(
         last_error=donation.error,
         last_exit=last_exit_words(donation, running, supervisor),
         waiting_for="keyring" if supervisor and supervisor.waiting_for_keyring(donation.id) else None,
+        **hold_fields(donation, supervisor),
         last_decision=supervisor.last_decisions.get(donation.id) if supervisor else None,
         respawnable=donation.respawnable,
         created_at=donation.created_at,
@@ -149,6 +155,9 @@ def borrower_view(view: DonationView, donation: Donation) -> dict[str, Any]:
             "next_retry_at": view.next_retry_at,
         },
         "error": error,
+        # A hold said to the borrower: by the host that runs it (its owner), or by the node itself.
+        "held_by": {"person": "host", "conditions": "host"}.get(view.held_by or "", view.held_by),
+        "wake_at": view.wake_at,
         "created_at": view.created_at,
         "seeded_at": view.seeded_at,
     }

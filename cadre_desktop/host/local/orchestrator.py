@@ -419,10 +419,11 @@ class Orchestrator:
         self.state.write()
         await asyncio.to_thread(delete_node_files, self.paths, self.logs, node_id)
 
-    async def stop_all(self) -> None:
+    async def stop_all(self, leave: frozenset[str] = frozenset()) -> None:
         """Stop every child at once (a clean quit), end any stray of our nodes, and write
         down which were stopped on purpose, so the next host starts them again without
-        counting a failed attempt.
+        counting a failed attempt. The children of the nodes in `leave` (orphans) keep running,
+        and their processes are not strays: their handles still own them.
 
         Every group gets its terminate in one go and all share one grace period;
         what is left when it ends is killed. `state.json` is written once, at
@@ -430,7 +431,7 @@ class Orchestrator:
         """
         if self.standby is not None:
             self.standby.close()
-        live = [h for h in self._handles.values() if h.alive]
+        live = [h for h in self._handles.values() if h.alive and h.node_id not in leave]
         self._stopping_all = True
         try:
             deadline = asyncio.get_running_loop().time() + self.stop_timeout_s

@@ -1,0 +1,149 @@
+"""The seed fixes of supervision v3, each alone on the fake clock and the fake driver: the start
+grace measured from the start mark across a restart, an unreadable start mark costing only its
+own node its grace, and an exit storm that joins the pass waiting for the serial queue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+
+import pytest
+
+from cadre_desktop.host.core.clock import iso
+from cadre_desktop.host.core.decide import starting_words
+from cadre_desktop.host.core.records import StartMark
+from cadre_desktop.host.core.store import RecordStore
+from cadre_desktop.host.core.views import NodeViews
+from tests.support.clock import settle
+from tests.support.polling import async_wait_until
+from tests.support.rig import Rig
+
+
+@pytest.fixture
+async def rig(tmp_path):
+    r = Rig(tmp_path)
+    yield r
+    await r.close()
+
+
+def mark_ago(rig: Rig, seconds: float, failures: int = 0) -> StartMark:
+    return StartMark(attempt=0, at=iso(rig.clock.now() - timedelta(seconds=seconds)), failures=failures)
+
+
+async def test_a_start_60_s_old_at_a_host_restart_gets_no_fresh_grace(rig):
+    rec = rig.node(live=True, answered=False, mark=mark_ago(rig, 60))  # this host never saw it start
+    await rig.sup.reconcile()
+    assert rig.sup.last_decisions["n1"]["decision"] == "stalled"
+    assert rig.orch.stopped == [rec.handle]
+    assert rig.sup.last_decisions["n1"]["error"] == "never answered within 15 s"
+
+
+async def test_a_start_10_s_old_at_a_host_restart_has_5_s_of_grace_left(rig):
+    rig.node(live=True, answered=False, mark=mark_ago(rig, 10))
+    await rig.sup.reconcile()
+    assert rig.sup.last_decisions["n1"]["decision"] == "starting"
+    await rig.clock.run_for(4.9)
+    await rig.sup.reconcile()
+    assert rig.orch.stopped == []
+    await rig.clock.run_for(0.1)
+    await rig.sup.reconcile()
+    assert rig.sup.last_decisions["n1"]["decision"] == "stalled"
+
+
+def plant_rows(rig: Rig, path) -> None:
+    """Two live unanswered nodes; the start mark of `bad` is then spoiled on disk."""
+    rig.node("good", live=True, answered=False, mark=mark_ago(rig, 60))
+    rig.node("bad", live=True, answered=False, mark=mark_ago(rig, 60))
+    doc = json.loads(path.read_text())
+    doc["nodes"]["bad"]["start"] = {"attempt": "seven", "at": 5}
+    path.write_text(json.dumps(doc))
+
+
+async def test_an_unreadable_start_mark_costs_only_its_node_its_grace(tmp_path):
+    path = tmp_path / "hosted-nodes.json"
+    first = Rig(tmp_path)
+    plant_rows(first, path)
+    await first.close()
+    rig = Rig(tmp_path)  # a new host reads the file: every row is loaded
+    rig.gate._cache.update({(n, rig.sup.lifecycle.kind.secret_kind(rig.rec(n))): "s" for n in ("good", "bad")})
+    bad = RecordStore(path).get("bad")
+    assert bad is not None and bad.start is None and "start mark is unreadable" in bad.problem
+    assert {r.id for r in rig.store.list()} == {"good", "bad"}
+    views = NodeViews(store=rig.store, driver=rig.orch, supervisor=rig.sup, probe=rig.probe, clock=rig.clock,
+                      address=lambda: "127.0.0.1", log_path=lambda i: tmp_path / i,
+                      claim_secret=lambda i: None)
+    assert "start mark is unreadable" in views.get("bad").problem and views.get("good").problem is None
+    await rig.close()
+
+
+async def test_a_node_whose_mark_is_unreadable_is_given_no_grace_and_left_to_the_other_rules(rig):
+    rig.node("bad", live=True, answered=False, mark=None)
+    rig.store.put(rig.rec("bad").replace(problem="its start mark is unreadable"))
+    await rig.sup.reconcile()
+    assert rig.sup.last_decisions["bad"]["decision"] not in ("starting", "stalled")
+    assert rig.orch.stopped == []
+
+
+async def test_exits_while_the_exit_pass_waits_for_the_queue_join_it(rig):
+    names = ("a", "b", "c")
+    for name in names:
+        rig.node(name, live=True)
+    rig.sup.start()
+    await async_wait_until(lambda: all(n in rig.sup.last_decisions for n in names), what="the start-up pass")
+    passes = []
+    original = rig.sup._reconcile_once
+
+    async def counted():
+        passes.append(1)
+        return await original()
+    rig.sup._reconcile_once = counted
+    release = asyncio.Event()
+    holder = asyncio.create_task(rig.sup.serialize(release.wait))  # a long Retry holds the queue
+    await settle()
+    for name in names:  # the storm: the first exit queues a pass, the others come while it waits
+        rig.orch.exit(rig.rec(name).handle)
+        await settle()
+    release.set()
+    await holder
+    await async_wait_until(lambda: all(rig.orch.spawns_of(n) for n in names), what="all three started")
+    await settle(50)
+    assert len(passes) == 1
+
+
+# -- a start in progress, in the seed's words ------------------------------------------------
+
+def test_starting_words_say_how_long_of_which_grace_and_what_came_before():
+    mark = StartMark(attempt=3, at="2026-01-01T00:00:00Z", by="host:4711", failures=2,
+                     last_exit="exited with code 1: no config")
+    assert starting_words(12.2, 30, mark) == ("starting for 12 s of a 30 s grace (2 failed starts before; "
+                                              "last: exited with code 1: no config; started by host:4711)")
+    assert starting_words(3, 15, StartMark(attempt=1, at="x", by="host:1")) == (
+        "starting for 3 s of a 15 s grace (started by host:1)")
+    assert starting_words(None, 0, None) == "starting"
+
+
+async def test_a_view_of_a_start_in_progress_says_it_in_the_seeds_words(rig):
+    rig.node(live=True, answered=False, mark=StartMark(attempt=0, at=iso(rig.clock.now() - timedelta(seconds=12)),
+                                                       by="host:4711", failures=2, last_exit="exited with code 1: x"))
+    assert rig.sup.starting(rig.rec()) == ("starting for 12 s of a 60 s grace (2 failed starts before; "
+                                           "last: exited with code 1: x; started by host:4711)")
+    answered = rig.node("ok", live=True, answered=True)
+    assert rig.sup.starting(answered) is None
+    down = rig.node("down", live=False)
+    assert rig.sup.starting(down) is None
+
+
+def test_every_kind_of_record_has_every_change_in_its_transition_table():
+    from cadre_desktop.host.core.lifecycle import HOSTED, Change
+    from cadre_desktop.host.lending.kind import DONATED
+    for kind in (HOSTED, DONATED):
+        assert set(kind.transitions) == set(Change), f"{kind.noun}: {set(Change) - set(kind.transitions)}"
+
+
+def test_the_rule_table_names_every_decision():
+    from cadre_desktop.host.core import decide as decide_module
+    from cadre_desktop.host.core.decide import Decision
+    table = decide_module.__doc__
+    missing = [d.name for d in Decision if f"-> {d.name}" not in table]
+    assert not missing
