@@ -26,9 +26,10 @@ class NodeProxy(QSortFilterProxyModel):
         self.setSortRole(SORT_ROLE)
         self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
         self.setDynamicSortFilter(True)
+        self._needle = ""
 
     def filterAcceptsRow(self, row: int, parent: QModelIndex) -> bool:  # noqa: N802
-        needle = self.filterRegularExpression().pattern().casefold()
+        needle = self._needle
         if not needle:
             return True
         model = self.sourceModel()
@@ -39,7 +40,11 @@ class NodeProxy(QSortFilterProxyModel):
         return any(needle in text.casefold() for text in haystack)
 
     def set_filter(self, text: str) -> None:
-        self.setFilterFixedString(text.strip())
+        """Plain text, kept as typed: Qt's fixed-string filter stores it as an escaped pattern
+        ("Bulk\\-07"), which no cell contains."""
+        self.beginFilterChange()
+        self._needle = text.strip().casefold()
+        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
 
 
 class StatusDelegate(QStyledItemDelegate):

@@ -301,3 +301,24 @@ def test_an_action_still_in_flight_when_the_shell_closes_ends_in_silence(shell, 
     aio.wait(lambda: not shell.actions.busy("n00000000"))  # its done-callback has run
     assert task.cancelled()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_filter_finds_names_and_addresses_with_dashes_spaces_and_dots(shell, aio):
+    """Regression: the filter escaped its text as a pattern, so "Bulk-07", "Living room" and an
+    address with a dot matched nothing."""
+    from cadre_desktop.ui.model import NAME
+
+    window = shell.window
+    for name in ("Bulk-07", "Living room"):
+        shell.actions.add(name)
+    aio.wait(lambda: shell.model.rowCount() == 2 and all(v.api_port for v in shell.model.views()))
+    names = lambda: [window.proxy.index(r, NAME).data() for r in range(window.proxy.rowCount())]  # noqa: E731
+    window.filter.setText("bulk-07")
+    assert names() == ["Bulk-07"]
+    window.filter.setText(" Living room ")
+    assert names() == ["Living room"]
+    port = shell.model.views()[1].api_port
+    window.filter.setText(f"127.0.0.1:{port}")
+    assert names() == ["Living room"]
+    window.filter.setText("nothing-like.this")
+    assert names() == []
