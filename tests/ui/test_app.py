@@ -185,3 +185,26 @@ def test_quit_shows_progress_when_stopping_takes_a_while(shell, aio, qtbot, monk
     monkeypatch.setattr(shell.host, "stop", slow_stop)
     aio.run(shell.stop())
     assert seen == ["Stopping 1 node…"]
+
+
+@pytest.mark.parametrize("settings_doc", [fast_settings(keep_nodes_running_on_quit=True, warm_standby=True)],
+                         indirect=True)
+def test_a_node_kept_running_and_re_attached_keeps_its_uptime(shell, aio):
+    """Uptime counts from the node's own start (its handle's), not from the host that re-attached it."""
+    import keyring.backends.SecretService
+
+    from cadre_desktop.host.core.secrets import SecretStore
+    from cadre_desktop.host.host import Host
+    from cadre_desktop.settings import load_settings
+
+    view = aio.run(shell.host.add_node("Kitchen"))
+    before = aio.wait(lambda: (v := shell.model.view(view.id)) and v.ready and v)
+    aio.run(shell.stop())
+    again = Host(shell.host.paths, load_settings(shell.host.paths.settings_file),
+                 secrets=SecretStore(keyring.backends.SecretService.Keyring()), serve_control_api=False)
+    aio.run(again.start())
+    try:
+        after = aio.wait(lambda: (v := again.get_node(view.id)).running and v)
+        assert after.pid == before.pid and after.started_at == before.started_at
+    finally:
+        aio.run(again.stop(stop_nodes=True))

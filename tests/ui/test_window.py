@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
 from tests.support.claim_link import claim
+from tests.support.headless import fast_settings
 from tests.support.ui_shell import crashing_settings, give_up
+
+#: The real node, unless the home holds a file `broken`: then it dies at once.
+MENDABLE_NODE = [sys.executable, "-c", (
+    "import os, runpy, sys\n"
+    "if os.path.exists(os.path.join(os.environ['CADRE_NODE_DIR'], '..', '..', 'broken')):\n"
+    "    sys.exit('broken on purpose')\n"
+    "runpy.run_module('cadre_desktop.node', run_name='__main__')\n")]
 
 
 def enabled(window) -> set[str]:
@@ -322,3 +331,25 @@ def test_filter_finds_names_and_addresses_with_dashes_spaces_and_dots(shell, aio
     assert names() == ["Living room"]
     window.filter.setText("nothing-like.this")
     assert names() == []
+
+
+@pytest.mark.parametrize("settings_doc", [fast_settings(node_command=MENDABLE_NODE, sweep_ms=60_000)],
+                         indirect=True)
+def test_after_retry_the_details_say_the_new_decision_and_attempts_at_once(shell, aio, home):
+    """Regression: after a Retry the pane kept "Last decision: give-up" until the next pass
+    (up to a sweep later); the decision and the attempts are the retry's as soon as it returns."""
+    from cadre_desktop.ui.model import ATTEMPTS
+
+    window = shell.window
+    (home / "broken").write_text("")
+    node_id = give_up(shell, aio)
+    window.select(node_id)
+    aio.wait(lambda: shell.model.refresh() or window.details.fields["decision"].text().startswith("give-up"))
+    (home / "broken").unlink()
+    window.retry_button.click()
+    aio.wait(lambda: not shell.actions.busy(node_id))
+    assert window.details.fields["decision"].text().startswith("start, at ")
+    assert "retry" in window.details.fields["decision"].text()
+    view = shell.model.view(node_id)
+    assert view.status != "error" and view.running
+    assert shell.model.index(shell.model.row_of(node_id), ATTEMPTS).data() == str(shell.host.get_node(node_id).attempts)

@@ -273,6 +273,12 @@ class Supervisor:
                                           "error": why}
         return True
 
+    def note_requested_start(self, node_id: str, why: str) -> None:
+        """A person started the node (a Retry): that is its last decision now, not the give-up
+        the last pass made (which would show until the next pass)."""
+        self.last_decisions[node_id] = {"decision": Decision.START.value, "at": iso(self.clock.now()), "ms": 0.0,
+                                        "error": why}
+
     def _note_decision(self, node_id: str, verdict: Verdict | None, ms: float, error: str | None) -> None:
         self.last_decisions[node_id] = {
             "decision": verdict.decision.value if verdict else "error",
