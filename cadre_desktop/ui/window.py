@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 PREFERRED = QSize(1100, 620)
 MINIMUM = QSize(420, 300)
+#: The details pane's share at the default size, at least.
+DETAILS_WIDTH = 340
 SCREEN_SHARE = 0.9
 EMPTY_TEXT = (
     "<h2>No nodes yet</h2>"
@@ -110,6 +112,9 @@ class NodeWindow(QMainWindow):
         self.filter.setPlaceholderText("Filter nodes (Ctrl+F)")
         self.filter.setClearButtonEnabled(True)
         self.filter.setToolTip("Show only nodes whose name, status, cadre, address or id contains this")
+        # The placeholder whole, with room for the clear button and the frame.
+        self.filter.setMinimumWidth(self.filter.fontMetrics().horizontalAdvance(self.filter.placeholderText())
+                                    + self.filter.sizeHint().height() + 24)
         self.details = DetailsPane(self.model)
         self.log = LogView(self.host)
         self.log.hide()
@@ -322,21 +327,31 @@ class NodeWindow(QMainWindow):
 
     # -- size and place ---------------------------------------------------------------------
 
-    def _place(self) -> None:
+    def _place(self, available: QRect | None = None) -> None:
+        """The saved size and place, else the default size, on `available` (the screen's free area)."""
         self._placed = True
-        screen = self.screen() or QGuiApplication.primaryScreen()
-        available = screen.availableGeometry() if screen else QRect(0, 0, PREFERRED.width(), PREFERRED.height())
+        if available is None:
+            screen = self.screen() or QGuiApplication.primaryScreen()
+            available = screen.availableGeometry() if screen else QRect(0, 0, PREFERRED.width(), PREFERRED.height())
         saved = self._saved_geometry()
         if saved is not None and self.restoreGeometry(saved):
             wanted = self.geometry()
         else:
-            share = QSize(int(available.width() * SCREEN_SHARE), int(available.height() * SCREEN_SHARE))
-            size = PREFERRED.boundedTo(share)
-            wanted = QRect(available.center().x() - size.width() // 2, available.center().y() - size.height() // 2,
-                           size.width(), size.height())
+            wanted = self.default_rect(available)
         placed = fit_rect(wanted, available, self.minimumSize())
         self.setGeometry(placed)
-        self.splitters[0].setSizes([placed.width() * 11 // 20, placed.width() * 9 // 20])
+        share = placed.width() * 11 // 20
+        table = share if saved is not None else min(self.table.wanted_width(),
+                                                    max(share, placed.width() - DETAILS_WIDTH - 40))
+        self.splitters[0].setSizes([table, max(placed.width() - table, 1)])
+
+    def default_rect(self, available: QRect) -> QRect:
+        """Wide enough for every column and the details beside them (as far as the screen allows), centred."""
+        share = QSize(int(available.width() * SCREEN_SHARE), int(available.height() * SCREEN_SHARE))
+        width = self.table.wanted_width() + DETAILS_WIDTH + 40  # the splitter's handle and the margins
+        size = QSize(max(width, PREFERRED.width()), PREFERRED.height()).boundedTo(share)
+        return QRect(available.center().x() - size.width() // 2, available.center().y() - size.height() // 2,
+                     size.width(), size.height())
 
     def _saved_geometry(self) -> QByteArray | None:
         try:

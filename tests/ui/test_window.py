@@ -353,3 +353,23 @@ def test_after_retry_the_details_say_the_new_decision_and_attempts_at_once(shell
     view = shell.model.view(node_id)
     assert view.status != "error" and view.running
     assert shell.model.index(shell.model.row_of(node_id), ATTEMPTS).data() == str(shell.host.get_node(node_id).attempts)
+
+
+def test_the_default_size_shows_every_column_and_the_whole_filter_placeholder(shell, aio, qtbot):
+    """Regression: the default size hid Address, CPU, Memory and Reason behind a horizontal
+    scrollbar, cut the filter's placeholder, and the status column was cut at 2× scale."""
+    from PySide6.QtCore import QRect
+
+    from cadre_desktop.ui.model import ERROR, STATUS
+    from cadre_desktop.ui.table import REASON_AT_LEAST
+
+    window, table = shell.window, shell.window.table
+    added(shell, aio, "Living room")
+    window._place(QRect(0, 0, 1920, 1080))  # a common screen at 1×
+    window.present()
+    qtbot.waitExposed(window)
+    qtbot.waitUntil(lambda: not table.horizontalScrollBar().isVisible())
+    assert table.columnWidth(ERROR) >= table.fontMetrics().horizontalAdvance(REASON_AT_LEAST)
+    assert table.columnWidth(STATUS) >= table.sizeHintForColumn(STATUS) + 16  # the dot and the words, with room
+    placeholder = window.filter.fontMetrics().horizontalAdvance(window.filter.placeholderText())
+    assert window.filter.width() >= placeholder + 24
