@@ -237,8 +237,9 @@ class Shell(QObject):
         ask_how_to_quit(self._dialog_parent(), running, self.settings.keep_nodes_running_on_quit, self._answered)
 
     def _answered(self, keep_running: bool, ask_again: bool) -> None:
+        """The answer holds for this quit; it becomes the preference only with *Don't ask again*."""
         self.stop_nodes_on_quit = not keep_running
-        changes = {"keep_nodes_running_on_quit": keep_running, "ask_on_quit": ask_again}
+        changes = {} if ask_again else {"keep_nodes_running_on_quit": keep_running, "ask_on_quit": False}
         if any(getattr(self.settings, k) != v for k, v in changes.items()):
             try:
                 self.apply_settings(save_changes(self.host.paths.settings_file, changes))
