@@ -141,3 +141,22 @@ def test_retry_pressed_in_the_notification_closes_it_once_the_node_is_back(deskt
         until(lambda: control_request(home, "GET", f"/api/nodes/{node_id}")[1].get("ready"), "the node back")
         until(lambda: monitor.calls("CloseNotification"), "the notice withdrawn")
         until(lambda: dunst.displayed() == 0, "nothing left on screen")
+
+
+@pytest.mark.parametrize("desktop", ["trayer"], indirect=True)
+def test_doctor_asks_the_notification_service_the_app_uses(desktop, tmp_path):
+    """Regression: doctor's notification check asked Qt's tray ("supported" with no service at all)."""
+    import subprocess
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**desktop.env(), "CADRE_DESKTOP_HOME": str(home)}
+    doctor = lambda: subprocess.run([sys.executable, "-m", "cadre_desktop", "doctor"], env=env,  # noqa: E731
+                                    capture_output=True, text=True, timeout=120).stdout
+    line = lambda out: next(x for x in out.splitlines() if "notifications:" in x)  # noqa: E731
+    assert "no notification service answers" in line(doctor())  # a tray, but no service yet
+    dunst = Dunst(tmp_path, desktop.env())
+    try:
+        assert "notification service answers, with buttons" in line(doctor())
+    finally:
+        dunst.stop()
