@@ -50,6 +50,11 @@ class Paths:
         return self.data_dir / "host.lock"
 
     @property
+    def first_run_marker(self) -> Path:
+        """Present: the next tray start opens its window with the welcome (then deletes it)."""
+        return self.config_dir / "first_run"
+
+    @property
     def settings_file(self) -> Path:
         return self.config_dir / "settings.json"
 

@@ -66,6 +66,7 @@ async def _serve(paths: Paths, name: str) -> int:
 
     quit_now = asyncio.Event()
     _stop_on_signals(quit_now.set)  # before start: a SIGTERM while starting still stops cleanly
+    first_run = is_first_run(paths)  # before the host's start writes its files
     try:
         settings = load_settings(paths.settings_file)
         host = Host(paths, settings)
@@ -83,13 +84,21 @@ async def _serve(paths: Paths, name: str) -> int:
     shell = Shell(host, settings)
     server.show_requested.connect(shell.present_window)
     shell.quit_requested.connect(quit_now.set)
-    shell.start()
+    shell.start(first_run=first_run)
+    if first_run:
+        paths.first_run_marker.unlink(missing_ok=True)  # said once
     log.info("tray app running for %s", paths.data_dir)
     await quit_now.wait()
     log.info("quitting")
     await shell.stop()
     server.close()
     return 0
+
+
+def is_first_run(paths: Paths) -> bool:
+    """No node was ever added in this home (no hosted-nodes.json), or set-up asked for the
+    welcome again (the `first_run` marker in the config folder)."""
+    return not paths.records_file.exists() or paths.first_run_marker.exists()
 
 
 async def _tell(error: BaseException, doing: str) -> None:

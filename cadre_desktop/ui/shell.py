@@ -139,9 +139,13 @@ class Shell(QObject):
 
     # -- start -----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Show the tray icon; with no tray yet, show the window at once and keep looking a while."""
+    def start(self, first_run: bool = False) -> None:
+        """Show the tray icon; with no tray yet, show the window at once and keep looking a while.
+        A first start opens the window with a welcome: an icon alone says nothing to a new user."""
         self.tray.show()
+        if first_run:
+            self.window.show_welcome()
+            self.window.present()
         if not QSystemTrayIcon.isSystemTrayAvailable():
             log.info("no system tray yet; waiting up to %.0f s for one", self.tray_wait_s)
             self.window.explain_no_tray(WAITING_TEXT)

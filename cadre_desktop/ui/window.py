@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import sys
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QRect, QSize, Qt, Signal
@@ -41,6 +42,25 @@ EMPTY_TEXT = (
     "(on the same network) to claim it into your cadre.</p>"
     "<p>If a member of a cadre sent you an invitation, use <b>Join with invitation</b> instead.</p>"
 )
+#: Where the tray icon is, per platform, for the first start's welcome.
+TRAY_PLACE = {
+    "darwin": "in the menu bar, at the top right of the screen",
+    "win32": "in the notification area at the bottom right, near the clock (it may be behind the ^ arrow)",
+}
+TRAY_PLACE_OTHER = "in the panel's system tray (the notification area), usually near the clock"
+
+
+def welcome_text(platform: str = sys.platform) -> str:
+    """The first start's words: what a node is, what to press, where the app lives afterwards."""
+    return (
+        "<b>Welcome to cadre-desktop.</b> A <i>node</i> is a small program this computer runs for a "
+        "cadre, a group of peers owned by a person. Press <b>Add node</b> to start one, then scan its "
+        "QR code with your phone to claim it.<br>cadre-desktop keeps running in the tray: its icon is "
+        f"{TRAY_PLACE.get(platform, TRAY_PLACE_OTHER)}. Click it for this window; its menu has "
+        "<i>Add node…</i>, <i>Preferences…</i> and <i>Quit</i>. Closing this window stops nothing."
+    )
+
+
 BUTTONS = (  # attribute, text with its mnemonic, tooltip
     ("add_button", "&Add node…", "Start a new node that waits to be claimed (Ctrl+N)"),
     ("join_button", "&Join with invitation…", "Start a new node that joins a cadre with an invitation"),
@@ -98,6 +118,15 @@ class NodeWindow(QMainWindow):
         self.banner.setTextFormat(Qt.TextFormat.RichText)
         self.banner.setStyleSheet("QLabel { background: #fff4ce; color: #3d3000; padding: 8px; }")
         self.banner.hide()
+        self.welcome = QLabel()
+        self.welcome.setWordWrap(True)
+        self.welcome.setTextFormat(Qt.TextFormat.RichText)
+        self.welcome.setStyleSheet("QLabel { background: #e8f1fb; color: #0b2e4f; padding: 8px; }")
+        self.welcome.hide()
+        self.welcome_button = QPushButton("&Got it")
+        self.welcome_button.setToolTip("Hide this welcome")
+        self.welcome_button.hide()
+        self.welcome_button.clicked.connect(self.hide_welcome)
         for attr, text, tip in BUTTONS:
             button = QPushButton(text)
             button.setToolTip(tip)
@@ -161,6 +190,10 @@ class NodeWindow(QMainWindow):
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.addWidget(self.banner)
+        welcome_row = QHBoxLayout()
+        welcome_row.addWidget(self.welcome, 1)
+        welcome_row.addWidget(self.welcome_button, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addLayout(welcome_row)
         layout.addLayout(top_row)
         layout.addWidget(self.pages, 1)
         self.setCentralWidget(central)
@@ -320,6 +353,17 @@ class NodeWindow(QMainWindow):
         self.banner.setText(text)
         self.banner.show()
         self.quit_on_close = True
+
+    def show_welcome(self) -> None:
+        """The first start: say what a node is, what to press and where the tray icon is."""
+        self.welcome.setText(welcome_text())
+        self.welcome.show()
+        self.welcome_button.show()
+        self.add_button.setFocus()
+
+    def hide_welcome(self) -> None:
+        self.welcome.hide()
+        self.welcome_button.hide()
 
     def tray_found(self) -> None:
         self.banner.hide()

@@ -208,3 +208,48 @@ def test_a_node_kept_running_and_re_attached_keeps_its_uptime(shell, aio):
         assert after.pid == before.pid and after.started_at == before.started_at
     finally:
         aio.run(again.stop(stop_nodes=True))
+
+
+def test_a_first_start_opens_the_window_with_a_welcome(shell, qtbot, monkeypatch):
+    """Regression: the first start showed only a small grey icon; nothing said where to look."""
+    from cadre_desktop.ui import shell as shell_module
+
+    monkeypatch.setattr(shell_module.QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
+    shell.start(first_run=True)
+    window = shell.window
+    qtbot.waitExposed(window)
+    words = window.welcome.text()
+    assert window.welcome.isVisible() and "A <i>node</i> is" in words and "<b>Add node</b>" in words
+    assert "tray" in words and "its icon is" in words
+    window.welcome_button.click()
+    assert not window.welcome.isVisible()
+
+
+def test_later_starts_open_no_window(shell, monkeypatch):
+    from cadre_desktop.ui import shell as shell_module
+
+    monkeypatch.setattr(shell_module.QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
+    shell.start(first_run=False)
+    assert shell._window is None
+
+
+@pytest.mark.parametrize(("platform", "words"), [("darwin", "menu bar"), ("win32", "^ arrow"),
+                                                 ("linux", "system tray")])
+def test_the_welcome_says_where_the_tray_icon_is_on_each_platform(platform, words):
+    from cadre_desktop.ui.window import welcome_text
+
+    assert words in welcome_text(platform)
+
+
+def test_first_run_is_a_home_without_records_or_with_the_marker(tmp_path):
+    from cadre_desktop.paths import Paths
+    from cadre_desktop.ui.app import is_first_run
+
+    paths = Paths(data_dir=tmp_path / "data", config_dir=tmp_path / "cfg", log_dir=tmp_path / "logs")
+    assert is_first_run(paths)
+    paths.records_file.parent.mkdir(parents=True)
+    paths.records_file.write_text("{}")
+    assert not is_first_run(paths)
+    paths.first_run_marker.parent.mkdir(parents=True)
+    paths.first_run_marker.touch()
+    assert is_first_run(paths)
