@@ -50,6 +50,11 @@ class Paths:
         return self.data_dir / "host.lock"
 
     @property
+    def history_file(self) -> Path:
+        """Each hosted node's history of states and restarts (host/core/history.py)."""
+        return self.data_dir / "node-history.json"
+
+    @property
     def first_run_marker(self) -> Path:
         """Present: the next tray start opens its window with the welcome (then deletes it)."""
         return self.config_dir / "first_run"

@@ -166,6 +166,9 @@ class ControlClient:
     def remove_node(self, node_id: str) -> dict:
         return self.request("DELETE", f"/api/nodes/{_quote(node_id)}", timeout=ACTION_TIMEOUT_S)
 
+    def node_history(self, node_id: str) -> dict:
+        return self.request("GET", f"/api/nodes/{_quote(node_id)}/history")
+
     # -- lending -----------------------------------------------------------------
 
     def list_grants(self) -> list[dict]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from cadre_desktop.errors import CadreError, NoSuchThing
 from cadre_desktop.host import live_settings
@@ -19,6 +20,7 @@ from cadre_desktop.host.core.address import ConfiguredAddress
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.events import EventBus, EventKind, HostEvent
+from cadre_desktop.host.core.history import NodeHistory
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Lifecycle
 from cadre_desktop.host.core.lock import HostLock
@@ -73,6 +75,8 @@ class Host:
         self.supervisor: Supervisor | None = None
         self.service: NodeService | None = None
         self.views: NodeViews | None = None
+        #: Each node's history (host/core/history.py).
+        self.history: NodeHistory | None = None
         #: Grants, lent nodes and the lend API (host/lend_host.py).
         self.lending = None
         self.control = None
@@ -109,6 +113,7 @@ class Host:
         if report.attached:
             log.info("re-attached to %d running node(s)", len(report.attached))
         self._make_supervision()
+        self._start_history()
         await self._prefetch_secrets()
         self._tasks.append(asyncio.ensure_future(self._move_keyring_entries()))
         await self.service.reap_stuck()
@@ -126,6 +131,21 @@ class Host:
             await self.control.start()
         self._started = True
         log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
+
+    def _start_history(self) -> None:
+        """Each node's history: read, then fed by every engine event from now on."""
+        views = self.views
+
+        def view_of(node_id: str) -> NodeView | None:
+            try:
+                return views.get(node_id) if views is not None else None
+            except NoSuchThing:
+                return None
+        self.history = NodeHistory(self.paths.history_file, self.clock, view_of)
+        self.history.load()
+        self.events.subscribe(self.history.on_event)
+        for record in self.store.list():
+            self.history.observe(record.id)
 
     def _load_files(self) -> None:
         """Read every file the host keeps; a broken one stops the start and is left as it is."""
@@ -266,6 +286,9 @@ class Host:
             if stop_nodes:
                 await self.driver.stop_all()
             self.driver.close()
+        if self.history is not None:
+            self.history.host_stopped()
+            self.history = None
         self.secrets.close()
         self._lock.release()
         self._started = False
@@ -283,6 +306,13 @@ class Host:
         if self.views is None:
             raise NoSuchThing(f"There is no node {node_id!r} on this host.")
         return self.views.get(node_id)
+
+    def node_history(self, node_id: str) -> dict[str, Any]:
+        """The node's last 24 hours and 7 days: spans of state, restarts, uptime (host/core/history.py)."""
+        self.get_node(node_id)
+        if self.history is None:
+            raise NoSuchThing(f"There is no node {node_id!r} on this host.")
+        return self.history.to_json(node_id)
 
     def log_tail(self, node_id: str, lines: int = 200) -> list[str]:
         self.get_node(node_id)

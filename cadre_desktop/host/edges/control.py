@@ -184,6 +184,7 @@ class ControlServer:
             web.post("/api/nodes/{id}/regenerate", self._action("regenerate_node")),
             web.post("/api/nodes/{id}/invite", self._invite_node),
             web.get("/api/events", self._events),
+            web.get("/api/nodes/{id}/history", self._node_history),
         ])
         app.add_routes(lend_control.routes(self))  # lending's routes live beside these
         sock = bind_socket(self.bind, 0, reuse=False)
@@ -424,3 +425,7 @@ class ControlServer:
         finally:
             self._streams.discard(queue)
         return response
+
+    async def _node_history(self, request: web.Request) -> web.Response:
+        """The node's last 24 hours and 7 days (host/core/history.py)."""
+        return web.json_response(self.host.node_history(self._node_id(request)))
