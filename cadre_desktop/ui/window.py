@@ -34,6 +34,8 @@ PREFERRED = QSize(1100, 620)
 MINIMUM = QSize(420, 300)
 #: The details pane's share at the default size, at least.
 DETAILS_WIDTH = 340
+#: The default height when the details go under the table (a narrow screen).
+STACKED_HEIGHT = 760
 SCREEN_SHARE = 0.9
 EMPTY_TEXT = (
     "<h2>No nodes yet</h2>"
@@ -384,16 +386,27 @@ class NodeWindow(QMainWindow):
             wanted = self.default_rect(available)
         placed = fit_rect(wanted, available, self.minimumSize())
         self.setGeometry(placed)
-        share = placed.width() * 11 // 20
-        table = share if saved is not None else min(self.table.wanted_width(),
-                                                    max(share, placed.width() - DETAILS_WIDTH - 40))
-        self.splitters[0].setSizes([table, max(placed.width() - table, 1)])
+        across = self.splitters[0]
+        if self._side_by_side_fits(placed.width()):
+            across.setOrientation(Qt.Orientation.Horizontal)
+            share = placed.width() * 11 // 20
+            table = share if saved is not None else min(self.table.wanted_width(),
+                                                        placed.width() - DETAILS_WIDTH - 40)
+            across.setSizes([table, max(placed.width() - table, 1)])
+        else:  # too narrow for every column beside the details: the details go under the table
+            across.setOrientation(Qt.Orientation.Vertical)
+            across.setSizes([placed.height() * 9 // 20, placed.height() * 11 // 20])
+
+    def _side_by_side_fits(self, width: int) -> bool:
+        return width >= self.table.wanted_width() + DETAILS_WIDTH + 40  # the splitter's handle and the margins
 
     def default_rect(self, available: QRect) -> QRect:
-        """Wide enough for every column and the details beside them (as far as the screen allows), centred."""
+        """Wide enough for every column and the details beside them, else (a narrow screen) every
+        column with the details under them; as far as the screen allows, centred."""
         share = QSize(int(available.width() * SCREEN_SHARE), int(available.height() * SCREEN_SHARE))
-        width = self.table.wanted_width() + DETAILS_WIDTH + 40  # the splitter's handle and the margins
-        size = QSize(max(width, PREFERRED.width()), PREFERRED.height()).boundedTo(share)
+        width = self.table.wanted_width() + DETAILS_WIDTH + 40
+        height = PREFERRED.height() if width <= share.width() else STACKED_HEIGHT
+        size = QSize(max(width, PREFERRED.width()), height).boundedTo(share)
         return QRect(available.center().x() - size.width() // 2, available.center().y() - size.height() // 2,
                      size.width(), size.height())
 

@@ -373,3 +373,20 @@ def test_the_default_size_shows_every_column_and_the_whole_filter_placeholder(sh
     assert table.columnWidth(STATUS) >= table.sizeHintForColumn(STATUS) + 16  # the dot and the words, with room
     placeholder = window.filter.fontMetrics().horizontalAdvance(window.filter.placeholderText())
     assert window.filter.width() >= placeholder + 24
+
+
+def test_on_a_narrow_screen_the_details_go_under_a_table_that_shows_every_column(shell, aio, qtbot):
+    """A 1280-pixel screen cannot hold every column and the details side by side: rather than a
+    horizontal scrollbar, the details go under the table."""
+    from PySide6.QtCore import QRect, Qt
+
+    window, table = shell.window, shell.window.table
+    added(shell, aio, "Living room")
+    window._place(QRect(0, 0, 1280, 800))
+    window.present()
+    qtbot.waitExposed(window)
+    assert window.splitters[0].orientation() is Qt.Orientation.Vertical
+    qtbot.waitUntil(lambda: not table.horizontalScrollBar().isVisible())
+    assert window.details.height() >= 200 and window.details.width() > table.wanted_width() - 40
+    window._place(QRect(0, 0, 1920, 1080))  # wide enough again: side by side
+    assert window.splitters[0].orientation() is Qt.Orientation.Horizontal
