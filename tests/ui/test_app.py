@@ -253,3 +253,21 @@ def test_first_run_is_a_home_without_records_or_with_the_marker(tmp_path):
     paths.first_run_marker.parent.mkdir(parents=True)
     paths.first_run_marker.touch()
     assert is_first_run(paths)
+
+
+def test_disabled_text_is_dimmed_where_a_dark_theme_left_it_as_enabled(qapp):
+    """Regression: under a dark GTK theme disabled buttons looked enabled (the theme gave the
+    disabled colour group the enabled text colour)."""
+    from PySide6.QtGui import QColor, QPalette
+
+    from cadre_desktop.ui.app import mend_disabled_colours
+
+    dark = QPalette()
+    for group in (QPalette.ColorGroup.Active, QPalette.ColorGroup.Inactive, QPalette.ColorGroup.Disabled):
+        dark.setColor(group, QPalette.ColorRole.ButtonText, QColor("#eeeeee"))
+        dark.setColor(group, QPalette.ColorRole.Button, QColor("#2b2b2b"))
+    assert mend_disabled_colours(dark)
+    disabled = dark.color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.ButtonText)
+    assert disabled != QColor("#eeeeee") and 0x70 < disabled.lightness() < 0xc0
+    assert dark.color(QPalette.ColorGroup.Active, QPalette.ColorRole.ButtonText) == QColor("#eeeeee")
+    assert not mend_disabled_colours(dark)  # a theme that dims them is left alone
