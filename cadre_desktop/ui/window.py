@@ -331,6 +331,7 @@ class NodeWindow(QMainWindow):
     def present(self) -> None:
         if not self._placed:
             self._place()
+        self._select_first_if_none()  # a window built after the nodes were added has had no insert
         self.show()
         if self.isMinimized():
             self.showNormal()

@@ -390,3 +390,15 @@ def test_on_a_narrow_screen_the_details_go_under_a_table_that_shows_every_column
     assert window.details.height() >= 200 and window.details.width() > table.wanted_width() - 40
     window._place(QRect(0, 0, 1920, 1080))  # wide enough again: side by side
     assert window.splitters[0].orientation() is Qt.Orientation.Horizontal
+
+
+def test_a_window_built_after_the_nodes_opens_on_one_of_them(shell, aio, qtbot):
+    """Regression: the window is built when first shown; rows already there were never
+    "inserted" into it, so nothing was selected and the details pane stayed empty."""
+    shell.actions.add("Kitchen")
+    view = aio.wait(lambda: next((v for v in shell.model.views() if v.ready), None))
+    assert shell._window is None
+    shell.present_window()
+    qtbot.waitExposed(shell.window)
+    assert shell.window.selected_id() == view.id
+    assert shell.window.details.title.text() == "Kitchen"
