@@ -88,6 +88,7 @@ class Paths:
             "control": str(self.control_file),
             "grants": str(self.grants_file),
             "donations": str(self.donations_file),
+            "history": str(self.history_file),
             "nodes": str(self.nodes_dir),
         }
 
