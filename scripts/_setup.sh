@@ -6,7 +6,8 @@
 # Each step says what it does as a numbered line ("[2/4] installing ... "), a long one
 # says it is still at work every few seconds with the time so far, and each ends with
 # "done (N s)". The tools' own output (apt's progress, pip's build warnings) goes to a
-# log that is shown only if the step fails. A step with nothing to do says so.
+# log that is shown only if the step fails. A step with nothing to do is silent (it
+# keeps its number), so a run once everything is installed prints nothing of set-up.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -22,18 +23,23 @@ step() {
     echo "[$STEP/$STEPS] $*" >&2
 }
 
+# skip: a step with nothing to do keeps its number, silently.
+skip() {
+    STEP=$((STEP + 1))
+}
+
 ensure_debs() {
     local missing=() pkg
     for pkg in "$@"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
     done
     if ! ((${#missing[@]})); then
-        step "system packages: all ${#} present"
+        skip
         return 0
     fi
     local sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    step "installing ${#missing[@]} system packages (apt-get): ${missing[*]}"
+    step "installing system packages (apt-get): ${missing[*]}"
     quietly "apt-get update" $sudo apt-get update -q
     quietly "apt-get install" env DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
@@ -67,7 +73,7 @@ ensure_venv() {
         step "creating the virtualenv .venv"
         quietly "python3 -m venv" python3 -m venv "$VENV" || { ensure_debs python3-venv; python3 -m venv "$VENV"; }
     else
-        step "virtualenv .venv: present"
+        skip
     fi
     local stamp="$VENV/.installed-$extras"
     if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
@@ -76,7 +82,7 @@ ensure_venv() {
         quietly "pip install" "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "${ROOT}[$extras]"
         touch "$stamp"
     else
-        step "Python packages ($extras): installed"
+        skip
     fi
 }
 
