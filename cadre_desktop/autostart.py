@@ -5,7 +5,10 @@ platform's branch is a small class whose file location, command and registry
 module come in as arguments, so every branch is tested on Linux.
 `enable()`, `disable()` and `status()` at module level use this computer's.
 
-The entry carries what the running app needs to find the same nodes at login:
+The entry starts the `cadre-desktop` command installed with the running Python
+(`launch_command`), which outlives the folder the app was started from, and names
+an icon that is there (`icon_for_entry`). It carries what the running app needs
+to find the same nodes at login:
 `CADRE_DESKTOP_HOME` (made absolute), the keyring backend, and the XDG data and
 state folders platformdirs reads when no home is set. `status()` is True when the entry
 starts this app as it runs now, False when there is none, and a sentence when
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import os
 import plistlib
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -53,9 +57,22 @@ class AutostartError(MachineError):
     code = "autostart_failed"
 
 
+def installed_command(executable: str, path: str | None = None) -> str | None:
+    """The `cadre-desktop` command installed with this Python (pip, pipx, a .deb): on PATH when it
+    leads to this interpreter's folder, else beside the interpreter. It outlives the folder the
+    app happened to be started from, and carries its own interpreter."""
+    here = Path(executable).parent
+    on_path = shutil.which(APP_NAME, path=path)
+    if on_path and Path(on_path).resolve().parent in (here, here.resolve()):
+        return on_path
+    beside = here / APP_NAME
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+
+
 def launch_command(*, frozen: bool | None = None, executable: str | None = None,
-                   platform: str | None = None) -> list[str]:
-    """What starts the tray app: the bundle itself when frozen, else this Python with `-m cadre_desktop`."""
+                   platform: str | None = None, path: str | None = None) -> list[str]:
+    """What starts the tray app: the bundle itself when frozen, else the `cadre-desktop` command
+    installed with this Python, else this Python with `-m cadre_desktop`."""
     frozen = getattr(sys, "frozen", False) if frozen is None else frozen
     executable = executable or sys.executable
     windows = (platform or sys.platform) == "win32"
@@ -66,11 +83,30 @@ def launch_command(*, frozen: bool | None = None, executable: str | None = None,
             return [str(exe.with_name("cadre-desktop.exe"))]
         return [executable]
     if windows:
-        # pythonw.exe opens no console window at login.
+        # pythonw.exe opens no console window at login (the installed script is a console one).
         windowed = Path(executable).with_name("pythonw.exe")
         if Path(executable).name.lower() == "python.exe" and windowed.exists():
             executable = str(windowed)
-    return [executable, "-m", "cadre_desktop"]
+        return [executable, "-m", "cadre_desktop"]
+    command = installed_command(executable, path)
+    return [command] if command else [executable, "-m", "cadre_desktop"]
+
+
+#: The app's icon in the package (the theme's name is used only where it is installed).
+PACKAGE_ICON = Path(__file__).resolve().parent / "ui" / "icons" / "app.svg"
+
+
+def icon_for_entry(env: Mapping[str, str] | None = None) -> str:
+    """The Icon= of a desktop entry: the theme's `cadre-desktop` where a package or the install
+    script put it in an icon folder, else the package's own file (a name nothing installed shows
+    no icon)."""
+    env = os.environ if env is None else env
+    data_home = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".local" / "share")
+    data_dirs = (env.get("XDG_DATA_DIRS") or "/usr/local/share:/usr/share").split(":")
+    for base in [data_home, *data_dirs]:
+        if base and (Path(base) / "icons" / "hicolor" / "scalable" / "apps" / f"{APP_NAME}.svg").is_file():
+            return APP_NAME
+    return str(PACKAGE_ICON) if PACKAGE_ICON.is_file() else APP_NAME
 
 
 def _failed(doing: str, exc: OSError) -> AutostartError:
@@ -132,6 +168,7 @@ class XdgAutostart(_LoginFile):
         self.path = Path(config) / "autostart" / f"{APP_NAME}.desktop"
         self.command = command
         self.carried = dict(carried or {})
+        self.icon = icon_for_entry(env)
 
     def exec_line(self) -> str:
         prefix = ["env", *(f"{k}={v}" for k, v in self.carried.items())] if self.carried else []
@@ -144,7 +181,7 @@ class XdgAutostart(_LoginFile):
             f"Name={APP_NAME}\n"
             "Comment=Host cadre nodes on this computer\n"
             f"Exec={self.exec_line()}\n"
-            f"Icon={APP_NAME}\n"
+            f"Icon={self.icon}\n"
             "Terminal=false\n"
             "X-GNOME-Autostart-enabled=true\n"
         )

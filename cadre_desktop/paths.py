@@ -51,6 +51,16 @@ class Paths:
         return self.data_dir / "host.lock"
 
     @property
+    def history_file(self) -> Path:
+        """Each hosted node's history of states and restarts (host/core/history.py)."""
+        return self.data_dir / "node-history.json"
+
+    @property
+    def first_run_marker(self) -> Path:
+        """Present: the next tray start opens its window with the welcome (then deletes it)."""
+        return self.config_dir / "first_run"
+
+    @property
     def settings_file(self) -> Path:
         return self.config_dir / "settings.json"
 
@@ -79,6 +89,7 @@ class Paths:
             "control": str(self.control_file),
             "grants": str(self.grants_file),
             "donations": str(self.donations_file),
+            "history": str(self.history_file),
             "nodes": str(self.nodes_dir),
         }
 

@@ -7,6 +7,7 @@ the file, so a typo is never silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import sys
@@ -267,6 +268,15 @@ _CHECKS = {
 KNOWN_KEYS = tuple(_CHECKS)
 
 
+def did_you_mean(key: str) -> str:
+    """" (did you mean 'sweep_ms'?)" for the nearest known key, else a pointer to the list
+    (thirty keys in a dialog hide the one that was meant)."""
+    near = difflib.get_close_matches(key if isinstance(key, str) else "", KNOWN_KEYS, n=1, cutoff=0.6)
+    if near:
+        return f"; did you mean {near[0]!r}?"
+    return "; every setting is in the README's Settings table"
+
+
 def parse_settings(doc: Any, source: str) -> Settings:
     if not isinstance(doc, dict):
         raise SettingsError(f"{source}: settings must be a JSON object, like {{\"sweep_ms\": 60000}}")
@@ -274,9 +284,7 @@ def parse_settings(doc: Any, source: str) -> Settings:
     for key, raw in doc.items():
         check = _CHECKS.get(key)
         if check is None:
-            raise SettingsError(
-                f"{source}: unknown setting {key!r}. Known settings: {', '.join(KNOWN_KEYS)}"
-            )
+            raise SettingsError(f"{source}: unknown setting {key!r}{did_you_mean(key)}")
         value, problem = check(raw)
         if problem:
             raise SettingsError(f"{source}: setting {key!r} {problem} (got {json.dumps(raw)[:200]})")

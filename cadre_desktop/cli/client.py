@@ -172,6 +172,9 @@ class ControlClient:
     def set_node_caps(self, node_id: str, change: dict[str, Any]) -> dict:
         return self.request("PATCH", f"/api/nodes/{_quote(node_id)}", change, timeout=ACTION_TIMEOUT_S)
 
+    def node_history(self, node_id: str) -> dict:
+        return self.request("GET", f"/api/nodes/{_quote(node_id)}/history")
+
     # -- lending -----------------------------------------------------------------
 
     def list_grants(self) -> list[dict]:

@@ -24,6 +24,7 @@ from typing import Any
 from cadre_desktop import __version__, build_commit
 from cadre_desktop.cli import caps, lending
 from cadre_desktop.cli.client import NoHost
+from cadre_desktop.cli.history import cmd_history
 from cadre_desktop.cli.logs import cmd_logs
 from cadre_desktop.cli.terminal import (
     EXIT_FAILED,
@@ -379,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_parser("watch", parents=[as_json], help="print host events as they happen, until Ctrl-C"
                      ).set_defaults(func=cmd_watch)
     caps.add_parser(nodes, as_json, node_id)  # node set: a node's caps
+    nodes.add_parser("history", parents=[as_json, node_id], help="a node's last 24 hours and 7 days as a strip"
+                     ).set_defaults(func=cmd_history)
 
     lending.add_parsers(commands, as_json)  # grant and donation: lending
     commands.add_parser("doctor", help="check that this computer can host nodes").set_defaults(func=cmd_doctor)

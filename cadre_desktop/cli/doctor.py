@@ -2,12 +2,14 @@
 
 Each check is a small function returning a CheckResult, so tests can run one
 alone with fakes. Required checks decide the exit code; the others (a running
-host, the tray and notifications) only inform. A missing display is "skipped",
+host, the tray and notifications) only inform. Notifications are asked of the
+service the app uses (desktop-notifier), not of Qt's tray, which is only its fallback. A missing display is "skipped",
 never a failure: the headless host needs none.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -243,8 +245,48 @@ def probe_display(timeout: float = DISPLAY_PROBE_TIMEOUT_S) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+NOTIFY_PROBE_TIMEOUT_S = 5.0
+
+
+async def _service_capabilities() -> frozenset[str]:
+    from desktop_notifier import DesktopNotifier
+
+    notifier = DesktopNotifier(app_name="cadre-desktop")
+    try:
+        async with asyncio.timeout(NOTIFY_PROBE_TIMEOUT_S):
+            return frozenset(c.name for c in await notifier.get_capabilities())
+    finally:
+        bus = getattr(getattr(notifier, "_backend", None), "bus", None)
+        if bus is not None:
+            bus.disconnect()
+
+
+def probe_notifications() -> frozenset[str] | None:
+    """What the desktop's notification service can do, asked as the app asks it (desktop-notifier:
+    org.freedesktop.Notifications on the session bus on Linux); None when no service answers."""
+    try:
+        return asyncio.run(_service_capabilities()) or None
+    except Exception:  # no session bus, no service, one that hangs: the app falls back to the tray
+        return None
+
+
+def notification_result(capabilities: frozenset[str] | None, balloon: bool) -> CheckResult:
+    """The notifications line: the service the app uses first, Qt's tray balloon only as its fallback."""
+    if capabilities is not None and "TITLE" in capabilities:
+        if "BUTTONS" in capabilities:
+            return ok("notifications", "the desktop's notification service answers, with buttons (Retry)", False)
+        return ok("notifications", "the desktop's notification service answers, without buttons: "
+                  "open the window to retry a node", False)
+    if balloon:
+        return CheckResult("notifications", Outcome.WARN, "no notification service answers; the tray's "
+                           "balloon shows them instead, without a Retry button", False)
+    return CheckResult("notifications", Outcome.WARN, "no notification service answers and the tray cannot "
+                       "show messages; you will not be told when the host gives up on a node", False)
+
+
 def check_desktop(probe: Callable[[], dict] = probe_display, env: dict[str, str] | None = None,
-                  platform: str = sys.platform) -> list[CheckResult]:
+                  platform: str = sys.platform,
+                  notifications: Callable[[], frozenset[str] | None] = probe_notifications) -> list[CheckResult]:
     if not has_display(env, platform):
         why = "no display (DISPLAY and WAYLAND_DISPLAY are unset); the headless host does not need one"
         return [CheckResult("tray", Outcome.SKIPPED, why, False),
@@ -259,10 +301,7 @@ def check_desktop(probe: Callable[[], dict] = probe_display, env: dict[str, str]
     tray = (ok("tray", "a system tray is available", False) if found.get("tray") else
             CheckResult("tray", Outcome.WARN, "no system tray; on GNOME install the AppIndicator "
                         "extension, or run `cadre-desktop --headless`", False))
-    note = (ok("notifications", "supported", False) if found.get("messages") else
-            CheckResult("notifications", Outcome.WARN, "the tray cannot show notifications; "
-                        "you will not be told when the host gives up on a node", False))
-    return [tray, note]
+    return [tray, notification_result(notifications(), bool(found.get("messages")))]
 
 
 def main(paths: Paths, out=None) -> int:

@@ -24,6 +24,7 @@ from cadre_desktop.host.core.caps import caps_view, check_caps_change, node_caps
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.driver import NodeCaps, NodeDriver
 from cadre_desktop.host.core.events import EventBus, EventKind, HostEvent
+from cadre_desktop.host.core.history import NodeHistory
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.lock import HostLock
@@ -95,6 +96,8 @@ class Host:
         self.lending: Lending | None = None
         self.control: ControlServer | None = None
         self._tasks: list[asyncio.Future[Any]] = []
+        #: Each node's history (host/core/history.py), from start on.
+        self.history: NodeHistory | None = None
         self._started = False
 
     # The parts `start` made, None before it (front ends and tests read them).
@@ -158,6 +161,7 @@ class Host:
         if report.attached:
             log.info("re-attached to %d running node(s)", len(report.attached))
         p = self._parts = self._make_supervision(driver)
+        self._start_history(p.views)
         await self._prefetch_secrets()
         self._tasks.append(asyncio.ensure_future(self._move_keyring_entries()))
         await p.service.reap_stuck()
@@ -180,6 +184,19 @@ class Host:
             await self.control.start()
         self._started = True
         log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
+
+    def _start_history(self, views: NodeViews) -> None:
+        """Each node's history: read, then fed by every engine event from now on."""
+        def view_of(node_id: str) -> NodeView | None:
+            try:
+                return views.get(node_id)
+            except NoSuchThing:
+                return None
+        history = self.history = NodeHistory(self.paths.history_file, self.clock, view_of)
+        history.load()
+        self.events.subscribe(history.on_event)
+        for record in self.store.list():
+            history.observe(record.id)
 
     def _load_files(self) -> Lending:
         """Read every file the host keeps; a broken one stops the start and is left as it is."""
@@ -331,6 +348,9 @@ class Host:
                 orphans.report(left, at_quit=True)
                 await self._parts.driver.stop_all(leave=frozenset(h.node_id for h in left))
             self._parts.driver.close()
+        if self.history is not None:
+            self.history.host_stopped()
+            self.history = None
         self.secrets.close()
         self._lock.release()
         self._started = False
@@ -348,6 +368,13 @@ class Host:
         if self.views is None:
             raise NoSuchThing(f"There is no node {node_id!r} on this host.")
         return self.views.get(node_id)
+
+    def node_history(self, node_id: str) -> dict[str, Any]:
+        """The node's last 24 hours and 7 days: spans of state, restarts, uptime (host/core/history.py)."""
+        self.get_node(node_id)
+        if self.history is None:
+            raise NoSuchThing(f"There is no node {node_id!r} on this host.")
+        return self.history.to_json(node_id)
 
     def log_tail(self, node_id: str, lines: int = 200) -> list[str]:
         self.get_node(node_id)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+#: When this node's start began: the process's start, or for a standby the moment it is told
+#: who it is (it may have waited loaded for minutes; "ready in" measures this start only).
 _STARTED_AT = time.monotonic()
 
 import os  # noqa: E402
@@ -79,6 +81,8 @@ def _stand_by() -> bool:
     line = sys.stdin.buffer.readline(MAX_STANDBY_LINE + 1)
     if not line:
         return False
+    global _STARTED_AT
+    _STARTED_AT = time.monotonic()
     env = _standby_env(line)
     os.environ.pop(STANDBY_VAR, None)
     os.environ.update(env)

@@ -38,6 +38,17 @@ from cadre_desktop.wire.api import too_large, too_slow, unreadable
 log = logging.getLogger("cadre.node.http")
 access_log = logging.getLogger("cadre.node.access")
 
+#: What the host's probe asks several times a second: answered well, not worth a line each.
+PROBE_PATHS = frozenset({"/status"})
+
+
+def _access_level(method: str, path: str, status: int) -> int:
+    """DEBUG for a probe answered well (a line each would bury the node's own lines), else INFO."""
+    if method in ("GET", "HEAD") and path in PROBE_PATHS and status < 400:
+        return logging.DEBUG
+    return logging.INFO
+
+
 MAX_HEAD = 8192
 MAX_HEADERS = 128
 READ_CHUNK = 16384
@@ -202,8 +213,8 @@ class _Exchange:
                                                    self._read_body))
         waiting = self.h.they_are_waiting_for_100_continue
         await self._send(answer.status, answer.headers, answer.body, head_only=method == "HEAD")
-        access_log.info('%s "%s %s" %s %.1fms', self.remote, method, target, answer.status,
-                        (time.monotonic() - started) * 1000)
+        access_log.log(_access_level(method, path, answer.status), '%s "%s %s" %s %.1fms', self.remote,
+                       method, target, answer.status, (time.monotonic() - started) * 1000)
         self.server.guard.done(self.conn)
         if self.h.our_state is not h11.DONE or self.server.closing:
             return False

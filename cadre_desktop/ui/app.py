@@ -14,7 +14,7 @@ import signal
 import sys
 
 import qasync
-from PySide6.QtGui import QIcon
+from PySide6.QtGui import QColor, QIcon, QPalette
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from cadre_desktop import APP_NAME
@@ -33,6 +33,29 @@ def _no_display() -> bool:
             and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"))
 
 
+#: The roles whose disabled colour some themes leave equal to the active one.
+_DIMMED_ROLES = ((QPalette.ColorRole.ButtonText, QPalette.ColorRole.Button),
+                 (QPalette.ColorRole.WindowText, QPalette.ColorRole.Window),
+                 (QPalette.ColorRole.Text, QPalette.ColorRole.Base))
+
+
+def mend_disabled_colours(palette: QPalette) -> bool:
+    """Give disabled text a dimmed colour where the theme gave it none (a dark GTK theme
+    leaves it equal to the enabled one, so a disabled button looked enabled): halfway
+    between the text and its background. True when something changed."""
+    changed = False
+    for text_role, background_role in _DIMMED_ROLES:
+        active = palette.color(QPalette.ColorGroup.Active, text_role)
+        if palette.color(QPalette.ColorGroup.Disabled, text_role) != active:
+            continue
+        back = palette.color(QPalette.ColorGroup.Active, background_role)
+        dimmed = QColor((active.red() + back.red()) // 2, (active.green() + back.green()) // 2,
+                        (active.blue() + back.blue()) // 2)
+        palette.setColor(QPalette.ColorGroup.Disabled, text_role, dimmed)
+        changed = True
+    return changed
+
+
 def run_gui(argv: list[str] | None = None) -> int:
     if _no_display():
         print(f"{APP_NAME}: there is no graphical display (DISPLAY is not set). "
@@ -45,6 +68,9 @@ def run_gui(argv: list[str] | None = None) -> int:
     app.setDesktopFileName(APP_NAME)
     app.setQuitOnLastWindowClosed(False)
     app.setWindowIcon(QIcon(str(APP_ICON)))
+    palette = app.palette()
+    if mend_disabled_colours(palette):
+        app.setPalette(palette)
     name = instance_name(paths)
     if hand_off(name):
         log.info("%s already runs for %s; asked it to show its window", APP_NAME, paths.data_dir)
@@ -66,6 +92,7 @@ async def _serve(paths: Paths, name: str) -> int:
 
     quit_now = asyncio.Event()
     _stop_on_signals(quit_now.set)  # before start: a SIGTERM while starting still stops cleanly
+    first_run = is_first_run(paths)  # before the host's start writes its files
     try:
         settings = load_settings(paths.settings_file)
         host = Host(paths, settings)
@@ -83,13 +110,21 @@ async def _serve(paths: Paths, name: str) -> int:
     shell = Shell(host, settings)
     server.show_requested.connect(shell.present_window)
     shell.quit_requested.connect(quit_now.set)
-    shell.start()
+    shell.start(first_run=first_run)
+    if first_run:
+        paths.first_run_marker.unlink(missing_ok=True)  # said once
     log.info("tray app running for %s", paths.data_dir)
     await quit_now.wait()
     log.info("quitting")
     await shell.stop()
     server.close()
     return 0
+
+
+def is_first_run(paths: Paths) -> bool:
+    """No node was ever added in this home (no hosted-nodes.json), or set-up asked for the
+    welcome again (the `first_run` marker in the config folder)."""
+    return not paths.records_file.exists() or paths.first_run_marker.exists()
 
 
 async def _tell(error: BaseException, doing: str) -> None:

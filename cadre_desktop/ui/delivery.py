@@ -8,7 +8,9 @@ Qt's balloon is the fallback where no service answers (no D-Bus session, an
 unbundled app on macOS): it has no buttons, and clicking it is the default action.
 
 One live notice per key: sending a key again replaces its notice, `withdraw`
-takes it away. Every call to the service is bounded, and its work runs one at a
+takes it away. A notice whose button was pressed stays live: the service may keep
+it on screen (dunst keeps a critical one), and desktop-notifier forgets it once
+acted on, so its D-Bus id is kept here to close it when its node is back. Every call to the service is bounded, and its work runs one at a
 time, so a withdraw never overtakes the send it withdraws.
 """
 
@@ -62,6 +64,7 @@ class Delivery(QObject):
         self.tray, self.app_icon, self._make = tray, app_icon, make_notifier
         self._notifier = None
         self._live: dict[str, str] = {}
+        self._platform_ids: dict[str, int] = {}
         self._balloon_key = ""
         self._lock = asyncio.Lock()
         if tray is not None:
@@ -106,6 +109,9 @@ class Delivery(QObject):
             return False
         if sent:  # desktop-notifier logs and swallows a failed send; dispatched means it arrived
             self._live[notice.key] = identifier
+            platform_id = _platform_id(notifier, identifier)
+            if platform_id is not None:
+                self._platform_ids[notice.key] = platform_id
         return bool(sent)
 
     # -- what the Notifier calls ------------------------------------------------------------
@@ -143,14 +149,18 @@ class Delivery(QObject):
 
     async def _withdraw(self, key: str) -> None:
         identifier = self._live.pop(key, None)
+        platform_id = self._platform_ids.pop(key, None)
         if self._balloon_key == key:
             self._balloon_key = ""
         if identifier is None or self._notifier is None:
             return
         try:
             async with asyncio.timeout(SERVICE_TIMEOUT_S):
-                await self._notifier.clear(identifier)
-        except Exception as exc:  # KeyError: the service closed it already (a click, a dismiss)
+                if _platform_id(self._notifier, identifier) is None and platform_id is not None:
+                    await _close_by_platform_id(self._notifier, platform_id)  # acted on: forgotten there
+                else:
+                    await self._notifier.clear(identifier)
+        except Exception as exc:  # the service closed it already (a click, a dismiss)
             log.debug("withdrawing notice %s: %r", key, exc)
 
     # -- the balloon ---------------------------------------------------------------------------
@@ -171,8 +181,25 @@ class Delivery(QObject):
     # -- answers ---------------------------------------------------------------------------------
 
     def _act(self, key: str, action: str) -> None:
-        self._forget(key)  # the service closes a notice once it is acted on
-        self.acted.emit(key, action)
+        if action == DEFAULT:
+            self._forget(key)  # clicked: the service closes it
+        self.acted.emit(key, action)  # a button (Retry): it may stay on screen until withdrawn
 
     def _forget(self, key: str) -> None:
         self._live.pop(key, None)
+        self._platform_ids.pop(key, None)
+
+
+def _platform_id(notifier, identifier: str) -> int | None:
+    """The service's own id of a notice desktop-notifier still knows (None where it has none:
+    not D-Bus, or forgotten once acted on)."""
+    ids = getattr(getattr(notifier, "_backend", None), "_platform_to_interface_notification_identifier", None)
+    inverse = getattr(ids, "inverse", None)
+    return inverse.get(identifier) if inverse is not None else None
+
+
+async def _close_by_platform_id(notifier, platform_id: int) -> None:
+    """org.freedesktop.Notifications.CloseNotification, for a notice desktop-notifier forgot."""
+    interface = getattr(getattr(notifier, "_backend", None), "interface", None)
+    if interface is not None:
+        await interface.call_close_notification(platform_id)

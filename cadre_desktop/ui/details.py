@@ -6,8 +6,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from cadre_desktop.errors import CadreError
 from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.ui.explain import address_words, caps_words, decision_words, exit_code, log_lines, log_words, next_step, reason_words, state_words
+from cadre_desktop.ui.history_strip import HistoryStrip
 from cadre_desktop.ui.model import NodeTableModel
 
 ROWS = (("status", "Status"), ("reason", "Reason"), ("exit", "Exit code"), ("decision", "Last decision"),
@@ -45,6 +47,9 @@ class DetailsPane(QScrollArea):
                 value.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
             form.addRow(f"{label}:", value)
             self.fields[key] = value
+        #: The last 24 hours and 7 days (host/core/history.py), under the decision.
+        self.history = HistoryStrip()
+        form.insertRow(ROWS.index(("decision", "Last decision")) + 1, "History:", self.history)
         outer.addLayout(form)
         outer.addStretch(1)
         self.setWidget(body)
@@ -79,6 +84,14 @@ class DetailsPane(QScrollArea):
         self._set(self.title, v.name)
         for key, text in values.items():
             self._set(self.fields[key], text)
+        self.history.set_history(self._history(v.id))
+
+    def _history(self, node_id: str) -> dict | None:
+        read = getattr(self.model.host, "node_history", None)
+        try:
+            return read(node_id) if read is not None else None
+        except CadreError:  # gone meanwhile, or a host without one: no strip
+            return None
 
     @staticmethod
     def _set(label: QLabel, text: str) -> None:

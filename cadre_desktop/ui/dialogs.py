@@ -31,15 +31,22 @@ QUIT_STOP, QUIT_LEAVE = "&Stop nodes and quit", "&Leave them running"
 
 def ask_how_to_quit(parent: QWidget | None, running: int, keep_default: bool,
                     then: Callable[[bool, bool], None]) -> QMessageBox:
-    """Quit: stop the nodes, or leave them running? `then(keep_running, ask_again)`; Cancel quits nothing."""
+    """Quit: stop the nodes, or leave them running? `then(keep_running, ask_again)`; Cancel quits nothing.
+
+    The two answers are the Yes and No roles and Cancel the Reject role, so every platform's
+    button order (Windows, macOS, KDE, GNOME) keeps the two answers side by side and Cancel
+    outside them (two Accept buttons put Cancel between them under a GTK theme). The default
+    button is the preference's answer; the preference changes only by *Don't ask again*."""
     nodes = f"{running} node{'s' if running != 1 else ''}"
     box = QMessageBox(QMessageBox.Icon.Question, "Quit cadre-desktop",
                       f"Stop the {nodes} too, or leave {'them' if running != 1 else 'it'} running?",
-                      QMessageBox.StandardButton.Cancel, parent)
+                      QMessageBox.StandardButton.NoButton, parent)
     box.setInformativeText("Left running, they keep serving their cadres, and the next start of "
                            "cadre-desktop takes them back. Stopped, they start again with it.")
-    stop = box.addButton(QUIT_STOP, QMessageBox.ButtonRole.AcceptRole)
-    leave = box.addButton(QUIT_LEAVE, QMessageBox.ButtonRole.AcceptRole)
+    stop = box.addButton(QUIT_STOP, QMessageBox.ButtonRole.YesRole)
+    leave = box.addButton(QUIT_LEAVE, QMessageBox.ButtonRole.NoRole)
+    cancel = box.addButton(QMessageBox.StandardButton.Cancel)
+    box.setEscapeButton(cancel)
     box.setDefaultButton(leave if keep_default else stop)
     remember = QCheckBox("&Don't ask again (Preferences can change it)")
     box.setCheckBox(remember)

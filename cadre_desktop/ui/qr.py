@@ -20,13 +20,16 @@ from cadre_desktop.ui.model import NodeTableModel
 from cadre_desktop.ui.status import status_words
 
 QUIET_ZONE = 4
+#: Small enough that the dialog fits a short screen at 2× (it was 240: the layout then laid the
+#: link over the code's bottom and its quiet zone); still read by a phone (tests/ui/test_qr.py).
+MINIMUM_SIDE = 160
 
 
 class QrCode(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._matrix: tuple = ()
-        self.setMinimumSize(240, 240)
+        self.setMinimumSize(MINIMUM_SIDE, MINIMUM_SIDE)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
 
     def set_url(self, url: str | None) -> None:
@@ -112,6 +115,17 @@ class QrDialog(QDialog):
         model.refreshed.connect(self.update_from_model)
         actions.busy_changed.connect(self.update_from_model)
         self.update_from_model()
+
+    def showEvent(self, event) -> None:  # noqa: N802
+        """Never shorter than its content: a top-level is first sized to at most 2/3 of the screen,
+        which at 2× on a short screen laid the link over the code and its quiet zone."""
+        super().showEvent(event)
+        needed = self.layout().totalHeightForWidth(self.width())
+        screen = self.screen()
+        if screen is not None:
+            needed = min(needed, screen.availableGeometry().height() - (self.frameGeometry().height() - self.height()))
+        if needed > self.height():
+            self.resize(self.width(), needed)
 
     def update_from_model(self, *_) -> None:
         if self.finished_message:

@@ -140,9 +140,13 @@ class Shell(QObject):
 
     # -- start -----------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Show the tray icon; with no tray yet, show the window at once and keep looking a while."""
+    def start(self, first_run: bool = False) -> None:
+        """Show the tray icon; with no tray yet, show the window at once and keep looking a while.
+        A first start opens the window with a welcome: an icon alone says nothing to a new user."""
         self.tray.show()
+        if first_run:
+            self.window.show_welcome()
+            self.window.present()
         if not QSystemTrayIcon.isSystemTrayAvailable():
             log.info("no system tray yet; waiting up to %.0f s for one", self.tray_wait_s)
             self.window.explain_no_tray(WAITING_TEXT)
@@ -238,8 +242,9 @@ class Shell(QObject):
         ask_how_to_quit(self._dialog_parent(), running, self.settings.keep_nodes_running_on_quit, self._answered)
 
     def _answered(self, keep_running: bool, ask_again: bool) -> None:
+        """The answer holds for this quit; it becomes the preference only with *Don't ask again*."""
         self.stop_nodes_on_quit = not keep_running
-        changes = {"keep_nodes_running_on_quit": keep_running, "ask_on_quit": ask_again}
+        changes = {} if ask_again else {"keep_nodes_running_on_quit": keep_running, "ask_on_quit": False}
         if any(getattr(self.settings, k) != v for k, v in changes.items()):
             try:
                 self.apply_settings(save_changes(self.host.paths.settings_file, changes))

@@ -173,12 +173,16 @@ def menu_words(view: NodeView) -> str:
 
 
 def summary_line(views: list[NodeView]) -> str:
-    """"7 nodes: 6 running, 1 needs you"."""
+    """"31 nodes: 1 running, 30 waiting to be claimed, 1 needs you": a node waiting for its
+    claim is counted apart (it runs, but does nothing for a cadre yet)."""
     if not views:
         return "No nodes yet"
-    running = sum(1 for v in views if v.running)
+    waiting = sum(1 for v in views if phase(v) is Phase.UNCLAIMED)
+    running = sum(1 for v in views if v.running) - waiting
     attention = sum(1 for v in views if needs_attention(v))
-    parts = [f"{running} running"] + ([f"{attention} need{'s' if attention == 1 else ''} you"] if attention else [])
+    parts = [f"{running} running"] if running or not waiting else []
+    parts += [f"{waiting} waiting to be claimed"] if waiting else []
+    parts += [f"{attention} need{'s' if attention == 1 else ''} you"] if attention else []
     return f"{len(views)} node{'s' if len(views) != 1 else ''}: {', '.join(parts)}"
 
 

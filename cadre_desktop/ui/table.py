@@ -15,6 +15,8 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QStyle, QStyledIte
 from cadre_desktop.ui.model import COLUMNS, SORT_ROLE, STATUS, WIDEST, NodeTableModel
 
 PADDING = 28
+#: The reason column (the last, it takes the rest) is at least this wide at the default size.
+REASON_AT_LEAST = "exited with code 1: cannot open"
 
 
 class NodeProxy(QSortFilterProxyModel):
@@ -26,9 +28,10 @@ class NodeProxy(QSortFilterProxyModel):
         self.setSortRole(SORT_ROLE)
         self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
         self.setDynamicSortFilter(True)
+        self._needle = ""
 
     def filterAcceptsRow(self, row: int, parent: QModelIndex) -> bool:  # noqa: N802
-        needle = self.filterRegularExpression().pattern().casefold()
+        needle = self._needle
         if not needle:
             return True
         model = self.sourceModel()
@@ -39,7 +42,11 @@ class NodeProxy(QSortFilterProxyModel):
         return any(needle in text.casefold() for text in haystack)
 
     def set_filter(self, text: str) -> None:
-        self.setFilterFixedString(text.strip())
+        """Plain text, kept as typed: Qt's fixed-string filter stores it as an escaped pattern
+        ("Bulk\\-07"), which no cell contains."""
+        self.beginFilterChange()
+        self._needle = text.strip().casefold()
+        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
 
 
 class StatusDelegate(QStyledItemDelegate):
@@ -81,8 +88,23 @@ class NodeTable(QTableView):
         metrics = self.fontMetrics()
         for col, (title, widest) in enumerate(zip(COLUMNS, WIDEST)):
             if widest:
-                self.setColumnWidth(col, max(metrics.horizontalAdvance(widest),
+                self.setColumnWidth(col, max(metrics.horizontalAdvance(widest) + self._decoration(col),
                                              metrics.horizontalAdvance(title) + 16) + PADDING)
+
+    def _decoration(self, col: int) -> int:
+        """The room a column's icon takes before its text (the status dot)."""
+        if col != STATUS:
+            return 0
+        style = self.style()
+        return (style.pixelMetric(QStyle.PixelMetric.PM_SmallIconSize, None, self)
+                + 2 * style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, self) + 4)
+
+    def wanted_width(self) -> int:
+        """As wide as every column and some of the reason, without a horizontal scrollbar."""
+        columns = sum(self.columnWidth(col) for col in range(len(COLUMNS) - 1))
+        reason = self.fontMetrics().horizontalAdvance(REASON_AT_LEAST) + PADDING
+        scrollbar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self)
+        return columns + reason + scrollbar + 2 * self.frameWidth()
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
         key = event.key()

@@ -1,6 +1,7 @@
 """The tray icon: the worst state across nodes as picture and tooltip, and a menu that scales.
 
-The menu is built once: a summary line ("7 nodes: 6 running, 1 needs you"),
+The menu is built once: a summary line ("7 nodes: 5 running, 1 waiting to be claimed,
+1 needs you"),
 five node slots (nodes that need the person first, each with its own *Retry*
 slot under it), *Show all…* when there are more, then the fixed items. After
 that it is only updated in place, and only where a text, a visibility or an

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import sys
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QRect, QSize, Qt, Signal
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 
 PREFERRED = QSize(1100, 620)
 MINIMUM = QSize(420, 300)
+#: The details pane's share at the default size, at least.
+DETAILS_WIDTH = 340
+#: The default height when the details go under the table (a narrow screen).
+STACKED_HEIGHT = 760
 SCREEN_SHARE = 0.9
 EMPTY_TEXT = (
     "<h2>No nodes yet</h2>"
@@ -39,6 +44,25 @@ EMPTY_TEXT = (
     "(on the same network) to claim it into your cadre.</p>"
     "<p>If a member of a cadre sent you an invitation, use <b>Join with invitation</b> instead.</p>"
 )
+#: Where the tray icon is, per platform, for the first start's welcome.
+TRAY_PLACE = {
+    "darwin": "in the menu bar, at the top right of the screen",
+    "win32": "in the notification area at the bottom right, near the clock (it may be behind the ^ arrow)",
+}
+TRAY_PLACE_OTHER = "in the panel's system tray (the notification area), usually near the clock"
+
+
+def welcome_text(platform: str = sys.platform) -> str:
+    """The first start's words: what a node is, what to press, where the app lives afterwards."""
+    return (
+        "<b>Welcome to cadre-desktop.</b> A <i>node</i> is a small program this computer runs for a "
+        "cadre, a group of peers owned by a person. Press <b>Add node</b> to start one, then scan its "
+        "QR code with your phone to claim it.<br>cadre-desktop keeps running in the tray: its icon is "
+        f"{TRAY_PLACE.get(platform, TRAY_PLACE_OTHER)}. Click it for this window; its menu has "
+        "<i>Add node…</i>, <i>Preferences…</i> and <i>Quit</i>. Closing this window stops nothing."
+    )
+
+
 BUTTONS = (  # attribute, text with its mnemonic, tooltip
     ("add_button", "&Add node…", "Start a new node that waits to be claimed (Ctrl+N)"),
     ("join_button", "&Join with invitation…", "Start a new node that joins a cadre with an invitation"),
@@ -100,6 +124,15 @@ class NodeWindow(QMainWindow):
         self.banner.setTextFormat(Qt.TextFormat.RichText)
         self.banner.setStyleSheet("QLabel { background: #fff4ce; color: #3d3000; padding: 8px; }")
         self.banner.hide()
+        self.welcome = QLabel()
+        self.welcome.setWordWrap(True)
+        self.welcome.setTextFormat(Qt.TextFormat.RichText)
+        self.welcome.setStyleSheet("QLabel { background: #e8f1fb; color: #0b2e4f; padding: 8px; }")
+        self.welcome.hide()
+        self.welcome_button = QPushButton("&Got it")
+        self.welcome_button.setToolTip("Hide this welcome")
+        self.welcome_button.hide()
+        self.welcome_button.clicked.connect(self.hide_welcome)
         for attr, text, tip in BUTTONS:
             button = QPushButton(text)
             button.setToolTip(tip)
@@ -114,6 +147,9 @@ class NodeWindow(QMainWindow):
         self.filter.setPlaceholderText("Filter nodes (Ctrl+F)")
         self.filter.setClearButtonEnabled(True)
         self.filter.setToolTip("Show only nodes whose name, status, cadre, address or id contains this")
+        # The placeholder whole, with room for the clear button and the frame.
+        self.filter.setMinimumWidth(self.filter.fontMetrics().horizontalAdvance(self.filter.placeholderText())
+                                    + self.filter.sizeHint().height() + 24)
         self.details = DetailsPane(self.model)
         self.log = LogView(self.host)
         self.log.hide()
@@ -160,6 +196,10 @@ class NodeWindow(QMainWindow):
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.addWidget(self.banner)
+        welcome_row = QHBoxLayout()
+        welcome_row.addWidget(self.welcome, 1)
+        welcome_row.addWidget(self.welcome_button, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addLayout(welcome_row)
         layout.addLayout(top_row)
         layout.addWidget(self.pages, 1)
         self.setCentralWidget(central)
@@ -305,6 +345,7 @@ class NodeWindow(QMainWindow):
     def present(self) -> None:
         if not self._placed:
             self._place()
+        self._select_first_if_none()  # a window built after the nodes were added has had no insert
         self.show()
         if self.isMinimized():
             self.showNormal()
@@ -330,27 +371,59 @@ class NodeWindow(QMainWindow):
         self.banner.show()
         self.quit_on_close = True
 
+    def show_welcome(self) -> None:
+        """The first start: say what a node is, what to press and where the tray icon is."""
+        self.welcome.setText(welcome_text())
+        self.welcome.show()
+        self.welcome_button.show()
+        self.add_button.setFocus()
+
+    def hide_welcome(self) -> None:
+        self.welcome.hide()
+        self.welcome_button.hide()
+
     def tray_found(self) -> None:
         self.banner.hide()
         self.quit_on_close = False
 
     # -- size and place ---------------------------------------------------------------------
 
-    def _place(self) -> None:
+    def _place(self, available: QRect | None = None) -> None:
+        """The saved size and place, else the default size, on `available` (the screen's free area)."""
         self._placed = True
-        screen = self.screen() or QGuiApplication.primaryScreen()
-        available = screen.availableGeometry() if screen else QRect(0, 0, PREFERRED.width(), PREFERRED.height())
+        if available is None:
+            screen = self.screen() or QGuiApplication.primaryScreen()
+            available = screen.availableGeometry() if screen else QRect(0, 0, PREFERRED.width(), PREFERRED.height())
         saved = self._saved_geometry()
         if saved is not None and self.restoreGeometry(saved):
             wanted = self.geometry()
         else:
-            share = QSize(int(available.width() * SCREEN_SHARE), int(available.height() * SCREEN_SHARE))
-            size = PREFERRED.boundedTo(share)
-            wanted = QRect(available.center().x() - size.width() // 2, available.center().y() - size.height() // 2,
-                           size.width(), size.height())
+            wanted = self.default_rect(available)
         placed = fit_rect(wanted, available, self.minimumSize())
         self.setGeometry(placed)
-        self.splitters[0].setSizes([placed.width() * 11 // 20, placed.width() * 9 // 20])
+        across = self.splitters[0]
+        if self._side_by_side_fits(placed.width()):
+            across.setOrientation(Qt.Orientation.Horizontal)
+            share = placed.width() * 11 // 20
+            table = share if saved is not None else min(self.table.wanted_width(),
+                                                        placed.width() - DETAILS_WIDTH - 40)
+            across.setSizes([table, max(placed.width() - table, 1)])
+        else:  # too narrow for every column beside the details: the details go under the table
+            across.setOrientation(Qt.Orientation.Vertical)
+            across.setSizes([placed.height() * 9 // 20, placed.height() * 11 // 20])
+
+    def _side_by_side_fits(self, width: int) -> bool:
+        return width >= self.table.wanted_width() + DETAILS_WIDTH + 40  # the splitter's handle and the margins
+
+    def default_rect(self, available: QRect) -> QRect:
+        """Wide enough for every column and the details beside them, else (a narrow screen) every
+        column with the details under them; as far as the screen allows, centred."""
+        share = QSize(int(available.width() * SCREEN_SHARE), int(available.height() * SCREEN_SHARE))
+        width = self.table.wanted_width() + DETAILS_WIDTH + 40
+        height = PREFERRED.height() if width <= share.width() else STACKED_HEIGHT
+        size = QSize(max(width, PREFERRED.width()), height).boundedTo(share)
+        return QRect(available.center().x() - size.width() // 2, available.center().y() - size.height() // 2,
+                     size.width(), size.height())
 
     def _saved_geometry(self) -> QByteArray | None:
         try:

@@ -5,7 +5,8 @@ records what the app sends it. Under `trayer` (XEmbed) and under
 `gtk-sni-tray-standalone` (StatusNotifierItem) alike: the give-up arrives through
 the service, critical, with Retry and the node's own stderr line; a Retry from
 elsewhere withdraws it; Retry picked in dunst's own menu restarts the node; and
-dunst's default action opens the window on the node.
+dunst's default action opens the window on the node; a Retry picked there closes the
+notice once its node is back.
 """
 
 from __future__ import annotations
@@ -106,3 +107,56 @@ def test_give_up_reaches_the_service_with_retry_and_its_default_action_opens_the
         until(lambda: desktop.window_id("--name", "Nodes .* cadre-desktop"), "the node window")
         until(lambda: f"window opened on node {node_id}" in log_path.read_text(errors="replace"),
               "the window on that node")
+
+
+def mendable_node(marker: Path) -> list[str]:
+    """The reference node, but exiting 3 with a stderr line while `marker` exists."""
+    code = (f"import os, runpy, sys\nif os.path.exists({str(marker)!r}):\n"
+            f"    sys.stderr.write('{STDERR_LINE}\\n'); sys.exit(3)\n"
+            "runpy.run_module('cadre_desktop.node', run_name='__main__', alter_sys=True)\n")
+    return [sys.executable, "-c", code]
+
+
+@pytest.mark.parametrize("desktop", ["trayer"], indirect=True)
+def test_retry_pressed_in_the_notification_closes_it_once_the_node_is_back(desktop, dunst, monitor, tmp_path):
+    """Regression: the notice acted on was forgotten, so the node coming back withdrew nothing
+    and the red notification stayed on screen (Retry from the window or the CLI closed it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    marker = tmp_path / "broken"
+    marker.touch()
+    (home / "settings.json").write_text(json.dumps(fast_settings(node_command=mendable_node(marker),
+                                                                 sweep_ms=250)))
+    with running_app(desktop, home, tmp_path / "app.log"):
+        until(lambda: (home / "control.json").exists(), "the control API")
+        until(lambda: desktop.tray_box().width >= 16, "the icon in trayer")
+        status, body = control_request(home, "POST", "/api/nodes", {"name": "Garage"})
+        assert status in (200, 201), body
+        node_id = body["id"]
+        until(lambda: give_ups(monitor), "the give-up notification")
+        until(lambda: dunst.displayed() == 1, "dunst showing it")
+
+        marker.unlink()  # mended: the Retry brings it back
+        dunst.ctl("context")  # Retry picked in dunst's own menu
+        until(lambda: control_request(home, "GET", f"/api/nodes/{node_id}")[1].get("ready"), "the node back")
+        until(lambda: monitor.calls("CloseNotification"), "the notice withdrawn")
+        until(lambda: dunst.displayed() == 0, "nothing left on screen")
+
+
+@pytest.mark.parametrize("desktop", ["trayer"], indirect=True)
+def test_doctor_asks_the_notification_service_the_app_uses(desktop, tmp_path):
+    """Regression: doctor's notification check asked Qt's tray ("supported" with no service at all)."""
+    import subprocess
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**desktop.env(), "CADRE_DESKTOP_HOME": str(home)}
+    doctor = lambda: subprocess.run([sys.executable, "-m", "cadre_desktop", "doctor"], env=env,  # noqa: E731
+                                    capture_output=True, text=True, timeout=120).stdout
+    line = lambda out: next(x for x in out.splitlines() if "notifications:" in x)  # noqa: E731
+    assert "no notification service answers" in line(doctor())  # a tray, but no service yet
+    dunst = Dunst(tmp_path, desktop.env())
+    try:
+        assert "notification service answers, with buttons" in line(doctor())
+    finally:
+        dunst.stop()

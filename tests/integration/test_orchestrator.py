@@ -94,6 +94,9 @@ async def test_second_orchestrator_reattaches_without_spawning(tmp_path, cleanup
     report = await second.init()
     assert [h.id for h in report.attached] == [handle.id]
     assert second.is_running(handle.id)
+    # Its uptime counts from its own start, not from this host's.
+    again = second.get(handle.id)
+    assert again is not None and again.started_at == handle.started_at
     assert not second.ports.try_reserve([handle.api_port]), "the re-attached child's port is handed out again"
     assert len(psutil.Process(handle.pid).children()) == 0  # still the same single child
     # Exit of a re-attached child (not ours to reap) is still noticed.

@@ -149,3 +149,24 @@ def test_a_standby_leaves_quietly_on_eof_and_refuses_a_bad_line(tmp_path, line, 
     out = subprocess.run(REFERENCE, input=line, env=env, cwd=tmp_path, capture_output=True, timeout=30)
     assert out.returncode == code, out.stderr
     assert b"Traceback" not in out.stderr
+
+
+async def test_ready_in_counts_from_the_start_not_from_when_the_standby_was_loaded(orch):
+    """Regression: a standby loaded minutes earlier logged "ready in 79863 ms" for a sub-second start."""
+    import re
+    import time
+
+    await orch.init()
+    pid = await ready_standby(orch)
+    loaded = psutil.Process(pid).create_time()
+    await async_wait_until(lambda: time.time() - loaded > 3.0, timeout=15, what="the standby loaded for 3 s")
+    handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+    assert handle.pid == pid
+    log_path = orch.paths.node_log("n1")
+    await async_wait_until(lambda: log_path.exists() and "ready in" in log_path.read_text(), timeout=15,
+                           what="the node's ready line")
+    found = re.search(r"ready in (\d+) ms", orch.paths.node_log("n1").read_text())
+    assert found is not None
+    ready_ms = float(found[1])
+    assert ready_ms < 2000, f"ready in {ready_ms} ms counts the standby's wait"
+    await orch.stop_all()

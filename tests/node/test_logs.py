@@ -43,3 +43,16 @@ async def test_a_secret_pasted_into_a_url_is_scrubbed_from_the_access_log(
     logs = node.logs()
     assert "oops=[redacted]" in logs
     assert node.claim_secret is not None and node.claim_secret not in logs
+
+
+async def test_the_probe_gets_no_access_line_each_but_other_requests_do(nodes: NodeLauncher) -> None:
+    """Regression: every GET /status (the host probes several times a second) was an access
+    line, burying the node's own lines and ending the log of a killed node."""
+    node = await nodes.start("log-probe")
+    for _ in range(3):
+        assert (await node.get("/status")).status == 200
+    assert (await node.get("/claim?node=log-probe")).status == 200
+    assert await node.stop() == 0
+    logs = node.logs()
+    assert '"GET /claim?node=log-probe" 200' in logs  # access lines were captured
+    assert '"GET /status"' not in logs

@@ -90,6 +90,10 @@ class FakeHost:
         self.bus.emit(EventKind.ADDED, node_id)
         return view
 
+    def node_history(self, node_id: str) -> dict:
+        self.get_node(node_id)
+        return {"node_id": node_id, "windows": []}  # a fake host keeps no history
+
     async def invite_node(self, node_id: str, name: str | None = None) -> NodeView:
         self.get_node(node_id)
         raise InvalidState("this fake host invites no node")
@@ -105,7 +109,7 @@ class FakeHost:
         self.calls.append(("pause", node_id, for_ms, until))
         view = self.get_node(node_id)
         wake = pause_end(datetime.now(UTC), for_ms, until)
-        return self.put(replace(view, status="sleeping" if wake else "paused", running=False, pid=None,
+        return self.put(replace(view, status=NodeStatus.SLEEPING if wake else NodeStatus.PAUSED, running=False, pid=None,
                                 wake_at=iso(wake) if wake else None, held_by="person",
                                 hold_reason="paused by a person"))
 
@@ -114,7 +118,7 @@ class FakeHost:
         view = self.get_node(node_id)
         if view.status not in ("paused", "sleeping", "done"):
             raise InvalidState(f"Node {node_id} is {view.status}; only a held node can be resumed.")
-        return self.put(replace(view, status="joined", running=True, wake_at=None, held_by=None, hold_reason=None))
+        return self.put(replace(view, status=NodeStatus.JOINED, running=True, wake_at=None, held_by=None, hold_reason=None))
 
     async def reclaim_orphan(self, node_id: str) -> list[int]:
         self.calls.append(("reclaim", node_id))

@@ -186,3 +186,89 @@ def test_quit_shows_progress_when_stopping_takes_a_while(shell, aio, qtbot, monk
     monkeypatch.setattr(shell.host, "stop", slow_stop)
     aio.run(shell.stop())
     assert seen == ["Stopping 1 node…"]
+
+
+@pytest.mark.parametrize("settings_doc", [fast_settings(keep_nodes_running_on_quit=True, warm_standby=True)],
+                         indirect=True)
+def test_a_node_kept_running_and_re_attached_keeps_its_uptime(shell, aio):
+    """Uptime counts from the node's own start (its handle's), not from the host that re-attached it."""
+    import keyring.backends.SecretService
+
+    from cadre_desktop.host.core.secrets import SecretStore
+    from cadre_desktop.host.host import Host
+    from cadre_desktop.settings import load_settings
+
+    view = aio.run(shell.host.add_node("Kitchen"))
+    before = aio.wait(lambda: (v := shell.model.view(view.id)) and v.ready and v)
+    aio.run(shell.stop())
+    again = Host(shell.host.paths, load_settings(shell.host.paths.settings_file),
+                 secrets=SecretStore(keyring.backends.SecretService.Keyring()), serve_control_api=False)
+    aio.run(again.start())
+    try:
+        after = aio.wait(lambda: (v := again.get_node(view.id)).running and v)
+        assert after.pid == before.pid and after.started_at == before.started_at
+    finally:
+        aio.run(again.stop(stop_nodes=True))
+
+
+def test_a_first_start_opens_the_window_with_a_welcome(shell, qtbot, monkeypatch):
+    """Regression: the first start showed only a small grey icon; nothing said where to look."""
+    from cadre_desktop.ui import shell as shell_module
+
+    monkeypatch.setattr(shell_module.QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
+    shell.start(first_run=True)
+    window = shell.window
+    qtbot.waitExposed(window)
+    words = window.welcome.text()
+    assert window.welcome.isVisible() and "A <i>node</i> is" in words and "<b>Add node</b>" in words
+    assert "tray" in words and "its icon is" in words
+    window.welcome_button.click()
+    assert not window.welcome.isVisible()
+
+
+def test_later_starts_open_no_window(shell, monkeypatch):
+    from cadre_desktop.ui import shell as shell_module
+
+    monkeypatch.setattr(shell_module.QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
+    shell.start(first_run=False)
+    assert shell._window is None
+
+
+@pytest.mark.parametrize(("platform", "words"), [("darwin", "menu bar"), ("win32", "^ arrow"),
+                                                 ("linux", "system tray")])
+def test_the_welcome_says_where_the_tray_icon_is_on_each_platform(platform, words):
+    from cadre_desktop.ui.window import welcome_text
+
+    assert words in welcome_text(platform)
+
+
+def test_first_run_is_a_home_without_records_or_with_the_marker(tmp_path):
+    from cadre_desktop.paths import Paths
+    from cadre_desktop.ui.app import is_first_run
+
+    paths = Paths(data_dir=tmp_path / "data", config_dir=tmp_path / "cfg", log_dir=tmp_path / "logs")
+    assert is_first_run(paths)
+    paths.records_file.parent.mkdir(parents=True)
+    paths.records_file.write_text("{}")
+    assert not is_first_run(paths)
+    paths.first_run_marker.parent.mkdir(parents=True)
+    paths.first_run_marker.touch()
+    assert is_first_run(paths)
+
+
+def test_disabled_text_is_dimmed_where_a_dark_theme_left_it_as_enabled(qapp):
+    """Regression: under a dark GTK theme disabled buttons looked enabled (the theme gave the
+    disabled colour group the enabled text colour)."""
+    from PySide6.QtGui import QColor, QPalette
+
+    from cadre_desktop.ui.app import mend_disabled_colours
+
+    dark = QPalette()
+    for group in (QPalette.ColorGroup.Active, QPalette.ColorGroup.Inactive, QPalette.ColorGroup.Disabled):
+        dark.setColor(group, QPalette.ColorRole.ButtonText, QColor("#eeeeee"))
+        dark.setColor(group, QPalette.ColorRole.Button, QColor("#2b2b2b"))
+    assert mend_disabled_colours(dark)
+    disabled = dark.color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.ButtonText)
+    assert disabled != QColor("#eeeeee") and 0x70 < disabled.lightness() < 0xc0
+    assert dark.color(QPalette.ColorGroup.Active, QPalette.ColorRole.ButtonText) == QColor("#eeeeee")
+    assert not mend_disabled_colours(dark)  # a theme that dims them is left alone

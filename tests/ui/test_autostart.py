@@ -5,6 +5,7 @@ from __future__ import annotations
 import plistlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -143,7 +144,7 @@ def test_the_cli_uses_the_same_code_and_loads_no_qt(tmp_path):
     assert run("status").stdout.strip() == "autostart is off"
     assert run("on").returncode == 0
     entry = (tmp_path / "cfg" / "autostart" / "cadre-desktop.desktop").read_text()
-    assert f"Exec={sys.executable} -m cadre_desktop" in entry
+    assert f"Exec={autostart.desktop_exec(launch_command())}" in entry
     assert run("status").stdout.strip() == "autostart is on"
     assert run("off").returncode == 0
     assert run("status").stdout.strip() == "autostart is off"
@@ -219,3 +220,51 @@ def test_the_cli_says_when_the_entry_points_elsewhere(tmp_path):
     assert run(str(tmp_path / "a"), "status").stdout.strip() == "autostart is on"
     said = run(str(tmp_path / "b"), "status").stdout.strip()
     assert said.startswith("autostart is on, but the entry starts") and str(tmp_path / "a") in said
+
+
+# -- what the entry starts, and its icon --------------------------------------------------------
+
+def executable(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_the_entry_starts_the_command_installed_with_this_python_not_the_interpreter(tmp_path):
+    """Regression: the entry named the interpreter of wherever the app was first run from."""
+    python = executable(tmp_path / "venv" / "bin" / "python")
+    script = executable(tmp_path / "venv" / "bin" / "cadre-desktop")
+    assert launch_command(frozen=False, executable=str(python), platform="linux", path="") == [str(script)]
+    # pipx: a link on PATH to the script beside this interpreter is the stable name.
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "cadre-desktop").symlink_to(script)
+    assert launch_command(frozen=False, executable=str(python), platform="darwin", path=str(tmp_path / "bin")) == [
+        str(tmp_path / "bin" / "cadre-desktop")]
+
+
+def test_a_cadre_desktop_of_another_python_is_never_started(tmp_path):
+    python = executable(tmp_path / "checkout" / ".venv" / "bin" / "python")
+    executable(tmp_path / "other" / "cadre-desktop")  # another install on PATH: not this app
+    assert launch_command(frozen=False, executable=str(python), platform="linux", path=str(tmp_path / "other")) == [
+        str(python), "-m", "cadre_desktop"]
+
+
+def test_windows_keeps_the_windowed_interpreter_even_beside_a_console_script(tmp_path):
+    python = executable(tmp_path / "python.exe")
+    executable(tmp_path / "pythonw.exe")
+    executable(tmp_path / "cadre-desktop")
+    assert launch_command(frozen=False, executable=str(python), platform="win32", path="") == [
+        str(tmp_path / "pythonw.exe"), "-m", "cadre_desktop"]
+
+
+def test_the_entry_names_an_icon_that_is_there(tmp_path):
+    """Regression: Icon=cadre-desktop where no icon of that name was installed showed none."""
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg"), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "XDG_DATA_DIRS": str(tmp_path / "system")}
+    icon = next(line[5:] for line in XdgAutostart(COMMAND, env=env).entry().splitlines() if line.startswith("Icon="))
+    assert Path(icon).is_absolute() and Path(icon).is_file() and icon.endswith("app.svg")
+    themed = tmp_path / "system" / "icons" / "hicolor" / "scalable" / "apps" / "cadre-desktop.svg"
+    themed.parent.mkdir(parents=True)
+    themed.write_text("<svg/>")
+    assert "Icon=cadre-desktop" in XdgAutostart(COMMAND, env=env).entry().splitlines()

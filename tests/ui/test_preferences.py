@@ -9,7 +9,7 @@ import sys
 
 import psutil
 import pytest
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from tests.support.headless import fast_settings
 from tests.support.ui_shell import crashing_settings, give_up
@@ -167,3 +167,45 @@ def test_cancel_quits_nothing(shell, aio, qtbot):
     box.button(QMessageBox.StandardButton.Cancel).click()
     qtbot.waitUntil(lambda: not box.isVisible())
     assert quits == []
+
+
+def test_an_answer_without_dont_ask_again_changes_no_preference(shell, aio, qtbot, home):
+    """Regression: each answer was saved as *Keep nodes running*, changing the preference and
+    the next question's default button without a word."""
+    from cadre_desktop.ui.dialogs import QUIT_LEAVE
+
+    view = ready_node(shell, aio)
+    before = (home / "settings.json").read_text()
+    shell.ask_quit()
+    box = aio.wait(message_box)
+    leave = next(b for b in box.buttons() if b.text() == QUIT_LEAVE)
+    assert box.defaultButton() is not leave  # the preference says stop them
+    with qtbot.waitSignal(shell.quit_requested, timeout=2000):
+        leave.click()
+    assert (home / "settings.json").read_text() == before and not shell.settings.keep_nodes_running_on_quit
+    aio.run(shell.stop())
+    assert psutil.Process(view.pid).is_running()  # this quit left it running, as answered
+    psutil.Process(view.pid).kill()
+
+
+@pytest.mark.parametrize("layout", range(4))  # QDialogButtonBox: Windows, macOS, KDE, GNOME
+def test_cancel_is_never_between_the_two_answers(shell, aio, qtbot, layout):
+    from PySide6.QtWidgets import QProxyStyle, QStyle
+
+    from cadre_desktop.ui.dialogs import QUIT_LEAVE, QUIT_STOP, ask_how_to_quit
+
+    class Layout(QProxyStyle):
+        def styleHint(self, hint, *args):  # noqa: N802
+            return layout if hint == QStyle.StyleHint.SH_DialogButtonLayout else super().styleHint(hint, *args)
+
+    box = ask_how_to_quit(None, 2, False, lambda *a: None)
+    style = Layout()
+    box.setStyle(style)
+    for child in box.findChildren(QWidget):
+        child.setStyle(style)
+    qtbot.waitExposed(box)
+    box.adjustSize()
+    at = {b.text(): b.mapTo(box, b.rect().topLeft()).x() for b in box.buttons()}
+    answers = sorted((at[QUIT_STOP], at[QUIT_LEAVE]))
+    assert not answers[0] < at[box.button(QMessageBox.StandardButton.Cancel).text()] < answers[1], at
+    box.close()

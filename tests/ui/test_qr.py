@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tests.support.claim_link import claim, claim_when_up, read_qr
@@ -78,3 +83,17 @@ def test_dialog_says_claimed_by_the_cadre_then_closes(shell, unclaimed, aio, qtb
     assert dialog.finished_message == "Kitchen was claimed by family."
     assert "claimed by family" in dialog.claimed_label.text()
     aio.wait(lambda: unclaimed.id not in shell.qr_dialogs)
+
+
+@pytest.mark.slow
+def test_the_dialog_still_reads_at_2x_scale():
+    """Regression: at QT_SCALE_FACTOR=2 on a short screen the dialog was sized shorter than its
+    content and the link lay over the code's bottom and its quiet zone. The scale is set before
+    Qt starts, so the dialog test runs again in a process of its own."""
+    env = {**os.environ, "QT_SCALE_FACTOR": "2", "QT_QPA_PLATFORM": "offscreen"}
+    here = Path(__file__)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           f"{here}::test_qr_dialog_image_decodes_to_the_claim_url"],
+                          env=env, cwd=here.parents[2], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "1 passed" in done.stdout

@@ -87,10 +87,20 @@ def test_tooltip_names_the_worst_nodes_first():
 
 def test_summary_line_counts_running_and_needing_you():
     assert summary_line([]) == "No nodes yet"
-    assert summary_line([node()]) == "1 node: 1 running"
-    views = [node(id=str(i)) for i in range(6)] + [node(id="e", status="error", running=False)]
+    assert summary_line([node(status="joined", cadre="c")]) == "1 node: 1 running"
+    views = [node(id=str(i), status="joined") for i in range(6)] + [node(id="e", status="error", running=False)]
     assert summary_line(views) == "7 nodes: 6 running, 1 needs you"
     assert summary_line(views + [node(id="f", status="error", running=False)]) == "8 nodes: 6 running, 2 need you"
+    assert summary_line([node(status="error", running=False)]) == "1 node: 0 running, 1 needs you"
+
+
+def test_summary_line_counts_nodes_waiting_to_be_claimed_apart():
+    """Regression: 30 unclaimed nodes and a joined one said "31 nodes: 31 running"."""
+    views = [node(id="j", status="joined")] + [node(id=str(i)) for i in range(30)]
+    assert summary_line(views) == "31 nodes: 1 running, 30 waiting to be claimed"
+    assert summary_line([node()]) == "1 node: 1 waiting to be claimed"
+    starting = node(id="s", ready=False)  # running, not yet claimable: starting, so running
+    assert summary_line([node(), starting]) == "2 nodes: 1 running, 1 waiting to be claimed"
 
 
 def test_menu_words_carry_no_countdown():

@@ -34,7 +34,7 @@ def test_menu_has_a_summary_then_the_fixed_items(shell, aio):
     assert not menu.actions()[0].isEnabled()
     view = aio.run(shell.host.add_node("Kitchen & Co"))
     aio.wait(lambda: "Kitchen && Co: Waiting to be claimed" in texts(menu))
-    assert texts(menu) == ["1 node: 1 running", "Kitchen && Co: Waiting to be claimed", *FIXED]
+    assert texts(menu) == ["1 node: 1 waiting to be claimed", "Kitchen && Co: Waiting to be claimed", *FIXED]
     assert all(a.parent() is menu for a in menu.actions())
 
     shell.tray.node_actions[0].trigger()  # a node's line opens the window on it
@@ -84,7 +84,7 @@ def test_many_nodes_show_five_attention_first_each_with_retry_then_show_all(shel
         aio.run(host.add_node(f"Fine {i}"))
     aio.wait(lambda: sum(v.running for v in shell.model.views()) == 6)
     menu = shell.tray.menu
-    shown = aio.wait(lambda: (t := texts(menu))[0] == "8 nodes: 6 running, 2 need you" and t)
+    shown = aio.wait(lambda: (t := texts(menu))[0] == "8 nodes: 6 waiting to be claimed, 2 need you" and t)
     assert shown[1:5] == ["Broken 0: Error", "Retry Broken 0", "Broken 1: Error", "Retry Broken 1"]
     nodes = [t for t in shown[1:] if t.startswith(("Broken", "Fine"))]
     assert len(nodes) == NODE_SLOTS

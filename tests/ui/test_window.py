@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
 from tests.support.claim_link import claim
+from tests.support.headless import fast_settings
 from tests.support.ui_shell import crashing_settings, give_up
+
+#: The real node, unless the home holds a file `broken`: then it dies at once.
+MENDABLE_NODE = [sys.executable, "-c", (
+    "import os, runpy, sys\n"
+    "if os.path.exists(os.path.join(os.environ['CADRE_NODE_DIR'], '..', '..', 'broken')):\n"
+    "    sys.exit('broken on purpose')\n"
+    "runpy.run_module('cadre_desktop.node', run_name='__main__')\n")]
 
 
 def enabled(window) -> set[str]:
@@ -331,11 +340,12 @@ def test_pause_then_resume_from_the_window_and_resume_from_the_tray(shell, aio):
 def test_details_say_how_a_held_node_comes_back():
     from dataclasses import replace
 
+    from cadre_desktop.host.core.records import NodeStatus
     from cadre_desktop.ui.explain import next_step
     from tests.support.fake_host import make_view
     paused = make_view("n-1", "one", "paused", running=False, held_by="person", hold_reason="paused by a person")
     assert next_step(paused) == "It is paused (paused by a person); Resume starts it now, without counting an attempt."
-    asleep = replace(paused, status="sleeping", wake_at="2030-01-01T06:00:00.000Z", hold_reason="until the batch")
+    asleep = replace(paused, status=NodeStatus.SLEEPING, wake_at="2030-01-01T06:00:00.000Z", hold_reason="until the batch")
     assert next_step(asleep).startswith("It is asleep (until the batch) and starts by itself at ")
 
 
@@ -345,3 +355,95 @@ def test_details_say_a_start_in_progress_in_the_seeds_words():
     words = "starting for 12 s of a 30 s grace (2 failed starts before; last: exited with code 1: x; started by h:1)"
     starting = make_view("n-1", "one", "joining", ready=False, starting=words)
     assert next_step(starting) == f"Nothing yet: it is on its way ({words})."
+
+
+def test_filter_finds_names_and_addresses_with_dashes_spaces_and_dots(shell, aio):
+    """Regression: the filter escaped its text as a pattern, so "Bulk-07", "Living room" and an
+    address with a dot matched nothing."""
+    from cadre_desktop.ui.model import NAME
+
+    window = shell.window
+    for name in ("Bulk-07", "Living room"):
+        shell.actions.add(name)
+    aio.wait(lambda: shell.model.rowCount() == 2 and all(v.api_port for v in shell.model.views()))
+    names = lambda: [window.proxy.index(r, NAME).data() for r in range(window.proxy.rowCount())]  # noqa: E731
+    window.filter.setText("bulk-07")
+    assert names() == ["Bulk-07"]
+    window.filter.setText(" Living room ")
+    assert names() == ["Living room"]
+    port = shell.model.views()[1].api_port
+    window.filter.setText(f"127.0.0.1:{port}")
+    assert names() == ["Living room"]
+    window.filter.setText("nothing-like.this")
+    assert names() == []
+
+
+@pytest.mark.parametrize("settings_doc", [fast_settings(node_command=MENDABLE_NODE, sweep_ms=60_000)],
+                         indirect=True)
+def test_after_retry_the_details_say_the_new_decision_and_attempts_at_once(shell, aio, home):
+    """Regression: after a Retry the pane kept "Last decision: give-up" until the next pass
+    (up to a sweep later); the decision and the attempts are the retry's as soon as it returns."""
+    from cadre_desktop.ui.model import ATTEMPTS
+
+    window = shell.window
+    (home / "broken").write_text("")
+    node_id = give_up(shell, aio)
+    window.select(node_id)
+    aio.wait(lambda: shell.model.refresh() or window.details.fields["decision"].text().startswith("give-up"))
+    (home / "broken").unlink()
+    window.retry_button.click()
+    aio.wait(lambda: not shell.actions.busy(node_id))
+    assert window.details.fields["decision"].text().startswith("start, at ")
+    assert "retry" in window.details.fields["decision"].text()
+    view = shell.model.view(node_id)
+    assert view.status != "error" and view.running
+    assert shell.model.index(shell.model.row_of(node_id), ATTEMPTS).data() == str(shell.host.get_node(node_id).attempts)
+
+
+def test_the_default_size_shows_every_column_and_the_whole_filter_placeholder(shell, aio, qtbot):
+    """Regression: the default size hid Address, CPU, Memory and Reason behind a horizontal
+    scrollbar, cut the filter's placeholder, and the status column was cut at 2× scale."""
+    from PySide6.QtCore import QRect
+
+    from cadre_desktop.ui.model import ERROR, STATUS
+    from cadre_desktop.ui.table import REASON_AT_LEAST
+
+    window, table = shell.window, shell.window.table
+    added(shell, aio, "Living room")
+    window._place(QRect(0, 0, 1920, 1080))  # a common screen at 1×
+    window.present()
+    qtbot.waitExposed(window)
+    qtbot.waitUntil(lambda: not table.horizontalScrollBar().isVisible())
+    assert table.columnWidth(ERROR) >= table.fontMetrics().horizontalAdvance(REASON_AT_LEAST)
+    assert table.columnWidth(STATUS) >= table.sizeHintForColumn(STATUS) + 16  # the dot and the words, with room
+    placeholder = window.filter.fontMetrics().horizontalAdvance(window.filter.placeholderText())
+    assert window.filter.width() >= placeholder + 24
+
+
+def test_on_a_narrow_screen_the_details_go_under_a_table_that_shows_every_column(shell, aio, qtbot):
+    """A 1280-pixel screen cannot hold every column and the details side by side: rather than a
+    horizontal scrollbar, the details go under the table."""
+    from PySide6.QtCore import QRect, Qt
+
+    window, table = shell.window, shell.window.table
+    added(shell, aio, "Living room")
+    window._place(QRect(0, 0, 1280, 800))
+    window.present()
+    qtbot.waitExposed(window)
+    assert window.splitters[0].orientation() is Qt.Orientation.Vertical
+    qtbot.waitUntil(lambda: not table.horizontalScrollBar().isVisible())
+    assert window.details.height() >= 200 and window.details.width() > table.wanted_width() - 40
+    window._place(QRect(0, 0, 1920, 1080))  # wide enough again: side by side
+    assert window.splitters[0].orientation() is Qt.Orientation.Horizontal
+
+
+def test_a_window_built_after_the_nodes_opens_on_one_of_them(shell, aio, qtbot):
+    """Regression: the window is built when first shown; rows already there were never
+    "inserted" into it, so nothing was selected and the details pane stayed empty."""
+    shell.actions.add("Kitchen")
+    view = aio.wait(lambda: next((v for v in shell.model.views() if v.ready), None))
+    assert shell._window is None
+    shell.present_window()
+    qtbot.waitExposed(shell.window)
+    assert shell.window.selected_id() == view.id
+    assert shell.window.details.title.text() == "Kitchen"

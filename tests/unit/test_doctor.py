@@ -206,12 +206,33 @@ def test_no_display_skips_tray_and_notifications():
 
 
 def test_display_with_tray_and_notifications():
-    results = doctor.check_desktop(lambda: {"tray": True, "messages": True}, env={"DISPLAY": ":0"}, platform="linux")
+    results = doctor.check_desktop(lambda: {"tray": True, "messages": True}, env={"DISPLAY": ":0"}, platform="linux",
+                                   notifications=lambda: frozenset({"TITLE", "MESSAGE", "BUTTONS"}))
     assert [r.outcome for r in results] == [Outcome.OK, Outcome.OK]
+    assert "notification service answers, with buttons" in results[1].detail
+
+
+def test_notifications_are_asked_of_the_service_not_of_the_trays_balloon():
+    """Regression: "notifications: supported" came from Qt's tray, which the app only falls back to."""
+    tray = lambda: {"tray": True, "messages": True}  # noqa: E731
+    none = doctor.check_desktop(tray, env={"DISPLAY": ":0"}, platform="linux", notifications=lambda: None)[1]
+    assert none.outcome is Outcome.WARN and "no notification service answers" in none.detail
+    assert "balloon" in none.detail and not none.failed
+    plain = doctor.check_desktop(tray, env={"DISPLAY": ":0"}, platform="linux",
+                                 notifications=lambda: frozenset({"TITLE"}))[1]
+    assert plain.outcome is Outcome.OK and "without buttons" in plain.detail
+
+
+def test_the_service_probe_finds_none_on_a_bus_without_one(secret_service, monkeypatch):
+    """The tests' private session bus has a keyring and no notification service."""
+    for key, value in secret_service.items():
+        monkeypatch.setenv(key, value)
+    assert doctor.probe_notifications() is None
 
 
 def test_missing_tray_is_a_warning_with_advice():
-    results = doctor.check_desktop(lambda: {"tray": False, "messages": False}, env={}, platform="darwin")
+    results = doctor.check_desktop(lambda: {"tray": False, "messages": False}, env={}, platform="darwin",
+                                   notifications=lambda: None)
     assert [r.outcome for r in results] == [Outcome.WARN, Outcome.WARN]
     assert "--headless" in results[0].detail and not any(r.failed for r in results)
 

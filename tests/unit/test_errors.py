@@ -365,6 +365,7 @@ _REPORTED_OTHERWISE = {
     "cli/doctor.py:check_keyring": "the failure is the check's result, shown to the person",
     "cli/doctor.py:check_desktop": "the failure is the check's result, shown to the person",
     "cli/doctor.py:check_caps": "the failure is the check's result, shown to the person",
+    "cli/doctor.py:probe_notifications": "no service answering is the check's result, shown to the person",
     "host/core/secrets.py:_work": "the exception is handed to the caller's future",
     "logfilter.py:_decide": "a filter of the logging system: the handler reports the bad record itself",
     "ui/app.py:_serve": "show_error logs it and shows it to the person",

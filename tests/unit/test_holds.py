@@ -34,7 +34,7 @@ async def rig(tmp_path):
 async def exit_with(rig: Rig, code: int, node_id: str = "n1") -> None:
     """The child of `node_id` exits on its own; the supervisor hears it and a pass has run."""
     rig.sup.start()  # exits are heard from the start on (idempotent)
-    rig.orch.exit(rig.rec(node_id).handle, code=code)
+    rig.orch.exit(rig.present_rec(node_id).handle, code=code)
     await rig.sup.reconcile()
 
 
@@ -247,17 +247,18 @@ async def test_a_hold_survives_a_host_restart_and_a_sleep_keeps_its_wall_time(tm
     await first.close()
     second = Rig(tmp_path)  # the same records file, a new process (its monotonic clock starts anew)
     second.clock.jump_wall(20)
-    assert RecordStore(tmp_path / "hosted-nodes.json").get("p").status is NodeStatus.PAUSED
+    stored = RecordStore(tmp_path / "hosted-nodes.json").get("p")
+    assert stored is not None and stored.status is NodeStatus.PAUSED
     for name in ("p", "s"):
         second.gate._cache[(name, second.sup.lifecycle.kind.secret_kind(second.rec(name)))] = "secret"
     await second.sup.reconcile()
-    assert second.orch.spawned == [] and second.rec("s").status is NodeStatus.SLEEPING
+    assert second.orch.spawned == [] and second.present_rec("s").status is NodeStatus.SLEEPING
     await second.clock.run_for(39)
     await second.sup.reconcile()
     assert second.orch.spawned == []
     await second.clock.run_for(1)
     await second.sup.reconcile()
-    assert [s[0] for s in second.orch.spawned] == ["s"] and second.rec("p").status is NodeStatus.PAUSED
+    assert [s[0] for s in second.orch.spawned] == ["s"] and second.present_rec("p").status is NodeStatus.PAUSED
     await second.close()
 
 

@@ -113,3 +113,23 @@ def test_the_default_lend_port_moves_out_of_a_port_range_that_holds_it():
     assert parse_settings({"port_range": [28050, 28099]}, "s").lend_port == 28049
     assert parse_settings({"port_range": [1024, 30000]}, "s").lend_port == 30001
     assert parse_settings({}, "s").lend_port == 28090
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("sweep_sm", "sweep_ms"), ("notfications", "notifications"),
+                                            ("keep_nodes_running_on_exit", "keep_nodes_running_on_quit")])
+def test_a_typo_says_did_you_mean_the_nearest_key_not_every_key(tmp_path, typo, meant):
+    """Regression: a typo listed all thirty keys, hiding the one that was meant."""
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({typo: 1}))
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path)
+    message = caught.value.message
+    assert f"unknown setting {typo!r}; did you mean {meant!r}?" in message
+    assert "port_range" not in message and len(message) < 200 + len(str(path))
+
+
+def test_an_unknown_key_like_no_other_points_to_the_readme(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"colour_scheme": "dark"}))
+    with pytest.raises(SettingsError, match=r"unknown setting 'colour_scheme'; every setting is in the README"):
+        load_settings(path)

@@ -179,7 +179,7 @@ async def test_a_starting_child_is_watched_until_it_first_answers_and_no_longer(
 
 async def test_the_probe_only_observes_and_tells_the_supervisor_of_news(rig):
     rig.node(status=NodeStatus.UNCLAIMED, live=True, answered=False)
-    reported = []
+    reported: list[str] = []
     rig.probe.on_news = reported.append
     rig.answers.by_port[port_of(rig)] = status("joined", cadre="family")
     await rig.probe.probe_all()

@@ -68,12 +68,12 @@ async def test_an_unreadable_start_mark_costs_only_its_node_its_grace(tmp_path):
     rig = Rig(tmp_path)  # a new host reads the file: every row is loaded
     rig.gate._cache.update({(n, rig.sup.lifecycle.kind.secret_kind(rig.rec(n))): "s" for n in ("good", "bad")})
     bad = RecordStore(path).get("bad")
-    assert bad is not None and bad.start is None and "start mark is unreadable" in bad.problem
+    assert bad is not None and bad.start is None and "start mark is unreadable" in (bad.problem or "")
     assert {r.id for r in rig.store.list()} == {"good", "bad"}
     views = NodeViews(store=rig.store, driver=rig.orch, supervisor=rig.sup, probe=rig.probe, clock=rig.clock,
                       address=lambda: "127.0.0.1", log_path=lambda i: tmp_path / i,
                       claim_secret=lambda i: None)
-    assert "start mark is unreadable" in views.get("bad").problem and views.get("good").problem is None
+    assert "start mark is unreadable" in (views.get("bad").problem or "") and views.get("good").problem is None
     await rig.close()
 
 

@@ -149,7 +149,7 @@ def test_the_fake_clock_has_every_call_of_both_clock_seams(seam):
 
 
 def test_the_fake_hosts_have_every_call_the_control_api_makes():
-    from cadre_desktop.host.edges.control import ServedHost
+    from cadre_desktop.host.edges.served import ServedHost
     from tests.support.fake_host import ExplodingHost, FakeHost
 
     wanted = public_methods(ServedHost)

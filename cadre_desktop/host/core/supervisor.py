@@ -269,6 +269,12 @@ class Supervisor:
             return None
         return decide(fresh, self.observe(fresh, lc), self.policy_for(lc), lc.kind.supervised, lc.kind.held).due_in_s
 
+    def note_requested_start(self, node_id: str, why: str) -> None:
+        """A person started the node (a Retry): that is its last decision now, not the give-up
+        the last pass made (which would show until the next pass)."""
+        self.last_decisions[node_id] = {"decision": Decision.START.value, "at": iso(self.clock.now()), "ms": 0.0,
+                                        "error": why}
+
     def observe(self, record: NodeRecord, lc: Lifecycle[Any] | None = None) -> Observation:
         """Everything the decision needs, read from the driver, the probe and the gate."""
         self.observer.probe = self.probe

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from aiohttp import web
 
@@ -44,55 +44,13 @@ from cadre_desktop.host.core.holds import parse_rfc3339
 from cadre_desktop.host.core.jsondoc import read_versioned
 from cadre_desktop.host.core.records import is_node_id
 from cadre_desktop.host.core.validate import clean_invitation, clean_name
-from cadre_desktop.host.core.views import NodeView
 from cadre_desktop.host.edges import caps_control, lend_control
 from cadre_desktop.host.edges.http_status import status_of
+from cadre_desktop.host.edges.served import ServedHost
 from cadre_desktop.host.edges.webguard import GuardedSockSite, busy_middleware
 from cadre_desktop.netguard import ConnectionGuard, bind_socket
-from cadre_desktop.paths import Paths
 from cadre_desktop.readfile import read_bytes
 from cadre_desktop.text import url_host
-
-if TYPE_CHECKING:
-    from cadre_desktop.host.lend_host import Lending
-
-
-class ServedHost(Protocol):
-    """What the control API asks of the host it serves: the Host, or a fake in unit tests."""
-
-    @property
-    def paths(self) -> Paths: ...
-
-    @property
-    def lending(self) -> Lending | None: ...
-
-    def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]: ...
-
-    def list_nodes(self) -> list[NodeView]: ...
-
-    def get_node(self, node_id: str) -> NodeView: ...
-
-    async def add_node(self, name: str | None = None) -> NodeView: ...
-
-    async def join_node(self, invitation: str, name: str | None = None) -> NodeView: ...
-
-    async def invite_node(self, node_id: str, name: str | None = None) -> NodeView: ...
-
-    async def retry_node(self, node_id: str) -> NodeView: ...
-
-    async def restart_node(self, node_id: str) -> NodeView: ...
-
-    async def regenerate_node(self, node_id: str) -> NodeView: ...
-
-    async def remove_node(self, node_id: str) -> bool: ...
-
-    async def pause_node(self, node_id: str, *, for_ms: int | None = None, until: datetime | None = None) -> NodeView: ...
-
-    async def resume_node(self, node_id: str) -> NodeView: ...
-
-    async def reclaim_orphan(self, node_id: str) -> list[int]: ...
-
-    async def set_node_caps(self, node_id: str, change: dict[str, Any]) -> NodeView: ...
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +189,7 @@ class ControlServer:
             web.post("/api/nodes/{id}/regenerate", self._action("regenerate_node")),
             web.post("/api/nodes/{id}/invite", self._invite_node),
             web.get("/api/events", self._events),
+            web.get("/api/nodes/{id}/history", self._node_history),
         ])
         app.add_routes(lend_control.routes(self))  # lending's routes live beside these
         app.add_routes(caps_control.routes(self))  # PATCH /api/nodes/{id}: a node's caps
@@ -493,3 +452,7 @@ class ControlServer:
         finally:
             self._streams.discard(queue)
         return response
+
+    async def _node_history(self, request: web.Request) -> web.Response:
+        """The node's last 24 hours and 7 days (host/core/history.py)."""
+        return web.json_response(self.host.node_history(self._node_id(request)))

@@ -32,7 +32,8 @@ from cadre_desktop.host.core.records import is_node_id
 from cadre_desktop.host.lending.views import LendingViews
 
 if TYPE_CHECKING:
-    from cadre_desktop.host.edges.control import ControlServer, ServedHost
+    from cadre_desktop.host.edges.control import ControlServer
+    from cadre_desktop.host.edges.served import ServedHost
     from cadre_desktop.host.lend_host import Lending
 
 GRANT_FIELDS = {"label", "max_nodes", "expires_in_s"}

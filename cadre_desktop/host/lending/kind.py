@@ -56,6 +56,8 @@ DONATION_TRANSITIONS: dict[Change, tuple[frozenset[DonationStatus], frozenset[Do
     # Hosted nodes' news; a lent node never has it.
     Change.JOINED: (_NONE, _NONE),
     Change.INVITATION_FAILED: (_NONE, _NONE),
+    # A lent node runs under the host's caps; it has none of its own.
+    Change.CAPS: (_NONE, _NONE),
     # Holds, as a hosted node's: its owner pauses it, or it holds itself (its run.json).
     Change.PAUSE: (_SUP | _HELD, frozenset({D.PAUSED, D.SLEEPING})),
     Change.HOLD: (_SUP, _HELD),

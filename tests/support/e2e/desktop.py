@@ -165,9 +165,16 @@ def start_desktop(root: Path, bus_env: dict[str, str] | None = None, tray: str =
 
 
 @contextmanager
-def running_app(desktop: Desktop, home: Path, log: Path, **extra_env: str) -> Iterator[subprocess.Popen]:
+def running_app(desktop: Desktop, home: Path, log: Path, welcome: bool = False,
+                **extra_env: str) -> Iterator[subprocess.Popen]:
     """The tray app for `home` on this desktop. On a failure the screen is saved; at the
-    end the app is stopped and the last of its log printed."""
+    end the app is stopped and the last of its log printed. A fresh home is a first start,
+    which opens the window with its welcome; unless `welcome`, the home is made a used one."""
+    if not welcome:
+        from cadre_desktop.host.core.store import RecordStore
+
+        home.mkdir(parents=True, exist_ok=True)
+        RecordStore(home / "hosted-nodes.json").persist_home()
     env = desktop.env(CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO), **extra_env)
     out = open(log, "ab")
     app = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], env=env, stdout=out, stderr=out)

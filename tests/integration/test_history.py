@@ -1,0 +1,60 @@
+"""A node's history through a real headless host: the API, the CLI's strip, kept across a
+host restart, 0600, dropped with the node."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+
+from tests.support.headless import added, fast_settings, running_node
+from tests.support.polling import wait_until
+
+
+def history(host, node_id: str) -> dict:
+    status, body = host.api("GET", f"/api/nodes/{node_id}/history")
+    assert status == 200, body
+    return body
+
+
+def states(doc: dict) -> list[str]:
+    return [span["state"] for span in doc["windows"][0]["spans"]]
+
+
+def test_history_through_the_api_and_the_cli_across_a_host_restart(host_factory):
+    host = host_factory(fast_settings()).start()
+    node = added(host)
+    node_id = node["id"]
+    first = running_node(host, node_id)
+    wait_until(lambda: host.node(node_id)["ready"], timeout=20, what="the node ready")
+    os.kill(first["pid"], signal.SIGKILL)  # a crash: respawned, a restart
+    wait_until(lambda: (n := host.node(node_id))["ready"] and n["pid"] != first["pid"], timeout=20,
+               what="the node back")
+    wait_until(lambda: history(host, node_id)["windows"][0]["restarts"] == 1, timeout=10, what="the restart")
+    assert host.stop() == 0
+    path = host.home / "node-history.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert node_id in json.loads(path.read_text())["nodes"]
+
+    host.start()
+    wait_until(lambda: host.node(node_id)["ready"], timeout=20, what="the node ready again")
+    doc = wait_until(lambda: (d := history(host, node_id)) and states(d)[-1] == "up" and d, timeout=10,
+                     what="up again after the restart")
+    seen = states(doc)
+    assert seen[0] in ("starting", "up") and "none" in seen  # the host's gap is unknown, not up or down
+    assert doc["windows"][0]["restarts"] >= 1 and 0 < doc["windows"][0]["uptime_percent"] <= 100
+    assert [w["name"] for w in doc["windows"]] == ["24h", "7d"]
+
+    done = host.cli("node", "history", node_id)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    # Seconds of history fill the last half-hour slice, which shows the worst state in it.
+    assert lines[0].startswith("24 h |" + " " * 47 + "░|") and "% up, 2 restarts" in lines[0]
+    assert lines[1] == " " * 6 + " " * 47 + "^"  # the restarts marked under their slice
+    assert any(line.startswith("7 d") for line in lines) and "given up" in lines[-1]
+
+    assert host.api("DELETE", f"/api/nodes/{node_id}")[0] == 200
+    assert host.api("GET", f"/api/nodes/{node_id}/history")[0] == 404
+    wait_until(lambda: node_id not in json.loads(path.read_text())["nodes"], timeout=10,
+               what="the history dropped with the node")

@@ -1,0 +1,148 @@
+"""Each node's history: kept from the engine's events, bounded, 0600, across restarts, dropped with the node."""
+
+from __future__ import annotations
+
+import json
+import stat
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+from cadre_desktop.host.core.events import EventKind, HostEvent
+from cadre_desktop.host.core.history import KEEP_S, MAX_ENTRIES, HistoryState, NodeHistory, state_of_view
+from cadre_desktop.host.core.records import NodeStatus
+from tests.support.clock import FakeClock
+from tests.support.fake_host import make_view
+
+UP = make_view("n1", "Kitchen", started_at="2026-01-01T00:00:00+00:00")
+
+
+class Views:
+    """What the history reads of a node: its view now."""
+
+    def __init__(self) -> None:
+        self.views = {"n1": UP}
+
+    def set(self, **changes) -> None:
+        self.views["n1"] = replace(self.views["n1"], **changes)
+
+    def __call__(self, node_id: str):
+        return self.views.get(node_id)
+
+
+def made(tmp_path, clock=None, views=None):
+    clock, views = clock or FakeClock(), views or Views()
+    history = NodeHistory(tmp_path / "node-history.json", clock, views)
+    history.load()
+    return history, clock, views
+
+
+def changed(history) -> None:
+    history.on_event(HostEvent(EventKind.CHANGED, "n1"))
+
+
+def test_states_spans_restarts_and_uptime_from_events(tmp_path):
+    history, clock, views = made(tmp_path)
+    changed(history)  # up
+    clock.advance(3600)
+    views.set(running=False)  # it died
+    changed(history)
+    clock.advance(600)
+    views.set(running=True, ready=False, started_at="2026-01-01T01:10:00+00:00")
+    changed(history)
+    clock.advance(60)
+    views.set(ready=True)
+    changed(history)
+    clock.advance(3000)
+    day = history.windows("n1")[0]
+    assert day.name == "24h"
+    assert [(s.state, round(s.end - s.start)) for s in day.spans] == [
+        (HistoryState.UP, 3600), (HistoryState.DOWN, 600), (HistoryState.STARTING, 60), (HistoryState.UP, 3000)]
+    assert len(day.restarts) == 1  # the first start is no restart; the second is
+    assert day.uptime_percent == round(100 * 6600 / 7260, 2)
+    doc = history.to_json("n1")
+    assert [w["name"] for w in doc["windows"]] == ["24h", "7d"] and doc["windows"][0]["restarts"] == 1
+
+
+def test_the_states_a_view_can_be_in():
+    assert state_of_view(UP) is HistoryState.UP
+    assert state_of_view(replace(UP, ready=False)) is HistoryState.STARTING
+    assert state_of_view(replace(UP, running=False)) is HistoryState.DOWN
+    assert state_of_view(replace(UP, running=False, status=NodeStatus.ERROR)) is HistoryState.GAVE_UP
+    held: Any = SimpleNamespace(status="paused", running=False, ready=False, started_at=None)  # the holds' statuses
+    assert state_of_view(held) is HistoryState.PAUSED
+
+
+def test_kept_across_a_host_restart_with_the_gap_unknown(tmp_path):
+    history, clock, views = made(tmp_path)
+    changed(history)
+    clock.advance(1800)
+    history.host_stopped()  # written at once
+    mode = stat.S_IMODE((tmp_path / "node-history.json").stat().st_mode)
+    assert mode == 0o600
+    clock.advance(900)
+    again, _, _ = made(tmp_path, clock, views)
+    again.observe("n1")  # the same child, re-attached: no restart
+    clock.advance(300)
+    day = again.windows("n1")[0]
+    assert [(s.state, round(s.end - s.start)) for s in day.spans] == [
+        (HistoryState.UP, 1800), (HistoryState.NONE, 900), (HistoryState.UP, 300)]
+    assert day.restarts == () and day.uptime_percent == 100.0  # no host, no count
+
+
+def test_bounded_over_a_simulated_month(tmp_path):
+    history, clock, views = made(tmp_path)
+    for minute in range(0, 30 * 24 * 60, 5):  # a node that flaps every five minutes for a month
+        views.set(running=minute % 10 == 0, started_at=f"start-{minute}")
+        changed(history)
+        clock.advance(300)
+    history.save()
+    assert history.entry_count("n1") <= 2 * MAX_ENTRIES
+    week = history.windows("n1")[1]
+    assert week.spans[0].start >= clock.now().timestamp() - KEEP_S
+    size = (tmp_path / "node-history.json").stat().st_size
+    assert size < 2 * MAX_ENTRIES * 40, size
+    entries = json.loads((tmp_path / "node-history.json").read_text())["nodes"]["n1"]["entries"]
+    assert len(entries) <= MAX_ENTRIES and min(t for t, _ in entries) >= clock.now().timestamp() - KEEP_S - 1
+
+
+def test_dropped_with_the_node(tmp_path):
+    history, clock, views = made(tmp_path)
+    changed(history)
+    history.save()
+    history.on_event(HostEvent(EventKind.REMOVED, "n1"))
+    history.save()
+    assert json.loads((tmp_path / "node-history.json").read_text())["nodes"] == {}
+    assert history.windows("n1")[0].spans == ()
+
+
+def test_lending_events_are_not_a_hosted_nodes_history(tmp_path):
+    history, _, _ = made(tmp_path)
+    history.on_event(HostEvent(EventKind.DONATION_CHANGED, "n1"))
+    assert history.entry_count("n1") == 0
+
+
+def test_an_unreadable_history_is_set_aside_and_a_new_one_begun(tmp_path):
+    (tmp_path / "node-history.json").write_text('{"version": 1, "nodes": {"n1": {"entries": [[1, "sideways"]]}}}')
+    history, _, _ = made(tmp_path)
+    assert (tmp_path / "node-history.json.broken").exists()
+    changed(history)
+    history.save()
+    assert "n1" in json.loads((tmp_path / "node-history.json").read_text())["nodes"]
+
+
+def test_the_cli_strip_shows_each_slice_worst_state_and_marks_restarts():
+    from cadre_desktop.cli.history import LEGEND, strip_lines
+
+    def at(hours: float) -> str:
+        return f"2026-03-01T{int(hours):02d}:{int(hours % 1 * 60):02d}:00+00:00"
+
+    day = {"name": "24h", "start": at(0), "end": "2026-03-02T00:00:00+00:00", "uptime_percent": 95.0,
+           "restarts": 1, "restart_times": [at(12.1)],
+           "spans": [{"state": "up", "start": at(0), "end": at(12)},
+                     {"state": "down", "start": at(12), "end": at(12.1)},  # six minutes: its slice shows it
+                     {"state": "up", "start": at(12.1), "end": "2026-03-02T00:00:00+00:00"}]}
+    lines = strip_lines({"windows": [day]}, width=24)
+    assert lines[0] == "24 h |" + "█" * 12 + "░" + "█" * 11 + "| 95.00 % up, 1 restart"
+    assert lines[1] == " " * 6 + " " * 12 + "^"
+    assert lines[-1] == LEGEND

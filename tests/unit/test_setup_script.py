@@ -1,0 +1,61 @@
+"""scripts/_setup.sh says what it does, step by step, with progress (a first run took a
+minute with two quiet lines). Run with stand-ins for dpkg-query, python3 and pip."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).parents[2]
+FAKE_PYTHON = """#!/bin/sh
+# python3 -m venv DIR makes DIR/bin/python, this same stand-in; pip install takes a while.
+if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; exit 0; fi
+if [ "$3" = "install" ]; then sleep "${FAKE_PIP_S:-0}"; fi
+exit 0
+"""
+
+
+#: Every package is installed but one named `missing-…`.
+DPKG_QUERY = """#!/bin/sh
+for last; do :; done
+case "$last" in missing-*) exit 1;; esac
+echo 'install ok installed'
+"""
+
+
+def run_setup(tmp_path: Path, pip_s: str = "0", packages: str = "python3-venv libgl1") -> list[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("dpkg-query", DPKG_QUERY), ("python3", FAKE_PYTHON), ("apt-get", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    script = (f'source {REPO / "scripts" / "_setup.sh"}; STEPS=4; VENV={tmp_path / "venv"}; TICK_S=1; '
+              f"ensure_debs {packages}; ensure_venv run; step the app; "
+              "echo second run >&2; STEP=0; ensure_debs libgl1; ensure_venv run; step the app")
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_PIP_S": pip_s, "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    return done.stderr.splitlines()
+
+
+def test_each_step_is_numbered_and_ends_with_its_time(tmp_path):
+    lines = run_setup(tmp_path)
+    first, second = lines[:lines.index("second run")], lines[lines.index("second run") + 1:]
+    assert [line for line in first if line.startswith("[")] == [
+        "[2/4] creating the virtualenv .venv",  # the packages were there: step 1 is silent, keeping its number
+        "[3/4] installing cadre-desktop and its Python packages (run) into .venv (pip; a minute the first time)",
+        "[4/4] the app"]
+    assert any(re.fullmatch(r"\s+done: pip install \(\d+ s\)", line) for line in first)
+    assert second == ["[4/4] the app"]  # everything there: nothing of set-up is said
+
+
+def test_a_long_step_says_it_is_still_at_work(tmp_path):
+    lines = run_setup(tmp_path, pip_s="2.5")
+    assert any(re.fullmatch(r"\s+still: pip install \([12] s\)", line) for line in lines), lines
+
+
+def test_missing_system_packages_are_named_and_installed_as_a_step(tmp_path):
+    lines = run_setup(tmp_path, packages="libgl1 missing-libfoo")
+    assert lines[0] == "[1/4] installing system packages (apt-get): missing-libfoo"
+    assert re.fullmatch(r"\s+done: apt-get install \(\d+ s\)", lines[2]), lines
