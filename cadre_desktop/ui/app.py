@@ -63,7 +63,8 @@ def run_gui(argv: list[str] | None = None) -> int:
         return 1
     paths = resolve_paths()
     setup_logging(paths)
-    app = QApplication.instance() or QApplication([APP_NAME, *(argv or [])])
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication([APP_NAME, *(argv or [])])
     app.setApplicationName(APP_NAME)
     app.setDesktopFileName(APP_NAME)
     app.setQuitOnLastWindowClosed(False)
@@ -131,7 +132,7 @@ async def _tell(error: BaseException, doing: str) -> None:
     """Show a start-up error (there is no window yet) and wait until it is read."""
     box: QMessageBox = show_error(None, error, doing)
     closed = asyncio.get_running_loop().create_future()
-    box.finished.connect(lambda *_: closed.done() or closed.set_result(None))
+    box.finished.connect(lambda *_: None if closed.done() else closed.set_result(None))
     await closed
 
 

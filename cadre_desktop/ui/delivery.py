@@ -17,10 +17,12 @@ time, so a withdraw never overtakes the send it withdraws.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QSystemTrayIcon
@@ -62,7 +64,7 @@ class Delivery(QObject):
                  make_notifier: Callable[[Path], object] = _desktop_notifier, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.tray, self.app_icon, self._make = tray, app_icon, make_notifier
-        self._notifier = None
+        self._notifier: Any = None
         self._live: dict[str, str] = {}
         self._platform_ids: dict[str, int] = {}
         self._balloon_key = ""
@@ -92,7 +94,7 @@ class Delivery(QObject):
 
         sent: list[bool] = []
         buttons = tuple(Button(title=label, identifier=action,
-                               on_pressed=lambda a=action: self._act(notice.key, a))
+                               on_pressed=functools.partial(self._act, notice.key, action))
                         for action, label in notice.actions)
         note = Notification(
             title=notice.title, message=notice.body, buttons=buttons,

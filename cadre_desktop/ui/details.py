@@ -62,7 +62,9 @@ class DetailsPane(QScrollArea):
 
     def refresh(self) -> None:
         v = self.model.view(self.node_id) if self.node_id else None
-        self.widget().setVisible(v is not None)
+        inner = self.widget()
+        if inner is not None:
+            inner.setVisible(v is not None)
         if v is not None:
             self._fill(v)
 

@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QVBoxLayout, QWidget
 
 
-def confirm(parent: QWidget | None, title: str, text: str, yes: str, then: Callable[[], None],
+def confirm(parent: QWidget | None, title: str, text: str, yes: str, then: Callable[[], object],
             detail: str = "") -> QMessageBox:
     """Ask; call `then()` only if the person picks `yes`. Cancel is the default."""
     box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.Cancel, parent)
@@ -51,8 +51,10 @@ def ask_how_to_quit(parent: QWidget | None, running: int, keep_default: bool,
     remember = QCheckBox("&Don't ask again (Preferences can change it)")
     box.setCheckBox(remember)
     box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-    box.finished.connect(lambda _: box.clickedButton() in (stop, leave)
-                         and then(box.clickedButton() is leave, not remember.isChecked()))
+    def answered(_: int) -> None:
+        if box.clickedButton() in (stop, leave):
+            then(box.clickedButton() is leave, not remember.isChecked())
+    box.finished.connect(answered)
     box.open()
     return box
 
@@ -75,7 +77,7 @@ class _Form(QDialog):
 
 
 class AddDialog(_Form):
-    def __init__(self, parent: QWidget | None, then: Callable[[str | None], None]) -> None:
+    def __init__(self, parent: QWidget | None, then: Callable[[str | None], object]) -> None:
         super().__init__(parent, "Add node", "A new node starts on this computer and waits to be "
                          "claimed: scan its QR code with your phone to claim it into your cadre.", "&Add")
         self.name = QLineEdit()
@@ -87,7 +89,7 @@ class AddDialog(_Form):
 
 
 class JoinDialog(_Form):
-    def __init__(self, parent: QWidget | None, then: Callable[[str, str | None], None]) -> None:
+    def __init__(self, parent: QWidget | None, then: Callable[[str, str | None], object]) -> None:
         super().__init__(parent, "Join with invitation", "Paste the invitation a member of the cadre sent "
                          "you. A new node starts on this computer and joins their cadre with it.", "&Join")
         self.invitation = QPlainTextEdit()

@@ -9,6 +9,7 @@ purpose: a nested Qt event loop inside a qasync callback would re-enter asyncio.
 from __future__ import annotations
 
 import logging
+from typing import TypeGuard
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QWidget
@@ -18,7 +19,7 @@ from cadre_desktop.errors import Bug, CadreError
 log = logging.getLogger(__name__)
 
 
-def _for_a_person(error: BaseException) -> bool:
+def _for_a_person(error: BaseException) -> TypeGuard[CadreError]:
     return isinstance(error, CadreError) and not isinstance(error, Bug)
 
 

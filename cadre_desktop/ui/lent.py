@@ -51,7 +51,7 @@ class LentView(QWidget):
 
     def __init__(self, host, model: LentModel, actions: Actions, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.host, self.model, self.actions = host, model, actions
+        self.host, self.model, self.runner = host, model, actions
         self._make_buttons()
         self.empty = QLabel(EMPTY_TEXT)
         self.empty.setWordWrap(True)
@@ -114,7 +114,7 @@ class LentView(QWidget):
         self.log_button.toggled.connect(self.log.setVisible)
         self.tree.itemSelectionChanged.connect(self.update_buttons)
         self.model.refreshed.connect(self.fill)
-        self.actions.busy_changed.connect(self.update_buttons)
+        self.runner.busy_changed.connect(self.update_buttons)
 
     # -- the tree ------------------------------------------------------------------------
 
@@ -139,9 +139,9 @@ class LentView(QWidget):
                 item.setExpanded(True)
                 if selected == ("grant", grant.id):
                     item.setSelected(True)
-                for i in range(item.childCount()):
-                    if selected == item.child(i).data(0, Qt.ItemDataRole.UserRole):
-                        item.child(i).setSelected(True)
+                for kid in (item.child(i) for i in range(item.childCount())):
+                    if kid is not None and selected == kid.data(0, Qt.ItemDataRole.UserRole):
+                        kid.setSelected(True)
         finally:
             self.tree.blockSignals(False)
         for col in range(len(COLUMNS) - 1):
@@ -166,8 +166,10 @@ class LentView(QWidget):
     def select(self, kind: str, row_id: str) -> None:
         for i in range(self.tree.topLevelItemCount()):
             item = self.tree.topLevelItem(i)
+            if item is None:
+                continue
             for candidate in [item] + [item.child(j) for j in range(item.childCount())]:
-                if candidate.data(0, Qt.ItemDataRole.UserRole) == (kind, row_id):
+                if candidate is not None and candidate.data(0, Qt.ItemDataRole.UserRole) == (kind, row_id):
                     self.tree.setCurrentItem(candidate)
                     return
 
@@ -185,12 +187,12 @@ class LentView(QWidget):
         sel = self.selected()
         grant = self.model.grant(sel[1]) if sel and sel[0] == "grant" else None
         donation = self.model.donation(sel[1]) if sel and sel[0] == "donation" else None
-        active = grant is not None and grant.status == GrantState.ACTIVE and not self.actions.busy(grant.id)
+        active = grant is not None and grant.status == GrantState.ACTIVE and not self.runner.busy(grant.id)
         for button in (self.copy_button, self.qr_button, self.revoke_button):
             button.setEnabled(active)
-        free = donation is not None and not self.actions.busy(donation.id)
+        free = donation is not None and not self.runner.busy(donation.id)
         self.end_button.setEnabled(free)
-        self.retry_button.setEnabled(free and donation.status == DonationStatus.ERROR)
+        self.retry_button.setEnabled(free and donation is not None and donation.status == DonationStatus.ERROR)
         self.log_button.setEnabled(donation is not None)
         self.log.follow(donation.id if donation else None)
 
@@ -205,7 +207,7 @@ class LentView(QWidget):
             QGuiApplication.clipboard().setText(link)
             self.status.setText("Grant link copied. It lets whoever holds it borrow nodes: share it with care.")
 
-        self.actions.run("copy the grant link", self.host.lending.link_of(sel[1]), sel[1], done=copied)
+        self.runner.run("copy the grant link", self.host.lending.link_of(sel[1]), sel[1], done=copied)
 
     def ask_revoke(self, grant_id: str) -> None:
         g = self.model.grant(grant_id)
@@ -213,7 +215,7 @@ class LentView(QWidget):
             return
         dialogs.confirm(
             self, "Revoke grant", f"Revoke the grant “{g.label}”?", "Revoke",
-            lambda: self.actions.run(f"revoke {g.label}", self.host.lending.revoke_grant(grant_id), grant_id),
+            lambda: self.runner.run(f"revoke {g.label}", self.host.lending.revoke_grant(grant_id), grant_id),
             detail=(f"Its link stops working, and the {g.nodes} node{'s' if g.nodes != 1 else ''} lent under it "
                     "are stopped and deleted, with their work folders. This cannot be undone."),
         )
@@ -224,7 +226,7 @@ class LentView(QWidget):
             return
         dialogs.confirm(
             self, "End loan", f"End the loan of this node to {d.party_id}?", "End loan",
-            lambda: self.actions.run(f"end the loan of {donation_id}",
+            lambda: self.runner.run(f"end the loan of {donation_id}",
                                      self.host.lending.end_loan(donation_id),
                                      donation_id),
             detail="The node is stopped and its work folder (its identity and everything the other cadre "
@@ -232,7 +234,7 @@ class LentView(QWidget):
         )
 
     def retry(self, donation_id: str) -> None:
-        self.actions.run(f"retry the lent node {donation_id}", self.host.lending.retry(donation_id),
+        self.runner.run(f"retry the lent node {donation_id}", self.host.lending.retry(donation_id),
                          donation_id)
 
 
@@ -240,7 +242,9 @@ def install_tab(window: QMainWindow, view: LentView, model: LentModel) -> QTabWi
     """Put the Lent view in a tab beside what the window shows; returns the tabs."""
     tabs = QTabWidget()
     tabs.setDocumentMode(True)
-    tabs.addTab(window.takeCentralWidget(), "Nodes")
+    nodes = window.takeCentralWidget()
+    if nodes is not None:
+        tabs.addTab(nodes, "Nodes")
     tabs.addTab(view, "Lent")
     window.setCentralWidget(tabs)
     tabs.currentChanged.connect(lambda index: model.set_ticking(tabs.widget(index) is view and window.isVisible()))

@@ -37,8 +37,10 @@ def donation_words(v: DonationView, now: datetime) -> str:
             return "Waiting for the keyring"
         left = seconds_until(v.next_retry_at, now)
         return f"Restarting in {left} s" if left else "Restarting…"
-    return {DonationStatus.PROVISIONING: "Starting…", DonationStatus.AWAITING_SEED: "Waiting for its seed",
-            DonationStatus.SEEDED: f"Seeded for {v.party_id}", DonationStatus.ERROR: "Error"}.get(v.status, v.status)
+    words: dict[str, str] = {DonationStatus.PROVISIONING.value: "Starting…",
+                             DonationStatus.AWAITING_SEED.value: "Waiting for its seed",
+                             DonationStatus.SEEDED.value: f"Seeded for {v.party_id}", DonationStatus.ERROR.value: "Error"}
+    return words.get(v.status, v.status)
 
 
 @dataclass(frozen=True)

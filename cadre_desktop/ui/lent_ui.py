@@ -8,14 +8,24 @@ wanted, as the Shell does the window; what the tray needs from the start is in
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import shiboken6
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QMainWindow
 
+from cadre_desktop.errors import MachineError
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.lent_core import LentModel
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QTabWidget
+
+    from cadre_desktop.host.host import Host
+    from cadre_desktop.host.lend_host import Lending
+    from cadre_desktop.ui.lent import LentView
+    from cadre_desktop.ui.window import NodeWindow
 
 
 class LentUi(QObject):
@@ -24,20 +34,22 @@ class LentUi(QObject):
     `window()` gives the node window, building it if need be; the Shell calls
     `attach` once it has built it, and the tab goes in then."""
 
-    def __init__(self, host, bridge: HostBridge, actions: Actions, window: Callable[[], QMainWindow],
+    def __init__(self, host: Host, bridge: HostBridge, actions: Actions, window: Callable[[], NodeWindow],
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.host, self.actions, self._window = host, actions, window
         self.model = LentModel(host, bridge, self)
-        self._view = self._tabs = self._attached = None
+        self._view: LentView | None = None
+        self._tabs: QTabWidget | None = None
+        self._attached: QMainWindow | None = None
 
     def attach(self, window: QMainWindow) -> None:
         from cadre_desktop.ui.lent import LentView, install_tab
 
-        self._view = LentView(self.host, self.model, self.actions)
-        self._tabs = install_tab(window, self._view, self.model)
-        self._view.lend_requested.connect(self.ask_lend)
-        self._view.link_requested.connect(self.show_link)
+        view = self._view = LentView(self.host, self.model, self.actions)
+        self._tabs = install_tab(window, view, self.model)
+        view.lend_requested.connect(self.ask_lend)
+        view.link_requested.connect(self.show_link)
         self._attached = window
 
     @property
@@ -53,12 +65,19 @@ class LentUi(QObject):
     def show_lent(self) -> None:
         window = self._window()
         window.present()
-        self._tabs.setCurrentWidget(self._view)
+        if self._tabs is not None and self._view is not None:
+            self._tabs.setCurrentWidget(self._view)
         self.model.set_ticking(True)
 
     def _parent(self):
         window = self._attached
         return window if window is not None and shiboken6.isValid(window) and window.isVisible() else None
+
+    def _lending(self) -> Lending:
+        lending = self.host.lending
+        if lending is None:
+            raise MachineError("Lending is not ready yet; try again in a moment.", code="not_ready")
+        return lending
 
     def ask_lend(self):
         from cadre_desktop.ui.grant_dialog import GrantDialog
@@ -68,7 +87,7 @@ class LentUi(QObject):
         return dialog
 
     def _create(self, dialog, label, max_nodes, expires_in_s) -> None:
-        lending = self.host.lending
+        lending = self._lending()
 
         async def make():
             grant = await lending.create_grant(label, max_nodes, expires_in_s)
@@ -89,6 +108,9 @@ class LentUi(QObject):
         if grant is None:
             return None
         dialog = GrantDialog(self._parent(), self.host.settings.lend_max_nodes, self._create)
-        self.actions.run(f"show the link of {grant.label}", self.host.lending.link_of(grant_id), grant_id,
-                         done=lambda link: (dialog.show_link(grant.label, link), dialog.open()))
+
+        def show(link: str) -> None:
+            dialog.show_link(grant.label, link)
+            dialog.open()
+        self.actions.run(f"show the link of {grant.label}", self._lending().link_of(grant_id), grant_id, done=show)
         return dialog

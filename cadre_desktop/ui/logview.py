@@ -21,7 +21,7 @@ class LogView(QPlainTextEdit):
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.setPlaceholderText("Select a node to see its log.")
-        self._text = ""
+        self._text: str | None = ""
         self._timer = QTimer(self)
         self._timer.setInterval(FOLLOW_MS)
         self._timer.timeout.connect(self.reload)

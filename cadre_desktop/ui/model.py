@@ -9,9 +9,10 @@ selection survives.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
 
 from cadre_desktop.host.core.clock import parse_iso
@@ -154,10 +155,10 @@ class NodeTableModel(QAbstractTableModel):
 
     # -- Qt's model interface ------------------------------------------------------------
 
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802
         return 0 if parent.isValid() else len(self._rows)
 
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802
         return 0 if parent.isValid() else len(COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
@@ -165,7 +166,7 @@ class NodeTableModel(QAbstractTableModel):
             return COLUMNS[section]
         return None
 
-    def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         v = self.view_at(index.row())
         if v is None:
             return None

@@ -61,9 +61,13 @@ class PreferencesDialog(QDialog):
         self.notify = _checkbox("Show &notifications", "Desktop notifications from cadre-desktop")
         self.notify_gave_up = _checkbox("When the host &gives up on a node", "A critical notification with Retry")
         self.notify_claimed = _checkbox("When a node is &claimed", "Someone claimed or joined one of your nodes")
-        self.notify.toggled.connect(lambda on: (self.notify_gave_up.setEnabled(on), self.notify_claimed.setEnabled(on)))
+        self.notify.toggled.connect(self._notify_toggled)
         return self._group("Notifications", self.notify, self.notify_gave_up, self.notify_claimed)
 
+
+    def _notify_toggled(self, on: bool) -> None:
+        self.notify_gave_up.setEnabled(on)
+        self.notify_claimed.setEnabled(on)
     def _make_starting_and_quitting(self) -> QGroupBox:
         self.keep_running = _checkbox("&Keep nodes running when cadre-desktop quits",
                                       "They keep serving their cadres; the next start takes them back")

@@ -73,7 +73,7 @@ class QrDialog(QDialog):
     def __init__(self, node_id: str, model: NodeTableModel, actions: Actions,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.node_id, self.model, self.actions = node_id, model, actions
+        self.node_id, self.model, self.runner = node_id, model, actions
         self._url: str | None = None
         self.finished_message = ""
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -120,7 +120,8 @@ class QrDialog(QDialog):
         """Never shorter than its content: a top-level is first sized to at most 2/3 of the screen,
         which at 2× on a short screen laid the link over the code and its quiet zone."""
         super().showEvent(event)
-        needed = self.layout().totalHeightForWidth(self.width())
+        layout = self.layout()
+        needed = layout.totalHeightForWidth(self.width()) if layout is not None else self.height()
         screen = self.screen()
         if screen is not None:
             needed = min(needed, screen.availableGeometry().height() - (self.frameGeometry().height() - self.height()))
@@ -149,7 +150,7 @@ class QrDialog(QDialog):
             self.hint.setText("The node is starting; this code works in a moment.")
         else:
             self.hint.setText(f"This node has no claim code right now ({status_words(v, self.model.now)}).")
-        busy = self.actions.busy(self.node_id)
+        busy = self.runner.busy(self.node_id)
         self.regenerate.setEnabled(v.status == NodeStatus.UNCLAIMED and not busy)
         self.copy.setEnabled(bool(v.claim_url))
 
@@ -166,6 +167,6 @@ class QrDialog(QDialog):
     def _ask_regenerate(self) -> None:
         dialogs.confirm(
             self, "New claim code", "Make a new claim code for this node?", "Make new code",
-            lambda: self.actions.regenerate(self.node_id),
+            lambda: self.runner.regenerate(self.node_id),
             detail="The QR code and link shown now stop working: nobody can claim the node with them.",
         )

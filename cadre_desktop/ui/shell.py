@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import shiboken6
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtWidgets import QSystemTrayIcon
+from PySide6.QtWidgets import QDialog, QMessageBox, QProgressDialog, QSystemTrayIcon
 
 from cadre_desktop import autostart as autostart_module
 from cadre_desktop.errors import CadreError, SettingsError
@@ -34,6 +35,9 @@ from cadre_desktop.ui.model import NodeTableModel
 from cadre_desktop.ui.notify import Notifier
 from cadre_desktop.ui.settings_store import SettingsWatcher, save_changes
 from cadre_desktop.ui.tray import Tray
+
+if TYPE_CHECKING:
+    from cadre_desktop.ui.window import NodeWindow
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +79,7 @@ class Shell(QObject):
         self.host, self.settings = host, settings
         self.bridge = HostBridge(host, self)
         self.model = NodeTableModel(host, self.bridge, self)
-        self._window = None
+        self._window: NodeWindow | None = None
         self.closed = False
         self.actions = Actions(host, lambda: self._window, self)
         self.lent = LentUi(host, self.bridge, self.actions, lambda: self.window, self)  # the window's Lent tab
@@ -85,8 +89,8 @@ class Shell(QObject):
         self.delivery = Delivery(self.tray.icon, APP_ICON, parent=self)
         self.notifier = Notifier(host, self.bridge, self.actions, self.delivery, settings, self)
         self.qr_dialogs: dict = {}
-        self.preferences = None
-        self.refusal = None
+        self.preferences: QDialog | None = None
+        self.refusal: QMessageBox | None = None
         self.settings_watcher = SettingsWatcher(host.paths.settings_file, settings, self)
         self.settings_watcher.changed.connect(self.apply_settings)
         self.settings_watcher.refused.connect(self._settings_refused)
@@ -99,7 +103,7 @@ class Shell(QObject):
         self._tray_timer.timeout.connect(self._poll_tray)
         self.stopping = self.stopped = False
         self.stopping_text = ""
-        self.progress = None
+        self.progress: QProgressDialog | None = None
 
         for signal, slot in (
             (self.tray.open_window, self.present_window), (self.tray.open_node, self.show_node),
@@ -211,7 +215,7 @@ class Shell(QObject):
 
     def _added(self, node_id: str) -> None:
         v = self.model.view(node_id)
-        if self._window_visible():
+        if self._window is not None and self._window_visible():
             self._window.select(node_id)
         if v is not None and v.status == NodeStatus.UNCLAIMED:
             self.show_qr(node_id)

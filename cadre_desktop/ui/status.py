@@ -13,7 +13,7 @@ from enum import Enum
 
 from cadre_desktop.host.core.clock import parse_iso
 from cadre_desktop.host.core.records import SUPERVISED, NodeStatus
-from cadre_desktop.host.core.views import NodeView
+from cadre_desktop.host.core.views import NodeView, SupervisedView
 from cadre_desktop.host.lending.donations import DonationStatus
 
 #: What a hosted or a lent node the host gave up on shows; only Retry brings it back.
@@ -205,7 +205,7 @@ def duration_words(seconds: float) -> str:
     return f"{days} d {hours} h"
 
 
-def uptime_words(view: NodeView, now: datetime) -> str:
+def uptime_words(view: SupervisedView, now: datetime) -> str:
     started = parse_iso(view.started_at) if view.running else None
     return duration_words((now - started).total_seconds()) if started else ""
 

@@ -8,7 +8,7 @@ arrows move between rows. Enter opens the row, Delete asks to remove it.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, QSortFilterProxyModel, Qt, Signal
 from PySide6.QtGui import QKeyEvent, QPalette
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QStyle, QStyledItemDelegate, QTableView, QWidget
 
@@ -22,19 +22,20 @@ REASON_AT_LEAST = "exited with code 1: cannot open"
 class NodeProxy(QSortFilterProxyModel):
     """Sorts by each column's sort key; the filter matches any column's text and the node's id."""
 
-    def __init__(self, model: NodeTableModel, parent=None) -> None:
+    def __init__(self, model: NodeTableModel, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.setSourceModel(model)
+        self._model = model
         self.setSortRole(SORT_ROLE)
         self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
         self.setDynamicSortFilter(True)
         self._needle = ""
 
-    def filterAcceptsRow(self, row: int, parent: QModelIndex) -> bool:  # noqa: N802
+    def filterAcceptsRow(self, row: int, parent: QModelIndex | QPersistentModelIndex) -> bool:  # noqa: N802
         needle = self._needle
         if not needle:
             return True
-        model = self.sourceModel()
+        model = self._model
         v = model.view_at(row)
         if v is None:
             return False

@@ -95,10 +95,21 @@ class NodeWindow(QMainWindow):
     qr_requested = Signal(str)
     #: Closed while there is no tray: the app should quit.
     quit_requested = Signal()
+    # Made from BUTTONS by `_make_banner_and_buttons`.
+    add_button: QPushButton
+    join_button: QPushButton
+    qr_button: QPushButton
+    retry_button: QPushButton
+    restart_button: QPushButton
+    pause_button: QPushButton
+    remove_button: QPushButton
+    log_button: QPushButton
+    copy_button: QPushButton
+    invite_button: QPushButton
 
     def __init__(self, host, model: NodeTableModel, actions: Actions, state_file: Path | None = None) -> None:
         super().__init__()
-        self.host, self.model, self.actions = host, model, actions
+        self.host, self.model, self.runner = host, model, actions
         self.state_file = state_file
         self.quit_on_close = False
         self.closing = False
@@ -215,7 +226,7 @@ class NodeWindow(QMainWindow):
             self.addAction(action)
 
     def _connect_buttons(self) -> None:
-        actions = self.actions
+        actions = self.runner
         self.add_button.clicked.connect(self.add_requested.emit)
         self.join_button.clicked.connect(self.join_requested.emit)
         self.qr_button.clicked.connect(lambda: self._with_selected(self.qr_requested.emit))
@@ -236,7 +247,7 @@ class NodeWindow(QMainWindow):
         self.table.remove_requested.connect(lambda: self._with_selected(self.ask_remove))
         self.model.refreshed.connect(self.update_buttons)
         self.proxy.rowsInserted.connect(self._select_first_if_none)
-        self.actions.busy_changed.connect(self.update_buttons)
+        self.runner.busy_changed.connect(self.update_buttons)
 
     # -- selection ---------------------------------------------------------------------
 
@@ -274,17 +285,19 @@ class NodeWindow(QMainWindow):
         self.pages.setCurrentWidget(self.table_page if self.model.rowCount() else self.empty_page)
         node_id = self.selected_id()
         v = self.model.view(node_id) if node_id else None
-        ready = v is not None and not self.actions.busy(v.id)
-        self.qr_button.setEnabled(ready and v.status == NodeStatus.UNCLAIMED and bool(v.claim_url))
-        self.retry_button.setEnabled(ready and v.status == NodeStatus.ERROR)
-        self.restart_button.setEnabled(ready and v.status in SUPERVISED)
-        held = v is not None and v.status in HELD
-        self.pause_button.setEnabled(ready and (held or v.status in SUPERVISED))
+        ready = v is not None and not self.runner.busy(v.id)
+        status = v.status if v is not None else None
+        claim_url = v.claim_url if v is not None else None
+        self.qr_button.setEnabled(ready and status == NodeStatus.UNCLAIMED and bool(claim_url))
+        self.retry_button.setEnabled(ready and status == NodeStatus.ERROR)
+        self.restart_button.setEnabled(ready and status in SUPERVISED)
+        held = status in HELD
+        self.pause_button.setEnabled(ready and (held or status in SUPERVISED))
         self.pause_button.setText("Res&ume" if held else "&Pause")
         self.pause_button.setToolTip("Start the node now; its attempts are untouched" if held else BUTTON_TIPS["pause_button"])
         self.remove_button.setEnabled(ready)
-        self.copy_button.setEnabled(ready and bool(v.claim_url))
-        self.invite_button.setEnabled(ready and v.status == NodeStatus.JOINED)
+        self.copy_button.setEnabled(ready and bool(claim_url))
+        self.invite_button.setEnabled(ready and status == NodeStatus.JOINED)
         cadre = v.cadre if v is not None and v.status == NodeStatus.JOINED and v.cadre else None
         self.invite_button.setText(f'Add a&nother node to "{cadre}"…' if cadre else "Add a&nother node…")
         self.log_button.setEnabled(v is not None)
@@ -303,7 +316,7 @@ class NodeWindow(QMainWindow):
     def _pause_or_resume(self, node_id: str) -> None:
         v = self.model.view(node_id)
         if v is not None:
-            (self.actions.resume if v.status in HELD else self.actions.pause)(node_id)
+            (self.runner.resume if v.status in HELD else self.runner.pause)(node_id)
 
     def ask_invite(self, node_id: str) -> None:
         """Name the new node (optional); the host gets the invitation from the node itself."""
@@ -313,15 +326,15 @@ class NodeWindow(QMainWindow):
         name, ok = QInputDialog.getText(self, "Add another node",
                                         f'A new node joins "{v.cadre}". Its name (optional):')
         if ok:
-            self.actions.invite(node_id, name.strip() or None)
+            self.runner.invite(node_id, name.strip() or None)
 
     def ask_remove(self, node_id: str) -> None:
         v = self.model.view(node_id)
-        if v is None or self.actions.busy(node_id):
+        if v is None or self.runner.busy(node_id):
             return
         dialogs.confirm(
             self, "Remove node", f"Remove {v.name}?", "Remove",
-            lambda: self.actions.remove(node_id),
+            lambda: self.runner.remove(node_id),
             detail=(f"Its program is stopped, and its work folder ({self.host.paths.node_dir(node_id)}), "
                     "which holds the identity its cadre knows, is deleted with its claim secret. "
                     "This cannot be undone."),
