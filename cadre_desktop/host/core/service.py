@@ -28,6 +28,7 @@ from cadre_desktop.host.core.holds import pause_end, person_hold
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle, RecordKind
 from cadre_desktop.host.core.orphans import find_orphans
+from cadre_desktop.host.core.provision import Provisioning
 from cadre_desktop.host.core.records import NodeMode, NodeRecord, NodeStatus
 from cadre_desktop.host.core.secrets import SecretKind, new_claim_secret
 from cadre_desktop.host.core.supervisor import Supervisor
@@ -52,6 +53,7 @@ class NodeService:
         self.gate = gate
         self.supervisor = supervisor
         self.clock = clock
+        self.provisioning = Provisioning(lifecycle=lifecycle, gate=gate, supervisor=supervisor)
         #: Ids whose add or join is in flight; the reap sweep leaves them alone.
         self._creating: set[str] = set()
         #: Ids whose removal clean-up is in flight; the reap sweep leaves them alone.
@@ -95,48 +97,25 @@ class NodeService:
         return await self._create(NodeMode.INVITATION, clean_invitation(invitation), name)
 
     async def _create(self, mode: NodeMode, secret: str, name: str | None) -> NodeRecord:
-        # The record is written before the keyring entry: if the host dies in
-        # between, a `spawning` record without a handle is what the reap sweep
-        # finds and clears, keyring entry included. The other order would leave a
-        # secret no record names, which nothing could ever find again.
+        """A new node's row, secret and first child (host/core/provision.py), or nothing of them."""
         node_id = self._new_id()
         now = iso(self._creation_time())
-        record = NodeRecord(
-            id=node_id,
-            name=clean_name(name, f"Node {len(self.store.list()) + 1}") or f"Node {len(self.store.list()) + 1}",
-            status=NodeStatus.SPAWNING,
-            mode=mode,
-            created_at=now,
-            updated_at=now,
-        )
+        fallback = f"Node {len(self.store.list()) + 1}"
+        record = NodeRecord(id=node_id, name=clean_name(name, fallback) or fallback, status=NodeStatus.SPAWNING,
+                            mode=mode, created_at=now, updated_at=now)
         kind = SecretKind.CLAIM if mode is NodeMode.CLAIM else SecretKind.INVITATION
+        status = NodeStatus.UNCLAIMED if mode is NodeMode.CLAIM else NodeStatus.JOINING
         self._creating.add(node_id)
-        stored = False
         try:
-            self.lifecycle.create(record)
-            try:
-                await self.gate.store(node_id, kind, secret)
-                stored = True
-                current = self.store.get(node_id)
-                if current is None or current.status is not NodeStatus.SPAWNING:
-                    raise InvalidState(f"Node {node_id} was removed while it was being created.")
-                child = self.supervisor.launch(current, secret, 1, lc=self.lifecycle)
-            except BaseException:
-                await self._unwind_create(node_id, stored=stored)
-                raise
-            status = NodeStatus.UNCLAIMED if mode is NodeMode.CLAIM else NodeStatus.JOINING
-            try:
-                spawned: NodeRecord | None = self.supervisor.spawned(node_id, child, lc=self.lifecycle, status=status)
-                if spawned is None:
-                    raise InvalidState(f"Node {node_id} was removed while it was being created.")
-                record = spawned
-            except BaseException:
-                await self._unwind_create(node_id)
-                raise
+            born = await self.provisioning.create(
+                record, kind, secret, status=status,
+                unwind=lambda row_id, stored: self._unwind_create(row_id, stored=stored),
+                gone=lambda: InvalidState(f"Node {node_id} was removed while it was being created."),
+            )
         finally:
             self._creating.discard(node_id)
-        log.info("node %s added (%s), pid %s", node_id, status.value, child.pid)
-        return record
+        log.info("node %s added (%s), pid %s", node_id, status.value, born.child.pid)
+        return born.record
 
     async def _unwind_create(self, node_id: str, *, stored: bool = True, left_over: bool = False) -> None:
         """Undo a half-done add: no record, no child, no work folder, no keyring entry.
