@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
+from cadre_desktop.errors import CadreError, OutOfDescriptors, SecretsError, StorageError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.decide import Decision, Observation, Policy, SecretState, Verdict, decide
 from cadre_desktop.host.core.driver import DriverStatus, Exit, InstanceInfo, NodeDriver
@@ -384,6 +384,9 @@ class Supervisor:
             child = self.launch(record, value, attempt, want_ports=want, lc=lc)
         except Exception as exc:
             message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
+            if isinstance(exc, OutOfDescriptors):  # the machine's trouble: never spends the node's attempts
+                counted, respawn = False, record.respawn
+                mark = self._next_mark(record, attempt, now, False, words)
             failed_mark = dataclasses.replace(mark, last_exit=f"could not be started: {message}")
             lc.apply(node_id, Change.START_FAILED, lambda r: r.replace(
                 error=message, respawn=respawn, start=failed_mark))

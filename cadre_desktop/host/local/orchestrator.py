@@ -26,8 +26,9 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from cadre_desktop import fdlimit
 from cadre_desktop.atomicfile import ensure_private_dir
-from cadre_desktop.errors import SpawnError, StorageError
+from cadre_desktop.errors import OutOfDescriptors, SpawnError, StorageError
 from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, InitReport, status_of
 from cadre_desktop.host.core.events import Listeners
 from cadre_desktop.host.local import launch, nodelogs, procs, proctree, winjob
@@ -255,6 +256,8 @@ class Orchestrator:
         except OSError as exc:
             self.ports.release((api_port, p2p_port))
             self._restore(dropped)
+            if fdlimit.is_shortage(exc):
+                raise OutOfDescriptors(fdlimit.shortage_words(f"Starting node {node_id}")) from None
             raise SpawnError(
                 f"could not start the node program {self.node_command[0]!r}: {exc.strerror or exc}. "
                 "Check 'node_command' in settings.json."
