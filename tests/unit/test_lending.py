@@ -83,6 +83,32 @@ async def test_an_expired_grant_is_410_and_its_loans_end_at_the_next_pass(rig):
     assert rig.grants.get(grant.id).closed_at
 
 
+async def test_a_closed_grant_never_reopens_when_the_wall_clock_steps_back(rig):
+    grant, token = await rig.grant(expires_in_s=3600)
+    await rig.clock.run_for(3601)
+    await rig.lending.reap()
+    assert rig.grants.get(grant.id).closed_at
+    rig.clock.jump_wall(-7200)  # the wall clock set back, the host restarted meanwhile or not
+    rig.lending._anchor = None  # as a new run of the host: only the row is left to say it
+    with pytest.raises(LendRefused) as err:
+        rig.lending.authorize(grant.id, token)
+    assert refused(err) == (410, "grant-expired")
+    assert rig.lending.active_grants() == []
+    with pytest.raises(LendRefused):
+        await rig.request(grant)
+
+
+async def test_an_expiry_passed_stays_passed_when_the_clock_steps_back_before_the_sweep(rig):
+    grant, token = await rig.grant(expires_in_s=3600)
+    await rig.clock.run_for(3601)
+    rig.clock.jump_wall(-7200)  # before any pass closed it
+    with pytest.raises(LendRefused) as err:
+        rig.lending.authorize(grant.id, token)
+    assert refused(err) == (410, "grant-expired")
+    await rig.lending.reap()
+    assert rig.grants.get(grant.id).closed_at
+
+
 async def test_revoking_ends_every_loan_and_deletes_the_token(rig):
     grant, token = await rig.grant(max_nodes=2)
     a, b = await rig.request(grant), await rig.request(grant)
