@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 
+from cadre_desktop.host.core.events import EventKind
 from cadre_desktop.host.core.lifecycle import Lifecycle
 from cadre_desktop.host.core.netwatch import restart_stale
 from cadre_desktop.host.core.probe import loopback_for
@@ -69,7 +70,8 @@ class Lending:
         )
         self.views = LendingViews(self.service, log_path=lambda d: str(host.paths.node_log(d)))
         self.server = LendServer(self.service, self.views, bind_host=s.bind_host, port=s.lend_port)
-        self.service.on_grants_changed = self.server.sync
+        self.views.lend_api = self.server.state
+        self.service.on_grants_changed = self.sync_server
         # Seed tokens are read ahead, in the background: a lent node whose token has
         # not arrived waits for the keyring, like a hosted node, without spending budget.
         for donation in self.donations.list():
@@ -78,12 +80,21 @@ class Lending:
 
     async def start(self) -> None:
         await self.service.reap()
-        await self.server.sync()
+        await self.sync_server()
 
     async def sweep(self) -> None:
         """At each supervisor sweep: clear what waited too long, follow the grants."""
         await self.service.reap()
+        await self.sync_server()
+
+    async def sync_server(self) -> None:
+        """Open or close the lend API's port; a change of its state (listening, or the port
+        taken) is a change of every active grant's view, and is told as one."""
+        before = self.server.state()
         await self.server.sync()
+        if self.server.state() != before:
+            for grant in self.service.active_grants():
+                self.host.events.emit(EventKind.GRANT_CHANGED, grant.id)
 
     async def address_changed(self, new: str) -> None:
         """Restart, one at a time, each running lent node that still advertises the old address."""

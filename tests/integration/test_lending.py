@@ -180,3 +180,38 @@ def test_the_event_stream_carries_grant_and_donation_events_with_their_views(len
     assert seen[0] == "donation_added" and data["id"] == donation_id
     assert grant["link"].split("#")[1] not in json.dumps(data)
     assert host.stop() == 0
+
+
+def test_the_owner_is_told_when_the_lend_port_is_taken_and_when_it_is_free_again(lending_host):
+    """`grant create`, `grant list`, the control API and doctor say nobody can reach the grant."""
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    host = lending_host().start()
+    port = json.loads((host.home / "settings.json").read_text())["lend_port"]
+    squatter.bind(("127.0.0.1", port))
+    squatter.listen(1)
+    try:
+        made = host.cli("grant", "create", "--label", "unreachable")
+        assert made.returncode == 0, made.stderr
+        assert "Warning: borrowers cannot reach this host" in made.stdout and "lend_port" in made.stdout, made.stdout
+        listing = host.cli("grant", "list")
+        assert "active (unreachable)" in listing.stdout and "Warning:" in listing.stdout, listing.stdout
+        grant = json.loads(host.cli("grant", "list", "--json").stdout)["grants"][0]
+        assert grant["lend_api"]["listening"] is False and grant["lend_api"]["address"] == f"127.0.0.1:{port}"
+        assert "cannot listen" in grant["lend_api"]["error"] and grant["unreachable"]
+        checked = host.cli("doctor")
+        line = next(x for x in checked.stdout.splitlines() if "lend API:" in x)
+        assert line.startswith("warn") and "cannot reach" in line, checked.stdout
+    finally:
+        squatter.close()
+
+    def listening() -> dict | None:
+        view = host.api("GET", f"/api/grants/{grant['id']}")[1]
+        return view if view["lend_api"]["listening"] else None
+    view = wait_until(listening, timeout=30, what="the lend API listening once its port is free")
+    assert view["unreachable"] is None and view["lend_api"]["error"] is None
+    assert "(unreachable)" not in host.cli("grant", "list").stdout
+    assert listens(port)
+    checked = host.cli("doctor")
+    assert any(x.startswith("ok") and "lend API: listening on" in x for x in checked.stdout.splitlines()), \
+        checked.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -174,3 +175,17 @@ def test_return_in_the_grant_form_makes_the_grant(qtbot):
     assert not dialog.make_button.isEnabled()  # until the grant is made, or fails
     dialog.failed()
     assert dialog.make_button.isEnabled()
+
+
+@pytest.mark.parametrize("settings_doc", LENDING, indirect=True)
+def test_a_grant_nobody_can_reach_says_so_in_the_lent_view(shell, aio):
+    """The lend port taken: the grant is active, but its row says borrowers cannot reach it."""
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", LENDING[0]["lend_port"]))
+    squatter.listen(1)
+    try:
+        aio.run(shell.host.lending.create_grant("Alice's cadre", 1))
+        aio.wait(lambda: lent_rows(shell) and lent_rows(shell)[0][1] == "Active, unreachable")
+        assert "cannot reach this host" in lent_rows(shell)[0][-1]
+    finally:
+        squatter.close()

@@ -43,7 +43,7 @@ from cadre_desktop.host.edges.lend_wire import errors_as_json, read_json_body
 from cadre_desktop.host.edges.webguard import GuardedSockSite, busy_middleware
 from cadre_desktop.host.lending.donations import check_request
 from cadre_desktop.host.lending.service import LendingService, LendRefused, LentNodeUnavailable, WrongToken
-from cadre_desktop.host.lending.views import LendingViews
+from cadre_desktop.host.lending.views import LendApiState, LendingViews
 from cadre_desktop.netguard import ConnectionGuard, bind_socket
 from cadre_desktop.text import url_host
 from cadre_desktop.wire.ratelimit import FailureLimiter
@@ -120,6 +120,13 @@ class LendServer:
         #: Why the last attempt to listen failed (a port taken), for the owner to read.
         self.error: str | None = None
 
+    def state(self) -> LendApiState:
+        """Listening, or why not (the port taken), for every grant view and doctor."""
+        listening = self._runner is not None
+        port = self.bound_port if listening else self.port
+        return LendApiState(listening=listening, address=f"{url_host(self.bind_host)}:{port}",
+                            error=None if listening else self.error)
+
     @property
     def bound_port(self) -> int | None:
         """The port it listens on (the setting's, or the one the OS chose for port 0)."""
@@ -145,9 +152,11 @@ class LendServer:
             wanted = bool(self.service.active_grants())
             if wanted and self._runner is None:
                 await self._start()
-            elif not wanted and self._runner is not None:
-                await self._stop()
-                log.info("lend API closed: no grant is active")
+            elif not wanted:
+                self.error = None  # nothing to reach: no grant is active
+                if self._runner is not None:
+                    await self._stop()
+                    log.info("lend API closed: no grant is active")
 
     async def _start(self) -> None:
         runner = web.AppRunner(self.app(), access_log_class=_AccessLog, shutdown_timeout=1.0,

@@ -8,6 +8,7 @@ line or anything of another grant. No view ever holds a grant or seed token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -17,6 +18,31 @@ from cadre_desktop.host.core.views import last_exit_words
 from cadre_desktop.host.lending.donations import Donation
 from cadre_desktop.host.lending.grants import Grant
 from cadre_desktop.text import url_host
+
+
+@dataclass(frozen=True)
+class LendApiState:
+    """Whether borrowers can reach the host: the lend API listens, or why not."""
+
+    #: It accepts connections now.
+    listening: bool
+    #: Where it listens, or would: bind_host:lend_port.
+    address: str
+    #: Why it does not listen though a grant is active (the port is taken, ...), else None.
+    error: str | None = None
+
+
+#: Before the lend API was asked (a view built with no server).
+NO_LEND_API = LendApiState(listening=False, address="")
+
+
+def unreachable_words(status: str, lend_api: LendApiState) -> str | None:
+    """What an owner must know about an active grant nobody can reach, else None."""
+    if status != "active" or lend_api.listening:
+        return None
+    why = lend_api.error or f"the lend API is not listening on {lend_api.address or 'its port'} yet"
+    return (f"borrowers cannot reach this host: {why}. Free the port, or change 'lend_port' in "
+            "settings.json (the host tries again at every pass).")
 
 
 @dataclass(frozen=True)
@@ -31,9 +57,18 @@ class GrantView:
     expires_at: str | None
     created_at: str
     revoked_at: str | None
+    #: The lend API's state: an active grant is of use only while it listens.
+    lend_api: LendApiState = NO_LEND_API
+
+    @property
+    def unreachable(self) -> str | None:
+        """Words for an active grant that borrowers cannot reach, else None."""
+        return unreachable_words(self.status, self.lend_api)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        view = asdict(self)
+        view["unreachable"] = self.unreachable
+        return view
 
 
 @dataclass(frozen=True)
@@ -72,10 +107,11 @@ class DonationView:
         return asdict(self)
 
 
-def grant_view(grant: Grant, nodes: int, now: datetime) -> GrantView:
+def grant_view(grant: Grant, nodes: int, now: datetime, lend_api: LendApiState = NO_LEND_API) -> GrantView:
     return GrantView(
         id=grant.id, label=grant.label, status=grant.state(now).value, max_nodes=grant.max_nodes,
         nodes=nodes, expires_at=grant.expires_at, created_at=grant.created_at, revoked_at=grant.revoked_at,
+        lend_api=lend_api,
     )
 
 
@@ -158,20 +194,23 @@ def borrower_grant(grant: Grant, now: datetime, donations: list[dict[str, Any]])
 class LendingViews:
     """Views read fresh from the stores, the driver and the supervisor, for every audience."""
 
-    def __init__(self, service, *, log_path) -> None:
+    def __init__(self, service, *, log_path, lend_api: Callable[[], LendApiState] = lambda: NO_LEND_API) -> None:
         self.service = service
         self.log_path = log_path
+        #: The lend API's state now (host/lend_host.py gives the server's).
+        self.lend_api = lend_api
 
     def grants(self) -> list[GrantView]:
-        now = self.service.now()
+        now, lend_api = self.service.now(), self.lend_api()
         counts: dict[str, int] = {}
         for d in self.service.donations.list():
             counts[d.grant_id] = counts.get(d.grant_id, 0) + 1
-        return [grant_view(g, counts.get(g.id, 0), now) for g in self.service.grants.list() if not g.creating]
+        return [grant_view(g, counts.get(g.id, 0), now, lend_api)
+                for g in self.service.grants.list() if not g.creating]
 
     def grant(self, grant_id: str) -> GrantView:
         grant = self.service.require_grant(grant_id)
-        return grant_view(grant, len(self.service.donations.of_grant(grant_id)), self.service.now())
+        return grant_view(grant, len(self.service.donations.of_grant(grant_id)), self.service.now(), self.lend_api())
 
     def link(self, grant_id: str) -> str | None:
         """The grant link if its token is in memory (the window never waits for the keyring)."""
