@@ -215,3 +215,17 @@ def test_the_owner_is_told_when_the_lend_port_is_taken_and_when_it_is_free_again
     checked = host.cli("doctor")
     assert any(x.startswith("ok") and "lend API: listening on" in x for x in checked.stdout.splitlines()), \
         checked.stdout
+
+
+def test_a_borrower_with_a_dead_link_is_told_in_words(lending_host, tmp_path):
+    """The only grant revoked: the lend API closes, and the borrower hears why a link may be dead."""
+    host = lending_host().start()
+    grant = create_grant(host, label="short-lived")
+    assert host.api("POST", f"/api/grants/{grant['id']}/revoke")[0] == 200
+    port = json.loads((host.home / "settings.json").read_text())["lend_port"]
+    wait_until(lambda: not listens(port), timeout=10, what="the lend API closed")
+    refused = borrow(grant["link"], "friends", tmp_path / "owner.json")
+    assert refused.returncode == 1
+    assert "this link no longer works: the grant may be revoked or expired, or the lender's computer is off" \
+        in refused.stderr, refused.stderr
+    assert "Connection refused" not in refused.stderr and grant["link"].split("#")[1] not in refused.stderr
