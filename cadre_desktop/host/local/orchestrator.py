@@ -448,14 +448,16 @@ class Orchestrator:
 
     def reconfigure(self, config: DriverConfig) -> None:
         """New settings for the next starts. A standby of the old node program is ended and
-        one of the new program loaded, so no start after a change runs the old one."""
+        one of the new program loaded (if warm starts are still wanted), so no start after a
+        change runs the old one; warm starts turned on or off follow too."""
         command = list(config.node_command)
-        if command != self.node_command and self.standby is not None:
+        if self.standby is not None and (command != self.node_command or not config.warm_standby):
             self.standby.close()
-            self.node_command = command
+            self.standby = None
+        self.node_command = command
+        if config.warm_standby and self.standby is None and not self._closed:
             self.standby = self._standby_pool()
             self.standby.fill_soon()
-        self.node_command = command
         self.ports.low, self.ports.high = config.port_range
         self.stop_timeout_s = config.stop_timeout_s
 
