@@ -15,7 +15,7 @@ from typing import Any
 
 from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.views import last_exit_words
-from cadre_desktop.host.lending.donations import Donation
+from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, Donation
 from cadre_desktop.host.lending.grants import Grant
 from cadre_desktop.text import url_host
 
@@ -124,9 +124,14 @@ def donation_view(
     next_retry: datetime | None,
     log_path: str,
     supervisor=None,
+    unsaved: bool = False,
+    save_problem: str | None = None,
 ) -> DonationView:
+    """`unsaved`: `handle` is a live child the row does not name yet (its write failed, as on a
+    full disk): its pid and ports are shown, and `save_problem` says why the row lags."""
     running = bool(handle and handle.alive)
     host = handle.advertise_host if running and getattr(handle, "advertise_host", "") else advertise_host
+    p2p_port = handle.p2p_port if unsaved else donation.p2p_port
     return DonationView(
         id=donation.id,
         grant_id=donation.grant_id,
@@ -136,13 +141,13 @@ def donation_view(
         status=donation.status.value,
         running=running,
         pid=handle.pid if running else None,
-        api_port=donation.api_port,
-        p2p_port=donation.p2p_port,
-        address=f"{url_host(host)}:{donation.p2p_port}" if donation.p2p_port else None,
+        api_port=handle.api_port if unsaved else donation.api_port,
+        p2p_port=p2p_port,
+        address=f"{url_host(host)}:{p2p_port}" if p2p_port else None,
         peer_id=donation.peer_id,
         attempts=donation.attempts,
         next_retry_at=iso(next_retry) if next_retry else None,
-        last_error=donation.error,
+        last_error=_with_save_problem(donation.error, save_problem),
         last_exit=last_exit_words(donation, running, supervisor),
         waiting_for="keyring" if supervisor and supervisor.waiting_for_keyring(donation.id) else None,
         last_decision=supervisor.last_decisions.get(donation.id) if supervisor else None,
@@ -155,9 +160,23 @@ def donation_view(
     )
 
 
-def borrower_view(view: DonationView, donation: Donation) -> dict[str, Any]:
-    """The borrower's part of a lent node: no pid, port layout, log, or the owner's label."""
-    error = (view.last_error or "").splitlines()[0][:300] if view.last_error else None
+#: How a lent node that runs but whose row could not be saved is told (the owner gets the reason too).
+NOT_SAVED = "running, but not saved yet"
+
+
+def _with_save_problem(error: str | None, save_problem: str | None) -> str | None:
+    if save_problem is None:
+        return error
+    return f"{error}; {save_problem}" if error else save_problem
+
+
+def borrower_view(view: DonationView, donation: Donation, *, unsaved: bool = False) -> dict[str, Any]:
+    """The borrower's part of a lent node: no pid, port layout, log, or the owner's label (nor
+    the owner's file paths: a row not saved is told without the reason's details)."""
+    error = (donation.error or "").splitlines()[0][:300] if donation.error else None
+    if unsaved:
+        note = f"{NOT_SAVED} on the lender's computer (its disk may be full)"
+        error = f"{error}; {note}" if error else note
     return {
         "id": view.id,
         "grant_id": view.grant_id,
@@ -223,10 +242,24 @@ class LendingViews:
     def donation(self, donation_id: str) -> DonationView:
         return self._view(self.service.require_donation(donation_id))
 
+    def _live(self, donation: Donation):
+        """The child the row names, or else a live child of the lent node the row does not
+        name yet (the write after its start failed); and whether it is the latter."""
+        handle = self.service.driver.get(donation.handle)
+        if (handle and handle.alive) or donation.status not in DONATION_SUPERVISED:
+            return handle, False
+        alive = [h for h in self.service.driver.handles_for(donation.id) if h.alive]
+        return (alive[-1], True) if alive else (handle, False)
+
+    def _save_problem(self) -> str:
+        service = self.service
+        why = service.donations.save_error or getattr(service.driver, "save_error", None)
+        return f"{NOT_SAVED}: {why}" if why else NOT_SAVED
+
     def _view(self, donation: Donation) -> DonationView:
         service = self.service
         supervisor = service.supervisor
-        handle = service.driver.get(donation.handle)
+        handle, unsaved = self._live(donation)
         next_retry = None
         if supervisor is not None and not (handle and handle.alive):
             when = supervisor.next_attempt_at(donation)
@@ -234,7 +267,7 @@ class LendingViews:
         return donation_view(
             donation, grant=service.grants.get(donation.grant_id), handle=handle,
             advertise_host=service.advertise_host(), next_retry=next_retry, log_path=self.log_path(donation.id),
-            supervisor=supervisor,
+            supervisor=supervisor, unsaved=unsaved, save_problem=self._save_problem() if unsaved else None,
         )
 
     def log_tail(self, donation_id: str, lines: int = 200) -> list[str]:
@@ -243,7 +276,7 @@ class LendingViews:
         return self.service.driver.log_tail(donation_id, lines, max_bytes=256 * 1024)
 
     def for_borrower(self, donation: Donation) -> dict[str, Any]:
-        return borrower_view(self._view(donation), donation)
+        return borrower_view(self._view(donation), donation, unsaved=self._live(donation)[1])
 
     def grant_for_borrower(self, grant: Grant) -> dict[str, Any]:
         rows = [self.for_borrower(d) for d in self.service.donations.of_grant(grant.id)]
