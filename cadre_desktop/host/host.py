@@ -145,7 +145,7 @@ class Host:
     def _make_supervision(self) -> None:
         """The keyring gate, the probe, the supervisor, the service and the views, over the driver."""
         s = self.settings
-        self.gate = KeyringGate(self.secrets, sleep=self.clock.sleep)
+        self.gate = KeyringGate(self.secrets, sleep=self.clock.sleep, monotonic=self.clock.monotonic)
         interval = s.probe_interval_ms / 1000
         self.probe = Probe(
             lifecycle=self.lifecycle, driver=self.driver, clock=self.clock,

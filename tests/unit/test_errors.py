@@ -355,6 +355,7 @@ _REPORTED_OTHERWISE = {
     "cli/doctor.py:check_desktop": "the failure is the check's result, shown to the person",
     "host/core/secrets.py:_work": "the exception is handed to the caller's future",
     "logfilter.py:_decide": "a filter of the logging system: the handler reports the bad record itself",
+    "logsetup.py:handleError": "the log's own error note: stderr is gone, and there is no log left to tell",
     "ui/app.py:_serve": "show_error logs it and shows it to the person",
 }
 

@@ -402,6 +402,28 @@ async def test_the_reaper_waits_while_the_keyring_refuses_and_catches_up_after(r
     assert await rig.lending.reap() == [donation.id]
 
 
+async def test_a_revoke_on_a_locked_keyring_finishes_its_deletes_once_it_is_unlocked(rig):
+    """Issue 27: nothing else asks the keyring afterwards; the gate probes by itself."""
+    from cadre_desktop.errors import SecretsError
+    from cadre_desktop.host.core.keyring_gate import RETRY_MAX_S
+
+    grant, _ = await rig.grant()
+    donation = await rig.request(grant)
+    rig.keyring.locked = True
+    with pytest.raises(SecretsError):
+        await rig.lending.revoke_grant(grant.id)
+    assert rig.token_of(donation.id, SecretKind.SEED_TOKEN) is not None
+    rig.keyring.locked = False
+    for _ in range(3):
+        await rig.clock.run_for(RETRY_MAX_S)
+    await async_wait_until(lambda: rig.gate.condition is None and not rig.gate.pending_deletes,
+                           what="the gate finishing the deletes")
+    assert rig.token_of(donation.id, SecretKind.SEED_TOKEN) is None
+    await rig.lending.reap()  # the next sweep: the rows catch up
+    assert rig.token_of(grant.id, SecretKind.GRANT_TOKEN) is None
+    assert rig.grants.get(grant.id).closed_at and rig.donations.pending_removals() == []
+
+
 def test_a_home_that_only_lends_keeps_its_home_id_before_naming_a_keyring_entry(tmp_path):
     """Bug: a home with no hosted node never wrote hosted-nodes.json, so each start made up a
     new home id and could not find the grant and seed tokens the last run stored."""
