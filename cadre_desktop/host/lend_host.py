@@ -13,6 +13,7 @@ and go.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from cadre_desktop.host.core.events import EventKind
 from cadre_desktop.host.core.lifecycle import Lifecycle
@@ -25,6 +26,7 @@ from cadre_desktop.host.lending.grants import GrantStore
 from cadre_desktop.host.lending.kind import DONATED
 from cadre_desktop.host.lending.service import LendingService
 from cadre_desktop.host.lending.views import LendingViews
+from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,22 @@ class Lending:
         if self.server.state() != before:
             for grant in self.service.active_grants():
                 self.host.events.emit(EventKind.GRANT_CHANGED, grant.id)
+
+    def running(self) -> list[tuple[Any, Any]]:
+        """Each running lent node with its child (a new node program restarts them too)."""
+        out = []
+        for donation in self.donations.list():
+            handle = self.host.driver.get(donation.handle) if donation.handle else None
+            if donation.status in DONATION_SUPERVISED and handle is not None and handle.alive:
+                out.append((donation, handle))
+        return out
+
+    def use_settings(self, new: Settings) -> None:
+        """Lending's numbers from now on (caps, TTLs); the lend API keeps the port it was
+        started with (`lend_port` is read at start: live_settings.AT_START_ONLY)."""
+        if self.service is not None:
+            port = self.server.port if self.server is not None else new.lend_port
+            self.service.settings = new.with_changes(lend_port=port)
 
     async def address_changed(self, new: str) -> None:
         """Restart, one at a time, each running lent node that still advertises the old address."""
