@@ -27,7 +27,7 @@ from cadre_desktop.settings import Settings
 log = logging.getLogger(__name__)
 
 #: Keys a running host cannot take without starting again.
-AT_START_ONLY = ("bind_host", "probe_interval_ms", "driver", "warm_standby", "lend_port")
+AT_START_ONLY = ("bind_host", "probe_interval_ms", "driver", "lend_port")
 
 
 @dataclass

@@ -180,7 +180,10 @@ async def test_a_changed_node_program_is_the_one_the_next_start_runs(tmp_path, o
     await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the node answering")
     orch.reconfigure(DriverConfig(node_command=tuple(REFERENCE), port_range=(47700, 47799), stop_timeout_s=2.0,
                                   warm_standby=False))
-    assert orch.standby is None
+    assert orch.standby is None  # warm starts turned off while running
+    orch.reconfigure(DriverConfig(node_command=tuple(REFERENCE), port_range=(47700, 47799), stop_timeout_s=2.0,
+                                  warm_standby=True))
+    assert "cadre_desktop.node" in cmdline(await ready_standby(orch)), "warm starts turned on found no standby"
     await orch.stop_all()
 
 
