@@ -116,7 +116,16 @@ def free_ports(settings: Settings, is_free: Callable[[str, int], bool] | None = 
     return found
 
 
-def check_ports(settings: Settings, is_free: Callable[[str, int], bool] | None = None) -> CheckResult:
+def check_ports(settings: Settings, is_free: Callable[[str, int], bool] | None = None,
+                bind_check: Callable[[str, str], None] | None = None) -> CheckResult:
+    """Room for nodes in 'port_range' on 'bind_host'; first, that 'bind_host' is an address of
+    this computer at all (the host's own preflight words): else every port looks taken."""
+    if bind_check is None:
+        from cadre_desktop.host.core.preflight import check_bind_host as bind_check
+    try:
+        bind_check(settings.bind_host, "settings.json")
+    except CadreError as exc:
+        return fail("ports", exc.message)
     low, high = settings.port_range
     free = free_ports(settings, is_free)
     span = f"{low}-{high} on {settings.bind_host}"

@@ -135,6 +135,12 @@ def test_fewer_than_two_free_ports_fails():
     assert result.failed and "port_range" in result.detail
 
 
+def test_a_bind_host_that_is_not_an_address_of_this_computer_is_said_so_not_as_no_free_ports():
+    result = doctor.check_ports(Settings(bind_host="192.0.2.77", port_range=(47100, 47109)))
+    assert result.failed and "is not an address of this computer" in result.detail, result.detail
+    assert "free port" not in result.detail and "bind_host" in result.detail
+
+
 def test_lend_api_says_whether_borrowers_can_reach_the_running_host(tmp_path):
     paths, settings = home_paths(tmp_path), Settings(lend_port=47990)
     listening = {"status": "active", "lend_api": {"listening": True, "address": "127.0.0.1:47990"}}
