@@ -28,6 +28,7 @@ import urllib.parse
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.support.borrower import create_grant, free_lend_port, lend_call
 from tests.support.headless import host_settings
@@ -184,3 +185,40 @@ def test_idle_connections_to_the_lend_api_are_shed_and_the_host_keeps_working(ho
     assert stats["opened"] >= 1100
     assert stats["closed_by_server"] >= 1000, "the lend API closed too few of the idle connections"
     assert call(host, "GET", f"/api/nodes/{node_id}")[1]["running"]
+
+
+def accept_queue(port: int) -> int:
+    """Connections waiting to be accepted on the listening sockets of `port` (Linux: /proc/net/tcp)."""
+    waiting = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, queues = fields[1], fields[3], fields[4]
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+            waiting += int(queues.split(":")[1], 16)
+    return waiting
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the per-address listen queues are Linux's")
+def test_a_flood_fills_only_its_own_listen_queue_so_another_device_still_connects(hosts, rng):
+    """The CPU scarce at its worst: the node stopped while one address floods its port. Another
+    device's connection is still taken by the kernel at once (its own queue), and answered when
+    the node runs again; before, the one shared queue was full and dropped it for seconds."""
+    host = hosts(host_settings(rng))
+    host.fd_limit = FD_LIMIT
+    host.start()
+    node_id = call(host, "POST", "/api/nodes", {"name": "stopped under a flood"})[1]["id"]
+    view = running(host, node_id)
+    port = view["api_port"]
+    with Flood("127.0.0.1", port):
+        os.kill(view["pid"], signal.SIGSTOP)
+        try:
+            wait_until(lambda: accept_queue(port) >= 16, timeout=10, interval=0.01, what="the flood queued up")
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1, source_address=("127.0.0.2", 0))
+            conn.connect()  # a timeout here: the kernel dropped the connection, as before
+            conn.request("GET", f"/claim?node={node_id}")
+        finally:
+            os.kill(view["pid"], signal.SIGCONT)
+        conn.sock.settimeout(10)
+        resp = conn.getresponse()
+        assert resp.status == 200 and b"<form" in resp.read()
+        conn.close()
