@@ -242,7 +242,7 @@ class LendingViews:
     def donation(self, donation_id: str) -> DonationView:
         return self._view(self.service.require_donation(donation_id))
 
-    def _live(self, donation: Donation):
+    def _live(self, donation: Donation) -> tuple[Any, bool]:
         """The child the row names, or else a live child of the lent node the row does not
         name yet (the write after its start failed); and whether it is the latter."""
         handle = self.service.driver.get(donation.handle)
