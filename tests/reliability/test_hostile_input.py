@@ -232,8 +232,8 @@ def test_no_secret_is_compared_with_an_ordinary_equality():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "cadre_desktop"
-    files = sorted((root / "node").glob("*.py")) + [root / "host" / "control.py", root / "cli" / "client.py"]
-    files += [root / "host" / name for name in ("lend_api.py", "lending.py", "grants.py", "lend_control.py")]
+    files = sorted((root / "node").glob("*.py")) + sorted((root / "host" / "edges").glob("*.py"))
+    files += sorted((root / "host" / "lending").glob("*.py")) + [root / "cli" / "client.py"]
 
     def equalities_on_secrets(source: str) -> list[str]:
         found = []
