@@ -153,8 +153,13 @@ async def test_a_child_writes_through_a_pump_that_outlives_the_host_and_caps_the
     second.close()
 
 
-async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_clearly(tmp_path, monkeypatch):
-    from cadre_desktop.errors import SpawnError
+@pytest.mark.parametrize("errno_, words, error", [
+    (11, "Resource temporarily unavailable", "SpawnError"),
+    (24, "Too many open files", "OutOfDescriptors"),  # the machine's trouble, told as such
+])
+async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_clearly(tmp_path, monkeypatch,
+                                                                                        errno_, words, error):
+    from cadre_desktop import errors
     from cadre_desktop.host.local import nodelogs
     from cadre_desktop.host.local.ports import port_is_free
 
@@ -169,10 +174,10 @@ async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_
         return proc
 
     def no_pump(*args, **kwargs):
-        raise OSError(24, "Too many open files")
+        raise OSError(errno_, words)
     monkeypatch.setattr("cadre_desktop.host.local.launch.subprocess.Popen", popen)
     monkeypatch.setattr(nodelogs, "start_pump", no_pump)
-    with pytest.raises(SpawnError, match="log pump"):
+    with pytest.raises(getattr(errors, error), match="log pump"):
         orch.spawn("n1", {})
     assert started and all(gone(pid) for pid in started), "the node started for the failed spawn still runs"
     assert orch.list_nodes() == []
@@ -184,7 +189,7 @@ async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_
 async def test_quit_stops_every_node_in_one_grace_and_writes_state_once(tmp_path, cleanup, monkeypatch):
     """Terminates go out to every group before any wait; the nodes that ignore it share one
     grace and are killed together; state.json is written once, naming every node stopped."""
-    from cadre_desktop.host.local import orchestrator as orchestrator_module
+    from cadre_desktop.host.local import handles as state_module  # where state.json is written
     from cadre_desktop.host.local.handles import read_state
 
     monkeypatch.setenv("SLEEPER_MODE", "ignore-term")
@@ -196,14 +201,14 @@ async def test_quit_stops_every_node_in_one_grace_and_writes_state_once(tmp_path
         ready_info(orch, h.node_id)
     signals: list[tuple[str, bool]] = []
     real_signal, writes = orch.ender.signal, []
-    real_write = orchestrator_module.write_state
+    real_write = state_module.write_state
 
     def record_signal(handle, *, kill):
         signals.append((handle.node_id, kill))
         real_signal(handle, kill=kill)
 
     monkeypatch.setattr(orch.ender, "signal", record_signal)
-    monkeypatch.setattr(orchestrator_module, "write_state", lambda *a, **k: (writes.append(a), real_write(*a, **k)))
+    monkeypatch.setattr(state_module, "write_state", lambda *a, **k: (writes.append(a), real_write(*a, **k)))
     await orch.stop_all()
     assert [kill for _, kill in signals] == [False] * 4 + [True] * 4, signals
     assert all(gone(h.pid) and gone(h.pump_pid) for h in handles), "quit left a node or its log pump"
