@@ -169,6 +169,8 @@ def test_the_event_stream_carries_grant_and_donation_events_with_their_views(len
     grant = create_grant(host, label="watched")
     kind, data = next(events)
     assert kind == "grant_added" and data["grant"]["label"] == "watched" and "link" not in data["grant"]
+    kind, data = next(events)  # the first grant opened the lend API: every active grant's view changed
+    assert kind == "grant_changed" and data["grant"]["lend_api"]["listening"], data
     lent = borrow(grant["link"], "friends", tmp_path / "owner.json", "--request-only")
     assert lent.returncode == 0, lent.stderr
     donation_id = json.loads(lent.stdout)["id"]
