@@ -217,3 +217,16 @@ async def test_a_standby_that_never_takes_its_node_over_costs_the_start_nothing(
         await orch.stop_all()
     finally:
         orch.close()
+
+
+async def test_a_descriptor_shortage_never_turns_warm_starts_off(orch, monkeypatch):
+    """Out of descriptors is the machine's trouble: the program is not taken to lack standby support."""
+    from cadre_desktop.host.local import procs
+
+    def no_descriptors(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(procs, "spawn", no_descriptors)
+    for _ in range(standby_module.GIVE_UP_AFTER + 2):
+        orch.standby._fill()
+    assert orch.standby.enabled and orch.standby.ready is None
+    orch.standby.close()

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import psutil
 
-from cadre_desktop.fdlimit import call_with_reserve
+from cadre_desktop.fdlimit import call_with_reserve, is_shortage
 from cadre_desktop.host.local import procs
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,10 @@ class StandbyPool:
             self._loading = self._start()
         except OSError as exc:
             log.warning("could not start a standby node program (%s); nodes start cold", exc.strerror or exc)
-            self._died()
+            if is_shortage(exc):  # the machine's trouble, not the program's: no death counted
+                self.fill_soon(MAX_PAUSE_S)
+            else:
+                self._died()
             return
         loop = asyncio.get_running_loop()
         assert self._loading.channel is not None
