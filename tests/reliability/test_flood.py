@@ -183,7 +183,7 @@ def test_idle_connections_to_the_lend_api_are_shed_and_the_host_keeps_working(ho
         stats = flood.stop()
     print(f"lend API flood: {stats}")
     assert stats["opened"] >= 1100
-    assert stats["closed_by_server"] >= 1000, "the lend API closed too few of the idle connections"
+    assert stats["closed_by_server"] >= 500, "the lend API closed too few of the idle connections"
     assert call(host, "GET", f"/api/nodes/{node_id}")[1]["running"]
 
 
