@@ -179,7 +179,10 @@ async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_
     monkeypatch.setattr(nodelogs, "start_pump", no_pump)
     with pytest.raises(getattr(errors, error), match="log pump"):
         orch.spawn("n1", {})
-    assert started and all(gone(pid) for pid in started), "the node started for the failed spawn still runs"
+    assert started
+    # Killed at once, reaped on a daemon thread (the loop never waits on a death): poll for it.
+    await async_wait_until(lambda: all(gone(pid) for pid in started), timeout=10,
+                           what="the node started for the failed spawn ended")
     assert orch.list_nodes() == []
     free = [p for p in range(47600, 47700) if port_is_free("127.0.0.1", p)]
     assert orch.ports.allocate(2) == free[:2], "the failed spawn left its ports held"
