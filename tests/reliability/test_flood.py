@@ -222,3 +222,27 @@ def test_a_flood_fills_only_its_own_listen_queue_so_another_device_still_connect
         resp = conn.getresponse()
         assert resp.status == 200 and b"<form" in resp.read()
         conn.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the per-address listen queues are Linux's")
+def test_a_flood_on_the_lend_api_never_keeps_another_borrowers_connection_out(hosts, rng):
+    """The host stopped while one address floods the lend port: a borrower on another address
+    is still taken by the kernel at once (its own queue), and served when the host runs again."""
+    lend_port = free_lend_port()
+    host = hosts(host_settings(rng, lend_port=lend_port))
+    host.fd_limit = FD_LIMIT
+    host.start()
+    link = urllib.parse.urlsplit(create_grant(host, label="flooded")["link"])
+    with Flood("127.0.0.1", lend_port, count=1100):
+        os.kill(host.proc.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: accept_queue(lend_port) >= 16, timeout=10, interval=0.01, what="the flood queued up")
+            conn = http.client.HTTPConnection("127.0.0.1", lend_port, timeout=1, source_address=("127.0.0.2", 0))
+            conn.connect()  # a timeout here: the kernel dropped the borrower's connection
+            conn.request("GET", link.path, headers={"Authorization": f"Bearer {link.fragment}"})
+        finally:
+            os.kill(host.proc.pid, signal.SIGCONT)
+        conn.sock.settimeout(10)
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["label"] == "flooded"
+        conn.close()

@@ -23,7 +23,10 @@ through `webguard.py`): at most MAX_PER_SOURCE connections from one address
 and MAX_CONNECTIONS in all, and a connection that sends nothing, or only part
 of its request line and headers, is closed IDLE_S after it connected or last
 finished a request. Idle connections from one address cannot take the
-host's descriptors from its nodes, its files and its other clients.
+host's descriptors from its nodes, its files and its other clients. It
+accepts as the node does (`netguard.bind_fair`): on Linux each source address
+has its own listen queue, so a flood from one device never keeps another's
+connection out.
 """
 
 from __future__ import annotations
@@ -40,11 +43,11 @@ from aiohttp.abc import AbstractAccessLogger
 from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, SecretsError, wire_code
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.lend_wire import errors_as_json, read_json_body
-from cadre_desktop.host.edges.webguard import GuardedSockSite, busy_middleware
+from cadre_desktop.host.edges.webguard import FairSockSite, busy_middleware
 from cadre_desktop.host.lending.donations import check_request
 from cadre_desktop.host.lending.service import LendingService, LendRefused, LentNodeUnavailable, WrongToken
 from cadre_desktop.host.lending.views import LendApiState, LendingViews
-from cadre_desktop.netguard import ConnectionGuard, bind_socket
+from cadre_desktop.netguard import ConnectionGuard, bind_fair
 from cadre_desktop.text import url_host
 from cadre_desktop.wire.ratelimit import FailureLimiter
 from cadre_desktop.wire.seed import SeedError, parse_seed
@@ -162,12 +165,12 @@ class LendServer:
         runner = web.AppRunner(self.app(), access_log_class=_AccessLog, shutdown_timeout=1.0,
                                keepalive_timeout=self.idle_s)
         await runner.setup()
-        sock: socket.socket | None = None
+        socks: list[socket.socket] = []
         try:
-            sock = bind_socket(self.bind_host, self.port, reuse=self.port != 0)
-            await GuardedSockSite(runner, sock, self.guard).start()
+            socks = bind_fair(self.bind_host, self.port)
+            await FairSockSite(runner, socks, self.guard).start()
         except OSError as exc:
-            if sock is not None:
+            for sock in socks:
                 sock.close()
             await runner.cleanup()
             self.error = f"the lend API cannot listen on {self.bind_host}:{self.port}: {exc.strerror or exc}"
