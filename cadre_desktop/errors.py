@@ -10,7 +10,8 @@ something to do, what to do. Messages never contain a secret.
     │   ├── NoSuchThing          an id nothing here has
     │   └── InvalidState         the thing exists, but its state does not allow this now
     ├── MachineError             the machine's state: files, keyring, ports, a busy host
-    │   └── SettingsError, StorageError, SecretsError, PortsExhausted, SpawnError, HostBusy
+    │   └── SettingsError, StorageError, SecretsError, PortsExhausted, SpawnError, HostBusy,
+    │       OutOfDescriptors
     ├── NodeFault                how a node (or another host) behaved: it did not answer, refused
     ├── Bug                      our own mistake: a rule of the code broken (told as unexpected)
     └── ApiError                 not a fault but an answer on the wire: a status and a wire code,
@@ -105,6 +106,14 @@ class SecretsError(MachineError):
 
 class PortsExhausted(MachineError):
     code = "ports_exhausted"
+
+
+class OutOfDescriptors(MachineError):
+    """The host process has no file descriptor left (EMFILE/ENFILE): the whole machine's
+    trouble, never one node's, and never a busy port. A node's start that meets it is
+    not counted against the node."""
+
+    code = "out_of_descriptors"
 
 
 class SpawnError(MachineError):

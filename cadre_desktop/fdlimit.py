@@ -83,7 +83,7 @@ class Reserve:
         try:
             return fn(*args, **kwargs)
         except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            if not is_shortage(exc):
                 raise
             log.warning("out of file descriptors; using the reserve to finish")
             self.free()
@@ -94,6 +94,19 @@ class Reserve:
 
     def close(self) -> None:
         self.free()
+
+
+def is_shortage(exc: BaseException) -> bool:
+    """Whether `exc` says this process (EMFILE) or the whole system (ENFILE) is out of descriptors."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
+
+
+def shortage_words(doing: str) -> str:
+    """What to tell a person when `doing` failed for want of a descriptor."""
+    return (f"{doing} failed: the host has no file descriptor left (too many open files or connections). "
+            "This is the computer's trouble, not a busy port or the node's; it is tried again by itself. "
+            "If it lasts, look for a program holding many connections to the host, or raise the "
+            "open-files limit ('ulimit -n').")
 
 
 _reserve: Reserve | None = None

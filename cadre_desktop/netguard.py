@@ -20,6 +20,20 @@ then nothing works: no respawn, no save, no answer to anyone.
   request already arrived before the loop had a turn to read it (see
   ACCEPT_BATCH). Put the guard's middleware first, so a handler is marked busy
   before its first await.
+- **Fair accepting** (`bind_fair` and `FairAcceptor`, the node's server). A
+  flood fills the kernel's queue of connections not yet accepted, and the
+  kernel then drops everyone's new connections alike, another device's too:
+  on Linux the port is QUEUES listening sockets in one SO_REUSEPORT group, and
+  a small classic-BPF program gives each source address the queue its hash
+  picks, so a flooding address fills its own queue only. Each queue is deep
+  (LISTEN_BACKLOG). Each turn takes what waits (up to ACCEPT_MAX a queue),
+  keeps at most ACCEPT_BATCH of one address (its newest: the older ones would
+  only have been evicted by them), only one of an address already at its cap
+  that sends a crowd, and resets the rest before any transport or task is made
+  for them; the addresses with the fewest connections are admitted first. A
+  flooding address so costs a few system calls a connection and is shed
+  first, even when the CPU is scarce. Elsewhere (or if the kernel refuses the
+  program) the port is one socket, still accepted this way.
 
 A connection is *busy* while a handler runs for it (the middleware below
 marks it); long-lived streams (the event stream) are busy and never evicted,
@@ -29,8 +43,10 @@ and count against the caps.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
+import struct
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
@@ -43,6 +59,13 @@ log = logging.getLogger(__name__)
 #: started in the one after; keeping `per_source` at least twice this means a client
 #: that sends its request at once is busy before two batches could evict it.
 ACCEPT_BATCH = 16
+#: Each of `bind_fair`'s kernel queues of connections not accepted yet (the OS caps it at
+#: its somaxconn).
+LISTEN_BACKLOG = 1024
+#: Connections `FairAcceptor` takes from one queue in one loop turn.
+ACCEPT_MAX = 128
+#: Listening sockets (kernel queues) of one port on Linux, one picked per source address; a power of 2.
+QUEUES = 8
 
 
 class Conn:
@@ -119,6 +142,10 @@ class ConnectionGuard:
     @property
     def open_connections(self) -> int:
         return self._count
+
+    def held_by(self, source: str) -> int:
+        """Connections open from `source` now."""
+        return len(self._by_source.get(source, ()))
 
     # -- idle connections ------------------------------------------------------------
 
@@ -218,18 +245,190 @@ class _Guarded(asyncio.Protocol):
         return getattr(self._inner, name)
 
 
-def bind_socket(host: str, port: int, *, reuse: bool = True) -> socket.socket:
+def bind_socket(host: str, port: int, *, reuse: bool = True,
+                also: tuple[tuple[int, int, int], ...] = ()) -> socket.socket:
     """A TCP socket bound to (host, port), with address reuse on POSIX (a respawn must not
     wait out the old process's TIME_WAIT connections); Windows' SO_REUSEADDR would let two
     processes share a port, so not there. `reuse=False` for a port the kernel picks (0):
-    it gives a free one anyway, and nothing comes back to it."""
+    it gives a free one anyway, and nothing comes back to it. `also`: more options, set before the bind."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         if reuse and sys.platform != "win32":
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        for level, option, value in also:
+            sock.setsockopt(level, option, value)
         sock.bind((host, port))
     except BaseException:
         sock.close()
         raise
     return sock
+
+
+def source_of(peer: Any) -> str:
+    return str(peer[0]) if isinstance(peer, (tuple, list)) and peer else "?"
+
+
+def reset(sock: socket.socket) -> None:
+    """Close with a reset: the descriptor and the kernel's state go now (no FIN_WAIT, no TIME_WAIT)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    sock.close()
+
+
+def bind_fair(host: str, port: int, *, platform: str = sys.platform) -> list[socket.socket]:
+    """The listening sockets of (host, port), bound, not listening yet: on Linux QUEUES in one
+    SO_REUSEPORT group that steers each source address to one of them; else one socket.
+    OSError (EADDRINUSE) when anything holds the port, a socket of the same group's kind included."""
+    first = bind_socket(host, port)  # without SO_REUSEPORT: fails if anyone holds the port
+    if platform != "linux" or not hasattr(socket, "SO_REUSEPORT"):
+        return [first]
+    port = first.getsockname()[1]
+    first.close()
+    group: list[socket.socket] = []
+    try:
+        for index in range(QUEUES):
+            sock = bind_socket(host, port, also=((socket.SOL_SOCKET, socket.SO_REUSEPORT, 1),))
+            group.append(sock)
+            if index == 0 and not _steer_by_source(sock, ipv6=":" in host):
+                return group  # the kernel refused the program: one queue, as elsewhere
+    except OSError:
+        for sock in group:
+            sock.close()
+        if group:  # taken between the check and the group (a race): say so like a taken port
+            raise
+        return [bind_socket(host, port)]
+    return group
+
+
+#: SO_ATTACH_REUSEPORT_CBPF (Linux): the program that picks a socket of a SO_REUSEPORT group.
+_ATTACH_REUSEPORT_CBPF = 51
+_NET = -0x100000  # SKF_NET_OFF: loads relative to the IP header
+
+
+def _steer_by_source(sock: socket.socket, *, ipv6: bool) -> bool:
+    """Attach: queue = top bits of (last 32 bits of the source address * golden ratio)."""
+    import ctypes
+
+    class Insn(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    shift = 32 - (QUEUES.bit_length() - 1)
+    program = [
+        (0x30, 0, 0, (_NET + 0) & 0xFFFFFFFF),    # ldb [net+0]: version and header length
+        (0x74, 0, 0, 4),                          # rsh #4: the IP version
+        (0x15, 0, 2, 6),                          # jeq #6 ? next : +2
+        (0x20, 0, 0, (_NET + 20) & 0xFFFFFFFF),   # ld [net+20]: IPv6, the source's last 32 bits
+        (0x05, 0, 0, 1),                          # ja +1
+        (0x20, 0, 0, (_NET + 12) & 0xFFFFFFFF),   # ld [net+12]: IPv4, the source
+        (0x24, 0, 0, 0x9E3779B1),                 # mul #golden ratio
+        (0x74, 0, 0, shift),                      # rsh: the top bits, 0..QUEUES-1
+        (0x16, 0, 0, 0),                          # ret a
+    ]
+    insns = (Insn * len(program))(*[Insn(*i) for i in program])
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _ATTACH_REUSEPORT_CBPF,
+                        struct.pack("@HP", len(program), ctypes.addressof(insns)))
+    except OSError as exc:
+        log.info("one listening queue for port %s (no SO_REUSEPORT program: %s)", sock.getsockname()[1],
+                 exc.strerror or exc)
+        return False
+    return True
+
+
+class FairAcceptor:
+    """Accepts on listening sockets (`bind_fair`'s) for a guarded server, fairly by address.
+
+    `on_accepted(sock)` gets each socket kept (non-blocking); it makes the
+    transport, and its connection passes `guard.admit` as any other.
+    """
+
+    def __init__(self, socks: list[socket.socket], guard: ConnectionGuard,
+                 on_accepted: Callable[[socket.socket], None]) -> None:
+        self.socks = socks
+        self.guard = guard
+        self.on_accepted = on_accepted
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._paused: asyncio.TimerHandle | None = None
+        #: Connections reset at accept because their address sent more than a turn's share.
+        self.shed = 0
+
+    @property
+    def port(self) -> int:
+        return int(self.socks[0].getsockname()[1])
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        for sock in self.socks:
+            sock.setblocking(False)
+            sock.listen(LISTEN_BACKLOG)
+        self._watch()
+
+    def _watch(self) -> None:
+        assert self._loop is not None
+        for sock in self.socks:
+            self._loop.add_reader(sock.fileno(), self._ready, sock)
+
+    def _unwatch(self) -> None:
+        if self._loop is not None:
+            for sock in self.socks:
+                self._loop.remove_reader(sock.fileno())
+
+    def stop(self) -> None:
+        if self._paused is not None:
+            self._paused.cancel()
+            self._paused = None
+        self._unwatch()
+        self._loop = None
+        for sock in self.socks:
+            sock.close()
+
+    def _ready(self, listening: socket.socket) -> None:
+        waiting: list[tuple[socket.socket, str]] = []
+        for _ in range(ACCEPT_MAX):
+            try:
+                conn, peer = listening.accept()
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._pause(exc)  # out of descriptors: the idle sweep frees some; try again shortly
+                    break
+                continue  # one connection that went away before we took it
+            waiting.append((conn, source_of(peer)))
+        for conn in self._fair(waiting):
+            conn.setblocking(False)
+            self.on_accepted(conn)
+
+    def _fair(self, waiting: list[tuple[socket.socket, str]]) -> list[socket.socket]:
+        """The newest ACCEPT_BATCH of each address (the rest reset), fewest-connected addresses first."""
+        by_source: dict[str, list[socket.socket]] = {}
+        for conn, source in waiting:
+            by_source.setdefault(source, []).append(conn)
+        kept: list[tuple[int, socket.socket]] = []
+        for source, conns in by_source.items():
+            held = self.guard.held_by(source)
+            # An address at its cap that sends a crowd at once is flooding: one newcomer of it a turn.
+            share = 1 if held >= self.guard.per_source and len(conns) > 1 else ACCEPT_BATCH
+            for conn in conns[:-share]:
+                reset(conn)
+                self.shed += 1
+            kept += [(held, conn) for conn in conns[-share:]]
+        kept.sort(key=lambda pair: pair[0])
+        return [conn for _, conn in kept]
+
+    def _pause(self, exc: OSError) -> None:
+        if self._loop is None or self._paused is not None:
+            return
+        log.warning("%s: cannot accept connections (%s); pausing for a moment", self.guard.name,
+                    exc.strerror or exc)
+        self._unwatch()
+        self._paused = self._loop.call_later(0.2, self._resume)
+
+    def _resume(self) -> None:
+        self._paused = None
+        if self._loop is not None:
+            self._watch()

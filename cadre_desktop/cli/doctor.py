@@ -120,7 +120,16 @@ def free_ports(settings: Settings, is_free: Callable[[str, int], bool] | None = 
     return found
 
 
-def check_ports(settings: Settings, is_free: Callable[[str, int], bool] | None = None) -> CheckResult:
+def check_ports(settings: Settings, is_free: Callable[[str, int], bool] | None = None,
+                bind_check: Callable[[str, str], None] | None = None) -> CheckResult:
+    """Room for nodes in 'port_range' on 'bind_host'; first, that 'bind_host' is an address of
+    this computer at all (the host's own preflight words): else every port looks taken."""
+    from cadre_desktop.host.core.preflight import check_bind_host
+
+    try:
+        (bind_check or check_bind_host)(settings.bind_host, "settings.json")
+    except CadreError as exc:
+        return fail("ports", exc.message)
     low, high = settings.port_range
     free = free_ports(settings, is_free)
     span = f"{low}-{high} on {settings.bind_host}"
@@ -222,6 +231,42 @@ def check_caps(settings: Settings, way: Callable[[], Any] | None = None) -> Chec
     return CheckResult("caps", Outcome.WARN, f"{seen['how']} ({defaults})", False)
 
 
+def check_lend_api(paths: Paths, settings: Settings, is_free: Callable[[str, int], bool] | None = None,
+                   grants: Callable[[], list[dict]] | None = None) -> CheckResult:
+    """Can borrowers reach this host: the running host's lend API listens, or why not; with no
+    host, whether 'lend_port' is free for it. Informs only: lending is optional."""
+    from cadre_desktop.cli.client import ControlClient, NoHost
+    from cadre_desktop.errors import ApiError
+    from cadre_desktop.text import one_line
+
+    name, where = "lend API", f"{settings.bind_host}:{settings.lend_port}"
+    try:
+        listed = grants() if grants is not None else ControlClient.from_file(paths.control_file).list_grants()
+    except (NoHost, ApiError):
+        listed = None
+    if listed is not None:
+        active = [g for g in listed if g.get("status") == "active"]
+        if not active:
+            return CheckResult(name, Outcome.INFO, f"closed: no grant is active (it would listen on {where})", False)
+        lend_api = active[0].get("lend_api") or {}
+        if lend_api.get("listening"):
+            return ok(name, f"listening on {one_line(lend_api.get('address'), 80)} for "
+                      f"{len(active)} active grant(s)", False)
+        words = active[0].get("unreachable") or f"the lend API is not listening on {where}"
+        return CheckResult(name, Outcome.WARN, one_line(words, 400), False)
+    from cadre_desktop.host.local.ports import port_is_free
+
+    is_free = is_free or port_is_free
+    try:
+        free = is_free(settings.bind_host, settings.lend_port)
+    except OSError as exc:
+        return CheckResult(name, Outcome.WARN, f"cannot try {where}: {exc.strerror or exc}", False)
+    if not free:
+        return CheckResult(name, Outcome.WARN, f"{where} is taken by another program: a grant would not be "
+                           "reachable. Free the port, or change 'lend_port' in settings.json.", False)
+    return ok(name, f"{where} is free for lending", False)
+
+
 def has_display(env: Mapping[str, str] | None = None, platform: str = sys.platform) -> bool:
     env = os.environ if env is None else env
     return platform in ("win32", "darwin") or bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
@@ -317,6 +362,7 @@ def main(paths: Paths, out=None) -> int:
         lambda: check_node_program(settings),
         lambda: check_caps(settings),
         lambda: check_host(paths),
+        lambda: check_lend_api(paths, settings),
         check_desktop,
     ]
     for check in checks:

@@ -12,7 +12,7 @@ import re
 
 from cadre_desktop.cli import terminal as cli
 from cadre_desktop.cli.logs import cmd_logs
-from cadre_desktop.cli.terminal import EXIT_FAILED, EXIT_OK, PROG, clip, details, out, print_json, show, shown, table
+from cadre_desktop.cli.terminal import EXIT_FAILED, EXIT_OK, PROG, clip, details, one_line, out, print_json, show, shown, table
 from cadre_desktop.paths import Paths
 
 _DURATION = re.compile(r"(\d{1,9})([smhdw]?)")
@@ -41,8 +41,14 @@ def positive_arg(text: str) -> int:
 
 
 def grant_line(grant: dict) -> str:
-    return f"{grant.get('label')} ({grant.get('id')}): {grant.get('status')}, {grant.get('nodes', 0)} of " \
+    return f"{grant.get('label')} ({grant.get('id')}): {grant_status(grant)}, {grant.get('nodes', 0)} of " \
            f"{grant.get('max_nodes')} node(s) lent"
+
+
+def unreachable_note(grants: list[dict]) -> str | None:
+    """The one warning for active grants nobody can reach (the lend API not listening), else None."""
+    words = next((g.get("unreachable") for g in grants if g.get("unreachable")), None)
+    return f"Warning: {one_line(words)}" if words else None
 
 
 # -- grants ---------------------------------------------------------------------------------------
@@ -56,6 +62,9 @@ def cmd_grant_create(args, paths: Paths) -> int:
     out(grant["link"])
     out("Give this link only to the cadre you lend to: it lets them ask for nodes. "
         f"As a QR code: {PROG} grant link {grant['id']} --qr")
+    note = unreachable_note([grant])
+    if note:
+        out(note)
     return EXIT_OK
 
 
@@ -66,10 +75,18 @@ def cmd_grant_list(args, paths: Paths) -> int:
     elif not grants:
         out(f"No grants. Lend nodes to another cadre with: {PROG} grant create --label NAME")
     else:
-        rows = [(clip(g.get("label"), 24), shown(g.get("id")), shown(g.get("status")),
+        rows = [(clip(g.get("label"), 24), shown(g.get("id")), grant_status(g),
                  f"{g.get('nodes', 0)}/{g.get('max_nodes')}", shown(g.get("expires_at"))) for g in grants]
         out(table(("LABEL", "ID", "STATUS", "NODES", "EXPIRES"), rows))
+        note = unreachable_note(grants)
+        if note:
+            out(note)
     return EXIT_OK
+
+
+def grant_status(grant: dict) -> str:
+    """A grant's status, and for an active one nobody can reach, that it is unreachable."""
+    return shown(grant.get("status")) + (" (unreachable)" if grant.get("unreachable") else "")
 
 
 def cmd_grant_link(args, paths: Paths) -> int:

@@ -215,7 +215,7 @@ class Host:
     def _make_supervision(self, driver: NodeDriver) -> Parts:
         """The keyring gate, the probe, the supervisor, the service and the views, over the driver."""
         s = self.settings
-        gate = KeyringGate(self.secrets, sleep=self.clock.sleep)
+        gate = KeyringGate(self.secrets, sleep=self.clock.sleep, monotonic=self.clock.monotonic)
         interval = s.probe_interval_ms / 1000
 
         probe = Probe(

@@ -19,8 +19,8 @@ from typing import Any
 
 from cadre_desktop.errors import Bug
 from cadre_desktop.host.core.clock import Clock
-from cadre_desktop.host.core.driver import NodeDriver
-from cadre_desktop.host.core.events import EventBus
+from cadre_desktop.host.core.driver import InstanceInfo, NodeDriver
+from cadre_desktop.host.core.events import EventBus, EventKind
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Lifecycle
 from cadre_desktop.host.core.netwatch import restart_stale
@@ -50,6 +50,7 @@ class Lending:
         self.donations = DonationStore(paths.donations_file)
         self.lifecycle: Lifecycle[Donation] = Lifecycle(store=self.donations, events=events, clock=clock, kind=DONATED)
         self.clock = clock
+        self.events = events
         self.service: LendingService | None = None
         self.views: LendingViews | None = None
         self.server: LendServer | None = None
@@ -89,7 +90,8 @@ class Lending:
         )
         self.views = LendingViews(self.service, log_path=lambda d: str(self.paths.node_log(d)), caps=caps)
         self.server = LendServer(self.service, self.views, bind_host=s.bind_host, port=s.lend_port)
-        self.service.on_grants_changed = self.server.sync
+        self.views.lend_api = self.server.state
+        self.service.on_grants_changed = self.sync_server
         # Seed tokens are read ahead, in the background: a lent node whose token has
         # not arrived waits for the keyring, like a hosted node, without spending budget.
         for donation in self.donations.list():
@@ -106,9 +108,35 @@ class Lending:
 
     async def sweep(self) -> None:
         """At each supervisor sweep: clear what waited too long, follow the grants."""
-        service, server = self._attached()
+        service, _ = self._attached()
         await service.reap()
+        await self.sync_server()
+
+    async def sync_server(self) -> None:
+        """Open or close the lend API's port; a change of its state (listening, or the port
+        taken) is a change of every active grant's view, and is told as one."""
+        service, server = self._attached()
+        before = server.state()
         await server.sync()
+        if server.state() != before:
+            for grant in service.active_grants():
+                self.events.emit(EventKind.GRANT_CHANGED, grant.id)
+
+    def running(self) -> list[tuple[Donation, InstanceInfo]]:
+        """Each running lent node with its child (a new node program restarts them too)."""
+        out = []
+        for donation in self.donations.list():
+            handle = self._driver.get(donation.handle) if self._driver and donation.handle else None
+            if donation.status in DONATION_SUPERVISED and handle is not None and handle.alive:
+                out.append((donation, handle))
+        return out
+
+    def use_settings(self, new: Settings) -> None:
+        """Lending's numbers from now on (caps, TTLs); the lend API keeps the port it was
+        started with (`lend_port` is read at start: live_settings.AT_START_ONLY)."""
+        if self.service is not None:
+            port = self.server.port if self.server is not None else new.lend_port
+            self.service.settings = new.with_changes(lend_port=port)
 
     async def address_changed(self, new: str) -> None:
         """Restart, one at a time, each running lent node that still advertises the old address."""

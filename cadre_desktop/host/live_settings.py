@@ -4,11 +4,14 @@
 range, the advertised address, the stop grace, the supervision numbers, and the
 switches only the UI reads (notifications, quitting). Nodes that must restart to
 pick a change up are restarted one at a time, as a Restart does, so no budget
-is spent: each running node for a new node command, each running node whose
-ports fall outside a new range. A node the host gave up on is left alone; its
-Retry starts the new command. A new advertised address goes through the address
-watcher, which restarts the nodes that advertise the old one. `bind_host` and
-`probe_interval_ms` are read at start only: the result names them. The nodes' default caps
+is spent: each running node, hosted or lent, for a new node command, each
+running node whose ports fall outside a new range. A node the host gave up on
+is left alone; its Retry starts the new command. A new advertised address goes
+through the address watcher, which restarts the nodes that advertise the old
+one. Lending's own numbers (`lend_max_nodes`, the provisioning and seed TTLs,
+the lent nodes' supervision) apply from the next request or sweep. The keys in
+AT_START_ONLY (`bind_host`, `lend_port`, ...) are read at start only: the
+result names them. The nodes' default caps
 (`node_cpu_percent`, `node_memory_mb`, `node_low_priority`) are read at each node's start: a
 running node keeps its caps until it starts again (a Restart applies them now).
 """
@@ -17,11 +20,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from cadre_desktop.errors import message_of
+from cadre_desktop.errors import Bug, message_of
 from cadre_desktop.host.core.driver import InstanceInfo
-from cadre_desktop.host.core.records import SUPERVISED, NodeRecord
+from cadre_desktop.host.core.records import SUPERVISED
 from cadre_desktop.host.drivers import driver_config
 from cadre_desktop.settings import Settings
 
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Keys a running host cannot take without starting again.
-AT_START_ONLY = ("bind_host", "probe_interval_ms", "driver", "warm_standby")
+AT_START_ONLY = ("bind_host", "probe_interval_ms", "driver", "lend_port")
 
 
 @dataclass
@@ -44,12 +47,16 @@ class Applied:
     at_next_start: list[str] = field(default_factory=list)
 
 
-def _running_supervised(host: Host) -> list[tuple[NodeRecord, InstanceInfo]]:
+def _running_supervised(host: Host) -> list[tuple[Any, InstanceInfo]]:
+    """Every running hosted and lent node, with its child."""
     out = []
     for record in host.store.list():
         handle = host.driver.get(record.handle) if host.driver else None
         if record.status in SUPERVISED and handle is not None and handle.alive:
             out.append((record, handle))
+    lending = getattr(host, "lending", None)
+    if lending is not None and host.driver is not None:
+        out += lending.running()
     return out
 
 
@@ -70,6 +77,9 @@ def _swap(host: Host, new: Settings) -> None:
     supervisor = host.supervisor
     if supervisor is not None:
         supervisor.use_settings(new)
+    lending = getattr(host, "lending", None)
+    if lending is not None:
+        lending.use_settings(new)
 
 
 async def apply_settings(host: Host, new: Settings) -> Applied:
@@ -83,7 +93,9 @@ async def apply_settings(host: Host, new: Settings) -> Applied:
         host.refresh()  # the watcher re-reads the address and restarts who advertises the old one
     for node_id in restart:
         try:
-            await host.restart_node(node_id)
+            if host.service is None:
+                raise Bug("settings were applied to a host that has not started")
+            await host.service.restart(node_id)  # the one Restart: hosted and lent nodes alike
             applied.restarted.append(node_id)
         except Exception as exc:  # removed meanwhile, or it failed to start: say so, go on
             applied.failed[node_id] = message_of(exc)

@@ -65,7 +65,8 @@ MAX_STANDBY_LINE = 64 * 1024
 
 
 def _stand_by() -> bool:
-    """Load everything a node needs, then wait on stdin to be told who it is (docs/node-contract.md).
+    """Load everything a node needs, say `ready`, then wait on stdin to be told who it is
+    (docs/node-contract.md), and say `taken` once told.
 
     Until that line comes the process has no identity, opens no port and
     touches no work folder. The line carries the node's CADRE_ variables,
@@ -78,12 +79,14 @@ def _stand_by() -> bool:
     from cadre_desktop import fdlimit  # noqa: F401
     from cadre_desktop.node import clock, config, identity, logs, node, node_dir, server, state  # noqa: F401
 
+    _tell_host(b"ready\n")
     line = sys.stdin.buffer.readline(MAX_STANDBY_LINE + 1)
     if not line:
         return False
     global _STARTED_AT
     _STARTED_AT = time.monotonic()
     env = _standby_env(line)
+    _tell_host(b"taken\n")
     os.environ.pop(STANDBY_VAR, None)
     os.environ.update(env)
     try:
@@ -96,6 +99,15 @@ def _stand_by() -> bool:
     os.dup2(devnull, 0)  # nothing more is read; the host's end may close
     os.close(devnull)
     return True
+
+
+def _tell_host(word: bytes) -> None:
+    """Answer the host on stdin, which it made a socket: `ready` once loaded, `taken` once told
+    who this is. On a plain pipe or a file (run by hand) there is nobody to tell."""
+    try:
+        os.write(0, word)
+    except OSError:
+        pass
 
 
 def _standby_env(line: bytes) -> dict[str, str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import socket
 import sys
 import time
 import urllib.error
@@ -30,6 +31,7 @@ from typing import Any
 
 from cadre_desktop.atomicfile import write_bytes_atomic
 from cadre_desktop.errors import NodeFault
+from cadre_desktop.text import one_line
 from cadre_desktop.wire.keys import b64url, b64url_decode
 from cadre_desktop.wire.seed import DEFAULT_PROFILE, PROFILES, is_id, sign_seed
 
@@ -76,8 +78,28 @@ class LendClient:
         except urllib.error.HTTPError as exc:
             return exc.code, _json(exc.read()), dict(exc.headers)
         except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise Refused(f"cannot reach the host at {self.link.base}: {reason}") from None
+            raise Refused(dead_link_words(self.link, getattr(exc, "reason", exc))) from None
+
+
+#: What a person needs to hear when a grant link leads nowhere (nothing answers, or the host says it ended).
+DEAD_LINK = "this link no longer works: the grant may be revoked or expired, or the lender's computer is off"
+#: The lend API's codes for a grant that ended, and what each means to the person holding its link.
+_ENDED = {"grant-revoked": "the lender revoked this grant", "grant-expired": "this grant has expired"}
+
+
+def dead_link_words(link: GrantLink, reason: object) -> str:
+    """A connection that failed, in words: the lend API listens only while a grant is active,
+    so "connection refused" most often means the grant ended; a timeout, a computer that is off."""
+    where = link.base.removeprefix("http://")
+    if isinstance(reason, socket.gaierror):
+        detail = f"{where} cannot be found on this network"
+    elif isinstance(reason, TimeoutError):
+        detail = f"no answer from {where}"
+    elif isinstance(reason, ConnectionRefusedError):
+        detail = f"nothing answers at {where}"
+    else:
+        detail = f"{where} cannot be reached: {one_line(reason)}"
+    return f"{DEAD_LINK} ({detail})"
 
 
 def _json(raw: bytes) -> dict[str, Any]:
@@ -91,7 +113,10 @@ def _json(raw: bytes) -> dict[str, Any]:
 def _refusal(status: int, body: dict[str, Any]) -> Refused:
     found = body.get("error")
     error: dict[str, Any] = found if isinstance(found, dict) else {}
-    return Refused(f"the host answered {status} {error.get('code', '')}: {error.get('message', 'no reason given')}")
+    code, message = one_line(error.get("code", "")), one_line(error.get("message", "no reason given"))
+    if status == 410 and code in _ENDED:
+        return Refused(f"this link no longer works: {_ENDED[code]} (the host answered {status} {code}: {message})")
+    return Refused(f"the host answered {status} {code}: {message}")
 
 
 def load_or_create_key(path: Path | None) -> bytes:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -30,7 +31,7 @@ from typing import Any
 import h11
 
 from cadre_desktop.errors import ApiError, InputError
-from cadre_desktop.netguard import ACCEPT_BATCH, Conn, ConnectionGuard, bind_socket
+from cadre_desktop.netguard import Conn, ConnectionGuard, FairAcceptor, bind_fair, reset
 from cadre_desktop.node.api import Answer, Request
 from cadre_desktop.text import escape
 from cadre_desktop.wire.api import too_large, too_slow, unreadable
@@ -57,6 +58,8 @@ READ_CHUNK = 16384
 #: that could destroy the answer before the client read it).
 DRAIN_BYTES = 65536
 DRAIN_S = 1.0
+#: A stream's buffer limit, asyncio.start_server's.
+STREAM_LIMIT = 2**16
 REASONS = {
     100: "Continue", 200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
     403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
@@ -77,30 +80,52 @@ class HttpServer:
         self.max_body = max_body
         self.body_timeout_s = body_timeout_s
         self.closing = False
-        self._server: asyncio.Server | None = None
+        self._acceptor: FairAcceptor | None = None
+        self._port = 0
         self._tasks: set[asyncio.Task] = set()
+        #: Transports being made for accepted sockets (kept referenced until they are).
+        self._opening: set[asyncio.Task] = set()
 
     async def start(self, host: str, port: int) -> None:
-        """Listen on (host, port); OSError if it cannot be bound."""
-        sock = bind_socket(host, port)
+        """Listen on (host, port), accepting fairly (netguard.FairAcceptor); OSError if it cannot be bound."""
+        socks = bind_fair(host, port)
         try:
-            self._server = await asyncio.start_server(self._connection, sock=sock, backlog=ACCEPT_BATCH)
+            acceptor = FairAcceptor(socks, self.guard, self._accepted)
+            acceptor.start()
         except BaseException:
-            sock.close()
+            for sock in socks:
+                sock.close()
             raise
+        self._acceptor, self._port = acceptor, acceptor.port
 
     @property
     def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("the server is not listening")
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
+        return self._port
+
+    def _accepted(self, sock: socket.socket) -> None:
+        """A connection the acceptor kept: made a stream, served by `_connection`."""
+        if self.closing:
+            reset(sock)
+            return
+        task = asyncio.get_running_loop().create_task(self._stream(sock))
+        self._opening.add(task)
+        task.add_done_callback(self._opening.discard)
+
+    async def _stream(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=STREAM_LIMIT, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, self._connection, loop=loop)
+        try:
+            await loop.connect_accepted_socket(lambda: protocol, sock)
+        except OSError:
+            sock.close()  # gone before its transport was made
 
     async def stop(self, grace_s: float) -> None:
         """Stop listening, close idle connections now, give the busy ones ``grace_s``."""
         self.closing = True
-        if self._server is not None:
-            self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.stop()
+            self._acceptor = None
         self.guard.close()
         pending = set(self._tasks)
         if pending:

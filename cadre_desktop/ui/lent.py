@@ -126,6 +126,9 @@ class LentView(QWidget):
             for grant in self.model.grants():
                 item = QTreeWidgetItem(self._grant_row(grant))
                 item.setData(0, Qt.ItemDataRole.UserRole, ("grant", grant.id))
+                if grant.unreachable:
+                    item.setToolTip(STATUS, grant.unreachable)
+                    item.setToolTip(ERROR, grant.unreachable)
                 for d in self.model.donations(grant.id):
                     child = QTreeWidgetItem(self._donation_row(d))
                     child.setData(0, Qt.ItemDataRole.UserRole, ("donation", d.id))
@@ -151,7 +154,8 @@ class LentView(QWidget):
 
     def _grant_row(self, g: GrantView) -> list[str]:
         expires = g.expires_at[:16].replace("T", " ") if g.expires_at else "never"
-        return [g.label, g.status.capitalize(), f"{g.nodes} of {g.max_nodes}", expires, "", "", "", ""]
+        status = g.status.capitalize() + (", unreachable" if g.unreachable else "")
+        return [g.label, status, f"{g.nodes} of {g.max_nodes}", expires, "", "", "", first_line(g.unreachable, 80)]
 
     def _donation_row(self, d: DonationView) -> list[str]:
         up = uptime_words(d, self.model.now) if d.running else ""

@@ -169,6 +169,8 @@ def test_the_event_stream_carries_grant_and_donation_events_with_their_views(len
     grant = create_grant(host, label="watched")
     kind, data = next(events)
     assert kind == "grant_added" and data["grant"]["label"] == "watched" and "link" not in data["grant"]
+    kind, data = next(events)  # the first grant opened the lend API: every active grant's view changed
+    assert kind == "grant_changed" and data["grant"]["lend_api"]["listening"], data
     lent = borrow(grant["link"], "friends", tmp_path / "owner.json", "--request-only")
     assert lent.returncode == 0, lent.stderr
     donation_id = json.loads(lent.stdout)["id"]
@@ -199,3 +201,52 @@ def test_a_lent_node_paused_by_its_owner_is_paused_by_its_host_for_the_borrower(
     back = seeded_and_running(host, lent["id"], not_pid=lent["pid"])
     assert back["attempts"] == 0 and back["held_by"] is None
     assert host.stop() == 0
+
+
+def test_the_owner_is_told_when_the_lend_port_is_taken_and_when_it_is_free_again(lending_host):
+    """`grant create`, `grant list`, the control API and doctor say nobody can reach the grant."""
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    host = lending_host().start()
+    port = json.loads((host.home / "settings.json").read_text())["lend_port"]
+    squatter.bind(("127.0.0.1", port))
+    squatter.listen(1)
+    try:
+        made = host.cli("grant", "create", "--label", "unreachable")
+        assert made.returncode == 0, made.stderr
+        assert "Warning: borrowers cannot reach this host" in made.stdout and "lend_port" in made.stdout, made.stdout
+        listing = host.cli("grant", "list")
+        assert "active (unreachable)" in listing.stdout and "Warning:" in listing.stdout, listing.stdout
+        grant = json.loads(host.cli("grant", "list", "--json").stdout)["grants"][0]
+        assert grant["lend_api"]["listening"] is False and grant["lend_api"]["address"] == f"127.0.0.1:{port}"
+        assert "cannot listen" in grant["lend_api"]["error"] and grant["unreachable"]
+        checked = host.cli("doctor")
+        line = next(x for x in checked.stdout.splitlines() if "lend API:" in x)
+        assert line.startswith("warn") and "cannot reach" in line, checked.stdout
+    finally:
+        squatter.close()
+
+    def listening() -> dict | None:
+        view = host.api("GET", f"/api/grants/{grant['id']}")[1]
+        return view if view["lend_api"]["listening"] else None
+    view = wait_until(listening, timeout=30, what="the lend API listening once its port is free")
+    assert view["unreachable"] is None and view["lend_api"]["error"] is None
+    assert "(unreachable)" not in host.cli("grant", "list").stdout
+    assert listens(port)
+    checked = host.cli("doctor")
+    assert any(x.startswith("ok") and "lend API: listening on" in x for x in checked.stdout.splitlines()), \
+        checked.stdout
+
+
+def test_a_borrower_with_a_dead_link_is_told_in_words(lending_host, tmp_path):
+    """The only grant revoked: the lend API closes, and the borrower hears why a link may be dead."""
+    host = lending_host().start()
+    grant = create_grant(host, label="short-lived")
+    assert host.api("POST", f"/api/grants/{grant['id']}/revoke")[0] == 200
+    port = json.loads((host.home / "settings.json").read_text())["lend_port"]
+    wait_until(lambda: not listens(port), timeout=10, what="the lend API closed")
+    refused = borrow(grant["link"], "friends", tmp_path / "owner.json")
+    assert refused.returncode == 1
+    assert "this link no longer works: the grant may be revoked or expired, or the lender's computer is off" \
+        in refused.stderr, refused.stderr
+    assert "Connection refused" not in refused.stderr and grant["link"].split("#")[1] not in refused.stderr

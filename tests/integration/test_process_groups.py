@@ -156,8 +156,13 @@ async def test_a_child_writes_through_a_pump_that_outlives_the_host_and_caps_the
     second.close()
 
 
-async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_clearly(tmp_path, monkeypatch):
-    from cadre_desktop.errors import SpawnError
+@pytest.mark.parametrize("errno_, words, error", [
+    (11, "Resource temporarily unavailable", "SpawnError"),
+    (24, "Too many open files", "OutOfDescriptors"),  # the machine's trouble, told as such
+])
+async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_clearly(tmp_path, monkeypatch,
+                                                                                        errno_, words, error):
+    from cadre_desktop import errors
     from cadre_desktop.host.local import nodelogs
     from cadre_desktop.host.local.ports import port_is_free
 
@@ -172,10 +177,10 @@ async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_
         return proc
 
     def no_pump(*args, **kwargs):
-        raise OSError(24, "Too many open files")
+        raise OSError(errno_, words)
     monkeypatch.setattr("cadre_desktop.host.local.launch.subprocess.Popen", popen)
     monkeypatch.setattr(nodelogs, "start_pump", no_pump)
-    with pytest.raises(SpawnError, match="log pump"):
+    with pytest.raises(getattr(errors, error), match="log pump"):
         orch.spawn("n1", {})
     assert started, "no node was started"
     # Killed at once; reaped on a thread of its own, so the loop never waits for a slow death.

@@ -8,6 +8,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 
 import psutil
@@ -170,3 +171,88 @@ async def test_ready_in_counts_from_the_start_not_from_when_the_standby_was_load
     ready_ms = float(found[1])
     assert ready_ms < 2000, f"ready in {ready_ms} ms counts the standby's wait"
     await orch.stop_all()
+
+
+def program(tmp_path, name: str, standby_body: str = "") -> list[str]:
+    """A real node program of its own file: the reference node, with `standby_body` run first in standby."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(
+        "import os, runpy, sys, time\n"
+        "if os.environ.get('CADRE_STANDBY') == '1':\n"
+        + (standby_body or "    from cadre_desktop.node import __main__ as m\n"
+                            "    if not m._stand_by():\n        sys.exit(0)\n")
+        + "runpy.run_module('cadre_desktop.node', run_name='__main__', alter_sys=True)\n")
+    return [sys.executable, str(script)]
+
+
+def cmdline(pid: int) -> str:
+    return " ".join(psutil.Process(pid).cmdline())
+
+
+async def test_a_changed_node_program_is_the_one_the_next_start_runs(tmp_path, orch):
+    """Settings name another program while the host runs: the old standby goes, the new one starts."""
+    from cadre_desktop.host.core.driver import DriverConfig
+
+    await orch.init()
+    old = await ready_standby(orch)
+    new_program = program(tmp_path, "new_node")
+    orch.reconfigure(DriverConfig(node_command=tuple(new_program), port_range=(47700, 47799), stop_timeout_s=2.0,
+                                  warm_standby=True))
+    await async_wait_until(lambda: gone(old), timeout=10, what="the old program's standby ended")
+    pid = await ready_standby(orch, other_than=old)
+    assert "new_node.py" in cmdline(pid)
+    handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+    assert "new_node.py" in cmdline(handle.pid), "the start ran the old node program"
+    await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the node answering")
+    orch.reconfigure(DriverConfig(node_command=tuple(REFERENCE), port_range=(47700, 47799), stop_timeout_s=2.0,
+                                  warm_standby=False))
+    assert orch.standby is None  # warm starts turned off while running
+    orch.reconfigure(DriverConfig(node_command=tuple(REFERENCE), port_range=(47700, 47799), stop_timeout_s=2.0,
+                                  warm_standby=True))
+    assert "cadre_desktop.node" in cmdline(await ready_standby(orch)), "warm starts turned on found no standby"
+    await orch.stop_all()
+
+
+async def test_a_stopped_standby_is_not_handed_a_node_and_the_start_goes_on_cold(orch):
+    await orch.init()
+    pid = await ready_standby(orch)
+    os.kill(pid, signal.SIGSTOP)
+    await async_wait_until(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout=5,
+                           what="the standby stopped")
+    handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+    assert handle.pid != pid and handle.attempt == 1
+    await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the cold start answering")
+    await async_wait_until(lambda: gone(pid), timeout=10, what="the stopped standby ended")
+    await orch.stop_all()
+
+
+async def test_a_standby_that_never_takes_its_node_over_costs_the_start_nothing(tmp_path, monkeypatch):
+    """It said ready, read its line, and hangs: the same start goes on cold within HANDOVER_S."""
+    hangs = program(tmp_path, "hanging_node", "    os.write(0, b'ready\\n')\n    sys.stdin.buffer.readline()\n"
+                                             "    time.sleep(3600)\n")
+    orch = make(tmp_path, hangs)
+    await orch.init()
+    try:
+        pid = await ready_standby(orch)
+        started = time.monotonic()
+        handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+        took = time.monotonic() - started
+        assert handle.pid != pid and took < standby_module.HANDOVER_S + 2, took
+        await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the cold start answering")
+        await async_wait_until(lambda: gone(pid), timeout=10, what="the hung standby ended")
+        await orch.stop_all()
+    finally:
+        orch.close()
+
+
+async def test_a_descriptor_shortage_never_turns_warm_starts_off(orch, monkeypatch):
+    """Out of descriptors is the machine's trouble: the program is not taken to lack standby support."""
+    from cadre_desktop.host.local import procs
+
+    def no_descriptors(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(procs, "spawn", no_descriptors)
+    for _ in range(standby_module.GIVE_UP_AFTER + 2):
+        orch.standby._fill()
+    assert orch.standby.enabled and orch.standby.ready is None
+    orch.standby.close()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import socket
+import sys
 import zlib
 
 import pytest
@@ -318,3 +320,39 @@ async def test_stopping_closes_idle_keep_alive_connections_at_once_and_finishes_
     assert (status, body, headers["connection"]) == (200, b"done", "close")
     await asyncio.wait_for(stopping, 5)
     assert await closed(busy_reader)
+
+
+# -- fair accepting ------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-address listen queues are Linux's")
+async def test_the_port_is_one_queue_per_address_and_is_never_shared_with_another_server(serve):
+    from cadre_desktop.host.local.ports import port_is_free
+    from cadre_desktop.netguard import QUEUES, bind_fair
+
+    server = await serve()
+    assert len(server._acceptor.socks) == QUEUES
+    assert not port_is_free("127.0.0.1", server.port)
+    with pytest.raises(OSError):
+        bind_fair("127.0.0.1", server.port)  # a second server (a stray node) cannot join the group
+    for source in ("127.0.0.1", "127.0.0.2", "127.0.0.9"):
+        reader, writer = await connect(server.port, source)
+        writer.write(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await read_answer(reader))[0] == 200
+        writer.close()
+
+
+async def test_a_crowd_from_one_address_at_its_cap_is_reset_at_accept_and_others_are_served(serve):
+    guard = ConnectionGuard(per_source=4, total=16, idle_s=60)
+    server = await serve(guard=guard)
+    held = [await connect(server.port) for _ in range(4)]
+    await async_wait_until(lambda: guard.open_connections == 4, what="the address at its cap")
+    crowd = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]  # all queued at once
+    reader, writer = await connect(server.port, "127.0.0.2")
+    writer.write(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert (await read_answer(reader))[0] == 200
+    await async_wait_until(lambda: server._acceptor.shed >= 30, what="the crowd shed at accept")
+    assert guard.held_by("127.0.0.1") <= 4
+    for sock in crowd:
+        sock.close()
+    writer.close()
+    del held

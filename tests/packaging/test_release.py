@@ -137,6 +137,16 @@ def test_workflows_run_scripts_that_exist_and_build_on_version_tags():
     assert re.search(r'tags: \["v\*"\]', text["release.yml"])
 
 
+def test_pull_requests_run_the_whole_suite_on_linux_as_the_projects_ci_does():
+    """Not a subset: the Linux job runs .ci/run (./scripts/test with no arguments)."""
+    text = (REPO / ".github" / "workflows" / "tests.yml").read_text()
+    linux = text.split("\n  linux:\n", 1)[1].split("\n  macos-windows:\n", 1)[0]
+    runs = [line.split("run:", 1)[1].strip() for line in linux.splitlines() if line.strip().startswith("run:")]
+    assert "./.ci/run" in runs or "./scripts/test" in runs, runs
+    assert not any(run.startswith("./scripts/test ") for run in runs), f"a subset of the suite: {runs}"
+    assert (REPO / ".ci" / "run").read_text().rstrip().endswith("exec ./scripts/test")
+
+
 def test_release_scripts_pass_shellcheck():
     if shutil.which("shellcheck") is None:
         pytest.fail("shellcheck is missing: ./scripts/test installs it")

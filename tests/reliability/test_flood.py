@@ -9,7 +9,10 @@ few hundred descriptors, the records file stays whole, and host.log grows by
 less than 100 KB. Against a node's API port: its claim page still answers a
 client from another address, and the host's probe still sees the node (or,
 if it could not, would see it as not answering: it never reads an old
-keep-alive connection).
+keep-alive connection). Against the lend API (the one server of the host the
+LAN reaches, while a grant is active): idle connections from one address are
+closed, and a borrower from another address, the CLI and a hosted node that
+crashes meanwhile are served as before.
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import psutil
+import pytest
 
+from tests.support.borrower import create_grant, free_lend_port, lend_call
 from tests.support.headless import host_settings
 from tests.support.host_calls import answered, running
 from tests.support.polling import wait_until
@@ -36,8 +42,8 @@ FLOOD_S = 25.0
 
 
 class Flood:
-    def __init__(self, host: str, port: int, source: str | None = None) -> None:
-        args = [sys.executable, str(FLOODER), host, str(port), str(CONNECTIONS), str(FLOOD_S)]
+    def __init__(self, host: str, port: int, source: str | None = None, count: int = CONNECTIONS) -> None:
+        args = [sys.executable, str(FLOODER), host, str(port), str(count), str(FLOOD_S)]
         self.proc = subprocess.Popen(args + ([source] if source else []), stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "flooding"
@@ -136,3 +142,108 @@ def test_a_flood_on_a_nodes_port_leaves_its_claim_page_to_others_and_the_probe_h
     assert after["status"] == "unclaimed"
     node_log = (host.home / "logs" / f"node-{node_id}.log").stat().st_size
     assert node_log < 200 * 1024, f"the node's log grew to {node_log} bytes"
+
+
+def grant_from(source: str, link: str) -> int:
+    """GET the grant as a borrower on another device would: from another address of the machine."""
+    url = urllib.parse.urlsplit(link)
+    conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=10, source_address=(source, 0))
+    try:
+        conn.request("GET", url.path, headers={"Authorization": f"Bearer {url.fragment}"})
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def test_idle_connections_to_the_lend_api_are_shed_and_the_host_keeps_working(hosts, rng):
+    """1,100 idle connections from one address at a 1,024-descriptor limit (issue 27)."""
+    lend_port = free_lend_port()
+    host = hosts(host_settings(rng, respawn_max_attempts=5, lend_port=lend_port))
+    host.fd_limit = FD_LIMIT
+    host.start()
+    node_id = answered(host, "POST", "/api/nodes", {"name": "beside the lend API"})[1]["id"]
+    victim = running(host, node_id)
+    grant = create_grant(host, label="flooded")
+    assert lend_call(grant["link"], "GET")[0] == 200
+    proc = psutil.Process(host.proc.pid)
+    with Flood("127.0.0.1", lend_port, count=1100) as flood:
+        assert proc.num_fds() < FD_LIMIT // 2, f"the host holds {proc.num_fds()} descriptors"
+        assert grant_from("127.0.0.2", grant["link"]) == 200, "a borrower from another address was not served"
+        listed = host.cli("grant", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        def respawned() -> dict | None:
+            view = answered(host, "GET", f"/api/nodes/{node_id}")[1]
+            return view if view["running"] and view["pid"] != victim["pid"] else None
+        view = wait_until(respawned, timeout=30, interval=0.2, what="the crashed node's respawn")
+        assert view["attempts"] == 1 and view["status"] == "unclaimed", view
+        assert proc.num_fds() < FD_LIMIT // 2, f"the host holds {proc.num_fds()} descriptors"
+        stats = flood.stop()
+    print(f"lend API flood: {stats}")
+    assert stats["opened"] >= 1100
+    assert stats["closed_by_server"] >= 500, "the lend API closed too few of the idle connections"
+    assert answered(host, "GET", f"/api/nodes/{node_id}")[1]["running"]
+
+
+def accept_queue(port: int) -> int:
+    """Connections waiting to be accepted on the listening sockets of `port` (Linux: /proc/net/tcp)."""
+    waiting = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, queues = fields[1], fields[3], fields[4]
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+            waiting += int(queues.split(":")[1], 16)
+    return waiting
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the per-address listen queues are Linux's")
+def test_a_flood_fills_only_its_own_listen_queue_so_another_device_still_connects(hosts, rng):
+    """The CPU scarce at its worst: the node stopped while one address floods its port. Another
+    device's connection is still taken by the kernel at once (its own queue), and answered when
+    the node runs again; before, the one shared queue was full and dropped it for seconds."""
+    host = hosts(host_settings(rng))
+    host.fd_limit = FD_LIMIT
+    host.start()
+    node_id = answered(host, "POST", "/api/nodes", {"name": "stopped under a flood"})[1]["id"]
+    view = running(host, node_id)
+    port = view["api_port"]
+    with Flood("127.0.0.1", port):
+        os.kill(view["pid"], signal.SIGSTOP)
+        try:
+            wait_until(lambda: accept_queue(port) >= 16, timeout=10, interval=0.01, what="the flood queued up")
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1, source_address=("127.0.0.2", 0))
+            conn.connect()  # a timeout here: the kernel dropped the connection, as before
+            conn.request("GET", f"/claim?node={node_id}")
+        finally:
+            os.kill(view["pid"], signal.SIGCONT)
+        conn.sock.settimeout(10)
+        resp = conn.getresponse()
+        assert resp.status == 200 and b"<form" in resp.read()
+        conn.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the per-address listen queues are Linux's")
+def test_a_flood_on_the_lend_api_never_keeps_another_borrowers_connection_out(hosts, rng):
+    """The host stopped while one address floods the lend port: a borrower on another address
+    is still taken by the kernel at once (its own queue), and served when the host runs again."""
+    lend_port = free_lend_port()
+    host = hosts(host_settings(rng, lend_port=lend_port))
+    host.fd_limit = FD_LIMIT
+    host.start()
+    link = urllib.parse.urlsplit(create_grant(host, label="flooded")["link"])
+    with Flood("127.0.0.1", lend_port, count=1100):
+        os.kill(host.proc.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: accept_queue(lend_port) >= 16, timeout=10, interval=0.01, what="the flood queued up")
+            conn = http.client.HTTPConnection("127.0.0.1", lend_port, timeout=1, source_address=("127.0.0.2", 0))
+            conn.connect()  # a timeout here: the kernel dropped the borrower's connection
+            conn.request("GET", link.path, headers={"Authorization": f"Bearer {link.fragment}"})
+        finally:
+            os.kill(host.proc.pid, signal.SIGCONT)
+        conn.sock.settimeout(10)
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["label"] == "flooded"
+        conn.close()

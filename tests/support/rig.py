@@ -46,7 +46,7 @@ class Rig:
         self.seen: list = []
         self.events.subscribe(self.seen.append)
         self.lifecycle = Lifecycle(store=self.store, events=self.events, clock=self.clock)
-        self.gate = KeyringGate(self.secrets, sleep=self.clock.sleep)
+        self.gate = KeyringGate(self.secrets, sleep=self.clock.sleep, monotonic=self.clock.monotonic)
         self.settings = Settings(**settings)
         self.answers = Answers()
         self.probe = Probe(lifecycle=self.lifecycle, driver=self.orch, clock=self.clock, interval_s=5,

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import sys
 
+import psutil
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from PySide6.QtGui import QGuiApplication
 
 from cadre_desktop.host.lending.donations import DonationRequest
+from cadre_desktop.host.lending.service import LendRefused
 from cadre_desktop.ui.status import TrayState
 from cadre_desktop.wire.keys import b64url
 from cadre_desktop.wire.seed import sign_seed
@@ -174,3 +178,40 @@ def test_return_in_the_grant_form_makes_the_grant(qtbot):
     assert not dialog.make_button.isEnabled()  # until the grant is made, or fails
     dialog.failed()
     assert dialog.make_button.isEnabled()
+
+
+@pytest.mark.parametrize("settings_doc", LENDING, indirect=True)
+def test_a_grant_nobody_can_reach_says_so_in_the_lent_view(shell, aio):
+    """The lend port taken: the grant is active, but its row says borrowers cannot reach it."""
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", LENDING[0]["lend_port"]))
+    squatter.listen(1)
+    try:
+        aio.run(shell.host.lending.create_grant("Alice's cadre", 1))
+        aio.wait(lambda: lent_rows(shell) and lent_rows(shell)[0][1] == "Active, unreachable")
+        assert "cannot reach this host" in lent_rows(shell)[0][-1]
+    finally:
+        squatter.close()
+
+
+@pytest.mark.parametrize("settings_doc", LENDING, indirect=True)
+def test_new_settings_reach_lent_nodes_and_lending(host, aio, tmp_path):
+    """A new node program restarts lent nodes too; lend_max_nodes applies live; lend_port is at-start-only."""
+    lending = host.lending
+    grant = aio.run(lending.create_grant("Alice's cadre", 2))
+    wanted = DonationRequest("friends", "storage", (), (b64url(OWNER.public_key().public_bytes_raw()),))
+    donation = aio.run(lending.service.request(grant, wanted))
+    before = aio.wait(lambda: (d := lending.views.donation(donation.id)).status == "awaiting_seed" and d)
+    program = tmp_path / "new_node.py"
+    program.write_text("import runpy\nrunpy.run_module('cadre_desktop.node', run_name='__main__', alter_sys=True)\n")
+    new = host.settings.with_changes(node_command=[sys.executable, str(program)], lend_max_nodes=1,
+                                     lend_port=host.settings.lend_port + 1)
+    applied = aio.run(host.apply_settings(new))
+    assert donation.id in applied.restarted and "lend_port" in applied.at_next_start
+    after = aio.wait(lambda: (d := lending.views.donation(donation.id)).running and d.pid != before.pid and d)
+    assert "new_node.py" in " ".join(psutil.Process(after.pid).cmdline()), "the lent node kept the old program"
+    with pytest.raises(LendRefused) as refused:
+        aio.run(lending.service.request(grant, wanted))
+    assert refused.value.code == "host_full"
+    link = aio.run(lending.link_of(grant.id))
+    assert f":{LENDING[0]['lend_port']}/" in link, "the link names a port nothing listens on"

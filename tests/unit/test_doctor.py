@@ -135,6 +135,34 @@ def test_fewer_than_two_free_ports_fails():
     assert result.failed and "port_range" in result.detail
 
 
+def test_a_bind_host_that_is_not_an_address_of_this_computer_is_said_so_not_as_no_free_ports():
+    result = doctor.check_ports(Settings(bind_host="192.0.2.77", port_range=(47100, 47109)))
+    assert result.failed and "is not an address of this computer" in result.detail, result.detail
+    assert "free port" not in result.detail and "bind_host" in result.detail
+
+
+def test_lend_api_says_whether_borrowers_can_reach_the_running_host(tmp_path):
+    paths, settings = home_paths(tmp_path), Settings(lend_port=47990)
+    listening = {"status": "active", "lend_api": {"listening": True, "address": "127.0.0.1:47990"}}
+    result = doctor.check_lend_api(paths, settings, grants=lambda: [listening])
+    assert result.outcome is Outcome.OK and "listening on 127.0.0.1:47990" in result.detail
+    taken = {"status": "active", "lend_api": {"listening": False, "address": "127.0.0.1:47990",
+                                              "error": "the lend API cannot listen on 127.0.0.1:47990: in use"},
+             "unreachable": "borrowers cannot reach this host: the lend API cannot listen on 127.0.0.1:47990"}
+    result = doctor.check_lend_api(paths, settings, grants=lambda: [taken])
+    assert result.outcome is Outcome.WARN and "cannot reach" in result.detail and not result.failed
+    result = doctor.check_lend_api(paths, settings, grants=lambda: [{**listening, "status": "revoked"}])
+    assert result.outcome is Outcome.INFO and "no grant is active" in result.detail
+
+
+def test_lend_api_with_no_host_says_whether_its_port_is_free(tmp_path):
+    paths, settings = home_paths(tmp_path), Settings(lend_port=47990)
+    result = doctor.check_lend_api(paths, settings, is_free=lambda host, port: False)
+    assert result.outcome is Outcome.WARN and "taken by another program" in result.detail
+    result = doctor.check_lend_api(paths, settings, is_free=lambda host, port: True)
+    assert result.outcome is Outcome.OK and "47990 is free" in result.detail
+
+
 # -- the node program ----------------------------------------------------------------------------
 
 def test_node_program_that_answers_is_ok_and_stopped(fake_node):
@@ -256,6 +284,7 @@ def stub_checks(monkeypatch, keyring_outcome):
     monkeypatch.setattr(doctor, "check_keyring", lambda: CheckResult("keyring", keyring_outcome, "x"))
     monkeypatch.setattr(doctor, "check_ports", lambda s: doctor.ok("ports", "x"))
     monkeypatch.setattr(doctor, "check_node_program", lambda s: doctor.ok("node program", "x"))
+    monkeypatch.setattr(doctor, "check_lend_api", lambda p, s: doctor.ok("lend API", "x", False))
     monkeypatch.setattr(doctor, "check_desktop",
                         lambda: [CheckResult("tray", Outcome.WARN, "no tray", False)])
 
@@ -266,7 +295,7 @@ def test_exit_code_follows_the_required_checks_only(monkeypatch, tmp_path, capsy
     assert doctor.main(home_paths(tmp_path)) == code
     lines = capsys.readouterr().out.splitlines()
     names = [line.split()[1].rstrip(":") for line in lines]
-    assert names == ["settings", "home", "keyring", "ports", "node", "caps", "host", "tray"]
+    assert names == ["settings", "home", "keyring", "ports", "node", "caps", "host", "lend", "tray"]
     assert lines[-1].startswith("warn")
 
 

@@ -29,6 +29,7 @@ from cadre_desktop.errors import (
     MachineError,
     NodeFault,
     NoSuchThing,
+    OutOfDescriptors,
     PortsExhausted,
     SecretsError,
     SettingsError,
@@ -159,6 +160,7 @@ CONTROL_ANSWERS = [
     (KeyringUnavailable("No keyring."), 503, "keyring_unavailable"),
     (KeyringTimeout("The keyring did not answer."), 503, "keyring_timeout"),
     (PortsExhausted("No free ports."), 503, "ports_exhausted"),
+    (OutOfDescriptors("No file descriptor left."), 500, "out_of_descriptors"),
     (SettingsError("settings.json is broken."), 500, "settings_invalid"),
     (StorageError("The records could not be saved."), 500, "storage_error"),
     (SpawnError("The node program could not be started."), 500, "spawn_failed"),
@@ -368,6 +370,7 @@ _REPORTED_OTHERWISE = {
     "cli/doctor.py:probe_notifications": "no service answering is the check's result, shown to the person",
     "host/core/secrets.py:_work": "the exception is handed to the caller's future",
     "logfilter.py:_decide": "a filter of the logging system: the handler reports the bad record itself",
+    "logsetup.py:handleError": "the log's own error note: stderr is gone, and there is no log left to tell",
     "ui/app.py:_serve": "show_error logs it and shows it to the person",
 }
 

@@ -191,7 +191,7 @@ def test_the_command_line_front_ends_load_no_qt():
 CHILD_EFFECTS_ALLOWED = {
     ("host/core/supervisor.py", "*"),
     ("host/core/service.py", "work"),  # Retry, Restart, Resume: run by supervisor.serialize
-    ("host/core/service.py", "_create"),  # the record is `spawning`: no pass touches it yet
+    ("host/core/provision.py", "create"),  # a first start: the row is in its kind's creating status, no pass touches it
     ("host/core/service.py", "_clean_up_removed"),  # Remove: the record is gone first
     ("host/core/service.py", "reclaim_orphan"),  # no record names it: no pass touches it
     ("host/lending/service.py", "_provision"),  # its first start: the row is `provisioning`, the creator owns it

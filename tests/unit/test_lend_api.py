@@ -7,6 +7,7 @@ never carry a token.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 
@@ -17,6 +18,7 @@ from cadre_desktop.host.core.secrets import SecretKind
 from cadre_desktop.host.edges.lend_api import LendServer
 from cadre_desktop.wire.keys import b64url
 from tests.support.lend_rig import OWNER_KEY, LendRig
+from tests.support.polling import async_wait_until
 
 GOOD = {"party_id": "friends", "profile": "storage", "bootstrap_nodes": ["10.0.0.1:4001"], "owner_keys": [OWNER_KEY]}
 
@@ -181,3 +183,27 @@ async def test_a_seed_for_a_node_still_starting_is_409_and_a_malformed_one_400(a
     status, body, _ = await api.call("POST", path, token, {"seed": {"version": 1}})
     assert (status, code(body)) == (400, "invalid-seed")
     assert api.rig.seeds.calls == []
+
+
+async def test_a_request_whose_body_arrives_after_a_revoke_is_refused(api):
+    """The grant is re-read after the body's await: a revoke meanwhile is 410, never 201."""
+    grant, token = await api.rig.grant()
+    await api.rig.grant()  # another grant keeps the port open
+    port = api.server.bound_port
+    body = json.dumps(GOOD).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write((f"POST /grants/{grant.id}/donations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+                 + body[:10])
+    await writer.drain()
+    await async_wait_until(lambda: any(c.busy for m in api.server.guard._by_source.values() for c in m.values()),
+                           timeout=10, what="the request's handler to be running")
+    await api.rig.lending.revoke_grant(grant.id)
+    writer.write(body[10:])
+    await writer.drain()
+    async with asyncio.timeout(15):
+        answer = await reader.read(4096)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 410"), answer[:200]
+    assert b"grant-revoked" in answer
+    assert api.rig.donations.list() == [] and api.rig.orch.spawned == []

@@ -83,6 +83,32 @@ async def test_an_expired_grant_is_410_and_its_loans_end_at_the_next_pass(rig):
     assert rig.grants.get(grant.id).closed_at
 
 
+async def test_a_closed_grant_never_reopens_when_the_wall_clock_steps_back(rig):
+    grant, token = await rig.grant(expires_in_s=3600)
+    await rig.clock.run_for(3601)
+    await rig.lending.reap()
+    assert rig.grants.get(grant.id).closed_at
+    rig.clock.jump_wall(-7200)  # the wall clock set back, the host restarted meanwhile or not
+    rig.lending._anchor = None  # as a new run of the host: only the row is left to say it
+    with pytest.raises(LendRefused) as err:
+        rig.lending.authorize(grant.id, token)
+    assert refused(err) == (410, "grant-expired")
+    assert rig.lending.active_grants() == []
+    with pytest.raises(LendRefused):
+        await rig.request(grant)
+
+
+async def test_an_expiry_passed_stays_passed_when_the_clock_steps_back_before_the_sweep(rig):
+    grant, token = await rig.grant(expires_in_s=3600)
+    await rig.clock.run_for(3601)
+    rig.clock.jump_wall(-7200)  # before any pass closed it
+    with pytest.raises(LendRefused) as err:
+        rig.lending.authorize(grant.id, token)
+    assert refused(err) == (410, "grant-expired")
+    await rig.lending.reap()
+    assert rig.grants.get(grant.id).closed_at
+
+
 async def test_revoking_ends_every_loan_and_deletes_the_token(rig):
     grant, token = await rig.grant(max_nodes=2)
     a, b = await rig.request(grant), await rig.request(grant)
@@ -375,6 +401,28 @@ async def test_the_reaper_waits_while_the_keyring_refuses_and_catches_up_after(r
     assert await rig.lending.reap() == [] and rig.drow(donation.id) is not None
     rig.gate.condition = None
     assert await rig.lending.reap() == [donation.id]
+
+
+async def test_a_revoke_on_a_locked_keyring_finishes_its_deletes_once_it_is_unlocked(rig):
+    """Issue 27: nothing else asks the keyring afterwards; the gate probes by itself."""
+    from cadre_desktop.errors import SecretsError
+    from cadre_desktop.host.core.keyring_gate import RETRY_MAX_S
+
+    grant, _ = await rig.grant()
+    donation = await rig.request(grant)
+    rig.keyring.locked = True
+    with pytest.raises(SecretsError):
+        await rig.lending.revoke_grant(grant.id)
+    assert rig.token_of(donation.id, SecretKind.SEED_TOKEN) is not None
+    rig.keyring.locked = False
+    for _ in range(3):
+        await rig.clock.run_for(RETRY_MAX_S)
+    await async_wait_until(lambda: rig.gate.condition is None and not rig.gate.pending_deletes,
+                           what="the gate finishing the deletes")
+    assert rig.token_of(donation.id, SecretKind.SEED_TOKEN) is None
+    await rig.lending.reap()  # the next sweep: the rows catch up
+    assert rig.token_of(grant.id, SecretKind.GRANT_TOKEN) is None
+    assert rig.grants.get(grant.id).closed_at and rig.donations.pending_removals() == []
 
 
 def test_a_home_that_only_lends_keeps_its_home_id_before_naming_a_keyring_entry(tmp_path):

@@ -1,8 +1,9 @@
+import errno
 import socket
 
 import pytest
 
-from cadre_desktop.errors import PortsExhausted
+from cadre_desktop.errors import OutOfDescriptors, PortsExhausted
 from cadre_desktop.host.local.ports import PortAllocator, port_is_free
 
 
@@ -73,3 +74,27 @@ def test_ports_other_nodes_remember_are_taken_last():
     # With nothing else free, a remembered pair is still better than no node at all.
     assert alloc.allocate(2, avoid={100, 101}) == [104, 105]
     assert alloc.allocate(2, avoid={100, 101}) == [100, 101]
+
+
+def test_a_descriptor_shortage_is_no_busy_port_but_a_clear_machine_error():
+    """EMFILE while probing a port is not "taken": the allocator says the host is out of descriptors."""
+    def no_descriptors(host, port):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    alloc = PortAllocator(100, 110, is_free=no_descriptors)
+    with pytest.raises(OutOfDescriptors) as err:
+        alloc.allocate(2)
+    assert "no file descriptor left" in err.value.message and "No free ports" not in err.value.message
+    with pytest.raises(OutOfDescriptors):
+        alloc.try_reserve([100, 101])
+    assert not alloc._held  # nothing reserved
+
+
+def test_a_descriptor_shortage_of_the_real_probe_is_told_apart(monkeypatch):
+    def no_socket(*args, **kwargs):
+        raise OSError(errno.ENFILE, "Too many open files in system")
+
+    monkeypatch.setattr(socket, "socket", no_socket)
+    alloc = PortAllocator(40100, 40110)
+    with pytest.raises(OutOfDescriptors):
+        alloc.allocate(2)

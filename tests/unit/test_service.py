@@ -6,9 +6,11 @@ import pytest
 
 from cadre_desktop.errors import Invalid, InvalidState, NoSuchThing, SecretsError, SpawnError, StorageError
 from cadre_desktop.host.core.events import EventKind
+from cadre_desktop.host.core.keyring_gate import RETRY_FIRST_S
 from cadre_desktop.host.core.records import NodeMode, NodeStatus, RespawnInfo
 from cadre_desktop.host.core.secrets import SERVICE, SecretKind
 from tests.support.keyrings import LockedKeyring
+from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
 
@@ -158,9 +160,12 @@ async def test_reap_clears_records_stuck_in_spawning(rig):
 
 
 async def test_missing_secret_gives_up_at_once_without_spending_attempts(rig):
+    """Once confirmed missing (two reads, CONFIRM_S apart: see keyring_gate), no start is tried."""
     rig.node("a", cached=False)
     del rig.keyring.items[(SERVICE, "a/claim-secret")]
     await rig.gate.prefetch([("a", SecretKind.CLAIM)])
+    await rig.clock.run_for(RETRY_FIRST_S)
+    await async_wait_until(lambda: rig.gate.is_missing("a", SecretKind.CLAIM), what="the second read")
     await rig.sup.reconcile()
     rec = rig.store.get("a")
     assert rec.status is NodeStatus.ERROR and rec.attempts == 0

@@ -13,6 +13,7 @@ from cadre_desktop.errors import InvalidState, SecretsError, StorageError
 from cadre_desktop.host.core.decide import Decision, Observation, Policy, SecretState, decide
 from cadre_desktop.host.core.driver import DriverStatus, NodeDriver
 from cadre_desktop.host.core.events import EventKind
+from cadre_desktop.host.core.keyring_gate import RETRY_FIRST_S, RETRY_MAX_S
 from cadre_desktop.host.core.records import NodeStatus, StartMark
 from cadre_desktop.host.core.secrets import SERVICE, SecretKind
 from cadre_desktop.host.core.store import RecordStore
@@ -102,11 +103,49 @@ async def test_a_hung_keyring_read_holds_up_no_other_nodes_retry_or_restart(tmp_
 
 
 async def test_a_secret_truly_missing_from_a_working_keyring_is_a_failure(rig):
+    """Missing once two reads, CONFIRM_S apart, agree; after the first, the node only waits."""
     rig.node(cached=False)
     del rig.keyring.items[(SERVICE, "n1/claim-secret")]
     await rig.gate.prefetch([("n1", SecretKind.CLAIM)])
     await rig.sup.reconcile()
+    assert rig.rec().status is NodeStatus.JOINED and rig.sup.waiting_for_keyring("n1")
+    await rig.clock.run_for(RETRY_FIRST_S)  # the gate reads again by itself
+    await async_wait_until(lambda: rig.gate.is_missing("n1", SecretKind.CLAIM), what="the second read")
+    await rig.sup.reconcile()
     assert rig.rec().status is NodeStatus.ERROR and "missing from the keyring" in rig.rec().error
+
+
+async def test_one_empty_answer_of_a_slow_keyring_is_never_taken_for_a_missing_secret(rig):
+    """An empty answer (a keyring still loading, a slow bus), then the secret: the node starts,
+    never given up on."""
+    rig.node(cached=False)
+    kept = rig.keyring.items.pop((SERVICE, "n1/claim-secret"))
+    await rig.gate.prefetch([("n1", SecretKind.CLAIM)])
+    await rig.sup.reconcile()
+    assert not rig.gate.is_missing("n1", SecretKind.CLAIM) and rig.rec().status is NodeStatus.JOINED
+    rig.keyring.items[(SERVICE, "n1/claim-secret")] = kept  # the keyring caught up
+    await rig.clock.run_for(RETRY_FIRST_S)
+    await async_wait_until(lambda: rig.gate.cached("n1", SecretKind.CLAIM), what="the second read")
+    await rig.sup.reconcile()
+    assert rig.orch.spawns_of("n1") and rig.rec().status is not NodeStatus.ERROR
+
+
+async def test_the_gate_finishes_a_delete_the_locked_keyring_refused_once_it_is_unlocked(tmp_path):
+    """Nothing else asks the keyring meanwhile: the gate probes again by itself."""
+    rig = Rig(tmp_path, keyring=LockedKeyring())
+    rig.keyring.items[(SERVICE, "gone/claim-secret")] = "x" * 43
+    rig.keyring.locked = True
+    with pytest.raises(SecretsError):
+        await rig.gate.forget("gone", (SecretKind.CLAIM,))
+    assert rig.gate.pending_deletes == {"gone": {SecretKind.CLAIM}} and rig.gate.condition is not None
+    await rig.clock.run_for(RETRY_FIRST_S)
+    assert (SERVICE, "gone/claim-secret") in rig.keyring.items  # still locked: still there, still pending
+    rig.keyring.locked = False
+    for _ in range(3):
+        await rig.clock.run_for(RETRY_MAX_S)
+    await async_wait_until(lambda: rig.gate.condition is None, what="the gate probing the unlocked keyring")
+    assert (SERVICE, "gone/claim-secret") not in rig.keyring.items and rig.gate.pending_deletes == {}
+    await rig.close()
 
 
 async def test_retry_with_a_locked_keyring_says_so_and_changes_nothing(tmp_path):

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cadre_desktop.errors import SpawnError
+from cadre_desktop.errors import OutOfDescriptors, SpawnError
 from cadre_desktop.host.core.events import EventKind
 from cadre_desktop.host.core.records import NodeMode, NodeStatus
 from cadre_desktop.host.live_settings import apply_settings
@@ -137,6 +137,20 @@ async def test_respawn_that_throws_below_budget_counts_and_waits(rig):
     assert rec.status is NodeStatus.JOINED and rec.attempts == 1 and rec.error == "boom"
     await rig.sup.reconcile()
     assert rig.rec().attempts == 1  # inside the 10 s backoff now
+
+
+async def test_a_descriptor_shortage_never_spends_a_nodes_attempts(rig):
+    """Out of descriptors is the machine's trouble: the node is tried again, never given up on."""
+    rig.node(attempts=4, ago_s=10_000)
+    rig.orch.spawn_error = OutOfDescriptors("Starting node n1 failed: the host has no file descriptor left")
+    for _ in range(3):
+        await rig.sup.reconcile()
+        rec = rig.rec()
+        assert rec.status is NodeStatus.JOINED and rec.attempts == 4, rec
+        assert "no file descriptor left" in rec.error
+    rig.orch.spawn_error = None
+    assert await rig.sup.reconcile() == ["n1"]
+    assert rig.rec().attempts == 5 and rig.rec().status is NodeStatus.JOINED
 
 
 async def test_give_up_leaves_a_record_removed_mid_pass_alone(rig):

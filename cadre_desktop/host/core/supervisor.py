@@ -40,7 +40,7 @@ from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cadre_desktop.errors import CadreError, SecretsError, StorageError, message_of
+from cadre_desktop.errors import CadreError, OutOfDescriptors, SecretsError, StorageError, message_of
 from cadre_desktop.host.core import orphans
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.decide import Decision, Observation, Policy, Verdict, decide
@@ -370,6 +370,9 @@ class Supervisor:
             child = self.launch(record, value, attempt, want_ports=want, lc=lc)
         except Exception as exc:
             message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
+            if isinstance(exc, OutOfDescriptors):  # the machine's trouble: never spends the node's attempts
+                counted, respawn = False, record.respawn
+                mark = next_mark(record.start, attempt, now, self.supervisor_id, counted=False, words=words)
             failed_mark = dataclasses.replace(mark, last_exit=f"could not be started: {message}")
             lc.apply(node_id, Change.START_FAILED, lambda r: r.replace(
                 error=message, respawn=respawn, start=failed_mark))

@@ -16,6 +16,17 @@ address that sends wrong tokens is locked out for a while. Sources are what
 the socket says, never a forwarded header (anyone can write one). Every error
 is `{"error": {"code", "message"}}` and no input gets a server error. Nothing
 here logs a token: the access log has no headers, and paths hold none.
+
+It is the one server of the host that the LAN reaches, so every connection
+passes the same guard as the control API's (`cadre_desktop/netguard.py`
+through `webguard.py`): at most MAX_PER_SOURCE connections from one address
+and MAX_CONNECTIONS in all, and a connection that sends nothing, or only part
+of its request line and headers, is closed IDLE_S after it connected or last
+finished a request. Idle connections from one address cannot take the
+host's descriptors from its nodes, its files and its other clients. It
+accepts as the node does (`netguard.bind_fair`): on Linux each source address
+has its own listen queue, so a flood from one device never keeps another's
+connection out.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -32,10 +44,12 @@ from aiohttp.typedefs import Handler
 from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, SecretsError, wire_code
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.lend_wire import errors_as_json, read_json_body
+from cadre_desktop.host.edges.webguard import FairSockSite, busy_middleware
 from cadre_desktop.host.lending.donations import check_request
 from cadre_desktop.host.lending.grants import Grant
 from cadre_desktop.host.lending.service import LendingService, LendRefused, LentNodeUnavailable, WrongToken
-from cadre_desktop.host.lending.views import LendingViews
+from cadre_desktop.host.lending.views import LendApiState, LendingViews
+from cadre_desktop.netguard import ConnectionGuard, bind_fair
 from cadre_desktop.text import url_host
 from cadre_desktop.wire.ratelimit import FailureLimiter
 from cadre_desktop.wire.seed import SeedError, parse_seed
@@ -51,6 +65,12 @@ SEED_TIMEOUT_S = 5.0
 MAX_ANSWER = 16 * 1024
 MAX_FAILURES = 5
 LOCKOUT_S = 60.0
+#: Connections held at most from one address, and in all; an idle or half-sent one is
+#: closed IDLE_S after it connected or last finished a request (a header timeout too).
+#: MAX_PER_SOURCE is at least twice netguard.ACCEPT_BATCH (see there).
+MAX_PER_SOURCE = 32
+MAX_CONNECTIONS = 256
+IDLE_S = 10.0
 
 #: The status of each refusal the lending service gives a borrower, by its code (docs/lending.md).
 REFUSAL_STATUSES = {
@@ -90,6 +110,9 @@ class LendServer:
         max_failures: int = MAX_FAILURES,
         lockout_s: float = LOCKOUT_S,
         body_timeout_s: float = BODY_TIMEOUT_S,
+        per_source: int = MAX_PER_SOURCE,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_s: float = IDLE_S,
     ) -> None:
         self.service = service
         self.views = views
@@ -97,10 +120,20 @@ class LendServer:
         self.port = port
         self.body_timeout_s = body_timeout_s
         self.limiter = FailureLimiter(service.clock, max_failures=max_failures, lockout_s=lockout_s)
+        self.idle_s = idle_s
+        self.guard = ConnectionGuard(per_source=per_source, total=max_connections, idle_s=idle_s,
+                                     name="lend API")
         self._runner: web.AppRunner | None = None
         self._sync_lock = asyncio.Lock()
         #: Why the last attempt to listen failed (a port taken), for the owner to read.
         self.error: str | None = None
+
+    def state(self) -> LendApiState:
+        """Listening, or why not (the port taken), for every grant view and doctor."""
+        listening = self._runner is not None
+        port = self.bound_port if listening else self.port
+        return LendApiState(listening=listening, address=f"{url_host(self.bind_host)}:{port}",
+                            error=None if listening else self.error)
 
     @property
     def bound_port(self) -> int | None:
@@ -111,7 +144,8 @@ class LendServer:
         return port
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[errors_as_json, self._refusals])
+        app = web.Application(client_max_size=MAX_BODY,
+                              middlewares=[busy_middleware(self.guard), errors_as_json, self._refusals])
         app.router.add_post("/grants/{grant}/donations", self._request)
         app.router.add_get("/grants/{grant}", self._grant)
         app.router.add_get("/grants/{grant}/donations/{donation}", self._donation)
@@ -127,16 +161,23 @@ class LendServer:
             wanted = bool(self.service.active_grants())
             if wanted and self._runner is None:
                 await self._start()
-            elif not wanted and self._runner is not None:
-                await self._stop()
-                log.info("lend API closed: no grant is active")
+            elif not wanted:
+                self.error = None  # nothing to reach: no grant is active
+                if self._runner is not None:
+                    await self._stop()
+                    log.info("lend API closed: no grant is active")
 
     async def _start(self) -> None:
-        runner = web.AppRunner(self.app(), access_log_class=_AccessLog, shutdown_timeout=1.0)
+        runner = web.AppRunner(self.app(), access_log_class=_AccessLog, shutdown_timeout=1.0,
+                               keepalive_timeout=self.idle_s)
         await runner.setup()
+        socks: list[socket.socket] = []
         try:
-            await web.TCPSite(runner, self.bind_host, self.port).start()
+            socks = bind_fair(self.bind_host, self.port)
+            await FairSockSite(runner, socks, self.guard).start()
         except OSError as exc:
+            for sock in socks:
+                sock.close()
             await runner.cleanup()
             self.error = f"the lend API cannot listen on {self.bind_host}:{self.port}: {exc.strerror or exc}"
             log.error("%s (setting 'lend_port'); tried again at the next pass", self.error)

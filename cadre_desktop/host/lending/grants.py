@@ -13,7 +13,10 @@ A 256-bit random token cannot be found from its digest.
 
 A grant is *active* until it is revoked or its expiry passes. Either way its
 loans end and its keyring entry is deleted (`closed_at` says that is done; a
-host killed half-way finishes at the next pass). Rows stay, as history.
+host killed half-way finishes at the next pass). Rows stay, as history. A
+closed grant never opens again: once `closed_at` is written it is expired (or
+revoked) whatever the wall clock says later, and the service judges expiry on
+a clock that does not step back (`LendingService.now`).
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ class Grant:
             return GrantState.CREATING
         if self.revoked_at:
             return GrantState.REVOKED
+        if self.closed_at:
+            return GrantState.EXPIRED  # closed, and not revoked: it expired; a clock stepped back never reopens it
         expires = parse_iso(self.expires_at)
         if self.expires_at and (expires is None or expires <= now):
             return GrantState.EXPIRED  # an unreadable expiry is taken as passed: refusing is safe

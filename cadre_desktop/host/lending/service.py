@@ -23,7 +23,7 @@ import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from cadre_desktop.errors import Bug, CadreError, InputError, InvalidState, NodeFault, NoSuchThing, SecretsError, message_of
@@ -116,13 +116,25 @@ class LendingService:
         #: Ids whose creation (or clean-up) is in flight; the reaper leaves them alone.
         self._creating: set[str] = set()
         self._removing: set[str] = set()
+        #: The wall time last read and the monotonic time then (see `now`).
+        self._anchor: tuple[datetime, float] | None = None
         #: Called after grants change, to open or close the lend API's port.
         self.on_grants_changed: Callable[[], Awaitable[None]] | None = None
 
     # -- reading ----------------------------------------------------------------------
 
     def now(self) -> datetime:
-        return self.clock.now()
+        """The wall clock, but never behind what it said before: a wall clock stepped back
+        (by hand, or by a time sync) is read as the time last seen plus the monotonic time
+        since, so an expiry once passed stays passed and no grant reopens."""
+        wall, mono = self.clock.now(), self.clock.monotonic()
+        if self._anchor is not None:
+            seen, seen_mono = self._anchor
+            counted = seen + timedelta(seconds=max(0.0, mono - seen_mono))
+            if counted > wall:
+                return counted
+        self._anchor = (wall, mono)
+        return wall
 
     def require_grant(self, grant_id: str) -> Grant:
         grant = self.grants.get(grant_id)
@@ -258,12 +270,21 @@ class LendingService:
         matches = hmac.compare_digest(token_digest(token or ""), expected)
         if not matches or grant is None or grant.creating or not token:
             raise WrongToken("this grant token is not valid for this grant")
-        state = grant.state(self.now())
+        return self.still_open(grant)
+
+    def still_open(self, grant: Grant) -> Grant:
+        """The grant as its row says now, if it is still active; else the borrower's refusal.
+
+        Every use of a grant after an await goes through here: a revoke or an
+        expiry may have come meanwhile (a request whose body was still arriving).
+        """
+        current = self.grants.get(grant.id)
+        state = GrantState.REVOKED if current is None else current.state(self.now())
         if state is GrantState.REVOKED:
             raise LendRefused("the owner of this host revoked this grant", code="grant_revoked")
-        if state is GrantState.EXPIRED:
+        if state is not GrantState.ACTIVE or current is None:
             raise LendRefused("this grant has expired", code="grant_expired")
-        return grant
+        return current
 
     def donation_in(self, grant: Grant, donation_id: str) -> Donation:
         donation = self.donations.get(donation_id) if is_donation_id(donation_id) else None
@@ -275,8 +296,9 @@ class LendingService:
 
     async def request(self, grant: Grant, wanted: DonationRequest) -> Donation:
         """Start a node for the borrower; answered once it awaits its seed (or after a bounded wait)."""
-        # The caps are checked and the row written with no await in between: two
-        # requests racing for the last place cannot both get it.
+        # The grant re-read, the caps checked and the row written with no await in between:
+        # a revoke meanwhile is refused, and two requests racing for the last place cannot both get it.
+        grant = self.still_open(grant)
         if sum(1 for d in self.donations.list() if d.grant_id == grant.id) >= grant.max_nodes:
             raise LendRefused(f"this grant allows {grant.max_nodes} node(s), all lent", code="grant_full")
         if len(self.donations.list()) + len(self.donations.pending_removals()) >= self.settings.lend_max_nodes:
@@ -297,7 +319,8 @@ class LendingService:
             self._creating.discard(donation_id)
         log.info("node %s lent to party %r under grant %s", donation_id, wanted.party_id, grant.id)
         await self._wait_answered(donation_id)
-        return self.require_donation(donation_id)
+        grant = self.still_open(grant)  # revoked while its node started: the revoke ended the loan too
+        return self.donation_in(grant, donation_id)
 
     async def _provision(self, donation_id: str) -> None:
         """Seed token to the keyring, then the child; any failure ends the loan it began."""
@@ -312,6 +335,14 @@ class LendingService:
         if current is None or current.status is not DonationStatus.PROVISIONING or token is None:
             await self._unwind(donation_id)
             raise LendRefused("the loan ended while its node was being set up", code="donation_ended")
+        try:
+            grant = self.grants.get(current.grant_id)
+            if grant is None:
+                raise LendRefused("the owner of this host revoked this grant", code="grant_revoked")
+            self.still_open(grant)  # revoked or expired during the keyring's write
+        except LendRefused:
+            await self._unwind(donation_id)
+            raise
         try:
             # No await from the re-read above to the write below.
             child = self.supervisor.launch(current, token, 1, lc=self.lifecycle)
@@ -355,6 +386,7 @@ class LendingService:
 
     async def seed(self, grant: Grant, donation_id: str, seed: dict[str, Any]) -> Donation:
         """Present the borrower's seed to the node, with the seed token only the host knows."""
+        grant = self.still_open(grant)  # its body arrived after the token was checked
         donation = self.donation_in(grant, donation_id)
         if donation.status is DonationStatus.PROVISIONING:
             raise LendRefused("the node is still starting; send the seed once its status is awaiting_seed",
@@ -371,7 +403,10 @@ class LendingService:
         if token is None:
             raise LentNodeUnavailable("the host cannot read this node's seed token from its keyring right now",
                                       code="node_unavailable", retry_after_s=30)
-        await self.post_seed(donation.api_port, token, {"seed": seed})
+        grant = self.still_open(grant)  # the keyring read awaited: a revoke may have come meanwhile
+        donation = self.donation_in(grant, donation_id)
+        await self.post_seed(donation.api_port or 0, token, {"seed": seed})
+        grant = self.still_open(grant)
         self.lifecycle.apply(donation_id, Change.SEEDED, lambda r: r.replace(
             status=DonationStatus.SEEDED, seeded_at=r.seeded_at or iso(self.now())), handle=donation.handle)
         return self.donation_in(grant, donation_id)

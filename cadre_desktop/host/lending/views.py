@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.views import hold_fields, last_exit_words
-from cadre_desktop.host.lending.donations import Donation
+from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, Donation
 from cadre_desktop.host.lending.grants import Grant
 from cadre_desktop.text import url_host
 
@@ -23,6 +23,31 @@ if TYPE_CHECKING:
     from cadre_desktop.host.core.driver import InstanceInfo
     from cadre_desktop.host.core.supervisor import Supervisor
     from cadre_desktop.host.lending.service import LendingService
+
+
+@dataclass(frozen=True)
+class LendApiState:
+    """Whether borrowers can reach the host: the lend API listens, or why not."""
+
+    #: It accepts connections now.
+    listening: bool
+    #: Where it listens, or would: bind_host:lend_port.
+    address: str
+    #: Why it does not listen though a grant is active (the port is taken, ...), else None.
+    error: str | None = None
+
+
+#: Before the lend API was asked (a view built with no server).
+NO_LEND_API = LendApiState(listening=False, address="")
+
+
+def unreachable_words(status: str, lend_api: LendApiState) -> str | None:
+    """What an owner must know about an active grant nobody can reach, else None."""
+    if status != "active" or lend_api.listening:
+        return None
+    why = lend_api.error or f"the lend API is not listening on {lend_api.address or 'its port'} yet"
+    return (f"borrowers cannot reach this host: {why}. Free the port, or change 'lend_port' in "
+            "settings.json (the host tries again at every pass).")
 
 
 @dataclass(frozen=True)
@@ -37,9 +62,18 @@ class GrantView:
     expires_at: str | None
     created_at: str
     revoked_at: str | None
+    #: The lend API's state: an active grant is of use only while it listens.
+    lend_api: LendApiState = NO_LEND_API
+
+    @property
+    def unreachable(self) -> str | None:
+        """Words for an active grant that borrowers cannot reach, else None."""
+        return unreachable_words(self.status, self.lend_api)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        view = asdict(self)
+        view["unreachable"] = self.unreachable
+        return view
 
 
 @dataclass(frozen=True)
@@ -85,10 +119,11 @@ class DonationView:
         return asdict(self)
 
 
-def grant_view(grant: Grant, nodes: int, now: datetime) -> GrantView:
+def grant_view(grant: Grant, nodes: int, now: datetime, lend_api: LendApiState = NO_LEND_API) -> GrantView:
     return GrantView(
         id=grant.id, label=grant.label, status=grant.state(now).value, max_nodes=grant.max_nodes,
         nodes=nodes, expires_at=grant.expires_at, created_at=grant.created_at, revoked_at=grant.revoked_at,
+        lend_api=lend_api,
     )
 
 
@@ -102,9 +137,14 @@ def donation_view(
     log_path: str,
     supervisor: Supervisor | None = None,
     caps: dict[str, Any] | None = None,
+    unsaved: bool = False,
+    save_problem: str | None = None,
 ) -> DonationView:
+    """`unsaved`: `handle` is a live child the row does not name yet (its write failed, as on a
+    full disk): its pid and ports are shown, and `save_problem` says why the row lags."""
     running = bool(handle and handle.alive)
     host = handle.advertise_host if handle and running and handle.advertise_host else advertise_host
+    p2p_port = handle.p2p_port if handle and unsaved else donation.p2p_port
     return DonationView(
         id=donation.id,
         grant_id=donation.grant_id,
@@ -114,13 +154,13 @@ def donation_view(
         status=donation.status.value,
         running=running,
         pid=handle.pid if handle and running else None,
-        api_port=donation.api_port,
-        p2p_port=donation.p2p_port,
-        address=f"{url_host(host)}:{donation.p2p_port}" if donation.p2p_port else None,
+        api_port=handle.api_port if handle and unsaved else donation.api_port,
+        p2p_port=p2p_port,
+        address=f"{url_host(host)}:{p2p_port}" if p2p_port else None,
         peer_id=donation.peer_id,
         attempts=donation.attempts,
         next_retry_at=iso(next_retry) if next_retry else None,
-        last_error=donation.error,
+        last_error=_with_save_problem(donation.error, save_problem),
         last_exit=last_exit_words(donation, running, supervisor),
         waiting_for="keyring" if supervisor and supervisor.waiting_for_keyring(donation.id) else None,
         **hold_fields(donation, supervisor),
@@ -135,9 +175,23 @@ def donation_view(
     )
 
 
-def borrower_view(view: DonationView, donation: Donation) -> dict[str, Any]:
-    """The borrower's part of a lent node: no pid, port layout, log, or the owner's label."""
-    error = (view.last_error or "").splitlines()[0][:300] if view.last_error else None
+#: How a lent node that runs but whose row could not be saved is told (the owner gets the reason too).
+NOT_SAVED = "running, but not saved yet"
+
+
+def _with_save_problem(error: str | None, save_problem: str | None) -> str | None:
+    if save_problem is None:
+        return error
+    return f"{error}; {save_problem}" if error else save_problem
+
+
+def borrower_view(view: DonationView, donation: Donation, *, unsaved: bool = False) -> dict[str, Any]:
+    """The borrower's part of a lent node: no pid, port layout, log, or the owner's label (nor
+    the owner's file paths: a row not saved is told without the reason's details)."""
+    error = (donation.error or "").splitlines()[0][:300] if donation.error else None
+    if unsaved:
+        note = f"{NOT_SAVED} on the lender's computer (its disk may be full)"
+        error = f"{error}; {note}" if error else note
     return {
         "id": view.id,
         "grant_id": view.grant_id,
@@ -178,21 +232,25 @@ class LendingViews:
     """Views read fresh from the stores, the driver and the supervisor, for every audience."""
 
     def __init__(self, service: LendingService, *, log_path: Callable[[str], str],
-                 caps: Callable[[], dict[str, Any]] | None = None) -> None:
+                 caps: Callable[[], dict[str, Any]] | None = None,
+                 lend_api: Callable[[], LendApiState] = lambda: NO_LEND_API) -> None:
         self.service = service
         self.log_path = log_path
         self.caps = caps
+        #: The lend API's state now (host/lend_host.py gives the server's).
+        self.lend_api = lend_api
 
     def grants(self) -> list[GrantView]:
-        now = self.service.now()
+        now, lend_api = self.service.now(), self.lend_api()
         counts: dict[str, int] = {}
         for d in self.service.donations.list():
             counts[d.grant_id] = counts.get(d.grant_id, 0) + 1
-        return [grant_view(g, counts.get(g.id, 0), now) for g in self.service.grants.list() if not g.creating]
+        return [grant_view(g, counts.get(g.id, 0), now, lend_api)
+                for g in self.service.grants.list() if not g.creating]
 
     def grant(self, grant_id: str) -> GrantView:
         grant = self.service.require_grant(grant_id)
-        return grant_view(grant, len(self.service.donations.of_grant(grant_id)), self.service.now())
+        return grant_view(grant, len(self.service.donations.of_grant(grant_id)), self.service.now(), self.lend_api())
 
     def link(self, grant_id: str) -> str | None:
         """The grant link if its token is in memory (the window never waits for the keyring)."""
@@ -205,10 +263,24 @@ class LendingViews:
     def donation(self, donation_id: str) -> DonationView:
         return self._view(self.service.require_donation(donation_id))
 
+    def _live(self, donation: Donation) -> tuple[Any, bool]:
+        """The child the row names, or else a live child of the lent node the row does not
+        name yet (the write after its start failed); and whether it is the latter."""
+        handle = self.service.driver.get(donation.handle)
+        if (handle and handle.alive) or donation.status not in DONATION_SUPERVISED:
+            return handle, False
+        alive = [h for h in self.service.driver.handles_for(donation.id) if h.alive]
+        return (alive[-1], True) if alive else (handle, False)
+
+    def _save_problem(self) -> str:
+        service = self.service
+        why = service.donations.save_error or getattr(service.driver, "save_error", None)
+        return f"{NOT_SAVED}: {why}" if why else NOT_SAVED
+
     def _view(self, donation: Donation) -> DonationView:
         service = self.service
         supervisor = service.supervisor
-        handle = service.driver.get(donation.handle)
+        handle, unsaved = self._live(donation)
         next_retry = None
         if supervisor is not None and not (handle and handle.alive):
             when = supervisor.next_attempt_at(donation)
@@ -217,6 +289,7 @@ class LendingViews:
             donation, grant=service.grants.get(donation.grant_id), handle=handle,
             advertise_host=service.advertise_host(), next_retry=next_retry, log_path=self.log_path(donation.id),
             supervisor=supervisor, caps=self.caps() if self.caps else None,
+            unsaved=unsaved, save_problem=self._save_problem() if unsaved else None,
         )
 
     def log_tail(self, donation_id: str, lines: int = 200) -> list[str]:
@@ -225,7 +298,7 @@ class LendingViews:
         return self.service.driver.log_tail(donation_id, lines, max_bytes=256 * 1024)
 
     def for_borrower(self, donation: Donation) -> dict[str, Any]:
-        return borrower_view(self._view(donation), donation)
+        return borrower_view(self._view(donation), donation, unsaved=self._live(donation)[1])
 
     def grant_for_borrower(self, grant: Grant) -> dict[str, Any]:
         rows = [self.for_borrower(d) for d in self.service.donations.of_grant(grant.id)]

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cadre_desktop.errors import SpawnError
-from cadre_desktop.fdlimit import call_with_reserve
+from cadre_desktop.errors import OutOfDescriptors, SpawnError
+from cadre_desktop.fdlimit import call_with_reserve, is_shortage, shortage_words
 from cadre_desktop.host.local import nodelogs, procs, winjob
 from cadre_desktop.host.local.handles import Handle
 
@@ -86,6 +86,8 @@ def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Pat
                                      job=name if job else None)
         except OSError as exc:
             _undo(popen, job, job_ops, platform)
+            if is_shortage(exc):
+                raise OutOfDescriptors(shortage_words(f"Starting the log pump of node {node_id}")) from None
             raise SpawnError(f"could not start the log pump of node {node_id}: {exc.strerror or exc}; "
                              "the node was stopped again") from None
     finally:
@@ -99,6 +101,8 @@ def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platf
         pump = call_with_reserve(nodelogs.start_pump, standby.out_read, log_path, log_cap, platform=platform)
     except OSError as exc:
         _undo(standby.popen, None, lambda: None, platform)  # type: ignore[arg-type, return-value]
+        if is_shortage(exc):
+            raise OutOfDescriptors(shortage_words(f"Starting the log pump of node {node_id}")) from None
         raise SpawnError(f"could not start the log pump of node {node_id}: {exc.strerror or exc}; "
                          "the node was stopped again") from None
     finally:

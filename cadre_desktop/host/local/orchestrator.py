@@ -26,17 +26,18 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from cadre_desktop import fdlimit
 from cadre_desktop.atomicfile import ensure_private_dir
-from cadre_desktop.errors import SpawnError, StorageError
+from cadre_desktop.errors import CadreError, OutOfDescriptors, SpawnError, StorageError
 from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, InitReport, NodeCaps, status_of
 from cadre_desktop.host.core.events import Listeners
-from cadre_desktop.host.local import launch, nodelogs, procs, proctree, winjob
+from cadre_desktop.host.local import launch, nodelogs, procs, winjob
 from cadre_desktop.host.local.caps import CapsKeeper, no_caps
 from cadre_desktop.host.local.handles import ExitEvent, ExitListener, Handle, StateFile, read_state
 from cadre_desktop.host.local.nodelogs import LOG_CAP_BYTES, NodeLogs
 from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.host.local.standby import StandbyPool
-from cadre_desktop.host.local.teardown import Ender, delete_node_files, wait_pids_gone
+from cadre_desktop.host.local.teardown import Ender, delete_node_files, reclaim_untracked
 from cadre_desktop.paths import Paths
 
 log = logging.getLogger(__name__)
@@ -136,21 +137,11 @@ class Orchestrator:
             else:
                 dead.append(handle.id)
                 log.info("node %s: its child (pid %s) is gone since the last run", handle.node_id, handle.pid)
-        census = await asyncio.to_thread(proctree.take_census, self.nodes_dir, self._owned(), self.platform)
-        for member in census.untracked:
-            found = proctree.handle_for(member, self.platform)
-            if found is None:
-                continue
+        untracked = await reclaim_untracked(self.nodes_dir, self._owned(), self.platform)
+        for found in untracked:
             self._attach(found)
             attached.append(found)
-            log.warning("node %s: found its child (pid %s) running untracked; tracking it again",
-                        found.node_id, found.pid)
-        if census.leftovers:
-            pids = [m.pid for m in census.leftovers]
-            log.warning("ending %d process(es) that dead node children left behind: %s", len(pids), pids)
-            procs.kill_pids(pids)
-            await wait_pids_gone(pids, self.platform)
-        if dead or census.untracked or stopped_cleanly:
+        if dead or untracked or stopped_cleanly:
             self.state.write()  # the clean-stop list is read once
         if self.standby is not None:
             self.standby.fill_soon()
@@ -262,10 +253,7 @@ class Orchestrator:
         except OSError as exc:
             self.ports.release((api_port, p2p_port))
             self._restore(dropped)
-            raise SpawnError(
-                f"could not start the node program {self.node_command[0]!r}: {exc.strerror or exc}. "
-                "Check 'node_command' in settings.json."
-            ) from None
+            raise self._launch_error(node_id, exc) from None
         except BaseException:
             self.ports.release((api_port, p2p_port))
             self._restore(dropped)
@@ -279,6 +267,12 @@ class Orchestrator:
         except StorageError as exc:
             log.error("node %s: %s", node_id, exc.message)
         return handle
+
+    def _launch_error(self, node_id: str, exc: OSError) -> CadreError:
+        if fdlimit.is_shortage(exc):
+            return OutOfDescriptors(fdlimit.shortage_words(f"Starting node {node_id}"))
+        return SpawnError(f"could not start the node program {self.node_command[0]!r}: {exc.strerror or exc}. "
+                          "Check 'node_command' in settings.json.")
 
     def _end_replaced(self, handle: Handle) -> None:
         """A start of a new attempt replaces a live instance: its group is killed now (a start
@@ -465,14 +459,16 @@ class Orchestrator:
 
     def reconfigure(self, config: DriverConfig) -> None:
         """New settings for the next starts. A standby of the old node program is ended and
-        one of the new program loaded, so no start after a change runs the old one."""
+        one of the new program loaded (if warm starts are still wanted), so no start after a
+        change runs the old one; warm starts turned on or off follow too."""
         command = list(config.node_command)
-        if command != self.node_command and self.standby is not None:
+        if self.standby is not None and (command != self.node_command or not config.warm_standby):
             self.standby.close()
-            self.node_command = command
+            self.standby = None
+        self.node_command = command
+        if config.warm_standby and self.standby is None and not self._closed:
             self.standby = self._standby_pool()
             self.standby.fill_soon()
-        self.node_command = command
         self.ports.low, self.ports.high = config.port_range
         self.stop_timeout_s = config.stop_timeout_s
 

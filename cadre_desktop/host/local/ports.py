@@ -12,11 +12,15 @@ import errno
 import socket
 from collections.abc import Callable, Iterable
 
-from cadre_desktop.errors import PortsExhausted
+from cadre_desktop.errors import OutOfDescriptors, PortsExhausted
+from cadre_desktop.fdlimit import call_with_reserve, is_shortage, shortage_words
 
 
 def port_is_free(host: str, port: int) -> bool:
     """Whether a TCP listener could bind `host:port` right now.
+
+    OSError for anything but a port in use: a descriptor shortage (EMFILE) is
+    not a busy port, and the allocator says so (`OutOfDescriptors`).
 
     SO_REUSEADDR on POSIX matches what the node's server does, so a port left in
     TIME_WAIT by a previous child counts as free. Windows' SO_REUSEADDR would let
@@ -53,6 +57,16 @@ class PortAllocator:
         self._is_free = is_free
         self._held: set[int] = set()
 
+    def _free(self, port: int) -> bool:
+        """Whether `port` is free: an error that is no answer is False, but a descriptor
+        shortage (after one try with the reserve) is OutOfDescriptors, never "taken"."""
+        try:
+            return call_with_reserve(self._is_free, self.bind_host, port)
+        except OSError as exc:
+            if is_shortage(exc):
+                raise OutOfDescriptors(shortage_words("Choosing a node's ports")) from None
+            return False
+
     def allocate(self, count: int = 2, avoid: Iterable[int] = ()) -> list[int]:
         """Reserve `count` ports, or raise PortsExhausted reserving none.
 
@@ -67,11 +81,7 @@ class PortAllocator:
         for port in preferred + fallback:
             if port in self._held:
                 continue
-            try:
-                free = self._is_free(self.bind_host, port)
-            except OSError:
-                free = False
-            if free:
+            if self._free(port):
                 chosen.append(port)
                 if len(chosen) == count:
                     self._held.update(chosen)
@@ -87,10 +97,7 @@ class PortAllocator:
         wanted = list(ports)
         if any(p is None or not (self.low <= p <= self.high) or p in self._held for p in wanted):
             return False
-        try:
-            if not all(self._is_free(self.bind_host, p) for p in wanted):
-                return False
-        except OSError:
+        if not all(self._free(p) for p in wanted):
             return False
         self._held.update(wanted)
         return True

@@ -9,12 +9,22 @@ as the node's child; a new standby is started in the background. So a respawn
 costs the node's own set-up (identity, state, binding), not loading Python and
 its libraries.
 
+A standby is used only once it is known to work: its stdin is one end of a
+socket pair, on which it says `ready` once loaded (until then it is not
+offered; one that does not within READY_S is dropped), and `taken` right after
+it read its line. At the hand-over the host first checks that it still runs
+(not exited, not stopped), then waits at most HANDOVER_S for `taken`; a
+standby that fails either check is killed and the same start goes on cold, so
+a hung or dead standby costs the node nothing (no attempt, no start grace).
+
 What never happens: a standby answering as a node (it has no identity and no
 port until told), a secret on a command line or in the standby's environment
-(the pipe only), a standby counted against any node. One that dies is replaced
-quietly after a pause that doubles while they keep dying, and after a few
-deaths in a row without a hand-over the program is taken to lack support and
-started cold from then on. POSIX only: Windows children start cold.
+(the socket only), a standby counted against any node. One that dies is
+replaced quietly after a pause that doubles while they keep dying, and after a
+few deaths in a row without a hand-over the program is taken to lack support
+and started cold from then on. The pool is of one program: the orchestrator
+makes a new one when `node_command` changes. POSIX only: Windows children
+start cold.
 """
 
 from __future__ import annotations
@@ -23,12 +33,16 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cadre_desktop.fdlimit import call_with_reserve
+import psutil
+
+from cadre_desktop.fdlimit import call_with_reserve, is_shortage
 from cadre_desktop.host.local import procs
 
 log = logging.getLogger(__name__)
@@ -38,6 +52,15 @@ STANDBY_VAR = "CADRE_STANDBY"
 GIVE_UP_AFTER = 3
 FIRST_PAUSE_S = 1.0
 MAX_PAUSE_S = 60.0
+#: How long a standby may take to load and say `ready`.
+READY_S = 60.0
+#: How long a start waits for the standby's `taken` (it blocks the start: a healthy
+#: standby answers within milliseconds, its read already waiting).
+HANDOVER_S = 1.0
+READY, TAKEN = b"ready\n", b"taken\n"
+#: Process states in which a standby cannot take a node over.
+_UNFIT = {psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD,
+          getattr(psutil, "STATUS_TRACING_STOP", "tracing-stop")}
 
 
 @dataclass
@@ -46,7 +69,10 @@ class Standby:
     #: The read end of its output pipe (the pump gets it) and the write end (the header goes first).
     out_read: int
     out_write: int
+    #: The host's end of the socket pair that is the standby's stdin: its line goes out, `ready` and `taken` come back.
+    channel: socket.socket | None = None
     _cancel_watch: Callable[[], None] | None = field(default=None, repr=False)
+    _heard: bytes = field(default=b"", repr=False)
 
     def close_fds(self) -> None:
         for fd in (self.out_read, self.out_write):
@@ -56,6 +82,9 @@ class Standby:
                 except OSError:
                     pass
         self.out_read = self.out_write = -1
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
 
 
 class StandbyPool:
@@ -68,6 +97,9 @@ class StandbyPool:
         self.platform = platform
         self.enabled = platform != "win32"
         self._ready: Standby | None = None
+        #: Started, not `ready` yet.
+        self._loading: Standby | None = None
+        self._load_timer: asyncio.TimerHandle | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._deaths = 0
         self._closed = False
@@ -80,19 +112,28 @@ class StandbyPool:
 
     def fill_soon(self, delay: float = 0.0) -> None:
         """Start a standby on a later loop turn (never inside the start that took the last one)."""
-        if not self.enabled or self._closed or self._ready is not None or self._timer is not None:
+        if (not self.enabled or self._closed or self._ready is not None or self._loading is not None
+                or self._timer is not None):
             return
         self._timer = asyncio.get_running_loop().call_later(delay, self._fill)
 
     def _fill(self) -> None:
         self._timer = None
-        if self._closed or self._ready is not None:
+        if self._closed or self._ready is not None or self._loading is not None:
             return
         try:
-            self._ready = self._start()
+            self._loading = self._start()
         except OSError as exc:
             log.warning("could not start a standby node program (%s); nodes start cold", exc.strerror or exc)
-            self._died()
+            if is_shortage(exc):  # the machine's trouble, not the program's: no death counted
+                self.fill_soon(MAX_PAUSE_S)
+            else:
+                self._died()
+            return
+        loop = asyncio.get_running_loop()
+        assert self._loading.channel is not None
+        loop.add_reader(self._loading.channel.fileno(), self._on_heard, self._loading)
+        self._load_timer = loop.call_later(READY_S, self._load_timed_out, self._loading)
 
     def _start(self) -> Standby:
         env = procs.without_node_vars(self.base_env())
@@ -100,22 +141,79 @@ class StandbyPool:
         env["PYTHONUNBUFFERED"] = "1"
         out_read, out_write = call_with_reserve(os.pipe)
         try:
-            self.cwd.mkdir(parents=True, exist_ok=True)
-            popen = call_with_reserve(procs.spawn, self.command, env=env, cwd=self.cwd, stdin=subprocess.PIPE,
-                                      stdout=out_write, stderr=out_write, platform=self.platform)
+            ours, theirs = call_with_reserve(socket.socketpair)
         except BaseException:
             os.close(out_read)
             os.close(out_write)
             raise
-        standby = Standby(popen, out_read, out_write)
+        try:
+            self.cwd.mkdir(parents=True, exist_ok=True)
+            popen = call_with_reserve(procs.spawn, self.command, env=env, cwd=self.cwd, stdin=theirs.fileno(),
+                                      stdout=out_write, stderr=out_write, platform=self.platform)
+        except BaseException:
+            os.close(out_read)
+            os.close(out_write)
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        standby = Standby(popen, out_read, out_write, channel=ours)
         standby._cancel_watch = procs.watch_exit(asyncio.get_running_loop(), popen.pid, popen,
                                                  lambda _code: self._on_exit(standby))
         return standby
 
+    def _on_heard(self, standby: Standby) -> None:
+        """The loading standby wrote on its socket: `ready` makes it the one offered."""
+        if standby is not self._loading or standby.channel is None:
+            return
+        try:
+            data = standby.channel.recv(64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        standby._heard += data
+        if standby._heard.startswith(READY):
+            self._stop_listening(standby)
+            self._loading, self._ready = None, standby
+        elif not data or len(standby._heard) >= len(READY):  # end of file, or something else: no standby
+            self._drop(standby, "its standby said something else than ready" if data else "")
+
+    def _load_timed_out(self, standby: Standby) -> None:
+        if standby is self._loading:
+            self._drop(standby, f"a standby did not load within {READY_S:.0f} s")
+
+    def _stop_listening(self, standby: Standby) -> None:
+        if self._load_timer is not None:
+            self._load_timer.cancel()
+            self._load_timer = None
+        if standby.channel is not None:
+            try:
+                asyncio.get_running_loop().remove_reader(standby.channel.fileno())
+            except (RuntimeError, ValueError):
+                pass
+
+    def _drop(self, standby: Standby, why: str) -> None:
+        """A loading or ready standby that cannot be used: ended, and counted as a death of the pool."""
+        if why:
+            log.info("%s; it is ended and another loaded", why)
+        self._stop_listening(standby)
+        if standby is self._loading:
+            self._loading = None
+        if standby is self._ready:
+            self._ready = None
+        if standby._cancel_watch is not None:
+            standby._cancel_watch()
+            standby._cancel_watch = None
+        self._discard(standby)
+        self._died()
+
     def _on_exit(self, standby: Standby) -> None:
-        if standby is not self._ready:
+        if standby is not self._ready and standby is not self._loading:
             return  # handed over (the node's own watch reports it) or already dropped
-        self._ready = None
+        self._stop_listening(standby)
+        self._ready = self._loading = None
         standby.close_fds()
         self._died()
 
@@ -135,25 +233,33 @@ class StandbyPool:
         Its log header goes into its output pipe first, then the line; the
         write end is closed, so the pump sees end-of-file when the node ends.
         """
-        standby, self._ready = self._ready, None
+        standby = self._ready
         if standby is None:
             return None
+        if not _still_fit(standby):
+            self._drop(standby, f"the standby (pid {standby.popen.pid}) no longer runs; this start is cold")
+            return None
+        self._ready = None
         if standby._cancel_watch is not None:
             standby._cancel_watch()
             standby._cancel_watch = None
         line = json.dumps({"env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)}}).encode() + b"\n"
         try:
             os.write(standby.out_write, header)
-            stdin = standby.popen.stdin
-            if stdin is None:
-                raise ValueError("the standby has no standard input")
-            stdin.write(line)
-            stdin.close()
+            taken = _hand_over(standby, line, HANDOVER_S)
         except (OSError, ValueError):
-            self._discard(standby)
-            return None
+            taken = False
         finally:
             line = b""
+        if not taken:
+            log.warning("the standby (pid %s) did not take its node over within %.1f s; ended, this start is cold",
+                        standby.popen.pid, HANDOVER_S)
+            self._discard(standby)
+            self._died()
+            return None
+        if standby.channel is not None:
+            standby.channel.close()
+            standby.channel = None
         os.close(standby.out_write)
         standby.out_write = -1
         self._deaths = 0
@@ -169,8 +275,43 @@ class StandbyPool:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        standby, self._ready = self._ready, None
-        if standby is not None:
-            if standby._cancel_watch is not None:
-                standby._cancel_watch()
-            self._discard(standby)
+        for standby in (self._ready, self._loading):
+            if standby is not None:
+                self._stop_listening(standby)
+                if standby._cancel_watch is not None:
+                    standby._cancel_watch()
+                self._discard(standby)
+        self._ready = self._loading = None
+
+
+def _still_fit(standby: Standby) -> bool:
+    """It runs, and is not stopped (SIGSTOP), traced or a zombie: it can read its line now."""
+    if standby.popen.poll() is not None or standby.channel is None:
+        return False
+    try:
+        return psutil.Process(standby.popen.pid).status() not in _UNFIT
+    except psutil.Error:
+        return False
+
+
+def _hand_over(standby: Standby, line: bytes, within_s: float) -> bool:
+    """Send the node's line and wait, bounded, for the standby's `taken`."""
+    channel = standby.channel
+    assert channel is not None
+    deadline = time.monotonic() + within_s
+    channel.settimeout(within_s)
+    channel.sendall(line)
+    heard = b""
+    while not heard.endswith(b"\n") and len(heard) < len(TAKEN):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        channel.settimeout(left)
+        try:
+            data = channel.recv(len(TAKEN) - len(heard))
+        except TimeoutError:
+            return False
+        if not data:
+            return False
+        heard += data
+    return heard == TAKEN

@@ -201,3 +201,24 @@ def delete_node_files(paths: Paths, logs: NodeLogs, node_id: str) -> None:
         detail = failures[0] if failures else "it is still there"
         raise StorageError(f"could not delete the work folder of node {node_id} ({detail}); "
                            "the removal is retried later")
+
+
+async def reclaim_untracked(nodes_dir: Path, owned: dict[int, str], platform: str) -> list[Handle]:
+    """One census of the process table at start: a handle for each session leader running for
+    one of our nodes that no handle names (a host killed between a spawn and its state write),
+    and an end for everything else of our nodes that no live child owns (what a leader that
+    died while no host watched left behind)."""
+    census = await asyncio.to_thread(proctree.take_census, nodes_dir, owned, platform)
+    found = []
+    for member in census.untracked:
+        handle = proctree.handle_for(member, platform)
+        if handle is not None:
+            log.warning("node %s: found its child (pid %s) running untracked; tracking it again",
+                        handle.node_id, handle.pid)
+            found.append(handle)
+    if census.leftovers:
+        pids = [m.pid for m in census.leftovers]
+        log.warning("ending %d process(es) that dead node children left behind: %s", len(pids), pids)
+        procs.kill_pids(pids)
+        await wait_pids_gone(pids, platform)
+    return found
