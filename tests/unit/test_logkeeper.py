@@ -1,0 +1,52 @@
+"""The log keeper takes only what a host may ask of it: pipes, written into logs in its own folder."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cadre_desktop import logkeeper
+
+
+def closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("log", ["{outside}/evil.log", "{logs}/sub/evil.log", "relative.log"])
+def test_a_log_outside_its_folder_is_refused_and_the_descriptor_closed(tmp_path, log):
+    logs, outside = tmp_path / "logs", tmp_path / "elsewhere"
+    logs.mkdir()
+    outside.mkdir()
+    keeper = logkeeper.Keeper(str(logs), None)
+    read_end, write_end = os.pipe()
+    keeper.watch({"op": "watch", "id": "n1.a", "node": "n1", "cap": 1000,
+                  "log": log.format(outside=outside, logs=logs)}, read_end)
+    assert keeper.streams == {} and closed(read_end)
+    os.close(write_end)
+
+
+def test_a_descriptor_that_is_not_a_pipe_is_refused(tmp_path):
+    keeper = logkeeper.Keeper(str(tmp_path), None)
+    fd = os.open(tmp_path / "secret.txt", os.O_RDWR | os.O_CREAT, 0o600)
+    keeper.watch({"op": "watch", "id": "n1.a", "node": "n1", "cap": 1000, "log": str(tmp_path / "n1.log")}, fd)
+    assert keeper.streams == {} and closed(fd)
+
+
+def test_a_pipe_is_written_under_its_cap_with_the_note_first_and_its_end_told(tmp_path):
+    keeper = logkeeper.Keeper(str(tmp_path), None)
+    read_end, write_end = os.pipe()
+    log = tmp_path / "node-n1.log"
+    keeper.watch({"op": "watch", "id": "n1.a", "node": "n1", "cap": 100, "log": str(log),
+                  "note": "output may be missing\nhere"}, read_end)
+    os.write(write_end, b"hello\n")
+    keeper.read_stream(keeper.streams["n1.a"])
+    os.close(write_end)
+    keeper.read_stream(keeper.streams["n1.a"])
+    assert keeper.streams == {} and closed(read_end)
+    assert log.read_bytes() == b"output may be missing here\nhello\n"
+    assert log.stat().st_mode & 0o777 == 0o600
