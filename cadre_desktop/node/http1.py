@@ -38,6 +38,17 @@ from cadre_desktop.wire.api import too_large, too_slow, unreadable
 log = logging.getLogger("cadre.node.http")
 access_log = logging.getLogger("cadre.node.access")
 
+
+def quiet(method: str, path: str, status: int) -> bool:
+    """A request the access log leaves out: a good answer to `GET /status` (or `HEAD`).
+
+    The host's probe asks it of every node every few seconds; a line each filled a
+    node's log (and its cap) with nothing anyone reads, and pushed out the lines that
+    matter. Every other request, and any /status that fails, is still logged.
+    """
+    return method in ("GET", "HEAD") and path == "/status" and 200 <= status < 300
+
+
 MAX_HEAD = 8192
 MAX_HEADERS = 128
 READ_CHUNK = 16384
@@ -202,8 +213,9 @@ class _Exchange:
                                                    self._read_body))
         waiting = self.h.they_are_waiting_for_100_continue
         await self._send(answer.status, answer.headers, answer.body, head_only=method == "HEAD")
-        access_log.info('%s "%s %s" %s %.1fms', self.remote, method, target, answer.status,
-                        (time.monotonic() - started) * 1000)
+        if not quiet(method, path, answer.status):
+            access_log.info('%s "%s %s" %s %.1fms', self.remote, method, target, answer.status,
+                            (time.monotonic() - started) * 1000)
         self.server.guard.done(self.conn)
         if self.h.our_state is not h11.DONE or self.server.closing:
             return False
