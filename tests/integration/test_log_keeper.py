@@ -161,3 +161,24 @@ async def test_a_killed_keeper_is_replaced_and_each_log_says_output_may_be_missi
     assert all(orch.is_running(h.id) for h in handles), "a keeper's death never touches a node"
     await orch.stop_all()
     orch.close()
+
+
+async def test_a_node_whose_keeper_ended_while_no_host_ran_has_it_said_in_its_log(tmp_path, cleanup, monkeypatch):
+    monkeypatch.setenv("SLEEPER_MODE", "")
+    orch = make_orchestrator(tmp_path)
+    await orch.init()
+    handle = orch.spawn("n1", {})
+    cleanup.append(handle.pid)
+    assert orch.keeper is not None and orch.keeper.pid is not None
+    keeper_pid = orch.keeper.pid
+    path = orch.paths.node_log("n1")
+    await async_wait_until(lambda: b"sleeper: ready" in read(path), what="the node's first line")
+    orch.close()
+    os.kill(keeper_pid, signal.SIGKILL)  # the keeper and the host both gone: the node's pipe has no reader
+    wait_until(lambda: gone(keeper_pid), what="the keeper's end")
+    second = make_orchestrator(tmp_path)
+    report = await second.init()
+    assert [h.id for h in report.attached] == [handle.id]
+    assert b"its output is no longer captured" in read(path)
+    await second.stop_node("n1")
+    second.close()

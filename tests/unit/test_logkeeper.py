@@ -50,3 +50,17 @@ def test_a_pipe_is_written_under_its_cap_with_the_note_first_and_its_end_told(tm
     assert keeper.streams == {} and closed(read_end)
     assert log.read_bytes() == b"output may be missing here\nhello\n"
     assert log.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_child_found_running_untracked_gets_its_nodes_newest_stream(tmp_path):
+    """A host killed between a start and its state write finds the child by a census, under a new
+    handle id: the keeper's stream of that node is still its output (not "no longer captured")."""
+    from cadre_desktop.host.local.keeper import Kept, LogKeeper
+    from cadre_desktop.paths import Paths
+
+    keeper = LogKeeper(Paths(tmp_path, tmp_path, tmp_path / "logs"), "linux")
+    old, new, other = (Kept(-1, node, f"{node}.log", 100) for node in ("n1", "n1", "n2"))
+    keeper.streams.update({"n1.old": old, "n1.new": new, "n2.a": other})
+    assert keeper.stream_for("n1.new", "n1") is new
+    assert keeper.stream_for("n1.census", "n1") is new
+    assert keeper.stream_for("n3.x", "n3") is None

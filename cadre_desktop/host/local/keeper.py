@@ -115,6 +115,14 @@ class LogKeeper:
         self._use(sock, pid, None)
         log.info("re-attached to the log keeper (pid %s) keeping %d node output(s)", pid, len(haves))
 
+    def stream_for(self, handle_id: str, node_id: str) -> Kept | None:
+        """The stream of a re-attached child: by its handle, or (a child found running untracked,
+        given a new handle id) the newest stream of its node."""
+        kept = self.streams.get(handle_id)
+        if kept is None:
+            kept = next((k for k in reversed(self.streams.values()) if k.node_id == node_id), None)
+        return kept
+
     # -- handing it output ----------------------------------------------------------------------
 
     def watch(self, stream_id: str, node_id: str, log_path: Path, cap: int, read_end: int) -> asyncio.Event:

@@ -179,7 +179,7 @@ def watch_pump(pump: subprocess.Popen[bytes], handle: Handle) -> None:
 
 def attach_log(handle: Handle, keeper: LogKeeper | None, logs: NodeLogs, platform: str) -> None:
     """A re-attached child: find who writes its log (the keeper, an older build's pump, or nobody)."""
-    kept = keeper.streams.get(handle.id) if keeper is not None else None
+    kept = keeper.stream_for(handle.id, handle.node_id) if keeper is not None else None
     if kept is not None:
         handle.log_kept, handle._log_done = True, kept.done
     elif handle.pump_pid and handle.pump_identity:
