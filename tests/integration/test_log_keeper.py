@@ -182,3 +182,32 @@ async def test_a_node_whose_keeper_ended_while_no_host_ran_has_it_said_in_its_lo
     assert b"its output is no longer captured" in read(path)
     await second.stop_node("n1")
     second.close()
+
+
+async def test_a_child_an_older_build_started_with_its_own_pump_keeps_its_pump_watched(tmp_path, cleanup):
+    """Upgrading with nodes running: a re-attached handle whose state.json row names a live pump
+    (and the keeper no stream) waits for that pump's end, as before; the keeper is not started."""
+    import subprocess
+    import sys
+
+    from cadre_desktop.host.local import launch
+    from cadre_desktop.host.local.handles import Handle
+    from cadre_desktop.host.local.keeper import LogKeeper
+    from cadre_desktop.host.local.nodelogs import NodeLogs
+    from cadre_desktop.paths import Paths
+
+    paths = Paths(tmp_path, tmp_path, tmp_path / "logs")
+    keeper = LogKeeper(paths, sys.platform)
+    pump = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    cleanup.append(pump.pid)
+    child = procs.read_identity(os.getpid())
+    assert child is not None
+    handle = Handle("n1.old", "n1", os.getpid(), child, 1, 2, "", pump_pid=pump.pid,
+                    pump_identity=procs.read_identity(pump.pid))
+    launch.attach_log(handle, keeper, NodeLogs(paths), sys.platform)
+    assert handle._cancel_pump_watch is not None and not handle.log_kept and not handle._log_done.is_set()
+    assert keeper.pid is None, "no keeper is started for a child that has a pump"
+    pump.kill()
+    await async_wait_until(handle._log_done.is_set, what="the pump's end heard")
+    assert not paths.node_log("n1").exists(), "no note: the pump writes that log"
+    handle._cancel_pump_watch()
