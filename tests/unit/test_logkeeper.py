@@ -64,3 +64,43 @@ def test_a_child_found_running_untracked_gets_its_nodes_newest_stream(tmp_path):
     assert keeper.stream_for("n1.new", "n1") is new
     assert keeper.stream_for("n1.census", "n1") is new
     assert keeper.stream_for("n3.x", "n3") is None
+
+
+async def test_a_restarted_host_takes_back_good_streams_and_drops_malformed_ones(tmp_path, monkeypatch):
+    """A keeper of another version (or a broken one) answering the hello: rows it cannot read are
+    closed, never a host that fails to start."""
+    import json
+    import socket
+    import threading
+
+    from cadre_desktop.host.local import keeper as keeper_module
+    from cadre_desktop.paths import Paths
+
+    path = tmp_path / "k.sock"
+    monkeypatch.setattr(keeper_module, "socket_path", lambda _paths: path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    good_r, good_w = os.pipe()
+    bad_r, bad_w = os.pipe()
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        assert conn.recv(100).startswith(b'{"op": "hello"}')
+        good = {"op": "have", "id": "n1.a", "node": "n1", "log": str(tmp_path / "node-n1.log"), "cap": 100}
+        socket.send_fds(conn, [json.dumps(good).encode() + b"\n"], [good_r])
+        socket.send_fds(conn, [json.dumps({"op": "have", "id": 5}).encode() + b"\n"], [bad_r])
+        conn.sendall(b'{"op": "ready", "pid": 4242}\n')
+        conn.recv(100)  # until the host lets go
+        conn.close()
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    keeper = keeper_module.LogKeeper(Paths(tmp_path, tmp_path, tmp_path), "linux")
+    await keeper.attach()
+    assert keeper.pid == 4242 and list(keeper.streams) == ["n1.a"]
+    assert keeper.stream_for("n1.a", "n1") is not None
+    keeper.close()
+    thread.join(5)
+    server.close()
+    for fd in (good_r, good_w, bad_r, bad_w):
+        os.close(fd)

@@ -111,7 +111,11 @@ class LogKeeper:
             return
         sock, pid, haves = found
         for msg, fd in haves:
-            self.streams[str(msg["id"])] = Kept(fd, str(msg["node"]), str(msg["log"]), int(msg["cap"]))
+            sid, node, path_, cap = msg.get("id"), msg.get("node"), msg.get("log"), msg.get("cap")
+            if isinstance(sid, str) and isinstance(node, str) and isinstance(path_, str) and isinstance(cap, int):
+                self.streams[sid] = Kept(fd, node, path_, cap)
+            else:
+                os.close(fd)  # a keeper of another version; its stream ends with its child
         self._use(sock, pid, None)
         log.info("re-attached to the log keeper (pid %s) keeping %d node output(s)", pid, len(haves))
 
@@ -199,6 +203,8 @@ class LogKeeper:
                 continue
             if isinstance(msg, dict) and msg.get("op") == "ended":
                 self._ended(str(msg.get("id")))
+        if len(self._buffer) > logkeeper.MAX_LINE:
+            self._buffer = b""  # never a line of ours: drop it rather than grow
 
     def _ended(self, stream_id: str) -> None:
         kept = self.streams.pop(stream_id, None)
