@@ -165,6 +165,7 @@ def tray_footprint(work: Path, nodes: int, keyring_env: dict, base: int, seconds
     CPU over `seconds`, and the processes there for its home."""
     os.environ["PYTHONPROFILEIMPORTTIME"] = "1"  # inherited by the tray app only (set after our imports)
     tray = OurTray(work, base, keyring_env)
+    (tray.home / "settings.json").write_text(json.dumps(settings(base)))  # room for more than 25 nodes
     try:
         tray.start()
         os.environ.pop("PYTHONPROFILEIMPORTTIME")
