@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from cadre_desktop.host.local import procs
+from cadre_desktop.host.local.keeper import socket_path
 from tests.support.polling import async_wait_until, wait_until
 from tests.support.real_orchestrator import make_orchestrator
 
@@ -180,6 +181,7 @@ async def test_a_node_whose_keeper_ended_while_no_host_ran_has_it_said_in_its_lo
     report = await second.init()
     assert [h.id for h in report.attached] == [handle.id]
     assert b"its output is no longer captured" in read(path)
+    assert not socket_path(orch.paths).exists(), "the killed keeper's socket was left behind"
     await second.stop_node("n1")
     second.close()
 

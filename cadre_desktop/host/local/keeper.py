@@ -15,6 +15,7 @@ be), so two homes never share a keeper.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -305,7 +306,10 @@ def _connect(path: Path) -> tuple[socket.socket, int, list[tuple[dict[str, Any],
                 if msg.get("op") == "have" and fds:
                     haves.append((msg, fds.pop(0)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        if not isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
+        if isinstance(exc, ConnectionRefusedError):
+            with contextlib.suppress(OSError):
+                path.unlink()  # a keeper that was killed left its socket; ours to tidy (a private folder)
+        elif not isinstance(exc, FileNotFoundError):
             log.warning("could not re-attach to the log keeper at %s: %s", path, exc)
         sock.close()
         for fd in fds + [fd for _, fd in haves]:
