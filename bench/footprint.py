@@ -1,12 +1,15 @@
 """Footprint: how many processes, how much memory and how much idle CPU N nodes cost.
 
-    .venv/bin/python bench/footprint.py [--nodes 30] [--seconds 60] [--baseline PATH] [--tray 10]
+    .venv/bin/python bench/footprint.py [--nodes 30] [--seconds 60] [--baseline PATH] [--peers supervisord,pm2]
+                                        [--tray 10] [--tray-only]
 
 Starts our headless host with default settings (warm starts on, as they are with
 the reference node) and N reference nodes added through the control API (claim
 secrets in a real gnome-keyring); `--baseline PATH` runs another checkout's host
 beside it with its own N nodes (same run, same window: a before/after). Once every
-node answers, the run settles 15 s, then samples for `--seconds`:
+node answers, the run settles 15 s, then samples for `--seconds`
+(`--peers` adds supervisord and pm2 with the same N nodes, each counted as itself and
+everything it started):
 
   processes      everything on the computer that is there for the home: the host,
                  its nodes, whatever writes their logs (pumps or the keeper), a standby
@@ -36,6 +39,7 @@ from pathlib import Path
 import _rig
 import psutil
 from _report import ROOT, markdown, table, write_result
+from _supervisors import Pm2, Supervised, Supervisord
 from idle import OurTray, api, rss_by_mapping
 
 from tests.support.headless import HeadlessHost
@@ -129,7 +133,31 @@ class Run:
             self.host.stop()
 
 
-def measure(runs: list[Run], nodes: int, seconds: float) -> dict:
+class PeerRun:
+    """Another supervisor (supervisord, pm2) with the same N reference nodes: it and all it started."""
+
+    def __init__(self, sup: Supervised) -> None:
+        self.sup = sup
+        self.name = sup.name
+
+    def start(self, nodes: int) -> None:
+        self.sup.start()
+
+    def ready(self, nodes: int) -> bool:
+        return all(_rig.status_ok(self.sup.api_port + 2 * i) for i in range(nodes))
+
+    def procs(self) -> dict[str, list[psutil.Process]]:
+        pid = self.sup.host_pid()
+        assert pid is not None, f"{self.name} has no supervising process"
+        host = psutil.Process(pid)
+        kids = [c for c in host.children(recursive=True) if c.status() != psutil.STATUS_ZOMBIE]
+        return {"host": [host], "node": kids, "standby": [], "log writer": []}
+
+    def stop(self) -> None:
+        self.sup.stop()
+
+
+def measure(runs: list[Run | PeerRun], nodes: int, seconds: float) -> dict:
     deadline = time.monotonic() + 300
     while not all(r.ready(nodes) for r in runs):
         if time.monotonic() > deadline:
@@ -242,6 +270,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another checkout whose host runs beside ours")
     parser.add_argument("--tray", type=int, default=0, help="also measure the tray app with this many nodes")
     parser.add_argument("--tray-only", action="store_true", help="measure the tray app only (with --tray N)")
+    parser.add_argument("--peers", default="", help="also run these beside ours: supervisord,pm2")
     parser.add_argument("--name", default="footprint", help="the result file's name (bench/results/NAME.json)")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
@@ -252,10 +281,13 @@ def main() -> None:
     session, keyring_env = _rig.start_secret_service()
     base = random.randrange(20000, 30000, 1000)
     result: dict = {"nodes": args.nodes, "seconds": args.seconds, "loadavg_at_start": os.getloadavg()}
-    runs = [Run("this checkout", ROOT, work / "ours", base, keyring_env)]
+    runs: list[Run | PeerRun] = [Run("this checkout", ROOT, work / "ours", base, keyring_env)]
     if args.baseline:
         runs.append(Run(f"baseline {args.baseline}", args.baseline.resolve(), work / "before", base + 400,
                         keyring_env))
+    peers = {"supervisord": Supervisord, "pm2": Pm2}
+    for i, name in enumerate(p for p in args.peers.split(",") if p):
+        runs.append(PeerRun(peers[name](work / name, _rig.stamp_binary(), base + 1000 + 200 * i, count=args.nodes)))
     if args.tray_only:
         runs = []
     try:
