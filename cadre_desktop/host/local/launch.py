@@ -88,7 +88,7 @@ def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Pat
                 job_ops().close(job)
             raise
         finally:
-            os.close(write_end)  # the child holds it now; the pump sees end-of-file when the node ends
+            os.close(write_end)  # the child holds it now; its reader sees end-of-file when the node ends
         job = winjob.assign(job_ops(), job, getattr(popen, "_handle", None)) if job else None
         if keeper is not None:
             return Launched(popen, None, job, _keep(keeper, popen, handle_id, node_id, log_path, log_cap, read_end,

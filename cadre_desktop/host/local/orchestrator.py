@@ -347,7 +347,7 @@ class Orchestrator:
             async with asyncio.timeout(PUMP_FLUSH_S):  # a close's cancel is never dropped
                 await handle._log_done.wait()
         except TimeoutError:
-            log.debug("node %s: its log pump outlived it by %.1fs; its exit is told without waiting", handle.node_id, PUMP_FLUSH_S)
+            log.debug("node %s: its output outlived it by %.1fs; its exit is told without waiting", handle.node_id, PUMP_FLUSH_S)
         self._tell_exit(handle, code)
 
     def _tell_exit(self, handle: Handle, code: int | None) -> None:
