@@ -38,7 +38,7 @@ STEPS = [
     ("ports chosen", "Orchestrator._choose_ports:exit"),
     ("env built", "Orchestrator._node_env:exit"),
     ("child stamp", "stamp"),
-    ("log pump started", "nodelogs.start_pump:exit"),
+    ("output handed to the log keeper", "LogKeeper.watch:exit"),
     ("launch returns", "Orchestrator._launch:exit"),
     ("spawn returns", "Orchestrator.spawn:exit"),
     ("respawn returns", "NodeService.respawn:exit"),
@@ -75,9 +75,9 @@ def instrument(marks: dict[str, int]) -> None:
     wrap(Orchestrator, "spawn", "Orchestrator.spawn")
     for attr in ("_choose_ports", "_node_env", "_launch"):
         wrap(Orchestrator, attr, f"Orchestrator.{attr}")
-    from cadre_desktop.host.local import nodelogs
+    from cadre_desktop.host.local.keeper import LogKeeper
 
-    wrap(nodelogs, "start_pump", "nodelogs.start_pump")
+    wrap(LogKeeper, "watch", "LogKeeper.watch")
     wrap(Supervisor, "_reconcile_once", "Supervisor._reconcile_once")
     wrap(NodeService, "respawn", "NodeService.respawn")
 

@@ -417,6 +417,10 @@ def main(argv: list[str] | None = None) -> int:
         from cadre_desktop import logpump
 
         logpump.run(argv[1:])
+    if argv[:1] == ["--log-keeper"]:  # the home's log keeper inside a bundle (logkeeper.FLAG; host/local/keeper.py)
+        from cadre_desktop import logkeeper
+
+        logkeeper.run(argv[1:])
     if argv == ["--probe-display"]:  # doctor's desktop check, in a child of its own
         from cadre_desktop.ui.probe_display import main as probe_main
 

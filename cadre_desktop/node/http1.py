@@ -39,15 +39,15 @@ from cadre_desktop.wire.api import too_large, too_slow, unreadable
 log = logging.getLogger("cadre.node.http")
 access_log = logging.getLogger("cadre.node.access")
 
-#: What the host's probe asks several times a second: answered well, not worth a line each.
-PROBE_PATHS = frozenset({"/status"})
 
+def quiet(method: str, path: str, status: int) -> bool:
+    """A request the access log leaves out: a good answer to `GET /status` (or `HEAD`).
 
-def _access_level(method: str, path: str, status: int) -> int:
-    """DEBUG for a probe answered well (a line each would bury the node's own lines), else INFO."""
-    if method in ("GET", "HEAD") and path in PROBE_PATHS and status < 400:
-        return logging.DEBUG
-    return logging.INFO
+    The host's probe asks it of every node every few seconds; a line each filled a
+    node's log (and its cap) with nothing anyone reads, and pushed out the lines that
+    matter. Every other request, and any /status that fails, is still logged.
+    """
+    return method in ("GET", "HEAD") and path == "/status" and 200 <= status < 300
 
 
 MAX_HEAD = 8192
@@ -238,8 +238,9 @@ class _Exchange:
                                                    self._read_body))
         waiting = self.h.they_are_waiting_for_100_continue
         await self._send(answer.status, answer.headers, answer.body, head_only=method == "HEAD")
-        access_log.log(_access_level(method, path, answer.status), '%s "%s %s" %s %.1fms', self.remote,
-                       method, target, answer.status, (time.monotonic() - started) * 1000)
+        if not quiet(method, path, answer.status):
+            access_log.info('%s "%s %s" %s %.1fms', self.remote, method, target, answer.status,
+                            (time.monotonic() - started) * 1000)
         self.server.guard.done(self.conn)
         if self.h.our_state is not h11.DONE or self.server.closing:
             return False

@@ -78,8 +78,9 @@ async def test_sigkill_reaches_exit_listeners(tmp_path, cleanup_pids):
     assert events[0].returncode == -signal.SIGKILL
     assert not events[0].requested
     assert not orch.is_running(handle.id)
-    # A dead child is no longer in state.json.
-    assert handle.id not in json.loads((tmp_path / "state.json").read_text())["handles"]
+    # A dead child is no longer in state.json (written on a loop turn after the exit is told).
+    await async_wait_until(lambda: handle.id not in json.loads((tmp_path / "state.json").read_text())["handles"],
+                           what="state.json without the dead child")
 
 
 async def test_second_orchestrator_reattaches_without_spawning(tmp_path, cleanup_pids):

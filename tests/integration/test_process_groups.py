@@ -1,4 +1,4 @@
-"""The orchestrator owns every process a node starts, and writes its log through a capped pump."""
+"""The orchestrator owns every process a node starts (its log: tests/integration/test_log_keeper.py)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-from typing import cast
 
-import psutil
 import pytest
 
 from cadre_desktop.host.local import procs, proctree
-from cadre_desktop.host.local.handles import ExitEvent, Handle
+from cadre_desktop.host.local.handles import ExitEvent
 from tests.support.lock_holder import HOLD_LOCK
 from tests.support.polling import async_wait_until, wait_until
 from tests.support.real_orchestrator import make_orchestrator, ready_info
@@ -130,40 +128,9 @@ async def test_a_stray_holding_the_work_folders_lock_is_ended_before_a_spawn(tmp
     orch.close()
 
 
-async def test_a_child_writes_through_a_pump_that_outlives_the_host_and_caps_the_log(tmp_path, cleanup,
-                                                                                    monkeypatch):
-    monkeypatch.setenv("SLEEPER_MODE", "chatty")
-    monkeypatch.setenv("SLEEPER_CHATTY_BYTES", str(2 << 20))
-    orch = make_orchestrator(tmp_path)
-    orch.logs.cap = 64 * 1024
-    await orch.init()
-    handle = orch.spawn("n1", {})
-    cleanup.append(handle.pid)
-    pump = psutil.Process(handle.pump_pid)
-    assert not any(k.startswith("CADRE_") for k in pump.environ()), "the pump must not look like a node"
-    assert pump.pid != handle.pid and os.getsid(pump.pid) == pump.pid  # a session of its own
-    orch.close()  # the host goes away: the node keeps writing, the pump keeps capping
-    path = orch.paths.node_log("n1")
-    rotated = path.with_name(path.name + ".1")
-    wait_until(lambda: b"chatter done" in read(path), timeout=30, what="the end of the chatter")
-    assert path.stat().st_size <= 64 * 1024 and rotated.stat().st_size <= 64 * 1024
-    assert path.stat().st_mode & 0o777 == 0o600 and rotated.stat().st_mode & 0o777 == 0o600
-    second = make_orchestrator(tmp_path)
-    report = await second.init()
-    assert [cast(Handle, h).pump_pid for h in report.attached] == [pump.pid]  # the local driver's instances
-    await second.remove_node("n1")  # the pump ends with its node's output, before the log is deleted
-    assert gone(pump.pid) and not path.exists()
-    second.close()
-
-
-@pytest.mark.parametrize("errno_, words, error", [
-    (11, "Resource temporarily unavailable", "SpawnError"),
-    (24, "Too many open files", "OutOfDescriptors"),  # the machine's trouble, told as such
-])
-async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_clearly(tmp_path, monkeypatch,
-                                                                                        errno_, words, error):
-    from cadre_desktop import errors
-    from cadre_desktop.host.local import nodelogs
+async def test_a_child_whose_log_keeper_cannot_start_is_ended_and_the_spawn_fails_clearly(tmp_path, monkeypatch):
+    from cadre_desktop.errors import SpawnError
+    from cadre_desktop.host.local import keeper
     from cadre_desktop.host.local.ports import port_is_free
 
     orch = make_orchestrator(tmp_path)
@@ -176,16 +143,13 @@ async def test_a_child_whose_log_pump_cannot_start_is_ended_and_the_spawn_fails_
         started.append(proc.pid)
         return proc
 
-    def no_pump(*args, **kwargs):
-        raise OSError(errno_, words)
     monkeypatch.setattr("cadre_desktop.host.local.launch.subprocess.Popen", popen)
-    monkeypatch.setattr(nodelogs, "start_pump", no_pump)
-    with pytest.raises(getattr(errors, error), match="log pump"):
+    monkeypatch.setattr(keeper, "keeper_command", lambda *_: [str(tmp_path / "no-such-keeper")])
+    with pytest.raises(SpawnError, match="log keeper"):
         orch.spawn("n1", {})
     assert started, "no node was started"
-    # Killed at once; reaped on a thread of its own, so the loop never waits for a slow death.
-    await async_wait_until(lambda: all(gone(pid) for pid in started), timeout=10,
-                           what="the end of the node started for the failed spawn")
+    wait_until(lambda: all(gone(pid) for pid in started), timeout=5,
+               what="the node started for the failed spawn to end (reaped on a thread)")
     assert orch.list_nodes() == []
     free = [p for p in range(47600, 47700) if port_is_free("127.0.0.1", p)]
     assert orch.ports.allocate(2) == free[:2], "the failed spawn left its ports held"
@@ -203,7 +167,7 @@ async def test_quit_stops_every_node_in_one_grace_and_writes_state_once(tmp_path
     await orch.init()
     handles = [orch.spawn(f"n{i}", {}) for i in range(4)]
     for h in handles:
-        cleanup.extend([h.pid, h.pump_pid])
+        cleanup.append(h.pid)
         ready_info(orch, h.node_id)
     signals: list[tuple[str, bool]] = []
     real_signal = orch.ender.signal
@@ -222,8 +186,8 @@ async def test_quit_stops_every_node_in_one_grace_and_writes_state_once(tmp_path
     monkeypatch.setattr(handles_module, "write_state", record_write)
     await orch.stop_all()
     assert [kill for _, kill in signals] == [False] * 4 + [True] * 4, signals
-    assert all(gone(h.pid) and h.pump_pid is not None and gone(h.pump_pid) for h in handles), \
-        "quit left a node or its log pump"
+    assert all(gone(h.pid) and h.log_kept and h._log_done.is_set() for h in handles), \
+        "quit left a node, or did not wait for its last output"
     assert len(writes) == 1, f"state.json written {len(writes)} times"
     persisted, stopped = read_state(orch.state_file)
     assert persisted == {} and stopped == {h.node_id for h in handles}

@@ -6,10 +6,13 @@ SLEEPER_MODE=ignore-term ignores SIGTERM; SLEEPER_MODE=grandchild also starts a
 grandchild in its group and records its pid (SLEEPER_GRANDCHILD=ignore-term: one
 that ignores SIGTERM; =setsid: one that leaves the group for a session of its
 own); SLEEPER_MODE=chatty writes SLEEPER_CHATTY_BYTES (default 4 MiB) of log
-lines as fast as it can, then sleeps; SLEEPER_MODE=exit exits at once with
-status 3.
+lines as fast as it can (SLEEPER_CHATTY_RATE bytes/s when set; SLEEPER_CHATTY_KIND
+=no-newlines or =binary: blocks with no line break at all), then sleeps;
+SLEEPER_MODE=ticker writes "sleeper: tick N" every 20 ms forever;
+SLEEPER_MODE=exit exits at once with status 3.
 """
 
+import itertools
 import json
 import os
 import signal
@@ -51,9 +54,23 @@ os.replace(tmp, os.path.join(node_dir, "ready.json"))
 print("sleeper: ready", flush=True)
 if mode == "chatty":
     line = b"sleeper: chatter " + b"x" * 100 + b"\n"
-    for _ in range(int(os.environ.get("SLEEPER_CHATTY_BYTES", 4 << 20)) // len(line)):
-        sys.stdout.buffer.write(line)
+    kind = os.environ.get("SLEEPER_CHATTY_KIND", "lines")
+    block = {"lines": line * (65536 // len(line)), "no-newlines": b"y" * 65536,
+             "binary": bytes(b for b in range(256) if b != 10) * 257}[kind]
+    rate = float(os.environ.get("SLEEPER_CHATTY_RATE", 0))
+    total, written, began = int(os.environ.get("SLEEPER_CHATTY_BYTES", 4 << 20)), 0, time.monotonic()
+    while written < total:
+        sys.stdout.buffer.write(block)
+        written += len(block)
+        ahead = written / rate - (time.monotonic() - began) if rate else 0
+        if ahead > 0:
+            sys.stdout.flush()
+            time.sleep(ahead)
     sys.stdout.flush()
-    print("sleeper: chatter done", flush=True)
+    print("\nsleeper: chatter done", flush=True)
+if mode == "ticker":
+    for tick in itertools.count():
+        print(f"sleeper: tick {tick}", flush=True)
+        time.sleep(0.02)
 while True:
     time.sleep(3600)

@@ -107,7 +107,8 @@ def test_importing_the_engine_loads_no_qt():
 
 
 #: Modules both the node and the host may import (the node imports nothing from host/).
-SHARED = ("text.py", "netguard.py", "logfilter.py", "fdlimit.py", "logpump.py", "atomicfile.py", "errors.py")
+SHARED = ("text.py", "netguard.py", "logfilter.py", "fdlimit.py", "logpump.py", "logkeeper.py", "atomicfile.py",
+          "errors.py")
 
 
 def test_shared_modules_import_neither_host_nor_node_nor_ui():
@@ -128,6 +129,14 @@ def test_node_imports_only_itself_and_the_shared_modules():
 def test_the_log_pump_needs_only_the_standard_library():
     # It runs as `python -I -S logpump.py`: no site-packages, not even our own package.
     for module in imported_modules(PKG / "logpump.py"):
+        assert module.split(".")[0] in sys.stdlib_module_names or module == "__future__", module
+
+
+def test_the_log_keeper_needs_only_the_standard_library_and_the_pump():
+    # It runs as `python -I -S logkeeper.py`: its one neighbour is logpump.py, found beside it.
+    modules = imported_modules(PKG / "logkeeper.py")
+    assert "cadre_desktop.logpump" in modules
+    for module in modules - {"cadre_desktop.logpump", "logpump"}:
         assert module.split(".")[0] in sys.stdlib_module_names or module == "__future__", module
 
 

@@ -4,7 +4,8 @@ A handle names one child by its pid *and* its process start time (and boot id
 on Linux), so a pid the OS has since given to another program is never taken
 for our child. It also names what the child may leave behind: its process
 group (POSIX; the session the child leads has the same id), its Job object
-(Windows), and the log pump that writes its output. Live handles persist in
+(Windows), and the log pump that writes its output when it has one (Windows,
+or a child an older build started; the home's log keeper writes the others). Live handles persist in
 `state.json` (0600, versioned); nothing of a child's environment is ever
 written there.
 
@@ -70,12 +71,15 @@ class Handle:
     #: The log pump writing the child's output, if one was started.
     pump_pid: int | None = None
     pump_identity: procs.Identity | None = None
+    #: The home's log keeper writes its output (not persisted: a restarted host asks the keeper).
+    log_kept: bool = False
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _cancel_watch: Callable[[], None] | None = field(default=None, repr=False)
     _exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _job_handle: object | None = field(default=None, repr=False)
     _cancel_pump_watch: Callable[[], None] | None = field(default=None, repr=False)
-    _pump_exited: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    #: Set once whoever writes its log (its pump, or the keeper) wrote its last output.
+    _log_done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     @property
     def ports(self) -> tuple[int, int]:

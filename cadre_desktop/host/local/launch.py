@@ -1,12 +1,14 @@
-"""Starting one node child: its Job object (Windows), the process, its log pump, its handle.
+"""Starting one node child: its Job object (Windows), the process, who writes its log, its handle.
 
 The orchestrator decides what to start (ports, environment, which handle it
 replaces); this is how. The node is started first, writing into a pipe that
-holds its first lines until its pump reads them, so a respawn's child starts
-as soon as it can (the pump's start is a few milliseconds of its own); then
-the pump; then the handle that names both. Out of descriptors, each system
-call is tried once more with the reserve (see `fdlimit`), never the whole
-launch: a retry must not start a second node.
+holds its first lines until they are read, so a respawn's child starts as
+soon as it can; then the pipe's read end goes to the home's log keeper
+(`keeper.LogKeeper`, POSIX: no process of its own per node) or, on Windows, to
+a log pump of the node's own (which also holds its Job object); then the
+handle. Out of descriptors, each system call is tried once more with the
+reserve (see `fdlimit`), never the whole launch: a retry must not start a
+second node.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cadre_desktop.errors import OutOfDescriptors, SpawnError
+from cadre_desktop.errors import CadreError, OutOfDescriptors, SpawnError
 from cadre_desktop.fdlimit import call_with_reserve, is_shortage, shortage_words
 from cadre_desktop.host.local import nodelogs, procs, winjob
 from cadre_desktop.host.local.handles import Handle
+from cadre_desktop.host.local.keeper import LogKeeper
+from cadre_desktop.host.local.nodelogs import NodeLogs
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +56,22 @@ def node_env(base: Mapping[str, str], *, node_id: str, work: Path, bind_host: st
 @dataclass
 class Launched:
     popen: subprocess.Popen[bytes]
-    pump: subprocess.Popen[bytes]
+    #: The node's own log pump (Windows), or None when the keeper writes its log.
+    pump: subprocess.Popen[bytes] | None
     #: The child's Job object on Windows (None elsewhere, or when Windows refused one).
     job: Any = None
+    #: Set once the keeper wrote the child's last output (None: a pump writes it).
+    log_done: asyncio.Event | None = None
 
 
 def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Path, node_id: str,
-           log_cap: int, handle_id: str, platform: str, job_ops: Callable[[], winjob.JobOps]) -> Launched:
-    """Start the child (in a session or job of its own) with its output going to a fresh log pump.
+           log_cap: int, handle_id: str, platform: str, job_ops: Callable[[], winjob.JobOps],
+           keeper: LogKeeper | None = None) -> Launched:
+    """Start the child (in a session or job of its own) with its output going to the keeper
+    (or, without one, a fresh log pump).
 
-    OSError: the node program could not be started. SpawnError: its pump could
-    not, and the node, already running, was ended again.
+    OSError: the node program could not be started. SpawnError: its output
+    could not be given to a writer, and the node, already running, was ended again.
     """
     job = name = None
     if platform == "win32":
@@ -79,8 +88,11 @@ def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Pat
                 job_ops().close(job)
             raise
         finally:
-            os.close(write_end)  # the child holds it now; the pump sees end-of-file when the node ends
+            os.close(write_end)  # the child holds it now; its reader sees end-of-file when the node ends
         job = winjob.assign(job_ops(), job, getattr(popen, "_handle", None)) if job else None
+        if keeper is not None:
+            return Launched(popen, None, job, _keep(keeper, popen, handle_id, node_id, log_path, log_cap, read_end,
+                                                    platform))
         try:
             pump = call_with_reserve(nodelogs.start_pump, read_end, log_path, log_cap, platform=platform,
                                      job=name if job else None)
@@ -95,8 +107,25 @@ def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Pat
     return Launched(popen, pump, job)
 
 
-def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platform: str) -> Launched:
-    """A standby that was just told who it is (`standby.StandbyPool.take`) gets its log pump."""
+def _keep(keeper: LogKeeper, popen: subprocess.Popen[bytes], handle_id: str, node_id: str, log_path: Path,
+          log_cap: int, read_end: int, platform: str) -> asyncio.Event:
+    try:
+        return keeper.watch(handle_id, node_id, log_path, log_cap, read_end)
+    except OSError as exc:
+        _undo(popen, None, lambda: None, platform)  # type: ignore[arg-type, return-value]
+        raise SpawnError(f"could not start the log keeper for node {node_id}: {exc.strerror or exc}; "
+                         "the node was stopped again") from None
+
+
+def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platform: str, handle_id: str,
+              keeper: LogKeeper | None = None) -> Launched:
+    """A standby that was just told who it is (`standby.StandbyPool.take`) gets its log writer."""
+    if keeper is not None:
+        try:
+            return Launched(standby.popen, None, None, _keep(keeper, standby.popen, handle_id, node_id, log_path,
+                                                             log_cap, standby.out_read, platform))
+        finally:
+            standby.close_fds()
     try:
         pump = call_with_reserve(nodelogs.start_pump, standby.out_read, log_path, log_cap, platform=platform)
     except OSError as exc:
@@ -132,11 +161,14 @@ def new_handle(node_id: str, handle_id: str, launched: Launched, ports: tuple[in
         attempt=attempt,
         pgid=None if platform == "win32" else popen.pid,
         job=winjob.job_name(handle_id) if launched.job is not None else None,
-        pump_pid=pump.pid,
-        pump_identity=procs.read_identity(pump.pid, platform),
+        pump_pid=pump.pid if pump else None,
+        pump_identity=procs.read_identity(pump.pid, platform) if pump else None,
         popen=popen,
+        log_kept=launched.log_done is not None,
     )
     handle._job_handle = launched.job
+    if launched.log_done is not None:
+        handle._log_done = launched.log_done
     return handle
 
 
@@ -144,6 +176,33 @@ def watch_pump(pump: subprocess.Popen[bytes], handle: Handle) -> None:
     """Reap the pump when it ends (it is our child), and tell the handle."""
     try:
         handle._cancel_pump_watch = procs.watch_exit(
-            asyncio.get_running_loop(), pump.pid, pump, lambda _code: handle._pump_exited.set())
+            asyncio.get_running_loop(), pump.pid, pump, lambda _code: handle._log_done.set())
     except Exception as exc:  # the node runs without its pump watch; only its log's end goes unseen
         log.error("cannot watch the log pump %s: %s", pump.pid, exc)
+
+
+def attach_log(handle: Handle, keeper: LogKeeper | None, logs: NodeLogs, platform: str) -> None:
+    """A re-attached child: find who writes its log (the keeper, an older build's pump, or nobody)."""
+    kept = keeper.stream_for(handle.id, handle.node_id) if keeper is not None else None
+    if kept is not None:
+        handle.log_kept, handle._log_done = True, kept.done
+    elif handle.pump_pid and handle.pump_identity:
+        if handle.pump_identity.matches(procs.read_identity(handle.pump_pid, platform)):
+            handle._cancel_pump_watch = procs.watch_exit(
+                asyncio.get_running_loop(), handle.pump_pid, None, lambda _code: handle._log_done.set())
+        else:
+            handle._log_done.set()
+    else:
+        handle._log_done.set()
+        if keeper is not None:  # the keeper ended while no host ran: the child's pipe has no reader left
+            logs.note(handle.node_id, "its output is no longer captured: the log keeper ended while no host "
+                      "was running; it is captured again from its next start")
+
+
+def start_error(node_id: str, command: list[str], exc: OSError) -> CadreError:
+    """What a failed start of the node program is, in words: the machine out of descriptors
+    (never the node's fault, never an attempt), or a program that cannot be started."""
+    if is_shortage(exc):
+        return OutOfDescriptors(shortage_words(f"Starting node {node_id}"))
+    return SpawnError(f"could not start the node program {command[0]!r}: {exc.strerror or exc}. "
+                      "Check 'node_command' in settings.json.")

@@ -2,10 +2,11 @@
 
 Where a node's log is (`logs/node-<id>.log`) is `Paths.node_log`'s to say;
 everything the engine does with one goes through `NodeLogs` here. Each child's
-stdout and stderr go into a pipe read by a log pump (`cadre_desktop.logpump`),
-which keeps the log under its cap as it writes and outlives the host as the
-node does. Children an older build started write into the file directly;
-`trim` keeps those near the cap once per sweep.
+stdout and stderr go into a pipe read by the home's log keeper (`keeper.py`,
+`cadre_desktop.logkeeper`) or, on Windows, a log pump of its own
+(`cadre_desktop.logpump`); both keep the log under its cap as they write and
+outlive the host as the node does. Children an older build started write into
+the file directly; `trim` keeps those near the cap once per sweep.
 """
 
 from __future__ import annotations
@@ -68,6 +69,18 @@ class NodeLogs:
     def tail(self, node_id: str, lines: int, max_bytes: int) -> list[str]:
         """The last lines of the node's log (a bounded read from the end), without the host's header lines."""
         return logtail.last_lines(self.path(node_id), lines, max_bytes=max_bytes, skip=HEADER_PREFIX)
+
+    def note(self, node_id: str, text: str) -> None:
+        """Add one line of the host's own to the node's log (under its cap, as a pump writes)."""
+        line = f"{HEADER_PREFIX} {datetime.now(UTC).isoformat(timespec='seconds')} {text} ---\n"
+        try:
+            capped = logpump.CappedLog(str(self.path(node_id)), self.cap)
+            try:
+                capped.write(line.encode())
+            finally:
+                capped.close()
+        except OSError as exc:
+            log.warning("could not write to the log of node %s: %s", node_id, exc.strerror or exc)
 
     def trim(self, node_id: str) -> None:
         """Keep a directly written log near its cap: the old part moves to `.1` (0600)."""

@@ -12,8 +12,9 @@ Windows), so the host's death does not take it down, and everything it starts
 is ended with it: Stop ends the whole group (terminate, a grace period, then
 kill), and so do a respawn, a give-up, a Remove and a Quit when the leader has
 already died, since what it left behind would hold the node's work folder and
-ports (see `proctree`). Its output goes to a log pump that keeps the log under
-its cap as it is written (see `nodelogs`). Where a node's work folder and log
+ports (see `proctree`). Its output goes to the home's log keeper, which keeps
+the log under its cap as it is written (see `keeper`; a pump per node on
+Windows, see `nodelogs`). Where a node's work folder and log
 are is `Paths`'s to say; the orchestrator only asks.
 """
 
@@ -26,14 +27,14 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from cadre_desktop import fdlimit
 from cadre_desktop.atomicfile import ensure_private_dir
-from cadre_desktop.errors import CadreError, OutOfDescriptors, SpawnError, StorageError
+from cadre_desktop.errors import SpawnError, StorageError
 from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, InitReport, NodeCaps, status_of
 from cadre_desktop.host.core.events import Listeners
 from cadre_desktop.host.local import launch, nodelogs, procs, winjob
 from cadre_desktop.host.local.caps import CapsKeeper, no_caps
 from cadre_desktop.host.local.handles import ExitEvent, ExitListener, Handle, StateFile, read_state
+from cadre_desktop.host.local.keeper import LogKeeper
 from cadre_desktop.host.local.nodelogs import LOG_CAP_BYTES, NodeLogs
 from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.host.local.standby import StandbyPool
@@ -42,7 +43,7 @@ from cadre_desktop.paths import Paths
 
 log = logging.getLogger(__name__)
 
-#: How long an exit's listeners wait at most for the child's log pump to write its last lines.
+#: How long an exit's listeners wait at most for the child's last lines to reach its log.
 PUMP_FLUSH_S = 2.0
 
 
@@ -74,6 +75,8 @@ class Orchestrator:
         self.logs = NodeLogs(paths, log_cap_bytes)
         self.ender = Ender(self.nodes_dir, platform, job_ops)
         self.caps = caps or no_caps(platform)  # the OS's limits on each child (see `caps`)
+        #: The one process writing every node's log (POSIX; Windows children get a pump each).
+        self.keeper = LogKeeper(paths, platform) if platform != "win32" else None
         #: One node program loaded ahead for the next start (see `standby`); None: every start is cold.
         self.standby = self._standby_pool() if warm_standby else None
         self._handles: dict[str, Handle] = {}
@@ -128,6 +131,8 @@ class Orchestrator:
         persisted, stopped_cleanly = read_state(self.state_file)
         # nodes/ 0700 before any work folder in it: mkdir(parents=True) would make it 0755.
         ensure_private_dir(self.nodes_dir, tighten=True)
+        if self.keeper is not None:
+            await self.keeper.attach()
         attached, dead = [], []
         for handle in persisted.values():
             now = procs.read_identity(handle.pid, self.platform)
@@ -157,12 +162,7 @@ class Orchestrator:
         handle._cancel_watch = procs.watch_exit(
             loop, handle.pid, None, lambda code: self._on_exit(handle, code)
         )
-        if handle.pump_pid and handle.pump_identity:
-            if handle.pump_identity.matches(procs.read_identity(handle.pump_pid, self.platform)):
-                handle._cancel_pump_watch = procs.watch_exit(
-                    loop, handle.pump_pid, None, lambda _code: handle._pump_exited.set())
-            else:
-                handle._pump_exited.set()
+        launch.attach_log(handle, self.keeper, self.logs, self.platform)
 
     def _owned(self) -> dict[int, str]:
         """Each live leader's group id (its pid on Windows) -> its node."""
@@ -253,7 +253,7 @@ class Orchestrator:
         except OSError as exc:
             self.ports.release((api_port, p2p_port))
             self._restore(dropped)
-            raise self._launch_error(node_id, exc) from None
+            raise launch.start_error(node_id, self.node_command, exc) from None
         except BaseException:
             self.ports.release((api_port, p2p_port))
             self._restore(dropped)
@@ -267,12 +267,6 @@ class Orchestrator:
         except StorageError as exc:
             log.error("node %s: %s", node_id, exc.message)
         return handle
-
-    def _launch_error(self, node_id: str, exc: OSError) -> CadreError:
-        if fdlimit.is_shortage(exc):
-            return OutOfDescriptors(fdlimit.shortage_words(f"Starting node {node_id}"))
-        return SpawnError(f"could not start the node program {self.node_command[0]!r}: {exc.strerror or exc}. "
-                          "Check 'node_command' in settings.json.")
 
     def _end_replaced(self, handle: Handle) -> None:
         """A start of a new attempt replaces a live instance: its group is killed now (a start
@@ -293,17 +287,19 @@ class Orchestrator:
             self.standby.fill_soon()
             if taken is not None:
                 return launch.hand_over(taken, log_path=self.logs.path(node_id), node_id=node_id,
-                                        log_cap=self.logs.cap, platform=self.platform)
+                                        log_cap=self.logs.cap, platform=self.platform, handle_id=handle_id,
+                                        keeper=self.keeper)
         return launch.launch(self.node_command, env, work, log_path=self.logs.path(node_id), node_id=node_id,
                              log_cap=self.logs.cap, handle_id=handle_id, platform=self.platform,
-                             job_ops=self.ender.job_ops)
+                             job_ops=self.ender.job_ops, keeper=self.keeper)
 
     def _track(self, node_id: str, handle_id: str, launched: launch.Launched, ports: tuple[int, int],
                env: dict[str, str], attempt: int) -> Handle:
         handle = launch.new_handle(node_id, handle_id, launched, ports, env, attempt, self.platform)
         self._handles[handle.id] = handle
         self.caps.place(handle)
-        launch.watch_pump(launched.pump, handle)
+        if launched.pump is not None:
+            launch.watch_pump(launched.pump, handle)
         try:
             handle._cancel_watch = procs.watch_exit(
                 asyncio.get_running_loop(), handle.pid, handle.popen, lambda code: self._on_exit(handle, code)
@@ -328,10 +324,10 @@ class Orchestrator:
         if not handle.stop_requested:
             # Before the listeners hear of it: the respawn they start needs the folder and ports.
             self.ender.end_now(handle)
-            if handle._cancel_pump_watch is not None and not handle._pump_exited.is_set():
-                # The listeners read the node's last log line to say why it ended; its pump
-                # may not have written it yet. The pump ends on the pipe's end, so its exit
-                # says the log is whole: tell once it came (within a bound).
+            if not handle._log_done.is_set():
+                # The listeners read the node's last log line to say why it ended; its pump or
+                # the keeper may not have written it yet. Both see the pipe's end, which says
+                # the log is whole: tell once it came (within a bound).
                 task = asyncio.get_running_loop().create_task(self._tell_when_flushed(handle, code))
                 self._telling.add(task)
                 task.add_done_callback(self._telling.discard)
@@ -341,9 +337,9 @@ class Orchestrator:
     async def _tell_when_flushed(self, handle: Handle, code: int | None) -> None:
         try:
             async with asyncio.timeout(PUMP_FLUSH_S):  # a close's cancel is never dropped
-                await handle._pump_exited.wait()
+                await handle._log_done.wait()
         except TimeoutError:
-            log.debug("node %s: its log pump outlived it by %.1fs; its exit is told without waiting", handle.node_id, PUMP_FLUSH_S)
+            log.debug("node %s: its output outlived it by %.1fs; its exit is told without waiting", handle.node_id, PUMP_FLUSH_S)
         self._tell_exit(handle, code)
 
     def _tell_exit(self, handle: Handle, code: int | None) -> None:
@@ -448,10 +444,10 @@ class Orchestrator:
         return self.logs.tail(node_id, lines, max_bytes)
 
     def trim_logs(self) -> None:
-        """Keep under their cap the logs that no pump writes (children of an older build,
-        or a pump that could not start); a pump caps its log as it writes."""
+        """Keep under their cap the logs that no pump or keeper writes (children of an older
+        build); a pump or the keeper caps its log as it writes."""
         for handle in self._handles.values():
-            if not handle.pump_pid:
+            if not handle.pump_pid and not handle.log_kept:
                 self.logs.trim(handle.node_id)
 
     def _standby_pool(self) -> StandbyPool:
@@ -482,6 +478,8 @@ class Orchestrator:
             task.cancel()
         if self.standby is not None:
             self.standby.close()
+        if self.keeper is not None:
+            self.keeper.close()
         if self.state.pending:
             self.state.write_or_log()
         for handle in self._handles.values():

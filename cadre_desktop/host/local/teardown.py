@@ -152,14 +152,21 @@ class Ender:
     # -- the log pump ----------------------------------------------------------------
 
     async def wait_pump(self, handle: Handle, timeout: float = GONE_TIMEOUT_S) -> None:
-        """Let the pump write the node's last lines and end; kill it if it does not."""
+        """Let the pump (or the keeper) write the node's last lines; kill a pump that does not end."""
+        if handle.log_kept:
+            try:
+                async with asyncio.timeout(timeout):
+                    await handle._log_done.wait()
+            except TimeoutError:
+                log.warning("node %s: its output did not end with the node", handle.node_id)
+            return
         pid, identity = handle.pump_pid, handle.pump_identity
         if not pid or identity is None:
             return
         if handle._cancel_pump_watch is not None:
             try:
                 async with asyncio.timeout(timeout):
-                    await handle._pump_exited.wait()
+                    await handle._log_done.wait()
                 return
             except TimeoutError:
                 pass
