@@ -54,8 +54,8 @@ quietly() {
     ( while sleep "$TICK_S"; do echo "      still: $what ($((SECONDS - start)) s)" >&2; done ) &
     ticker=$!
     "$@" >"$log" 2>&1 || status=$?
-    kill "$ticker" 2>/dev/null
-    wait "$ticker" 2>/dev/null
+    kill "$ticker" 2>/dev/null || true
+    wait "$ticker" 2>/dev/null || true  # the ticker ends by the kill (143): not a failure
     if [ "$status" -eq 0 ]; then
         echo "      done: $what ($((SECONDS - start)) s)" >&2
         rm -f "$log"

@@ -30,7 +30,9 @@ def run_setup(tmp_path: Path, pip_s: str = "0", packages: str = "python3-venv li
     for name, text in (("dpkg-query", DPKG_QUERY), ("python3", FAKE_PYTHON), ("apt-get", "#!/bin/sh\nexit 0\n")):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    script = (f'source {REPO / "scripts" / "_setup.sh"}; STEPS=4; VENV={tmp_path / "venv"}; TICK_S=1; '
+    # As scripts/run and scripts/test source it: under errexit (regression: the ticker's end, a
+    # kill that `wait` reports as 143, ended every set-up there, CI's included).
+    script = (f'set -euo pipefail; source {REPO / "scripts" / "_setup.sh"}; STEPS=4; VENV={tmp_path / "venv"}; TICK_S=1; '
               f"ensure_debs {packages}; ensure_venv run; step the app; "
               "echo second run >&2; STEP=0; ensure_debs libgl1; ensure_venv run; step the app")
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
