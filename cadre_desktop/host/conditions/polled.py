@@ -1,0 +1,130 @@
+"""A condition source that asks the platform now and then (psutil's battery, Windows' connection
+cost, the person's idle time): one probe at a time, in the background, never on the loop's time.
+
+The probe is a coroutine: one that calls a platform function which can block runs it in a
+thread (`in_thread`). A probe that raises reads unknown, with why in words, and the source keeps
+asking (every `retry_s` while unknown, every `interval_s` while it answers), so a source that
+starts answering later is picked up. `on_change` is called when the value or where it comes
+from changes; a detail alone (an idle time growing) only updates `reading()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from cadre_desktop.host.conditions.source import Reading
+from cadre_desktop.host.core.clock import Clock, sleep_or_kick
+from cadre_desktop.text import one_line
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+Probe = Callable[[], Awaitable[Reading]]
+
+#: How long one probe may take before it reads unknown (a hung platform call stays in its thread).
+PROBE_TIMEOUT_S = 10.0
+
+
+async def in_thread(call: Callable[[], T]) -> T:
+    """`call` on a worker thread: a platform call that may block never holds the loop."""
+    return await asyncio.to_thread(call)
+
+
+def why(exc: BaseException) -> str:
+    """An error from the platform in words: one line, bounded (its text is the OS's, not ours)."""
+    text = one_line(str(exc), 160)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Changes:
+    """The last reading and who hears a change: what every source shares."""
+
+    def __init__(self, name: str, unknown: Reading) -> None:
+        self.name = name
+        self.last = unknown
+        self.on_change: Callable[[Reading], None] | None = None
+
+    def set(self, reading: Reading) -> None:
+        before, self.last = self.last, reading
+        if (before.value, before.source) == (reading.value, reading.source) or self.on_change is None:
+            return
+        try:
+            self.on_change(reading)
+        except Exception:  # a listener's bug must not end the watch
+            log.exception("condition %s: a listener failed on %s", self.name, reading)
+
+
+class PolledSource:
+    """`probe` every `interval_s` while it answers, every `retry_s` while it reads unknown."""
+
+    def __init__(self, name: str, probe: Probe, unknown: Reading, *, interval_s: float, retry_s: float = 60.0,
+                 clock: Clock | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        self.name = name
+        self._probe = probe
+        self._unknown = unknown
+        self._changes = Changes(name, unknown)
+        self.interval_s = interval_s
+        self.retry_s = retry_s
+        self._clock = clock or Clock()
+        self._timeout_s = timeout_s
+        self._task: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+
+    def reading(self) -> Reading:
+        return self._changes.last
+
+    async def start(self, on_change: Callable[[Reading], None]) -> None:
+        self._changes.on_change = on_change
+        if self._task is None:
+            await self.poll_once()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"condition-{self.name}")
+
+    async def poll_once(self) -> Reading:
+        """Ask the platform once; the reading is kept and, when it changed, told."""
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                reading = await self._probe()
+        except TimeoutError:
+            reading = Reading(None, self._unknown.source, f"no answer within {self._timeout_s:g} s")
+        except Exception as exc:  # the platform's own error, whatever its type: unknown, never raised
+            reading = Reading(None, self._unknown.source, why(exc))
+        self._changes.set(reading)
+        return reading
+
+    def poke(self) -> None:
+        """Ask again now (e.g. after a wake from sleep) instead of at the next interval."""
+        self._kick.set()
+
+    async def _run(self) -> None:
+        while True:
+            wait = self.interval_s if self._changes.last.value is not None else self.retry_s
+            await sleep_or_kick(self._clock, wait, self._kick)
+            await self.poll_once()
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._changes.on_change = None
+
+
+class Unreadable:
+    """A condition this platform cannot read: unknown for good, in words (it never stops a node)."""
+
+    def __init__(self, name: str, source: str, detail: str) -> None:
+        self.name = name
+        self._reading = Reading(None, source, detail)
+
+    async def start(self, on_change: Callable[[Reading], None]) -> None:
+        return None
+
+    def reading(self) -> Reading:
+        return self._reading
+
+    async def stop(self) -> None:
+        return None

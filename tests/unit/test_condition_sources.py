@@ -1,0 +1,185 @@
+"""The run conditions' battery and metered sources, each platform branch over a fake OS seam;
+the polled source's retry and change rules on the fake clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from cadre_desktop.host.conditions import battery, metered
+from cadre_desktop.host.conditions.dbusprop import PropertyWatch
+from cadre_desktop.host.conditions.polled import PolledSource, Unreadable
+from cadre_desktop.host.conditions.source import Reading
+from tests.support.clock import FakeClock, settle
+from tests.support.polling import async_wait_until
+
+
+@dataclass
+class Battery:
+    power_plugged: bool | None
+    percent: float = 80.0
+
+
+class FakePower:
+    def __init__(self, *answers):
+        self.answers = list(answers)
+
+    def battery(self):
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_upower_on_battery_reads_true_and_mains_false():
+    assert battery.upower_reading(True) == Reading(True, "UPower over the system D-Bus", "on battery")
+    assert battery.upower_reading(False) == Reading(False, "UPower over the system D-Bus", "on mains power")
+    with pytest.raises(TypeError):
+        battery.upower_reading(1)
+
+
+def test_psutil_plugged_unplugged_no_battery_and_unsaid():
+    assert battery.psutil_reading(Battery(False, 42.4)) == Reading(True, battery.PSUTIL_SOURCE, "on battery (42 %)")
+    assert battery.psutil_reading(Battery(True)).value is False
+    assert battery.psutil_reading(None) == Reading(False, battery.PSUTIL_SOURCE, "no battery")
+    unsaid = battery.psutil_reading(Battery(None))
+    assert unsaid.value is None and "does not say" in unsaid.detail
+
+
+@pytest.mark.parametrize("platform", ["win32", "darwin"])
+async def test_windows_and_macos_poll_psutil_and_tell_a_change(platform):
+    clock = FakeClock()
+    power = FakePower(Battery(True), Battery(False))
+    source = battery.battery_source(platform, power=power, clock=clock)
+    assert isinstance(source, PolledSource)
+    heard: list[Reading] = []
+    await source.start(heard.append)
+    await settle()
+    try:
+        assert source.reading().value is False and heard == [source.reading()]
+        await clock.run_for(battery.POLL_S - 1)
+        assert len(heard) == 1
+        await clock.run_for(1)
+        await async_wait_until(lambda: len(heard) == 2, what="the second poll")
+        assert heard[-1] == Reading(True, battery.PSUTIL_SOURCE, "on battery (80 %)")
+    finally:
+        await source.stop()
+
+
+def test_linux_follows_upower_on_the_system_bus():
+    source = battery.battery_source("linux")
+    assert isinstance(source, PropertyWatch)
+    assert (source.prop.service, source.prop.path, source.prop.name) == (
+        "org.freedesktop.UPower", "/org/freedesktop/UPower", "OnBattery")
+    assert source.reading() == Reading(None, "UPower over the system D-Bus", "not read yet")
+
+
+async def test_a_probe_that_raises_reads_unknown_is_retried_and_picked_up_when_it_answers():
+    clock = FakeClock()
+    power = FakePower(OSError("no power supply class"), OSError("still none"), Battery(False))
+    source = battery.polled_battery(power, interval_s=30, retry_s=60, clock=clock)
+    heard: list[Reading] = []
+    await source.start(heard.append)  # never raises
+    await settle()
+    try:
+        assert source.reading().value is None and "OSError: no power supply class" in source.reading().detail
+        await clock.run_for(30)
+        assert len(power.answers) == 2, "unknown waits retry_s, not interval_s"
+        await clock.run_for(30)
+        await async_wait_until(lambda: len(power.answers) == 1, what="the retry")
+        assert source.reading().detail == "OSError: still none" and heard == [], "unknown to unknown is no change"
+        await clock.run_for(60)
+        await async_wait_until(lambda: heard, what="picked up")
+        assert heard == [Reading(True, battery.PSUTIL_SOURCE, "on battery (80 %)")]
+    finally:
+        await source.stop()
+
+
+async def test_a_new_detail_with_the_same_value_is_kept_but_not_told():
+    answers = iter([Reading(True, "x", "idle 1 s"), Reading(True, "x", "idle 11 s"), Reading(False, "x", "idle 5 min")])
+
+    async def probe():
+        return next(answers)
+
+    source = PolledSource("in_use", probe, Reading(None, "x"), interval_s=10)
+    heard: list[Reading] = []
+    source._changes.on_change = heard.append
+    for _ in range(3):
+        await source.poll_once()
+    assert [r.detail for r in heard] == ["idle 1 s", "idle 5 min"]
+    assert source.reading().detail == "idle 5 min"
+
+
+async def test_a_listener_that_raises_does_not_end_the_source(caplog):
+    async def probe():
+        return Reading(True, "x")
+
+    def broken(_reading):
+        raise RuntimeError("listener bug")
+
+    source = PolledSource("on_battery", probe, Reading(None, "x"), interval_s=10)
+    await source.start(broken)
+    try:
+        assert source.reading().value is True and "a listener failed" in caplog.text
+    finally:
+        await source.stop()
+
+
+@pytest.mark.parametrize("value, known, words", [
+    (0, None, "NetworkManager does not know"), (1, True, "metered"), (2, False, "not metered"),
+    (3, True, "metered (NetworkManager's guess)"), (4, False, "not metered (NetworkManager's guess)"),
+    (9, None, "an unknown Metered value 9"),
+])
+def test_network_manager_metered_values(value, known, words):
+    assert metered.nm_reading(value) == Reading(known, "NetworkManager over the system D-Bus", words)
+
+
+@pytest.mark.parametrize("cost, known", [
+    (metered.COST_UNRESTRICTED, False), (metered.COST_FIXED, True), (metered.COST_VARIABLE, True),
+    (metered.COST_UNRESTRICTED | metered.COST_ROAMING, True), (metered.COST_UNRESTRICTED | metered.COST_OVERDATALIMIT, True),
+    (metered.COST_UNRESTRICTED | metered.COST_CONGESTED, False), (0, None), (None, None), (0x100, None),
+])
+def test_windows_connection_cost_flags(cost, known):
+    assert metered.cost_reading(cost).value is known
+
+
+class FakeCost:
+    def __init__(self, cost):
+        self.value = cost
+        self.calls = 0
+
+    def cost(self):
+        self.calls += 1
+        if isinstance(self.value, Exception):
+            raise self.value
+        return self.value
+
+
+async def test_windows_reads_the_cost_through_its_seam_and_a_com_failure_is_unknown():
+    reader = FakeCost(metered.COST_VARIABLE)
+    source = metered.metered_source("win32", reader=reader)
+    heard: list[Reading] = []
+    await source.start(heard.append)
+    try:
+        assert heard == [Reading(True, metered.WINDOWS_SOURCE, "metered")] and reader.calls == 1
+        reader.value = OSError("CoCreateInstance(NetworkListManager) failed: 0x80040154")
+        assert isinstance(source, PolledSource)
+        reading = await source.poll_once()
+        assert reading.value is None and "0x80040154" in reading.detail
+    finally:
+        await source.stop()
+
+
+async def test_macos_metered_is_unknown_and_says_why():
+    source = metered.metered_source("darwin")
+    assert isinstance(source, Unreadable)
+    await source.start(lambda _r: None)
+    assert source.reading().value is None and "Network.framework" in source.reading().detail
+    await source.stop()
+
+
+def test_linux_follows_network_manager_on_the_system_bus():
+    source = metered.metered_source("linux")
+    assert isinstance(source, PropertyWatch) and source.prop.service == "org.freedesktop.NetworkManager"
+    assert source.prop.name == "Metered" and source.source == "NetworkManager over the system D-Bus"
