@@ -62,7 +62,8 @@ class PolledSource:
     """`probe` every `interval_s` while it answers, every `retry_s` while it reads unknown."""
 
     def __init__(self, name: str, probe: Probe, unknown: Reading, *, interval_s: float, retry_s: float = 60.0,
-                 clock: Clock | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+                 clock: Clock | None = None, timeout_s: float = PROBE_TIMEOUT_S,
+                 on_stop: Callable[[], Awaitable[None]] | None = None) -> None:
         self.name = name
         self._probe = probe
         self._unknown = unknown
@@ -73,6 +74,7 @@ class PolledSource:
         self._timeout_s = timeout_s
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
+        self._on_stop = on_stop
 
     def reading(self) -> Reading:
         return self._changes.last
@@ -111,6 +113,11 @@ class PolledSource:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         self._changes.on_change = None
+        if self._on_stop is not None:
+            try:
+                await self._on_stop()
+            except Exception as exc:  # closing what the probe opened (a bus): nothing more to do
+                log.debug("condition %s: closing: %s", self.name, why(exc))
 
 
 class Unreadable:
