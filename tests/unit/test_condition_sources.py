@@ -4,13 +4,15 @@ the polled source's retry and change rules on the fake clock."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 
-from cadre_desktop.host.conditions import battery, metered
+from cadre_desktop.host.conditions import battery, idle, metered, platform
 from cadre_desktop.host.conditions.dbusprop import PropertyWatch
 from cadre_desktop.host.conditions.polled import PolledSource, Unreadable
 from cadre_desktop.host.conditions.source import Reading
+from cadre_desktop.settings import Settings
 from tests.support.clock import FakeClock, settle
 from tests.support.polling import async_wait_until
 
@@ -183,3 +185,51 @@ def test_linux_follows_network_manager_on_the_system_bus():
     source = metered.metered_source("linux")
     assert isinstance(source, PropertyWatch) and source.prop.service == "org.freedesktop.NetworkManager"
     assert source.prop.name == "Metered" and source.source == "NetworkManager over the system D-Bus"
+
+
+def test_make_sources_by_default_builds_on_battery_and_metered_only():
+    sources = platform.make_sources(Settings(), "linux", env={})
+    assert [s.name for s in sources] == ["on_battery", "metered"]
+    assert all(isinstance(s, PropertyWatch) for s in sources)
+
+
+def test_make_sources_builds_only_the_conditions_that_are_on():
+    on = SimpleNamespace(pause_on_battery=False, pause_when_in_use=True, in_use_idle_minutes=5,
+                         pause_on_metered_network=False)
+    sources = platform.make_sources(on, "linux", env={"DISPLAY": ":0"})
+    assert [s.name for s in sources] == ["in_use"]
+    assert isinstance(sources[0], PolledSource)
+    probe = sources[0]._probe
+    assert isinstance(probe, idle.IdleProbe) and probe.threshold_ms == 300_000
+    off = SimpleNamespace(pause_on_battery=False, pause_when_in_use=False, pause_on_metered_network=False)
+    assert platform.make_sources(off, "linux") == []
+
+
+def test_a_missing_or_wrong_idle_threshold_is_three_minutes():
+    assert platform.idle_minutes(SimpleNamespace()) == 3.0
+    assert platform.idle_minutes(SimpleNamespace(in_use_idle_minutes=0)) == 3.0
+    assert platform.idle_minutes(SimpleNamespace(in_use_idle_minutes=True)) == 3.0
+    assert platform.idle_minutes(SimpleNamespace(in_use_idle_minutes=10)) == 10.0
+
+
+@pytest.mark.parametrize("name, kinds", [("win32", [PolledSource, PolledSource, PolledSource]),
+                                         ("darwin", [PolledSource, PolledSource, Unreadable])])
+def test_make_sources_on_windows_and_macos(name, kinds):
+    every = SimpleNamespace(pause_on_battery=True, pause_when_in_use=True, pause_on_metered_network=True)
+    sources = platform.make_sources(every, name, env={})
+    assert [s.name for s in sources] == ["on_battery", "in_use", "metered"]
+    assert [type(s) for s in sources] == kinds
+
+
+async def test_describe_lists_each_reading_as_plain_data():
+    sources = platform.make_sources(SimpleNamespace(pause_on_battery=False), "darwin", env={})
+    assert platform.describe(sources) == [{
+        "condition": "metered", "value": None, "seen": "unknown", "source": "macOS",
+        "detail": "not read on macOS: its expensive/constrained path needs Network.framework"}]
+    power = battery.polled_battery(FakePower(Battery(False)))
+    await power.start(lambda _r: None)
+    try:
+        assert platform.describe([power])[0]["seen"] == "yes"
+        assert set(platform.CONDITIONS) == set(platform.HOLD_WORDS) == {"on_battery", "in_use", "metered"}
+    finally:
+        await power.stop()
