@@ -3,6 +3,8 @@ the polled source's retry and change rules on the fake clock."""
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -10,7 +12,7 @@ import pytest
 
 from cadre_desktop.host.conditions import battery, idle, metered, platform
 from cadre_desktop.host.conditions.dbusprop import PropertyWatch
-from cadre_desktop.host.conditions.polled import PolledSource, Unreadable
+from cadre_desktop.host.conditions.polled import PolledSource, Unreadable, Worker
 from cadre_desktop.host.conditions.source import Reading
 from cadre_desktop.settings import Settings
 from tests.support.clock import FakeClock, settle
@@ -233,3 +235,47 @@ async def test_describe_lists_each_reading_as_plain_data():
         assert set(platform.CONDITIONS) == set(platform.HOLD_WORDS) == {"on_battery", "in_use", "metered"}
     finally:
         await power.stop()
+
+
+async def test_a_hung_os_call_holds_neither_the_loop_nor_start_and_is_not_asked_twice():
+    release = threading.Event()
+    calls = []
+
+    def hung():
+        calls.append(1)
+        release.wait(10)
+        return Battery(True)
+
+    class Hung:
+        def battery(self):
+            return hung()
+
+    source = battery.polled_battery(Hung(), interval_s=0.01, retry_s=0.01)
+    source._timeout_s = 0.05
+    source.first_read_s = 0.02
+    heard: list[Reading] = []
+    started = time.monotonic()
+    await source.start(heard.append)
+    try:
+        assert time.monotonic() - started < 1, "start waits for its first reading only briefly"
+        assert source.reading().detail == "not read yet"
+        await async_wait_until(lambda: "no answer within" in source.reading().detail, what="the timeout")
+        await async_wait_until(lambda: "has not returned yet" in source.reading().detail, what="no second call")
+        assert len(calls) == 1
+        release.set()
+        await async_wait_until(lambda: source.reading().value is False, what="the answer once it returns")
+        assert heard[-1].value is False and len(calls) >= 2
+    finally:
+        release.set()
+        await source.stop()
+
+
+async def test_a_worker_hands_back_the_calls_error():
+    worker = Worker("t")
+
+    def broken():
+        raise PermissionError("no access to the power supply")
+
+    with pytest.raises(PermissionError):
+        await worker.run(broken)
+    assert not worker.busy and await worker.run(lambda: 7) == 7

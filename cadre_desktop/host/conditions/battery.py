@@ -14,7 +14,7 @@ import sys
 from typing import Any, Protocol
 
 from cadre_desktop.host.conditions.dbusprop import Connect, Property, PropertyWatch, system_bus
-from cadre_desktop.host.conditions.polled import PolledSource, in_thread
+from cadre_desktop.host.conditions.polled import PolledSource, Worker
 from cadre_desktop.host.conditions.source import ConditionSource, Reading
 from cadre_desktop.host.core.clock import Clock
 
@@ -73,9 +73,10 @@ def polled_battery(power: PowerReader | None = None, *, interval_s: float = POLL
                    clock: Clock | None = None) -> PolledSource:
     """Windows and macOS: psutil asked every `interval_s`."""
     ops: PowerReader = power or PsutilPower()
+    worker = Worker(NAME)
 
     async def probe() -> Reading:
-        return psutil_reading(await in_thread(ops.battery))
+        return psutil_reading(await worker.run(ops.battery))
 
     return PolledSource(NAME, probe, Reading(None, PSUTIL_SOURCE, "not read yet"), interval_s=interval_s,
                         retry_s=retry_s, clock=clock)

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cadre_desktop.host.conditions.polled import Changes, why
+from cadre_desktop.host.conditions.polled import FIRST_READ_S, Changes, first_read, why
 from cadre_desktop.host.conditions.source import Reading
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
 
@@ -100,15 +100,17 @@ class PropertyWatch:
         self._kick = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
+        self.first_read_s = FIRST_READ_S
 
     def reading(self) -> Reading:
         return self._changes.last
 
     async def start(self, on_change: Callable[[Reading], None]) -> None:
+        """The first reading is asked at once and waited for up to `polled.FIRST_READ_S`."""
         self._changes.on_change = on_change
         if self._runner is None:
-            await self._attempt()
             self._runner = asyncio.get_running_loop().create_task(self._run(), name=f"condition-{self.name}")
+            await first_read(self._changes, self.first_read_s)
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
@@ -120,6 +122,7 @@ class PropertyWatch:
         self._drop_bus()
 
     async def _run(self) -> None:
+        await self._attempt()
         while True:
             # Known: nothing to do until a signal says the service left, or the bus dropped.
             wait = self.retry_s if self._changes.last.value is None else 24 * 3600.0

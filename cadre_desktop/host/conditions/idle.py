@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cadre_desktop.host.conditions.dbusprop import call, session_bus
-from cadre_desktop.host.conditions.polled import PolledSource, in_thread, why
+from cadre_desktop.host.conditions.polled import PolledSource, Worker, why
 from cadre_desktop.host.conditions.source import Reading
 from cadre_desktop.host.core.clock import Clock
 
@@ -134,12 +134,13 @@ class X11Idle:
     def __init__(self, display: str | None, lib: XssQuery | None = None) -> None:
         self.display = display
         self._lib: XssQuery = lib or XssLib()
+        self._worker = Worker("x11-idle")
 
     async def idle_ms(self) -> int:
         if not self.display:
             raise OSError("no DISPLAY")
         display = self.display
-        return await in_thread(lambda: self._lib.idle_ms(display))
+        return await self._worker.run(lambda: self._lib.idle_ms(display))
 
     async def close(self) -> None:
         return None
@@ -235,9 +236,10 @@ class WindowsIdle:
 
     def __init__(self, ticks: InputTicks | None = None) -> None:
         self._ticks: InputTicks = ticks or WindowsTicks()
+        self._worker = Worker("windows-idle")
 
     async def idle_ms(self) -> int:
-        now, last = await in_thread(self._ticks.ticks)
+        now, last = await self._worker.run(self._ticks.ticks)
         return ticks_idle_ms(now, last)
 
     async def close(self) -> None:
@@ -270,9 +272,10 @@ class MacIdle:
 
     def __init__(self, ioreg: Callable[[], str] = run_ioreg) -> None:
         self._ioreg = ioreg
+        self._worker = Worker("mac-idle")
 
     async def idle_ms(self) -> int:
-        return parse_hid_idle_ms(await in_thread(self._ioreg))
+        return parse_hid_idle_ms(await self._worker.run(self._ioreg))
 
     async def close(self) -> None:
         return None

@@ -22,7 +22,7 @@ import sys
 from typing import Any, Protocol
 
 from cadre_desktop.host.conditions.dbusprop import Connect, Property, PropertyWatch, system_bus
-from cadre_desktop.host.conditions.polled import PolledSource, Unreadable, in_thread
+from cadre_desktop.host.conditions.polled import PolledSource, Unreadable, Worker
 from cadre_desktop.host.conditions.source import ConditionSource, Reading
 from cadre_desktop.host.core.clock import Clock
 
@@ -129,9 +129,10 @@ class WindowsCost:
 def windows_metered(reader: CostReader | None = None, *, interval_s: float = POLL_S, retry_s: float = 60.0,
                     clock: Clock | None = None) -> PolledSource:
     ops = reader or WindowsCost()
+    worker = Worker(NAME)
 
     async def probe() -> Reading:
-        return cost_reading(await in_thread(ops.cost))
+        return cost_reading(await worker.run(ops.cost))
 
     return PolledSource(NAME, probe, Reading(None, WINDOWS_SOURCE, "not read yet"), interval_s=interval_s,
                         retry_s=retry_s, clock=clock)

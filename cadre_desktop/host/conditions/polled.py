@@ -1,8 +1,8 @@
 """A condition source that asks the platform now and then (psutil's battery, Windows' connection
 cost, the person's idle time): one probe at a time, in the background, never on the loop's time.
 
-The probe is a coroutine: one that calls a platform function which can block runs it in a
-thread (`in_thread`). A probe that raises reads unknown, with why in words, and the source keeps
+The probe is a coroutine: one that calls a platform function which can block runs it on a
+thread (`Worker`). A probe that raises reads unknown, with why in words, and the source keeps
 asking (every `retry_s` while unknown, every `interval_s` while it answers), so a source that
 starts answering later is picked up. `on_change` is called when the value or where it comes
 from changes; a detail alone (an idle time growing) only updates `reading()`.
@@ -11,9 +11,11 @@ from changes; a detail alone (an idle time growing) only updates `reading()`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from cadre_desktop.host.conditions.source import Reading
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
@@ -27,11 +29,54 @@ Probe = Callable[[], Awaitable[Reading]]
 
 #: How long one probe may take before it reads unknown (a hung platform call stays in its thread).
 PROBE_TIMEOUT_S = 10.0
+#: How long `start` waits for the first reading before it returns (the reading then comes later).
+FIRST_READ_S = 2.0
 
 
-async def in_thread(call: Callable[[], T]) -> T:
-    """`call` on a worker thread: a platform call that may block never holds the loop."""
-    return await asyncio.to_thread(call)
+class Worker:
+    """One platform call at a time, each on a daemon thread of its own: the loop never waits on the
+    OS, a call that hangs for good holds only its thread (never the host's exit, as a pool's thread
+    would), and no second call is started while it hangs (the probe reads unknown instead)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.busy = False
+
+    async def run(self, call: Callable[[], T]) -> T:
+        if self.busy:
+            raise OSError("its last call to the OS has not returned yet")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def work() -> None:
+            try:
+                result = call()
+            except BaseException as exc:  # handed to the loop as the call's outcome
+                self._hand(loop, future, None, exc)
+            else:
+                self._hand(loop, future, result, None)
+
+        self.busy = True
+        threading.Thread(target=work, name=f"condition-{self.name}", daemon=True).start()
+        return await future
+
+    def _hand(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[T], result: T | None,
+              exc: BaseException | None) -> None:
+        """The call's outcome to the loop (from the worker thread); not busy from then on."""
+
+        def settle() -> None:
+            self.busy = False
+            if future.done():  # the probe timed out, or the source stopped
+                return
+            if exc is not None:
+                future.set_exception(exc)
+            else:
+                future.set_result(cast(T, result))
+
+        try:
+            loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the loop has closed: nobody waits any more
+            self.busy = False
 
 
 def why(exc: BaseException) -> str:
@@ -47,8 +92,10 @@ class Changes:
         self.name = name
         self.last = unknown
         self.on_change: Callable[[Reading], None] | None = None
+        self.read = asyncio.Event()
 
     def set(self, reading: Reading) -> None:
+        self.read.set()
         before, self.last = self.last, reading
         if (before.value, before.source) == (reading.value, reading.source) or self.on_change is None:
             return
@@ -56,6 +103,14 @@ class Changes:
             self.on_change(reading)
         except Exception:  # a listener's bug must not end the watch
             log.exception("condition %s: a listener failed on %s", self.name, reading)
+
+
+async def first_read(changes: Changes, wait_s: float) -> None:
+    """Wait (bounded) for a source's first reading: a caller that starts a source and shows it
+    at once sees what it read, and a slow OS delays it by `wait_s` at most."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(wait_s):
+            await changes.read.wait()
 
 
 class PolledSource:
@@ -75,15 +130,17 @@ class PolledSource:
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._on_stop = on_stop
+        self.first_read_s = FIRST_READ_S
 
     def reading(self) -> Reading:
         return self._changes.last
 
     async def start(self, on_change: Callable[[Reading], None]) -> None:
+        """The first reading is asked at once and waited for up to `FIRST_READ_S`."""
         self._changes.on_change = on_change
         if self._task is None:
-            await self.poll_once()
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"condition-{self.name}")
+            await first_read(self._changes, self.first_read_s)
 
     async def poll_once(self) -> Reading:
         """Ask the platform once; the reading is kept and, when it changed, told."""
@@ -102,6 +159,7 @@ class PolledSource:
         self._kick.set()
 
     async def _run(self) -> None:
+        await self.poll_once()
         while True:
             wait = self.interval_s if self._changes.last.value is not None else self.retry_s
             await sleep_or_kick(self._clock, wait, self._kick)
