@@ -279,3 +279,26 @@ async def test_a_worker_hands_back_the_calls_error():
     with pytest.raises(PermissionError):
         await worker.run(broken)
     assert not worker.busy and await worker.run(lambda: 7) == 7
+
+
+async def test_every_source_may_be_stopped_without_a_start():
+    every = SimpleNamespace(pause_on_battery=True, pause_when_in_use=True, pause_on_metered_network=True)
+    for name in ("linux", "win32", "darwin"):
+        for source in platform.make_sources(every, name, env={}):
+            await source.stop()
+            assert source.reading().value is None
+
+
+async def test_poke_asks_again_before_the_interval():
+    clock = FakeClock()
+    power = FakePower(Battery(True), Battery(False))
+    source = battery.polled_battery(power, interval_s=30, clock=clock)
+    heard: list[Reading] = []
+    await source.start(heard.append)
+    await settle()
+    try:
+        source.poke()
+        await async_wait_until(lambda: len(heard) == 2, what="the poked read")
+        assert heard[-1].value is True
+    finally:
+        await source.stop()

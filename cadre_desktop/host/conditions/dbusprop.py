@@ -101,6 +101,8 @@ class PropertyWatch:
         self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
         self.first_read_s = FIRST_READ_S
+        #: Both match rules in place: a change is heard, so a known value need not be read again.
+        self._followed = False
 
     def reading(self) -> Reading:
         return self._changes.last
@@ -111,6 +113,10 @@ class PropertyWatch:
         if self._runner is None:
             self._runner = asyncio.get_running_loop().create_task(self._run(), name=f"condition-{self.name}")
             await first_read(self._changes, self.first_read_s)
+
+    def poke(self) -> None:
+        """Read again now (e.g. after a wake from sleep), whatever the signals said."""
+        self._kick.set()
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
@@ -124,19 +130,26 @@ class PropertyWatch:
     async def _run(self) -> None:
         await self._attempt()
         while True:
-            # Known: nothing to do until a signal says the service left, or the bus dropped.
-            wait = self.retry_s if self._changes.last.value is None else 24 * 3600.0
+            # Known and followed: nothing to do until a signal says the service left, or the bus dropped.
+            known = self._changes.last.value is not None and self._followed
+            wait = 24 * 3600.0 if known else self.retry_s
             await sleep_or_kick(self._clock, wait, self._kick)
             await self._attempt()
 
     async def _attempt(self) -> None:
-        try:
-            if self._bus is None:
+        if self._bus is None:
+            try:
                 async with asyncio.timeout(self._timeout_s):
-                    self._bus = await self._connect()
-                await self._follow(self._bus)
+                    bus = await self._connect()
+            except Exception as exc:  # no bus here (yet), or it refused us
+                detail = "no answer" if isinstance(exc, TimeoutError) else why(exc)
+                self._changes.set(Reading(None, self.source, f"cannot reach the bus: {detail}"))
+                return
+            self._bus = bus
+            self._followed = await self._follow(bus)
+        try:
             reading = await self._fetch(self._bus)
-        except Exception as exc:  # no bus, no service, a refusal, the library's own errors: unknown
+        except Exception as exc:  # no service, a refusal, the library's own errors: unknown
             if self._bus is not None and not self._bus.connected:
                 self._drop_bus()
             reading = Reading(None, self.source, self._unreachable(exc))
@@ -150,24 +163,29 @@ class PropertyWatch:
             return f"{self.prop.service} is not on the bus"
         return f"cannot read {self.prop.name}: {text}"
 
-    async def _follow(self, bus: MessageBus) -> None:
+    async def _follow(self, bus: MessageBus) -> bool:
         """Hear the property's changes and its service's comings and goings (the rules are in place
-        before the first read, so no change falls between them); notice a dropped bus."""
+        before the first read, so no change falls between them); notice a dropped bus. False when a
+        rule was refused: then the value is read again every `retry_s` instead."""
         bus.add_message_handler(self._on_message)
         self._spawn(self._on_disconnect(bus))
+        followed = True
         for rule in (
             f"type='signal',sender='{self.prop.service}',path='{self.prop.path}',interface='{PROPERTIES}',"
             f"member='PropertiesChanged',arg0='{self.prop.interface}'",
             f"type='signal',sender='{DBUS}',interface='{DBUS}',member='NameOwnerChanged',arg0='{self.prop.service}'",
         ):
-            await self._add_match(bus, rule)
+            followed = await self._add_match(bus, rule) and followed
+        return followed
 
-    async def _add_match(self, bus: MessageBus, rule: str) -> None:
+    async def _add_match(self, bus: MessageBus, rule: str) -> bool:
         try:
             await call(bus, DBUS, "/org/freedesktop/DBus", DBUS, "AddMatch", "s", [rule], self._timeout_s)
         except Exception as exc:
             log.warning("condition %s: cannot follow its changes (%s); read again every %g s", self.name, why(exc),
                         self.retry_s)
+            return False
+        return True
 
     async def _on_disconnect(self, bus: MessageBus) -> None:
         try:
