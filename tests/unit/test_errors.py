@@ -367,6 +367,12 @@ _REPORTED_OTHERWISE = {
     "cli/doctor.py:check_caps": "the failure is the check's result, shown to the person",
     "cli/doctor.py:probe_notifications": "no service answering is the check's result, shown to the person",
     "host/core/secrets.py:_work": "the exception is handed to the caller's future",
+    "host/conditions/dbusprop.py:_attempt": "the error is the reading (unknown, why in words); Changes logs each change",
+    "host/conditions/dbusprop.py:_on_message": "the error is the reading (unknown, why in words); Changes logs each change",
+    "host/conditions/idle.py:__call__": "each way's error is in the unknown reading when no way answers",
+    "host/conditions/polled.py:run": "the exception is handed to the caller's future (in `work`, its thread)",
+    "host/conditions/polled.py:work": "the exception is handed to the caller's future",
+    "host/conditions/polled.py:poll_once": "the error is the reading (unknown, why in words); Changes logs each change",
     "logfilter.py:_decide": "a filter of the logging system: the handler reports the bad record itself",
     "ui/app.py:_serve": "show_error logs it and shows it to the person",
 }

@@ -181,7 +181,7 @@ class PropertyWatch:
     async def _add_match(self, bus: MessageBus, rule: str) -> bool:
         try:
             await call(bus, DBUS, "/org/freedesktop/DBus", DBUS, "AddMatch", "s", [rule], self._timeout_s)
-        except Exception as exc:
+        except Exception as exc:  # a refused rule (a bus policy): the value is read every retry instead
             log.warning("condition %s: cannot follow its changes (%s); read again every %g s", self.name, why(exc),
                         self.retry_s)
             return False
@@ -190,7 +190,7 @@ class PropertyWatch:
     async def _on_disconnect(self, bus: MessageBus) -> None:
         try:
             await bus.wait_for_disconnect()  # type: ignore[no-untyped-call]
-        except Exception as exc:
+        except Exception as exc:  # the connection ended with an error: it ended all the same
             log.debug("condition %s: the bus dropped: %s", self.name, why(exc))
         if bus is self._bus:
             self._drop_bus()

@@ -86,7 +86,8 @@ def why(exc: BaseException) -> str:
 
 
 class Changes:
-    """The last reading and who hears a change: what every source shares."""
+    """The last reading and who hears a change: what every source shares. Each change is logged
+    once (so an error a source turned into an unknown reading is in the log too, not every poll)."""
 
     def __init__(self, name: str, unknown: Reading) -> None:
         self.name = name
@@ -97,7 +98,11 @@ class Changes:
     def set(self, reading: Reading) -> None:
         self.read.set()
         before, self.last = self.last, reading
-        if (before.value, before.source) == (reading.value, reading.source) or self.on_change is None:
+        if (before.value, before.source) == (reading.value, reading.source):
+            return
+        seen = "unknown" if reading.value is None else "yes" if reading.value else "no"
+        log.info("condition %s: %s (%s: %s)", self.name, seen, reading.source, reading.detail)
+        if self.on_change is None:
             return
         try:
             self.on_change(reading)
