@@ -22,6 +22,7 @@ with none the reading is unknown (it never stops a node) and tried again every `
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import re
@@ -42,6 +43,8 @@ NAME = "in_use"
 SOURCE = "the desktop's idle time"
 #: How often the idle time is asked (each a cheap call).
 POLL_S = 10.0
+#: How long connecting to the session bus, or one call on it, may take.
+CALL_TIMEOUT_S = 2.0
 
 
 class IdleBackend(Protocol):
@@ -159,8 +162,9 @@ class SessionBus:
 
     async def call(self, destination: str, path: str, interface: str, member: str) -> list[Any]:
         if self._bus is None or not self._bus.connected:
-            self._bus = await self._connect()
-        return await call(self._bus, destination, path, interface, member, timeout_s=2.0)
+            async with asyncio.timeout(CALL_TIMEOUT_S):
+                self._bus = await self._connect()
+        return await call(self._bus, destination, path, interface, member, timeout_s=CALL_TIMEOUT_S)
 
     async def close(self) -> None:
         bus, self._bus = self._bus, None
