@@ -5,6 +5,14 @@ says when it changes. A fact that cannot be read here is `None` (unknown): it ne
 a node, and a source that starts answering later is picked up (`start` keeps trying,
 bounded, in the background). Sources never block the event loop: a D-Bus call is awaited
 on the loop's own connection, a platform call that can block runs in a thread.
+
+What the platform sources (`battery.py`, `metered.py`, `idle.py`, built by
+`platform.make_sources`) promise beyond the Protocol: `start` returns once the first reading
+is in, or after 2 s at most (the reading then comes through `on_change`); `on_change` is
+called when the value or the source changes, not when only the detail does (an idle time
+growing is kept in `reading()` without a call); a listener that raises is logged and the
+source goes on; `stop` may be called on a source never started; and a source can be told to
+read again at once with `poke()` (after a wake from sleep), where it has one.
 """
 
 from __future__ import annotations

@@ -1,0 +1,119 @@
+"""A private bus that stands for the system D-Bus, and the system services the run conditions
+read from it: a fake UPower (`OnBattery`) and a fake NetworkManager (`Metered`), served with
+dbus-fast's ServiceInterface, flipped by the test, each change sent as PropertiesChanged.
+
+The bus is `dbus-daemon` with a system-like configuration written into the test's folder (type
+system, EXTERNAL auth, one socket, a policy that lets the test's user own the services' names);
+the code under test is given its address as `DBUS_SYSTEM_BUS_ADDRESS`, as a real system bus
+would be found. The D-Bus signatures are set as the properties' annotations (what dbus-fast
+reads), so the type checker never sees them as Python types; dbus-fast finds a property by
+its function's name, hence the D-Bus names.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dbus_fast.aio import MessageBus
+from dbus_fast.constants import PropertyAccess
+from dbus_fast.service import ServiceInterface, dbus_property
+
+CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={socket}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+  </policy>
+</busconfig>
+"""
+
+
+@contextmanager
+def private_system_bus(root: Path) -> Iterator[str]:
+    """A system-like dbus-daemon of the test's own; yields its address, stopped at the end."""
+    if shutil.which("dbus-daemon") is None:
+        raise RuntimeError("dbus-daemon is missing; ./scripts/test installs it (dbus)")
+    root.mkdir(parents=True, exist_ok=True)
+    config = root / "system.conf"
+    config.write_text(CONFIG.format(socket=root / "system_bus_socket"))
+    proc = subprocess.Popen(["dbus-daemon", f"--config-file={config}", "--nofork", "--nopidfile", "--print-address=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        if not address:
+            raise RuntimeError("dbus-daemon did not start with the system-like configuration")
+        yield address
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def OnBattery(self: FakeUPower) -> bool:
+    return self.on_battery
+
+
+def Metered(self: FakeNetworkManager) -> int:
+    return self.metered
+
+
+OnBattery.__annotations__ = {"return": "b"}
+Metered.__annotations__ = {"return": "u"}
+
+
+class FakeUPower(ServiceInterface):
+    def __init__(self, on_battery: bool) -> None:
+        super().__init__("org.freedesktop.UPower")
+        self.on_battery = on_battery
+
+    OnBattery = dbus_property(access=PropertyAccess.READ, name="OnBattery")(OnBattery)
+
+    def flip(self, on_battery: bool) -> None:
+        self.on_battery = on_battery
+        self.emit_properties_changed({"OnBattery": on_battery})
+
+
+class FakeNetworkManager(ServiceInterface):
+    def __init__(self, metered: int) -> None:
+        super().__init__("org.freedesktop.NetworkManager")
+        self.metered = metered
+
+    Metered = dbus_property(access=PropertyAccess.READ, name="Metered")(Metered)
+
+    def flip(self, metered: int) -> None:
+        self.metered = metered
+        self.emit_properties_changed({"Metered": metered})
+
+
+async def serve(address: str, name: str, path: str, service: Any) -> MessageBus:
+    """`service` exported at `path` and `name` owned, on its own connection to the bus at `address`."""
+    bus = await MessageBus(bus_address=address).connect()
+    bus.export(path, service)
+    await bus.request_name(name)
+    return bus
+
+
+async def serve_upower(address: str, on_battery: bool) -> tuple[MessageBus, FakeUPower]:
+    upower = FakeUPower(on_battery)
+    return await serve(address, "org.freedesktop.UPower", "/org/freedesktop/UPower", upower), upower
+
+
+async def serve_network_manager(address: str, metered: int) -> tuple[MessageBus, FakeNetworkManager]:
+    nm = FakeNetworkManager(metered)
+    return await serve(address, "org.freedesktop.NetworkManager", "/org/freedesktop/NetworkManager", nm), nm
