@@ -203,7 +203,6 @@ CHILD_EFFECTS_ALLOWED = {
     ("host/core/provision.py", "create"),  # a first start: the row is in its kind's creating status, no pass touches it
     ("host/core/service.py", "_clean_up_removed"),  # Remove: the record is gone first
     ("host/core/service.py", "reclaim_orphan"),  # no record names it: no pass touches it
-    ("host/lending/service.py", "_provision"),  # its first start: the row is `provisioning`, the creator owns it
     ("host/lending/service.py", "clean_up"),  # ending a loan: the row is gone first, as at Remove
     ("host/host.py", "_teardown"),
 }

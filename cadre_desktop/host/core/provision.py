@@ -50,10 +50,13 @@ class Provisioning(Generic[R]):
         self.before_keyring = before_keyring
 
     async def create(self, record: R, kind: SecretKind, secret: str, *, unwind: Unwind,
-                     gone: Callable[[], Exception], **first_start: Any) -> Born[R]:
+                     gone: Callable[[], Exception], still_wanted: Callable[[R], None] = lambda row: None,
+                     **first_start: Any) -> Born[R]:
         """Bring `record` (in its kind's creating status) to life; `first_start` are the fields
         the first child's write sets besides its handle and ports. `gone()` is the error for a row
-        removed meanwhile. Raises what failed, after `unwind` undid what was done."""
+        removed meanwhile; `still_wanted(row)` raises where the kind no longer wants it (a loan
+        whose grant closed during the keyring's write). Raises what failed, after `unwind`
+        undid what was done."""
         lc, row_id = self.lifecycle, record.id
         lc.create(record)
         try:
@@ -67,6 +70,7 @@ class Provisioning(Generic[R]):
             # No await from this re-read to the write after the start.
             if current is None or current.status is not lc.kind.creating or self.gate.cached(row_id, kind) is None:
                 raise gone()
+            still_wanted(current)
             child = self.supervisor.launch(current, secret, 1, lc=lc)
             born: R | None = self.supervisor.spawned(row_id, child, lc=lc, **first_start)
             if born is None:

@@ -32,6 +32,7 @@ from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.events import EventKind, HostEvent
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle
+from cadre_desktop.host.core.provision import Provisioning
 from cadre_desktop.host.core.secrets import SecretKind
 from cadre_desktop.host.core.service import NodeService
 from cadre_desktop.host.core.supervisor import Supervisor
@@ -113,6 +114,7 @@ class LendingService:
         self.ready_wait_s = ready_wait_s
         #: Called before a keyring entry is named: the home id that names it must be on disk.
         self.keep_home = keep_home
+        self.provisioning = Provisioning(lifecycle=lifecycle, gate=gate, supervisor=supervisor, before_keyring=keep_home)
         #: Ids whose creation (or clean-up) is in flight; the reaper leaves them alone.
         self._creating: set[str] = set()
         self._removing: set[str] = set()
@@ -309,12 +311,11 @@ class LendingService:
         now = iso(self.now())
         self._creating.add(donation_id)
         try:
-            self.lifecycle.create(Donation(
+            await self._provision(Donation(
                 id=donation_id, grant_id=grant.id, party_id=wanted.party_id, profile=wanted.profile,
                 status=DonationStatus.PROVISIONING, bootstrap_nodes=wanted.bootstrap_nodes,
                 owner_keys=wanted.owner_keys, created_at=now, updated_at=now,
             ))
-            await self._provision(donation_id)
         finally:
             self._creating.discard(donation_id)
         log.info("node %s lent to party %r under grant %s", donation_id, wanted.party_id, grant.id)
@@ -322,35 +323,19 @@ class LendingService:
         grant = self.still_open(grant)  # revoked while its node started: the revoke ended the loan too
         return self.donation_in(grant, donation_id)
 
-    async def _provision(self, donation_id: str) -> None:
-        """Seed token to the keyring, then the child; any failure ends the loan it began."""
-        try:
-            self.keep_home()
-            await self.gate.store(donation_id, SecretKind.SEED_TOKEN, new_token())
-        except BaseException:
-            await self._unwind(donation_id)
-            raise
-        current = self.donations.get(donation_id)
-        token = self.gate.cached(donation_id, SecretKind.SEED_TOKEN)
-        if current is None or current.status is not DonationStatus.PROVISIONING or token is None:
-            await self._unwind(donation_id)
-            raise LendRefused("the loan ended while its node was being set up", code="donation_ended")
-        try:
+    async def _provision(self, donation: Donation) -> None:
+        """Row, seed token, child (host/core/provision.py); any failure ends the loan it began."""
+        def grant_open(current: Donation) -> None:
             grant = self.grants.get(current.grant_id)
             if grant is None:
                 raise LendRefused("the owner of this host revoked this grant", code="grant_revoked")
             self.still_open(grant)  # revoked or expired during the keyring's write
-        except LendRefused:
-            await self._unwind(donation_id)
-            raise
-        try:
-            # No await from the re-read above to the write below.
-            child = self.supervisor.launch(current, token, 1, lc=self.lifecycle)
-            if self.supervisor.spawned(donation_id, child, lc=self.lifecycle) is None:
-                raise LendRefused("the loan ended while its node was being set up", code="donation_ended")
-        except BaseException:
-            await self._unwind(donation_id)
-            raise
+
+        await self.provisioning.create(
+            donation, SecretKind.SEED_TOKEN, new_token(), still_wanted=grant_open,
+            unwind=lambda row_id, _stored: self._unwind(row_id),
+            gone=lambda: LendRefused("the loan ended while its node was being set up", code="donation_ended"),
+        )
 
     async def _unwind(self, donation_id: str) -> None:
         try:
