@@ -12,21 +12,10 @@ import pytest
 from cadre_desktop.host.local import procs
 from cadre_desktop.host.local.keeper import socket_path
 from tests.support.polling import async_wait_until, wait_until
+from tests.support.processes import gone, read
 from tests.support.real_orchestrator import make_orchestrator
 
 CAP = 256 * 1024
-
-
-def gone(pid: int) -> bool:
-    return procs.read_identity(pid) is None
-
-
-def read(path) -> bytes:
-    """A log being rotated is missing for an instant (between the rename and the new file)."""
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return b""
 
 
 def size(path) -> int:

@@ -13,19 +13,8 @@ from cadre_desktop.host.local import procs, proctree
 from cadre_desktop.host.local.handles import ExitEvent
 from tests.support.lock_holder import HOLD_LOCK
 from tests.support.polling import async_wait_until, wait_until
+from tests.support.processes import gone
 from tests.support.real_orchestrator import make_orchestrator, ready_info
-
-
-def gone(pid: int) -> bool:
-    return procs.read_identity(pid) is None
-
-
-def read(path) -> bytes:
-    """A log being rotated is missing for an instant (between the rename and the new file)."""
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return b""
 
 
 @pytest.fixture

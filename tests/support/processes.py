@@ -1,0 +1,20 @@
+"""A child's end and its log, as the integration tests of the local driver read them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cadre_desktop.host.local import procs
+
+
+def gone(pid: int) -> bool:
+    """The process is no more (a reaped child, or a pid now someone else's start time)."""
+    return procs.read_identity(pid) is None
+
+
+def read(path: Path) -> bytes:
+    """A log being rotated is missing for an instant (between the rename and the new file)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
