@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cadre_desktop.host.core.events import EventKind
+from cadre_desktop.host.core.probe import STEADY_FACTOR
 from cadre_desktop.host.core.records import NodeMode, NodeStatus
 from tests.support.clock import settle
 from tests.support.rig import Rig
@@ -70,10 +71,11 @@ async def test_a_node_that_answered_then_went_silent_is_reported_unresponsive_ne
     rig.answers.by_port[port_of(rig)] = status("joined")
     await rig.probe.probe_all()
     rig.answers.by_port[port_of(rig)] = None
-    await rig.clock.run_for(15)
+    steady = rig.probe.interval_s * STEADY_FACTOR  # a joined node is asked this far apart
+    await rig.clock.run_for(3 * steady)  # its silence is judged against three of its periods
     await rig.probe.probe_all()
     assert reported == [] and not rig.probe.unresponsive(handle)
-    await rig.clock.run_for(0.5)
+    await rig.clock.run_for(steady)
     await rig.probe.probe_all()
     assert reported == ["n1"] and rig.probe.unresponsive(handle)
     assert rig.orch.stopped == []  # judging is the supervisor's
@@ -171,9 +173,9 @@ async def test_a_starting_child_is_watched_until_it_first_answers_and_no_longer(
     await settle()
     assert rig.probe.is_ready(rig.store.get("n1").handle)
     calls = len(rig.answers.calls)
-    await rig.clock.run_for(1)
+    await rig.clock.run_for(0.4)  # the probe's own pass comes at 1 s (NEWS_S), not before
     await settle()
-    assert len(rig.answers.calls) == calls  # ready: the watch is over
+    assert len(rig.answers.calls) == calls and "n1" not in rig.probe._starting  # ready: the watch is over
     await rig.probe.stop()
 
 
@@ -189,3 +191,43 @@ async def test_the_probe_only_observes_and_tells_the_supervisor_of_news(rig):
     await rig.sup.reconcile()  # the pass the news asks for writes it, in one write
     rec = rig.store.get("n1")
     assert rec.status is NodeStatus.JOINED and rec.cadre == "family" and rec.start.answered and rec.peer_id == "cn1peer"
+
+
+async def test_a_steady_node_is_asked_rarely_and_a_node_awaiting_its_claim_every_second(rig):
+    """Issue 26: a quiet probe. A joined node's exit is seen through the driver at once, so it is
+    asked every STEADY_FACTOR intervals; an unclaimed one every NEWS_S, so a claim shows fast."""
+    rig.probe.interval_s = 5
+    rig.node("j", status=NodeStatus.JOINED, live=True)
+    rig.node("u", status=NodeStatus.UNCLAIMED, live=True)
+    ports = {n: rig.orch.get(rig.store.get(n).handle).api_port for n in ("j", "u")}
+    rig.answers.by_port[ports["j"]] = status("joined")
+    rig.answers.by_port[ports["u"]] = status("unclaimed")
+    rig.probe.start()
+    await settle()
+    for _ in range(60):  # one minute, a pass a second
+        await rig.clock.run_for(1)
+        await settle()
+    asked = {n: rig.answers.calls.count(port) for n, port in ports.items()}
+    assert 55 <= asked["u"] <= 62, asked
+    assert asked["j"] <= 1 + 60 // (5 * STEADY_FACTOR) + 1, asked
+    await rig.probe.stop()
+
+
+async def test_a_claim_from_the_phone_is_seen_within_two_seconds(rig):
+    rig.probe.interval_s = 5
+    rig.node(status=NodeStatus.UNCLAIMED, live=True)
+    port = port_of(rig)
+    rig.answers.by_port[port] = status("unclaimed")
+    news: list[str] = []
+    rig.probe.on_news = news.append
+    rig.probe.start()
+    await settle()
+    await rig.clock.run_for(0.5)
+    await settle()
+    news.clear()
+    rig.answers.by_port[port] = status("joined", cadre="Family")  # claimed on the phone, now
+    for _ in range(8):
+        await rig.clock.run_for(0.25)
+        await settle()
+    assert set(news) == {"n1"}, "the claim was not seen within 2 s"
+    await rig.probe.stop()

@@ -14,6 +14,7 @@ from cadre_desktop.host.core.decide import Decision, Observation, Policy, Secret
 from cadre_desktop.host.core.driver import DriverStatus, NodeDriver
 from cadre_desktop.host.core.events import EventKind
 from cadre_desktop.host.core.keyring_gate import RETRY_FIRST_S, RETRY_MAX_S
+from cadre_desktop.host.core.probe import STEADY_FACTOR
 from cadre_desktop.host.core.records import NodeStatus, StartMark
 from cadre_desktop.host.core.secrets import SERVICE, SecretKind
 from cadre_desktop.host.core.store import RecordStore
@@ -232,7 +233,7 @@ async def test_a_node_that_answered_and_went_silent_is_stopped_as_hung(rig):
     rig.answers.by_port[rig.orch.get(rec.handle).api_port] = {"state": "joined"}
     await rig.probe.probe_all()
     rig.answers.by_port.clear()
-    await rig.clock.run_for(16)
+    await rig.clock.run_for(3 * rig.probe.interval_s * STEADY_FACTOR + 1)  # silent past three of its steady periods
     await rig.probe.probe_all()
     await rig.sup.reconcile()
     assert rig.orch.stopped == [rec.handle]

@@ -12,6 +12,14 @@ up the others.
 
 Nodes lent to another cadre are probed the same way (`watch` adds their
 lifecycle); what their answers mean is their kind's (`RecordKind.on_status`).
+
+Cadence: a new child is asked every 250 ms until it first answers
+(`watch_node`); a node waiting for news a person is watching for (a claim from a
+phone, an invitation redeemed, a seed) every `NEWS_S`, so it shows within a
+second or two; a steady node (joined, seeded) only every `STEADY_FACTOR`
+intervals, since its exit is seen at once through the driver and all the probe
+still learns from it is that it answers. Its silence is judged against its own
+period (three of them at least), never against the faster one.
 """
 
 from __future__ import annotations
@@ -35,6 +43,13 @@ if TYPE_CHECKING:
     import aiohttp
 
 log = logging.getLogger(__name__)
+
+#: How often a node waiting for a claim, a join or a seed is asked: a claim from the phone shows this fast.
+NEWS_S = 1.0
+#: A steady node (its news all in) is asked this many intervals apart.
+STEADY_FACTOR = 6
+#: What a steady node says of itself: nothing a person waits for.
+STEADY_STATES = frozenset({"joined", "seeded"})
 
 Fetch = Callable[[int], Awaitable[dict[str, Any] | None]]
 NODE_STATES = {"unclaimed", "joining", "joined", "failed", "awaiting_seed", "seeded"}
@@ -144,10 +159,15 @@ class Probe:
         #: How long a child that answered may go silent before it is reported unresponsive.
         self.grace_s = grace_s if grace_s is not None else max(15.0, 3 * interval_s)
         self._last_ok: dict[str, float] = {}
+        #: Per child, when it was last asked and how far apart it is asked now.
+        self._asked: dict[str, float] = {}
+        self._period: dict[str, float] = {}
         #: Children that have answered /status at least once: "ready" in the contract.
         self._answered: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        #: The next pass asks every node, whatever its period (`probe_soon`).
+        self._forced = False
         #: Nodes whose new child is watched until it first answers.
         self._starting: dict[str, asyncio.Task[None]] = {}
         #: Per child of a hosted node, the last thing it said of itself (the supervisor's pass takes it).
@@ -209,12 +229,22 @@ class Probe:
         return handle_id in self._answered
 
     def unresponsive(self, handle_id: str | None) -> bool:
-        """It answered once, and has not for longer than the grace since."""
+        """It answered once, and has not for longer than the grace since (three of its periods at least)."""
         last = self._last_ok.get(handle_id) if handle_id in self._answered else None
-        return last is not None and self.clock.monotonic() - last > self.grace_s
+        grace = max(self.grace_s, 3 * self._period.get(handle_id or "", 0.0))
+        return last is not None and self.clock.monotonic() - last > grace
+
+    def period(self, record: Any) -> float:
+        """How far apart this record's child is asked: quick while news is awaited, slow once steady."""
+        if record.handle not in self._answered:
+            return min(self.interval_s, NEWS_S)
+        if record.status.value in STEADY_STATES:
+            return self.interval_s * STEADY_FACTOR
+        return min(self.interval_s, NEWS_S)
 
     def probe_soon(self) -> None:
-        """Probe every node now instead of at the end of the interval (after a wake)."""
+        """Probe every node now, steady ones too, instead of at the end of their period (after a wake)."""
+        self._forced = True
         self._wake.set()
 
     async def _loop(self) -> None:
@@ -223,7 +253,7 @@ class Probe:
                 await self.probe_all()
             except Exception:  # a failed pass must not end probing for the host's life; the next one retries
                 log.exception("probe pass failed")
-            await sleep_or_kick(self.clock, self.interval_s, self._wake)
+            await sleep_or_kick(self.clock, min(self.interval_s, NEWS_S), self._wake)
 
     async def probe_all(self) -> None:
         try:
@@ -236,9 +266,20 @@ class Probe:
             if handle_id not in live:
                 del self._last_ok[handle_id]
                 self._answered.discard(handle_id)
-        for handle_id in [h for h in self._news if h not in live]:
-            del self._news[handle_id]
-        await asyncio.gather(*(self.probe_one(r) for r in records if r.handle in live))
+        for book in (self._news, self._asked, self._period):
+            for handle_id in [h for h in book if h not in live]:
+                del book[handle_id]
+        now, due = self.clock.monotonic(), []
+        for record in records:
+            if record.handle not in live:
+                continue
+            period = self._period[record.handle] = self.period(record)
+            asked = self._asked.get(record.handle)
+            if self._forced or asked is None or now - asked >= period - 0.01:
+                self._asked[record.handle] = now
+                due.append(record)
+        self._forced = False
+        await asyncio.gather(*(self.probe_one(r) for r in due))
 
     async def probe_one(self, snapshot: NodeRecord) -> None:
         handle = self.driver.get(snapshot.handle)
