@@ -70,6 +70,8 @@ def _swap(host: Host, new: Settings) -> None:
     supervisor = host.supervisor
     if supervisor is not None:
         supervisor.use_settings(new)
+    if host.judge is not None:
+        host.judge.use_settings(new)
 
 
 async def apply_settings(host: Host, new: Settings) -> Applied:

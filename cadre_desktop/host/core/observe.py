@@ -5,7 +5,9 @@ acts); and the book of each node's last verdict (`DecisionBook`)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from cadre_desktop.host.core.clock import Clock, iso
@@ -15,7 +17,7 @@ from cadre_desktop.host.core.exits import ExitBook
 from cadre_desktop.host.core.holds import Holds
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Lifecycle, RecordKind
-from cadre_desktop.host.core.records import NodeRecord
+from cadre_desktop.host.core.records import Hold, NodeRecord
 from cadre_desktop.host.core.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,8 @@ class Observer:
         self.holds = holds
         #: Tells whether a child answered (`is_ready`) or stopped answering (`unresponsive`).
         self.probe = probe
+        #: The hold the host wants a node to have (host_holds.HostHolds.wanted), when the host has any.
+        self.host_hold: Callable[[NodeRecord, RecordKind], tuple[Enum, Hold] | None] | None = None
 
     def since_attempt_s(self, record: NodeRecord) -> float | None:
         if not record.respawn:
@@ -99,6 +103,7 @@ class Observer:
             last_exit=last_exit,
             node_hold=self.holds.requested(record),
             wake_in_s=self.holds.wake_in_s(record),
+            host_hold=self.host_hold(record, kind) if self.host_hold is not None else None,
             news=self.probe.news(record.handle) if self.probe is not None and status is DriverStatus.RUNNING else None,
             first_answer=bool(status is DriverStatus.RUNNING and handle is not None and self.probe
                               and self.probe.is_ready(handle.id)),

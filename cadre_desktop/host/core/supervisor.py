@@ -262,7 +262,7 @@ class Supervisor:
     def _due_after(self, lc: Lifecycle[Any], node_id: str, verdict: Verdict | None) -> float | None:
         """When this node next needs a look. The verdict says it, unless a start (done or
         failed) changed the node: then its new start grace, or its new backoff."""
-        if verdict is None or verdict.decision is not Decision.START:
+        if verdict is None or verdict.decision not in (Decision.START, Decision.WAKE, Decision.HOST_RELEASE):
             return verdict.due_in_s if verdict is not None else None
         fresh = lc.get(node_id)
         if fresh is None:
@@ -310,6 +310,12 @@ class Supervisor:
             await self.give_up(record.id, verdict.reason or "invitation failed", change=Change.INVITATION_FAILED, lc=lc)
         elif d is Decision.HOLD and verdict.hold is not None:
             await self.hold_node(record.id, Change.HOLD, *verdict.hold, lc=lc)
+        elif d is Decision.HOST_HOLD and verdict.hold is not None:
+            status, hold = verdict.hold
+            await self.hold_node(record.id, Change.PAUSE, status, dataclasses.replace(hold, at=iso(self.clock.now())),
+                                 lc=lc)
+        elif d is Decision.HOST_RELEASE:
+            return self.release_node(record.id, Change.RESUME, lc=lc)
         elif d is Decision.STOP_HELD:
             log.info("node %s %s; stopping its child", record.id, verdict.reason)
             await self.driver.stop(record.handle)
