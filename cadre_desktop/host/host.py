@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -78,7 +78,7 @@ class Host:
         clock: Clock | None = None,
         serve_control_api: bool = True,
         address_source: Callable[[], str] | None = None,
-        condition_sources: list[ConditionSource] | None = None,
+        condition_sources: Sequence[ConditionSource] | None = None,
     ) -> None:
         self.paths = paths
         self.settings = settings

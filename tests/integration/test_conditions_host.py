@@ -25,9 +25,8 @@ async def host(tmp_path, monkeypatch):
     sources = [FakeSource("on_battery", False, "a fake UPower"), FakeSource("metered", False, "a fake NM")]
     h = Host(Paths(home, home, home / "logs"), parse_settings(fast_settings(), "test"),
              secrets=SecretStore(MemoryKeyring()), serve_control_api=False, condition_sources=sources)
-    h.sources = {s.name: s for s in sources}
     await h.start()
-    yield h
+    yield h, {s.name: s for s in sources}
     await h.stop(stop_nodes=True)
 
 
@@ -38,19 +37,20 @@ def up(host: Host, node_id: str) -> bool:
 
 @pytest.mark.parametrize(("name", "words"), [("on_battery", "on battery"), ("metered", "on a metered network")])
 async def test_a_condition_holds_the_node_and_its_end_brings_it_back(host, name, words):
+    host, sources = host
     node = await host.add_node("one")
     always = await host.add_node("two")
     await host.set_node_caps(always.id, {"always_run": True})
     await async_wait_until(lambda: up(host, node.id) and up(host, always.id), timeout=20, what="both nodes up")
     pid = host.get_node(node.id).pid
-    host.sources[name].set(True)
+    sources[name].set(True)
     await async_wait_until(lambda: not host.get_node(node.id).running, timeout=20, what="the node held")
     held = host.get_node(node.id)
     assert held.status == "paused" and held.held_by == "conditions" and held.hold_reason == words
     assert up(host, always.id)  # always_run: the conditions pass it over
     row = next(c for c in host.conditions_report()["conditions"] if c["name"] == name)
     assert row["does"] == "holds the nodes" and row["source"].startswith("a fake")
-    host.sources[name].set(False)
+    sources[name].set(False)
     await async_wait_until(lambda: up(host, node.id), timeout=20, what="the node back")
     back = host.get_node(node.id)
     assert back.pid != pid and back.attempts == 0

@@ -30,9 +30,15 @@ class Verdicts:
         return self.now
 
 
+class HoldsRig(Rig):
+    """The supervision rig with the host's holds in its observer."""
+
+    holds: HostHolds
+
+
 @pytest.fixture
 async def rig(tmp_path):
-    r = Rig(tmp_path)
+    r = HoldsRig(tmp_path)
     r.holds = HostHolds(tmp_path / "host-pause.json", r.clock, r.sup.kick)
     r.sup.observer.host_hold = r.holds.wanted
     yield r
@@ -117,7 +123,8 @@ async def test_pause_all_survives_a_restart_through_its_file(rig, tmp_path):
     assert os.stat(rig.holds.path).st_mode & 0o777 == 0o600
     again = HostHolds(rig.holds.path, rig.clock)
     again.load()
-    assert again.paused() is not None and again.paused().until == until
+    kept = again.paused()
+    assert kept is not None and kept.until == until
     rig.clock.advance(2 * 3600)
     late = HostHolds(rig.holds.path, rig.clock)
     late.load()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,7 @@ NO_SOURCE = Reading(None, "no source on this computer", "")
 
 
 class Judge:
-    def __init__(self, settings: Settings, clock: Clock, sources: list[ConditionSource],
+    def __init__(self, settings: Settings, clock: Clock, sources: Sequence[ConditionSource],
                  on_change: Callable[[], object] = lambda: None, zone: Any = local_zone) -> None:
         self.clock = clock
         self.sources = {s.name: s for s in sources}
