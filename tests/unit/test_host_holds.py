@@ -189,3 +189,43 @@ async def test_always_run_is_not_exempt_from_pause_all(rig):
     rig.holds.pause_all()
     await rig.sup.reconcile()
     assert rig.rec("n1").status is NodeStatus.PAUSED
+
+
+async def test_a_node_asleep_on_its_own_wakes_into_pause_all_without_a_start(rig):
+    rig.node("n1", live=True)
+    await rig.service.pause("n1", for_ms=60_000)
+    rig.holds.pause_all()
+    await rig.sup.reconcile()
+    assert rig.rec("n1").hold.scope == "node"  # its own sleep is kept while it lasts
+    await rig.clock.run_for(61)
+    await rig.sup.reconcile()
+    held = rig.rec("n1")
+    assert held.status is NodeStatus.PAUSED and held.hold.scope == "host" and rig.orch.spawned == []
+    rig.holds.resume_all()
+    await rig.sup.reconcile()
+    assert rig.rec("n1").status in SUPERVISED and rig.orch.spawns_of("n1")
+
+
+# -- the rules alone ----------------------------------------------------------------------------
+
+def test_decide_on_a_node_the_host_holds():
+    from cadre_desktop.host.core.decide import Observation, Policy, decide
+    from cadre_desktop.host.core.driver import DriverStatus
+    from cadre_desktop.host.core.records import Hold, NodeRecord
+    from cadre_desktop.settings import Settings
+
+    policy = Policy(Settings())
+    battery = Hold(HeldBy.CONDITIONS, "on battery", "2026-01-01T00:00:00.000Z", scope="host")
+    held = NodeRecord(id="n1", name="one", status=NodeStatus.PAUSED, handle="h1", hold=battery)
+    down, up = DriverStatus.STOPPED, DriverStatus.RUNNING
+    same = (NodeStatus.PAUSED, Hold(HeldBy.CONDITIONS, "on battery", "2026-01-01T09:00:00.000Z", scope="host"))
+    assert decide(held, Observation(status=down), policy).decision is Decision.HOST_RELEASE
+    assert decide(held, Observation(status=down, host_hold=same), policy).decision is Decision.HELD
+    assert decide(held, Observation(status=up, host_hold=same), policy).decision is Decision.STOP_HELD
+    metered = (NodeStatus.PAUSED, Hold(HeldBy.CONDITIONS, "on a metered network", "x", scope="host"))
+    verdict = decide(held, Observation(status=down, host_hold=metered), policy)
+    assert verdict.decision is Decision.HOST_HOLD and verdict.hold == metered
+    running = NodeRecord(id="n1", name="one", status=NodeStatus.JOINED, handle="h1")
+    assert decide(running, Observation(status=up, host_hold=same), policy).decision is Decision.HOST_HOLD
+    own = held.replace(hold=Hold(HeldBy.PERSON, "paused by a person", "x"))
+    assert decide(own, Observation(status=down), policy).decision is Decision.HELD  # its own pause is kept

@@ -9,7 +9,8 @@ The rules, in the order they are checked:
   held by the host, it wants another     -> HOST_HOLD (the new hold written: another reason, or an end)
   held by the host, as it wants, child up-> STOP_HELD; else HELD (its release comes from the host, not wake_at)
   held (paused, sleeping, done), child up -> STOP_HELD (its hold stops it; nothing counted)
-  sleeping, its wake_at reached          -> WAKE (started again, uncounted, budget untouched)
+  sleeping, its wake_at reached          -> WAKE (started again, uncounted, budget untouched), or
+                                            HOST_HOLD when the host holds every node now
   held                                   -> HELD (sleeping: a look is due at wake_at)
   not supervised, or no child yet        -> LEAVE (the code creating it owns it)
   the host wants it held                 -> HOST_HOLD (Pause all, or a run condition: stopped, nothing counted)
@@ -261,6 +262,8 @@ def _held(record: NodeRecord, obs: Observation) -> Verdict:
         return Verdict(Decision.STOP_HELD, reason=f"it is {record.status}")
     if record.status.value == NodeStatus.SLEEPING.value and obs.wake_in_s is not None:  # any kind's sleeping
         if obs.wake_in_s <= 0:
+            if obs.host_hold is not None:  # it wakes into the host's hold: no start only to be stopped
+                return Verdict(Decision.HOST_HOLD, hold=obs.host_hold, reason=obs.host_hold[1].reason)
             return Verdict(Decision.WAKE, counted=False)
         return Verdict(Decision.HELD, due_in_s=obs.wake_in_s)
     return Verdict(Decision.HELD)
