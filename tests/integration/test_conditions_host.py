@@ -54,3 +54,15 @@ async def test_a_condition_holds_the_node_and_its_end_brings_it_back(host, name,
     await async_wait_until(lambda: up(host, node.id), timeout=20, what="the node back")
     back = host.get_node(node.id)
     assert back.pid != pid and back.attempts == 0
+
+
+async def test_turning_a_condition_off_in_the_settings_releases_the_nodes_it_held(host):
+    host, sources = host
+    node = await host.add_node("one")
+    await async_wait_until(lambda: up(host, node.id), timeout=20, what="the node up")
+    sources["on_battery"].set(True)
+    await async_wait_until(lambda: host.get_node(node.id).held_by == "conditions", timeout=20, what="held")
+    await host.apply_settings(host.settings.with_changes(pause_on_battery=False))
+    await async_wait_until(lambda: up(host, node.id), timeout=20, what="released by the new settings")
+    row = next(c for c in host.conditions_report()["conditions"] if c["name"] == "on_battery")
+    assert row["does"] == "nothing (pause_on_battery is off)" and row["value"] is True

@@ -202,3 +202,21 @@ def test_a_good_schedule_is_kept_in_its_plain_form():
                         "pause_when_in_use": True, "in_use_idle_minutes": 5}, "settings.json")
     assert s.run_schedule == [{"days": ["mon", "fri"], "from": "22:00", "to": "07:00"}]
     assert s.pause_when_in_use and s.in_use_idle_minutes == 5 and s.pause_on_battery and s.pause_on_metered_network
+
+
+class BrokenSource(FakeSource):
+    async def start(self, on_change) -> None:
+        raise RuntimeError("no D-Bus here")
+
+    def reading(self):
+        raise RuntimeError("still none")
+
+
+async def test_a_source_that_breaks_reads_unknown_and_never_stops_a_node():
+    clock = FakeClock(datetime(2026, 1, 5, 12, 0, tzinfo=UTC))
+    judge = Judge(Settings(), clock, [BrokenSource("on_battery")], zone=lambda: BERLIN)
+    await judge.start()
+    assert judge.verdict() is None
+    row = judge.report()["conditions"][0]
+    assert row["sees"] == "unknown" and "still none" in row["detail"]
+    await judge.stop()

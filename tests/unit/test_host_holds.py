@@ -229,3 +229,19 @@ def test_decide_on_a_node_the_host_holds():
     assert decide(running, Observation(status=up, host_hold=same), policy).decision is Decision.HOST_HOLD
     own = held.replace(hold=Hold(HeldBy.PERSON, "paused by a person", "x"))
     assert decide(own, Observation(status=down), policy).decision is Decision.HELD  # its own pause is kept
+
+
+async def test_resume_all_overrides_the_conditions_until_their_next_change(rig):
+    verdicts = Verdicts()
+    rig.holds.conditions = verdicts
+    rig.node("n1", live=True)
+    verdicts.now = ConditionsVerdict("on battery")
+    await rig.sup.reconcile()
+    assert rig.rec("n1").status is NodeStatus.PAUSED
+    rig.holds.resume_all()
+    await rig.sup.reconcile()
+    assert rig.rec("n1").status in SUPERVISED and rig.holds.resumed_words()
+    verdicts.now = ConditionsVerdict("on battery, on a metered network")
+    rig.holds.conditions_changed()
+    await rig.sup.reconcile()
+    assert rig.rec("n1").status is NodeStatus.PAUSED and rig.holds.resumed_words() is None
