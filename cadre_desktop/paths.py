@@ -56,6 +56,11 @@ class Paths:
         return self.data_dir / "node-history.json"
 
     @property
+    def pause_file(self) -> Path:
+        """Pause all, kept across a restart of the host (host/core/host_holds.py)."""
+        return self.data_dir / "host-pause.json"
+
+    @property
     def first_run_marker(self) -> Path:
         """Present: the next tray start opens its window with the welcome (then deletes it)."""
         return self.config_dir / "first_run"
@@ -90,6 +95,7 @@ class Paths:
             "grants": str(self.grants_file),
             "donations": str(self.donations_file),
             "history": str(self.history_file),
+            "pause": str(self.pause_file),
             "nodes": str(self.nodes_dir),
         }
 

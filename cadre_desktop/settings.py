@@ -81,6 +81,14 @@ class Settings:
     node_cpu_percent: int | None = None
     node_memory_mb: int | None = None
     node_low_priority: bool = True
+    #: Run conditions (host/conditions/): hold every node (but those with `always_run`) while on
+    #: battery, while the computer is in use (input in the last `in_use_idle_minutes`), on a
+    #: metered network, or outside `run_schedule` (weekly windows in local time; null: always).
+    pause_on_battery: bool = True
+    pause_when_in_use: bool = False
+    in_use_idle_minutes: int = 3
+    pause_on_metered_network: bool = True
+    run_schedule: list[dict[str, Any]] | None = None
 
     def uses_warm_standby(self) -> bool:
         if self.warm_standby is None:
@@ -173,6 +181,60 @@ def check_memory_mb(v: Any) -> Checked:
     return v, None
 
 
+#: The days of a schedule's window, Monday first (as `datetime.weekday()` counts).
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_DAY_NAMES = {name: short for short, name in zip(DAYS, ("monday", "tuesday", "wednesday", "thursday", "friday",
+                                                         "saturday", "sunday"), strict=True)}
+MAX_WINDOWS = 28
+
+
+def parse_hhmm(v: Any, *, end: bool = False) -> int | None:
+    """"22:00" -> minutes after midnight (an end may be "24:00"); anything else None."""
+    if not isinstance(v, str) or len(v) != 5 or v[2] != ":" or not (v[:2] + v[3:]).isdigit():
+        return None
+    hours, minutes = int(v[:2]), int(v[3:])
+    if minutes > 59 or hours > 24 or (hours == 24 and (minutes or not end)):
+        return None
+    return hours * 60 + minutes
+
+
+def _window(w: Any, n: int) -> tuple[dict[str, Any] | None, str | None]:
+    where = f"window {n + 1}"
+    if not isinstance(w, dict) or set(w) != {"days", "from", "to"}:
+        return None, f"{where} must be an object of days, from and to, like " \
+                     '{"days": ["mon", "fri"], "from": "22:00", "to": "07:00"}'
+    days = w["days"]
+    if not isinstance(days, list) or not days:
+        return None, f"{where}: days must be a non-empty list of day names (mon, tue, wed, thu, fri, sat, sun)"
+    named = []
+    for day in days:
+        key = day.strip().lower() if isinstance(day, str) else ""
+        short = key if key in DAYS else _DAY_NAMES.get(key)
+        if short is None:
+            return None, f"{where}: {str(day)[:20]!r} is not a day (mon, tue, wed, thu, fri, sat, sun)"
+        named.append(short)
+    start, stop = parse_hhmm(w["from"]), parse_hhmm(w["to"], end=True)
+    if start is None or stop is None:
+        return None, f"{where}: from and to must be times like 07:00 (24-hour; to may be 24:00)"
+    if start == stop:
+        return None, f"{where} runs from {w['from']} to {w['to']}: it is empty; for a whole day write " \
+                     '"from": "00:00", "to": "24:00" (a "to" before "from" ends the next day)'
+    return {"days": sorted(set(named), key=DAYS.index), "from": w["from"], "to": w["to"]}, None
+
+
+def check_run_schedule(v: Any) -> Checked:
+    """Weekly windows in local time; a window whose `to` is before its `from` ends the next day."""
+    if not isinstance(v, list) or not 0 < len(v) <= MAX_WINDOWS:
+        return None, f"must be a list of 1 to {MAX_WINDOWS} windows (or null: always)"
+    windows = []
+    for n, raw in enumerate(v):
+        window, problem = _window(raw, n)
+        if problem:
+            return None, problem
+        windows.append(window)
+    return windows, None
+
+
 def _port(v: Any) -> Checked:
     if not _is_int(v) or not 1024 <= v <= 65535:
         return None, "must be a port number from 1024 to 65535"
@@ -263,6 +325,11 @@ _CHECKS = {
     "node_cpu_percent": _nullable(check_cpu_percent),
     "node_memory_mb": _nullable(check_memory_mb),
     "node_low_priority": _bool,
+    "pause_on_battery": _bool,
+    "pause_when_in_use": _bool,
+    "in_use_idle_minutes": _whole(1, 24 * 60, "one day"),
+    "pause_on_metered_network": _bool,
+    "run_schedule": _nullable(check_run_schedule),
 }
 
 KNOWN_KEYS = tuple(_CHECKS)

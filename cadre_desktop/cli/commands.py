@@ -18,11 +18,11 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from cadre_desktop import __version__, build_commit
-from cadre_desktop.cli import caps, lending
+from cadre_desktop.cli import caps, lending, when
 from cadre_desktop.cli.client import NoHost
 from cadre_desktop.cli.history import cmd_history
 from cadre_desktop.cli.logs import cmd_logs
@@ -157,36 +157,12 @@ def action_command(action: str, verb: str) -> Callable[[Any, Paths], int]:
     return run
 
 
-def until_arg(text: str, now: datetime | None = None) -> str:
-    """`07:00` (the next 07:00 local time), `07:00:30`, or an RFC 3339 time -> RFC 3339 with its zone."""
-    text = text.strip()
-    now = (now or datetime.now().astimezone()).astimezone()
-    for pattern in ("%H:%M", "%H:%M:%S"):
-        try:
-            clock = datetime.strptime(text, pattern).time()
-        except ValueError:
-            continue
-        when = now.replace(hour=clock.hour, minute=clock.minute, second=clock.second, microsecond=0)
-        if when <= now:
-            # The next such time: tomorrow's, said in tomorrow's zone offset (a DST change between).
-            when = (when.replace(tzinfo=None) + timedelta(days=1)).astimezone()
-        return when.isoformat()
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a time: {text!r} (like 07:00, or 2026-01-01T07:00:00+01:00)") from None
-    if when.tzinfo is None:
-        when = when.astimezone()  # a date and time without a zone is local time
-    return when.isoformat()
+#: How `node pause --until` reads a time (cli/when.py, shared with `pause`).
+until_arg = when.until_arg
 
 
 def cmd_pause(args, paths: Paths) -> int:
-    body: dict[str, Any] = {}
-    if args.for_s is not None:
-        body["for_ms"] = args.for_s * 1000
-    elif args.until is not None:
-        body["until"] = args.until
-    node = client(paths).pause_node(args.id, body)
+    node = client(paths).pause_node(args.id, when.pause_body(args))
     return show(args, node, lambda n: f"{'Sleeping' if n.get('wake_at') else 'Paused'}: {node_summary(n)}"
                 + (f" until {local_time(n.get('wake_at'))}" if n.get("wake_at") else ""))
 
@@ -195,11 +171,7 @@ def add_hold_parsers(nodes, parents: list[argparse.ArgumentParser]) -> None:
     """`node pause ID [--for 30m | --until 07:00]` and `node resume ID`."""
     pause = nodes.add_parser("pause", parents=parents,
                              help="stop a node and keep it stopped (for a while, or until a time); spends nothing")
-    when = pause.add_mutually_exclusive_group()
-    when.add_argument("--for", dest="for_s", type=lending.duration_arg, metavar="DURATION",
-                      help="sleep this long, then start again (90s, 30m, 2h, 1d)")
-    when.add_argument("--until", type=until_arg, metavar="TIME",
-                      help="sleep until this time (07:00 means the next 07:00 here, or RFC 3339)")
+    when.add_when(pause)
     pause.set_defaults(func=cmd_pause)
     nodes.add_parser("resume", parents=parents, help="start a paused, sleeping or done node now (its budget untouched)"
                      ).set_defaults(func=action_command("resume", "Resumed"))
@@ -384,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
                      ).set_defaults(func=cmd_history)
 
     lending.add_parsers(commands, as_json)  # grant and donation: lending
+    when.add_parsers(commands, as_json)  # pause, resume, conditions: when nodes run
     commands.add_parser("doctor", help="check that this computer can host nodes").set_defaults(func=cmd_doctor)
     commands.add_parser("paths", parents=[as_json], help="where files are kept").set_defaults(func=cmd_paths)
     auto = commands.add_parser("autostart", help="start the tray app at login")

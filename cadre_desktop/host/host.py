@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.errors import Bug, CadreError, InvalidState, NoSuchThing
 from cadre_desktop.host import live_settings
+from cadre_desktop.host.conditions.judge import Judge, platform_sources
+from cadre_desktop.host.conditions.source import ConditionSource
 from cadre_desktop.host.core import orphans
 from cadre_desktop.host.core.address import ConfiguredAddress
 from cadre_desktop.host.core.caps import caps_view, check_caps_change, node_caps
@@ -25,6 +27,7 @@ from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.driver import NodeCaps, NodeDriver
 from cadre_desktop.host.core.events import EventBus, EventKind, HostEvent
 from cadre_desktop.host.core.history import NodeHistory
+from cadre_desktop.host.core.host_holds import HostHolds
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.lock import HostLock
@@ -75,6 +78,7 @@ class Host:
         clock: Clock | None = None,
         serve_control_api: bool = True,
         address_source: Callable[[], str] | None = None,
+        condition_sources: Sequence[ConditionSource] | None = None,
     ) -> None:
         self.paths = paths
         self.settings = settings
@@ -98,6 +102,11 @@ class Host:
         self._tasks: list[asyncio.Future[Any]] = []
         #: Each node's history (host/core/history.py), from start on.
         self.history: NodeHistory | None = None
+        #: Pause all and the run conditions' verdict: the hold each node should have (host/core/host_holds.py).
+        self.host_holds = HostHolds(paths.pause_file, self.clock)
+        #: The run conditions (host/conditions/): the sources given, else this platform's (`make_sources`).
+        self._condition_sources = condition_sources
+        self.judge: Judge | None = None
         self._started = False
 
     # The parts `start` made, None before it (front ends and tests read them).
@@ -171,6 +180,16 @@ class Host:
             nodes=p.service, settings=self.settings, advertise_host=lambda: self.advertise_host,
             keep_home=self.store.persist_home, caps=lambda: self._caps_view(None),
         )
+        self.host_holds.kick = p.supervisor.kick
+        p.supervisor.observer.host_hold = self.host_holds.wanted
+        self.host_holds.start()
+        injected = self._condition_sources
+        judge = self.judge = Judge(self.settings, self.clock,
+                                   platform_sources(self.settings) if injected is None else injected,
+                                   on_change=self.host_holds.conditions_changed,
+                                   make_sources=platform_sources if injected is None else None)
+        self.host_holds.conditions = judge
+        await judge.start()  # the first verdict before the first pass: nothing starts to be stopped at once
         p.supervisor.start(stopped_cleanly=report.stopped_cleanly)
         await lending.start()
         p.probe.start()
@@ -204,6 +223,7 @@ class Host:
         self.store.load()
         lending = self.lending = Lending(paths=self.paths, events=self.events, clock=self.clock)
         lending.load()
+        self.host_holds.load()
         if self._serve_control_api:
             from cadre_desktop.host.edges.control import check_control_file
 
@@ -331,6 +351,9 @@ class Host:
         if self.control is not None:
             await self.control.stop()
             self.control = None
+        await self.host_holds.stop()
+        if self.judge is not None:
+            await self.judge.stop()
         for part in (self.lending, self.probe, self.supervisor):
             # The supervisor before the driver: the exits its stops raise trigger no respawn.
             if part is not None:
@@ -401,7 +424,36 @@ class Host:
 
     async def resume_node(self, node_id: str) -> NodeView:
         p = self._running()
+        self.host_holds.resumed(node_id)  # a person's word: over Pause all and the conditions, until they change
         return p.views.of(await p.service.resume(node_id))
+
+    # -- every node at once -------------------------------------------------------------
+
+    def pause_state(self) -> dict[str, Any]:
+        """Pause all as the front ends show it: {"paused": false}, or since, until, left_ms and reason."""
+        pause = self.host_holds.paused()
+        return pause.to_json(self.clock.now()) if pause else {"paused": False}
+
+    async def pause_all(self, *, for_ms: int | None = None, until: datetime | None = None) -> dict[str, Any]:
+        """Hold every node (Pause all): for `for_ms`, until `until`, or until `resume_all`; kept across a
+        restart. Its pass has run when this returns: every child is stopped."""
+        p = self._running()
+        self.host_holds.pause_all(for_ms, until)
+        await p.supervisor.reconcile()
+        return self.pause_state()
+
+    def conditions_report(self) -> dict[str, Any]:
+        """Each run condition: what it sees, where from, what it does; the verdict (`cadre-desktop conditions`)."""
+        judge = self.judge or Judge(self.settings, self.clock, [])
+        return {**judge.report(), "pause": self.pause_state(),
+                "resumed": self.host_holds.resumed_words()}
+
+    async def resume_all(self) -> dict[str, Any]:
+        """End Pause all; every node the host held runs again (the conditions too, until their next change)."""
+        p = self._running()
+        self.host_holds.resume_all()
+        await p.supervisor.reconcile()
+        return self.pause_state()
 
     async def restart_node(self, node_id: str) -> NodeView:
         p = self._running()

@@ -80,6 +80,8 @@ def _swap(host: Host, new: Settings) -> None:
     lending = getattr(host, "lending", None)
     if lending is not None:
         lending.use_settings(new)
+    if host.judge is not None:
+        host.judge.use_settings(new)
 
 
 async def apply_settings(host: Host, new: Settings) -> Applied:

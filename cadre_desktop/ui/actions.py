@@ -103,6 +103,13 @@ class Actions(QObject):
     def resume(self, node_id: str) -> asyncio.Task:
         return self.run(f"resume {self._name(node_id)}", self.host.resume_node(node_id), node_id)
 
+    def pause_all(self, body: dict, done: Callable[[Any], None] | None = None) -> asyncio.Task:
+        """Pause all: `body` is {} (until resumed), {"for_ms": N} or {"until": aware datetime}."""
+        return self.run("pause every node", self.host.pause_all(**body), done=done)
+
+    def resume_all(self, done: Callable[[Any], None] | None = None) -> asyncio.Task:
+        return self.run("resume every node", self.host.resume_all(), done=done)
+
     def restart(self, node_id: str) -> asyncio.Task:
         return self.run(f"restart {self._name(node_id)}", self.host.restart_node(node_id), node_id)
 

@@ -126,6 +126,9 @@ def next_step(v: NodeView) -> str:
             wake = parse_iso(v.wake_at)
             at = wake.astimezone().strftime("%H:%M") if wake else v.wake_at
             return f"It is asleep{why} and starts by itself at {at}; Resume starts it now."
+        if getattr(v, "held_by", None) == "conditions":
+            return (f"Its run conditions hold it{why}; it starts by itself when they allow (When to run, in "
+                    "Preferences). Resume runs it now, until a condition changes.")
         return f"It is {v.status.value}{why}; Resume starts it now, without counting an attempt."
     if is_down(v):
         return "It restarts by itself; Restart tries at once without counting an attempt."

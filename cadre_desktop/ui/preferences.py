@@ -1,4 +1,5 @@
-"""Preferences: notifications, quitting, the address, the node program, ports, start at login.
+"""Preferences: notifications, quitting, the address, the node program, ports, start at login
+(*General*), and *When to run* (`when_prefs.py`: the run conditions, the schedule, the caps).
 
 Every field is checked by the same rules as settings.json (the file is what is
 changed; see settings_store.py). A refusal is shown in the dialog, which stays
@@ -23,14 +24,15 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QSpinBox,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from cadre_desktop.errors import CadreError, Invalid
 from cadre_desktop.settings import Settings, default_node_command
-from cadre_desktop.ui.caps_prefs import CapsBox
 from cadre_desktop.ui.settings_store import save_changes
+from cadre_desktop.ui.when_prefs import WhenToRunPage
 
 
 def _checkbox(text: str, tip: str) -> QCheckBox:
@@ -49,11 +51,18 @@ class PreferencesDialog(QDialog):
         self.settings, self.settings_file, self.autostart, self._save = settings, settings_file, autostart, save
         self.setWindowTitle("Preferences — cadre-desktop")
         layout = QVBoxLayout(self)
-        layout.addWidget(self._make_notifications())
-        layout.addWidget(self._make_starting_and_quitting())
-        layout.addWidget(self._make_nodes(detected_address))
-        layout.addWidget(caps_box := CapsBox())
-        self.caps = caps_box
+        self.pages = QTabWidget()
+        general = QWidget()
+        page = QVBoxLayout(general)
+        page.addWidget(self._make_notifications())
+        page.addWidget(self._make_starting_and_quitting())
+        page.addWidget(self._make_nodes(detected_address))
+        page.addStretch(1)
+        self.when = WhenToRunPage()
+        self.caps = self.when.caps
+        self.pages.addTab(general, "&General")
+        self.pages.addTab(self.when, "&When to run")
+        layout.addWidget(self.pages)
         self._add_error_and_buttons(layout)
         self._fill(settings)
 
@@ -137,7 +146,7 @@ class PreferencesDialog(QDialog):
         self.node_command.setText("" if default else shlex.join(s.node_command))
         self.port_low.setValue(s.port_range[0])
         self.port_high.setValue(s.port_range[1])
-        self.caps.fill(s)
+        self.when.fill(s)
 
     def _autostart_on(self) -> bool:
         try:
@@ -164,7 +173,7 @@ class PreferencesDialog(QDialog):
             "advertise_host": self.advertise.text().strip() or None,
             "node_command": command,
             "port_range": [self.port_low.value(), self.port_high.value()],
-            **self.caps.changes(),
+            **self.when.changes(),
         }
 
     def _differs(self, key: str, value: Any) -> bool:

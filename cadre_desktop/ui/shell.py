@@ -85,7 +85,7 @@ class Shell(QObject):
         self.lent = LentUi(host, self.bridge, self.actions, lambda: self.window, self)  # the window's Lent tab
         self.icons = TrayIcons(settings.monochrome_icon)
         self.autostart = autostart
-        self.tray = Tray(self.model, self.icons, self, lent=self.lent.model)
+        self.tray = Tray(self.model, self.icons, self, lent=self.lent.model, pause_state=host.pause_state)
         self.delivery = Delivery(self.tray.icon, APP_ICON, parent=self)
         self.notifier = Notifier(host, self.bridge, self.actions, self.delivery, settings, self)
         self.qr_dialogs: dict = {}
@@ -113,6 +113,8 @@ class Shell(QObject):
             (self.tray.quit, self.ask_quit), (self.notifier.open_node, self.show_node),
             (self.actions.added, self._added), (self.tray.lend_nodes, self.lent.ask_lend),
             (self.tray.open_lent, self.lent.show_lent), (self.notifier.open_lent, self.lent.show_lent),
+            (self.tray.pause_all, lambda body: self.actions.pause_all(body, done=lambda _: self.tray.update())),
+            (self.tray.resume_all, lambda: self.actions.resume_all(done=lambda _: self.tray.update())),
         ):
             signal.connect(slot)
 

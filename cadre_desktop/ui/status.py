@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 
 from cadre_desktop.host.core.clock import parse_iso
@@ -24,6 +24,8 @@ class TrayState(str, Enum):
     """The tray icon's picture; members are in rising order of urgency."""
 
     EMPTY = "empty"
+    #: Every node paused by a person (Pause all): grey, whatever the nodes show, unless one needs the person.
+    PAUSED = "paused"
     JOINED = "joined"
     UNCLAIMED = "unclaimed"
     BUSY = "busy"
@@ -37,6 +39,7 @@ class TrayState(str, Enum):
 #: Status colours for the table (readable on light and dark backgrounds).
 COLOURS = {
     TrayState.EMPTY: "#8a8f98",
+    TrayState.PAUSED: "#8a8f98",
     TrayState.JOINED: "#2e9e44",
     TrayState.UNCLAIMED: "#2f6fd6",
     TrayState.BUSY: "#d08a00",
@@ -45,6 +48,7 @@ COLOURS = {
 
 SUMMARY = {
     TrayState.EMPTY: "no nodes yet",
+    TrayState.PAUSED: "every node is paused",
     TrayState.JOINED: "all nodes joined",
     TrayState.UNCLAIMED: "waiting to be claimed",
     TrayState.BUSY: "starting or restarting",
@@ -237,3 +241,30 @@ def exit_line(view: NodeView | None, reason: str = "") -> str:
     head, marker, tail = reason.partition("Last log lines:")
     quoted = [line.strip() for line in tail.splitlines() if line.strip()] if marker else []
     return first_line(quoted[-1], 200) if quoted else first_line(head, 200)
+
+
+#: "Until tomorrow" in the tray's *Pause all* is the next time it is this hour here.
+MORNING_HOUR = 8
+
+
+def next_morning(now: datetime) -> datetime:
+    """The next 08:00 local time after `now` (aware): "until tomorrow" (at 01:00, this morning's)."""
+    local = now.astimezone()
+    when = local.replace(hour=MORNING_HOUR, minute=0, second=0, microsecond=0)
+    if when <= local:
+        when = (when.replace(tzinfo=None) + timedelta(days=1)).astimezone()  # tomorrow's offset (a DST change)
+    return when
+
+
+def pause_words(pause: dict, now: datetime) -> str:
+    """Pause all in words: "paused for 24 more minutes", "paused until Tue 08:00", "paused until you resume"."""
+    if not pause.get("paused"):
+        return ""
+    until = parse_iso(pause.get("until"))
+    if until is None:
+        return "paused until you resume"
+    left = (until - now).total_seconds()
+    if left < 2 * 3600:
+        minutes = max(1, round(left / 60))
+        return f"paused for {minutes} more minute{'s' if minutes != 1 else ''}"
+    return f"paused until {until.astimezone().strftime('%a %H:%M')}"

@@ -9,6 +9,11 @@ enabled state really changed: under a StatusNotifierItem host every change is
 a D-Bus signal, and a menu that is cleared and refilled floods the bus. No
 countdown appears in it, so it does not change every second.
 
+*Pause all* (a submenu: 30 minutes, 1 hour, until tomorrow (the next 08:00 here), until I
+resume) holds every node; while it lasts the icon is grey with its own tooltip, the summary
+says so ("Paused for 24 more minutes") and *Resume* takes its place. Its words are looked at
+again every half minute while it lasts (minutes, never seconds).
+
 It is not changed while open (some platforms show a stale or broken menu when
 its actions change under it): a change that lands while it is open is applied
 once it closes. Every QAction is created with the menu as parent.
@@ -17,6 +22,7 @@ once it closes. Every QAction is created with the menu as parent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction
@@ -25,11 +31,31 @@ from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 from cadre_desktop.host.core.records import HELD
 from cadre_desktop.ui.icons import TrayIcons
 from cadre_desktop.ui.model import NodeTableModel
-from cadre_desktop.ui.status import aggregate, attention_first, gave_up, menu_words, summary_line, tooltip
+from cadre_desktop.ui.status import (
+    TrayState,
+    aggregate,
+    attention_first,
+    gave_up,
+    menu_words,
+    next_morning,
+    pause_words,
+    summary_line,
+    tooltip,
+    utcnow,
+)
 
 log = logging.getLogger(__name__)
 
 NODE_SLOTS = 5
+#: How often Pause all's words are looked at again while it lasts.
+PAUSE_TICK_MS = 30_000
+#: *Pause all*'s choices: its words, and the pause it asks for (`for_ms`, or `until` from now).
+PAUSE_CHOICES: tuple[tuple[str, Callable[[], dict]], ...] = (
+    ("30 minutes", lambda: {"for_ms": 30 * 60_000}),
+    ("1 hour", lambda: {"for_ms": 60 * 60_000}),
+    ("Until tomorrow (08:00)", lambda: {"until": next_morning(utcnow())}),
+    ("Until I resume", lambda: {}),
+)
 
 
 def _escaped(text: str) -> str:
@@ -48,10 +74,19 @@ class Tray(QObject):
     open_lent = Signal()
     preferences = Signal()
     quit = Signal()
+    #: Pause all: the pause asked for ({} until resumed, {"for_ms": N} or {"until": aware datetime}).
+    pause_all = Signal(dict)
+    resume_all = Signal()
 
-    def __init__(self, model: NodeTableModel, icons: TrayIcons, parent: QObject | None = None, lent=None) -> None:
+    def __init__(self, model: NodeTableModel, icons: TrayIcons, parent: QObject | None = None, lent=None,
+                 pause_state: Callable[[], dict] = lambda: {"paused": False}) -> None:
         super().__init__(parent)
         self.model, self.icons = model, icons
+        #: Pause all now (`Host.pause_state`): {"paused": false}, or its since, until and left_ms.
+        self.pause_state = pause_state
+        self._pause_tick = QTimer(self)
+        self._pause_tick.setInterval(PAUSE_TICK_MS)
+        self._pause_tick.timeout.connect(self.update)
         #: The lent nodes (ui/lent_core.py): they count in the colour, the tooltip and the menu.
         self.lent = lent
         self.icon = QSystemTrayIcon(self)
@@ -101,6 +136,16 @@ class Tray(QObject):
                              ("Join with invitation…", self.join_node), ("Lend nodes…", self.lend_nodes)):
             menu.addAction(text).triggered.connect(signal.emit)
         menu.addSeparator()
+        self.pause_menu = QMenu("Pause all", menu)
+        for text, body in PAUSE_CHOICES:
+            self.pause_menu.addAction(text).triggered.connect(lambda _=False, b=body: self.pause_all.emit(b()))
+        self.pause_action = QAction("Pause all", menu)  # the menu its parent, as every item's
+        self.pause_action.setMenu(self.pause_menu)
+        menu.addAction(self.pause_action)
+        self.resume_action = menu.addAction("Resume")
+        self.resume_action.setVisible(False)
+        self.resume_action.triggered.connect(self.resume_all.emit)
+        menu.addSeparator()
         menu.addAction("Preferences…").triggered.connect(self.preferences.emit)
         menu.addSeparator()
         menu.addAction("Quit").triggered.connect(self.quit.emit)
@@ -118,6 +163,7 @@ class Tray(QObject):
         if self.lent is not None:
             self.lent.refreshed.disconnect(self.update)
         self._closed = True
+        self._pause_tick.stop()
         self.icon.hide()
         self.menu.deleteLater()
 
@@ -133,19 +179,34 @@ class Tray(QObject):
         views, now = self.model.views(), self.model.now
         lent = self.lent.states() if self.lent is not None else []
         state = max([aggregate(views), *lent], key=lambda s: s.rank)
+        paused = pause_words(self.pause_state(), utcnow())
+        if paused and state is not TrayState.ERROR:  # a node that needs the person still says so
+            state = TrayState.PAUSED
+        self._tick(bool(paused))
         if state != self._state:
             self._state = state
             self.icon.setIcon(self.icons.icon(state))
         text = tooltip(views, now) + (f"\nLent to other cadres: {len(lent)}" if lent else "")
-        if self.icon.toolTip() != text:
-            self.icon.setToolTip(text)
+        if paused:
+            text = f"cadre-desktop: every node is {paused} (Pause all)\n" + text.partition("\n")[2]
+        if self.icon.toolTip() != text.strip():
+            self.icon.setToolTip(text.strip())
         if not self.menu.isVisible():
             self._update_menu(views)
+            summary = summary_line(views)
+            self._set(self.summary, text=f"{paused[0].upper()}{paused[1:]} · {summary}" if paused else summary)
+            self._set(self.pause_action, visible=not paused)
+            self._set(self.resume_action, visible=bool(paused))
             self._set(self.lent_action, visible=bool(lent),
                       text=f"Lent to other cadres: {len(lent)} node{'s' if len(lent) != 1 else ''}…" if lent else None)
 
+    def _tick(self, paused: bool) -> None:
+        if paused and not self._pause_tick.isActive():
+            self._pause_tick.start()
+        elif not paused and self._pause_tick.isActive():
+            self._pause_tick.stop()
+
     def _update_menu(self, views) -> None:
-        self._set(self.summary, text=summary_line(views))
         shown = attention_first(views)[:NODE_SLOTS]
         for slot in range(NODE_SLOTS):
             v = shown[slot] if slot < len(shown) else None

@@ -90,7 +90,7 @@ def test_second_host_on_the_same_home_exits_3_naming_the_pid(host):
     assert str(host.proc.pid) in second.stderr
     assert host.control["pid"] == host.proc.pid  # the first host's control.json is left alone
     assert host.api("GET", "/api/host") == (200, {"pid": host.proc.pid, "version": __version__,
-                                                  "home": str(host.home)})
+                                                  "home": str(host.home), "pause": {"paused": False}})
 
 
 def test_stopped_host_leaves_no_control_file_and_the_cli_exits_3(host):

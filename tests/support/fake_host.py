@@ -49,6 +49,8 @@ class FakeHost:
         self.fail_next: Exception | None = None
         #: No lending in a fake host: its routes answer that lending is not ready.
         self.lending = None
+        #: Pause all, as the Host says it (None: not paused).
+        self.pause: dict | None = None
         self._counter = 0
 
     def subscribe(self, listener):
@@ -119,6 +121,25 @@ class FakeHost:
         if view.status not in ("paused", "sleeping", "done"):
             raise InvalidState(f"Node {node_id} is {view.status}; only a held node can be resumed.")
         return self.put(replace(view, status=NodeStatus.JOINED, running=True, wake_at=None, held_by=None, hold_reason=None))
+
+    def pause_state(self) -> dict:
+        return self.pause or {"paused": False}
+
+    async def pause_all(self, *, for_ms: int | None = None, until: datetime | None = None) -> dict:
+        self.calls.append(("pause_all", for_ms, until))
+        wake = pause_end(datetime.now(UTC), for_ms, until)
+        self.pause = {"paused": True, "since": iso(datetime.now(UTC)), "until": iso(wake) if wake else None,
+                      "left_ms": for_ms, "reason": "paused from the tray (Pause all)"}
+        return self.pause
+
+    async def resume_all(self) -> dict:
+        self.calls.append(("resume_all",))
+        self.pause = None
+        return {"paused": False}
+
+    def conditions_report(self) -> dict:
+        return {"conditions": [], "verdict": {"run": True, "reason": None, "until": None}, "pending_s": None,
+                "pause": self.pause_state(), "resumed": None}
 
     async def reclaim_orphan(self, node_id: str) -> list[int]:
         self.calls.append(("reclaim", node_id))

@@ -59,6 +59,16 @@ def test_one_notification_on_claim_and_none_on_restart(shell, shown, aio):
     assert len(shown) == 1
 
 
+def test_pause_all_and_its_end_are_not_news(shell, shown, aio):
+    shell.actions.add("Kitchen")
+    view = aio.wait(lambda: next((v for v in shell.model.views() if v.ready), None))
+    shell.tray.pause_menu.actions()[3].trigger()  # until I resume
+    aio.wait(lambda: shell.model.view(view.id).status == "paused")
+    shell.tray.resume_action.trigger()
+    aio.wait(lambda: shell.model.view(view.id).ready)
+    assert shown == []
+
+
 @pytest.mark.parametrize("settings_doc", [{**CRASHING, "notifications": False}], indirect=True)
 def test_the_setting_turns_notifications_off(shell, shown, aio):
     give_up(shell, aio)

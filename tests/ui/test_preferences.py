@@ -209,3 +209,45 @@ def test_cancel_is_never_between_the_two_answers(shell, aio, qtbot, layout):
     answers = sorted((at[QUIT_STOP], at[QUIT_LEAVE]))
     assert not answers[0] < at[box.button(QMessageBox.StandardButton.Cancel).text()] < answers[1], at
     box.close()
+
+
+# -- When to run --------------------------------------------------------------------------------
+
+def test_when_to_run_shows_the_conditions_and_saves_a_schedule_across_midnight(shell, home):
+    dialog = shell.ask_preferences()
+    when = dialog.when
+    assert dialog.pages.tabText(1) == "&When to run" and dialog.caps is when.caps
+    assert when.battery.isChecked() and when.metered.isChecked() and not when.in_use.isChecked()
+    assert not when.idle_minutes.isEnabled() and when.idle_minutes.value() == 3
+    assert not when.scheduled.isChecked() and not when.grid.isEnabled()
+    when.in_use.setChecked(True)
+    when.idle_minutes.setValue(5)
+    when.battery.setChecked(False)
+    when.scheduled.setChecked(True)  # a first window: the weeknights, 22:00 to 07:00
+    assert when.grid.rowCount() == 1
+    dialog.accept()
+    assert not dialog.isVisible(), dialog.error.text()
+    saved = json.loads((home / "settings.json").read_text())
+    assert saved["pause_on_battery"] is False and saved["pause_when_in_use"] is True
+    assert saved["in_use_idle_minutes"] == 5
+    assert saved["run_schedule"] == [{"days": ["mon", "tue", "wed", "thu", "fri"], "from": "22:00", "to": "07:00"}]
+    again = shell.ask_preferences()
+    assert again.when.grid.rowCount() == 1 and again.when.scheduled.isChecked() and again.when.in_use.isChecked()
+    again.reject()
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda g: g.item(0, 8).setText("07:00") or g.item(0, 7).setText("07:00"), "it is empty"),
+    (lambda g: g.item(0, 7).setText("late"), "times like 07:00"),
+    (lambda g: [g.item(0, c).setCheckState(__import__("PySide6.QtCore").QtCore.Qt.CheckState.Unchecked)
+                for c in range(7)], "non-empty list"),
+])
+def test_a_bad_window_is_one_clear_error_naming_run_schedule_and_nothing_is_written(shell, home, edit, words):
+    before = (home / "settings.json").read_bytes()
+    dialog = shell.ask_preferences()
+    dialog.when.scheduled.setChecked(True)
+    edit(dialog.when.grid)
+    dialog.accept()
+    assert dialog.isVisible() and "run_schedule" in dialog.error.text() and words in dialog.error.text()
+    assert (home / "settings.json").read_bytes() == before
+    dialog.reject()

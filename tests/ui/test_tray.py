@@ -21,7 +21,7 @@ SWITCHABLE_NODE = [sys.executable, "-c", (
     "    sys.exit('broken on purpose')\n"
     "runpy.run_module('cadre_desktop.node', run_name='__main__')\n")]
 
-FIXED = ["Open window", "Add node…", "Join with invitation…", "Lend nodes…", "Preferences…", "Quit"]
+FIXED = ["Open window", "Add node…", "Join with invitation…", "Lend nodes…", "Pause all", "Preferences…", "Quit"]
 
 
 def texts(menu) -> list[str]:
@@ -100,3 +100,37 @@ def test_left_click_opens_the_window_and_quit_asks_to_quit(shell, qtbot):
     assert shell.window.isVisible()
     with qtbot.waitSignal(shell.quit_requested, timeout=1000):
         next(a for a in shell.tray.menu.actions() if a.text() == "Quit").trigger()
+
+
+# -- Pause all ------------------------------------------------------------------------------------
+
+def test_pause_all_from_the_tray_greys_the_icon_says_so_and_resume_brings_the_nodes_back(shell, aio):
+    tray, menu = shell.tray, shell.tray.menu
+    assert [a.text() for a in tray.pause_menu.actions()] == ["30 minutes", "1 hour", "Until tomorrow (08:00)",
+                                                              "Until I resume"]
+    view = aio.run(shell.host.add_node("Kitchen"))
+    aio.wait(lambda: shell.model.view(view.id) and shell.model.view(view.id).ready)
+    tray.pause_menu.actions()[0].trigger()  # 30 minutes
+    aio.wait(lambda: shell.host.get_node(view.id).status == "sleeping" and tray._state is TrayState.PAUSED)
+    shown = texts(menu)
+    assert shown[0] in ("Paused for 30 more minutes · 1 node: 0 running", "Paused for 29 more minutes · 1 node: 0 running")
+    assert "Resume" in shown and "Pause all" not in shown
+    assert tray.icon.toolTip().startswith("cadre-desktop: every node is paused for ")
+    assert not shell.host.get_node(view.id).running
+    tray.resume_action.trigger()
+    aio.wait(lambda: shell.model.view(view.id).ready and tray._state is TrayState.UNCLAIMED)
+    assert "Pause all" in texts(menu) and "Resume" not in texts(menu)
+    assert shell.host.pause_state() == {"paused": False}
+
+
+def test_until_i_resume_and_until_tomorrow_ask_the_host_for_the_pause_they_say(shell, aio):
+    tray = shell.tray
+    tray.pause_menu.actions()[3].trigger()  # until I resume
+    aio.wait(lambda: shell.host.pause_state()["paused"])
+    assert shell.host.pause_state()["until"] is None and texts(tray.menu)[0] == "Paused until you resume · No nodes yet"
+    tray.pause_menu.actions()[2].trigger()  # until tomorrow: the next 08:00 here
+    aio.wait(lambda: shell.host.pause_state()["until"] is not None)
+    from datetime import datetime
+    until = datetime.fromisoformat(shell.host.pause_state()["until"].replace("Z", "+00:00")).astimezone()
+    assert (until.hour, until.minute) == (8, 0)
+    aio.run(shell.host.resume_all())

@@ -347,6 +347,8 @@ def test_details_say_how_a_held_node_comes_back():
     assert next_step(paused) == "It is paused (paused by a person); Resume starts it now, without counting an attempt."
     asleep = replace(paused, status=NodeStatus.SLEEPING, wake_at="2030-01-01T06:00:00.000Z", hold_reason="until the batch")
     assert next_step(asleep).startswith("It is asleep (until the batch) and starts by itself at ")
+    battery = replace(paused, held_by="conditions", hold_reason="on battery")
+    assert next_step(battery).startswith("Its run conditions hold it (on battery); it starts by itself when they allow")
 
 
 def test_details_say_a_start_in_progress_in_the_seeds_words():

@@ -515,3 +515,32 @@ def test_pause_with_a_bad_time_is_a_usage_error(capsys, served):
     code, _, err = run(capsys, "node", "pause", "n-1", "--until", "half past seven")
     assert code == 2 and "not a time" in err
     assert served.host.calls == []
+
+
+# -- every node at once: pause, resume, conditions --------------------------------------------
+
+def test_pause_and_resume_every_node(capsys, served):
+    code, out, _ = run(capsys, "pause", "--for", "30m")
+    assert code == 0 and re.fullmatch(r"Every node is paused for (30|29) more minutes \(until \w{3} \d\d:\d\d\)\.\n", out)
+    code, out, _ = run(capsys, "pause")
+    assert code == 0 and out == "Every node is paused until you resume (cadre-desktop resume).\n"
+    code, out, _ = run(capsys, "resume")
+    assert code == 0 and out.startswith("Resumed: every node")
+    assert [c[:2] for c in served.host.calls] == [("pause_all", 1_800_000), ("pause_all", None), ("resume_all",)]
+
+
+def test_pause_until_a_time_in_the_past_is_one_clear_error(capsys, served):
+    code, _, err = run(capsys, "pause", "--until", "2001-01-01T07:00:00Z")
+    assert code == 1 and "in the past" in err and served.host.pause is None
+
+
+def test_conditions_print_each_condition_and_the_verdict(capsys, served):
+    from cadre_desktop.cli.when import conditions_text
+    code, out, _ = run(capsys, "conditions")
+    assert code == 0 and "Verdict: the nodes may run." in out and "Pause all: not paused." in out
+    text = conditions_text({"conditions": [{"name": "on_battery", "sees": "on battery", "source": "UPower",
+                                            "does": "holds the nodes"}],
+                            "verdict": {"run": False, "reason": "on battery"}, "pending_s": 12.0,
+                            "pause": {"paused": False}, "resumed": None})
+    assert "on_battery" in text and "UPower" in text and "Verdict: the nodes are held (on battery)." in text
+    assert "taken in 12 s" in text

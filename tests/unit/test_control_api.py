@@ -142,7 +142,8 @@ async def test_localhost_host_header_is_accepted(api):
 async def test_host_info(api):
     status, body = await api.call("GET", "/api/host")
     assert status == 200
-    assert body == {"pid": os.getpid(), "version": __version__, "home": str(api.host.paths.data_dir)}
+    assert body == {"pid": os.getpid(), "version": __version__, "home": str(api.host.paths.data_dir),
+                    "pause": {"paused": False}}
 
 
 async def test_list_nodes(api):
@@ -357,3 +358,34 @@ async def test_pause_until_the_past_is_a_clear_400(api):
 async def test_resume_of_a_node_not_held_is_409(api):
     api.host.put(make_view("n-1", "one", "joined"))
     assert_error(await api.call("POST", "/api/nodes/n-1/resume"), 409, "conflict")
+
+
+# -- every node at once: Pause all, the run conditions ------------------------------------------
+
+async def test_pause_all_with_no_body_a_length_or_an_end_and_resume(api):
+    status, body = await api.call("POST", "/api/host/pause", json={})
+    assert status == 200 and body["paused"] is True and body["until"] is None
+    status, host = await api.call("GET", "/api/host")
+    assert status == 200 and host["pause"]["paused"] is True
+    status, body = await api.call("POST", "/api/host/pause", json={"for_ms": 1_800_000})
+    assert status == 200 and body["until"]
+    until = (datetime.now(UTC) + timedelta(hours=8)).replace(microsecond=0)
+    status, body = await api.call("POST", "/api/host/pause", json={"until": until.isoformat()})
+    assert status == 200 and body["until"] == until.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    status, body = await api.call("POST", "/api/host/resume")
+    assert status == 200 and body == {"paused": False}
+    assert [c[:2] for c in api.host.calls] == [("pause_all", None), ("pause_all", 1_800_000), ("pause_all", None),
+                                             ("resume_all",)]
+
+
+@pytest.mark.parametrize("body", [{"for_ms": "30m"}, {"until": "07:00"}, {"until": "2001-01-01T07:00:00Z"},
+                                  {"for_ms": 0}, {"paused": True}])
+async def test_pause_all_refuses_a_bad_body_or_a_time_in_the_past_with_400(api, body):
+    status_body = await api.call("POST", "/api/host/pause", json=body)
+    assert_error(status_body, 400)
+    assert api.host.pause is None
+
+
+async def test_conditions_are_served_as_json(api):
+    status, body = await api.call("GET", "/api/host/conditions")
+    assert status == 200 and body["verdict"]["run"] is True and body["pause"] == {"paused": False}

@@ -456,6 +456,21 @@ async def test_a_lent_node_paused_by_its_owner_stops_spends_nothing_and_its_borr
     assert rig.views.for_borrower(rig.drow())["held_by"] is None
 
 
+async def test_pause_all_holds_a_lent_node_and_its_end_starts_it_again(rig, tmp_path):
+    from cadre_desktop.host.core.host_holds import HostHolds
+
+    holds = HostHolds(tmp_path / "host-pause.json", rig.clock)
+    rig.sup.observer.host_hold = holds.wanted
+    row = rig.donation(status=D.SEEDED, live=True, attempts=1, ago_s=3600)
+    holds.pause_all()
+    await rig.sup.reconcile()
+    assert rig.drow().status is D.PAUSED and not rig.orch.is_running(row.handle)
+    assert rig.views.for_borrower(rig.drow())["held_by"] == "host"
+    holds.resume_all()
+    await rig.sup.reconcile()
+    assert rig.drow().status is D.SEEDED and rig.orch.is_running(rig.drow().handle) and rig.drow().attempts == 1
+
+
 async def test_a_lent_node_asleep_for_a_while_wakes_by_itself(rig):
     row = rig.donation(status=D.AWAITING_SEED, live=True)
     await rig.lending.pause(row.id, for_ms=60_000)

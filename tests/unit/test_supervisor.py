@@ -171,7 +171,7 @@ async def test_give_up_leaves_a_record_already_in_error_alone(rig):
 async def test_a_budget_lowered_while_running_counts_from_the_next_pass(tmp_path):
     r = Rig(tmp_path, respawn_max_attempts=5)
     r.node("a", attempts=3, ago_s=3600)  # down, two attempts left under the old budget
-    host: Any = types.SimpleNamespace(settings=r.settings, driver=None, supervisor=r.sup, store=r.store)
+    host: Any = types.SimpleNamespace(settings=r.settings, driver=None, supervisor=r.sup, store=r.store, judge=None)
     await apply_settings(host, r.settings.with_changes(respawn_max_attempts=3))
     assert await r.sup.reconcile() == []
     assert r.present_rec("a").status is NodeStatus.ERROR and "gave up after 3 attempts" in (r.present_rec("a").error or "")

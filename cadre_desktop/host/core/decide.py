@@ -5,10 +5,15 @@ depends on comes in as an `Observation`, so every rule is a line of a table
 and a unit test can pin each one. `Supervisor` carries the verdicts out.
 
 The rules, in the order they are checked:
+  held by the host, the host wants none  -> HOST_RELEASE (Pause all or its condition ended: started, uncounted)
+  held by the host, it wants another     -> HOST_HOLD (the new hold written: another reason, or an end)
+  held by the host, as it wants, child up-> STOP_HELD; else HELD (its release comes from the host, not wake_at)
   held (paused, sleeping, done), child up -> STOP_HELD (its hold stops it; nothing counted)
-  sleeping, its wake_at reached          -> WAKE (started again, uncounted, budget untouched)
+  sleeping, its wake_at reached          -> WAKE (started again, uncounted, budget untouched), or
+                                            HOST_HOLD when the host holds every node now
   held                                   -> HELD (sleeping: a look is due at wake_at)
   not supervised, or no child yet        -> LEAVE (the code creating it owns it)
+  the host wants it held                 -> HOST_HOLD (Pause all, or a run condition: stopped, nothing counted)
   running: what the node said of itself that its record lacks is written first, whatever the
            verdict (its first answer spends the start mark; `joined` with its cadre; a new peer id)
   running, joining, invitation failed    -> INVITATION_FAILED (error with its words, then stopped)
@@ -61,6 +66,8 @@ class Decision(str, Enum):
     HELD = "held"
     STOP_HELD = "stop-held"
     WAKE = "wake"
+    HOST_HOLD = "host-hold"
+    HOST_RELEASE = "host-release"
 
 
 class SecretState(str, Enum):
@@ -105,6 +112,8 @@ class Observation:
     first_answer: bool = False
     #: For a sleeping node: seconds until its wake_at (None: no end).
     wake_in_s: float | None = None
+    #: The hold the host wants the node to have now (Pause all, a run condition): (status, hold), else None.
+    host_hold: tuple[Enum, Hold] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +125,7 @@ class Verdict:
     reason: str | None = None
     #: For WAIT, STARTING and HELD: seconds until the next look is due.
     due_in_s: float | None = None
-    #: For HOLD: the status and hold the node asked for.
+    #: For HOLD: the status and hold the node asked for; for HOST_HOLD, the host's.
     hold: tuple[Enum, Hold] | None = None
     #: What the node said of itself that its record does not hold yet: written before the
     #: decision is carried out (the change, and the record's fields it sets).
@@ -194,9 +203,13 @@ def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: fro
     """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs);
     `held`: its hold statuses (paused, sleeping, done; a kind without holds has none)."""
     if record.status in held:
+        if record.hold is not None and record.hold.scope == "host":
+            return _held_by_host(record, obs)
         return _held(record, obs)
     if record.status not in supervised or not record.handle:
         return Verdict(Decision.LEAVE)
+    if obs.host_hold is not None:
+        return Verdict(Decision.HOST_HOLD, hold=obs.host_hold, reason=obs.host_hold[1].reason)
     if obs.status is DriverStatus.RUNNING:
         return _running(record, obs, policy)
     return _down(record, obs, policy)
@@ -249,8 +262,24 @@ def _held(record: NodeRecord, obs: Observation) -> Verdict:
         return Verdict(Decision.STOP_HELD, reason=f"it is {record.status}")
     if record.status.value == NodeStatus.SLEEPING.value and obs.wake_in_s is not None:  # any kind's sleeping
         if obs.wake_in_s <= 0:
+            if obs.host_hold is not None:  # it wakes into the host's hold: no start only to be stopped
+                return Verdict(Decision.HOST_HOLD, hold=obs.host_hold, reason=obs.host_hold[1].reason)
             return Verdict(Decision.WAKE, counted=False)
         return Verdict(Decision.HELD, due_in_s=obs.wake_in_s)
+    return Verdict(Decision.HELD)
+
+
+def _held_by_host(record: NodeRecord, obs: Observation) -> Verdict:
+    """A node the host holds: released when the host wants it held no more, its hold replaced when
+    the host wants another; its own wake_at is only words (the host's timers end it)."""
+    wanted = obs.host_hold
+    if wanted is None:
+        return Verdict(Decision.HOST_RELEASE, counted=False)
+    status, hold = wanted
+    if record.hold is None or status.value != record.status.value or not hold.same_as(record.hold):
+        return Verdict(Decision.HOST_HOLD, hold=wanted, reason=hold.reason)
+    if obs.status is DriverStatus.RUNNING:
+        return Verdict(Decision.STOP_HELD, reason=f"it is {record.status}")
     return Verdict(Decision.HELD)
 
 

@@ -5,17 +5,19 @@ acts); and the book of each node's last verdict (`DecisionBook`)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from cadre_desktop.host.core.clock import Clock, iso
-from cadre_desktop.host.core.decide import Observation, Policy, SecretState, Verdict, starting_words
+from cadre_desktop.host.core.decide import Decision, Observation, Policy, SecretState, Verdict, starting_words
 from cadre_desktop.host.core.driver import DriverStatus, InstanceInfo, NodeDriver
 from cadre_desktop.host.core.exits import ExitBook
 from cadre_desktop.host.core.holds import Holds
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Lifecycle, RecordKind
-from cadre_desktop.host.core.records import NodeRecord
+from cadre_desktop.host.core.records import Hold, NodeRecord
 from cadre_desktop.host.core.timeline import Timeline
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,11 @@ class DecisionBook:
         self.last[record.id] = {"decision": "skipped", "at": iso(self.clock.now()), "ms": 0.0, "error": why}
         return True
 
+    def requested_start(self, node_id: str, why: str) -> None:
+        """A person started the node (a Retry): that is its last decision now, not the give-up
+        the last pass made (which would show until the next pass)."""
+        self.last[node_id] = {"decision": Decision.START.value, "at": iso(self.clock.now()), "ms": 0.0, "error": why}
+
     def note(self, node_id: str, verdict: Verdict | None, ms: float, error: str | None) -> None:
         self.last[node_id] = {
             "decision": verdict.decision.value if verdict else "error",
@@ -62,6 +69,8 @@ class Observer:
         self.holds = holds
         #: Tells whether a child answered (`is_ready`) or stopped answering (`unresponsive`).
         self.probe = probe
+        #: The hold the host wants a node to have (host_holds.HostHolds.wanted), when the host has any.
+        self.host_hold: Callable[[NodeRecord, RecordKind], tuple[Enum, Hold] | None] | None = None
 
     def since_attempt_s(self, record: NodeRecord) -> float | None:
         if not record.respawn:
@@ -99,6 +108,7 @@ class Observer:
             last_exit=last_exit,
             node_hold=self.holds.requested(record),
             wake_in_s=self.holds.wake_in_s(record),
+            host_hold=self.host_hold(record, kind) if self.host_hold is not None else None,
             news=self.probe.news(record.handle) if self.probe is not None and status is DriverStatus.RUNNING else None,
             first_answer=bool(status is DriverStatus.RUNNING and handle is not None and self.probe
                               and self.probe.is_ready(handle.id)),

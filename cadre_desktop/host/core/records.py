@@ -54,9 +54,23 @@ class Hold:
     reason: str
     at: str
     wake_at: str | None = None
+    #: "node": this node's own hold (a person's Pause of it, its run.json); "host": the host holds
+    #: every node (Pause all, the run conditions) and releases it when that ends.
+    scope: str = "node"
 
     def to_row(self) -> dict[str, Any]:
-        return {"by": self.by.value, "reason": self.reason, "at": self.at, "wake_at": self.wake_at}
+        row: dict[str, Any] = {"by": self.by.value, "reason": self.reason, "at": self.at, "wake_at": self.wake_at}
+        if self.scope != "node":
+            row["scope"] = self.scope
+        return row
+
+    def same_as(self, other: Hold) -> bool:
+        """The same hold, whenever it was written (its `at` aside)."""
+        return (self.by, self.reason, self.wake_at, self.scope) == (other.by, other.reason, other.wake_at, other.scope)
+
+
+#: A hold's scope: one node's own, or the host's (Pause all, the run conditions).
+HOLD_SCOPES = ("node", "host")
 
 
 def hold_from_row(what: str, raw: Any) -> Hold | None:
@@ -64,10 +78,12 @@ def hold_from_row(what: str, raw: Any) -> Hold | None:
     if raw is None:
         return None
     ok = (isinstance(raw, dict) and raw.get("by") in {b.value for b in HeldBy} and isinstance(raw.get("reason"), str)
-          and isinstance(raw.get("at"), str) and isinstance(raw.get("wake_at"), (str, type(None))))
+          and isinstance(raw.get("at"), str) and isinstance(raw.get("wake_at"), (str, type(None)))
+          and raw.get("scope", "node") in HOLD_SCOPES)
     if not ok:
-        raise ValueError(f"{what}: hold must hold by, reason, at and wake_at")
-    return Hold(by=HeldBy(raw["by"]), reason=raw["reason"], at=raw["at"], wake_at=raw.get("wake_at"))
+        raise ValueError(f"{what}: hold must hold by, reason, at and wake_at (and a scope of node or host)")
+    return Hold(by=HeldBy(raw["by"]), reason=raw["reason"], at=raw["at"], wake_at=raw.get("wake_at"),
+                scope=raw.get("scope", "node"))
 
 
 class NodeMode(str, Enum):

@@ -279,7 +279,7 @@ class NodeService:
                 raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} changed while it was being retried.")
             self.supervisor.forget_exit(node_id)
             log.info("node %s: retry requested", node_id)
-            self.supervisor.note_requested_start(node_id, "retry requested")
+            self.supervisor.decisions.requested_start(node_id, "retry requested")
             self.supervisor.start_node(node_id, counted=True, expect_handle=fresh.handle)
             return self._require(node_id)
         return await self.supervisor.serialize(work)

@@ -262,18 +262,12 @@ class Supervisor:
     def _due_after(self, lc: Lifecycle[Any], node_id: str, verdict: Verdict | None) -> float | None:
         """When this node next needs a look. The verdict says it, unless a start (done or
         failed) changed the node: then its new start grace, or its new backoff."""
-        if verdict is None or verdict.decision is not Decision.START:
+        if verdict is None or verdict.decision not in (Decision.START, Decision.WAKE, Decision.HOST_RELEASE):
             return verdict.due_in_s if verdict is not None else None
         fresh = lc.get(node_id)
         if fresh is None:
             return None
         return decide(fresh, self.observe(fresh, lc), self.policy_for(lc), lc.kind.supervised, lc.kind.held).due_in_s
-
-    def note_requested_start(self, node_id: str, why: str) -> None:
-        """A person started the node (a Retry): that is its last decision now, not the give-up
-        the last pass made (which would show until the next pass)."""
-        self.last_decisions[node_id] = {"decision": Decision.START.value, "at": iso(self.clock.now()), "ms": 0.0,
-                                        "error": why}
 
     def observe(self, record: NodeRecord, lc: Lifecycle[Any] | None = None) -> Observation:
         """Everything the decision needs, read from the driver, the probe and the gate."""
@@ -310,6 +304,12 @@ class Supervisor:
             await self.give_up(record.id, verdict.reason or "invitation failed", change=Change.INVITATION_FAILED, lc=lc)
         elif d is Decision.HOLD and verdict.hold is not None:
             await self.hold_node(record.id, Change.HOLD, *verdict.hold, lc=lc)
+        elif d is Decision.HOST_HOLD and verdict.hold is not None:
+            status, hold = verdict.hold
+            await self.hold_node(record.id, Change.PAUSE, status, dataclasses.replace(hold, at=iso(self.clock.now())),
+                                 lc=lc)
+        elif d is Decision.HOST_RELEASE:
+            return self.release_node(record.id, Change.RESUME, lc=lc)
         elif d is Decision.STOP_HELD:
             log.info("node %s %s; stopping its child", record.id, verdict.reason)
             await self.driver.stop(record.handle)

@@ -44,7 +44,7 @@ from cadre_desktop.host.core.holds import parse_rfc3339
 from cadre_desktop.host.core.jsondoc import read_versioned
 from cadre_desktop.host.core.records import is_node_id
 from cadre_desktop.host.core.validate import clean_invitation, clean_name
-from cadre_desktop.host.edges import caps_control, lend_control
+from cadre_desktop.host.edges import caps_control, host_control, lend_control
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.served import ServedHost
 from cadre_desktop.host.edges.webguard import GuardedSockSite, busy_middleware
@@ -193,6 +193,7 @@ class ControlServer:
         ])
         app.add_routes(lend_control.routes(self))  # lending's routes live beside these
         app.add_routes(caps_control.routes(self))  # PATCH /api/nodes/{id}: a node's caps
+        app.add_routes(host_control.routes(self))  # /api/host/pause, resume, conditions
         sock = bind_socket(self.bind, 0, reuse=False)
         try:
             self.port = sock.getsockname()[1]
@@ -327,7 +328,8 @@ class ControlServer:
 
     async def _get_host(self, request: web.Request) -> web.Response:
         return web.json_response(
-            {"pid": os.getpid(), "version": __version__, "home": str(self.host.paths.data_dir)}
+            {"pid": os.getpid(), "version": __version__, "home": str(self.host.paths.data_dir),
+             "pause": self.host.pause_state()}
         )
 
     async def _list_nodes(self, request: web.Request) -> web.Response:

@@ -1,0 +1,39 @@
+"""Every node at once on the control API: Pause all and the run conditions.
+
+Registered by `ControlServer` (behind its guards):
+
+* `POST /api/host/pause` with `{}` (until a person resumes), `{"for_ms": N}` or
+  `{"until": "<RFC 3339>"}`: every node is held (`held_by: person`), stopped cleanly, and
+  started again when the pause ends; kept across a restart of the host. A time in the past
+  is one 400 and changes nothing. The answer is the pause (`paused`, `since`, `until`,
+  `left_ms`, `reason`), as `GET /api/host` carries it under `pause`.
+* `POST /api/host/resume`: ends it (and a person's word overrides the run conditions until
+  their next change); the answer is `{"paused": false}`.
+* `GET /api/host/conditions`: each run condition, what it sees now, where from and what it
+  does, and the verdict (`cadre-desktop conditions` prints it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from cadre_desktop.host.edges.control import ControlServer
+
+
+def routes(server: ControlServer) -> list[web.RouteDef]:
+    async def pause(request: web.Request) -> web.Response:
+        for_ms, until = await server.pause_body(request)
+        return web.json_response(await server.host.pause_all(for_ms=for_ms, until=until))
+
+    async def resume(request: web.Request) -> web.Response:
+        await server._body(request, set())
+        return web.json_response(await server.host.resume_all())
+
+    async def conditions(request: web.Request) -> web.Response:
+        return web.json_response(server.host.conditions_report())
+
+    return [web.post("/api/host/pause", pause), web.post("/api/host/resume", resume),
+            web.get("/api/host/conditions", conditions)]
