@@ -46,8 +46,9 @@ class Aio:
         self.qtbot.waitUntil(task.done, timeout=int(timeout * 1000))
         return task.result()
 
-    def wait(self, predicate, timeout: float = 15.0):
-        """Poll `predicate` while Qt and asyncio run; return its last (true) value."""
+    def wait(self, predicate, timeout: float = 30.0):
+        """Poll `predicate` while Qt and asyncio run; return its last (true) value. The deadline has
+        room for real node programs starting on a machine another suite keeps busy."""
         seen: list[object] = []
 
         def check() -> bool:

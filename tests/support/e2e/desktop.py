@@ -73,7 +73,9 @@ class Desktop:
             ["trayer", "--edge", "top", "--align", "right", "--widthtype", "request", "--height", "32",
              "--SetDockType", "true", "--transparent", "false"],
             env=self.env(), stdout=log, stderr=log))
-        wait_until(lambda: self.window_id("--classname", "panel"), timeout=20, interval=0.05, what="trayer's panel")
+        # Each look starts a program (xdotool): a few a second, and a minute's room on a machine another
+        # suite keeps busy (it failed there at 20 s, twenty looks a second crowding the panel's own start).
+        wait_until(lambda: self.window_id("--classname", "panel"), timeout=60, interval=0.25, what="trayer's panel")
         return self
 
     def _start_sni(self) -> Desktop:
@@ -83,7 +85,7 @@ class Desktop:
         self.procs.append(subprocess.Popen(["gtk-sni-tray-standalone", "--watcher", "--top", "--end", "-s", "32"],
                                            env=self.env(), stdout=log, stderr=log))
         address = self.bus_env["DBUS_SESSION_BUS_ADDRESS"]
-        wait_until(lambda: has_owner(address, WATCHER), timeout=20, interval=0.05, what="the SNI watcher")
+        wait_until(lambda: has_owner(address, WATCHER), timeout=60, interval=0.25, what="the SNI watcher")
         return self
 
     def stop(self) -> None:
