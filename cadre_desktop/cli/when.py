@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cadre_desktop.cli import lending
-from cadre_desktop.cli.terminal import EXIT_OK, PROG, client, clip, out, print_json, shown, table
+from cadre_desktop.cli.terminal import EXIT_OK, PROG, client, clip, out, print_json, show, shown, table
 from cadre_desktop.paths import Paths
 
 
@@ -86,20 +86,13 @@ def pause_words(pause: dict[str, Any], now: datetime | None = None) -> str:
 
 def cmd_pause(args: argparse.Namespace, paths: Paths) -> int:
     pause = client(paths).request("POST", "/api/host/pause", pause_body(args), timeout=60)
-    if args.json:
-        print_json(pause)
-    else:
-        out(f"Every node is {pause_words(pause)}.")
-    return EXIT_OK
+    return show(args, pause, lambda doc: f"Every node is {pause_words(doc)}.")
 
 
 def cmd_resume(args: argparse.Namespace, paths: Paths) -> int:
     state = client(paths).request("POST", "/api/host/resume", {}, timeout=60)
-    if args.json:
-        print_json(state)
-    else:
-        out(f"Resumed: every node the pause held runs again (the run conditions still apply: {PROG} conditions).")
-    return EXIT_OK
+    return show(args, state, lambda _: "Resumed: every node the pause held runs again "
+                f"(the run conditions still apply: {PROG} conditions).")
 
 
 def cmd_conditions(args: argparse.Namespace, paths: Paths) -> int:
