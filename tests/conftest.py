@@ -9,6 +9,7 @@ from pathlib import Path
 import hypothesis  # noqa: F401
 import pytest
 
+from tests.support import port_blocks
 from tests.support.session_bus import running_secret_service
 
 TESTS = Path(__file__).resolve().parent
@@ -25,6 +26,13 @@ def pytest_collection_modifyitems(config, items):
             continue
         if folder in SLOW_FOLDERS:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _port_blocks():
+    """The port ranges a test took (tests/support/port_blocks.py) are given back when it ends."""
+    yield
+    port_blocks.release()
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import selectors
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import cast
 
 HALF = b"GET /api/nodes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer not-yet"
@@ -66,7 +68,14 @@ def main(host: str, port: int, count: int, seconds: float, source: str | None) -
 
 
 def churn(sel: selectors.BaseSelector, end: float, stats: dict, open_one) -> None:
+    """Keep `count` connections open until `end`; the stats so far go to $FLOOD_STATS (if set)
+    every half second, so a test can wait for what the server did instead of guessing a time."""
+    report, written = os.environ.get("FLOOD_STATS"), 0.0
     while time.monotonic() < end:
+        if report and time.monotonic() - written >= 0.5:
+            Path(report + ".tmp").write_text(json.dumps(stats))
+            os.replace(report + ".tmp", report)
+            written = time.monotonic()
         for key, events in sel.select(timeout=0.1):
             sock, half = cast(socket.socket, key.fileobj), key.data  # only sockets are registered
             if events & selectors.EVENT_WRITE:

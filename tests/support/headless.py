@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.support import port_blocks
 from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,7 +20,7 @@ FLAKY_NODE = [sys.executable, str(REPO / "tests" / "support" / "flaky_node.py")]
 
 
 def fast_settings(**overrides) -> dict:
-    low = random.randrange(20000, 30000, 50)
+    low = port_blocks.take(50, 20000, 30000)
     settings = {
         "bind_host": "127.0.0.1",
         "advertise_host": "127.0.0.1",
@@ -46,7 +47,7 @@ def host_settings(rng: random.Random, **overrides) -> dict:
     away from the 20000-32000 the other tests and the benchmarks draw from, so
     suites running side by side on one machine do not starve each other.
     """
-    low = rng.randrange(61000, 65400, 100)
+    low = port_blocks.take(100, 61000, 65400, rng)
     settings = {
         "bind_host": "127.0.0.1",
         "advertise_host": "127.0.0.1",

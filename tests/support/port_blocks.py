@@ -1,0 +1,61 @@
+"""Port ranges for the tests' hosts that no other test holds, of this suite or of another
+running beside it on the same machine (the suite must stay green on a busy machine).
+
+A range is a number of 50-port slots; each slot is an `flock` on a file in the machine's temp
+folder, held by the test process until the test ends (`release`, from an autouse fixture in
+tests/conftest.py), and taken only when none of its ports has a listener now. A random pick
+alone collided: two suites drew the same block, and one found all 50 ports in use.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import random
+import tempfile
+from pathlib import Path
+
+from cadre_desktop.host.local.ports import port_is_free
+
+SLOT = 50
+LOCKS = Path(tempfile.gettempdir()) / "cadre-desktop-test-ports"
+_held: list[int] = []
+
+
+def take(size: int, low: int, high: int, rng: random.Random | None = None) -> int:
+    """The first port of `size` consecutive ports in [low, high) held for this test alone."""
+    slots = -(-size // SLOT)
+    starts = list(range(low - low % SLOT, high - slots * SLOT, SLOT))
+    (rng or random).shuffle(starts)
+    LOCKS.mkdir(mode=0o700, exist_ok=True)
+    for start in starts:
+        fds = _lock_slots(start, slots)
+        if fds is None:
+            continue
+        if all(port_is_free("127.0.0.1", port) for port in range(start, start + slots * SLOT)):
+            _held.extend(fds)
+            return start
+        for fd in fds:
+            os.close(fd)
+    raise RuntimeError(f"no {size} free ports in {low}-{high}: other tests hold them all")
+
+
+def _lock_slots(start: int, slots: int) -> list[int] | None:
+    fds: list[int] = []
+    for n in range(slots):
+        fd = os.open(LOCKS / f"{start + n * SLOT}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            for held in fds:
+                os.close(held)
+            return None
+        fds.append(fd)
+    return fds
+
+
+def release() -> None:
+    """Give back every slot this test took."""
+    while _held:
+        os.close(_held.pop())
