@@ -137,14 +137,31 @@ class Host:
 
     # -- life ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Take the home, read the records, re-attach to live children, supervise.
+    @property
+    def started(self) -> bool:
+        """`start` finished and `stop` has not begun: every operation may be called."""
+        return self._started
 
-        Refuses to start (and leaves every file as it is) when another host
-        holds the home or a file it keeps is unreadable.
-        """
+    def take_home(self) -> None:
+        """Check the home is usable and take it (one host per home: `HostBusy` when another
+        has it). Cheap and synchronous, and the first thing `start` does; the tray app calls it
+        before its icon shows, so a second app never shows one. Taken, it is released by `stop`
+        (or by a failed `start`)."""
+        if self._lock.held:
+            return
         prepare_home(self.paths)  # one clear error for a home it cannot use, before anything
         self._lock.acquire()
+
+    async def start(self) -> None:
+        """Take the home (unless `take_home` did), read the records, re-attach to live
+        children, supervise.
+
+        Refuses to start (and leaves every file as it is) when another host
+        holds the home or a file it keeps is unreadable. Before it ends, every read is
+        safe and answers as for an empty home while nothing is read yet (`list_nodes` is
+        empty, `lending`, `driver` and the other parts None); the operations raise `Bug`.
+        """
+        self.take_home()
         try:
             await self._start()
         except BaseException:

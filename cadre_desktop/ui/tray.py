@@ -9,6 +9,10 @@ enabled state really changed: under a StatusNotifierItem host every change is
 a D-Bus signal, and a menu that is cleared and refilled floods the bus. No
 countdown appears in it, so it does not change every second.
 
+While the engine starts (the icon shows first) the summary says "Starting…", the icon is
+the busy one, and the items that need the engine (Add, Join, Lend) are disabled; the node
+slots fill in as the engine re-attaches, and `set_starting(False)` brings the rest back.
+
 It is not changed while open (some platforms show a stale or broken menu when
 its actions change under it): a change that lands while it is open is applied
 once it closes. Every QAction is created with the menu as parent.
@@ -25,11 +29,14 @@ from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 from cadre_desktop.host.core.records import HELD
 from cadre_desktop.ui.icons import TrayIcons
 from cadre_desktop.ui.model import NodeTableModel
-from cadre_desktop.ui.status import aggregate, attention_first, gave_up, menu_words, summary_line, tooltip
+from cadre_desktop.ui.status import TrayState, aggregate, attention_first, gave_up, menu_words, summary_line, tooltip
 
 log = logging.getLogger(__name__)
 
 NODE_SLOTS = 5
+STARTING = "Starting…"
+STARTING_TIP = "cadre-desktop: starting…"
+QUITTING = "Starting… (quits once started)"
 
 
 def _escaped(text: str) -> str:
@@ -63,6 +70,8 @@ class Tray(QObject):
         #: How many item changes were applied (each is a signal to a StatusNotifierItem host).
         self.changes = 0
         self._closed = False
+        #: The engine is starting: "Starting…" (or, asked to quit meanwhile, QUITTING), else None.
+        self.starting: str | None = None
         self._build()
         self.icon.setContextMenu(self.menu)
         self.menu.aboutToHide.connect(lambda: QTimer.singleShot(0, self, self.update))
@@ -97,9 +106,14 @@ class Tray(QObject):
         self.lent_action.setVisible(False)
         self.lent_action.triggered.connect(self.open_lent.emit)
         menu.addSeparator()
-        for text, signal in (("Open window", self.open_window), ("Add node…", self.add_node),
-                             ("Join with invitation…", self.join_node), ("Lend nodes…", self.lend_nodes)):
-            menu.addAction(text).triggered.connect(signal.emit)
+        menu.addAction("Open window").triggered.connect(self.open_window.emit)
+        #: What needs the engine: disabled while it starts.
+        self.engine_actions: list[QAction] = []
+        for text, signal in (("Add node…", self.add_node), ("Join with invitation…", self.join_node),
+                             ("Lend nodes…", self.lend_nodes)):
+            action = menu.addAction(text)
+            action.triggered.connect(signal.emit)
+            self.engine_actions.append(action)
         menu.addSeparator()
         menu.addAction("Preferences…").triggered.connect(self.preferences.emit)
         menu.addSeparator()
@@ -112,6 +126,11 @@ class Tray(QObject):
 
     def show(self) -> None:
         self.icon.show()
+
+    def set_starting(self, words: str | None) -> None:
+        """The engine is starting (`STARTING`, or `QUITTING` once Quit was asked), or up (None)."""
+        self.starting = words
+        self.update()
 
     def close(self) -> None:
         self.model.refreshed.disconnect(self.update)
@@ -132,11 +151,13 @@ class Tray(QObject):
             return
         views, now = self.model.views(), self.model.now
         lent = self.lent.states() if self.lent is not None else []
-        state = max([aggregate(views), *lent], key=lambda s: s.rank)
+        starting = [TrayState.BUSY] if self.starting else []
+        state = max([aggregate(views), *lent, *starting], key=lambda s: s.rank)
         if state != self._state:
             self._state = state
             self.icon.setIcon(self.icons.icon(state))
-        text = tooltip(views, now) + (f"\nLent to other cadres: {len(lent)}" if lent else "")
+        text = STARTING_TIP if self.starting else tooltip(views, now) + (
+            f"\nLent to other cadres: {len(lent)}" if lent else "")
         if self.icon.toolTip() != text:
             self.icon.setToolTip(text)
         if not self.menu.isVisible():
@@ -145,7 +166,9 @@ class Tray(QObject):
                       text=f"Lent to other cadres: {len(lent)} node{'s' if len(lent) != 1 else ''}…" if lent else None)
 
     def _update_menu(self, views) -> None:
-        self._set(self.summary, text=summary_line(views))
+        self._set(self.summary, text=self.starting or summary_line(views))
+        for action in self.engine_actions:
+            self._set(action, enabled=not self.starting)
         shown = attention_first(views)[:NODE_SLOTS]
         for slot in range(NODE_SLOTS):
             v = shown[slot] if slot < len(shown) else None
@@ -167,9 +190,13 @@ class Tray(QObject):
         more = len(views) > NODE_SLOTS
         self._set(self.show_all, text=f"Show all {len(views)} nodes…" if more else "Show all…", visible=more)
 
-    def _set(self, action: QAction, *, text: str | None = None, visible: bool | None = None) -> None:
+    def _set(self, action: QAction, *, text: str | None = None, visible: bool | None = None,
+             enabled: bool | None = None) -> None:
         if text is not None and action.text() != text:
             action.setText(text)
+            self.changes += 1
+        if enabled is not None and action.isEnabled() != enabled:
+            action.setEnabled(enabled)
             self.changes += 1
         if visible is not None and action.isVisible() != visible:
             action.setVisible(visible)
