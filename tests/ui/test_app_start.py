@@ -48,8 +48,10 @@ def app_run(home, keyring_env, aio, monkeypatch):
     paths = resolve_paths()
     state: dict = {}
 
-    def start():
+    def start(held: bool = True):
         state["task"] = asyncio.ensure_future(app._serve(paths, instance_name(paths)))
+        if not held:
+            return state["task"], None, shells
         aio.wait(lambda: hosts.made and hosts.made[0].waiting)
         return state["task"], hosts.made[0], shells[0]
     yield start
@@ -135,15 +137,18 @@ def test_a_start_that_fails_is_shown_and_then_the_icon_goes(app_run, home, aio, 
     monkeypatch.setattr(shell_module.QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
     task, host, shell = app_run()
     assert shell.tray.icon.isVisible()
+    waiting = shell.actions.add("Porch")  # asked meanwhile: it waits, and goes with the start
     host.paths.records_file.write_text("{ this is not json")  # broken while the host was held
     host.release.set()
     box = aio.wait(lambda: (boxes := error_boxes()) and boxes[0])
+    assert len(error_boxes()) == 1  # the start's error alone
     assert "start the host" in box.text().lower() or "hosted-nodes.json" in (box.text() + box.informativeText())
     assert not task.done() and shell.tray.icon.isVisible()  # shown first, the icon still there
     box.close()
     aio.wait(task.done)
     assert task.result() == 1
     assert shell.closed and not shiboken6.isValid(shell.tray.icon)  # then the icon is gone
+    assert waiting.cancelled()
     assert host.stops == 0 and not host.started
     host.take_home()  # the failed start let the home go
     host._lock.release()
@@ -167,6 +172,26 @@ def test_quit_while_starting_waits_for_the_start_then_stops_the_host_once(app_ru
     assert host.stops == 1 and not host.started
     assert not psutil.pid_exists(kept) or psutil.Process(kept).status() == psutil.STATUS_ZOMBIE
     assert shell.closed and not shiboken6.isValid(shell.tray.icon)
+
+
+def test_a_home_another_host_runs_is_told_with_no_icon(app_run, home, aio):
+    """A headless host (here: the lock taken in this process) has the home: the error, and no
+    Shell, so no icon, ever."""
+    from cadre_desktop.settings import load_settings
+
+    paths = resolve_paths()
+    other = Host(paths, load_settings(paths.settings_file), serve_control_api=False)
+    other.take_home()
+    try:
+        task, _, shells = app_run(held=False)
+        box = aio.wait(lambda: (boxes := error_boxes()) and boxes[0])
+        assert "already running" in box.text() + box.informativeText()
+        assert shells == []
+        box.close()
+        aio.wait(task.done)
+        assert task.result() == 1 and shells == []
+    finally:
+        other._lock.release()
 
 
 def test_what_the_ui_reads_of_a_host_before_its_start_is_safe(home, keyring_env):
