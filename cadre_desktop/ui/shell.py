@@ -1,10 +1,11 @@
-"""The views over one started Host, wired together: tray, window, QR dialogs, notifications.
+"""The views over one Host, wired together: tray, window, QR dialogs, notifications.
 
 `app.py` creates the loop and the Host and hands it to a Shell before the Host
 starts (`starting=True`): the icon shows at once, saying "Starting…", and
 `engine_up` fills the views in once the Host has started; meanwhile what needs the
 engine waits for it (`Actions`) or is disabled (the tray's Add, Join, Lend), and a
-Quit waits for the start, then asks as always. Tests hand it a started in-process Host. A tray app spends most of its life
+Quit waits for the start, then asks as always. Tests hand it a started in-process
+Host, or the app's own start (tests/ui/test_app_start.py). A tray app spends most of its life
 with no window open, so the window, the dialogs, Preferences and the QR code
 (and the modules behind them) are built and imported only when first shown.
 

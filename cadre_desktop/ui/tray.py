@@ -11,7 +11,7 @@ countdown appears in it, so it does not change every second.
 
 While the engine starts (the icon shows first) the summary says "Starting…", the icon is
 the busy one, and the items that need the engine (Add, Join, Lend) are disabled; the node
-slots fill in as the engine re-attaches, and `set_starting(False)` brings the rest back.
+slots fill in as the engine re-attaches, and `set_starting(None)` brings the rest back.
 
 It is not changed while open (some platforms show a stale or broken menu when
 its actions change under it): a change that lands while it is open is applied
