@@ -128,14 +128,16 @@ def add_nodes(home: Path, env: dict, count: int) -> None:
 
 
 def kill_leftovers(work: Path) -> int:
-    """The nodes (and log keepers) kept running under the bench's homes; how many were killed."""
+    """The nodes and log keepers kept running under the bench's homes; how many were killed.
+    A node names its home in its environment, a keeper (started with a clean one) on its command line."""
     import psutil
 
     killed = 0
-    for proc in psutil.process_iter(["environ"]):
+    for proc in psutil.process_iter(["environ", "cmdline"]):
         try:
             env = proc.info["environ"] or {}
-            if any(str(work) in env.get(key, "") for key in ("CADRE_NODE_DIR", "CADRE_DESKTOP_HOME")):
+            named = [env.get("CADRE_NODE_DIR", ""), env.get("CADRE_DESKTOP_HOME", ""), *(proc.info["cmdline"] or [])]
+            if proc.pid != os.getpid() and any(str(work) in text for text in named):
                 proc.kill()
                 killed += 1
         except psutil.Error:
