@@ -1,6 +1,6 @@
 """Start-up: launch -> tray icon shown, and launch -> control API answering.
 
-    .venv/bin/python bench/startup.py [-n 10] [--nodes 0]
+    .venv/bin/python bench/startup.py [-n 10] [--nodes 0] [--running]
 
 Runs alternate between the tray app (`python -m cadre_desktop`, under a fresh
 Xvfb with trayer as the system tray for every run) and the headless host
@@ -12,7 +12,10 @@ from this process:
 
 then stops it with SIGTERM. The keyring is a real gnome-keyring. The home is
 empty by default; `--nodes N` first adds N nodes to it, so every launch also
-reads N claim secrets and respawns N nodes. Writes bench/results/startup.json.
+reads N claim secrets and respawns N nodes; with `--running` the home keeps its nodes
+running on quit (`keep_nodes_running_on_quit`), so every launch finds N nodes running and
+re-attaches to them, as after a restart of the tray app. Writes bench/results/startup.json
+(or `--name`).
 """
 
 from __future__ import annotations
@@ -124,12 +127,30 @@ def add_nodes(home: Path, env: dict, count: int) -> None:
         stop(proc)
 
 
-def run(rounds: int, nodes: int) -> dict:
+def kill_leftovers(work: Path) -> int:
+    """The nodes and log keepers kept running under the bench's homes; how many were killed.
+    A node names its home in its environment, a keeper (started with a clean one) on its command line."""
+    import psutil
+
+    killed = 0
+    for proc in psutil.process_iter(["environ", "cmdline"]):
+        try:
+            env = proc.info["environ"] or {}
+            named = [env.get("CADRE_NODE_DIR", ""), env.get("CADRE_DESKTOP_HOME", ""), *(proc.info["cmdline"] or [])]
+            if proc.pid != os.getpid() and any(str(work) in text for text in named):
+                proc.kill()
+                killed += 1
+        except psutil.Error:
+            continue
+    return killed
+
+
+def run(rounds: int, nodes: int, running: bool = False) -> dict:
     from tests.support.e2e.desktop import missing_tools
 
     work = Path(tempfile.mkdtemp(prefix="cadre-bench-startup-"))
     session, keyring_env = _rig.start_secret_service()
-    base = random.randrange(20000, 31000, 100)
+    base = random.randrange(20000, 31000, 400)
     homes = {}
     envs = {}
     for mode in ("tray", "headless"):
@@ -137,7 +158,9 @@ def run(rounds: int, nodes: int) -> dict:
         home.mkdir()
         (home / "settings.json").write_text(json.dumps(
             {"bind_host": "127.0.0.1", "advertise_host": "127.0.0.1",
-             "port_range": [base + (0 if mode == "tray" else 50), base + (49 if mode == "tray" else 99)]}))
+             # two ports a node: room for 80 nodes per home
+             "port_range": [base + (0 if mode == "tray" else 200), base + (159 if mode == "tray" else 359)],
+             **({"keep_nodes_running_on_quit": True} if running else {})}))
         homes[mode] = home
         env = {**os.environ, **keyring_env, "CADRE_DESKTOP_HOME": str(home), "PYTHONPATH": str(ROOT)}
         env.pop("QT_QPA_PLATFORM", None)
@@ -165,9 +188,10 @@ def run(rounds: int, nodes: int) -> dict:
             if r:
                 print(f"  round {r}/{rounds} done", file=sys.stderr)
     finally:
+        kill_leftovers(work)
         session.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return {"rounds": rounds, "nodes": nodes, "tray_tools": tray_ok,
+    return {"rounds": rounds, "nodes": nodes, "nodes_running": running, "tray_tools": tray_ok,
             **{key: summary(values) for key, values in times.items()}}
 
 
@@ -175,18 +199,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=10)
     parser.add_argument("--nodes", type=int, default=0, help="nodes in the home at every launch (default 0)")
+    parser.add_argument("--running", action="store_true",
+                        help="the nodes keep running between launches: each launch re-attaches to them")
     parser.add_argument("--name", default="startup", help="results file name (default startup)")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
     _rig.compile_checkout()  # nodes run with bytecode, as from an installed copy
-    result = {"loadavg_at_start": os.getloadavg(), **run(args.n, args.nodes)}
+    result = {"loadavg_at_start": os.getloadavg(), **run(args.n, args.nodes, args.running)}
     headers = ["measure", "min", "p50", "p90", "max", "goal"]
     labels = {"tray_icon_s": "tray app: launch -> icon in the tray (s)",
               "tray_api_s": "tray app: launch -> control API answering (s)",
               "headless_api_s": "headless: launch -> control API answering (s)"}
     rows = [[labels[k], result[k]["min"], result[k]["p50"], result[k]["p90"], result[k]["max"], f"<= {GOAL_S}"]
             for k in labels]
-    print(f"\nstart-up, {args.n} launches each, {args.nodes} node(s) in the home")
+    print(f"\nstart-up, {args.n} launches each, {args.nodes} node(s) in the home"
+          + (", running" if args.running else ""))
     print(table(headers, rows, digits=3))
     result["goals"] = []
     for key, label in labels.items():

@@ -26,7 +26,7 @@ from cadre_desktop.host.core.caps import caps_view, check_caps_change, node_caps
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.driver import NodeCaps, NodeDriver
 from cadre_desktop.host.core.events import EventBus, EventKind, HostEvent
-from cadre_desktop.host.core.history import NodeHistory
+from cadre_desktop.host.core.history import NodeHistory, start_history
 from cadre_desktop.host.core.host_holds import HostHolds
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle
@@ -146,14 +146,31 @@ class Host:
 
     # -- life ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Take the home, read the records, re-attach to live children, supervise.
+    @property
+    def started(self) -> bool:
+        """`start` finished and `stop` has not begun: every operation may be called."""
+        return self._started
 
-        Refuses to start (and leaves every file as it is) when another host
-        holds the home or a file it keeps is unreadable.
-        """
+    def take_home(self) -> None:
+        """Check the home is usable and take it (one host per home: `HostBusy` when another
+        has it). Cheap and synchronous, and the first thing `start` does; the tray app calls it
+        before its icon shows, so a second app never shows one. Taken, it is released by `stop`
+        (or by a failed `start`)."""
+        if self._lock.held:
+            return
         prepare_home(self.paths)  # one clear error for a home it cannot use, before anything
         self._lock.acquire()
+
+    async def start(self) -> None:
+        """Take the home (unless `take_home` did), read the records, re-attach to live
+        children, supervise.
+
+        Refuses to start (and leaves every file as it is) when another host
+        holds the home or a file it keeps is unreadable. Before it ends, every read is
+        safe and answers as for an empty home while nothing is read yet (`list_nodes` is
+        empty, `lending`, `driver` and the other parts None); the operations raise `Bug`.
+        """
+        self.take_home()
         try:
             await self._start()
         except BaseException:
@@ -170,7 +187,8 @@ class Host:
         if report.attached:
             log.info("re-attached to %d running node(s)", len(report.attached))
         p = self._parts = self._make_supervision(driver)
-        self._start_history(p.views)
+        self.history = start_history(self.paths.history_file, self.clock, p.views, self.events,
+                                     [r.id for r in self.store.list()])
         await self._prefetch_secrets()
         self._tasks.append(asyncio.ensure_future(self._move_keyring_entries()))
         await p.service.reap_stuck()
@@ -203,19 +221,6 @@ class Host:
             await self.control.start()
         self._started = True
         log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
-
-    def _start_history(self, views: NodeViews) -> None:
-        """Each node's history: read, then fed by every engine event from now on."""
-        def view_of(node_id: str) -> NodeView | None:
-            try:
-                return views.get(node_id)
-            except NoSuchThing:
-                return None
-        history = self.history = NodeHistory(self.paths.history_file, self.clock, view_of)
-        history.load()
-        self.events.subscribe(history.on_event)
-        for record in self.store.list():
-            history.observe(record.id)
 
     def _load_files(self) -> Lending:
         """Read every file the host keeps; a broken one stops the start and is left as it is."""

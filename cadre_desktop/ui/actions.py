@@ -4,6 +4,9 @@ Each action runs a Host coroutine as an asyncio task (kept referenced until it
 ends); a failure goes to `show_error`, a success to an optional callback. While
 an action on a node is in flight the node is `busy` (its buttons wait), and it
 is `quiet`: the notifier says nothing about what the person just asked for.
+
+While the engine starts (the tray app shows its icon first), an action waits for it:
+`engine_up` lets what was asked meanwhile run, in the order it was asked.
 """
 
 from __future__ import annotations
@@ -26,9 +29,13 @@ class Actions(QObject):
     added = Signal(str)
 
     def __init__(self, host, parent_widget: Callable[[], QWidget | None] = lambda: None,
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, *, engine_up: bool = True) -> None:
         super().__init__(parent)
         self.host = host
+        #: Set once the host has started; until then every action waits for it.
+        self._up = asyncio.Event()
+        if engine_up:
+            self._up.set()
         self._parent_widget = parent_widget
         self._tasks: set[asyncio.Task] = set()
         self._busy: dict[str, int] = {}
@@ -38,7 +45,7 @@ class Actions(QObject):
 
     def run(self, doing: str, work: Awaitable[Any], node_id: str = "",
             done: Callable[[Any], None] | None = None) -> asyncio.Task:
-        task = asyncio.ensure_future(work)
+        task = asyncio.ensure_future(work if self._up.is_set() else self._when_up(work))
         self._tasks.add(task)
         self._busy[node_id] = self._busy.get(node_id, 0) + 1
         self.busy_changed.emit(node_id)
@@ -60,6 +67,19 @@ class Actions(QObject):
             show_error(self._parent_widget(), error, doing)
         elif done is not None:
             done(task.result())
+
+    def engine_up(self) -> None:
+        """The host has started: what waited for it runs now."""
+        self._up.set()
+
+    async def _when_up(self, work: Awaitable[Any]) -> Any:
+        try:
+            await self._up.wait()
+        except asyncio.CancelledError:
+            if asyncio.iscoroutine(work):
+                work.close()  # never run: closed, not left to warn that it was never awaited
+            raise
+        return await work
 
     def busy(self, node_id: str) -> bool:
         return node_id in self._busy

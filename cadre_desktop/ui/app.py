@@ -1,8 +1,14 @@
 """The tray application's entry point, and the one place that creates and closes the qasync loop.
 
 Order of things: a QApplication; if this home already has a tray app, ask it to
-show its window and exit 0; else one qasync loop, on which the Host starts,
-the Shell (every view) runs until Quit or SIGINT/SIGTERM, and the Host stops.
+show its window and exit 0 (no icon ever shows); else one qasync loop, on which
+the Host takes the home (its lock: a host already running for it is told at once,
+with no icon either), the single-instance channel listens, and the Shell shows
+the tray icon, saying "Starting…". Only then does the Host start (read the
+records, re-attach to the running nodes, supervise, serve), however many nodes
+the home has; its views fill in as it goes and in full once it is up. A start
+that fails is shown, then the icon goes. The Shell runs until Quit or
+SIGINT/SIGTERM (a Quit while starting waits for the start), and the Host stops.
 """
 
 from __future__ import annotations
@@ -97,7 +103,7 @@ async def _serve(paths: Paths, name: str) -> int:
     try:
         settings = load_settings(paths.settings_file)
         host = Host(paths, settings)
-        await host.start()
+        host.take_home()  # one host per home, known before any icon shows
     except HostBusy as exc:
         if hand_off(name):  # a tray app that started just before us
             return 0
@@ -107,11 +113,14 @@ async def _serve(paths: Paths, name: str) -> int:
         await _tell(exc, "start the host")
         return 1
     server = InstanceServer(name)
-    server.listen()
-    shell = Shell(host, settings)
+    server.listen()  # the home is ours: a later launch shows our window, even while we start
+    shell = Shell(host, settings, starting=True)
     server.show_requested.connect(shell.present_window)
     shell.quit_requested.connect(quit_now.set)
-    shell.start(first_run=first_run)
+    shell.start(first_run=first_run)  # the icon first, saying "Starting…"
+    if not await _start_engine(host, shell):
+        server.close()
+        return 1
     if first_run:
         paths.first_run_marker.unlink(missing_ok=True)  # said once
     log.info("tray app running for %s", paths.data_dir)
@@ -120,6 +129,20 @@ async def _serve(paths: Paths, name: str) -> int:
     await shell.stop()
     server.close()
     return 0
+
+
+async def _start_engine(host, shell) -> bool:
+    """Start the host under the shown icon; a failure is shown, then the icon goes (the host
+    released the home already)."""
+    try:
+        await host.start()
+    except Exception as exc:  # shown, like a failure before the icon
+        await _tell(exc, "start the host")
+        await shell.actions.cancel_all()
+        shell.close()
+        return False
+    shell.engine_up()
+    return True
 
 
 def is_first_run(paths: Paths) -> bool:

@@ -87,9 +87,8 @@ class LentUi(QObject):
         return dialog
 
     def _create(self, dialog, label, max_nodes, expires_in_s) -> None:
-        lending = self._lending()
-
-        async def make():
+        async def make():  # the host may still be starting: lending is looked up when it runs
+            lending = self._lending()
             grant = await lending.create_grant(label, max_nodes, expires_in_s)
             return grant, await lending.link_of(grant.id)
 

@@ -1,7 +1,11 @@
-"""The views over one started Host, wired together: tray, window, QR dialogs, notifications.
+"""The views over one Host, wired together: tray, window, QR dialogs, notifications.
 
-`app.py` creates the loop and the Host and hands the started Host to a Shell;
-tests do the same with an in-process Host. A tray app spends most of its life
+`app.py` creates the loop and the Host and hands it to a Shell before the Host
+starts (`starting=True`): the icon shows at once, saying "Starting…", and
+`engine_up` fills the views in once the Host has started; meanwhile what needs the
+engine waits for it (`Actions`) or is disabled (the tray's Add, Join, Lend), and a
+Quit waits for the start, then asks as always. Tests hand it a started in-process
+Host, or the app's own start (tests/ui/test_app_start.py). A tray app spends most of its life
 with no window open, so the window, the dialogs, Preferences and the QR code
 (and the modules behind them) are built and imported only when first shown.
 
@@ -34,7 +38,7 @@ from cadre_desktop.ui.lent_ui import LentUi
 from cadre_desktop.ui.model import NodeTableModel
 from cadre_desktop.ui.notify import Notifier
 from cadre_desktop.ui.settings_store import SettingsWatcher, save_changes
-from cadre_desktop.ui.tray import Tray
+from cadre_desktop.ui.tray import QUITTING, STARTING, Tray
 
 if TYPE_CHECKING:
     from cadre_desktop.ui.window import NodeWindow
@@ -74,18 +78,23 @@ class Shell(QObject):
     quit_requested = Signal()
 
     def __init__(self, host, settings: Settings, *, autostart=autostart_module,
-                 tray_wait_s: float = TRAY_WAIT_S, parent: QObject | None = None) -> None:
+                 tray_wait_s: float = TRAY_WAIT_S, starting: bool = False, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.host, self.settings = host, settings
+        #: The host is still starting (`engine_up` ends it); a Quit asked meanwhile waits for it.
+        self.starting = starting
+        self._quit_when_up = False
         self.bridge = HostBridge(host, self)
         self.model = NodeTableModel(host, self.bridge, self)
         self._window: NodeWindow | None = None
         self.closed = False
-        self.actions = Actions(host, lambda: self._window, self)
+        self.actions = Actions(host, lambda: self._window, self, engine_up=not starting)
         self.lent = LentUi(host, self.bridge, self.actions, lambda: self.window, self)  # the window's Lent tab
         self.icons = TrayIcons(settings.monochrome_icon)
         self.autostart = autostart
         self.tray = Tray(self.model, self.icons, self, lent=self.lent.model, pause_state=host.pause_state)
+        if starting:
+            self.tray.set_starting(STARTING)
         self.delivery = Delivery(self.tray.icon, APP_ICON, parent=self)
         self.notifier = Notifier(host, self.bridge, self.actions, self.delivery, settings, self)
         self.qr_dialogs: dict = {}
@@ -133,6 +142,7 @@ class Shell(QObject):
                 signal.connect(slot)
             self._window = window
             self.lent.attach(window)
+            window.set_starting(self.starting)
         return self._window
 
     def present_window(self) -> None:
@@ -159,6 +169,20 @@ class Shell(QObject):
             self.window.present_attention()
             self._tray_deadline = time.monotonic() + self.tray_wait_s
             self._tray_timer.start()
+
+    def engine_up(self) -> None:
+        """The host has started: the views read it whole, what waited runs, a Quit asked meanwhile is asked now."""
+        if not self.starting or self.closed:
+            return
+        self.starting = False
+        self.actions.engine_up()
+        self.model.refresh()
+        self.lent.model.refresh()
+        self.tray.set_starting(None)
+        if self._window is not None:
+            self._window.set_starting(False)
+        if self._quit_when_up:
+            self.ask_quit()
 
     def _poll_tray(self) -> None:
         if QSystemTrayIcon.isSystemTrayAvailable():
@@ -238,7 +262,12 @@ class Shell(QObject):
     # -- quit ------------------------------------------------------------------------------
 
     def ask_quit(self) -> None:
-        """Quit; first ask whether to stop the nodes, unless the person said not to ask again."""
+        """Quit; first ask whether to stop the nodes, unless the person said not to ask again.
+        While the host starts, once it has started (which nodes run is known only then)."""
+        if self.starting:
+            self._quit_when_up = True
+            self.tray.set_starting(QUITTING)
+            return
         running = sum(1 for v in self.model.views() if v.running)
         if not running or not self.settings.ask_on_quit:
             self.quit_requested.emit()

@@ -14,6 +14,10 @@ resume) holds every node; while it lasts the icon is grey with its own tooltip, 
 says so ("Paused for 24 more minutes") and *Resume* takes its place. Its words are looked at
 again every half minute while it lasts (minutes, never seconds).
 
+While the engine starts (the icon shows first) the summary says "Starting…", the icon is
+the busy one, and the items that need the engine (Add, Join, Lend) are disabled; the node
+slots fill in as the engine re-attaches, and `set_starting(None)` brings the rest back.
+
 It is not changed while open (some platforms show a stale or broken menu when
 its actions change under it): a change that lands while it is open is applied
 once it closes. Every QAction is created with the menu as parent.
@@ -57,6 +61,10 @@ PAUSE_CHOICES: tuple[tuple[str, Callable[[], dict]], ...] = (
     ("Until I resume", lambda: {}),
 )
 
+STARTING = "Starting…"
+STARTING_TIP = "cadre-desktop: starting…"
+QUITTING = "Starting… (quits once started)"
+
 
 def _escaped(text: str) -> str:
     """A node's name is not a mnemonic."""
@@ -98,6 +106,8 @@ class Tray(QObject):
         #: How many item changes were applied (each is a signal to a StatusNotifierItem host).
         self.changes = 0
         self._closed = False
+        #: The engine is starting: "Starting…" (or, asked to quit meanwhile, QUITTING), else None.
+        self.starting: str | None = None
         self._build()
         self.icon.setContextMenu(self.menu)
         self.menu.aboutToHide.connect(lambda: QTimer.singleShot(0, self, self.update))
@@ -132,9 +142,14 @@ class Tray(QObject):
         self.lent_action.setVisible(False)
         self.lent_action.triggered.connect(self.open_lent.emit)
         menu.addSeparator()
-        for text, signal in (("Open window", self.open_window), ("Add node…", self.add_node),
-                             ("Join with invitation…", self.join_node), ("Lend nodes…", self.lend_nodes)):
-            menu.addAction(text).triggered.connect(signal.emit)
+        menu.addAction("Open window").triggered.connect(self.open_window.emit)
+        #: What needs the engine: disabled while it starts.
+        self.engine_actions: list[QAction] = []
+        for text, signal in (("Add node…", self.add_node), ("Join with invitation…", self.join_node),
+                             ("Lend nodes…", self.lend_nodes)):
+            action = menu.addAction(text)
+            action.triggered.connect(signal.emit)
+            self.engine_actions.append(action)
         menu.addSeparator()
         self.pause_menu = QMenu("Pause all", menu)
         for text, body in PAUSE_CHOICES:
@@ -145,6 +160,7 @@ class Tray(QObject):
         self.resume_action = menu.addAction("Resume")
         self.resume_action.setVisible(False)
         self.resume_action.triggered.connect(self.resume_all.emit)
+        self.engine_actions.append(self.pause_action)  # Resume shows only once the engine paused
         menu.addSeparator()
         menu.addAction("Preferences…").triggered.connect(self.preferences.emit)
         menu.addSeparator()
@@ -157,6 +173,11 @@ class Tray(QObject):
 
     def show(self) -> None:
         self.icon.show()
+
+    def set_starting(self, words: str | None) -> None:
+        """The engine is starting (`STARTING`, or `QUITTING` once Quit was asked), or up (None)."""
+        self.starting = words
+        self.update()
 
     def close(self) -> None:
         self.model.refreshed.disconnect(self.update)
@@ -178,8 +199,9 @@ class Tray(QObject):
             return
         views, now = self.model.views(), self.model.now
         lent = self.lent.states() if self.lent is not None else []
-        state = max([aggregate(views), *lent], key=lambda s: s.rank)
-        paused = pause_words(self.pause_state(), utcnow())
+        starting = [TrayState.BUSY] if self.starting else []
+        state = max([aggregate(views), *lent, *starting], key=lambda s: s.rank)
+        paused = None if self.starting else pause_words(self.pause_state(), utcnow())
         if paused and state is not TrayState.ERROR:  # a node that needs the person still says so
             state = TrayState.PAUSED
         self._tick(bool(paused))
@@ -189,11 +211,13 @@ class Tray(QObject):
         text = tooltip(views, now) + (f"\nLent to other cadres: {len(lent)}" if lent else "")
         if paused:
             text = f"cadre-desktop: every node is {paused} (Pause all)\n" + text.partition("\n")[2]
+        if self.starting:
+            text = STARTING_TIP
         if self.icon.toolTip() != text.strip():
             self.icon.setToolTip(text.strip())
         if not self.menu.isVisible():
             self._update_menu(views)
-            summary = summary_line(views)
+            summary = self.starting or summary_line(views)
             self._set(self.summary, text=f"{paused[0].upper()}{paused[1:]} · {summary}" if paused else summary)
             self._set(self.pause_action, visible=not paused)
             self._set(self.resume_action, visible=bool(paused))
@@ -207,6 +231,8 @@ class Tray(QObject):
             self._pause_tick.stop()
 
     def _update_menu(self, views) -> None:
+        for action in self.engine_actions:
+            self._set(action, enabled=not self.starting)
         shown = attention_first(views)[:NODE_SLOTS]
         for slot in range(NODE_SLOTS):
             v = shown[slot] if slot < len(shown) else None
@@ -228,9 +254,13 @@ class Tray(QObject):
         more = len(views) > NODE_SLOTS
         self._set(self.show_all, text=f"Show all {len(views)} nodes…" if more else "Show all…", visible=more)
 
-    def _set(self, action: QAction, *, text: str | None = None, visible: bool | None = None) -> None:
+    def _set(self, action: QAction, *, text: str | None = None, visible: bool | None = None,
+             enabled: bool | None = None) -> None:
         if text is not None and action.text() != text:
             action.setText(text)
+            self.changes += 1
+        if enabled is not None and action.isEnabled() != enabled:
+            action.setEnabled(enabled)
             self.changes += 1
         if visible is not None and action.isVisible() != visible:
             action.setVisible(visible)

@@ -44,6 +44,7 @@ EMPTY_TEXT = (
     "(on the same network) to claim it into your cadre.</p>"
     "<p>If a member of a cadre sent you an invitation, use <b>Join with invitation</b> instead.</p>"
 )
+STARTING_TEXT = "<h2>Starting…</h2><p>cadre-desktop is reading this home and finding its running nodes.</p>"
 #: Where the tray icon is, per platform, for the first start's welcome.
 TRAY_PLACE = {
     "darwin": "in the menu bar, at the top right of the screen",
@@ -394,6 +395,10 @@ class NodeWindow(QMainWindow):
     def hide_welcome(self) -> None:
         self.welcome.hide()
         self.welcome_button.hide()
+
+    def set_starting(self, on: bool) -> None:
+        """While the host starts, the page shown without nodes says so (not "No nodes yet")."""
+        self.empty_page.setText(STARTING_TEXT if on else EMPTY_TEXT)
 
     def tray_found(self) -> None:
         self.banner.hide()

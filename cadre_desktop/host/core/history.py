@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.atomicfile import write_json_atomic
+from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.core.clock import Clock
-from cadre_desktop.host.core.events import LENDING_EVENTS, EventKind, HostEvent
+from cadre_desktop.host.core.events import LENDING_EVENTS, EventBus, EventKind, HostEvent
 from cadre_desktop.host.core.records import is_node_id
-from cadre_desktop.host.core.views import NodeView
+from cadre_desktop.host.core.views import NodeView, NodeViews
 from cadre_desktop.readfile import read_bytes
 
 log = logging.getLogger(__name__)
@@ -291,3 +292,18 @@ def _stamp(iso_time: str, default: float) -> float:
     except ValueError:
         return default
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def start_history(path: Path, clock: Clock, views: NodeViews, events: EventBus, node_ids: list[str]) -> NodeHistory:
+    """Each node's history: read, then fed by every engine event from now on."""
+    def view_of(node_id: str) -> NodeView | None:
+        try:
+            return views.get(node_id)
+        except NoSuchThing:
+            return None
+    history = NodeHistory(path, clock, view_of)
+    history.load()
+    events.subscribe(history.on_event)
+    for node_id in node_ids:
+        history.observe(node_id)
+    return history

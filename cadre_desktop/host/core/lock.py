@@ -27,6 +27,10 @@ class HostLock:
         except (OSError, ValueError):
             return None
 
+    @property
+    def held(self) -> bool:
+        return self._fh is not None
+
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
