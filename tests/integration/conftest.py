@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import psutil
 import pytest
 
@@ -40,3 +43,16 @@ def contract_rig(request, tmp_path):
     rig = RIGS[request.param](tmp_path / "home")
     yield rig
     rig.cleanup()
+
+
+@pytest.fixture
+def cleanup():
+    """Pids a test started: their groups and themselves killed at its end, whatever it left."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass

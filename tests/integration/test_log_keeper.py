@@ -7,7 +7,6 @@ import os
 import signal
 
 import psutil
-import pytest
 
 from cadre_desktop.host.local import procs
 from cadre_desktop.host.local.keeper import socket_path
@@ -40,18 +39,6 @@ def home_processes(home) -> list[int]:
         except psutil.Error:
             continue
     return sorted(found)
-
-
-@pytest.fixture
-def cleanup():
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
 
 async def test_nodes_writing_20_mb_s_lines_without_newlines_and_binary_stay_under_the_cap_one_process_each(

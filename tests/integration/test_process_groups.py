@@ -17,18 +17,6 @@ from tests.support.processes import gone
 from tests.support.real_orchestrator import make_orchestrator, ready_info
 
 
-@pytest.fixture
-def cleanup():
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-
 async def wrapper_and_node(tmp_path, cleanup, monkeypatch, stop_timeout_s: float = 2.0, grandchild: str = ""):
     """An orchestrator whose child n1 started a grandchild in its group: a wrapper and its node."""
     monkeypatch.setenv("SLEEPER_MODE", "grandchild")

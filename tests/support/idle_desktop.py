@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from dbus_fast.aio import MessageBus
 from dbus_fast.service import ServiceInterface, method
+
+from tests.support.processes import end
 
 
 @contextmanager
@@ -36,12 +37,7 @@ def bare_xvfb() -> Iterator[str]:
             raise RuntimeError("Xvfb did not start")
         yield f":{number}"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end(proc)
 
 
 def move_pointer(display: str, x: int, y: int) -> None:

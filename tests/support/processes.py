@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from cadre_desktop.host.local import procs
 
@@ -18,3 +21,13 @@ def read(path: Path) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         return b""
+
+
+def end(proc: subprocess.Popen[Any]) -> None:
+    """Terminate a helper the test started, give it five seconds, then kill it (and reap it)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

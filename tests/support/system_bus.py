@@ -13,7 +13,6 @@ its function's name, hence the D-Bus names.
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +22,8 @@ from typing import Any
 from dbus_fast.aio import MessageBus
 from dbus_fast.constants import PropertyAccess
 from dbus_fast.service import ServiceInterface, dbus_property
+
+from tests.support.processes import end
 
 CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
@@ -57,12 +58,7 @@ def private_system_bus(root: Path) -> Iterator[str]:
             raise RuntimeError("dbus-daemon did not start with the system-like configuration")
         yield address
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end(proc)
 
 
 def OnBattery(self: FakeUPower) -> bool:
