@@ -40,10 +40,21 @@ def node_processes(home: Path) -> dict[str, list[psutil.Process]]:
     return found
 
 
+def keeper_processes(home: Path) -> list[psutil.Process]:
+    """The home's log keeper (it outlives its host as the nodes do), found by the logs folder it writes."""
+    logs = str(home / "logs")
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if any(part.endswith("logkeeper.py") for part in cmdline) and logs in cmdline:
+            found.append(proc)
+    return found
+
+
 def kill_node_processes(home: Path) -> list[int]:
-    """SIGKILL whatever still runs for `home` (test teardown); returns the pids."""
+    """SIGKILL whatever still runs for `home`, its log keeper too (test teardown); returns the pids."""
     pids = []
-    for procs in node_processes(home).values():
+    for procs in [*node_processes(home).values(), keeper_processes(home)]:
         for proc in procs:
             try:
                 proc.kill()

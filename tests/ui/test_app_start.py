@@ -25,6 +25,7 @@ from cadre_desktop.paths import resolve_paths
 from cadre_desktop.ui.single import instance_name
 from tests.support.gated_host import GatedHosts
 from tests.support.headless import fast_settings
+from tests.support.node_scan import kill_node_processes
 
 REPO = Path(__file__).resolve().parents[2]
 NO_QUESTION = fast_settings(ask_on_quit=False)
@@ -62,6 +63,7 @@ def app_run(home, keyring_env, aio, monkeypatch):
         for shell in shells:
             shell.quit_requested.emit()
         aio.wait(task.done, timeout=30)
+    kill_node_processes(home)  # a quit that leaves the nodes running leaves them to the next test otherwise
 
 
 def node_running_in(home, aio, keyring_env) -> int:
