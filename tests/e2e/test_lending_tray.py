@@ -27,6 +27,9 @@ def test_tray_app_lends_a_node_from_a_grant_read_off_the_screen(desktop, secret_
     (home / "settings.json").write_text(json.dumps(fast_settings(lend_port=free_lend_port())))
     with running_app(desktop, home, tmp_path / "app.log") as app:
         until(lambda: app.poll() is None and desktop.tray_box().width >= 16, "the icon in the tray")
+        # The icon shows before the engine starts, and Lend waits for the engine: wait for it too
+        # (its control API is up once it is), or the click lands on a greyed item.
+        until(lambda: (home / "control.json").exists(), "the engine up")
         tray = desktop.tray_box()
         desktop.click(*tray.centre, button=3)
         until(lambda: desktop.visible("cadre-desktop", min_height=80), "the tray menu")

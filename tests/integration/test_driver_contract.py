@@ -17,7 +17,7 @@ from cadre_desktop.host.core.driver import DriverStatus, Exit, NodeDriver
 from cadre_desktop.host.drivers import make_driver
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import DRIVERS, Settings, load_settings
-from tests.support.driver_contract import MARKED_COMMAND, OTHER_PORT_RANGE, DriverRig, claim_env
+from tests.support.driver_contract import MARKED_COMMAND, DriverRig, claim_env
 from tests.support.polling import async_wait_until
 
 # -- start, status, stop, exits -------------------------------------------------------------
@@ -247,11 +247,11 @@ async def test_reconfigure_makes_the_next_start_run_the_new_command(contract_rig
     await driver.init()
     before = await contract_rig.started("n1", attempt=1)
     assert "cadre_contract_mark" not in contract_rig.command_of(before)
-    driver.reconfigure(contract_rig.config(MARKED_COMMAND, OTHER_PORT_RANGE))
+    driver.reconfigure(contract_rig.config(MARKED_COMMAND, contract_rig.other_port_range))
     assert driver.is_running(before.id), "a reconfigure ends no running instance"
     after = await contract_rig.started("n1", attempt=2)
     assert "cadre_contract_mark" in contract_rig.command_of(after)
-    low, high = OTHER_PORT_RANGE
+    low, high = contract_rig.other_port_range
     assert low <= after.api_port <= high and low <= after.p2p_port <= high
 
 

@@ -166,7 +166,7 @@ def assert_only_held(orch, ports, why: str) -> None:
     from cadre_desktop.host.local.ports import port_is_free
 
     assert not any(orch.ports.try_reserve([port]) for port in ports), "its ports are handed out again"
-    free = [p for p in range(47600, 47700) if p not in ports and port_is_free("127.0.0.1", p)]
+    free = [p for p in range(orch.ports.low, orch.ports.high + 1) if p not in ports and port_is_free("127.0.0.1", p)]
     assert orch.ports.allocate(2) == free[:2], why
     orch.ports.release(free[:2])
 

@@ -128,7 +128,7 @@ async def test_a_child_whose_log_keeper_cannot_start_is_ended_and_the_spawn_fail
     wait_until(lambda: all(gone(pid) for pid in started), timeout=5,
                what="the node started for the failed spawn to end (reaped on a thread)")
     assert orch.list_nodes() == []
-    free = [p for p in range(47600, 47700) if port_is_free("127.0.0.1", p)]
+    free = [p for p in range(orch.ports.low, orch.ports.high + 1) if port_is_free("127.0.0.1", p)]
     assert orch.ports.allocate(2) == free[:2], "the failed spawn left its ports held"
     orch.close()
 

@@ -34,13 +34,11 @@ from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, Ins
 from cadre_desktop.host.drivers import driver_config, make_driver
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings, parse_settings
+from tests.support import port_blocks
 from tests.support.fake_driver import FakeMachine, FakeOrchestrator
 from tests.support.node_scan import kill_node_processes, node_processes
 from tests.support.polling import async_wait_until
 
-#: The local rig's port range, and the one a `reconfigure` moves it to (apart from other tests' ranges).
-PORT_RANGE = (48100, 48149)
-OTHER_PORT_RANGE = (48150, 48169)
 #: A marker in the interpreter's options: the reference node refuses arguments of its own,
 #: and `-X` options are the interpreter's, seen in the process's command line.
 MARKED_COMMAND = (sys.executable, "-X", "cadre_contract_mark", "-m", "cadre_desktop.node")
@@ -59,6 +57,10 @@ class DriverRig:
 
     def __init__(self) -> None:
         self.drivers: list[NodeDriver] = []
+        #: Its port range, and the one a `reconfigure` moves it to: 100 ports no other test
+        #: holds, of this suite or one running beside it (tests/support/port_blocks.py).
+        low = port_blocks.take(100, 40000, 48000)
+        self.port_range, self.other_port_range = (low, low + 49), (low + 50, low + 69)
         #: Every exit any driver this rig built has told, in order.
         self.exits: list[Exit] = []
 
@@ -141,7 +143,7 @@ class LocalRig(DriverRig):
         self.home = home
         self.paths = Paths(home, home, home / "logs")
         self.settings = parse_settings({
-            "port_range": list(PORT_RANGE), "bind_host": "127.0.0.1", "advertise_host": "127.0.0.1",
+            "port_range": list(self.port_range), "bind_host": "127.0.0.1", "advertise_host": "127.0.0.1",
             "stop_timeout_ms": 2000, "warm_standby": False,
         }, "the contract's settings")
 
