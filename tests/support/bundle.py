@@ -22,10 +22,17 @@ APP = "cadre-desktop"
 BUILD_TIMEOUT_S = 600
 
 
+#: PyInstaller's cache of this checkout's own (in its .venv): two suites building at once on one
+#: machine shared ~/.cache/pyinstaller, and one build read the other's half-written cache ("bincache
+#: may be corrupted"); a checkout's runs still keep their cache from one run to the next.
+PYINSTALLER_CACHE = REPO / ".venv" / "pyinstaller-cache"
+
+
 def run_script(script: str, *args: str, log: Path) -> None:
     """bash packaging/<script> with `args`, its output in `log`; its tail in the error if it fails."""
+    env = {**os.environ, "PYINSTALLER_CONFIG_DIR": str(PYINSTALLER_CACHE)}
     with open(log, "wb") as sink:
-        done = subprocess.run(["bash", str(REPO / "packaging" / script), *args], stdout=sink,
+        done = subprocess.run(["bash", str(REPO / "packaging" / script), *args], stdout=sink, env=env,
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=BUILD_TIMEOUT_S, cwd=REPO)
     if done.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
