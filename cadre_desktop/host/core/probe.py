@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: How often a node waiting for a claim, a join or a seed is asked: a claim from the phone shows this fast.
-NEWS_S = 1.0
+NEWS_S = 2.0
 #: A steady node (its news all in) is asked this many intervals apart.
 STEADY_FACTOR = 6
 #: What a steady node says of itself: nothing a person waits for.
