@@ -30,7 +30,7 @@ from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.events import LENDING_EVENTS, EventBus, EventKind, HostEvent
-from cadre_desktop.host.core.records import is_node_id
+from cadre_desktop.host.core.records import HELD, is_node_id
 from cadre_desktop.host.core.views import NodeView, NodeViews
 from cadre_desktop.readfile import read_bytes
 
@@ -58,8 +58,6 @@ class HistoryState(StrEnum):
 
 #: Neither up nor down: left out of the uptime percentage.
 NOT_COUNTED = frozenset({HistoryState.PAUSED, HistoryState.NONE})
-#: The statuses of a node held on purpose (the holds of the supervision core).
-HELD_STATUSES = frozenset({"paused", "sleeping", "done"})
 
 
 def state_of_view(view: NodeView) -> HistoryState:
@@ -67,7 +65,7 @@ def state_of_view(view: NodeView) -> HistoryState:
     status = str(getattr(view.status, "value", view.status))
     if status == "error":
         return HistoryState.GAVE_UP
-    if status in HELD_STATUSES:
+    if status in HELD:
         return HistoryState.PAUSED
     if view.running:
         return HistoryState.UP if view.ready else HistoryState.STARTING
