@@ -166,13 +166,19 @@ async def test_conditions_hold_with_their_reason_and_release_when_they_allow(rig
     assert rig.rec("n1").status in SUPERVISED and rig.orch.spawns_of("n1") and rig.rec("n1").attempts == 0
 
 
-async def test_resume_overrides_the_conditions_until_their_next_change(rig):
+async def held_on_battery(rig) -> Verdicts:
+    """Node n1 running, then held by the conditions (on battery); the verdicts to change them."""
     verdicts = Verdicts()
     rig.holds.conditions = verdicts
     rig.node("n1", live=True)
     verdicts.now = ConditionsVerdict("on battery")
     await rig.sup.reconcile()
     assert rig.rec("n1").status is NodeStatus.PAUSED
+    return verdicts
+
+
+async def test_resume_overrides_the_conditions_until_their_next_change(rig):
+    verdicts = await held_on_battery(rig)
     rig.holds.resumed("n1")
     await rig.service.resume("n1")
     await rig.sup.reconcile()
@@ -232,12 +238,7 @@ def test_decide_on_a_node_the_host_holds():
 
 
 async def test_resume_all_overrides_the_conditions_until_their_next_change(rig):
-    verdicts = Verdicts()
-    rig.holds.conditions = verdicts
-    rig.node("n1", live=True)
-    verdicts.now = ConditionsVerdict("on battery")
-    await rig.sup.reconcile()
-    assert rig.rec("n1").status is NodeStatus.PAUSED
+    verdicts = await held_on_battery(rig)
     rig.holds.resume_all()
     await rig.sup.reconcile()
     assert rig.rec("n1").status in SUPERVISED and rig.holds.resumed_words()
