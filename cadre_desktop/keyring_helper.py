@@ -104,22 +104,27 @@ class HelperCalls:
             raise _error_of(answer["error"])
         return answer.get("result")
 
+    def _typed(self, value: Any, *types: type) -> Any:
+        """An answer of the type the call gives; any other is nonsense (never read as "missing")."""
+        if not (isinstance(value, types) and (bool in types or not isinstance(value, bool))):
+            raise KeyringUnavailable(self._gone(answered=True))
+        return value
+
     def get(self, where: Where, node_id: str, kind: SecretKind) -> str | None:
         value = self._ask("get", **_where(where), node=node_id, kind=kind.value)
-        return value if isinstance(value, str) else None
+        return None if value is None else str(self._typed(value, str))
 
     def set(self, where: Where, node_id: str, kind: SecretKind, value: str) -> None:
         self._ask("set", **_where(where), node=node_id, kind=kind.value, value=value)
 
     def delete(self, where: Where, node_id: str, kind: SecretKind) -> bool:
-        return bool(self._ask("delete", **_where(where), node=node_id, kind=kind.value))
+        return bool(self._typed(self._ask("delete", **_where(where), node=node_id, kind=kind.value), bool))
 
     def migrate(self, where: Where, node_id: str) -> int:
-        moved = self._ask("migrate", **_where(where), node=node_id)
-        return moved if isinstance(moved, int) else 0
+        return int(self._typed(self._ask("migrate", **_where(where), node=node_id), int))
 
     def check(self) -> str:
-        return one_line(self._ask("check"), 200)
+        return one_line(self._typed(self._ask("check"), str), 200)
 
     def close(self) -> None:
         """Close the helper's stdin (it exits); one that does not within EXIT_GRACE_S is killed."""

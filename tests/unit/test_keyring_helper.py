@@ -146,6 +146,16 @@ def test_a_helper_that_answers_nonsense_is_ended_and_the_call_fails_as_unavailab
     assert calls.pid is None
 
 
+@pytest.mark.parametrize("result", ['5', '["s3cret"]', 'true'])
+def test_a_read_answered_with_something_not_a_secret_is_unavailable_never_missing(result):
+    wrong = [sys.executable, "-c", "import sys, time; sys.stdin.readline(); "
+             f"print('{{\"id\": 1, \"result\": {result}}}', flush=True); time.sleep(60)"]
+    calls = HelperCalls(wrong)
+    with pytest.raises(KeyringUnavailable, match="nonsense"):
+        calls.get(HOME, "n1", SecretKind.CLAIM)
+    assert calls.pid is None
+
+
 def test_a_helper_that_cannot_start_is_unavailable(tmp_path):
     calls = HelperCalls([str(tmp_path / "no-such-program")])
     with pytest.raises(KeyringUnavailable, match="could not start"):
