@@ -394,6 +394,11 @@ def main(argv: list[str] | None = None) -> int:
         from cadre_desktop import logkeeper
 
         logkeeper.run(argv[1:])
+    if argv == ["--keyring-helper"]:  # the keyring helper inside a bundle (keyring_helper.FLAG)
+        from cadre_desktop import keyring_helper
+
+        keyring_helper.main()
+        return 0
     if argv == ["--probe-display"]:  # doctor's desktop check, in a child of its own
         from cadre_desktop.ui.probe_display import main as probe_main
 

@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("qasync")
 
+from cadre_desktop.keyring_calls import BackendCalls  # noqa: E402
 from tests.support.keyrings import LockedKeyring  # noqa: E402
 from tests.support.ui_shell import aio, home, host, keyring_env, qloop, settings_doc, shell  # noqa: E402,F401
 
@@ -37,7 +38,7 @@ def test_a_locked_keyring_is_told_once_adds_nothing_and_the_running_node_carries
         return real_show_error(*a, **k)
     monkeypatch.setattr(actions, "show_error", show_error)
     shell.notifier.shown.connect(lambda *args: notified.append(args))
-    monkeypatch.setattr(shell.host.secrets, "_backend", LockedKeyring())
+    monkeypatch.setattr(shell.host.secrets, "calls", BackendCalls(LockedKeyring()))
 
     shell.actions.add("Doomed")
     box = aio.wait(lambda: next(iter(visible_boxes()), None))

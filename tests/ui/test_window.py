@@ -115,9 +115,10 @@ def test_a_keyring_failure_is_shown_in_words_and_adds_nothing(shell, aio, monkey
     import keyring.backends.fail
     from PySide6.QtWidgets import QApplication, QMessageBox
 
+    from cadre_desktop.keyring_calls import BackendCalls
     from cadre_desktop.ui.dialogs import AddDialog
 
-    monkeypatch.setattr(shell.host.secrets, "_backend", keyring.backends.fail.Keyring())
+    monkeypatch.setattr(shell.host.secrets, "calls", BackendCalls(keyring.backends.fail.Keyring()))
     shell.ask_add()
     dialog = next(w for w in QApplication.topLevelWidgets() if w.windowTitle() == "Add node" and w.isVisible())
     assert isinstance(dialog, AddDialog)

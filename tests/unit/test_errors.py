@@ -375,6 +375,7 @@ _REPORTED_OTHERWISE = {
     "host/conditions/polled.py:run": "the exception is handed to the caller's future (in `work`, its thread)",
     "host/conditions/polled.py:work": "the exception is handed to the caller's future",
     "host/conditions/polled.py:poll_once": "the error is the reading (unknown, why in words); Changes logs each change",
+    "keyring_helper.py:_answer": "the error is the answer, handed to the host's call on the pipe (its type, no text)",
     "logfilter.py:_decide": "a filter of the logging system: the handler reports the bad record itself",
     "logsetup.py:handleError": "the log's own error note: stderr is gone, and there is no log left to tell",
     "ui/app.py:_serve": "show_error logs it and shows it to the person",

@@ -15,59 +15,38 @@ act on, and the node is not created.
 
 Keyring calls can block for a long time (an unlock prompt, a slow D-Bus
 service), so every call runs on one dedicated worker thread: off the event loop,
-and never two at once against a backend that may not be thread-safe. Messages
-never carry a secret.
+and never two at once against a backend that may not be thread-safe. On Linux
+that thread hands each call to the keyring helper process
+(`cadre_desktop/keyring_helper.py`), so the Secret Service backend never loads in
+the host; on Windows and macOS, and with a backend given by hand, it calls the
+backend itself (`cadre_desktop/keyring_calls.py`). Messages never carry a secret.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue
 import secrets as _random
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
-from enum import Enum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import keyring
-import keyring.errors
-from keyring.backend import KeyringBackend
-
-from cadre_desktop import APP_NAME
-from cadre_desktop.errors import SecretsError
 from cadre_desktop.host.core.events import Listeners
+from cadre_desktop.keyring_helper import IDLE_S, HelperCalls, isolate_by_default
+from cadre_desktop.keyring_names import SERVICE, KeyringCalls, KeyringLocked, KeyringTimeout, KeyringUnavailable, SecretKind, Where, user_name
+
+if TYPE_CHECKING:
+    from keyring.backend import KeyringBackend
+
+__all__ = ["SERVICE", "KeyringLocked", "KeyringTimeout", "KeyringUnavailable", "SecretKind", "SecretStore",
+           "make_calls", "move_legacy_entries", "new_claim_secret", "user_name"]
 
 log = logging.getLogger(__name__)
 
-SERVICE = APP_NAME
 T = TypeVar("T")
-
-_HELP_UNAVAILABLE = (
-    "No usable keyring (secret store) was found, so cadre-desktop cannot keep claim "
-    "secrets safely. On Linux install and unlock a Secret Service provider (GNOME "
-    "Keyring or KWallet); on Windows and macOS the system keyring is used. "
-    "PYTHON_KEYRING_BACKEND selects a backend by hand."
-)
-_HELP_LOCKED = (
-    "The keyring is locked. Unlock it (log in to the desktop, or open your keyring "
-    "app and unlock it) and try again."
-)
-
-
-class KeyringUnavailable(SecretsError):
-    code = "keyring_unavailable"
-
-
-class KeyringLocked(SecretsError):
-    code = "keyring_locked"
-
-
-class KeyringTimeout(SecretsError):
-    code = "keyring_timeout"
-
 
 #: How long one keyring call may take before the host stops waiting for it.
 KEYRING_TIMEOUT_S = 10.0
@@ -78,30 +57,8 @@ _HELP_TIMEOUT = (
 )
 
 
-class SecretKind(str, Enum):
-    CLAIM = "claim-secret"
-    INVITATION = "invitation"
-    #: Lending: a grant's token (`<grant id>/grant-token`), a donated node's seed token
-    #: (`<donation id>/seed-token`).
-    GRANT_TOKEN = "grant-token"
-    SEED_TOKEN = "seed-token"
-
-
 #: What a hosted node may have in the keyring (what removing it deletes).
 NODE_KINDS = (SecretKind.CLAIM, SecretKind.INVITATION)
-
-
-def user_name(node_id: str, kind: SecretKind, home_id: str | None = None) -> str:
-    """The keyring user name of a node's secret; without a home id, the old form."""
-    return f"{home_id}/{node_id}/{kind.value}" if home_id else f"{node_id}/{kind.value}"
-
-
-def _delete_name(b: KeyringBackend, name: str) -> bool:
-    try:
-        b.delete_password(SERVICE, name)
-    except keyring.errors.PasswordDeleteError:
-        return False
-    return True
 
 
 def new_claim_secret() -> str:
@@ -109,24 +66,14 @@ def new_claim_secret() -> str:
     return _random.token_urlsafe(32)
 
 
-def _is_unusable(backend: KeyringBackend) -> bool:
-    """Backends that would lose a secret silently or keep it in plain text."""
-    from keyring.backends import chainer, fail, null
+def make_calls(backend: KeyringBackend | None = None, *, platform: str = sys.platform) -> KeyringCalls:
+    """The keyring calls this host makes: against `backend` when one is given, else through
+    the helper process where the platform's backend is heavy (Linux), else in this process."""
+    if backend is None and isolate_by_default(platform):
+        return HelperCalls()
+    from cadre_desktop.keyring_calls import BackendCalls
 
-    if isinstance(backend, (fail.Keyring, null.Keyring)):
-        return True
-    if isinstance(backend, chainer.ChainerBackend) and not backend.backends:
-        return True
-    module = type(backend).__module__
-    explicit = bool(os.environ.get("PYTHON_KEYRING_BACKEND"))
-    # keyrings.alt's plaintext and file backends are fine only when chosen by name.
-    if module.startswith("keyrings.alt") and not explicit:
-        return True
-    return False
-
-
-def backend_label(backend: KeyringBackend) -> str:
-    return f"{type(backend).__module__}.{type(backend).__name__}"
+    return BackendCalls(backend)
 
 
 class _DaemonWorker(Executor):
@@ -134,15 +81,23 @@ class _DaemonWorker(Executor):
 
     Not a ThreadPoolExecutor: Python joins those threads at exit, so a call
     stuck on an unlock prompt would keep a quitting app alive until someone
-    answers the prompt. A daemon thread is simply left behind.
+    answers the prompt. A daemon thread is simply left behind. After `idle_s`
+    without a call it runs `on_idle` once (the helper process goes), and at
+    shutdown too.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, idle_s: float | None = None, on_idle: Callable[[], None] = lambda: None) -> None:
         self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._started = False
         self._closed = False
         self._lock = threading.Lock()
+        self._idle_s = idle_s
+        self._on_idle = on_idle
+
+    @property
+    def started(self) -> bool:
+        return self._started
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         future: Future[Any] = Future()
@@ -155,11 +110,29 @@ class _DaemonWorker(Executor):
             self._jobs.put((future, fn, args, kwargs))
         return future
 
+    def _next(self, busy: bool) -> tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None:
+        """The next job; after a job, `on_idle` once when none comes within idle_s."""
+        if busy and self._idle_s is not None:
+            try:
+                return self._jobs.get(timeout=self._idle_s)
+            except queue.Empty:
+                self._let_go()
+        return self._jobs.get()
+
+    def _let_go(self) -> None:
+        try:
+            self._on_idle()
+        except Exception:  # never the worker's end
+            log.exception("closing the keyring helper failed")
+
     def _work(self) -> None:
+        busy = False
         while True:
-            job = self._jobs.get()
+            job = self._next(busy)
             if job is None:
+                self._let_go()
                 return
+            busy = True
             future, fn, args, kwargs = job
             if not future.set_running_or_notify_cancel():
                 continue
@@ -186,15 +159,18 @@ class SecretStore:
     the same error instead of queueing behind it, so a hung keyring costs each
     caller nothing but that error. `on_answer` listeners hear when a hung call
     finally returns: the keyring works again.
+
+    `backend` (tests, a backend chosen in code) is called in this process; without
+    one, `calls` or `make_calls()` decides (the helper process on Linux).
     """
 
     def __init__(self, backend: KeyringBackend | None = None, *, timeout_s: float = KEYRING_TIMEOUT_S,
                  home_id: str | None = None, owns: Callable[[str], bool] | None = None,
-                 legacy: bool = False) -> None:
-        self._backend = backend
+                 legacy: bool = False, calls: KeyringCalls | None = None, idle_s: float = IDLE_S) -> None:
+        self.calls = calls or make_calls(backend)
         self.timeout_s = timeout_s
         self.bind_home(home_id, owns, legacy=legacy)
-        self._executor = _DaemonWorker("keyring")
+        self._executor = _DaemonWorker("keyring", idle_s=idle_s, on_idle=self.calls.close)
         self._hung: asyncio.Future[Any] | None = None
         self._answer_listeners: Listeners[None] = Listeners("keyring answered")
 
@@ -206,104 +182,32 @@ class SecretStore:
         #: Entries of this home may still be under the old names (not migrated yet).
         self.legacy = legacy and home_id is not None
 
-    def _name(self, node_id: str, kind: SecretKind) -> str:
-        return user_name(node_id, kind, self.home_id)
+    @property
+    def _where(self) -> Where:
+        return Where(self.home_id, self.legacy)
 
-    # -- on the worker thread -------------------------------------------------
-
-    def _resolve(self) -> KeyringBackend:
-        if self._backend is None:
-            try:
-                self._backend = keyring.get_keyring()
-            except Exception as exc:  # a backend that fails to initialise
-                raise KeyringUnavailable(f"{_HELP_UNAVAILABLE} ({type(exc).__name__})") from None
-        if _is_unusable(self._backend):
-            raise KeyringUnavailable(f"{_HELP_UNAVAILABLE} (found {backend_label(self._backend)})")
-        return self._backend
-
-    def _call(self, action: str, fn: Callable[[KeyringBackend], T], secret: str | None = None) -> T:
-        backend = self._resolve()
-        try:
-            return fn(backend)
-        except keyring.errors.KeyringLocked:
-            raise KeyringLocked(_HELP_LOCKED) from None
-        except keyring.errors.NoKeyringError:
-            raise KeyringUnavailable(_HELP_UNAVAILABLE) from None
-        except SecretsError:
-            raise
-        except Exception as exc:
-            detail = str(exc)
-            if secret and secret in detail:
-                detail = detail.replace(secret, "<redacted>")
-            if "locked" in detail.lower():
-                raise KeyringLocked(_HELP_LOCKED) from None
-            raise SecretsError(
-                f"The keyring ({backend_label(backend)}) failed to {action}: "
-                f"{type(exc).__name__}: {detail[:200]}"
-            ) from None
+    # -- on the worker thread (or a caller with no loop: doctor) ---------------------
 
     def get_sync(self, node_id: str, kind: SecretKind) -> str | None:
-        def read(b: KeyringBackend) -> str | None:
-            value = b.get_password(SERVICE, self._name(node_id, kind))
-            if value is None and self.legacy:
-                value = self._move_legacy(b, node_id, kind)
-            return value
-        return self._call("read a secret", read)
-
-    def _move_legacy(self, b: KeyringBackend, node_id: str, kind: SecretKind) -> str | None:
-        """Move one entry from its old name to its home-keyed name; its value, or None if none."""
-        old = user_name(node_id, kind)
-        value = b.get_password(SERVICE, old)
-        if value is None:
-            return None
-        if b.get_password(SERVICE, self._name(node_id, kind)) is None:
-            self._write(b, node_id, kind, value)
-        _delete_name(b, old)
-        return value
-
-    def _write(self, b: KeyringBackend, node_id: str, kind: SecretKind, value: str) -> None:
-        b.set_password(SERVICE, self._name(node_id, kind), value)
-        # Some backends accept a write they cannot keep; read it back once.
-        if b.get_password(SERVICE, self._name(node_id, kind)) != value:
-            raise KeyringUnavailable(
-                f"{_HELP_UNAVAILABLE} (the backend {backend_label(b)} did not keep a secret)"
-            )
+        return self.calls.get(self._where, node_id, kind)
 
     def set_sync(self, node_id: str, kind: SecretKind, value: str) -> None:
-        self._call("store a secret", lambda b: self._write(b, node_id, kind, value), secret=value)
+        self.calls.set(self._where, node_id, kind, value)
 
     def delete_sync(self, node_id: str, kind: SecretKind) -> bool:
         """Delete a node's entry; an id this home neither has nor had is never touched."""
         if self._owns is not None and not self._owns(node_id):
             log.info("not deleting keyring entries of %s: no node of this home has or had that id", node_id)
             return False
-
-        def delete(b: KeyringBackend) -> bool:
-            deleted = _delete_name(b, self._name(node_id, kind))
-            if self.legacy:
-                deleted = _delete_name(b, user_name(node_id, kind)) or deleted
-            return deleted
-        return self._call("delete a secret", delete)
+        return self.calls.delete(self._where, node_id, kind)
 
     def migrate_sync(self, node_id: str) -> int:
         """Move a node's old-form entries to their home-keyed names; how many moved."""
-        if self.home_id is None:
-            return 0
-        return self._call("move a secret to its new name", lambda b: sum(
-            self._move_legacy(b, node_id, kind) is not None for kind in SecretKind))
+        return self.calls.migrate(self._where, node_id)
 
     def check_sync(self) -> str:
         """A round trip through the backend with a throwaway entry; returns its name."""
-        name = f"doctor-{_random.token_hex(4)}/{SecretKind.CLAIM.value}"
-        value = _random.token_urlsafe(16)
-
-        def round_trip(b: KeyringBackend) -> None:
-            b.set_password(SERVICE, name, value)
-            if b.get_password(SERVICE, name) != value:
-                raise KeyringUnavailable(f"{_HELP_UNAVAILABLE} (the backend {backend_label(b)} did not keep a secret)")
-            _delete_name(b, name)
-        self._call("store a secret", round_trip, secret=value)
-        return backend_label(self._resolve())
+        return self.calls.check()
 
     # -- on the event loop -----------------------------------------------------
 
@@ -358,7 +262,11 @@ class SecretStore:
         return await self._run(self.check_sync)
 
     def close(self) -> None:
+        """No more calls; the helper process goes (after a call still in flight returns)."""
+        started = self._executor.started
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if not started:  # no worker to close it (doctor's calls ran on its own thread)
+            self.calls.close()
 
 
 async def move_legacy_entries(store: SecretStore, node_ids: Iterable[str]) -> int:
