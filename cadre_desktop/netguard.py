@@ -1,8 +1,7 @@
 """Bounds on what clients can make a server hold: connections per source, in total, and idle.
 
-Used by the host's control API (through `host/edges/webguard.py`, its aiohttp
-adapter) and by the node's own HTTP server (`node/http1.py`), so it imports
-nothing from either, and no HTTP library: the node serves without aiohttp. Without it, one process that opens connections and sends nothing
+Used by the HTTP/1.1 server every API runs on (`wire/http1.py`: the node's, the host's
+control and lend APIs), so it imports nothing of theirs, and no HTTP library. Without it, one process that opens connections and sends nothing
 (or half a request) holds a descriptor each until the process runs out, and
 then nothing works: no respawn, no save, no answer to anyone.
 

@@ -19,8 +19,9 @@ import pytest
 
 from cadre_desktop.errors import ApiError
 from cadre_desktop.netguard import ConnectionGuard
-from cadre_desktop.node.api import Answer, Request, error_answer
-from cadre_desktop.node.http1 import MAX_HEAD, HttpServer, split_target
+from cadre_desktop.node.api import error_answer
+from cadre_desktop.wire.http1 import MAX_HEAD, HttpServer, split_target
+from cadre_desktop.wire.httpmsg import Answer, Request
 from tests.support.polling import async_wait_until
 
 
