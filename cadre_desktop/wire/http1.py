@@ -34,7 +34,7 @@ from typing import Any
 import h11
 
 from cadre_desktop.errors import ApiError, InputError
-from cadre_desktop.netguard import Conn, ConnectionGuard, FairAcceptor, bind_fair, reset
+from cadre_desktop.netguard import ACCEPT_BATCH, Conn, ConnectionGuard, FairAcceptor, bind_fair, reset
 from cadre_desktop.text import escape
 from cadre_desktop.wire.api import too_large, too_slow, unreadable
 from cadre_desktop.wire.httpmsg import Answer, Request
@@ -66,15 +66,20 @@ Access = Callable[[Request, str, int, float], None]
 
 class HttpServer:
     def __init__(self, handler: Handler, guard: ConnectionGuard, *, max_body: int,
-                 body_timeout_s: float, log: logging.Logger = _log, access: Access | None = None) -> None:
+                 body_timeout_s: float, log: logging.Logger = _log, access: Access | None = None,
+                 label: str = "") -> None:
         self.handler = handler
         self.log = log
+        #: What each of its log lines starts with ("control API: "), to tell the servers of one log apart.
+        self.label = label
         self.access = access
         self.guard = guard
         self.max_body = max_body
         self.body_timeout_s = body_timeout_s
         self.closing = False
         self._acceptor: FairAcceptor | None = None
+        self._servers: list[asyncio.Server] = []
+        self._socks: list[socket.socket] = []
         self._port = 0
         self._tasks: set[asyncio.Task[None]] = set()
         #: Transports being made for accepted sockets (kept referenced until they are).
@@ -84,20 +89,46 @@ class HttpServer:
         """Listen on (host, port), accepting fairly (netguard.FairAcceptor); OSError if it cannot be bound."""
         await self.start_on(bind_fair(host, port))
 
-    async def start_on(self, socks: list[socket.socket]) -> None:
-        """Listen on sockets bound already (closed if it fails); accepted fairly, then guarded."""
+    async def start_on(self, socks: list[socket.socket], *, fair: bool = True) -> None:
+        """Listen on sockets bound already (closed if it fails), every connection guarded.
+
+        ``fair``: accepted by `netguard.FairAcceptor`, which sheds an address that floods (a
+        server the LAN reaches); else as asyncio accepts, the guard alone making room (a
+        loopback server, where every client is the one address 127.0.0.1 and none may be shed).
+        """
         try:
-            acceptor = FairAcceptor(socks, self.guard, self._accepted)
-            acceptor.start()
+            if fair:
+                acceptor = FairAcceptor(socks, self.guard, self._accepted)
+                acceptor.start()
+                self._acceptor = acceptor
+            else:
+                loop = asyncio.get_running_loop()
+                for sock in socks:
+                    self._servers.append(await loop.create_server(self._protocol, sock=sock, backlog=ACCEPT_BATCH))
         except BaseException:
+            for server in self._servers:
+                server.close()
+            self._servers = []
             for sock in socks:
                 sock.close()
             raise
-        self._acceptor, self._port = acceptor, acceptor.port
+        self._socks = socks
+        self._port = int(socks[0].getsockname()[1])
+
+    def _protocol(self) -> asyncio.StreamReaderProtocol:
+        loop = asyncio.get_running_loop()
+        return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=STREAM_LIMIT, loop=loop), self._connection,
+                                            loop=loop)
 
     @property
     def port(self) -> int:
         return self._port
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """Where it listens: (address, port) of each socket; none once stopped."""
+        socks = self._socks if self._acceptor is not None or self._servers else []
+        return [(str(name[0]), int(name[1])) for name in (sock.getsockname() for sock in socks)]
 
     def _accepted(self, sock: socket.socket) -> None:
         """A connection the acceptor kept: made a stream, served by `_connection`."""
@@ -123,6 +154,9 @@ class HttpServer:
         if self._acceptor is not None:
             self._acceptor.stop()
             self._acceptor = None
+        for server in self._servers:
+            server.close()  # stops listening; the connections are ours to end, below
+        self._servers = []
         self.guard.close()
         pending = set(self._tasks)
         if pending:
@@ -148,7 +182,7 @@ class HttpServer:
         except asyncio.CancelledError:
             transport.abort()  # stopping, and the grace is over
         except Exception:  # our bug: logged with its traceback; this connection ends, the server goes on
-            self.log.exception("unexpected error serving a connection")
+            self.log.exception("%sunexpected error serving a connection", self.label)
             transport.abort()
         finally:
             self.guard.forget(conn)
@@ -182,6 +216,8 @@ class _Exchange:
         self.headers: dict[str, str] = {}
         self.body: bytes | None = None
         self.broken = False  # the body was refused part-way: this connection cannot go on
+        #: Events of the body that had arrived with the head, parsed before the handler ran (`_parse_arrived`).
+        self.early: list[object] = []
 
     async def run(self) -> None:
         while True:
@@ -205,6 +241,8 @@ class _Exchange:
 
     async def _next_event(self) -> object:
         """The next h11 event (read until there is one): a Request, Data, EndOfMessage, ConnectionClosed, …"""
+        if self.early:
+            return self.early.pop(0)
         while True:
             event = self.h.next_event()
             if event is not h11.NEED_DATA:
@@ -230,6 +268,7 @@ class _Exchange:
         method = request.method.decode("ascii")
         target = request.target.decode("ascii")
         path, query = split_target(target)
+        self._parse_arrived()
         self.server.guard.begin(self.conn)
         started = time.monotonic()
         asked = Request(method, path, query, self.headers, self.remote, self._read_body)
@@ -248,6 +287,18 @@ class _Exchange:
         if self.h.their_state is h11.SEND_BODY and not (self.broken or waiting):
             await self._drain()
         return self.h.their_state is h11.DONE
+
+    def _parse_arrived(self) -> None:
+        """Parse what of the body came with the head, waiting for nothing: a broken chunk in it is
+        a 400 even when the handler would have answered without reading the body (a refusal before
+        it), as aiohttp, which parsed eagerly, answered. At most one read's worth (READ_CHUNK)."""
+        while True:
+            event = self.h.next_event()  # a RemoteProtocolError: malformed, answered 400
+            if event is h11.NEED_DATA:
+                return
+            self.early.append(event)
+            if not isinstance(event, h11.Data):
+                return
 
     async def _read_body(self) -> bytes:
         if self.body is not None:
@@ -343,7 +394,7 @@ class _Exchange:
         if self.eof and isinstance(err, h11.RemoteProtocolError):
             return  # the client closed half-way through a request: nobody to tell
         self.server.guard.done(self.conn)  # refused before or while its handler ran: idle either way
-        self.server.log.warning("a malformed request from %s: %s", self.remote, escape(" ".join(str(err).split()), 200))
+        self.server.log.warning("%sa malformed request from %s: %s", self.server.label, self.remote, escape(" ".join(str(err).split()), 200))
         if self.h.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             self.broken = True
             text = b"bad request: " + escape(" ".join(str(err).split()), 200).encode("ascii", "replace") + b"\n"

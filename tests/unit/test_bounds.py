@@ -9,15 +9,19 @@ import socket
 import sys
 
 import pytest
-from aiohttp import web
 
 from cadre_desktop import fdlimit, logfilter
-from cadre_desktop.host.edges.webguard import GuardedSockSite, busy_middleware
 from cadre_desktop.netguard import ConnectionGuard, bind_socket
+from cadre_desktop.wire.http1 import HttpServer
+from cadre_desktop.wire.httpmsg import Answer
 from tests.support.clock import FakeClock
 from tests.support.polling import async_wait_until
 
-# -- the connection guard, against a real aiohttp server ------------------------------------------
+# -- the connection guard, against the real server every API runs on (wire/http1.py) ---------------
+
+def text(words: str) -> Answer:
+    return Answer(200, [("Content-Type", "text/plain")], words.encode())
+
 
 @pytest.fixture
 async def served():
@@ -25,19 +29,15 @@ async def served():
 
     async def serve(guard: ConnectionGuard, handler=None):
         async def hello(request):
-            return web.Response(text="hello")
-        app = web.Application(middlewares=[busy_middleware(guard)])
-        app.router.add_get("/", handler or hello)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        sock = bind_socket("127.0.0.1", 0)
-        await GuardedSockSite(runner, sock, guard).start()
-        made.append(runner)
-        return sock.getsockname()[1]
+            return text("hello")
+        server = HttpServer(handler or hello, guard, max_body=1024, body_timeout_s=5)
+        await server.start_on([bind_socket("127.0.0.1", 0)], fair=False)  # as the control API listens
+        made.append(server)
+        return server.port
 
     yield serve
-    for runner in made:
-        await runner.cleanup()
+    for server in made:
+        await server.stop(0.1)
 
 
 async def idle_connection(port: int, source: str = "127.0.0.1"):
@@ -88,7 +88,7 @@ async def test_a_busy_connection_is_never_evicted_and_a_full_house_of_busy_ones_
 
     async def slow(request):
         await release.wait()
-        return web.Response(text="late")
+        return text("late")
     guard = ConnectionGuard(per_source=2, total=2, idle_s=60)
     port = await served(guard, slow)
     busy = [asyncio.create_task(get(port)) for _ in range(2)]
