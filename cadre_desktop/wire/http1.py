@@ -394,10 +394,13 @@ class _Exchange:
         if self.eof and isinstance(err, h11.RemoteProtocolError):
             return  # the client closed half-way through a request: nobody to tell
         self.server.guard.done(self.conn)  # refused before or while its handler ran: idle either way
-        self.server.log.warning("%sa malformed request from %s: %s", self.server.label, self.remote, escape(" ".join(str(err).split()), 200))
+        words = escape(" ".join(str(err).split()), 200)
+        # What was wrong, never the line it was wrong in (h11 quotes it: a token in a header or a URL).
+        self.server.log.warning("%sa malformed request from %s: %s", self.server.label, self.remote,
+                                words.split(": bytearray(", 1)[0])
         if self.h.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             self.broken = True
-            text = b"bad request: " + escape(" ".join(str(err).split()), 200).encode("ascii", "replace") + b"\n"
+            text = b"bad request: " + words.encode("ascii", "replace") + b"\n"  # to its sender only
             await self._send(400, [("Content-Type", "text/plain; charset=utf-8")], text)
         await self._close(linger=True)
 
