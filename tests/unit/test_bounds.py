@@ -114,6 +114,46 @@ async def test_idle_and_half_sent_connections_are_closed_after_the_idle_time(ser
     assert await closed(quiet_reader) and await closed(half_reader)
 
 
+def streamed(ended: asyncio.Event, chunk: bytes):
+    """A handler whose answer streams `chunk` until its client is gone (then `ended` is set)."""
+    async def handler(request):
+        async def chunks():
+            try:
+                while True:
+                    yield chunk
+                    await asyncio.sleep(0)  # a stream's chunks come as they come; here, at once
+            finally:
+                ended.set()
+        return Answer(200, [("Content-Type", "text/event-stream")], b"", stream=chunks())
+    return handler
+
+
+async def test_a_streamed_answer_is_chunked_and_ends_when_its_client_leaves(served):
+    guard = ConnectionGuard(per_source=4, total=8, idle_s=60)
+    ended = asyncio.Event()
+    port = await served(guard, streamed(ended, b"data: x\n\n"))
+    reader, writer = await idle_connection(port)
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
+    assert b"data: x" in await asyncio.wait_for(reader.readexactly(64), 5)
+    writer.transport.abort()  # gone, as a `node watch` stopped with ^C
+    await asyncio.wait_for(ended.wait(), 5)
+    await async_wait_until(lambda: guard.open_connections == 0, timeout=5, what="its connection let go")
+
+
+async def test_a_stream_to_a_client_that_does_not_read_is_cut_after_the_idle_time(served):
+    guard = ConnectionGuard(per_source=4, total=8, idle_s=0.3)
+    ended = asyncio.Event()
+    port = await served(guard, streamed(ended, b"x" * 65536))
+    reader, writer = await idle_connection(port)
+    writer.transport.pause_reading()  # reads nothing: the kernel's buffers fill, then the server waits
+    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.wait_for(ended.wait(), 10)
+    await async_wait_until(lambda: guard.open_connections == 0, timeout=5, what="the connection cut")
+    writer.close()
+
+
 # -- descriptors -----------------------------------------------------------------------------------
 
 class FakeResource:
