@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -108,35 +107,3 @@ def quiet_loop_errors(loop: asyncio.AbstractEventLoop, logger: logging.Logger | 
         loop.default_exception_handler(context)
 
     loop.set_exception_handler(handle)
-
-
-class OneLineLogger(logging.LoggerAdapter[logging.Logger]):
-    """For aiohttp's request handler: a request it cannot parse is one warning line, never a traceback.
-
-    A malformed request is the client's doing, not a failure of ours; anyone
-    who can connect can send one, so its log line must be short and bounded.
-    """
-
-    def __init__(self, logger: logging.Logger, what: str) -> None:
-        super().__init__(logger, {})
-        self.what = what
-
-    def exception(self, msg: Any, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
-        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
-        try:
-            text = str(msg) % args if args else str(msg)
-        except (TypeError, ValueError):
-            text = str(msg)
-        detail = ""
-        if exc is not None:
-            # aiohttp's messages span lines with a caret under the bad byte: one line, no caret.
-            words = " ".join(str(getattr(exc, "message", None) or exc).split()).rstrip(" ^")
-            detail = f": {type(exc).__name__}: {words}"
-        line = f"{self.what}: {text}{detail}"
-        self.logger.warning("%s", _printable(line, 300))
-
-
-def _printable(text: str, limit: int) -> str:
-    from cadre_desktop.text import escape
-
-    return escape(text, limit)

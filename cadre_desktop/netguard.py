@@ -1,8 +1,7 @@
 """Bounds on what clients can make a server hold: connections per source, in total, and idle.
 
-Used by the host's control API (through `host/edges/webguard.py`, its aiohttp
-adapter) and by the node's own HTTP server (`node/http1.py`), so it imports
-nothing from either, and no HTTP library: the node serves without aiohttp. Without it, one process that opens connections and sends nothing
+Used by the HTTP/1.1 server every API runs on (`wire/http1.py`: the node's, the host's
+control and lend APIs), so it imports nothing of theirs, and no HTTP library. Without it, one process that opens connections and sends nothing
 (or half a request) holds a descriptor each until the process runs out, and
 then nothing works: no respawn, no save, no answer to anyone.
 
@@ -50,7 +49,7 @@ import struct
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -192,57 +191,6 @@ class ConnectionGuard:
         """The answer is written: `conn` is idle from now (unless another request runs)."""
         conn.busy = max(0, conn.busy - 1)
         conn.idle_since = asyncio.get_running_loop().time()
-
-    def find(self, transport: Any) -> Conn | None:
-        if transport is None:
-            return None
-        peer = transport.get_extra_info("peername")
-        source = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else "?"
-        return self._by_source.get(source, {}).get(transport)
-
-    def protocol_factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
-        return lambda: _Guarded(self, inner())
-
-
-class _Guarded(asyncio.Protocol):
-    """Admits a connection before aiohttp sees it; forwards everything else unchanged."""
-
-    def __init__(self, guard: ConnectionGuard, inner: asyncio.Protocol) -> None:
-        self._guard = guard
-        self._inner: Any = inner
-        self._conn: Conn | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._conn = self._guard.admit(transport)
-        if self._conn is None:
-            cast(asyncio.Transport, transport).abort()  # a reset frees the descriptor now, not after a close handshake
-            self._inner = None
-            return
-        self._inner.connection_made(transport)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if self._conn is not None:
-            self._guard.forget(self._conn)
-        if self._inner is not None:
-            self._inner.connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        if self._inner is not None:
-            self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self._inner.eof_received() if self._inner is not None else False
-
-    def pause_writing(self) -> None:
-        if self._inner is not None:
-            self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        if self._inner is not None:
-            self._inner.resume_writing()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 def bind_socket(host: str, port: int, *, reuse: bool = True,

@@ -2,7 +2,8 @@
 
 A server hands each request over as a :class:`Request` (method, decoded path,
 query, headers, peer address, and a way to read the body under its limits) and
-writes back the :class:`Answer`. The node's server is :mod:`http1`. Every decision stays in
+writes back the :class:`Answer` (both in `wire/httpmsg.py`). The node's server is
+`wire/http1.py`, the host's too. Every decision stays in
 :class:`Node`; this module only parses and renders.
 
 Every error body is ``{"error": {"code", "message"}}``, unknown routes (404) and
@@ -23,8 +24,9 @@ from cadre_desktop.node import donated, invitations, run_request
 from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
 from cadre_desktop.node.node import Node
 from cadre_desktop.text import clean as clean_text
-from cadre_desktop.wire.api import HTTP_CODES, parse_json_body
+from cadre_desktop.wire.api import HTTP_CODES
 from cadre_desktop.wire.http_status import answer_to
+from cadre_desktop.wire.httpmsg import Answer, Request
 from cadre_desktop.wire.keys import b64url_decode
 from cadre_desktop.wire.refusal import RequestRefused
 
@@ -33,58 +35,6 @@ log = logging.getLogger("cadre.node.http")
 MAX_CADRE_CHARS = 64
 NO_STORE = (("Cache-Control", "no-store"),)
 JSON_TYPE = "application/json; charset=utf-8"
-
-
-class Request:
-    """One request as a server parsed it. ``read_body`` enforces the server's limits."""
-
-    __slots__ = ("method", "path", "query_string", "headers", "remote", "_read_body", "_query")
-
-    def __init__(self, method: str, path: str, query_string: str, headers: Mapping[str, str],
-                 remote: str | None, read_body: Callable[[], Awaitable[bytes]]) -> None:
-        self.method = method
-        self.path = path  # percent-decoded
-        self.query_string = query_string
-        self.headers = headers  # lower-case names, the first value of each
-        self.remote = remote
-        self._read_body = read_body
-        self._query: dict[str, str] | None = None
-
-    @property
-    def query(self) -> dict[str, str]:
-        """The first value of each name; parsed on first use (only the claim page reads it)."""
-        if self._query is None:
-            from urllib.parse import parse_qsl
-
-            self._query = {}
-            for name, value in parse_qsl(self.query_string, keep_blank_values=True):
-                self._query.setdefault(name, value)
-        return self._query
-
-    async def body(self) -> bytes:
-        """The whole body, decoded; an ApiError (400, 408, 413) when the server's limits refuse it."""
-        return await self._read_body()
-
-    async def json(self, *, optional: bool = False) -> dict[str, Any]:
-        """The body as a JSON object (``{}`` for an empty optional one), else an ApiError."""
-        return parse_json_body(await self._read_body(), optional=optional)
-
-    def bearer(self) -> str | None:
-        scheme, _, token = self.headers.get("authorization", "").partition(" ")
-        return (token.strip() or None) if scheme.lower() == "bearer" else None
-
-    @property
-    def client(self) -> str:
-        return self.remote or "unknown"
-
-
-class Answer:
-    __slots__ = ("status", "headers", "body")
-
-    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        self.status = status
-        self.headers = headers
-        self.body = body
 
 
 def json_answer(doc: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Answer:

@@ -10,7 +10,7 @@ idle keep-alive connections, and gives requests in flight half a second. State i
 only ever written whole (see :mod:`state`), so stopping at any point leaves nothing
 half-done.
 
-The HTTP server is :mod:`http1` (h11 on asyncio streams), not aiohttp: see there why.
+The HTTP server is :mod:`http1` (h11 on asyncio streams, `wire/http1.py`), not aiohttp: see there why.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from cadre_desktop import logfilter
 from cadre_desktop.netguard import ConnectionGuard
 from cadre_desktop.node.api import Api
 from cadre_desktop.node.errors import BindError
-from cadre_desktop.node.http1 import HttpServer
+from cadre_desktop.node.http1 import node_server
 from cadre_desktop.node.joiner import redeem_invitation
 from cadre_desktop.node.node import Node, Phase
 from cadre_desktop.node.p2p import start_p2p_listener
@@ -50,7 +50,7 @@ async def serve(node: Node, started_at: float) -> None:
     logfilter.quiet_loop_errors(asyncio.get_running_loop(), log)
 
     guard = ConnectionGuard(per_source=MAX_PER_SOURCE, total=MAX_CONNECTIONS, idle_s=IDLE_S, name="node API")
-    http = HttpServer(Api(node).answer, guard, max_body=MAX_BODY, body_timeout_s=config.tuning.body_timeout_s)
+    http = node_server(Api(node).answer, guard, max_body=MAX_BODY, body_timeout_s=config.tuning.body_timeout_s)
     p2p = None
     join_task: asyncio.Task[None] | None = None
     try:

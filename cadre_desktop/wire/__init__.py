@@ -3,6 +3,8 @@
 It holds the seed format a borrower signs (``seed``), keys and signatures as they
 travel (``keys``), the bounds and codes every API of the node's format answers with
 (``api``), a refusal and its HTTP status (``refusal``, ``http_status``) and the
-throttle of wrong secrets (``ratelimit``). It imports only the basics
-(``cadre_desktop.errors``, ``text``): nothing of ``host``, ``node``, ``ui`` or ``cli``.
+throttle of wrong secrets (``ratelimit``), and the HTTP/1.1 server both serve their APIs
+with (``http1`` on h11, its ``Request`` and ``Answer`` in ``httpmsg``). It imports only the
+basics (``cadre_desktop.errors``, ``text``, ``netguard``) and h11: nothing of ``host``,
+``node``, ``ui`` or ``cli``, and never aiohttp.
 """

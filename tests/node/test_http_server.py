@@ -19,8 +19,10 @@ import pytest
 
 from cadre_desktop.errors import ApiError
 from cadre_desktop.netguard import ConnectionGuard
-from cadre_desktop.node.api import Answer, Request, error_answer
-from cadre_desktop.node.http1 import MAX_HEAD, HttpServer, split_target
+from cadre_desktop.node.api import error_answer
+from cadre_desktop.node.http1 import node_server
+from cadre_desktop.wire.http1 import MAX_HEAD, HttpServer, split_target
+from cadre_desktop.wire.httpmsg import Answer, Request
 from tests.support.polling import async_wait_until
 
 
@@ -41,7 +43,7 @@ async def serve():
     async def start(handler=echo, *, guard: ConnectionGuard | None = None, body_timeout_s: float = 5.0,
                     max_body: int = 4096) -> HttpServer:
         guard = guard or ConnectionGuard(per_source=32, total=128, idle_s=5.0)
-        server = HttpServer(handler, guard, max_body=max_body, body_timeout_s=body_timeout_s)
+        server = node_server(handler, guard, max_body=max_body, body_timeout_s=body_timeout_s)
         await server.start("127.0.0.1", 0)
         servers.append(server)
         return server
@@ -224,6 +226,20 @@ async def test_each_malformed_request_is_400_one_printable_log_line_and_a_closed
     assert len(lines) == len(MALFORMED), lines
     assert all(line.isprintable() and len(line) < 300 for line in lines), lines
     assert not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.parametrize("raw", [b"GET /?token=SECRET-TOKEN HTTP/9.Q\r\nHost: x\r\n\r\n",
+                                 b"GET / HTTP/1.1\r\nHost: x\r\nAuthoriz ation: Bearer SECRET-TOKEN\r\n\r\n"],
+                         ids=["in the request line", "in a header line"])
+async def test_a_malformed_requests_log_line_says_what_was_wrong_but_not_the_line(serve, caplog, raw):
+    server = await serve()
+    caplog.set_level(logging.WARNING, logger="cadre.node.http")
+    reader, writer = await connect(server.port)
+    writer.write(raw)
+    status, _, _ = await read_answer(reader)
+    writer.close()
+    (line,) = [r.getMessage() for r in caplog.records if "malformed request" in r.getMessage()]
+    assert status == 400 and "illegal" in line and "SECRET-TOKEN" not in line, line
 
 
 async def test_a_client_that_closes_half_way_through_a_head_is_not_logged(serve, caplog):

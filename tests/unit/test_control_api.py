@@ -63,7 +63,7 @@ async def test_control_file_names_url_token_and_pid_with_mode_0600(api):
 
 
 async def test_listens_on_loopback_only(api):
-    assert api.server._runner.addresses == [("127.0.0.1", api.server.port)]
+    assert api.server._http is not None and api.server._http.addresses == [("127.0.0.1", api.server.port)]
     with pytest.raises(ValueError):
         ControlServer(api.host, api.server.control_file, bind="0.0.0.0")
 

@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import make_mocked_request
 
 import cadre_desktop
 from cadre_desktop.autostart import AutostartError
@@ -48,6 +46,7 @@ from cadre_desktop.host.lending.service import LendRefused, LentNodeUnavailable
 from cadre_desktop.node.errors import BindError, ConfigError, CorruptFileError, ExitCode, NodeDirError, exit_code_of
 from cadre_desktop.wire.http_status import REFUSAL_STATUSES as NODE_STATUSES
 from cadre_desktop.wire.http_status import answer_to
+from cadre_desktop.wire.httpmsg import Answer, Request
 from cadre_desktop.wire.refusal import RequestRefused
 from tests.support.imports import sources
 
@@ -116,7 +115,7 @@ def test_only_the_http_edges_and_their_clients_speak_in_api_errors():
     """An ApiError (a status) is built only where HTTP is spoken: the APIs' edges, and the
     clients that read their answers."""
     allowed = {"errors.py", "host/edges/control.py", "host/edges/lend_api.py", "host/edges/http_status.py", "host/edges/lend_wire.py",
-               "node/api.py", "node/http1.py", "wire/api.py", "wire/http_status.py", "cli/client.py", "cli/commands.py",
+               "node/api.py", "wire/http1.py", "wire/api.py", "wire/http_status.py", "cli/client.py", "cli/commands.py",
                "cli/doctor.py"}
     for path in sources():
         name = path.relative_to(PKG).as_posix()
@@ -183,13 +182,20 @@ async def control_answer(error: BaseException) -> tuple[int, dict]:
     async def handler(request):
         raise error
 
-    # the middleware alone: it uses nothing of the server, so no server is built
-    response = await ControlServer._errors(None, make_mocked_request("GET", "/api/nodes"), handler)  # type: ignore[arg-type]
+    # the error handling alone: it uses nothing of the server, so no server is built
+    response = await ControlServer._errors(None, asked("GET", "/api/nodes"), handler)  # type: ignore[arg-type]
     return response.status, json_body(response)["error"]
 
 
-def json_body(response: web.StreamResponse) -> Any:
-    assert isinstance(response, web.Response) and isinstance(response.body, bytes), response
+def asked(method: str, path: str) -> Request:
+    async def no_body() -> bytes:
+        return b""
+
+    return Request(method, path, "", {}, "127.0.0.1", no_body)
+
+
+def json_body(response: Answer) -> Any:
+    assert response.stream is None and isinstance(response.body, bytes), response
     return json.loads(response.body)
 
 
@@ -222,7 +228,7 @@ async def lend_answer(error: BaseException) -> ApiError:
     async def handler(request):
         raise error
 
-    request = make_mocked_request("POST", "/grants/g/donations")
+    request = asked("POST", "/grants/g/donations")
     with pytest.raises(ApiError) as answered:
         await LendServer._refusals(None, request, handler)  # type: ignore[arg-type]  # the middleware alone, no server
     return answered.value
@@ -277,7 +283,7 @@ async def test_the_lend_api_leaves_our_bug_to_the_500_internal_answer():
 
     with pytest.raises(Bug):
         await LendServer._refusals(None,  # type: ignore[arg-type]  # the middleware alone, no server
-                                   make_mocked_request("GET", "/grants/g"), handler)
+                                   asked("GET", "/grants/g"), handler)
 
 
 async def test_the_lend_api_passes_its_own_answers_through():
@@ -319,7 +325,7 @@ async def test_the_node_api_answers_each_error_as_the_contract_says(error, statu
     async def handler(request):
         raise error
 
-    response = await errors_as_json(make_mocked_request("POST", "/claim"), handler)
+    response = await errors_as_json(asked("POST", "/claim"), handler)
     assert response.status == status
     assert json_body(response)["error"]["code"] == code
 
@@ -332,7 +338,7 @@ async def test_the_node_api_answers_each_error_as_the_contract_says(error, statu
     (RuntimeError("a bug"), 500, "internal", None),
 ])
 async def test_the_nodes_own_server_answers_each_error_as_the_contract_says(error, status, code, header):
-    from cadre_desktop.node.api import Api, Request
+    from cadre_desktop.node.api import Api
 
     async def handler(request):
         raise error

@@ -40,7 +40,7 @@ def test_the_wire_format_imports_only_the_basics():
     for path in sources("wire"):
         for name in imported_modules(path):
             assert not name.startswith(("cadre_desktop.host", "cadre_desktop.node", "cadre_desktop.ui",
-                                        "cadre_desktop.cli", "aiohttp", "h11")), f"{path} imports {name}"
+                                        "cadre_desktop.cli", "aiohttp")), f"{path} imports {name}"
 
 
 #: What each room of the engine may import of the others (host/__init__.py and each room's docstring say why).
@@ -101,6 +101,20 @@ def test_importing_the_engine_loads_no_qt():
         "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
         "        if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
         "print(sorted(k for k in sys.modules if k.startswith(('PySide6', 'qasync'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_engines_http_servers_load_no_aiohttp():
+    """The control API and the lend API serve on wire/http1.py (h11), as the node does: importing
+    every module of host/edges and wire/ loads no aiohttp (it cost the tray about 17 MB). The
+    host's HTTP clients (the probe, invitations) are not this test's: they import it on their own."""
+    code = (
+        "import sys, pkgutil, importlib, cadre_desktop.host.edges as e, cadre_desktop.wire as w\n"
+        "for pkg in (e, w):\n"
+        "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'): importlib.import_module(m.name)\n"
+        "print(sorted(k for k in sys.modules if k.split('.')[0] in ('aiohttp', 'yarl', 'multidict')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -13,19 +13,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aiohttp import web
-
 from cadre_desktop.host.core.caps import CAPS_FIELDS, check_caps_change
+from cadre_desktop.host.edges.router import RouteDef, json_answer
+from cadre_desktop.wire.httpmsg import Answer, Request
 
 if TYPE_CHECKING:
     from cadre_desktop.host.edges.control import ControlServer
 
 
-def routes(server: ControlServer) -> list[web.RouteDef]:
-    async def set_caps(request: web.Request) -> web.Response:
+def routes(server: ControlServer) -> list[RouteDef]:
+    async def set_caps(request: Request) -> Answer:
         node_id = server._node_id(request)
         change = check_caps_change(await server._body(request, set(CAPS_FIELDS)))
         view = await server.host.set_node_caps(node_id, change)
-        return web.json_response(view.to_json())
+        return json_answer(view.to_json())
 
-    return [web.patch("/api/nodes/{id}", set_caps)]
+    return [("PATCH", "/api/nodes/{id}", set_caps)]

@@ -14,10 +14,14 @@ gets in. Guards, in order, each answered before the request reaches a handler:
   when it is right, because URLs end up in logs and shell history: 400;
 - `Authorization: Bearer <token>`, compared in constant time: else 401.
 
-Every error, ours or aiohttp's, is answered as `{"error": {"code", "message"}}`.
-Nothing here logs a token, a claim URL or an invitation: there is no access
-log, bodies are never logged, and an unexpected exception is logged with the
-request's secrets taken out of its text.
+Every error, ours or the router's (404, 405) or the body reader's (413), is
+answered as `{"error": {"code", "message"}}`; a request that cannot be parsed is
+one 400 in plain text and one log line. Nothing here logs a token, a claim URL or
+an invitation: there is no access log, bodies are never logged, and an unexpected
+exception is logged with the request's secrets taken out of its text.
+
+It serves on the HTTP/1.1 server the node's API runs on (`wire/http1.py`, h11), not
+aiohttp: importing aiohttp cost the tray about 17 MB (bench/README.md, issue 26).
 """
 
 from __future__ import annotations
@@ -29,14 +33,12 @@ import logging
 import os
 import secrets
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
-from cadre_desktop import __version__, logfilter
+from cadre_desktop import __version__
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import ApiError, Bug, CadreError, Invalid, NoSuchThing, StorageError
 from cadre_desktop.host.core.events import LENDING_EVENTS, HostEvent
@@ -46,11 +48,13 @@ from cadre_desktop.host.core.records import is_node_id
 from cadre_desktop.host.core.validate import clean_invitation, clean_name
 from cadre_desktop.host.edges import caps_control, host_control, lend_control
 from cadre_desktop.host.edges.http_status import status_of
+from cadre_desktop.host.edges.router import Handler, Router, json_answer
 from cadre_desktop.host.edges.served import ServedHost
-from cadre_desktop.host.edges.webguard import GuardedSockSite, busy_middleware
 from cadre_desktop.netguard import ConnectionGuard, bind_socket
 from cadre_desktop.readfile import read_bytes
 from cadre_desktop.text import url_host
+from cadre_desktop.wire.http1 import HttpServer
+from cadre_desktop.wire.httpmsg import Answer, Request
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +64,13 @@ HEARTBEAT_S = 15.0
 #: Events a slow SSE client may have queued before it is cut off.
 STREAM_BACKLOG = 1000
 #: Connections the API holds at most (every client is local, so one source is all of
-#: them); idle or half-sent ones are closed after IDLE_S. See cadre_desktop/netguard.py and host/edges/webguard.py.
+#: them); idle or half-sent ones are closed after IDLE_S. See cadre_desktop/netguard.py.
 MAX_CONNECTIONS = 64
 IDLE_S = 5.0
 #: How long a request body may take to arrive.
 BODY_TIMEOUT_S = 10.0
+#: How long requests in flight have to finish when the API stops.
+SHUTDOWN_GRACE_S = 2.0
 
 _LOOPBACK = ("127.0.0.1", "::1")
 _TOKENISH = {"token", "access_token", "auth", "authorization", "bearer", "key", "api_key"}
@@ -84,11 +90,6 @@ _MESSAGES = {
     413: f"The request body is larger than {MAX_BODY // 1024} KiB.",
 }
 
-#: Strings of the current request to take out of a logged exception.
-_SECRETS: Any = web.RequestKey("secrets", list) if hasattr(web, "RequestKey") else "secrets"
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
 
 def _refused(status: int, message: str, code: str | None = None) -> ApiError:
     """A guard's refusal: its status, and the code the API gives that status unless told."""
@@ -96,8 +97,8 @@ def _refused(status: int, message: str, code: str | None = None) -> ApiError:
     return ApiError(status, code or _CODES.get(status, "error"), message, headers=headers)
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message}}, status=status, headers=headers)
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Answer:
+    return json_answer({"error": {"code": code, "message": message}}, status, headers)
 
 
 def check_control_file(path: Path) -> None:
@@ -132,10 +133,10 @@ def check_invitation(value: Any) -> str:
 _UNEXPECTED = "The host failed unexpectedly; its log has the details."
 
 
-def _failure(request: web.Request, exc: BaseException) -> str:
+def _failure(request: Request, exc: BaseException) -> str:
     """An unexpected failure for the log: its words, with the request's secrets taken out, and where it was."""
     frames = "".join(traceback.format_tb(exc.__traceback__))
-    return _redact(f"{type(exc).__name__}: {exc}", request.get(_SECRETS, [])) + "\n" + frames
+    return _redact(f"{type(exc).__name__}: {exc}", request.secrets) + "\n" + frames
 
 
 def _redact(text: str, secrets_: list[str]) -> str:
@@ -156,12 +157,31 @@ class ControlServer:
         self.heartbeat_s = heartbeat_s
         self.token = ""
         self.port = 0
-        self._runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
         self._streams: set[asyncio.Queue[HostEvent | None]] = set()
         self._unsubscribe: Callable[[], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.guard = ConnectionGuard(per_source=MAX_CONNECTIONS, total=MAX_CONNECTIONS, idle_s=IDLE_S,
                                      name="control API")
+        self.router = Router([
+            ("GET", "/api/host", self._get_host),
+            ("GET", "/api/nodes", self._list_nodes),
+            ("POST", "/api/nodes", self._add_node),
+            ("POST", "/api/nodes/join", self._join_node),
+            ("GET", "/api/nodes/{id}", self._get_node),
+            ("DELETE", "/api/nodes/{id}", self._remove_node),
+            ("POST", "/api/nodes/{id}/retry", self._action("retry_node")),
+            ("POST", "/api/nodes/{id}/pause", self._pause_node),
+            ("POST", "/api/nodes/{id}/resume", self._action("resume_node")),
+            ("POST", "/api/nodes/{id}/restart", self._action("restart_node")),
+            ("POST", "/api/nodes/{id}/regenerate", self._action("regenerate_node")),
+            ("POST", "/api/nodes/{id}/invite", self._invite_node),
+            ("GET", "/api/events", self._events),
+            ("GET", "/api/nodes/{id}/history", self._node_history),
+            *lend_control.routes(self),  # lending's routes live beside these
+            *caps_control.routes(self),  # PATCH /api/nodes/{id}: a node's caps
+            *host_control.routes(self),  # /api/host/pause, resume, conditions
+        ])
 
     @property
     def url(self) -> str:
@@ -173,44 +193,13 @@ class ControlServer:
         """Listen on a free loopback port, then publish url, token and pid in control.json."""
         self._loop = asyncio.get_running_loop()
         self.token = secrets.token_urlsafe(32)
-        app = web.Application(middlewares=[busy_middleware(self.guard), self._errors, self._guard],
-                              client_max_size=MAX_BODY)
-        app.add_routes([
-            web.get("/api/host", self._get_host),
-            web.get("/api/nodes", self._list_nodes),
-            web.post("/api/nodes", self._add_node),
-            web.post("/api/nodes/join", self._join_node),
-            web.get("/api/nodes/{id}", self._get_node),
-            web.delete("/api/nodes/{id}", self._remove_node),
-            web.post("/api/nodes/{id}/retry", self._action("retry_node")),
-            web.post("/api/nodes/{id}/pause", self._pause_node),
-            web.post("/api/nodes/{id}/resume", self._action("resume_node")),
-            web.post("/api/nodes/{id}/restart", self._action("restart_node")),
-            web.post("/api/nodes/{id}/regenerate", self._action("regenerate_node")),
-            web.post("/api/nodes/{id}/invite", self._invite_node),
-            web.get("/api/events", self._events),
-            web.get("/api/nodes/{id}/history", self._node_history),
-        ])
-        app.add_routes(lend_control.routes(self))  # lending's routes live beside these
-        app.add_routes(caps_control.routes(self))  # PATCH /api/nodes/{id}: a node's caps
-        app.add_routes(host_control.routes(self))  # /api/host/pause, resume, conditions
         sock = bind_socket(self.bind, 0, reuse=False)
-        try:
-            self.port = sock.getsockname()[1]
-            # No access log: request lines are not worth the risk of a secret in them.
-            # A request aiohttp cannot parse is logged as one line (no traceback).
-            self._runner = web.AppRunner(
-                app, access_log=None, shutdown_timeout=2.0, keepalive_timeout=IDLE_S,
-                logger=logfilter.OneLineLogger(log, "control API: a malformed request"),
-            )
-            await self._runner.setup()
-            await GuardedSockSite(self._runner, sock, self.guard).start()
-        except BaseException:
-            sock.close()
-            if self._runner is not None:
-                await self._runner.cleanup()
-                self._runner = None
-            raise
+        self.port = sock.getsockname()[1]
+        # No access log: request lines are not worth the risk of a secret in them.
+        http = HttpServer(self._answer, self.guard, max_body=MAX_BODY, body_timeout_s=BODY_TIMEOUT_S,
+                          log=log, label="control API: ")
+        await http.start_on([sock], fair=False)  # every client is 127.0.0.1: none is shed; closed if it fails
+        self._http = http
         self._unsubscribe = self.host.subscribe(self._on_event)
         write_json_atomic(self.control_file, {
             "version": CONTROL_VERSION, "url": self.url, "token": self.token, "pid": os.getpid(),
@@ -224,9 +213,9 @@ class ControlServer:
             self._unsubscribe = None
         for queue in list(self._streams):
             self._offer(queue, None)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        http, self._http = self._http, None
+        if http is not None:
+            await http.stop(SHUTDOWN_GRACE_S)
         self._remove_control_file()
 
     def _remove_control_file(self) -> None:
@@ -243,10 +232,20 @@ class ControlServer:
             except OSError as exc:
                 log.warning("could not remove %s: %s", self.control_file, exc.strerror or exc)
 
-    # -- middlewares -----------------------------------------------------------
+    # -- every request: the guards, the route, the errors ---------------------------
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _answer(self, request: Request) -> Answer:
+        return await self._errors(request, self._routed)
+
+    async def _routed(self, request: Request) -> Answer:
+        await self._guard(request)
+        handler, allowed = self.router.resolve(request)
+        if handler is None:
+            status = 405 if allowed else 404
+            raise _refused(status, _MESSAGES[status])
+        return await handler(request)
+
+    async def _errors(self, request: Request, handler: Handler) -> Answer:
         try:
             return await handler(request)
         except ApiError as exc:
@@ -256,11 +255,6 @@ class ControlServer:
                 log.error("control API: %s %s failed: %s", request.method, request.path, _failure(request, exc))
                 return error_response(500, "internal_error", _UNEXPECTED)
             return error_response(status_of(exc), exc.code, exc.message)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            message = _MESSAGES.get(exc.status, exc.reason)
-            return error_response(exc.status, _CODES.get(exc.status, "error"), message)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -268,39 +262,39 @@ class ControlServer:
             log.error("control API: %s %s failed: %s", request.method, request.path, _failure(request, exc))
             return error_response(500, "internal_error", _UNEXPECTED)
 
-    @web.middleware
-    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _guard(self, request: Request) -> None:
         allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}", f"[::1]:{self.port}"}
-        if request.headers.get("Host", "").lower() not in allowed_hosts:
+        headers = request.headers
+        if headers.get("host", "").lower() not in allowed_hosts:
             raise _refused(403, "The Host header must name the loopback address and this port.")
-        site = request.headers.get("Sec-Fetch-Site", "none").lower()
-        if "Origin" in request.headers or site != "none":
+        site = headers.get("sec-fetch-site", "none").lower()
+        if "origin" in headers or site != "none":
             raise _refused(403, "Requests from web pages are refused.", "origin_refused")
         if request.query_string:
             if _TOKENISH & {key.lower() for key in request.query}:
                 raise _refused(400, "Send the token in the Authorization header, never in the URL.",
                                "token_in_url")
             raise _refused(400, "This API takes no query parameters.")
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        scheme, _, given = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
                 given.strip().encode("utf-8", "replace"), self.token.encode()):
             raise _refused(401, "A valid token is required: 'Authorization: Bearer <token from control.json>'.")
-        length = request.content_length
-        if length is not None and length > MAX_BODY:
-            raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=length)
-        return await handler(request)
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY:
+            await self._body(request, set())  # refused by the server's reader (413), which closes the connection
 
     # -- helpers -----------------------------------------------------------------
 
-    async def _body(self, request: web.Request, allowed: set[str]) -> dict[str, Any]:
+    async def _body(self, request: Request, allowed: set[str]) -> dict[str, Any]:
         try:
-            # Bounded by client_max_size (413 above it) and in time: a trickled body
-            # would hold its connection busy, out of reach of the idle limit.
-            async with asyncio.timeout(BODY_TIMEOUT_S):
-                raw = await request.read()
-        except TimeoutError:
-            raise Invalid(f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.") from None
-        except web.RequestPayloadError:
+            # Bounded by the server in size (MAX_BODY after decoding) and in time: a trickled
+            # body would hold its connection busy, out of reach of the idle limit.
+            raw = await request.body()
+        except ApiError as exc:
+            if exc.status == 413:
+                raise _refused(413, _MESSAGES[413]) from None
+            if exc.status == 408:
+                raise Invalid(f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.") from None
             # The body itself is broken: a Content-Encoding it is not in, a bad chunk.
             raise Invalid("The request body could not be read.") from None
         if not raw.strip():
@@ -318,7 +312,7 @@ class ControlServer:
         return doc
 
     @staticmethod
-    def _node_id(request: web.Request) -> str:
+    def _node_id(request: Request) -> str:
         node_id = request.match_info["id"]
         if not is_node_id(node_id):
             raise NoSuchThing(f"No node with id {node_id[:40]!r}.")
@@ -326,43 +320,43 @@ class ControlServer:
 
     # -- routes ------------------------------------------------------------------
 
-    async def _get_host(self, request: web.Request) -> web.Response:
-        return web.json_response(
+    async def _get_host(self, request: Request) -> Answer:
+        return json_answer(
             {"pid": os.getpid(), "version": __version__, "home": str(self.host.paths.data_dir),
              "pause": self.host.pause_state()}
         )
 
-    async def _list_nodes(self, request: web.Request) -> web.Response:
-        return web.json_response({"nodes": [view.to_json() for view in self.host.list_nodes()]})
+    async def _list_nodes(self, request: Request) -> Answer:
+        return json_answer({"nodes": [view.to_json() for view in self.host.list_nodes()]})
 
-    async def _get_node(self, request: web.Request) -> web.Response:
-        return web.json_response(self.host.get_node(self._node_id(request)).to_json())
+    async def _get_node(self, request: Request) -> Answer:
+        return json_answer(self.host.get_node(self._node_id(request)).to_json())
 
-    async def _add_node(self, request: web.Request) -> web.Response:
+    async def _add_node(self, request: Request) -> Answer:
         body = await self._body(request, {"name"})
         view = await self.host.add_node(check_name(body.get("name")))
-        return web.json_response(view.to_json(), status=201)
+        return json_answer(view.to_json(), status=201)
 
-    async def _join_node(self, request: web.Request) -> web.Response:
+    async def _join_node(self, request: Request) -> Answer:
         body = await self._body(request, {"invitation", "name"})
         if isinstance(body.get("invitation"), str):
-            request[_SECRETS] = [body["invitation"], body["invitation"].strip()]
+            request.secrets = [body["invitation"], body["invitation"].strip()]
         invitation = check_invitation(body.get("invitation"))
         view = await self.host.join_node(invitation, check_name(body.get("name")))
-        return web.json_response(view.to_json(), status=201)
+        return json_answer(view.to_json(), status=201)
 
-    async def _invite_node(self, request: web.Request) -> web.Response:
+    async def _invite_node(self, request: Request) -> Answer:
         body = await self._body(request, {"name"})
         view = await self.host.invite_node(self._node_id(request), check_name(body.get("name")))
-        return web.json_response(view.to_json(), status=201)
+        return json_answer(view.to_json(), status=201)
 
-    async def _pause_node(self, request: web.Request) -> web.Response:
+    async def _pause_node(self, request: Request) -> Answer:
         """`{}` pauses with no end; `{"for_ms": N}` or `{"until": "<RFC 3339>"}` puts the node to sleep."""
         for_ms, when = await self.pause_body(request)
         view = await self.host.pause_node(self._node_id(request), for_ms=for_ms, until=when)
-        return web.json_response(view.to_json())
+        return json_answer(view.to_json())
 
-    async def pause_body(self, request: web.Request) -> tuple[int | None, datetime | None]:
+    async def pause_body(self, request: Request) -> tuple[int | None, datetime | None]:
         """A pause's body, checked: (for_ms, until) — both None for a pause with no end."""
         body = await self._body(request, {"for_ms", "until"})
         for_ms, until = body.get("for_ms"), body.get("until")
@@ -376,18 +370,18 @@ class ControlServer:
         return for_ms, when
 
     def _action(self, method: str) -> Handler:
-        async def act(request: web.Request) -> web.Response:
+        async def act(request: Request) -> Answer:
             await self._body(request, set())
             view = await getattr(self.host, method)(self._node_id(request))
-            return web.json_response(view.to_json())
+            return json_answer(view.to_json())
         return act
 
-    async def _remove_node(self, request: web.Request) -> web.Response:
+    async def _remove_node(self, request: Request) -> Answer:
         node_id = request.match_info["id"]
         existed = is_node_id(node_id) and await self.host.remove_node(node_id)
         # An id no record names may still have an orphaned child running: Remove reclaims it.
         pids = await self.host.reclaim_orphan(node_id) if is_node_id(node_id) and not existed else []
-        return web.json_response({"removed": node_id, "existed": bool(existed), "orphan_pids": pids})
+        return json_answer({"removed": node_id, "existed": bool(existed), "orphan_pids": pids})
 
     # -- events --------------------------------------------------------------------
 
@@ -428,33 +422,31 @@ class ControlServer:
         data = json.dumps({"id": event.node_id, "node": node, "detail": event.detail})
         return f"event: {event.kind.value}\ndata: {data}\n\n".encode()
 
-    async def _events(self, request: web.Request) -> web.StreamResponse:
+    async def _events(self, request: Request) -> Answer:
+        headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no")]
+        if request.method == "HEAD":
+            return Answer(200, headers, b"")
         queue: asyncio.Queue[HostEvent | None] = asyncio.Queue(maxsize=STREAM_BACKLOG)
-        self._streams.add(queue)
-        response = web.StreamResponse(headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        })
+        self._streams.add(queue)  # from now on: what happens after the answer's head is not missed
+        return Answer(200, headers, b"", stream=self._stream(queue))
+
+    async def _stream(self, queue: asyncio.Queue[HostEvent | None]) -> AsyncIterator[bytes]:
+        """The events as the server sends them; ends at the host's stop (a client that left: at a write)."""
         try:
-            await response.prepare(request)
-            await response.write(b": connected\n\n")
+            yield b": connected\n\n"
             while True:
                 try:
                     async with asyncio.timeout(self.heartbeat_s):
                         event = await queue.get()
                 except TimeoutError:
-                    await response.write(b": keep-alive\n\n")
+                    yield b": keep-alive\n\n"
                     continue
                 if event is None:
-                    break
-                await response.write(self._event_payload(event))
-        except (ConnectionResetError, ConnectionError):
-            pass  # the client went away
+                    return
+                yield self._event_payload(event)
         finally:
             self._streams.discard(queue)
-        return response
 
-    async def _node_history(self, request: web.Request) -> web.Response:
+    async def _node_history(self, request: Request) -> Answer:
         """The node's last 24 hours and 7 days (host/core/history.py)."""
-        return web.json_response(self.host.node_history(self._node_id(request)))
+        return json_answer(self.host.node_history(self._node_id(request)))

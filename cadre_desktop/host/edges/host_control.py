@@ -17,23 +17,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aiohttp import web
+from cadre_desktop.host.edges.router import RouteDef, json_answer
+from cadre_desktop.wire.httpmsg import Answer, Request
 
 if TYPE_CHECKING:
     from cadre_desktop.host.edges.control import ControlServer
 
 
-def routes(server: ControlServer) -> list[web.RouteDef]:
-    async def pause(request: web.Request) -> web.Response:
+def routes(server: ControlServer) -> list[RouteDef]:
+    async def pause(request: Request) -> Answer:
         for_ms, until = await server.pause_body(request)
-        return web.json_response(await server.host.pause_all(for_ms=for_ms, until=until))
+        return json_answer(await server.host.pause_all(for_ms=for_ms, until=until))
 
-    async def resume(request: web.Request) -> web.Response:
+    async def resume(request: Request) -> Answer:
         await server._body(request, set())
-        return web.json_response(await server.host.resume_all())
+        return json_answer(await server.host.resume_all())
 
-    async def conditions(request: web.Request) -> web.Response:
-        return web.json_response(server.host.conditions_report())
+    async def conditions(request: Request) -> Answer:
+        return json_answer(server.host.conditions_report())
 
-    return [web.post("/api/host/pause", pause), web.post("/api/host/resume", resume),
-            web.get("/api/host/conditions", conditions)]
+    return [("POST", "/api/host/pause", pause), ("POST", "/api/host/resume", resume),
+            ("GET", "/api/host/conditions", conditions)]

@@ -17,9 +17,9 @@ the socket says, never a forwarded header (anyone can write one). Every error
 is `{"error": {"code", "message"}}` and no input gets a server error. Nothing
 here logs a token: the access log has no headers, and paths hold none.
 
-It is the one server of the host that the LAN reaches, so every connection
-passes the same guard as the control API's (`cadre_desktop/netguard.py`
-through `webguard.py`): at most MAX_PER_SOURCE connections from one address
+It is the one server of the host that the LAN reaches, and it runs on the node's
+HTTP/1.1 server (`wire/http1.py`, h11; no aiohttp), so every connection passes the
+same guard as the node's and the control API's (`cadre_desktop/netguard.py`): at most MAX_PER_SOURCE connections from one address
 and MAX_CONNECTIONS in all, and a connection that sends nothing, or only part
 of its request line and headers, is closed IDLE_S after it connected or last
 finished a request. Idle connections from one address cannot take the
@@ -37,20 +37,18 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-from aiohttp.abc import AbstractAccessLogger
-from aiohttp.typedefs import Handler
-
 from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, SecretsError, wire_code
 from cadre_desktop.host.edges.http_status import status_of
-from cadre_desktop.host.edges.lend_wire import errors_as_json, read_json_body
-from cadre_desktop.host.edges.webguard import FairSockSite, busy_middleware
+from cadre_desktop.host.edges.lend_wire import errors_as_json, no_route, read_json_body
+from cadre_desktop.host.edges.router import Handler, Router, json_answer
 from cadre_desktop.host.lending.donations import check_request
 from cadre_desktop.host.lending.grants import Grant
 from cadre_desktop.host.lending.service import LendingService, LendRefused, LentNodeUnavailable, WrongToken
 from cadre_desktop.host.lending.views import LendApiState, LendingViews
 from cadre_desktop.netguard import ConnectionGuard, bind_fair
 from cadre_desktop.text import url_host
+from cadre_desktop.wire.http1 import HttpServer
+from cadre_desktop.wire.httpmsg import Answer, Request
 from cadre_desktop.wire.ratelimit import FailureLimiter
 from cadre_desktop.wire.seed import SeedError, parse_seed
 
@@ -71,6 +69,8 @@ LOCKOUT_S = 60.0
 MAX_PER_SOURCE = 32
 MAX_CONNECTIONS = 256
 IDLE_S = 10.0
+#: How long requests in flight have to finish when the API closes.
+SHUTDOWN_GRACE_S = 1.0
 
 #: The status of each refusal the lending service gives a borrower, by its code (docs/lending.md).
 REFUSAL_STATUSES = {
@@ -93,10 +93,9 @@ REFUSAL_STATUSES = {
 }
 
 
-class _AccessLog(AbstractAccessLogger):
-    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        self.logger.info('lend API: %s "%s %s" %s', request.remote, request.method, request.path[:200],
-                         response.status)
+def _access(request: Request, target: str, status: int, took_s: float) -> None:
+    """One line a request: who, what (the path, never its query or headers: no token), the status."""
+    log.info('lend API: %s "%s %s" %s', request.remote, request.method, request.path[:200], status)
 
 
 class LendServer:
@@ -123,14 +122,21 @@ class LendServer:
         self.idle_s = idle_s
         self.guard = ConnectionGuard(per_source=per_source, total=max_connections, idle_s=idle_s,
                                      name="lend API")
-        self._runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
+        self.router = Router([
+            ("POST", "/grants/{grant}/donations", self._request),
+            ("GET", "/grants/{grant}", self._grant),
+            ("GET", "/grants/{grant}/donations/{donation}", self._donation),
+            ("POST", "/grants/{grant}/donations/{donation}/seed", self._seed),
+            ("DELETE", "/grants/{grant}/donations/{donation}", self._end),
+        ])
         self._sync_lock = asyncio.Lock()
         #: Why the last attempt to listen failed (a port taken), for the owner to read.
         self.error: str | None = None
 
     def state(self) -> LendApiState:
         """Listening, or why not (the port taken), for every grant view and doctor."""
-        listening = self._runner is not None
+        listening = self._http is not None
         port = self.bound_port if listening else self.port
         return LendApiState(listening=listening, address=f"{url_host(self.bind_host)}:{port}",
                             error=None if listening else self.error)
@@ -138,20 +144,17 @@ class LendServer:
     @property
     def bound_port(self) -> int | None:
         """The port it listens on (the setting's, or the one the OS chose for port 0)."""
-        if self._runner is None or not self._runner.addresses:
-            return None
-        port: int = self._runner.addresses[0][1]
-        return port
+        addresses = self._http.addresses if self._http is not None else []
+        return addresses[0][1] if addresses else None
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY,
-                              middlewares=[busy_middleware(self.guard), errors_as_json, self._refusals])
-        app.router.add_post("/grants/{grant}/donations", self._request)
-        app.router.add_get("/grants/{grant}", self._grant)
-        app.router.add_get("/grants/{grant}/donations/{donation}", self._donation)
-        app.router.add_post("/grants/{grant}/donations/{donation}/seed", self._seed)
-        app.router.add_delete("/grants/{grant}/donations/{donation}", self._end)
-        return app
+    async def _answer(self, request: Request) -> Answer:
+        return await errors_as_json(request, self._routed)
+
+    async def _routed(self, request: Request) -> Answer:
+        handler, allowed = self.router.resolve(request)
+        if handler is None:
+            raise no_route(allowed)
+        return await self._refusals(request, handler)
 
     # -- listening only while a grant is active ----------------------------------------------
 
@@ -159,36 +162,34 @@ class LendServer:
         """Open the port if a grant is active and it is closed; close it if none is."""
         async with self._sync_lock:
             wanted = bool(self.service.active_grants())
-            if wanted and self._runner is None:
+            if wanted and self._http is None:
                 await self._start()
             elif not wanted:
                 self.error = None  # nothing to reach: no grant is active
-                if self._runner is not None:
+                if self._http is not None:
                     await self._stop()
                     log.info("lend API closed: no grant is active")
 
     async def _start(self) -> None:
-        runner = web.AppRunner(self.app(), access_log_class=_AccessLog, shutdown_timeout=1.0,
-                               keepalive_timeout=self.idle_s)
-        await runner.setup()
+        http = HttpServer(self._answer, self.guard, max_body=MAX_BODY, body_timeout_s=self.body_timeout_s,
+                          log=log, access=_access, label="lend API: ")
         socks: list[socket.socket] = []
         try:
             socks = bind_fair(self.bind_host, self.port)
-            await FairSockSite(runner, socks, self.guard).start()
+            await http.start_on(socks)  # closes them if it cannot listen
         except OSError as exc:
             for sock in socks:
                 sock.close()
-            await runner.cleanup()
             self.error = f"the lend API cannot listen on {self.bind_host}:{self.port}: {exc.strerror or exc}"
             log.error("%s (setting 'lend_port'); tried again at the next pass", self.error)
             return
-        self._runner, self.error = runner, None
+        self._http, self.error = http, None
         log.info("lend API listening on %s:%s", self.bind_host, self.bound_port)
 
     async def _stop(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        http, self._http = self._http, None
+        if http is not None:
+            await http.stop(SHUTDOWN_GRACE_S)
 
     async def close(self) -> None:
         async with self._sync_lock:
@@ -196,8 +197,7 @@ class LendServer:
 
     # -- guards ------------------------------------------------------------------------------
 
-    @web.middleware
-    async def _refusals(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _refusals(self, request: Request, handler: Handler) -> Answer:
         """Our errors as the node contract writes them; no internal detail for the borrower."""
         try:
             return await handler(request)
@@ -220,13 +220,13 @@ class LendServer:
                            err.message if status < 500 else "the host cannot do that right now",
                            headers={"Retry-After": "30"} if status == 503 else None) from None
 
-    def _authorize(self, request: web.Request) -> Grant:
+    def _authorize(self, request: Request) -> Grant:
         client = request.remote or "unknown"
         wait = self.limiter.retry_after(client)
         if wait is not None:
             raise ApiError(429, "too-many-tries", f"too many wrong tokens from this address; try again in {wait} s",
                            headers={"Retry-After": str(wait)})
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else ""
         if not token:
             raise ApiError(401, "unauthorized", "send the grant token as 'Authorization: Bearer <token>'",
@@ -239,26 +239,26 @@ class LendServer:
         self.limiter.succeeded(client)
         return grant
 
-    async def _body(self, request: web.Request) -> dict[str, Any]:
-        return await read_json_body(request, max_body=MAX_BODY, timeout=self.body_timeout_s)
+    async def _body(self, request: Request) -> dict[str, Any]:
+        return await read_json_body(request)  # bounded by the server: MAX_BODY, body_timeout_s
 
     # -- routes ------------------------------------------------------------------------------
 
-    async def _request(self, request: web.Request) -> web.Response:
+    async def _request(self, request: Request) -> Answer:
         grant = self._authorize(request)
         wanted = check_request(await self._body(request))
         donation = await self.service.request(grant, wanted)
         return _json(self.views.for_borrower(donation), status=201)
 
-    async def _grant(self, request: web.Request) -> web.Response:
+    async def _grant(self, request: Request) -> Answer:
         grant = self._authorize(request)
         return _json(self.views.grant_for_borrower(grant))
 
-    async def _donation(self, request: web.Request) -> web.Response:
+    async def _donation(self, request: Request) -> Answer:
         grant = self._authorize(request)
         return _json(self.views.for_borrower(self.service.donation_in(grant, request.match_info["donation"])))
 
-    async def _seed(self, request: web.Request) -> web.Response:
+    async def _seed(self, request: Request) -> Answer:
         grant = self._authorize(request)
         body = await self._body(request)
         unknown = sorted(set(body) - {"seed"})
@@ -271,7 +271,7 @@ class LendServer:
         donation = await self.service.seed(grant, request.match_info["donation"], body["seed"])
         return _json(self.views.for_borrower(donation))
 
-    async def _end(self, request: web.Request) -> web.Response:
+    async def _end(self, request: Request) -> Answer:
         grant = self._authorize(request)
         donation = self.service.donation_in(grant, request.match_info["donation"])
         await self.service.end(donation.id, why="the borrower ended it")
@@ -282,8 +282,8 @@ def _retry_after(seconds: int | None) -> dict[str, str] | None:
     return {"Retry-After": str(seconds)} if seconds is not None else None
 
 
-def _json(body: Any, *, status: int = 200) -> web.Response:
-    return web.json_response(body, status=status, headers={"Cache-Control": "no-store"})
+def _json(body: Any, *, status: int = 200) -> Answer:
+    return json_answer(body, status, {"Cache-Control": "no-store"})
 
 
 class NodeSeedClient:

@@ -21,15 +21,14 @@ create; lists never hold it.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
-
-from aiohttp import web
 
 from cadre_desktop.errors import MachineError, NoSuchThing
 from cadre_desktop.host.core.events import HostEvent
 from cadre_desktop.host.core.records import is_node_id
+from cadre_desktop.host.edges.router import Handler, RouteDef, json_answer
 from cadre_desktop.host.lending.views import LendingViews
+from cadre_desktop.wire.httpmsg import Answer, Request
 
 if TYPE_CHECKING:
     from cadre_desktop.host.edges.control import ControlServer
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
     from cadre_desktop.host.lend_host import Lending
 
 GRANT_FIELDS = {"label", "max_nodes", "expires_in_s"}
-Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 def _lending(server: ControlServer) -> tuple[Lending, LendingViews]:
@@ -47,7 +45,7 @@ def _lending(server: ControlServer) -> tuple[Lending, LendingViews]:
     return lending, lending.views
 
 
-def _id(request: web.Request) -> str:
+def _id(request: Request) -> str:
     value = request.match_info["id"]
     if not is_node_id(value):
         raise NoSuchThing(f"Nothing here has the id {value[:40]!r}.")
@@ -56,66 +54,66 @@ def _id(request: web.Request) -> str:
 
 def _action(server: ControlServer, action: str, view: str) -> Handler:
     """A POST with an empty body that does `lending.<action>(id)` and answers the row's view."""
-    async def handler(request: web.Request) -> web.Response:
+    async def handler(request: Request) -> Answer:
         await server._body(request, set())
         (lending, views), row_id = _lending(server), _id(request)
         await getattr(lending, action)(row_id)
-        return web.json_response(getattr(views, view)(row_id).to_json())
+        return json_answer(getattr(views, view)(row_id).to_json())
     return handler
 
 
-def routes(server: ControlServer) -> list[web.RouteDef]:
+def routes(server: ControlServer) -> list[RouteDef]:
     """The routes, bound to one ControlServer (its host and body reader)."""
 
-    async def list_grants(request: web.Request) -> web.Response:
-        return web.json_response({"grants": [v.to_json() for v in _lending(server)[1].grants()]})
+    async def list_grants(request: Request) -> Answer:
+        return json_answer({"grants": [v.to_json() for v in _lending(server)[1].grants()]})
 
-    async def create_grant(request: web.Request) -> web.Response:
+    async def create_grant(request: Request) -> Answer:
         body = await server._body(request, GRANT_FIELDS)
         lending, views = _lending(server)
         grant = await lending.create_grant(body.get("label"), body.get("max_nodes"), body.get("expires_in_s"))
         view = views.grant(grant.id).to_json()
         view["link"] = await lending.link_of(grant.id)
-        return web.json_response(view, status=201)
+        return json_answer(view, status=201)
 
-    async def get_grant(request: web.Request) -> web.Response:
+    async def get_grant(request: Request) -> Answer:
         (_, views), grant_id = _lending(server), _id(request)
         view = views.grant(grant_id).to_json()
         view["donations"] = [d.to_json() for d in views.donations(grant_id)]
-        return web.json_response(view)
+        return json_answer(view)
 
-    async def grant_link(request: web.Request) -> web.Response:
-        return web.json_response({"link": await _lending(server)[0].link_of(_id(request))})
+    async def grant_link(request: Request) -> Answer:
+        return json_answer({"link": await _lending(server)[0].link_of(_id(request))})
 
-    async def list_donations(request: web.Request) -> web.Response:
-        return web.json_response({"donations": [v.to_json() for v in _lending(server)[1].donations()]})
+    async def list_donations(request: Request) -> Answer:
+        return json_answer({"donations": [v.to_json() for v in _lending(server)[1].donations()]})
 
-    async def get_donation(request: web.Request) -> web.Response:
-        return web.json_response(_lending(server)[1].donation(_id(request)).to_json())
+    async def get_donation(request: Request) -> Answer:
+        return json_answer(_lending(server)[1].donation(_id(request)).to_json())
 
-    async def pause_donation(request: web.Request) -> web.Response:
+    async def pause_donation(request: Request) -> Answer:
         for_ms, until = await server.pause_body(request)
         (lending, views), row_id = _lending(server), _id(request)
         await lending.pause(row_id, for_ms=for_ms, until=until)
-        return web.json_response(views.donation(row_id).to_json())
+        return json_answer(views.donation(row_id).to_json())
 
-    async def end_donation(request: web.Request) -> web.Response:
+    async def end_donation(request: Request) -> Answer:
         donation_id = request.match_info["id"]
         existed = is_node_id(donation_id) and await _lending(server)[0].end_loan(donation_id)
-        return web.json_response({"ended": donation_id, "existed": bool(existed)})
+        return json_answer({"ended": donation_id, "existed": bool(existed)})
 
     return [
-        web.get("/api/grants", list_grants),
-        web.post("/api/grants", create_grant),
-        web.get("/api/grants/{id}", get_grant),
-        web.get("/api/grants/{id}/link", grant_link),
-        web.post("/api/grants/{id}/revoke", _action(server, "revoke_grant", "grant")),
-        web.get("/api/donations", list_donations),
-        web.get("/api/donations/{id}", get_donation),
-        web.post("/api/donations/{id}/retry", _action(server, "retry", "donation")),
-        web.post("/api/donations/{id}/pause", pause_donation),
-        web.post("/api/donations/{id}/resume", _action(server, "resume", "donation")),
-        web.delete("/api/donations/{id}", end_donation),
+        ("GET", "/api/grants", list_grants),
+        ("POST", "/api/grants", create_grant),
+        ("GET", "/api/grants/{id}", get_grant),
+        ("GET", "/api/grants/{id}/link", grant_link),
+        ("POST", "/api/grants/{id}/revoke", _action(server, "revoke_grant", "grant")),
+        ("GET", "/api/donations", list_donations),
+        ("GET", "/api/donations/{id}", get_donation),
+        ("POST", "/api/donations/{id}/retry", _action(server, "retry", "donation")),
+        ("POST", "/api/donations/{id}/pause", pause_donation),
+        ("POST", "/api/donations/{id}/resume", _action(server, "resume", "donation")),
+        ("DELETE", "/api/donations/{id}", end_donation),
     ]
 
 
