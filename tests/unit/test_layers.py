@@ -108,7 +108,7 @@ def test_importing_the_engine_loads_no_qt():
 
 #: Modules both the node and the host may import (the node imports nothing from host/).
 SHARED = ("text.py", "netguard.py", "logfilter.py", "fdlimit.py", "logpump.py", "logkeeper.py", "atomicfile.py",
-          "errors.py")
+          "errors.py", "httpclient.py")
 
 
 def test_shared_modules_import_neither_host_nor_node_nor_ui():

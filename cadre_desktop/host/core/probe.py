@@ -29,18 +29,16 @@ import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+from urllib.parse import quote
 
-from cadre_desktop import text
+from cadre_desktop import httpclient, text
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
 from cadre_desktop.host.core.decide import NodeNews
 from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
-
-if TYPE_CHECKING:
-    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -94,45 +92,43 @@ def loopback_for(bind_host: str) -> str:
 
 
 class HttpStatusFetcher:
-    """GET /status with one shared session, bounded by a timeout; None if no good answer.
+    """GET /status over one small h11 client (`cadre_desktop.httpclient`), bounded by a timeout;
+    None if no good answer.
 
-    A pooled connection is kept for less than a probe interval (`fresh_after_s`),
-    so each regular probe opens a fresh one: a node that has stopped accepting
-    connections (its port flooded) is seen as not answering, instead of being
-    read through a keep-alive connection it accepted long ago. The quick probes
-    of a starting node still share one.
+    A connection is kept for less than a probe interval (`fresh_after_s`), so each
+    regular probe opens a fresh one: a node that has stopped accepting connections
+    (its port flooded) is seen as not answering, instead of being read through a
+    keep-alive connection it accepted long ago. The quick probes of a starting node
+    still share one. With `since` and `wait_s` it is a long-poll (node contract,
+    `GET /status`): the node answers once its state is no longer `since`, or after
+    `wait_s`; a node that ignores the query answers at once.
     """
 
     def __init__(self, host: str, timeout_s: float, fresh_after_s: float = 2.5) -> None:
         self.host = host
         self.timeout_s = timeout_s
         self.fresh_after_s = fresh_after_s
-        self._session: aiohttp.ClientSession | None = None
+        self._client = httpclient.Client(fresh_after_s=fresh_after_s, max_body=MAX_STATUS_BYTES)
+        #: Long-polls on a connection of their own each (one idle connection per node waited on).
+        self._waits = httpclient.Client()
 
-    async def __call__(self, port: int) -> dict[str, Any] | None:
-        import aiohttp
-
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=self.fresh_after_s),
-            )
+    async def __call__(self, port: int, since: str | None = None, wait_s: float = 0.0) -> dict[str, Any] | None:
+        client, target = self._client, "/status"
+        if since is not None and wait_s > 0:
+            client, target = self._waits, f"/status?wait={wait_s:g}&since={quote(since, safe='')}"
         try:
-            async with self._session.get(f"http://{text.url_host(self.host)}:{port}/status") as resp:
-                if resp.status != 200:
-                    return None
-                raw = await resp.content.read(MAX_STATUS_BYTES + 1)  # a node may send anything
-                if len(raw) > MAX_STATUS_BYTES:
-                    return None
-                body = json.loads(raw)
-        except (TimeoutError, aiohttp.ClientError, ValueError, RecursionError, OSError):
+            async with asyncio.timeout(self.timeout_s + max(0.0, wait_s)):
+                answer = await client.request(self.host, port, "GET", target)
+            if answer.status != 200:
+                return None
+            body = json.loads(answer.body)
+        except (TimeoutError, httpclient.ClientError, ValueError, RecursionError, OSError):
             return None
         return sanitize_status(body) if isinstance(body, dict) else None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._client.close()
+        await self._waits.close()
 
 
 class Probe:
