@@ -20,6 +20,15 @@ second or two; a steady node (joined, seeded) only every `STEADY_FACTOR`
 intervals, since its exit is seen at once through the driver and all the probe
 still learns from it is that it answers. Its silence is judged against its own
 period (three of them at least), never against the faster one.
+
+A node waiting for news is not asked every `NEWS_S` when it can say so itself
+(`long_poll_s`, the host's `WAIT_S`): it is asked `GET /status?wait=25&since=<its
+state>` (node contract §2), which it answers the moment its state changes, or
+after the wait; then again at once. One idle connection per such node, and the
+claim shows the moment it happens. A node that ignores the query answers at once
+and is asked at the cadence above; one whose long-poll fails is asked plainly
+until it answers again. A long-poll's silence counts from when its answer was
+due, so the grace is the same as for a plain ask.
 """
 
 from __future__ import annotations
@@ -48,8 +57,13 @@ NEWS_S = 2.0
 STEADY_FACTOR = 6
 #: What a steady node says of itself: nothing a person waits for.
 STEADY_STATES = frozenset({"joined", "seeded"})
+#: What a node says while news a person waits for may come any moment: it is waited on (`long_poll_s`).
+AWAITING_STATES = frozenset({"unclaimed", "joining", "awaiting_seed"})
+#: How long the host's long-poll of such a node is held (node contract §2, `GET /status?wait=`).
+WAIT_S = 25.0
 
-Fetch = Callable[[int], Awaitable[dict[str, Any] | None]]
+#: `fetch(port)` asks at once; `fetch(port, since, wait_s)` is a long-poll (only with `long_poll_s`).
+Fetch = Callable[..., Awaitable[dict[str, Any] | None]]
 NODE_STATES = {"unclaimed", "joining", "joined", "failed", "awaiting_seed", "seeded"}
 #: A /status answer is a few hundred bytes; anything past this is not one.
 MAX_STATUS_BYTES = 64 * 1024
@@ -142,6 +156,7 @@ class Probe:
         fetch: Fetch,
         grace_s: float | None = None,
         on_news: Callable[[str], None] | None = None,
+        long_poll_s: float = 0.0,
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
@@ -170,6 +185,12 @@ class Probe:
         self._news: dict[str, NodeNews] = {}
         #: At most this many requests in flight, so a hundred nodes never crowd one loop turn.
         self._limit = asyncio.Semaphore(8)
+        #: A node waiting for news is asked with a long-poll held this long (0: never, asked every NEWS_S).
+        self.long_poll_s = long_poll_s
+        #: Per child, the state it last said, and its long-poll in flight with the moment its answer is due.
+        self._said: dict[str, str] = {}
+        self._waits: dict[str, asyncio.Task[None]] = {}
+        self._due: dict[str, float] = {}
 
     def watch(self, lifecycle: Lifecycle[Any]) -> None:
         """Probe another kind of record too."""
@@ -190,9 +211,10 @@ class Probe:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        for task in list(self._starting.values()):
+        tasks = [*self._starting.values(), *self._waits.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._starting.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         close = getattr(self.fetch, "close", None)
         if close:
             await close()
@@ -227,8 +249,12 @@ class Probe:
     def unresponsive(self, handle_id: str | None) -> bool:
         """It answered once, and has not for longer than the grace since (three of its periods at least)."""
         last = self._last_ok.get(handle_id) if handle_id in self._answered else None
+        if last is None:
+            return False
+        # A long-poll's silence counts from when its answer was due, not from when it was asked.
+        last = max(last, self._due.get(handle_id or "", last))
         grace = max(self.grace_s, 3 * self._period.get(handle_id or "", 0.0))
-        return last is not None and self.clock.monotonic() - last > grace
+        return self.clock.monotonic() - last > grace
 
     def period(self, record: Any) -> float:
         """How far apart this record's child is asked: quick while news is awaited, slow once steady."""
@@ -262,12 +288,14 @@ class Probe:
             if handle_id not in live:
                 del self._last_ok[handle_id]
                 self._answered.discard(handle_id)
-        for book in (self._news, self._asked, self._period):
+        for book in (self._news, self._asked, self._period, self._said, self._due):
             for handle_id in [h for h in book if h not in live]:
                 del book[handle_id]
+        for handle_id in [h for h in self._waits if h not in live]:
+            self._waits.pop(handle_id).cancel()
         now, due = self.clock.monotonic(), []
         for record in records:
-            if record.handle not in live:
+            if record.handle not in live or record.handle in self._waits:
                 continue
             period = self._period[record.handle] = self.period(record)
             asked = self._asked.get(record.handle)
@@ -275,7 +303,55 @@ class Probe:
                 self._asked[record.handle] = now
                 due.append(record)
         self._forced = False
-        await asyncio.gather(*(self.probe_one(r) for r in due))
+        plain = []
+        for record in due:
+            if self._waits_on(record):
+                self._start_wait(record)
+            else:
+                plain.append(self.probe_one(record))
+        await asyncio.gather(*plain)
+
+    def _waits_on(self, record: Any) -> bool:
+        """A child that answered and says it waits for news is waited on, not asked again and again."""
+        return (self.long_poll_s > 0 and record.handle in self._answered and record.handle not in self._due
+                and self._said.get(record.handle) in AWAITING_STATES and record.status.value not in STEADY_STATES)
+
+    def _start_wait(self, record: Any) -> None:
+        handle_id = record.handle
+        task = asyncio.create_task(self._wait_on(record.id, handle_id), name=f"probe-wait-{record.id}")
+        self._waits[handle_id] = task
+        task.add_done_callback(lambda t: self._waits.pop(handle_id, None) if self._waits.get(handle_id) is t else None)
+
+    async def _wait_on(self, node_id: str, handle_id: str) -> None:
+        """Long-polls of one child, one after the other, while it waits for news and honours the wait.
+
+        A node that ignores the query answers at once with its state unchanged: it is then
+        asked at the present cadence (`period`), each ask again a long-poll it may honour.
+        One that does not answer is asked plainly until it answers again.
+        """
+        try:
+            await self._long_polls(node_id, handle_id)
+        except Exception:  # as a failed pass: the regular cadence takes this child over
+            log.exception("probe wait on node %s failed", node_id)
+
+    async def _long_polls(self, node_id: str, handle_id: str) -> None:
+        while True:
+            record = self._lc(node_id).get(node_id)
+            handle = self.driver.get(handle_id)
+            since = self._said.get(handle_id)
+            if record is None or record.handle != handle_id or handle is None or since is None:
+                return
+            asked = self.clock.monotonic()
+            self._due[handle_id] = asked + self.long_poll_s
+            status = await self.fetch(handle.api_port, since, self.long_poll_s)
+            now = self._asked[handle_id] = self.clock.monotonic()
+            if status is None:  # its silence counts from when the answer was due, or from now if sooner
+                self._due[handle_id] = min(self._due.get(handle_id, now), now)
+            self.take(record, handle.id, status)
+            held = status is not None and (status.get("state") != since or now - asked >= self.long_poll_s / 2)
+            record = self._lc(node_id).get(node_id)
+            if not held or record is None or not self.driver.is_running(handle_id) or not self._waits_on(record):
+                return
 
     async def probe_one(self, snapshot: NodeRecord) -> None:
         handle = self.driver.get(snapshot.handle)
@@ -283,23 +359,29 @@ class Probe:
             return
         async with self._limit:
             status = await self.fetch(handle.api_port)
+        self.take(snapshot, handle.id, status)
+
+    def take(self, snapshot: NodeRecord, handle_id: str, status: dict[str, Any] | None) -> None:
+        """What one answer (or its absence) of this child means."""
         if status is None or status.get("state") not in NODE_STATES:
-            if self.unresponsive(handle.id) and self.driver.is_running(handle.id):
+            if self.unresponsive(handle_id) and self.driver.is_running(handle_id):
                 log.warning("node %s has not answered for %.0f s", snapshot.id, self.grace_s)
                 if self.on_news is not None:
                     self.on_news(snapshot.id)
             return
-        self._last_ok[handle.id] = self.clock.monotonic()
-        first_answer = handle.id not in self._answered
-        self._answered.add(handle.id)
+        self._last_ok[handle_id] = self.clock.monotonic()
+        self._said[handle_id] = status["state"]
+        self._due.pop(handle_id, None)
+        first_answer = handle_id not in self._answered
+        self._answered.add(handle_id)
         lc = self._lc(snapshot.id)
         if lc.kind.on_status is None:
-            self.observe(snapshot.id, handle.id, status, first_answer)
+            self.observe(snapshot.id, handle_id, status, first_answer)
             return
         if first_answer:
             # A start that answers spends its mark (the next start counts failures from 0).
-            lc.apply(snapshot.id, Change.ANSWERED, _spend_mark, handle=handle.id)
-        lc.kind.on_status(lc, snapshot.id, handle.id, status)
+            lc.apply(snapshot.id, Change.ANSWERED, _spend_mark, handle=handle_id)
+        lc.kind.on_status(lc, snapshot.id, handle_id, status)
 
     def observe(self, node_id: str, handle_id: str, status: dict[str, Any], first_answer: bool) -> None:
         """Keep what a hosted node says of itself, about this very child; when the record does not
