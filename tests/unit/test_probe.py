@@ -297,3 +297,27 @@ async def test_a_long_poll_that_fails_judges_silence_from_when_its_answer_was_du
         await rig.clock.run_for(1)
     assert len(rig.answers.waits) == waits, "a node that does not answer is asked plainly, not waited on"
     await rig.probe.stop()
+
+
+async def test_with_every_waiting_node_waited_on_the_probe_passes_only_every_interval(waiting):
+    """The tray's idle CPU with 30 unclaimed nodes: no pass every two seconds when nobody needs one."""
+    rig = waiting
+    rig.probe.interval_s = 5
+    for node_id in ("a", "b", "c"):
+        rig.node(node_id, status=NodeStatus.UNCLAIMED, live=True)
+        rig.answers.say(port_of(rig, node_id), status("unclaimed"))
+    passes = 0
+    probe_all = rig.probe.probe_all
+
+    async def counted():
+        nonlocal passes
+        passes += 1
+        await probe_all()
+
+    rig.probe.probe_all = counted
+    rig.probe.start()
+    for _ in range(60):
+        await rig.clock.run_for(1)
+    assert len(set(rig.answers.waits)) == 3
+    assert passes <= 60 // 5 + 3, passes  # not 30
+    await rig.probe.stop()

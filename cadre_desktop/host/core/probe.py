@@ -191,6 +191,8 @@ class Probe:
         self._said: dict[str, str] = {}
         self._waits: dict[str, asyncio.Task[None]] = {}
         self._due: dict[str, float] = {}
+        #: When the loop's next pass is planned (`_until_next`).
+        self._next_pass = 0.0
 
     def watch(self, lifecycle: Lifecycle[Any]) -> None:
         """Probe another kind of record too."""
@@ -275,7 +277,22 @@ class Probe:
                 await self.probe_all()
             except Exception:  # a failed pass must not end probing for the host's life; the next one retries
                 log.exception("probe pass failed")
-            await sleep_or_kick(self.clock, min(self.interval_s, NEWS_S), self._wake)
+            await sleep_or_kick(self.clock, self._until_next(), self._wake)
+
+    def _until_next(self) -> float:
+        """Until the next child is due to be asked: every `NEWS_S` at most while one that is not
+        waited on awaits news, else the interval (a child of a record no pass saw yet is found then)."""
+        soonest = self.interval_s
+        if self.long_poll_s <= 0:
+            return min(self.interval_s, NEWS_S)
+        now = self.clock.monotonic()
+        for handle_id, period in self._period.items():
+            asked = self._asked.get(handle_id)
+            if handle_id not in self._waits and asked is not None:
+                soonest = min(soonest, asked + period - now)
+        soonest = max(0.05, soonest)
+        self._next_pass = now + soonest
+        return soonest
 
     async def probe_all(self) -> None:
         try:
@@ -320,7 +337,13 @@ class Probe:
         handle_id = record.handle
         task = asyncio.create_task(self._wait_on(record.id, handle_id), name=f"probe-wait-{record.id}")
         self._waits[handle_id] = task
-        task.add_done_callback(lambda t: self._waits.pop(handle_id, None) if self._waits.get(handle_id) is t else None)
+        task.add_done_callback(lambda t: self._wait_ended(handle_id, t))
+
+    def _wait_ended(self, handle_id: str, task: asyncio.Task[None]) -> None:
+        if self._waits.get(handle_id) is task:
+            del self._waits[handle_id]
+            if self._next_pass > self.clock.monotonic() + NEWS_S:
+                self._wake.set()  # its ask is due sooner than the loop's next pass: measured again
 
     async def _wait_on(self, node_id: str, handle_id: str) -> None:
         """Long-polls of one child, one after the other, while it waits for news and honours the wait.
@@ -374,6 +397,8 @@ class Probe:
         self._due.pop(handle_id, None)
         first_answer = handle_id not in self._answered
         self._answered.add(handle_id)
+        if first_answer and self.long_poll_s > 0:
+            self._wake.set()  # the next pass starts waiting on it, if it waits for news
         lc = self._lc(snapshot.id)
         if lc.kind.on_status is None:
             self.observe(snapshot.id, handle_id, status, first_answer)
