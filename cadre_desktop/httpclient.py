@@ -133,8 +133,14 @@ class Client:
         while True:
             event = conn.h.next_event()
             if event is h11.NEED_DATA:
-                conn.h.receive_data(await conn.reader.read(READ_CHUNK))
+                data = await conn.reader.read(READ_CHUNK)
+                if not data and response is None:
+                    raise _ClosedEarly("the connection closed before an answer")
+                conn.h.receive_data(data)
             elif isinstance(event, h11.Response):
+                # h11 bounds a head still arriving; one that came whole in a single read is measured here.
+                if sum(len(name) + len(value) + 4 for name, value in event.headers) > MAX_HEAD:
+                    raise ClientError(f"an answer's head over {MAX_HEAD} bytes")
                 response = event
             elif isinstance(event, h11.Data):
                 body += event.data
