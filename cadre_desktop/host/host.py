@@ -34,7 +34,7 @@ from cadre_desktop.host.core.lock import HostLock
 from cadre_desktop.host.core.netwatch import AddressWatcher, restart_stale
 from cadre_desktop.host.core.orphans import find_orphans
 from cadre_desktop.host.core.preflight import check_bind_host, prepare_home
-from cadre_desktop.host.core.probe import HttpStatusFetcher, Probe, loopback_for
+from cadre_desktop.host.core.probe import WAIT_S, HttpStatusFetcher, Probe, loopback_for
 from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
 from cadre_desktop.host.core.runfile import RunFiles
 from cadre_desktop.host.core.secrets import SecretKind, SecretStore, move_legacy_entries
@@ -248,6 +248,7 @@ class Host:
             interval_s=interval,
             fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval)),
                                     fresh_after_s=min(2.5, interval / 2)),
+            long_poll_s=WAIT_S,  # a node waiting for its claim is waited on, not asked every two seconds
             # News to judge (an answer, a claim, a failed invitation, silence): one coalesced pass.
             on_news=lambda _node_id: supervisor.passes.after_exit(),
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -52,6 +53,17 @@ def http_error(status: int, reason: str, headers: Mapping[str, str] | None = Non
 
 
 Handler = Callable[[Request], Awaitable[Answer]]
+#: The longest wait `GET /status?wait=` holds a request (a longer one is cut to it).
+MAX_WAIT_S = 60.0
+
+
+def _wait_of(value: str | None) -> float | None:
+    """A wait in seconds, a number above 0, cut to MAX_WAIT_S; else None."""
+    try:
+        wait_s = float(value or "")
+    except ValueError:
+        return None
+    return min(wait_s, MAX_WAIT_S) if math.isfinite(wait_s) and wait_s > 0 else None
 #: How long after answering `POST /host/run` the node stops (its answer leaves first).
 STOP_AFTER_S = 0.1
 
@@ -101,6 +113,12 @@ class Api:
     # -- the routes ------------------------------------------------------------------------
 
     async def status(self, request: Request) -> Answer:
+        """`GET /status`, and with `?wait=S&since=STATE` a long-poll: answered once the state is
+        no longer STATE, or after S seconds (at most `MAX_WAIT_S`); a bad or missing query answers at once."""
+        since = request.query.get("since") if request.query_string else None
+        wait_s = _wait_of(request.query.get("wait")) if since else None
+        if since and wait_s is not None:
+            await self.node.wait_for_change(since, wait_s)
         return json_answer(self.node.status())
 
     async def claim_page(self, request: Request) -> Answer:

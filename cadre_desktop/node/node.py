@@ -18,6 +18,7 @@ decision is here, so it can be tested without sockets.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import hashlib
 import hmac
@@ -38,6 +39,8 @@ from cadre_desktop.wire.refusal import RequestRefused
 log = logging.getLogger("cadre.node")
 
 MAX_OWNER_TOKENS = 8  # each claim by the owner adds one; the oldest are dropped
+#: Requests waiting at once for the state to change (`GET /status?wait=`); more are answered at once.
+MAX_WAITERS = 4
 
 
 class Phase(str, enum.Enum):
@@ -93,6 +96,11 @@ class Node:
             clock, max_failures=tuning.claim_max_failures, lockout_s=tuning.claim_lockout_s
         )
         self._join_failure: str | None = None
+        #: Set when the state changes or the node stops, then replaced: what `wait_for_change` waits on.
+        self._moved: asyncio.Event | None = None
+        self._waiters = 0
+        #: Set when the node stops: a request that would wait answers at once.
+        self.stopping = False
         #: Set by the server: ends the node as a stop signal does.
         self.on_stop: Callable[[], None] | None = None
         if config.donated is not None and store.state.seed is not None and not seeded_record(self):
@@ -138,6 +146,32 @@ class Node:
             status["party"] = donated.party_id if phase is Phase.SEEDED else None
             status["profile"] = donated.profile
         return status
+
+    async def wait_for_change(self, since: str, wait_s: float) -> None:
+        """Return once the state is no longer `since`, the node stops, or `wait_s` has passed.
+
+        At once when it already differs, or when `MAX_WAITERS` requests already wait: a
+        waiting request holds its connection busy, and anyone on the network may ask.
+        """
+        if self.phase.value != since or self._waiters >= MAX_WAITERS or self.stopping:
+            return
+        if self._moved is None:
+            self._moved = asyncio.Event()
+        moved = self._moved
+        self._waiters += 1
+        try:
+            async with asyncio.timeout(wait_s):
+                await moved.wait()
+        except TimeoutError:
+            pass
+        finally:
+            self._waiters -= 1
+
+    def release_waiters(self) -> None:
+        """Every request waiting for a change answers now (a change, or the node stopping)."""
+        moved, self._moved = self._moved, None
+        if moved is not None:
+            moved.set()
 
     # ----- claim ---------------------------------------------------------------
 
@@ -255,6 +289,7 @@ class Node:
 
     def note_transition(self, old: str, new: str, why: str) -> None:
         log.info("state %s -> %s: %s", old, new, why)
+        self.release_waiters()
 
     def iso(self, epoch_s: float) -> str:
         return iso_utc(epoch_s)

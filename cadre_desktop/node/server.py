@@ -80,6 +80,8 @@ async def serve(node: Node, started_at: float) -> None:
             log.info("already joined cadre %r; the invitation is not redeemed again", node.cadre)
         await stop.wait()
         log.info("stopping")
+        node.stopping = True
+        node.release_waiters()  # a long-poll of /status answers now, not at the end of the stop's grace
     finally:
         if join_task is not None:
             join_task.cancel()

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -50,6 +51,18 @@ def test_add_then_claim_from_the_qr_url_then_joined(host_factory):
                         what="joined")
     assert joined["cadre"] == "family" and joined["claim_url"] is None
     assert joined["peer_id"]
+    assert host.stop() == 0
+
+
+def test_a_claim_shows_within_two_seconds_with_the_default_probe_interval(host_factory):
+    """Issue 26: the probe waits on an unclaimed node (GET /status?wait=&since=) instead of asking it
+    every two seconds; the claim still reaches the host's view at once, end to end."""
+    host = host_factory(fast_settings(probe_interval_ms=5000)).start()
+    node = running_node(host, added(host)["id"])
+    assert claim(node["claim_url"], "family")[0] == 200
+    claimed = time.monotonic()
+    wait_until(lambda: host.node(node["id"])["status"] == "joined", timeout=15, what="joined")
+    assert time.monotonic() - claimed < 2.0
     assert host.stop() == 0
 
 

@@ -30,7 +30,39 @@ class Answers:
         self.by_port: dict[int, dict | None] = {}
         self.calls: list[int] = []
 
-    async def __call__(self, port):
+    async def __call__(self, port, since=None, wait_s=0.0):
+        """A node that ignores a long-poll's query (`since`, `wait_s`) and answers at once."""
+        self.calls.append(port)
+        return self.by_port.get(port)
+
+
+class WaitingAnswers(Answers):
+    """A fake GET /status that honours `?wait=&since=` on the fake clock, as the reference node does:
+    answered once the port's state is no longer `since` (`say`), or after `wait_s`."""
+
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+        self.waits: list[int] = []
+        self._moved = asyncio.Event()
+
+    def say(self, port, status):
+        self.by_port[port] = status
+        self._moved.set()
+        self._moved = asyncio.Event()
+
+    async def __call__(self, port, since=None, wait_s=0.0):
+        if since is None or wait_s <= 0:
+            return await super().__call__(port)
+        self.waits.append(port)
+        moved = self._moved
+        if (self.by_port.get(port) or {}).get("state") == since:
+            waits = {asyncio.ensure_future(self.clock.sleep(wait_s)), asyncio.ensure_future(moved.wait())}
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in waits:
+                    task.cancel()
         self.calls.append(port)
         return self.by_port.get(port)
 

@@ -122,7 +122,7 @@ def test_the_engines_http_servers_load_no_aiohttp():
 
 #: Modules both the node and the host may import (the node imports nothing from host/).
 SHARED = ("text.py", "netguard.py", "logfilter.py", "fdlimit.py", "logpump.py", "logkeeper.py", "atomicfile.py",
-          "errors.py")
+          "errors.py", "httpclient.py")
 
 
 def test_shared_modules_import_neither_host_nor_node_nor_ui():

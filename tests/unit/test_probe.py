@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from cadre_desktop.host.core.events import EventKind
-from cadre_desktop.host.core.probe import STEADY_FACTOR
+from cadre_desktop.host.core.probe import STEADY_FACTOR, WAIT_S
 from cadre_desktop.host.core.records import NodeMode, NodeStatus
 from tests.support.clock import settle
-from tests.support.rig import Rig
+from tests.support.rig import Rig, WaitingAnswers
 
 
 @pytest.fixture
@@ -230,4 +230,94 @@ async def test_a_claim_from_the_phone_is_seen_within_two_seconds(rig):
         await rig.clock.run_for(0.25)
         await settle()
     assert set(news) == {"n1"}, "the claim was not seen within 2 s"
+    await rig.probe.stop()
+
+
+@pytest.fixture
+def waiting(rig):
+    """The rig's probe long-polls (as the host's does), over a fake node that honours the wait."""
+    rig.answers = WaitingAnswers(rig.clock)
+    rig.probe.fetch = rig.answers
+    rig.probe.long_poll_s = WAIT_S
+    return rig
+
+
+async def test_a_claim_is_seen_the_moment_it_happens_with_the_long_poll_and_no_asking_meanwhile(waiting):
+    rig = waiting
+    rig.probe.interval_s = 5
+    rig.node(status=NodeStatus.UNCLAIMED, live=True)
+    port = port_of(rig)
+    rig.answers.say(port, status("unclaimed"))
+    news: list[str] = []
+    rig.probe.on_news = news.append
+    rig.probe.start()
+    for _ in range(60):  # a quiet minute, a look a second
+        await rig.clock.run_for(1)
+    assert rig.answers.waits, "the probe never waited on the node"
+    assert rig.answers.calls.count(port) <= 1 + 60 // WAIT_S + 1, rig.answers.calls  # not 30, one every 2 s
+    news.clear()
+    rig.answers.say(port, status("joined", cadre="Family"))  # claimed on the phone, now
+    await settle(20)
+    assert set(news) == {"n1"}, "the claim was not seen at once"
+    await rig.probe.stop()
+
+
+async def test_a_node_that_ignores_the_wait_is_asked_every_two_seconds_as_before(rig):
+    rig.probe.long_poll_s = WAIT_S  # the rig's plain Answers ignore the query and answer at once
+    rig.node("u", status=NodeStatus.UNCLAIMED, live=True)
+    port = port_of(rig, "u")
+    rig.answers.by_port[port] = status("unclaimed")
+    rig.probe.start()
+    await settle()
+    for _ in range(60):
+        await rig.clock.run_for(1)
+    assert 28 <= rig.answers.calls.count(port) <= 32, rig.answers.calls
+    await rig.probe.stop()
+
+
+async def test_a_long_poll_that_fails_judges_silence_from_when_its_answer_was_due(waiting):
+    rig = waiting
+    rig.node(status=NodeStatus.UNCLAIMED, live=True)
+    port = port_of(rig)
+    rig.answers.say(port, status("unclaimed"))
+    handle = rig.store.get("n1").handle
+    rig.probe.start()
+    await settle()
+    await rig.clock.run_for(2.5)
+    assert rig.answers.waits
+    rig.answers.by_port[port] = None  # hung: the long-poll in flight ends with no answer, none after
+    for _ in range(int(WAIT_S) + 10):  # the wait, then 10 s of plain asks that fail
+        await rig.clock.run_for(1)
+        assert not rig.probe.unresponsive(handle)  # 25 s without an answer is the wait, not silence
+    for _ in range(10):
+        await rig.clock.run_for(1)
+    assert rig.probe.unresponsive(handle)
+    waits = len(rig.answers.waits)
+    for _ in range(10):
+        await rig.clock.run_for(1)
+    assert len(rig.answers.waits) == waits, "a node that does not answer is asked plainly, not waited on"
+    await rig.probe.stop()
+
+
+async def test_with_every_waiting_node_waited_on_the_probe_passes_only_every_interval(waiting):
+    """The tray's idle CPU with 30 unclaimed nodes: no pass every two seconds when nobody needs one."""
+    rig = waiting
+    rig.probe.interval_s = 5
+    for node_id in ("a", "b", "c"):
+        rig.node(node_id, status=NodeStatus.UNCLAIMED, live=True)
+        rig.answers.say(port_of(rig, node_id), status("unclaimed"))
+    passes = 0
+    probe_all = rig.probe.probe_all
+
+    async def counted():
+        nonlocal passes
+        passes += 1
+        await probe_all()
+
+    rig.probe.probe_all = counted
+    rig.probe.start()
+    for _ in range(60):
+        await rig.clock.run_for(1)
+    assert len(set(rig.answers.waits)) == 3
+    assert passes <= 60 // 5 + 3, passes  # not 30
     await rig.probe.stop()

@@ -12,10 +12,10 @@ is restarted first (a deliberate restart, no budget spent).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
-import aiohttp
-
+from cadre_desktop import httpclient
 from cadre_desktop.errors import InvalidState, NodeFault, NoSuchThing
 from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.probe import Probe, loopback_for
@@ -23,7 +23,6 @@ from cadre_desktop.host.core.records import NodeRecord, NodeStatus
 from cadre_desktop.host.core.service import NodeService
 from cadre_desktop.host.core.store import RecordStore
 from cadre_desktop.host.core.supervisor import Supervisor
-from cadre_desktop.text import url_host
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +81,14 @@ class Inviter:
 
 
 async def _mint(address: str, port: int, token: str, name: str) -> str:
-    host = url_host(address)
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as session:
-            async with session.post(f"http://{host}:{port}/invitations", json={},
-                                    headers={"Authorization": f"Bearer {token}"}) as resp:
-                body = await resp.json(content_type=None) if resp.content_type == "application/json" else None
-                status = resp.status
-    except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as exc:
+        async with asyncio.timeout(REQUEST_TIMEOUT_S):
+            answer = await httpclient.request(address, port, "POST", "/invitations", body=b"{}", headers=[
+                ("Content-Type", "application/json"), ("Authorization", f"Bearer {token}")])
+        json_type = answer.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
+        body = json.loads(answer.body) if json_type else None
+        status = answer.status
+    except (TimeoutError, httpclient.ClientError, ValueError, RecursionError, OSError) as exc:
         raise NodeFault(f"Node {name} did not answer the request for an invitation ({type(exc).__name__}).",
                         code="node_not_answering") from None
     invitation = body.get("invitation") if status == 201 and isinstance(body, dict) else None

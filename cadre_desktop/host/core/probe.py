@@ -20,6 +20,15 @@ second or two; a steady node (joined, seeded) only every `STEADY_FACTOR`
 intervals, since its exit is seen at once through the driver and all the probe
 still learns from it is that it answers. Its silence is judged against its own
 period (three of them at least), never against the faster one.
+
+A node waiting for news is not asked every `NEWS_S` when it can say so itself
+(`long_poll_s`, the host's `WAIT_S`): it is asked `GET /status?wait=25&since=<its
+state>` (node contract §2), which it answers the moment its state changes, or
+after the wait; then again at once. One idle connection per such node, and the
+claim shows the moment it happens. A node that ignores the query answers at once
+and is asked at the cadence above; one whose long-poll fails is asked plainly
+until it answers again. A long-poll's silence counts from when its answer was
+due, so the grace is the same as for a plain ask.
 """
 
 from __future__ import annotations
@@ -29,18 +38,16 @@ import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+from urllib.parse import quote
 
-from cadre_desktop import text
+from cadre_desktop import httpclient, text
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
 from cadre_desktop.host.core.decide import NodeNews
 from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
-
-if TYPE_CHECKING:
-    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +57,13 @@ NEWS_S = 2.0
 STEADY_FACTOR = 6
 #: What a steady node says of itself: nothing a person waits for.
 STEADY_STATES = frozenset({"joined", "seeded"})
+#: What a node says while news a person waits for may come any moment: it is waited on (`long_poll_s`).
+AWAITING_STATES = frozenset({"unclaimed", "joining", "awaiting_seed"})
+#: How long the host's long-poll of such a node is held (node contract §2, `GET /status?wait=`).
+WAIT_S = 25.0
 
-Fetch = Callable[[int], Awaitable[dict[str, Any] | None]]
+#: `fetch(port)` asks at once; `fetch(port, since, wait_s)` is a long-poll (only with `long_poll_s`).
+Fetch = Callable[..., Awaitable[dict[str, Any] | None]]
 NODE_STATES = {"unclaimed", "joining", "joined", "failed", "awaiting_seed", "seeded"}
 #: A /status answer is a few hundred bytes; anything past this is not one.
 MAX_STATUS_BYTES = 64 * 1024
@@ -94,45 +106,43 @@ def loopback_for(bind_host: str) -> str:
 
 
 class HttpStatusFetcher:
-    """GET /status with one shared session, bounded by a timeout; None if no good answer.
+    """GET /status over one small h11 client (`cadre_desktop.httpclient`), bounded by a timeout;
+    None if no good answer.
 
-    A pooled connection is kept for less than a probe interval (`fresh_after_s`),
-    so each regular probe opens a fresh one: a node that has stopped accepting
-    connections (its port flooded) is seen as not answering, instead of being
-    read through a keep-alive connection it accepted long ago. The quick probes
-    of a starting node still share one.
+    A connection is kept for less than a probe interval (`fresh_after_s`), so each
+    regular probe opens a fresh one: a node that has stopped accepting connections
+    (its port flooded) is seen as not answering, instead of being read through a
+    keep-alive connection it accepted long ago. The quick probes of a starting node
+    still share one. With `since` and `wait_s` it is a long-poll (node contract,
+    `GET /status`): the node answers once its state is no longer `since`, or after
+    `wait_s`; a node that ignores the query answers at once.
     """
 
     def __init__(self, host: str, timeout_s: float, fresh_after_s: float = 2.5) -> None:
         self.host = host
         self.timeout_s = timeout_s
         self.fresh_after_s = fresh_after_s
-        self._session: aiohttp.ClientSession | None = None
+        self._client = httpclient.Client(fresh_after_s=fresh_after_s, max_body=MAX_STATUS_BYTES)
+        #: Long-polls on a connection of their own each (one idle connection per node waited on).
+        self._waits = httpclient.Client()
 
-    async def __call__(self, port: int) -> dict[str, Any] | None:
-        import aiohttp
-
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=self.fresh_after_s),
-            )
+    async def __call__(self, port: int, since: str | None = None, wait_s: float = 0.0) -> dict[str, Any] | None:
+        client, target = self._client, "/status"
+        if since is not None and wait_s > 0:
+            client, target = self._waits, f"/status?wait={wait_s:g}&since={quote(since, safe='')}"
         try:
-            async with self._session.get(f"http://{text.url_host(self.host)}:{port}/status") as resp:
-                if resp.status != 200:
-                    return None
-                raw = await resp.content.read(MAX_STATUS_BYTES + 1)  # a node may send anything
-                if len(raw) > MAX_STATUS_BYTES:
-                    return None
-                body = json.loads(raw)
-        except (TimeoutError, aiohttp.ClientError, ValueError, RecursionError, OSError):
+            async with asyncio.timeout(self.timeout_s + max(0.0, wait_s)):
+                answer = await client.request(self.host, port, "GET", target)
+            if answer.status != 200:
+                return None
+            body = json.loads(answer.body)
+        except (TimeoutError, httpclient.ClientError, ValueError, RecursionError, OSError):
             return None
         return sanitize_status(body) if isinstance(body, dict) else None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._client.close()
+        await self._waits.close()
 
 
 class Probe:
@@ -146,6 +156,7 @@ class Probe:
         fetch: Fetch,
         grace_s: float | None = None,
         on_news: Callable[[str], None] | None = None,
+        long_poll_s: float = 0.0,
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
@@ -174,6 +185,14 @@ class Probe:
         self._news: dict[str, NodeNews] = {}
         #: At most this many requests in flight, so a hundred nodes never crowd one loop turn.
         self._limit = asyncio.Semaphore(8)
+        #: A node waiting for news is asked with a long-poll held this long (0: never, asked every NEWS_S).
+        self.long_poll_s = long_poll_s
+        #: Per child, the state it last said, and its long-poll in flight with the moment its answer is due.
+        self._said: dict[str, str] = {}
+        self._waits: dict[str, asyncio.Task[None]] = {}
+        self._due: dict[str, float] = {}
+        #: When the loop's next pass is planned (`_until_next`).
+        self._next_pass = 0.0
 
     def watch(self, lifecycle: Lifecycle[Any]) -> None:
         """Probe another kind of record too."""
@@ -194,9 +213,10 @@ class Probe:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        for task in list(self._starting.values()):
+        tasks = [*self._starting.values(), *self._waits.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._starting.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         close = getattr(self.fetch, "close", None)
         if close:
             await close()
@@ -231,8 +251,12 @@ class Probe:
     def unresponsive(self, handle_id: str | None) -> bool:
         """It answered once, and has not for longer than the grace since (three of its periods at least)."""
         last = self._last_ok.get(handle_id) if handle_id in self._answered else None
+        if last is None:
+            return False
+        # A long-poll's silence counts from when its answer was due, not from when it was asked.
+        last = max(last, self._due.get(handle_id or "", last))
         grace = max(self.grace_s, 3 * self._period.get(handle_id or "", 0.0))
-        return last is not None and self.clock.monotonic() - last > grace
+        return self.clock.monotonic() - last > grace
 
     def period(self, record: Any) -> float:
         """How far apart this record's child is asked: quick while news is awaited, slow once steady."""
@@ -253,7 +277,22 @@ class Probe:
                 await self.probe_all()
             except Exception:  # a failed pass must not end probing for the host's life; the next one retries
                 log.exception("probe pass failed")
-            await sleep_or_kick(self.clock, min(self.interval_s, NEWS_S), self._wake)
+            await sleep_or_kick(self.clock, self._until_next(), self._wake)
+
+    def _until_next(self) -> float:
+        """Until the next child is due to be asked: every `NEWS_S` at most while one that is not
+        waited on awaits news, else the interval (a child of a record no pass saw yet is found then)."""
+        soonest = self.interval_s
+        if self.long_poll_s <= 0:
+            return min(self.interval_s, NEWS_S)
+        now = self.clock.monotonic()
+        for handle_id, period in self._period.items():
+            asked = self._asked.get(handle_id)
+            if handle_id not in self._waits and asked is not None:
+                soonest = min(soonest, asked + period - now)
+        soonest = max(0.05, soonest)
+        self._next_pass = now + soonest
+        return soonest
 
     async def probe_all(self) -> None:
         try:
@@ -266,12 +305,14 @@ class Probe:
             if handle_id not in live:
                 del self._last_ok[handle_id]
                 self._answered.discard(handle_id)
-        for book in (self._news, self._asked, self._period):
+        for book in (self._news, self._asked, self._period, self._said, self._due):
             for handle_id in [h for h in book if h not in live]:
                 del book[handle_id]
+        for handle_id in [h for h in self._waits if h not in live]:
+            self._waits.pop(handle_id).cancel()
         now, due = self.clock.monotonic(), []
         for record in records:
-            if record.handle not in live:
+            if record.handle not in live or record.handle in self._waits:
                 continue
             period = self._period[record.handle] = self.period(record)
             asked = self._asked.get(record.handle)
@@ -279,7 +320,61 @@ class Probe:
                 self._asked[record.handle] = now
                 due.append(record)
         self._forced = False
-        await asyncio.gather(*(self.probe_one(r) for r in due))
+        plain = []
+        for record in due:
+            if self._waits_on(record):
+                self._start_wait(record)
+            else:
+                plain.append(self.probe_one(record))
+        await asyncio.gather(*plain)
+
+    def _waits_on(self, record: Any) -> bool:
+        """A child that answered and says it waits for news is waited on, not asked again and again."""
+        return (self.long_poll_s > 0 and record.handle in self._answered and record.handle not in self._due
+                and self._said.get(record.handle) in AWAITING_STATES and record.status.value not in STEADY_STATES)
+
+    def _start_wait(self, record: Any) -> None:
+        handle_id = record.handle
+        task = asyncio.create_task(self._wait_on(record.id, handle_id), name=f"probe-wait-{record.id}")
+        self._waits[handle_id] = task
+        task.add_done_callback(lambda t: self._wait_ended(handle_id, t))
+
+    def _wait_ended(self, handle_id: str, task: asyncio.Task[None]) -> None:
+        if self._waits.get(handle_id) is task:
+            del self._waits[handle_id]
+            if self._next_pass > self.clock.monotonic() + NEWS_S:
+                self._wake.set()  # its ask is due sooner than the loop's next pass: measured again
+
+    async def _wait_on(self, node_id: str, handle_id: str) -> None:
+        """Long-polls of one child, one after the other, while it waits for news and honours the wait.
+
+        A node that ignores the query answers at once with its state unchanged: it is then
+        asked at the present cadence (`period`), each ask again a long-poll it may honour.
+        One that does not answer is asked plainly until it answers again.
+        """
+        try:
+            await self._long_polls(node_id, handle_id)
+        except Exception:  # as a failed pass: the regular cadence takes this child over
+            log.exception("probe wait on node %s failed", node_id)
+
+    async def _long_polls(self, node_id: str, handle_id: str) -> None:
+        while True:
+            record = self._lc(node_id).get(node_id)
+            handle = self.driver.get(handle_id)
+            since = self._said.get(handle_id)
+            if record is None or record.handle != handle_id or handle is None or since is None:
+                return
+            asked = self.clock.monotonic()
+            self._due[handle_id] = asked + self.long_poll_s
+            status = await self.fetch(handle.api_port, since, self.long_poll_s)
+            now = self._asked[handle_id] = self.clock.monotonic()
+            if status is None:  # its silence counts from when the answer was due, or from now if sooner
+                self._due[handle_id] = min(self._due.get(handle_id, now), now)
+            self.take(record, handle.id, status)
+            held = status is not None and (status.get("state") != since or now - asked >= self.long_poll_s / 2)
+            record = self._lc(node_id).get(node_id)
+            if not held or record is None or not self.driver.is_running(handle_id) or not self._waits_on(record):
+                return
 
     async def probe_one(self, snapshot: NodeRecord) -> None:
         handle = self.driver.get(snapshot.handle)
@@ -287,23 +382,31 @@ class Probe:
             return
         async with self._limit:
             status = await self.fetch(handle.api_port)
+        self.take(snapshot, handle.id, status)
+
+    def take(self, snapshot: NodeRecord, handle_id: str, status: dict[str, Any] | None) -> None:
+        """What one answer (or its absence) of this child means."""
         if status is None or status.get("state") not in NODE_STATES:
-            if self.unresponsive(handle.id) and self.driver.is_running(handle.id):
+            if self.unresponsive(handle_id) and self.driver.is_running(handle_id):
                 log.warning("node %s has not answered for %.0f s", snapshot.id, self.grace_s)
                 if self.on_news is not None:
                     self.on_news(snapshot.id)
             return
-        self._last_ok[handle.id] = self.clock.monotonic()
-        first_answer = handle.id not in self._answered
-        self._answered.add(handle.id)
+        self._last_ok[handle_id] = self.clock.monotonic()
+        self._said[handle_id] = status["state"]
+        self._due.pop(handle_id, None)
+        first_answer = handle_id not in self._answered
+        self._answered.add(handle_id)
+        if first_answer and self.long_poll_s > 0:
+            self._wake.set()  # the next pass starts waiting on it, if it waits for news
         lc = self._lc(snapshot.id)
         if lc.kind.on_status is None:
-            self.observe(snapshot.id, handle.id, status, first_answer)
+            self.observe(snapshot.id, handle_id, status, first_answer)
             return
         if first_answer:
             # A start that answers spends its mark (the next start counts failures from 0).
-            lc.apply(snapshot.id, Change.ANSWERED, _spend_mark, handle=handle.id)
-        lc.kind.on_status(lc, snapshot.id, handle.id, status)
+            lc.apply(snapshot.id, Change.ANSWERED, _spend_mark, handle=handle_id)
+        lc.kind.on_status(lc, snapshot.id, handle_id, status)
 
     def observe(self, node_id: str, handle_id: str, status: dict[str, Any], first_answer: bool) -> None:
         """Keep what a hosted node says of itself, about this very child; when the record does not
