@@ -7,19 +7,21 @@ are never followed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.client import HTTPException
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from cadre_desktop.errors import ApiError, MachineError
 from cadre_desktop.readfile import read_bytes
+
+if TYPE_CHECKING:
+    import urllib.error
+    import urllib.request
 
 READ_TIMEOUT_S = 10.0
 #: Adding or restarting a node waits for a spawn; give it time.
@@ -77,12 +79,17 @@ def read_control(path: Path) -> ControlInfo:
     return info
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):
-        return None
+@functools.cache
+def _opener() -> urllib.request.OpenerDirector:
+    """No proxies, no redirects. Built on first use: ``urllib.request`` brings ``http.client``,
+    ``email`` and ``ssl`` (OpenSSL), which the tray app, importing the CLI to start, never uses."""
+    import urllib.request
 
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
 
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect())
 
 
 def _api_error(exc: urllib.error.HTTPError) -> ApiError:
@@ -106,6 +113,10 @@ class ControlClient:
         return cls(read_control(path))
 
     def _open(self, method: str, path: str, body: Any, timeout: float, accept: str = "application/json"):
+        import urllib.error
+        import urllib.request
+        from http.client import HTTPException
+
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.info.url + path, data=data, method=method)
         request.add_header("Authorization", f"Bearer {self.info.token}")
@@ -113,7 +124,7 @@ class ControlClient:
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
-            return _OPENER.open(request, timeout=timeout)
+            return _opener().open(request, timeout=timeout)
         except urllib.error.HTTPError as exc:
             raise _api_error(exc) from None
         except urllib.error.URLError as exc:

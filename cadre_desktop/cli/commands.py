@@ -273,6 +273,9 @@ def cmd_autostart(args, paths: Paths) -> int:
 
 
 def run_headless(paths: Paths) -> int:
+    from cadre_desktop.plainasync import import_asyncio
+
+    import_asyncio()  # the host speaks plain HTTP only
     from cadre_desktop.host.core.preflight import prepare_home
     from cadre_desktop.settings import load_settings
 
@@ -284,6 +287,9 @@ def run_headless(paths: Paths) -> int:
 
 
 def run_gui(argv: list[str]) -> int:
+    from cadre_desktop.plainasync import import_asyncio
+
+    import_asyncio()  # the tray app and its host speak plain HTTP only
     from cadre_desktop.ui.app import run_gui as run
 
     return run(argv)

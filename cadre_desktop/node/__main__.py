@@ -18,6 +18,7 @@ import sys  # noqa: E402
 
 from cadre_desktop.errors import CadreError  # noqa: E402
 from cadre_desktop.node.errors import ExitCode, exit_code_of  # noqa: E402
+from cadre_desktop.plainasync import import_asyncio  # noqa: E402
 
 USAGE = """\
 usage: cadre-node   (no arguments; configured by environment variables)
@@ -73,7 +74,7 @@ def _stand_by() -> bool:
     secrets included: a pipe, never the command line. False: stdin closed
     without a line (the host no longer wants it).
     """
-    _import_asyncio()  # loaded now, so the node is ready the moment it is told
+    import_asyncio()  # loaded now (the node speaks plain HTTP only), so it is ready the moment it is told
     import logging  # noqa: F401
 
     from cadre_desktop import fdlimit  # noqa: F401
@@ -133,26 +134,8 @@ def _stop_during_start_up(signum: int, frame: object) -> None:
     raise SystemExit(ExitCode.OK)
 
 
-def _import_asyncio() -> None:
-    """Import asyncio without its TLS support, which the node never uses.
-
-    asyncio imports ``ssl`` for TLS transports, and with it OpenSSL's libssl: about
-    4 MB resident and 4 ms of every start, a hundred times over on a busy host. The
-    node speaks plain HTTP only. asyncio is built to run without ssl (Python builds
-    without OpenSSL), so while it is imported ``ssl`` is made unimportable; the entry
-    is removed right after, so an ``import ssl`` later still works as usual.
-    """
-    if "asyncio" in sys.modules or "ssl" in sys.modules:
-        return
-    sys.modules["ssl"] = None  # type: ignore[assignment]
-    try:
-        import asyncio  # noqa: F401
-    finally:
-        del sys.modules["ssl"]
-
-
 def _run() -> int:
-    _import_asyncio()
+    import_asyncio()  # the node speaks plain HTTP only
     from cadre_desktop.node.config import load_config
 
     config = load_config(os.environ)

@@ -114,8 +114,8 @@ def test_the_node_program_never_imports_aiohttp() -> None:
 
 def test_asyncio_is_imported_without_ssl_and_ssl_still_imports_afterwards() -> None:
     script = (
-        "from cadre_desktop.node.__main__ import _import_asyncio\n"
-        "_import_asyncio()\n"
+        "from cadre_desktop.plainasync import import_asyncio\n"
+        "assert import_asyncio()\n"
         "import sys, asyncio.base_events, asyncio.selector_events\n"
         "assert 'ssl' not in sys.modules, 'asyncio loaded ssl'\n"
         "assert asyncio.base_events.ssl is None and asyncio.selector_events.ssl is None\n"

@@ -106,15 +106,34 @@ def test_importing_the_engine_loads_no_qt():
     assert out.strip() == "[]"
 
 
-def test_the_engines_http_servers_load_no_aiohttp():
-    """The control API and the lend API serve on wire/http1.py (h11), as the node does: importing
-    every module of host/edges and wire/ loads no aiohttp (it cost the tray about 17 MB). The
-    host's HTTP clients (the probe, invitations) are not this test's: they import it on their own."""
+def test_the_engine_loads_no_aiohttp():
+    """The control API and the lend API serve on wire/http1.py (h11), and the probe, invitations
+    and seeds ask with httpclient.py: importing every module of host/, wire/ and the basics
+    loads no aiohttp (it cost the tray about 17 MB; it is a test dependency only)."""
     code = (
-        "import sys, pkgutil, importlib, cadre_desktop.host.edges as e, cadre_desktop.wire as w\n"
-        "for pkg in (e, w):\n"
+        "import sys, pkgutil, importlib, cadre_desktop, cadre_desktop.host as h, cadre_desktop.wire as w\n"
+        "for pkg in (h, w):\n"
         "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'): importlib.import_module(m.name)\n"
+        "for m in pkgutil.iter_modules(cadre_desktop.__path__):\n"
+        "    if not m.ispkg and m.name != '__main__': importlib.import_module('cadre_desktop.' + m.name)\n"
         "print(sorted(k for k in sys.modules if k.split('.')[0] in ('aiohttp', 'yarl', 'multidict')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_tray_app_and_the_headless_host_load_no_tls():
+    """What `cadre-desktop` and `--headless` import to start (the CLI, the engine, the tray's UI)
+    loads no ``ssl`` once asyncio came without it (plainasync): OpenSSL is about 5 MB of the tray.
+    The CLI's urllib client, which brings ssl, is built only when a command asks the host."""
+    code = (
+        "import os, sys\n"
+        "os.environ['QT_QPA_PLATFORM'] = 'offscreen'\n"
+        "from cadre_desktop.plainasync import import_asyncio\n"
+        "assert import_asyncio()\n"
+        "import cadre_desktop.cli, cadre_desktop.cli.headless, cadre_desktop.host.host, cadre_desktop.ui.app\n"
+        "import cadre_desktop.ui.shell, cadre_desktop.ui.tray, cadre_desktop.host.lend_host, qasync\n"
+        "print(sorted(k for k in sys.modules if k.split('.')[0] in ('ssl', '_ssl', 'urllib.request', 'http')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -122,7 +141,7 @@ def test_the_engines_http_servers_load_no_aiohttp():
 
 #: Modules both the node and the host may import (the node imports nothing from host/).
 SHARED = ("text.py", "netguard.py", "logfilter.py", "fdlimit.py", "logpump.py", "logkeeper.py", "atomicfile.py",
-          "errors.py", "httpclient.py")
+          "errors.py", "httpclient.py", "plainasync.py")
 
 
 def test_shared_modules_import_neither_host_nor_node_nor_ui():

@@ -35,8 +35,9 @@ import asyncio
 import json
 import logging
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from cadre_desktop import httpclient
 from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, SecretsError, wire_code
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.lend_wire import errors_as_json, no_route, read_json_body
@@ -51,9 +52,6 @@ from cadre_desktop.wire.http1 import HttpServer
 from cadre_desktop.wire.httpmsg import Answer, Request
 from cadre_desktop.wire.ratelimit import FailureLimiter
 from cadre_desktop.wire.seed import SeedError, parse_seed
-
-if TYPE_CHECKING:
-    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -287,12 +285,11 @@ def _json(body: Any, *, status: int = 200) -> Answer:
 
 
 class NodeSeedClient:
-    """POST /seed to a lent node on this machine, bounded by a timeout."""
+    """POST /seed to a lent node on this machine, bounded by a timeout (h11, no aiohttp)."""
 
     def __init__(self, host: str, timeout_s: float = SEED_TIMEOUT_S) -> None:
         self.host = host
         self.timeout_s = timeout_s
-        self._session: aiohttp.ClientSession | None = None
 
     async def __call__(self, port: int, token: str, body: dict[str, Any]) -> None:
         status, answer = await self._post(port, token, body)
@@ -300,26 +297,23 @@ class NodeSeedClient:
             raise node_refusal(status, answer)
 
     async def _post(self, port: int, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        import aiohttp
-
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        """The node's status and JSON object; (0, {}) when it did not answer in time or
+        answered something that is not bounded HTTP (a node's answer is small)."""
+        headers = [("Authorization", f"Bearer {token}"), ("Content-Type", "application/json")]
         try:
-            async with self._session.post(f"http://{url_host(self.host)}:{port}/seed", json=body,
-                                          headers={"Authorization": f"Bearer {token}"}) as resp:
-                raw = await resp.content.read(MAX_ANSWER)  # a node's answer is small; never more than this
-                try:
-                    answer = json.loads(raw)
-                except (ValueError, RecursionError):
-                    answer = {}
-                return resp.status, answer if isinstance(answer, dict) else {}
-        except (TimeoutError, aiohttp.ClientError, OSError):
+            async with asyncio.timeout(self.timeout_s):
+                answer = await httpclient.request(self.host, port, "POST", "/seed", headers=headers,
+                                                  body=json.dumps(body).encode(), max_body=MAX_ANSWER)
+        except (TimeoutError, httpclient.ClientError, OSError):
             return 0, {}
+        try:
+            doc = json.loads(answer.body)
+        except (ValueError, RecursionError):
+            doc = {}
+        return answer.status, doc if isinstance(doc, dict) else {}
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Nothing is kept between seeds; here for the callers that close what they opened."""
 
 
 def node_refusal(status: int, body: dict[str, Any]) -> LendRefused | LentNodeUnavailable:
