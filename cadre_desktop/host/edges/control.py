@@ -333,9 +333,11 @@ class ControlServer:
         )
 
     async def _list_nodes(self, request: web.Request) -> web.Response:
+        await self.host.settled()  # what a view shows is on disk, or its save error shown
         return web.json_response({"nodes": [view.to_json() for view in self.host.list_nodes()]})
 
     async def _get_node(self, request: web.Request) -> web.Response:
+        await self.host.settled()
         return web.json_response(self.host.get_node(self._node_id(request)).to_json())
 
     async def _add_node(self, request: web.Request) -> web.Response:
