@@ -167,12 +167,13 @@ class RowStore(Generic[R]):
             doc["removing"] = dict(sorted(removing.items()))
         return doc
 
-    def _writing(self, doc: dict[str, Any]) -> Callable[[], None]:
+    def _writing(self, doc: dict[str, Any] | Callable[[], dict[str, Any]]) -> Callable[[], None]:
+        """The write of `doc`, or of the doc `doc()` makes on the writer's thread."""
         path = self.path
 
         def write() -> None:
             # Compact (the C encoder): a storm of restarts spent most of its loop time indenting JSON.
-            write_json_atomic(path, doc, compact=True)
+            write_json_atomic(path, doc() if callable(doc) else doc, compact=True)
         return write
 
     def _error(self, exc: OSError) -> StorageError:
@@ -211,7 +212,10 @@ class RowStore(Generic[R]):
 
     def _write_soon(self, row_id: str | None, then: Callable[[StorageError | None], None]) -> None:
         assert self._writer is not None
-        write = self._writing(self._doc(self.load(), self._removing))
+        # The rows, the tombstones and the rows themselves are never changed in place (each change
+        # makes new ones), so the doc is made on the writer's thread, and only for a write that runs.
+        rows, removing, top = self.load(), self._removing, self._top()
+        write = self._writing(lambda: {**self._doc(rows, removing), **top})
 
         def written(exc: BaseException | None) -> None:
             error = self._written(row_id, exc)
