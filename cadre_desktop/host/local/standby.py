@@ -104,13 +104,13 @@ class StandbyPool:
     refilled in the background, one loading at a time."""
 
     def __init__(self, command: list[str], cwd: Path, env: Callable[[], dict[str, str]], platform: str,
-                 burst: int = BURST) -> None:
+                 burst: int | None = None) -> None:
         self.command = list(command)
         self.cwd = cwd
         self.base_env = env
         self.platform = platform
         self.enabled = platform != "win32"
-        self.burst = max(1, burst)
+        self.burst = max(1, BURST if burst is None else burst)
         #: How many standbys are wanted now (1, more for a moment after a burst of takes).
         self.wanted = 1
         self._standbys: list[Standby] = []
