@@ -219,12 +219,12 @@ class StateFile:
         """Write now and wait for its sync (on the writer's thread when there is one, behind
         the writes asked before it, so the file never goes back to an older state)."""
         self.pending = False
-        doc = state_doc(self._handles.values(), stopped_cleanly)
+        handles, stopped = list(self._handles.values()), list(stopped_cleanly)
         try:
             if self.writer is None:
-                write_state_doc(self.path, doc)
-            else:
-                self.writer.write_now(self.path, lambda: write_state_doc(self.path, doc))
+                write_state(self.path, handles, stopped)
+            else:  # the loop waits for it: the handles cannot change meanwhile
+                self.writer.write_now(self.path, lambda: write_state(self.path, handles, stopped))
         except StorageError as exc:
             self.save_error = exc.message
             raise
