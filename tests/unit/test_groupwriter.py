@@ -233,3 +233,14 @@ async def test_a_view_asked_while_a_start_is_written_waits_for_its_sync(tmp_path
         await waiting
     assert on_disk(store, "n1")["handle"] == "n1.new"
     writer.close()
+
+
+def test_a_store_whose_upgrade_is_not_saved_yet_takes_no_grouped_write(tmp_path):
+    """The first write after an upgrade keeps the old file's backup first: it is waited for."""
+    store = RecordStore(tmp_path / "hosted-nodes.json")
+    store.use_writer(GroupWriter())
+    assert store.grouped
+    store._upgraded_from = 1
+    assert not store.grouped
+    with pytest.raises(RuntimeError):
+        store.put_soon(rec(), lambda error: None)

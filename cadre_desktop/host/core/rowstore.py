@@ -103,8 +103,9 @@ class RowStore(Generic[R]):
 
     @property
     def grouped(self) -> bool:
-        """Whether `put_soon` writes off the caller's thread (else callers use `put`)."""
-        return self._writer is not None
+        """Whether `put_soon` may be used (else callers use `put`): a writer, and no upgrade
+        whose backup the next write must keep first."""
+        return self._writer is not None and self._upgraded_from is None
 
     def load(self) -> dict[str, R]:
         """Load once and cache. A missing file is an empty store; a bad one raises.
