@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cadre_desktop.errors import InputError
+from cadre_desktop.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import DriverConfig, NodeCaps, NodeDriver
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import DRIVERS, Settings
@@ -23,11 +24,13 @@ def driver_config(settings: Settings) -> DriverConfig:
 
 
 def make_driver(settings: Settings, paths: Paths, advertise_host: Callable[[], str], *,
-                caps_for: Callable[[str], NodeCaps] | None = None, home_id: str = "") -> NodeDriver:
+                caps_for: Callable[[str], NodeCaps] | None = None, home_id: str = "",
+                writer: GroupWriter | None = None) -> NodeDriver:
     """The driver `settings.driver` names (settings.py has already refused any other name).
 
     `caps_for(node_id)` gives the caps of a node's next start (its record's, else the
-    settings'); `home_id` names this home's cgroups or scopes, so two homes never share one.
+    settings'); `home_id` names this home's cgroups or scopes, so two homes never share one;
+    `writer`, the host's writer thread, writes the driver's files off the loop.
     """
     config = driver_config(settings)
     if settings.driver == "local":
@@ -42,6 +45,6 @@ def make_driver(settings: Settings, paths: Paths, advertise_host: Callable[[], s
             paths=paths, node_command=list(config.node_command),
             ports=PortAllocator(*config.port_range, bind_host=settings.bind_host), bind_host=settings.bind_host,
             advertise_host=advertise_host, stop_timeout_s=config.stop_timeout_s, warm_standby=config.warm_standby,
-            caps=keeper,
+            caps=keeper, writer=writer,
         )
     raise InputError(f"unknown driver {settings.driver!r}; known drivers: {', '.join(DRIVERS)}")

@@ -1,10 +1,9 @@
 """The Host: the composition root of the engine.
 
-It wires settings, store, secrets, the driver, service, supervisor, probe,
-the address watcher, lending and the control API, owns their tasks, and holds
-the operations the tray, the headless runner and the control API call. What it
-shows of a node is built by `host/core/views.py`; the address nodes advertise is
-`host/core/netwatch.py`'s. Nothing here imports Qt.
+It wires settings, store, secrets, the writer, the driver, service, supervisor, probe, the address
+watcher, lending and the control API, owns their tasks, and holds the operations the tray, the
+headless runner and the control API call. What it shows of a node is built by `host/core/views.py`;
+the address nodes advertise is `host/core/netwatch.py`'s. Nothing here imports Qt.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.errors import Bug, CadreError, InvalidState, NoSuchThing
+from cadre_desktop.groupwriter import GroupWriter
 from cadre_desktop.host import live_settings
 from cadre_desktop.host.conditions.judge import Judge, platform_sources
 from cadre_desktop.host.conditions.source import ConditionSource
@@ -86,6 +86,7 @@ class Host:
         self.events = EventBus()
         self.secrets = secrets or SecretStore()
         self.store = RecordStore(paths.records_file)
+        self.writer = GroupWriter()  # the records and state.json are written on its thread
         self.lifecycle = Lifecycle(store=self.store, events=self.events, clock=self.clock)
         self._lock = HostLock(paths.lock_file)
         self._serve_control_api = serve_control_api
@@ -100,8 +101,7 @@ class Host:
         self.lending: Lending | None = None
         self.control: ControlServer | None = None
         self._tasks: list[asyncio.Future[Any]] = []
-        #: Each node's history (host/core/history.py), from start on.
-        self.history: NodeHistory | None = None
+        self.history: NodeHistory | None = None  # each node's history (host/core/history.py), from start on
         #: Pause all and the run conditions' verdict: the hold each node should have (host/core/host_holds.py).
         self.host_holds = HostHolds(paths.pause_file, self.clock)
         #: The run conditions (host/conditions/): the sources given, else this platform's (`make_sources`).
@@ -162,8 +162,7 @@ class Host:
         self._lock.acquire()
 
     async def start(self) -> None:
-        """Take the home (unless `take_home` did), read the records, re-attach to live
-        children, supervise.
+        """Take the home (unless `take_home` did), read the records, re-attach to live children, supervise.
 
         Refuses to start (and leaves every file as it is) when another host
         holds the home or a file it keeps is unreadable. Before it ends, every read is
@@ -180,15 +179,15 @@ class Host:
     async def _start(self) -> None:
         lending = self._load_files()
         driver = make_driver(self.settings, self.paths, lambda: self.netwatch.current,
-                             caps_for=self._caps_for, home_id=self.store.home_id)
+                             caps_for=self._caps_for, home_id=self.store.home_id, writer=self.writer)
+        self.store.use_writer(self.writer)
         report = await driver.init()
         # Only once every file was read and found good: an upgrade writes the records.
         self._bind_keyring()
         if report.attached:
             log.info("re-attached to %d running node(s)", len(report.attached))
         p = self._parts = self._make_supervision(driver)
-        self.history = start_history(self.paths.history_file, self.clock, p.views, self.events,
-                                     [r.id for r in self.store.list()])
+        self.history = start_history(self.paths.history_file, self.clock, p.views, self.events, [r.id for r in self.store.list()])
         await self._prefetch_secrets()
         self._tasks.append(asyncio.ensure_future(self._move_keyring_entries()))
         await p.service.reap_stuck()
@@ -377,6 +376,8 @@ class Host:
                 orphans.report(left, at_quit=True)
                 await self._parts.driver.stop_all(leave=frozenset(h.node_id for h in left))
             self._parts.driver.close()
+        self.store.use_writer(None)
+        await asyncio.to_thread(self.writer.close)  # what is queued is written before the home is let go
         if self.history is not None:
             self.history.host_stopped()
             self.history = None
@@ -392,6 +393,9 @@ class Host:
 
     def list_nodes(self) -> list[NodeView]:
         return self.views.list() if self.views is not None else []
+
+    async def settled(self) -> None:  # once the records' writes asked so far are synced or failed
+        await self.store.settled()
 
     def get_node(self, node_id: str) -> NodeView:
         if self.views is None:
@@ -423,8 +427,7 @@ class Host:
         p = self._running()
         return p.views.of(await p.service.retry(node_id))
 
-    async def pause_node(self, node_id: str, *, for_ms: int | None = None,
-                         until: datetime | None = None) -> NodeView:
+    async def pause_node(self, node_id: str, *, for_ms: int | None = None, until: datetime | None = None) -> NodeView:
         p = self._running()
         return p.views.of(await p.service.pause(node_id, for_ms=for_ms, until=until))
 
@@ -451,8 +454,7 @@ class Host:
     def conditions_report(self) -> dict[str, Any]:
         """Each run condition: what it sees, where from, what it does; the verdict (`cadre-desktop conditions`)."""
         judge = self.judge or Judge(self.settings, self.clock, [])
-        return {**judge.report(), "pause": self.pause_state(),
-                "resumed": self.host_holds.resumed_words()}
+        return {**judge.report(), "pause": self.pause_state(), "resumed": self.host_holds.resumed_words()}
 
     async def resume_all(self) -> dict[str, Any]:
         """End Pause all; every node the host held runs again (the conditions too, until their next change)."""
@@ -475,8 +477,8 @@ class Host:
         from cadre_desktop.host.core.invite import Inviter
 
         p = self._running()
-        inviter = Inviter(store=self.store, supervisor=p.supervisor, driver=p.driver, service=p.service,
-                          probe=p.probe, bind_host=self.settings.bind_host)
+        inviter = Inviter(store=self.store, supervisor=p.supervisor, driver=p.driver, service=p.service, probe=p.probe,
+                          bind_host=self.settings.bind_host)
         inviting, invitation = await inviter.invitation_from(node_id)
         view = await self.join_node(invitation, name)
         log.info("node %s invited node %s into cadre %r", node_id, view.id, inviting.cadre)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from typing import Any
 
 import psutil
 import pytest
@@ -256,3 +257,22 @@ async def test_a_descriptor_shortage_never_turns_warm_starts_off(orch, monkeypat
         orch.standby._fill()
     assert orch.standby.enabled and orch.standby.ready is None
     orch.standby.close()
+
+
+async def test_a_burst_of_starts_keeps_more_standbys_for_a_while_then_one(orch, monkeypatch):
+    """A storm of exits: takes close together grow the pool (bounded by `burst`), loaded one at a
+    time; once calm again the extra standbys are ended and one is kept."""
+    monkeypatch.setattr(standby_module, "CALM_S", 3.0)
+    await orch.init()
+    pool = orch.standby
+    started: list[Any] = []
+    for i in range(3):  # three takes close together: wanted 1 -> 2 -> 4
+        await ready_standby(orch, other_than=started[-1].pid if started else None)
+        started.append(orch.start(f"n{i}", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)}))
+    assert pool.wanted == min(4, pool.burst) == 4
+    await async_wait_until(lambda: pool.standbys == 4, timeout=60, what="four standbys loaded for the burst")
+    extra = [s.popen.pid for s in pool._standbys[1:]]
+    await async_wait_until(lambda: pool.standbys == 1 and pool.wanted == 1, timeout=15, what="the pool back to one")
+    await async_wait_until(lambda: all(gone(pid) for pid in extra), timeout=10, what="the extra standbys ended")
+    for handle in started:
+        assert not gone(handle.pid), "ending the extra standbys touched a node"

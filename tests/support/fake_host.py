@@ -68,6 +68,9 @@ class FakeHost:
     def list_nodes(self) -> list[NodeView]:
         return list(self.nodes.values())
 
+    async def settled(self) -> None:
+        """Nothing is written behind: every change here is in memory only."""
+
     def get_node(self, node_id: str) -> NodeView:
         try:
             return self.nodes[node_id]

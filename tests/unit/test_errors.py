@@ -385,6 +385,7 @@ _REPORTED_OTHERWISE = {
     "logfilter.py:_decide": "a filter of the logging system: the handler reports the bad record itself",
     "logsetup.py:handleError": "the log's own error note: stderr is gone, and there is no log left to tell",
     "ui/app.py:_serve": "show_error logs it and shows it to the person",
+    "groupwriter.py:_write": "handed to every waiter's Future: each caller logs or raises it",
     "ui/app.py:_start_engine": "show_error logs it and shows it to the person",
 }
 

@@ -3,7 +3,9 @@
 Each change of a record is a named transition with the statuses it may start
 from and end in. `apply` re-reads the record, checks the transition is
 allowed from what is on disk *now*, writes, and emits the event, in one place
-and with no await in between (the store is synchronous on purpose). A record
+and with no await in between (the store is synchronous on purpose; with the
+host's writer, a `GROUPED` transition's write is synced on the writer's thread
+and its event told after that sync, every event in the order of its transition). A record
 that was removed or moved on while its caller awaited is left alone and
 `apply` returns None: the caller's work is abandoned, never written over the
 newer truth. Two transitions write nothing (`exited`, `waiting`): what they
@@ -21,6 +23,7 @@ both.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, Generic, Protocol, Self, TypeVar
@@ -96,6 +99,12 @@ HOSTED_HOLDS = {"paused": S.PAUSED, "sleeping": S.SLEEPING, "done": S.DONE}
 
 #: Transitions that report something outside the record: an event, no write.
 EVENT_ONLY = frozenset({Change.EXITED, Change.WAITING})
+
+#: Transitions that never back an answer to anyone, only an event: what the supervisor and
+#: the probe learn of a node. With a writer, their write is grouped off the loop
+#: (`RowStore.put_soon`) and their event told once it is synced, as is a start the pass
+#: makes (`apply(..., soon=True)`); every other write is waited for (a Retry's start, a pause).
+GROUPED = frozenset({Change.ANSWERED, Change.REFILL, Change.JOINED, Change.PEER, Change.AWAITING_SEED})
 
 
 def _announce_hosted(events: EventBus, change: Change, before: NodeRecord, after: NodeRecord, detail: str) -> None:
@@ -277,6 +286,9 @@ class Lifecycle(Generic[R]):
         self.kind = kind
         #: The lifecycles of the other kinds on this host, whose ports this one keeps clear of.
         self.neighbours: list[Lifecycle[Any]] = []
+        #: Events in the order their transitions happened, each [ready, tell]: one whose write is
+        #: not synced yet holds back those after it.
+        self._told: deque[list[Any]] = deque()
 
     def get(self, node_id: str) -> R | None:
         return self.store.get(node_id)
@@ -289,11 +301,13 @@ class Lifecycle(Generic[R]):
         *,
         handle: str | None = None,
         detail: str = "",
+        soon: bool = False,
     ) -> R | None:
         """Re-read, check, write and announce one transition; None when it no longer applies.
 
         `handle`, when given, must still be the record's child: news about a
-        replaced child is never applied to its successor.
+        replaced child is never applied to its successor. `soon`: the write backs no
+        answer (as a `GROUPED` change's never does), so the caller does not wait for it.
         """
         current = self.store.get(node_id)
         if current is None:
@@ -304,16 +318,36 @@ class Lifecycle(Generic[R]):
         if handle is not None and current.handle != handle:
             return None
         if change in EVENT_ONLY:
-            self._announce(change, current, current, detail)
+            self._tell(lambda: self._announce(change, current, current, detail))
             return current
         changed = update(current)
         if changed.status not in allowed_to:
             raise Bug(f"{change.value} may not leave node {node_id} {changed.status.value}")
         if changed != current:  # nothing new is announced but never written
             changed = changed.replace(updated_at=iso(self.clock.now()))
+            if (soon or change in GROUPED) and self.store.grouped:
+                told = self._tell(lambda: self._announce(change, current, changed, detail), ready=False)
+                self.store.put_soon(changed, lambda error: self._ready(told))
+                return changed
             self.store.put(changed)
-        self._announce(change, current, changed, detail)
+        self._tell(lambda: self._announce(change, current, changed, detail))
         return changed
+
+    def _tell(self, tell: Callable[[], None], *, ready: bool = True) -> list[Any]:
+        """Tell now, or once every earlier transition's write is synced (order kept)."""
+        told = [ready, tell]
+        self._told.append(told)
+        self._drain()
+        return told
+
+    def _ready(self, told: list[Any]) -> None:
+        told[0] = True
+        self._drain()
+
+    def _drain(self) -> None:
+        while self._told and self._told[0][0]:
+            _, tell = self._told.popleft()
+            tell()
 
     def create(self, record: R) -> None:
         """The first write of a node (status `spawning`); no event: nobody sees it yet."""
@@ -330,7 +364,7 @@ class Lifecycle(Generic[R]):
         record = self.store.get(node_id)
         existed = self.store.mark_removed(node_id, iso(self.clock.now()))
         if existed and (announce_unborn or record is None or record.status is not self.kind.creating):
-            self.events.emit(self.kind.removed_event, node_id)
+            self._tell(lambda: self.events.emit(self.kind.removed_event, node_id))
         return existed
 
     def drop_unborn(self, node_id: str) -> None:

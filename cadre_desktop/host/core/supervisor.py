@@ -323,7 +323,7 @@ class Supervisor:
         elif d is Decision.START:
             self._uncounted.discard(record.id)
             try:
-                return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle, lc=lc)
+                return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle, lc=lc, soon=True)
             except Exception as exc:
                 message = message_of(exc)
                 current = lc.get(record.id)
@@ -338,13 +338,15 @@ class Supervisor:
     # -- effects ------------------------------------------------------------------
 
     def start_node(self, node_id: str, *, counted: bool, expect_handle: str | None = None,
-                   lc: Lifecycle[Any] | None = None) -> bool:
+                   lc: Lifecycle[Any] | None = None, soon: bool = False) -> bool:
         """The one start of a node: re-read, start through the driver, write handle and mark.
 
         Synchronous from the re-read to the write: nothing can change the
         record in between. A live child of the node that the record does not
         name yet is taken over instead (spends nothing): a host that died after
         starting it, or a write that failed, never gets a second child beside it.
+        `soon`: a start of the pass, which answers nobody: its record's write is not
+        waited for (`Lifecycle.apply`), only its event is told after the write's sync.
         """
         lc = lc or self.lifecycle_of(node_id)
         record = lc.get(node_id)
@@ -354,7 +356,7 @@ class Supervisor:
         if live:
             child = live[-1]
             lc.apply(node_id, Change.ADOPT, lambda r: r.replace(
-                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port))
+                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port), soon=soon)
             log.info("node %s: its record takes the running child pid %s", node_id, child.pid)
             return False
         value = self.gate.cached(node_id, lc.kind.secret_kind(record))
@@ -383,7 +385,7 @@ class Supervisor:
         change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
         lc.apply(node_id, change, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark,
-            problem=None))
+            problem=None), soon=soon)
         self.timeline.mark(("start", node_id), now)
         if counted:
             self.timeline.mark(("attempt", node_id), now)

@@ -214,7 +214,7 @@ class NodeViews:
 
     def _save_problem(self, record: NodeRecord, unsaved: InstanceInfo | None) -> str | None:
         """The live truth came from memory, not the records: say why it could not be saved."""
-        if unsaved is None:
+        if unsaved is None and record.id not in self.store.unsaved:
             return None
         why = self.store.save_error or getattr(self.driver, "save_error", None)
         note = f"running, but not saved yet: {why}" if why else "running, but not saved yet"

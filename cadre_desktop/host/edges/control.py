@@ -327,9 +327,11 @@ class ControlServer:
         )
 
     async def _list_nodes(self, request: Request) -> Answer:
+        await self.host.settled()  # what a view shows is on disk, or its save error shown
         return json_answer({"nodes": [view.to_json() for view in self.host.list_nodes()]})
 
     async def _get_node(self, request: Request) -> Answer:
+        await self.host.settled()
         return json_answer(self.host.get_node(self._node_id(request)).to_json())
 
     async def _add_node(self, request: Request) -> Answer:

@@ -25,6 +25,7 @@ from typing import Any
 
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import StorageError
+from cadre_desktop.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import Exit
 from cadre_desktop.host.core.jsondoc import read_versioned
 from cadre_desktop.host.local import procs
@@ -174,10 +175,18 @@ def read_state(path: Path) -> tuple[dict[str, Handle], frozenset[str]]:
         raise StorageError(f"the state file {path} has a bad row: {exc}; it was left as it is") from None
 
 
-def write_state(path: Path, handles: Iterable[Handle], stopped_cleanly: Iterable[str] = ()) -> None:
+def state_doc(handles: Iterable[Handle], stopped_cleanly: Iterable[str] = ()) -> dict[str, Any]:
     doc: dict[str, Any] = {"version": STATE_VERSION, "handles": {h.id: h.to_row() for h in handles if h.alive}}
     if stopped_cleanly:
         doc["stopped_cleanly"] = sorted(set(stopped_cleanly))
+    return doc
+
+
+def write_state(path: Path, handles: Iterable[Handle], stopped_cleanly: Iterable[str] = ()) -> None:
+    write_state_doc(path, state_doc(handles, stopped_cleanly))
+
+
+def write_state_doc(path: Path, doc: dict[str, Any]) -> None:
     try:
         write_json_atomic(path, doc, compact=True)
     except OSError as exc:
@@ -203,15 +212,47 @@ class StateFile:
         #: An exit left the file naming a dead child.
         self.pending = False
         self._scheduled = False
+        #: The host's writer thread (None: written on the caller's thread, as in unit tests).
+        self.writer: GroupWriter | None = None
 
     def write(self, stopped_cleanly: Iterable[str] = ()) -> None:
+        """Write now and wait for its sync (on the writer's thread when there is one, behind
+        the writes asked before it, so the file never goes back to an older state)."""
         self.pending = False
+        handles, stopped = list(self._handles.values()), list(stopped_cleanly)
         try:
-            write_state(self.path, self._handles.values(), stopped_cleanly)
+            if self.writer is None:
+                write_state(self.path, handles, stopped)
+            else:  # the loop waits for it: the handles cannot change meanwhile
+                self.writer.write_now(self.path, lambda: write_state(self.path, handles, stopped))
         except StorageError as exc:
             self.save_error = exc.message
             raise
         self.save_error = None
+
+    def write_behind(self) -> None:
+        """The write after a spawn: on the writer's thread, the loop not waiting for it.
+
+        Safe for the same reason as `write_soon`: until it is synced, a host that dies
+        finds the new child in its census of the process table (`reclaim_untracked`)
+        and tracks it again. Without a writer it is `write_or_log`.
+        """
+        if self.writer is None:
+            self.write_or_log()
+            return
+        self.pending = False
+        doc = state_doc(self._handles.values())
+        path = self.path
+        self.writer.submit_then(path, lambda: write_state_doc(path, doc), self._written)
+
+    def _written(self, error: BaseException | None) -> None:
+        if error is None:
+            self.save_error = None
+            return
+        message = error.message if isinstance(error, StorageError) else f"could not save {self.path}: {error}"
+        if self.save_error is None:
+            log.error("%s", message)
+        self.save_error = message
 
     def write_or_log(self, stopped_cleanly: Iterable[str] = ()) -> None:
         """`write` where nothing can be done about a failure but say it (`save_error` keeps it)."""

@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from cadre_desktop.atomicfile import ensure_private_dir
-from cadre_desktop.errors import SpawnError, StorageError
+from cadre_desktop.errors import SpawnError
+from cadre_desktop.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, InitReport, NodeCaps, status_of
 from cadre_desktop.host.core.events import Listeners
 from cadre_desktop.host.local import launch, nodelogs, procs, winjob
@@ -62,6 +63,7 @@ class Orchestrator:
         job_ops: Callable[[], winjob.JobOps] | None = None,
         warm_standby: bool = False,
         caps: CapsKeeper | None = None,
+        writer: GroupWriter | None = None,
     ) -> None:
         self.paths = paths
         self.state_file = paths.state_file
@@ -86,6 +88,7 @@ class Orchestrator:
         self._closed = False
         #: state.json, written now or (after an exit) once the exit's listeners had their turn.
         self.state = StateFile(self.state_file, self._handles)
+        self.state.writer = writer
         #: A Quit is stopping every child: it writes state.json once at its end.
         self._stopping_all = False
 
@@ -262,10 +265,7 @@ class Orchestrator:
         handle = self._track(node_id, handle_id, launched, (api_port, p2p_port), env, attempt)
         for old in dropped:
             self._unwatch(old)
-        try:
-            self.state.write()
-        except StorageError as exc:
-            log.error("node %s: %s", node_id, exc.message)
+        self.state.write_behind()
         return handle
 
     def _end_replaced(self, handle: Handle) -> None:

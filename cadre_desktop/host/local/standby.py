@@ -25,6 +25,13 @@ few deaths in a row without a hand-over the program is taken to lack support
 and started cold from then on. The pool is of one program: the orchestrator
 makes a new one when `node_command` changes. POSIX only: Windows children
 start cold.
+
+A burst of starts (a storm of exits) grows the pool for a moment: a take that
+follows another within BURST_WINDOW_S doubles how many standbys are kept, up to
+`burst` (BURST; no setting names it), loaded one after another so they never
+all compete with the starts at once; CALM_S after the last
+take the extra ones are ended and one is kept again. A standby beyond the first
+is a standby like any other: one that fails costs no node anything.
 """
 
 from __future__ import annotations
@@ -57,6 +64,11 @@ READY_S = 60.0
 #: How long a start waits for the standby's `taken` (it blocks the start: a healthy
 #: standby answers within milliseconds, its read already waiting).
 HANDOVER_S = 1.0
+#: The most standbys kept at once during a burst of starts, how close two takes must be to
+#: count as one, and how long after the last take the pool keeps its extra standbys.
+BURST = 4
+BURST_WINDOW_S = 5.0
+CALM_S = 30.0
 READY, TAKEN = b"ready\n", b"taken\n"
 #: Process states in which a standby cannot take a node over.
 _UNFIT = {psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD,
@@ -88,38 +100,52 @@ class Standby:
 
 
 class StandbyPool:
-    """At most one standby of the node program, refilled in the background."""
+    """One standby of the node program (up to `burst` for a moment in a burst of starts),
+    refilled in the background, one loading at a time."""
 
-    def __init__(self, command: list[str], cwd: Path, env: Callable[[], dict[str, str]], platform: str) -> None:
+    def __init__(self, command: list[str], cwd: Path, env: Callable[[], dict[str, str]], platform: str,
+                 burst: int | None = None) -> None:
         self.command = list(command)
         self.cwd = cwd
         self.base_env = env
         self.platform = platform
         self.enabled = platform != "win32"
-        self._ready: Standby | None = None
+        self.burst = max(1, BURST if burst is None else burst)
+        #: How many standbys are wanted now (1, more for a moment after a burst of takes).
+        self.wanted = 1
+        self._standbys: list[Standby] = []
         #: Started, not `ready` yet.
         self._loading: Standby | None = None
         self._load_timer: asyncio.TimerHandle | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._calm: asyncio.TimerHandle | None = None
+        self._last_take = -BURST_WINDOW_S
         self._deaths = 0
         self._closed = False
 
     @property
     def ready(self) -> Standby | None:
-        return self._ready
+        """The standby the next start gets (None: it starts cold)."""
+        return self._standbys[0] if self._standbys else None
+
+    @property
+    def standbys(self) -> int:
+        return len(self._standbys)
 
     # -- filling -----------------------------------------------------------------------
 
+    def _full(self) -> bool:
+        return self._loading is not None or len(self._standbys) >= self.wanted
+
     def fill_soon(self, delay: float = 0.0) -> None:
         """Start a standby on a later loop turn (never inside the start that took the last one)."""
-        if (not self.enabled or self._closed or self._ready is not None or self._loading is not None
-                or self._timer is not None):
+        if not self.enabled or self._closed or self._full() or self._timer is not None:
             return
         self._timer = asyncio.get_running_loop().call_later(delay, self._fill)
 
     def _fill(self) -> None:
         self._timer = None
-        if self._closed or self._ready is not None or self._loading is not None:
+        if self._closed or self._full():
             return
         try:
             self._loading = self._start()
@@ -176,7 +202,9 @@ class StandbyPool:
         standby._heard += data
         if standby._heard.startswith(READY):
             self._stop_listening(standby)
-            self._loading, self._ready = None, standby
+            self._loading = None
+            self._standbys.append(standby)
+            self.fill_soon()  # the next one, if a burst wants more
         elif not data or len(standby._heard) >= len(READY):  # end of file, or something else: no standby
             self._drop(standby, "its standby said something else than ready" if data else "")
 
@@ -185,7 +213,7 @@ class StandbyPool:
             self._drop(standby, f"a standby did not load within {READY_S:.0f} s")
 
     def _stop_listening(self, standby: Standby) -> None:
-        if self._load_timer is not None:
+        if self._load_timer is not None and standby is self._loading:
             self._load_timer.cancel()
             self._load_timer = None
         if standby.channel is not None:
@@ -201,8 +229,8 @@ class StandbyPool:
         self._stop_listening(standby)
         if standby is self._loading:
             self._loading = None
-        if standby is self._ready:
-            self._ready = None
+        if standby in self._standbys:
+            self._standbys.remove(standby)
         if standby._cancel_watch is not None:
             standby._cancel_watch()
             standby._cancel_watch = None
@@ -210,10 +238,13 @@ class StandbyPool:
         self._died()
 
     def _on_exit(self, standby: Standby) -> None:
-        if standby is not self._ready and standby is not self._loading:
+        if standby not in self._standbys and standby is not self._loading:
             return  # handed over (the node's own watch reports it) or already dropped
         self._stop_listening(standby)
-        self._ready = self._loading = None
+        if standby is self._loading:
+            self._loading = None
+        else:
+            self._standbys.remove(standby)
         standby.close_fds()
         self._died()
 
@@ -233,13 +264,14 @@ class StandbyPool:
         Its log header goes into its output pipe first, then the line; the
         write end is closed, so the pump sees end-of-file when the node ends.
         """
-        standby = self._ready
+        self._note_take()
+        standby = self.ready
         if standby is None:
             return None
         if not _still_fit(standby):
             self._drop(standby, f"the standby (pid {standby.popen.pid}) no longer runs; this start is cold")
             return None
-        self._ready = None
+        self._standbys.remove(standby)
         if standby._cancel_watch is not None:
             standby._cancel_watch()
             standby._cancel_watch = None
@@ -265,6 +297,29 @@ class StandbyPool:
         self._deaths = 0
         return standby
 
+    def _note_take(self) -> None:
+        """A take soon after the last one is a burst: keep more standbys (bounded) until calm."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if now - self._last_take <= BURST_WINDOW_S and self.wanted < self.burst:
+            self.wanted = min(self.burst, self.wanted * 2)
+            log.info("a burst of starts: keeping up to %d standbys for a while", self.wanted)
+        self._last_take = now
+        if self._calm is not None:
+            self._calm.cancel()
+        self._calm = loop.call_later(CALM_S, self._calmed) if self.wanted > 1 else None
+
+    def _calmed(self) -> None:
+        """No take for CALM_S: back to one standby, the extra ones ended (they cost memory)."""
+        self._calm = None
+        self.wanted = 1
+        while len(self._standbys) > self.wanted:
+            extra = self._standbys.pop()
+            if extra._cancel_watch is not None:
+                extra._cancel_watch()
+                extra._cancel_watch = None
+            self._discard(extra)
+
     def _discard(self, standby: Standby) -> None:
         procs.kill_and_reap(standby.popen, self.platform, what="standby")
         standby.close_fds()
@@ -272,16 +327,17 @@ class StandbyPool:
     def close(self) -> None:
         """End the standby (a standby without its host is of no use to anyone)."""
         self._closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        for standby in (self._ready, self._loading):
+        for timer in (self._timer, self._calm):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._calm = None
+        for standby in (*self._standbys, self._loading):
             if standby is not None:
                 self._stop_listening(standby)
                 if standby._cancel_watch is not None:
                     standby._cancel_watch()
                 self._discard(standby)
-        self._ready = self._loading = None
+        self._standbys, self._loading = [], None
 
 
 def _still_fit(standby: Standby) -> bool:
