@@ -20,6 +20,7 @@ from cadre_desktop.host.local.handles import ExitEvent
 from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.paths import Paths
+from tests.support.real_orchestrator import port_range
 
 #: The leader writes a first line and exits 3; a child in a session of its own (no group
 #: kill reaches it) keeps the output open and writes the last line 0.4 s later.
@@ -40,7 +41,7 @@ def orchestrator(home: Path, script: str) -> Orchestrator:
     return Orchestrator(
         paths=Paths(home, home, home / "logs"),
         node_command=[sys.executable, "-c", script],
-        ports=PortAllocator(47700, 47799, bind_host="127.0.0.1"),
+        ports=PortAllocator(*port_range(home), bind_host="127.0.0.1"),
         bind_host="127.0.0.1",
         advertise_host=lambda: "127.0.0.1",
         stop_timeout_s=2.0,

@@ -20,10 +20,14 @@ from cadre_desktop.host.local.ports import port_is_free
 SLOT = 50
 LOCKS = Path(tempfile.gettempdir()) / "cadre-desktop-test-ports"
 _held: list[int] = []
+#: The slot this process holds until it ends, for single ports (`single`), and the next to try.
+_kept: list[int] = []
+_single = {"start": 0, "next": 0}
 
 
-def take(size: int, low: int, high: int, rng: random.Random | None = None) -> int:
-    """The first port of `size` consecutive ports in [low, high) held for this test alone."""
+def take(size: int, low: int, high: int, rng: random.Random | None = None, *, keep: bool = False) -> int:
+    """The first port of `size` consecutive ports in [low, high) held for this test alone (with
+    `keep`, until this process ends)."""
     slots = -(-size // SLOT)
     starts = list(range(low - low % SLOT, high - slots * SLOT, SLOT))
     (rng or random).shuffle(starts)
@@ -33,7 +37,7 @@ def take(size: int, low: int, high: int, rng: random.Random | None = None) -> in
         if fds is None:
             continue
         if all(port_is_free("127.0.0.1", port) for port in range(start, start + slots * SLOT)):
-            _held.extend(fds)
+            (_kept if keep else _held).extend(fds)
             return start
         for fd in fds:
             os.close(fd)
@@ -53,6 +57,20 @@ def _lock_slots(start: int, slots: int) -> list[int] | None:
             return None
         fds.append(fd)
     return fds
+
+
+def single() -> int:
+    """One port no other suite uses (a lend port, a squatter's): from a slot this process holds
+    until it ends, free now. A port the OS handed out (bind to 0) could be any other process's
+    next ephemeral port, a borrower's connection of a suite beside this one included."""
+    if not _single["start"]:
+        _single["start"] = take(SLOT, 30000, 40000, keep=True)
+    for _ in range(SLOT):
+        port = _single["start"] + _single["next"] % SLOT
+        _single["next"] += 1
+        if port_is_free("127.0.0.1", port):
+            return port
+    raise RuntimeError(f"every port of {_single['start']}-{_single['start'] + SLOT - 1} is in use")
 
 
 def release() -> None:
