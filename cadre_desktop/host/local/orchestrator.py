@@ -282,6 +282,7 @@ class Orchestrator:
                                advertise_host=self.advertise_host(), attempt=attempt, secret_env=secret_env)
 
     def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
+        join = self.caps.before_spawn(node_id)  # its groups ready (caps.py); a standby joins after its hand-over
         if self.standby is not None:
             taken = self.standby.take(env, nodelogs.header(node_id))
             self.standby.fill_soon()
@@ -291,7 +292,7 @@ class Orchestrator:
                                         keeper=self.keeper)
         return launch.launch(self.node_command, env, work, log_path=self.logs.path(node_id), node_id=node_id,
                              log_cap=self.logs.cap, handle_id=handle_id, platform=self.platform,
-                             job_ops=self.ender.job_ops, keeper=self.keeper)
+                             job_ops=self.ender.job_ops, keeper=self.keeper, join=join)
 
     def _track(self, node_id: str, handle_id: str, launched: launch.Launched, ports: tuple[int, int],
                env: dict[str, str], attempt: int) -> Handle:
