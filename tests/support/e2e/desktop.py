@@ -25,7 +25,7 @@ GRAB = Path(__file__).with_name("grab.py")
 REPO = Path(__file__).resolve().parents[3]
 SHOTS = REPO / "docs" / "screenshots"
 TOOLS = ("Xvfb", "trayer", "xdotool", "xwininfo", "zbarimg", "dunst", "dunstctl", "dbus-monitor",
-         "gtk-sni-tray-standalone")
+         "gtk-sni-tray-standalone", "status-notifier-watcher")
 
 
 def missing_tools() -> list[str]:
@@ -79,13 +79,24 @@ class Desktop:
         return self
 
     def _start_sni(self) -> Desktop:
-        from tests.support.e2e.bus import WATCHER, has_owner
+        """The watcher on its own first, then the panel once the watcher owns its name.
 
-        log = open(self.root / "sni-tray.log", "wb")
-        self.procs.append(subprocess.Popen(["gtk-sni-tray-standalone", "--watcher", "--top", "--end", "-s", "32"],
-                                           env=self.env(), stdout=log, stderr=log))
+        `gtk-sni-tray-standalone --watcher` starts its watcher and its panel at once, and its
+        panel reads the watcher's items right away: on a busy machine it asked before its own
+        watcher held the name, got "ServiceUnknown" and died (a pattern-match failure), taking
+        the watcher with it, and the test waited a minute for a name nobody would take."""
+        from tests.support.e2e.bus import WATCHER, wait_for_owner
+
         address = self.bus_env["DBUS_SESSION_BUS_ADDRESS"]
-        wait_until(lambda: has_owner(address, WATCHER), timeout=60, interval=0.25, what="the SNI watcher")
+        log = open(self.root / "sni-watcher.log", "wb")
+        watcher = subprocess.Popen(["status-notifier-watcher"], env=self.env(), stdout=log, stderr=log)
+        self.procs.append(watcher)
+        wait_for_owner(address, WATCHER, watcher, "status-notifier-watcher")
+        log = open(self.root / "sni-tray.log", "wb")
+        panel = subprocess.Popen(["gtk-sni-tray-standalone", "--top", "--end", "-s", "32"], env=self.env(),
+                                 stdout=log, stderr=log)
+        self.procs.append(panel)
+        wait_for_owner(address, f"org.kde.StatusNotifierHost-standalone-{panel.pid}", panel, "the SNI panel")
         return self
 
     def stop(self) -> None:
