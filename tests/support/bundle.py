@@ -65,7 +65,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def loopback_settings() -> dict:
-    low = port_blocks.take(50, 30000, 40000)
+    low = port_blocks.take(50, 30000, 32700)
     return {"bind_host": "127.0.0.1", "advertise_host": "127.0.0.1", "port_range": [low, low + 49],
             "probe_interval_ms": 200, "sweep_ms": 1000, "stop_timeout_ms": 3000}
 
