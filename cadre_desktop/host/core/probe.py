@@ -32,7 +32,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from cadre_desktop import text
-from cadre_desktop.errors import CadreError
+from cadre_desktop.errors import CadreError, OutOfDescriptors
+from cadre_desktop.fdlimit import is_shortage, shortage_words
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
 from cadre_desktop.host.core.decide import NodeNews
 from cadre_desktop.host.core.driver import NodeDriver
@@ -125,7 +126,9 @@ class HttpStatusFetcher:
                 if len(raw) > MAX_STATUS_BYTES:
                     return None
                 body = json.loads(raw)
-        except (TimeoutError, aiohttp.ClientError, ValueError, RecursionError, OSError):
+        except (TimeoutError, aiohttp.ClientError, ValueError, RecursionError, OSError) as exc:
+            if is_shortage(exc) or (exc.__cause__ is not None and is_shortage(exc.__cause__)):  # not a silence
+                raise OutOfDescriptors(shortage_words("Asking a node how it is")) from None
             return None
         return sanitize_status(body) if isinstance(body, dict) else None
 
@@ -286,7 +289,15 @@ class Probe:
         if handle is None:
             return
         async with self._limit:
-            status = await self.fetch(handle.api_port)
+            try:
+                status = await self.fetch(handle.api_port)
+            except OutOfDescriptors as exc:
+                # The host could not ask: neither an answer nor a silence. Its silence is counted
+                # again from here (a healthy node was judged unresponsive during a shortage).
+                log.warning("node %s: %s", snapshot.id, exc.message)
+                if handle.id in self._last_ok:
+                    self._last_ok[handle.id] = self.clock.monotonic()
+                return
         if status is None or status.get("state") not in NODE_STATES:
             if self.unresponsive(handle.id) and self.driver.is_running(handle.id):
                 log.warning("node %s has not answered for %.0f s", snapshot.id, self.grace_s)
