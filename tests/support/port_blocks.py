@@ -27,6 +27,10 @@ _held: list[int] = []
 #: The slot this process holds until it ends, for single ports (`single`), and the next to try.
 _kept: list[int] = []
 _single = {"start": 0, "next": 0}
+#: Whether a test runs now (tests/conftest.py's autouse fixture says so). A range taken outside
+#: one (a module's settings made at collection, for a parametrize) is kept until the process
+#: ends: given back at the first test's end, another suite took it while this one still used it.
+_test = {"running": False}
 
 
 def take(size: int, low: int, high: int, rng: random.Random | None = None, *, keep: bool = False) -> int:
@@ -45,7 +49,7 @@ def take(size: int, low: int, high: int, rng: random.Random | None = None, *, ke
         if fds is None:
             continue
         if all(port_is_free("127.0.0.1", port) for port in range(start, start + slots * SLOT)):
-            (_kept if keep else _held).extend(fds)
+            (_kept if keep or not _test["running"] else _held).extend(fds)
             return start
         for fd in fds:
             os.close(fd)
@@ -90,7 +94,12 @@ def single() -> int:
     raise RuntimeError(f"every port of {_single['start']}-{_single['start'] + SLOT - 1} is in use")
 
 
+def test_began() -> None:
+    _test["running"] = True
+
+
 def release() -> None:
     """Give back every slot this test took."""
+    _test["running"] = False
     while _held:
         os.close(_held.pop())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -31,3 +32,20 @@ def test_the_ephemeral_range_is_read_from_the_kernel_or_linuxs_default(tmp_path)
     (tmp_path / "range").write_text("40000\t50000\n")
     assert port_blocks.ephemeral_range(tmp_path / "range") == (40000, 50000)
     assert port_blocks.ephemeral_range(tmp_path / "missing") == (32768, 60999)
+
+
+def test_a_range_taken_outside_a_test_is_kept_after_the_next_test_ends(tmp_path, monkeypatch):
+    """A module's settings made at collection (a parametrize) are used by all its tests."""
+    monkeypatch.setattr(port_blocks, "LOCKS", tmp_path / "locks")
+    monkeypatch.setattr(port_blocks, "_kept", [])
+    port_blocks.release()  # as between two tests
+    at_collection = port_blocks.take(50, 20000, 20100)
+    port_blocks.test_began()
+    port_blocks.release()
+    with pytest.raises(RuntimeError, match="other tests hold them all"):
+        port_blocks.take(50, 20000, 20100)
+    while port_blocks._kept:
+        os.close(port_blocks._kept.pop())
+    assert port_blocks.take(50, 20000, 20100) == at_collection
+    while port_blocks._kept:
+        os.close(port_blocks._kept.pop())
