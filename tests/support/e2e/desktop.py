@@ -172,8 +172,11 @@ class Desktop:
         return None
 
     def tray_box(self) -> Box:
-        panel = self.window_id("--classname", "panel")
-        assert panel is not None, "no panel window on the desktop"
+        # Looked for again for a moment: one search found no panel with the panel on the screen
+        # (its failure.png), while the tray's balloon came up (likely a window going away as
+        # xdotool walked the tree), and the test failed at once.
+        panel = wait_until(lambda: self.window_id("--classname", "panel"), timeout=10, interval=0.2,
+                           what="the panel window")
         return self.geometry(panel)
 
     def screenshot(self, path: Path, box: Box | None = None) -> dict[str, int]:
