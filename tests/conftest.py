@@ -31,6 +31,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _port_blocks():
     """The port ranges a test took (tests/support/port_blocks.py) are given back when it ends."""
+    port_blocks.test_began()
     yield
     port_blocks.release()
 

@@ -32,7 +32,6 @@ from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.lock import HostLock
 from cadre_desktop.host.core.netwatch import AddressWatcher, restart_stale
-from cadre_desktop.host.core.orphans import find_orphans
 from cadre_desktop.host.core.preflight import check_bind_host, prepare_home
 from cadre_desktop.host.core.probe import WAIT_S, HttpStatusFetcher, Probe, loopback_for
 from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
@@ -372,7 +371,7 @@ class Host:
         if self._parts is not None:
             if stop_nodes:
                 # Orphans are not this host's to stop: left running, and said so once.
-                left = find_orphans(self._parts.driver, self._parts.supervisor.lifecycles)
+                left = orphans.find_orphans(self._parts.driver, self._parts.supervisor.lifecycles)
                 orphans.report(left, at_quit=True)
                 await self._parts.driver.stop_all(leave=frozenset(h.node_id for h in left))
             self._parts.driver.close()

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from cadre_desktop.ui.tray import NODE_SLOTS
+from tests.support import port_blocks
 from tests.support.e2e.bus import Monitor, menu_layout, registered_items
 from tests.support.e2e.desktop import REPO, running_app, start_desktop
 from tests.support.headless import control_request, fast_settings
@@ -51,7 +52,8 @@ def test_sni_menu_with_30_nodes_is_capped_and_silent_while_nothing_changes(deskt
     home.mkdir()
     settings = fast_settings(node_command=BROKEN_NODE, sweep_ms=250, notifications=False,
                              respawn_max_attempts=1)
-    settings["port_range"] = [settings["port_range"][0], settings["port_range"][0] + 2 * NODES + 9]
+    low = port_blocks.take(2 * NODES + 10, 20000, 30000)  # more than fast_settings' 50, held as those are
+    settings["port_range"] = [low, low + 2 * NODES + 9]
     (home / "settings.json").write_text(json.dumps(settings))
     env = desktop.env(CADRE_DESKTOP_HOME=str(home), PYTHONPATH=str(REPO))
     address = desktop.bus_env["DBUS_SESSION_BUS_ADDRESS"]

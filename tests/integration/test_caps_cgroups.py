@@ -22,6 +22,7 @@ from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.paths import Paths
 from tests.support.polling import async_wait_until
+from tests.support.real_orchestrator import port_range
 
 CAP_NODES = str(Path(__file__).resolve().parents[1] / "support" / "cap_nodes.py")
 
@@ -33,12 +34,13 @@ def this_computers_way(home_id: str) -> caps.Way:
     return way
 
 
-def capped(home: Path, mode: str, node_caps: dict[str, NodeCaps]) -> tuple[Orchestrator, caps.Way]:
+def capped(home: Path, mode: str, node_caps: dict[str, NodeCaps],
+           command: list[str] | None = None) -> tuple[Orchestrator, caps.Way]:
     way = this_computers_way("htest" + secrets.token_hex(6))
     keeper = caps.CapsKeeper(way, lambda node_id: node_caps[node_id], platform=procs.CURRENT)
     orch = Orchestrator(
-        paths=Paths(home, home, home / "logs"), node_command=[sys.executable, CAP_NODES, mode],
-        ports=PortAllocator(47800, 47899, bind_host="127.0.0.1"), bind_host="127.0.0.1",
+        paths=Paths(home, home, home / "logs"), node_command=command or [sys.executable, CAP_NODES, mode],
+        ports=PortAllocator(*port_range(home), bind_host="127.0.0.1"), bind_host="127.0.0.1",
         advertise_host=lambda: "127.0.0.1", stop_timeout_s=2.0, caps=keeper,
     )
     return orch, way
@@ -64,6 +66,27 @@ async def test_a_node_past_its_memory_cap_is_stopped_and_told_in_words(tmp_path)
         assert exits[0].returncode == -9 and not exits[0].requested
         held = [line for line in orch.log_tail("n1", 5) if line.startswith("holding")]
         assert held and int(held[-1].split()[1]) <= 64  # it never held more than its cap
+    finally:
+        await orch.stop_all()
+        orch.close()
+
+
+async def test_a_capped_node_runs_in_its_groups_from_its_first_instruction(tmp_path):
+    """Not moved in after its spawn: a page touched before that stays charged outside the cap
+    (a hog held 72 MiB under a 64 MiB cap on a busy machine). `cat` reads its cgroups at once."""
+    orch, way = capped(tmp_path, "", {"n1": NodeCaps(cpu_percent=50, memory_mb=64, low_priority=False)},
+                       command=["cat", "/proc/self/cgroup"])
+    assert way.tree is not None
+    await orch.init()
+    exits: list[ExitEvent] = []
+    orch.subscribe(exits.append)
+    try:
+        orch.spawn("n1", {})
+        await async_wait_until(lambda: exits, timeout=30, what="cat's exit")
+        lines = orch.log_tail("n1", 20)
+        for controller in [""] if way.tree.version == 2 else way.tree.controllers:
+            seen = [line for line in lines if controller in line.split(":")[1].split(",")]
+            assert seen and seen[0].endswith(f"/{way.tree.family}/n1"), (controller, lines)
     finally:
         await orch.stop_all()
         orch.close()

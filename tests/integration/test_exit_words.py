@@ -20,6 +20,8 @@ from cadre_desktop.host.local.handles import ExitEvent
 from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.paths import Paths
+from tests.support.polling import async_wait_until
+from tests.support.real_orchestrator import port_range
 
 #: The leader writes a first line and exits 3; a child in a session of its own (no group
 #: kill reaches it) keeps the output open and writes the last line 0.4 s later.
@@ -40,7 +42,7 @@ def orchestrator(home: Path, script: str) -> Orchestrator:
     return Orchestrator(
         paths=Paths(home, home, home / "logs"),
         node_command=[sys.executable, "-c", script],
-        ports=PortAllocator(47700, 47799, bind_host="127.0.0.1"),
+        ports=PortAllocator(*port_range(home), bind_host="127.0.0.1"),
         bind_host="127.0.0.1",
         advertise_host=lambda: "127.0.0.1",
         stop_timeout_s=2.0,
@@ -89,6 +91,26 @@ async def test_a_pump_that_outlives_its_node_delays_the_exit_only_so_long(tmp_pa
         event, last = await told_exit(orch, "n1")
         assert event.returncode == 3
         assert last == ["an early line"]
+    finally:
+        end_late_writer(orch, "n1")
+        orch.close()
+
+
+async def test_a_child_whose_exit_is_not_told_yet_still_runs_for_the_supervisor(tmp_path):
+    """Its log may miss its last line until its exit is told: a pass that judged it then (another
+    node's exit, the sweep) read its exit's words from the log too early, a give-up's among them."""
+    from cadre_desktop.host.core.driver import DriverStatus
+
+    orch = orchestrator(tmp_path, LATE_LAST_LINE)
+    await orch.init()
+    told: list[ExitEvent] = []
+    orch.subscribe(told.append)
+    try:
+        handle = orch.spawn("n1", {})
+        await async_wait_until(lambda: not handle.alive, timeout=10, interval=0.005, what="the leader's exit")
+        assert not told and orch.status(handle.id) is DriverStatus.RUNNING
+        await async_wait_until(lambda: told, timeout=10, what="the exit told")
+        assert orch.status(handle.id) is DriverStatus.FAILED and orch.log_tail("n1", 1) == ["the last words"]
     finally:
         end_late_writer(orch, "n1")
         orch.close()

@@ -21,6 +21,7 @@ from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.settings import Settings, default_node_command
 from tests.support.polling import async_wait_until
+from tests.support.real_orchestrator import port_range
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="standbys are POSIX only")
 
@@ -32,7 +33,7 @@ def make(home, command=REFERENCE) -> Orchestrator:
 
     return Orchestrator(
         paths=Paths(home, home, home / "logs"), node_command=command,
-        ports=PortAllocator(47700, 47799, bind_host="127.0.0.1"), bind_host="127.0.0.1",
+        ports=PortAllocator(*port_range(home), bind_host="127.0.0.1"), bind_host="127.0.0.1",
         advertise_host=lambda: "127.0.0.1", stop_timeout_s=2.0, warm_standby=True,
     )
 
@@ -197,7 +198,7 @@ async def test_a_changed_node_program_is_the_one_the_next_start_runs(tmp_path, o
     await orch.init()
     old = await ready_standby(orch)
     new_program = program(tmp_path, "new_node")
-    orch.reconfigure(DriverConfig(node_command=tuple(new_program), port_range=(47700, 47799), stop_timeout_s=2.0,
+    orch.reconfigure(DriverConfig(node_command=tuple(new_program), port_range=port_range(tmp_path), stop_timeout_s=2.0,
                                   warm_standby=True))
     await async_wait_until(lambda: gone(old), timeout=10, what="the old program's standby ended")
     pid = await ready_standby(orch, other_than=old)
@@ -205,10 +206,10 @@ async def test_a_changed_node_program_is_the_one_the_next_start_runs(tmp_path, o
     handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
     assert "new_node.py" in cmdline(handle.pid), "the start ran the old node program"
     await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the node answering")
-    orch.reconfigure(DriverConfig(node_command=tuple(REFERENCE), port_range=(47700, 47799), stop_timeout_s=2.0,
+    orch.reconfigure(DriverConfig(node_command=tuple(REFERENCE), port_range=port_range(tmp_path), stop_timeout_s=2.0,
                                   warm_standby=False))
     assert orch.standby is None  # warm starts turned off while running
-    orch.reconfigure(DriverConfig(node_command=tuple(REFERENCE), port_range=(47700, 47799), stop_timeout_s=2.0,
+    orch.reconfigure(DriverConfig(node_command=tuple(REFERENCE), port_range=port_range(tmp_path), stop_timeout_s=2.0,
                                   warm_standby=True))
     assert "cadre_desktop.node" in cmdline(await ready_standby(orch)), "warm starts turned on found no standby"
     await orch.stop_all()

@@ -31,6 +31,7 @@ from tests.support.host_calls import answered, running
 from tests.support.instrumented_host import FULL_ENV, InstrumentedHost
 from tests.support.node_scan import kill_node_processes, node_processes
 from tests.support.polling import wait_until
+from tests.support.real_orchestrator import port_range
 from tests.support.secret_items import secret_items
 
 STAMP = "2026-01-01T00:00:00.000Z"
@@ -206,7 +207,7 @@ def test_full_disk_during_state_save_is_a_clear_error_and_the_file_is_intact(tmp
     state.write_bytes(pretty({"version": 1, "handles": {}}))
     before = state.read_bytes()
     orch = Orchestrator(paths=Paths(tmp_path, tmp_path, tmp_path / "logs"),
-                        node_command=["true"], ports=PortAllocator(20000, 20099), bind_host="127.0.0.1",
+                        node_command=["true"], ports=PortAllocator(*port_range(tmp_path)), bind_host="127.0.0.1",
                         advertise_host=lambda: "127.0.0.1")
     monkeypatch.setattr(os, "write", enospc(os.write, ".state.json."))
     with pytest.raises(StorageError) as err:

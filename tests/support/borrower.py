@@ -7,7 +7,6 @@ secrets audit looks at every command line).
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -15,16 +14,16 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from tests.support import port_blocks
 from tests.support.headless import REPO, HeadlessHost
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def free_lend_port() -> int:
-    """A port the OS says is free now (ephemeral range: outside every test's node port range)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free now that no other test holds, of this suite or one beside it (outside every
+    test's node port range; tests/support/port_blocks.py)."""
+    return port_blocks.single()
 
 
 def create_grant(host: HeadlessHost, **body) -> dict:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+from tests.support import port_blocks
 from tests.support.headless import control_request
 from tests.support.polling import wait_until
 
@@ -65,7 +65,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def loopback_settings() -> dict:
-    low = random.randrange(30000, 40000, 50)
+    low = port_blocks.take(50, 30000, 32700)
     return {"bind_host": "127.0.0.1", "advertise_host": "127.0.0.1", "port_range": [low, low + 49],
             "probe_interval_ms": 200, "sweep_ms": 1000, "stop_timeout_ms": 3000}
 

@@ -59,7 +59,7 @@ class DriverRig:
         self.drivers: list[NodeDriver] = []
         #: Its port range, and the one a `reconfigure` moves it to: 100 ports no other test
         #: holds, of this suite or one running beside it (tests/support/port_blocks.py).
-        low = port_blocks.take(100, 40000, 48000)
+        low = port_blocks.take(100, 15000, 20000)
         self.port_range, self.other_port_range = (low, low + 49), (low + 50, low + 69)
         #: Every exit any driver this rig built has told, in order.
         self.exits: list[Exit] = []

@@ -47,10 +47,15 @@ class SecretServiceSession:
         runtime.mkdir(mode=0o700)
         data = self.root / "data"
         data.mkdir()
+        # What the bus starts on demand (the accessibility bus's launcher, dconf) gets this session's
+        # folders, not the machine's: with HOME's, every suite's at-spi launcher put its bus at the one
+        # ~/.cache/at-spi/bus, and a GTK panel of one suite waited 25 s on another suite's.
+        private = {"HOME": str(self.root), "XDG_RUNTIME_DIR": str(runtime), "XDG_DATA_HOME": str(data),
+                   "XDG_CACHE_HOME": str(self.root / "cache"), "XDG_CONFIG_HOME": str(self.root / "config")}
         bus = subprocess.Popen(
             ["dbus-daemon", "--session", "--nofork", "--nopidfile", "--print-address=1",
              f"--address=unix:path={runtime}/bus"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, **private},
         )
         self._procs.append(bus)
         assert bus.stdout is not None

@@ -429,3 +429,26 @@ def test_on_windows_a_node_that_died_at_its_jobs_memory_limit_is_said_stopped_by
     child = FakeChild("n1", 3, job="JOB")
     keeper.place(child)
     assert keeper.exit_cause(child, code) == words
+
+
+def test_v1_groups_are_ready_before_the_spawn_and_the_child_joins_them_itself():
+    ops = v1_tree()
+    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+                           NodeCaps(cpu_percent=20, memory_mb=256))
+    mem, cpu = MEM / "cadre-desktop-habc" / "n1", CPU / "cadre-desktop-habc" / "n1"
+    assert sorted(keeper.before_spawn("n1")) == sorted([mem / "cgroup.procs", cpu / "cgroup.procs"])
+    assert ops.files[mem / "memory.limit_in_bytes"] == str(256 << 20)  # the limits first, no process yet
+    assert ops.files[cpu / "cpu.cfs_quota_us"] == "20000"
+    assert mem / "cgroup.procs" not in ops.files
+    keeper.place(FakeChild("n1", 4242))
+    assert ops.files[mem / "cgroup.procs"] == ops.files[cpu / "cgroup.procs"] == "4242"  # again, after the spawn
+    assert [p for p, _ in ops.writes].count(str(mem / "memory.limit_in_bytes")) == 1
+
+
+def test_no_group_is_made_ready_for_a_node_without_caps_or_another_way():
+    ops = v1_tree()
+    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops), NodeCaps())
+    assert keeper.before_spawn("n1") == [] and not ops.writes
+    scoped, _ = keeper_for(caps.choose("linux", "habc", scope_address=lambda: "unix:path=/x",
+                                       make_scope_ops=lambda _a: FakeScopeOps()), NodeCaps(memory_mb=64))
+    assert scoped.before_spawn("n1") == []

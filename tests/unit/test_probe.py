@@ -321,3 +321,55 @@ async def test_with_every_waiting_node_waited_on_the_probe_passes_only_every_int
     assert len(set(rig.answers.waits)) == 3
     assert passes <= 60 // 5 + 3, passes  # not 30
     await rig.probe.stop()
+
+
+async def test_a_probe_the_host_could_not_make_for_want_of_descriptors_is_no_silence(rig):
+    """A healthy node was judged unresponsive while the host was out of descriptors."""
+    from cadre_desktop.errors import OutOfDescriptors
+
+    rig.node(status=NodeStatus.JOINED, live=True)
+    rig.store.put(rig.store.get("n1").replace(peer_id="cn1peer"))
+    handle = rig.store.get("n1").handle
+    reported: list[str] = []
+    rig.probe.on_news = reported.append
+    rig.answers.by_port[port_of(rig)] = status("joined")
+    await rig.probe.probe_all()
+
+    async def short(_port):
+        raise OutOfDescriptors("no descriptor left")
+
+    rig.probe.fetch = short
+    steady = rig.probe.interval_s * STEADY_FACTOR
+    for _ in range(6):  # twice its grace of three periods, asked at each
+        await rig.clock.run_for(steady)
+        await rig.probe.probe_all()
+    assert reported == [] and not rig.probe.unresponsive(handle)
+    rig.probe.fetch = rig.answers.__call__
+    rig.answers.by_port[port_of(rig)] = None  # a silence once it can ask again counts as before
+    for _ in range(4):
+        await rig.clock.run_for(steady)
+        await rig.probe.probe_all()
+    assert reported == ["n1"] and rig.probe.unresponsive(handle)
+
+
+async def test_the_status_fetch_tells_a_descriptor_shortage_from_a_silence(monkeypatch):
+    import errno
+
+    from cadre_desktop import httpclient
+    from cadre_desktop.errors import OutOfDescriptors
+    from cadre_desktop.host.core.probe import HttpStatusFetcher
+
+    fetcher = HttpStatusFetcher("127.0.0.1", 1.0)
+    failure: list[OSError] = [OSError(errno.EMFILE, "Too many open files")]
+
+    async def connect(*_args, **_kwargs):
+        raise failure[0]
+
+    monkeypatch.setattr(httpclient.asyncio, "open_connection", connect)
+    try:
+        with pytest.raises(OutOfDescriptors):
+            await fetcher(9)
+        failure[0] = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+        assert await fetcher(9) is None
+    finally:
+        await fetcher.close()

@@ -42,7 +42,8 @@ from typing import Any
 from urllib.parse import quote
 
 from cadre_desktop import httpclient, text
-from cadre_desktop.errors import CadreError
+from cadre_desktop.errors import CadreError, OutOfDescriptors
+from cadre_desktop.fdlimit import is_shortage, shortage_words
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
 from cadre_desktop.host.core.decide import NodeNews
 from cadre_desktop.host.core.driver import NodeDriver
@@ -136,7 +137,9 @@ class HttpStatusFetcher:
             if answer.status != 200:
                 return None
             body = json.loads(answer.body)
-        except (TimeoutError, httpclient.ClientError, ValueError, RecursionError, OSError):
+        except (TimeoutError, httpclient.ClientError, ValueError, RecursionError, OSError) as exc:
+            if is_shortage(exc) or (exc.__cause__ is not None and is_shortage(exc.__cause__)):  # not a silence
+                raise OutOfDescriptors(shortage_words("Asking a node how it is")) from None
             return None
         return sanitize_status(body) if isinstance(body, dict) else None
 
@@ -354,6 +357,8 @@ class Probe:
         """
         try:
             await self._long_polls(node_id, handle_id)
+        except OutOfDescriptors as exc:  # the regular cadence takes this child over
+            self._could_not_ask(node_id, handle_id, exc)
         except Exception:  # as a failed pass: the regular cadence takes this child over
             log.exception("probe wait on node %s failed", node_id)
 
@@ -381,8 +386,19 @@ class Probe:
         if handle is None:
             return
         async with self._limit:
-            status = await self.fetch(handle.api_port)
+            try:
+                status = await self.fetch(handle.api_port)
+            except OutOfDescriptors as exc:
+                self._could_not_ask(snapshot.id, handle.id, exc)
+                return
         self.take(snapshot, handle.id, status)
+
+    def _could_not_ask(self, node_id: str, handle_id: str, exc: OutOfDescriptors) -> None:
+        """The host could not ask (no descriptor): neither an answer nor a silence. Its silence is
+        counted again from here (a healthy node was judged unresponsive during a shortage)."""
+        log.warning("node %s: %s", node_id, exc.message)
+        if handle_id in self._last_ok:
+            self._last_ok[handle_id] = self.clock.monotonic()
 
     def take(self, snapshot: NodeRecord, handle_id: str, status: dict[str, Any] | None) -> None:
         """What one answer (or its absence) of this child means."""

@@ -26,6 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from cadre_desktop.host.core.driver import CapsEnforcement, NodeCaps
@@ -148,9 +149,27 @@ class CapsKeeper:
         self.job_ops = job_ops
         #: handle id -> what was set for that child.
         self._placed: dict[str, _Placed] = {}
+        #: node id -> the counters of its group made ready before its spawn (`before_spawn`).
+        self._ready: dict[str, dict[str, int | None]] = {}
 
     def enforcement(self, caps: NodeCaps) -> CapsEnforcement:
         return enforcement(self.way, caps)
+
+    def before_spawn(self, node_id: str) -> list[Path]:
+        """Right before a spawn: the node's cgroups made and their limits written; the
+        `cgroup.procs` files its child joins before it runs its program (`procs.spawn`'s
+        `join`; none for another way, or no cap). Never raises."""
+        tree = self.way.tree
+        self._ready.pop(node_id, None)
+        try:
+            node_caps = self.caps_for(node_id)
+            if tree is None or not (node_caps.memory_mb or node_caps.cpu_percent):
+                return []
+            self._ready[node_id] = tree.prepare(node_id, node_caps)
+            return tree.procs_files(node_id)
+        except Exception as exc:  # placed after the spawn instead (`place`), said there if it fails again
+            log.warning("node %s: its cgroups could not be made ready before its start: %s", node_id, exc)
+            return []
 
     def place(self, child: Child) -> None:
         """Right after a spawn: the child's priority and its group. Never raises."""
@@ -171,7 +190,10 @@ class CapsKeeper:
         if not (caps.memory_mb or caps.cpu_percent):
             pass  # no group: a node with no cap is not put anywhere
         elif way.tree is not None:
-            before = way.tree.place(child.node_id, child.pid, caps)
+            ready = self._ready.pop(child.node_id, None)
+            if ready is not None:  # made before the spawn; the pid again, in case it could not join
+                way.tree.join(child.node_id, child.pid)
+            before = ready if ready is not None else way.tree.place(child.node_id, child.pid, caps)
         elif way.scopes is not None:
             way.scopes.place(child.node_id, child.pid, caps)
         elif way.kind == "job":

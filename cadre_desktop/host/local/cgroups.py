@@ -15,9 +15,14 @@ systemd user manager first, see `scope`):
   `cadre-desktop-<home id>/<node id>` under each, with `memory.limit_in_bytes`,
   and `cpu.cfs_quota_us` over `cpu.cfs_period_us`.
 
-A node's group is made (or re-used) at each start, its limits written from the
-caps of that start, and the child's pid written to `cgroup.procs` right after
-its spawn, so everything it starts is held too. Remove deletes the node's group,
+A node's group is made (or re-used) at each start and its limits written from
+the caps of that start before its child is started (`prepare`); the child joins
+it itself, between its fork and its exec (`procs.spawn`'s `join`), so not a page
+it touches is charged outside its cap (v1 and v2 leave a page charged where it was
+first touched: a child moved in after its spawn could hold its cap plus what it
+allocated meanwhile, 72 MiB under a 64 MiB cap on a busy machine). Its pid is
+written to `cgroup.procs` again after the spawn (a standby handed over, a join
+the child could not make), so everything it starts is held too. Remove deletes the node's group,
 and Quit (stopping the nodes) the whole `cadre-desktop-<home id>` tree: nothing
 is left behind. A kill by the memory cap is read from the group's counters
 (`memory.oom_control`'s `oom_kill` on v1, `memory.events`' on v2).
@@ -151,6 +156,13 @@ class CgroupTree:
     def place(self, node_id: str, pid: int, caps: NodeCaps) -> dict[str, int | None]:
         """Make (or re-use) the node's group, write its limits, put `pid` in it. Returns the
         group's memory counters before this start (read back at the exit)."""
+        before = self.prepare(node_id, caps)
+        self.join(node_id, pid)
+        return before
+
+    def prepare(self, node_id: str, caps: NodeCaps) -> dict[str, int | None]:
+        """Make (or re-use) the node's group and write its limits, before its child starts.
+        Returns the group's memory counters now (read back at the exit)."""
         dirs = self.node_dirs(node_id)
         for path in dict.fromkeys(dirs.values()):
             self.ops.mkdir(path.parent)
@@ -159,9 +171,16 @@ class CgroupTree:
             self._limits_v2(dirs["memory"], caps)
         else:
             self._limits_v1(dirs, caps)
-        for path in dict.fromkeys(dirs.values()):
-            self.ops.write(path / "cgroup.procs", str(pid))
         return self.kill_counters(node_id)
+
+    def procs_files(self, node_id: str) -> list[Path]:
+        """The `cgroup.procs` file of each of the node's groups (one on v2)."""
+        return [path / "cgroup.procs" for path in dict.fromkeys(self.node_dirs(node_id).values())]
+
+    def join(self, node_id: str, pid: int) -> None:
+        """Put `pid` in the node's groups (again, for a child that joined them itself)."""
+        for path in self.procs_files(node_id):
+            self.ops.write(path, str(pid))
 
     def _limits_v2(self, path: Path, caps: NodeCaps) -> None:
         memory = str(caps.memory_mb << 20) if caps.memory_mb else "max"

@@ -63,6 +63,8 @@ class Handle:
     #: True when a start found this child already running and took it over.
     adopted: bool = False
     alive: bool = True
+    #: Ended, its exit not told yet: its last output may still be on its way to its log.
+    exit_pending: bool = False
     stop_requested: bool = False
     returncode: int | None = None
     #: The process group (and session) the child leads on POSIX; it outlives a dead leader.

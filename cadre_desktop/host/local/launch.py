@@ -66,9 +66,9 @@ class Launched:
 
 def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Path, node_id: str,
            log_cap: int, handle_id: str, platform: str, job_ops: Callable[[], winjob.JobOps],
-           keeper: LogKeeper | None = None) -> Launched:
+           keeper: LogKeeper | None = None, join: list[Path] | None = None) -> Launched:
     """Start the child (in a session or job of its own) with its output going to the keeper
-    (or, without one, a fresh log pump).
+    (or, without one, a fresh log pump), in the cgroups of `join` from its first instruction.
 
     OSError: the node program could not be started. SpawnError: its output
     could not be given to a writer, and the node, already running, was ended again.
@@ -82,7 +82,7 @@ def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Pat
         try:
             os.write(write_end, nodelogs.header(node_id))
             popen = call_with_reserve(procs.spawn, command, env=env, cwd=work, stdin=subprocess.DEVNULL,
-                                      stdout=write_end, stderr=write_end, platform=platform)
+                                      stdout=write_end, stderr=write_end, platform=platform, join=join or ())
         except BaseException:
             if job is not None:
                 job_ops().close(job)

@@ -110,9 +110,11 @@ class Orchestrator:
         return list(self._handles.values())
 
     def status(self, handle_id: str | None) -> DriverStatus:
-        if not handle_id:
-            return DriverStatus.UNKNOWN
-        return status_of(self.get(handle_id))
+        """An exit not told yet still runs: its log may miss its last line (judged when told)."""
+        handle = self.get(handle_id)
+        if not handle_id or (handle is not None and handle.exit_pending):
+            return DriverStatus.RUNNING if handle_id else DriverStatus.UNKNOWN
+        return status_of(handle)
 
     def handles_for(self, node_id: str) -> list[Handle]:
         return [h for h in self._handles.values() if h.node_id == node_id]
@@ -282,6 +284,7 @@ class Orchestrator:
                                advertise_host=self.advertise_host(), attempt=attempt, secret_env=secret_env)
 
     def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
+        join = self.caps.before_spawn(node_id)  # its groups ready (caps.py); a standby joins after its hand-over
         if self.standby is not None:
             taken = self.standby.take(env, nodelogs.header(node_id))
             self.standby.fill_soon()
@@ -291,7 +294,7 @@ class Orchestrator:
                                         keeper=self.keeper)
         return launch.launch(self.node_command, env, work, log_path=self.logs.path(node_id), node_id=node_id,
                              log_cap=self.logs.cap, handle_id=handle_id, platform=self.platform,
-                             job_ops=self.ender.job_ops, keeper=self.keeper)
+                             job_ops=self.ender.job_ops, keeper=self.keeper, join=join)
 
     def _track(self, node_id: str, handle_id: str, launched: launch.Launched, ports: tuple[int, int],
                env: dict[str, str], attempt: int) -> Handle:
@@ -328,6 +331,7 @@ class Orchestrator:
                 # The listeners read the node's last log line to say why it ended; its pump or
                 # the keeper may not have written it yet. Both see the pipe's end, which says
                 # the log is whole: tell once it came (within a bound).
+                handle.exit_pending = True
                 task = asyncio.get_running_loop().create_task(self._tell_when_flushed(handle, code))
                 self._telling.add(task)
                 task.add_done_callback(self._telling.discard)
@@ -343,6 +347,7 @@ class Orchestrator:
         self._tell_exit(handle, code)
 
     def _tell_exit(self, handle: Handle, code: int | None) -> None:
+        handle.exit_pending = False
         cause = self.caps.exit_cause(handle, code)  # the memory cap's kill, said as such
         self._listeners.tell(ExitEvent(handle.id, handle.node_id, handle.pid, code, handle.stop_requested, cause))
         if self._handles.get(handle.id) is handle and not self._closed and not self._stopping_all:

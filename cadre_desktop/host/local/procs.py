@@ -287,12 +287,46 @@ ExitCallback = Callable[[int | None], None]
 
 
 def spawn(command: Sequence[str], *, env: Mapping[str, str], cwd: str | Path | None, stdin: Any,
-          stdout: Any, stderr: Any, platform: str = CURRENT) -> subprocess.Popen[bytes]:
+          stdout: Any, stderr: Any, platform: str = CURRENT, join: Sequence[Path] = ()) -> subprocess.Popen[bytes]:
     """Start a child in a process group (a session on POSIX, a new process group on
     Windows) of its own, with no descriptor of ours but the three given: the one place
-    the package starts a process, so a test or another OS sees every start here."""
-    return subprocess.Popen(list(command), env=dict(env), cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr,
-                            close_fds=True, **popen_options(platform))
+    the package starts a process, so a test or another OS sees every start here.
+
+    `join` (Linux): `cgroup.procs` files the child writes itself into between its fork and
+    its exec, so its program runs under its caps from its first page. A file that cannot be
+    opened is skipped (the caller places the child after the spawn too)."""
+    fds = _open_for_join(join)
+    try:
+        return subprocess.Popen(list(command), env=dict(env), cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr,
+                                close_fds=True, preexec_fn=_joiner(fds) if fds else None, **popen_options(platform))
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _open_for_join(paths: Sequence[Path]) -> list[int]:
+    fds = []
+    for path in paths:
+        try:
+            fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
+        except OSError as exc:
+            log.debug("cannot open %s for the child to join: %s", path, exc)
+    return fds
+
+
+def _joiner(fds: list[int]) -> Callable[[], None]:
+    """What the child runs after its fork: one write of "0" (the writer itself) to each
+    descriptor opened before the fork. Nothing else: no lock, no import, no file opened, so a
+    fork from a process with threads cannot deadlock on it. A refused write leaves the child
+    where it is (the caller places it after the spawn)."""
+    def join() -> None:
+        for fd in fds:
+            try:
+                os.write(fd, b"0")
+            except OSError:
+                pass
+
+    return join
 
 
 def kill_and_reap(popen: subprocess.Popen[bytes], platform: str = CURRENT, *, what: str = "child") -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -42,6 +43,32 @@ def call(address: str, dest: str, path: str, interface: str, member: str, signat
 def has_owner(address: str, name: str) -> bool:
     return call(address, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
                 "NameHasOwner", "s", (name,))[0]
+
+
+def wait_for_owner(address: str, name: str, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
+    """Until `name` has an owner on the bus, told by the bus's NameOwnerChanged signal (no
+    polling), or fail at once, with what it wrote, when `proc` (the program to own it) ended."""
+    from jeepney.bus_messages import MatchRule, message_bus
+
+    rule = MatchRule(type="signal", sender="org.freedesktop.DBus", interface="org.freedesktop.DBus",
+                     member="NameOwnerChanged", path="/org/freedesktop/DBus")
+    rule.add_arg_condition(0, name)
+    deadline = time.monotonic() + timeout
+    with _conn(address) as conn, conn.filter(rule) as queue:
+        conn.send_and_get_reply(message_bus.AddMatch(rule), timeout=10)
+        if conn.send_and_get_reply(message_bus.NameHasOwner(name), timeout=10).body[0]:
+            return  # owned before the match was in place
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what} ended (exit {proc.returncode}) before it owned {name}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{what}: no owner of {name} in {timeout} s")
+            try:
+                if conn.recv_until_filtered(queue, timeout=min(0.5, left)).body[2]:
+                    return
+            except TimeoutError:
+                pass
 
 
 def prop(address: str, dest: str, path: str, interface: str, name: str):
@@ -100,8 +127,7 @@ class Dunst:
         self._log = open(root / "dunst.log", "wb")
         self.proc = subprocess.Popen(["dunst", "-config", str(config)], env=env, stdout=self._log,
                                      stderr=self._log)
-        address = env["DBUS_SESSION_BUS_ADDRESS"]
-        wait_until(lambda: has_owner(address, NOTIFICATIONS), timeout=20, interval=0.05, what="dunst on the bus")
+        wait_for_owner(env["DBUS_SESSION_BUS_ADDRESS"], NOTIFICATIONS, self.proc, "dunst")
 
     def ctl(self, *args: str) -> str:
         return subprocess.run(["dunstctl", *args], env=self.env, capture_output=True, text=True,

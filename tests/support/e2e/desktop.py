@@ -25,7 +25,7 @@ GRAB = Path(__file__).with_name("grab.py")
 REPO = Path(__file__).resolve().parents[3]
 SHOTS = REPO / "docs" / "screenshots"
 TOOLS = ("Xvfb", "trayer", "xdotool", "xwininfo", "zbarimg", "dunst", "dunstctl", "dbus-monitor",
-         "gtk-sni-tray-standalone")
+         "gtk-sni-tray-standalone", "status-notifier-watcher")
 
 
 def missing_tools() -> list[str]:
@@ -55,37 +55,76 @@ class Desktop:
     # -- life ------------------------------------------------------------------------
 
     def start(self, size: str = "1280x800x24", tray: str = "trayer") -> Desktop:
+        """Xvfb, then the tray; what was started is stopped again when a part fails."""
+        try:
+            return self._start(size, tray)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, size: str, tray: str) -> Desktop:
         read, write = os.pipe()
-        xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", size, "-nolisten", "tcp"],
-                                pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log = open(self.root / "xvfb.log", "wb")
+        # -noreset: an X server resets when its last client leaves, and refuses connections for a
+        # moment meanwhile; a client that came and went (the check below, or a stray one of a dead
+        # desktop whose display number this one was just given, beside another suite) made the
+        # panel's own connection fail: "cannot open display: :1".
+        xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", size, "-nolisten", "tcp",
+                                 "-noreset"], pass_fds=(write,), stdout=log, stderr=log)
         os.close(write)
         self.procs.append(xvfb)
         with os.fdopen(read) as fh:
             number = fh.readline().strip()
         if not number:
-            raise RuntimeError("Xvfb did not start")
+            raise RuntimeError(f"Xvfb did not start: {(self.root / 'xvfb.log').read_text(errors='replace')[-2000:]}")
         self.display = f":{number}"
         self.tray = tray
+        # The display answers before anything is started on it.
+        self._until_up(xvfb, "Xvfb", lambda: subprocess.run(["xwininfo", "-root"], env=self.env(), timeout=20,
+                                                             capture_output=True).returncode == 0)
         if tray == "sni":
             return self._start_sni()
         log = open(self.root / "trayer.log", "wb")
-        self.procs.append(subprocess.Popen(
+        trayer = subprocess.Popen(
             ["trayer", "--edge", "top", "--align", "right", "--widthtype", "request", "--height", "32",
              "--SetDockType", "true", "--transparent", "false"],
-            env=self.env(), stdout=log, stderr=log))
+            env=self.env(), stdout=log, stderr=log)
+        self.procs.append(trayer)
         # Each look starts a program (xdotool): a few a second, and a minute's room on a machine another
         # suite keeps busy (it failed there at 20 s, twenty looks a second crowding the panel's own start).
-        wait_until(lambda: self.window_id("--classname", "panel"), timeout=60, interval=0.25, what="trayer's panel")
+        self._until_up(trayer, "trayer", lambda: self.window_id("--classname", "panel"), timeout=60)
         return self
 
-    def _start_sni(self) -> Desktop:
-        from tests.support.e2e.bus import WATCHER, has_owner
+    def _until_up(self, proc: subprocess.Popen, name: str, up, timeout: float = 20) -> None:
+        """Until `up()`, or fail at once with its log when `proc` ended."""
+        def check() -> bool:
+            if proc.poll() is not None:
+                logs = [p for p in self.root.glob(f"{name.lower()}*.log")]
+                said = logs[0].read_text(errors="replace")[-2000:] if logs else ""
+                raise RuntimeError(f"{name} ended (exit {proc.returncode}) before it was up: {said}")
+            return bool(up())
 
-        log = open(self.root / "sni-tray.log", "wb")
-        self.procs.append(subprocess.Popen(["gtk-sni-tray-standalone", "--watcher", "--top", "--end", "-s", "32"],
-                                           env=self.env(), stdout=log, stderr=log))
+        wait_until(check, timeout=timeout, interval=0.25, what=f"{name} up on {self.display}")
+
+    def _start_sni(self) -> Desktop:
+        """The watcher on its own first, then the panel once the watcher owns its name.
+
+        `gtk-sni-tray-standalone --watcher` starts its watcher and its panel at once, and its
+        panel reads the watcher's items right away: on a busy machine it asked before its own
+        watcher held the name, got "ServiceUnknown" and died (a pattern-match failure), taking
+        the watcher with it, and the test waited a minute for a name nobody would take."""
+        from tests.support.e2e.bus import WATCHER, wait_for_owner
+
         address = self.bus_env["DBUS_SESSION_BUS_ADDRESS"]
-        wait_until(lambda: has_owner(address, WATCHER), timeout=60, interval=0.25, what="the SNI watcher")
+        log = open(self.root / "sni-watcher.log", "wb")
+        watcher = subprocess.Popen(["status-notifier-watcher"], env=self.env(), stdout=log, stderr=log)
+        self.procs.append(watcher)
+        wait_for_owner(address, WATCHER, watcher, "status-notifier-watcher")
+        log = open(self.root / "sni-tray.log", "wb")
+        panel = subprocess.Popen(["gtk-sni-tray-standalone", "--top", "--end", "-s", "32"], env=self.env(),
+                                 stdout=log, stderr=log)
+        self.procs.append(panel)
+        wait_for_owner(address, f"org.kde.StatusNotifierHost-standalone-{panel.pid}", panel, "the SNI panel")
         return self
 
     def stop(self) -> None:
@@ -133,8 +172,11 @@ class Desktop:
         return None
 
     def tray_box(self) -> Box:
-        panel = self.window_id("--classname", "panel")
-        assert panel is not None, "no panel window on the desktop"
+        # Looked for again for a moment: one search found no panel with the panel on the screen
+        # (its failure.png), while the tray's balloon came up (likely a window going away as
+        # xdotool walked the tree), and the test failed at once.
+        panel = wait_until(lambda: self.window_id("--classname", "panel"), timeout=10, interval=0.2,
+                           what="the panel window")
         return self.geometry(panel)
 
     def screenshot(self, path: Path, box: Box | None = None) -> dict[str, int]:
