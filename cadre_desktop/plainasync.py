@@ -1,26 +1,43 @@
-"""asyncio without its TLS half, for the processes that speak plain HTTP only.
+"""The standard library without OpenSSL, for the processes that never need it.
 
-asyncio imports ``ssl`` for its TLS transports, and with it OpenSSL's libssl and
-libcrypto: about 5 MB resident (bench/README.md, issue 26) and a few milliseconds
-of every start. The node, the headless host and the tray app speak plain HTTP on
-loopback or the LAN and never open a TLS connection. asyncio is built to run
-without ``ssl`` (a Python built without OpenSSL), so while it is imported ``ssl``
-is made unimportable; the entry is removed right after, so a later ``import ssl``
-(a test, a plugin) still works as usual, only asyncio's own TLS support stays off.
+Two parts of the standard library load OpenSSL's shared libraries on import without
+this program ever using them:
+
+- asyncio imports ``ssl`` for its TLS transports (libssl and libcrypto, about 5 MB
+  resident and a few milliseconds of every start). The node, the headless host and
+  the tray app speak plain HTTP on loopback or the LAN and never open a TLS
+  connection.
+- ``hashlib``, ``hmac`` and ``secrets`` import ``_hashlib`` (libcrypto, about 3 MB
+  resident: bench/README.md, issue 26) for SHA-256 digests, constant-time
+  comparisons and random tokens. CPython ships its own SHA-2 and a constant-time
+  compare for a build without OpenSSL, and ``secrets`` draws from ``os.urandom``
+  either way; these processes hash a few short strings.
+
+Both are what a Python built without OpenSSL runs: while these modules are imported,
+``ssl`` and ``_hashlib`` are made unimportable, and the entries are removed right
+after, so a later ``import ssl`` (a test, a plugin) still works as usual; only
+asyncio's TLS support and hashlib's OpenSSL-only extras stay off in this process.
 """
 
 from __future__ import annotations
 
 import sys
 
+_BLOCKED = ("ssl", "_hashlib")
+_MODULES = ("asyncio", "hashlib", "hmac", "secrets")
 
-def import_asyncio() -> bool:
-    """Import asyncio without ssl; False when either was already imported (nothing to gain)."""
-    if "asyncio" in sys.modules or "ssl" in sys.modules:
-        return False
-    sys.modules["ssl"] = None  # type: ignore[assignment]
+
+def import_without_openssl() -> bool:
+    """Import asyncio, hashlib, hmac and secrets (those not imported yet) without OpenSSL.
+    True when OpenSSL's modules are still not loaded after it."""
+    blocked = [name for name in _BLOCKED if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]
     try:
-        import asyncio  # noqa: F401
+        for name in _MODULES:
+            if name not in sys.modules:
+                __import__(name)
     finally:
-        del sys.modules["ssl"]
-    return True
+        for name in blocked:
+            del sys.modules[name]
+    return not any(name in sys.modules for name in _BLOCKED)

@@ -2,7 +2,7 @@
 
 Node commands are clients of the control API (found through control.json);
 only `node logs` reads files directly, so it works with no host running.
-Heavy modules (Qt, aiohttp, the engine) are imported only by the commands that
+Heavy modules (Qt, the engine) are imported only by the commands that
 need them, so a `node list` starts quickly.
 
 Exit codes: 0 ok, 1 the action failed, 2 usage, 3 no host is running for this home.
@@ -26,6 +26,7 @@ from cadre_desktop.cli import caps, lending, when
 from cadre_desktop.cli.client import NoHost
 from cadre_desktop.cli.history import cmd_history
 from cadre_desktop.cli.logs import cmd_logs
+from cadre_desktop.cli.start import run_gui, run_headless
 from cadre_desktop.cli.terminal import (
     EXIT_FAILED,
     EXIT_NO_HOST,
@@ -270,29 +271,6 @@ def cmd_autostart(args, paths: Paths) -> int:
         (autostart.enable if args.state == "on" else autostart.disable)()
         out(f"autostart is {args.state}")
     return EXIT_OK
-
-
-def run_headless(paths: Paths) -> int:
-    from cadre_desktop.plainasync import import_asyncio
-
-    import_asyncio()  # the host speaks plain HTTP only
-    from cadre_desktop.host.core.preflight import prepare_home
-    from cadre_desktop.settings import load_settings
-
-    prepare_home(paths)  # a home it cannot use is one message (exit 1), before settings are read there
-    settings = load_settings(paths.settings_file)
-    from cadre_desktop.cli.headless import run_headless as run
-
-    return run(paths, settings)
-
-
-def run_gui(argv: list[str]) -> int:
-    from cadre_desktop.plainasync import import_asyncio
-
-    import_asyncio()  # the tray app and its host speak plain HTTP only
-    from cadre_desktop.ui.app import run_gui as run
-
-    return run(argv)
 
 
 # -- parsing ------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import sys  # noqa: E402
 
 from cadre_desktop.errors import CadreError  # noqa: E402
 from cadre_desktop.node.errors import ExitCode, exit_code_of  # noqa: E402
-from cadre_desktop.plainasync import import_asyncio  # noqa: E402
+from cadre_desktop.plainasync import import_without_openssl  # noqa: E402
 
 USAGE = """\
 usage: cadre-node   (no arguments; configured by environment variables)
@@ -74,7 +74,7 @@ def _stand_by() -> bool:
     secrets included: a pipe, never the command line. False: stdin closed
     without a line (the host no longer wants it).
     """
-    import_asyncio()  # loaded now (the node speaks plain HTTP only), so it is ready the moment it is told
+    import_without_openssl()  # loaded now (the node speaks plain HTTP only), so it is ready the moment it is told
     import logging  # noqa: F401
 
     from cadre_desktop import fdlimit  # noqa: F401
@@ -135,7 +135,7 @@ def _stop_during_start_up(signum: int, frame: object) -> None:
 
 
 def _run() -> int:
-    import_asyncio()  # the node speaks plain HTTP only
+    import_without_openssl()  # the node speaks plain HTTP only
     from cadre_desktop.node.config import load_config
 
     config = load_config(os.environ)

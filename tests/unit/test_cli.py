@@ -414,6 +414,31 @@ def test_headless_runs_the_runner_with_paths_and_settings(monkeypatch, home):
     assert seen[0][0] == resolve_paths() and seen[0][1].sweep_ms == 1234
 
 
+def test_the_two_starts_skip_the_commands_parser_and_client():
+    """`cadre-desktop` and `--headless` go straight to cli/start.py: the tray loads no command
+    module and no urllib client (about 1.3 MB of it, issue 26); commands still parse as before."""
+    code = (
+        "import sys\n"
+        "import cadre_desktop.ui.app as app\n"
+        "app.run_gui = lambda argv: 5\n"
+        "from cadre_desktop import cli\n"
+        "assert cli.main([]) == 5\n"
+        "print(sorted(m for m in sys.modules if m.startswith('cadre_desktop.cli.') or m == 'urllib.request'))\n"
+    )
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == "['cadre_desktop.cli.start']"
+
+
+def test_a_headless_start_with_bad_settings_says_so_in_one_line_through_the_entry_point(capsys, home):
+    from cadre_desktop import cli as entry
+
+    (home / "settings.json").write_text(json.dumps({"sweep_msec": 1}))
+    assert entry.main(["--headless"]) == 1
+    err = capsys.readouterr().err
+    assert "sweep_msec" in err and err.startswith("cadre-desktop: ") and err.count("\n") == 1
+
+
 def test_headless_with_bad_settings_exits_1_naming_the_key(capsys, home):
     (home / "settings.json").write_text(json.dumps({"sweep_msec": 1}))
     code, _, err = run(capsys, "--headless")

@@ -124,16 +124,17 @@ def test_the_engine_loads_no_aiohttp():
 
 def test_the_tray_app_and_the_headless_host_load_no_tls():
     """What `cadre-desktop` and `--headless` import to start (the CLI, the engine, the tray's UI)
-    loads no ``ssl`` once asyncio came without it (plainasync): OpenSSL is about 5 MB of the tray.
+    loads no ``ssl`` and no ``_hashlib`` once asyncio and hashlib came without them (plainasync):
+    OpenSSL is about 8 MB of the tray.
     The CLI's urllib client, which brings ssl, is built only when a command asks the host."""
     code = (
         "import os, sys\n"
         "os.environ['QT_QPA_PLATFORM'] = 'offscreen'\n"
-        "from cadre_desktop.plainasync import import_asyncio\n"
-        "assert import_asyncio()\n"
+        "from cadre_desktop.plainasync import import_without_openssl\n"
+        "assert import_without_openssl()\n"
         "import cadre_desktop.cli, cadre_desktop.cli.headless, cadre_desktop.host.host, cadre_desktop.ui.app\n"
         "import cadre_desktop.ui.shell, cadre_desktop.ui.tray, cadre_desktop.host.lend_host, qasync\n"
-        "print(sorted(k for k in sys.modules if k.split('.')[0] in ('ssl', '_ssl', 'urllib.request', 'http')))\n"
+        "print(sorted(k for k in sys.modules if k.split('.')[0] in ('ssl', '_ssl', '_hashlib', 'urllib.request', 'http')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
