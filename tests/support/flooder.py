@@ -14,6 +14,7 @@ import errno
 import json
 import os
 import selectors
+import signal
 import socket
 import sys
 import time
@@ -24,6 +25,11 @@ HALF = b"GET /api/nodes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer not
 
 
 def main(host: str, port: int, count: int, seconds: float, source: str | None) -> int:
+    # The test stops the flood with SIGINT. A suite started in the background (`./scripts/test &`
+    # from a script: POSIX shells start such a job with SIGINT ignored, and Python then installs
+    # no handler) would pass that on: the flooder ignored the stop, was killed 30 s later and
+    # printed no stats. Its own handler, whatever the parent ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         import resource
 
