@@ -7,6 +7,7 @@ Linux desktop uses.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -15,6 +16,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import psutil
 
 from tests.support.polling import wait_until
 
@@ -91,13 +94,32 @@ class SecretServiceSession:
         return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, timeout=20).returncode == 0
 
     def stop(self) -> None:
+        # What the bus started on demand goes too: a second gnome-keyring-daemon the bus activated
+        # (a client asked for the Secret Service while the test's own was starting or gone) outlived
+        # its bus, one stray per such test, and every run of the suite left more.
+        started = self._activated()
         for proc in reversed(self._procs):
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        for child in started:
+            with contextlib.suppress(psutil.Error):
+                child.terminate()
+        _gone, alive = psutil.wait_procs(started, timeout=5)
+        for child in alive:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _activated(self) -> list[psutil.Process]:
+        """Every process the bus (or the keyring) started, found before they are stopped."""
+        found: list[psutil.Process] = []
+        for proc in self._procs:
+            with contextlib.suppress(psutil.Error):
+                found.extend(psutil.Process(proc.pid).children(recursive=True))
+        return found
 
 
 def bus_clients(env: dict) -> int:
