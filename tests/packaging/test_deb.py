@@ -8,6 +8,7 @@ The package goes onto this machine, so the module removes it again whatever happ
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -126,12 +127,30 @@ def apt_machine():
         pytest.skip("installing the .deb needs apt-get and dpkg (Debian or Ubuntu)")
     if os.geteuid() != 0:
         pytest.skip("installing the .deb needs root for apt-get; .ci/run runs as root")
-    if package_status() is not None:
-        pytest.skip(f"a {APP} package is already on this machine, which the test would replace and remove "
-                    f"(`apt-get purge {APP}` first)")
-    yield
-    if package_status() is not None:
-        apt_get("purge", APP)
+    # The package is the machine's, not the suite's: a second suite running beside this one waits
+    # for it (a few seconds from install to purge) instead of finding it installed and skipping.
+    with open(APT_LOCK, "a") as lock:
+        wait_until(lambda: _locked(lock), timeout=90, interval=0.2, what="another suite's .deb tests")
+        if package_status() is not None:
+            pytest.skip(f"a {APP} package is already on this machine, which the test would replace and remove "
+                        f"(`apt-get purge {APP}` first)")
+        try:
+            yield
+        finally:
+            if package_status() is not None:
+                apt_get("purge", APP)
+
+
+#: The one file every suite on this machine locks while its package is installed.
+APT_LOCK = Path("/tmp/cadre-desktop-tests-apt.lock")
+
+
+def _locked(lock) -> bool:
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 @pytest.fixture
