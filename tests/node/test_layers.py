@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.imports import loaded_after
 from tests.support.node_process import REPO_ROOT, NodeLauncher
 
 
@@ -17,17 +18,9 @@ def run_python(script: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=30)
 
 
-def loaded_by(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
-    """The modules whose name starts with one of `prefixes` that importing `modules` loads,
-    in a fresh interpreter."""
-    script = (
-        "import importlib, sys\n"
-        f"for name in {modules!r}: importlib.import_module(name)\n"
-        f"print(','.join(sorted(m for m in sys.modules if m.startswith({prefixes!r}))))\n"
-    )
-    result = run_python(script)
-    assert result.returncode == 0, result.stderr
-    return [m for m in result.stdout.strip().split(",") if m]
+def loaded_by(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    """The modules in `names` (or inside them) that importing `modules` loads, in a fresh interpreter."""
+    return loaded_after(f"import importlib\nfor name in {modules!r}: importlib.import_module(name)", names)
 
 
 MODULES = [

@@ -1,11 +1,16 @@
 """Reading a module's imports from its source (ast), for the tests that check layers,
-cycles and the tests' own layout: one walker, one way of resolving a relative import."""
+cycles and the tests' own layout: one walker, one way of resolving a relative import; and
+what importing really loads, in a fresh interpreter (`loaded_after`)."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -69,3 +74,13 @@ def sources(folder: str = "", pattern: str = "**/*.py") -> list[Path]:
     found = sorted(p for p in (PKG / folder).glob(pattern) if "__pycache__" not in p.parts)
     assert found, f"cadre_desktop/{folder} holds no module matching {pattern}: the check would walk nothing"
     return found
+
+
+def loaded_after(script: str, names: tuple[str, ...], env: dict[str, str] | None = None) -> list[str]:
+    """The modules named in `names`, or inside one of them (`a` names `a` and `a.b`), that are
+    loaded once `script` ran in a fresh interpreter from the repository root."""
+    probe = (f"{script}\nimport sys\n"
+             f"print(','.join(sorted(m for m in sys.modules if any(m == n or m.startswith(n + '.') for n in {names!r}))))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [m for m in done.stdout.strip().split(",") if m]

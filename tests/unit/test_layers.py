@@ -1,11 +1,11 @@
 """The engine and the node never import Qt (STYLE habit 1)."""
 
 import ast
-import subprocess
+import os
 import sys
 from pathlib import Path
 
-from tests.support.imports import imported, sources
+from tests.support.imports import imported, loaded_after, sources
 
 PKG = Path(__file__).parents[2] / "cadre_desktop"
 
@@ -95,31 +95,27 @@ def test_every_room_says_what_it_holds_and_may_import():
 
 
 def test_importing_the_engine_loads_no_qt():
-    code = (
-        "import sys, pkgutil, importlib, cadre_desktop.host as h, cadre_desktop.node as n\n"
+    script = (
+        "import pkgutil, importlib, cadre_desktop.host as h, cadre_desktop.node as n\n"
         "for pkg in (h, n):\n"
         "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
         "        if not m.name.endswith('__main__'): importlib.import_module(m.name)\n"
-        "print(sorted(k for k in sys.modules if k.startswith(('PySide6', 'qasync'))))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert loaded_after(script, ("PySide6", "qasync")) == []
 
 
 def test_the_engine_loads_no_aiohttp():
     """The control API and the lend API serve on wire/http1.py (h11), and the probe, invitations
     and seeds ask with httpclient.py: importing every module of host/, wire/ and the basics
     loads no aiohttp (it cost the tray about 17 MB; it is a test dependency only)."""
-    code = (
-        "import sys, pkgutil, importlib, cadre_desktop, cadre_desktop.host as h, cadre_desktop.wire as w\n"
+    script = (
+        "import pkgutil, importlib, cadre_desktop, cadre_desktop.host as h, cadre_desktop.wire as w\n"
         "for pkg in (h, w):\n"
         "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'): importlib.import_module(m.name)\n"
         "for m in pkgutil.iter_modules(cadre_desktop.__path__):\n"
         "    if not m.ispkg and m.name != '__main__': importlib.import_module('cadre_desktop.' + m.name)\n"
-        "print(sorted(k for k in sys.modules if k.split('.')[0] in ('aiohttp', 'yarl', 'multidict')))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert loaded_after(script, ("aiohttp", "yarl", "multidict")) == []
 
 
 def test_the_tray_app_and_the_headless_host_load_no_tls():
@@ -127,17 +123,14 @@ def test_the_tray_app_and_the_headless_host_load_no_tls():
     loads no ``ssl`` and no ``_hashlib`` once asyncio and hashlib came without them (plainasync):
     OpenSSL is about 8 MB of the tray.
     The CLI's urllib client, which brings ssl, is built only when a command asks the host."""
-    code = (
-        "import os, sys\n"
-        "os.environ['QT_QPA_PLATFORM'] = 'offscreen'\n"
+    script = (
         "from cadre_desktop.plainasync import import_without_openssl\n"
         "assert import_without_openssl()\n"
-        "import cadre_desktop.cli, cadre_desktop.cli.headless, cadre_desktop.host.host, cadre_desktop.ui.app\n"
+        "import cadre_desktop.cli, cadre_desktop.cli.start, cadre_desktop.cli.headless, cadre_desktop.host.host, cadre_desktop.ui.app\n"
         "import cadre_desktop.ui.shell, cadre_desktop.ui.tray, cadre_desktop.host.lend_host, qasync\n"
-        "print(sorted(k for k in sys.modules if k.split('.')[0] in ('ssl', '_ssl', '_hashlib', 'urllib.request', 'http')))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    assert loaded_after(script, ("ssl", "_ssl", "_hashlib", "urllib.request", "http"), env) == []
 
 
 #: Modules both the node and the host may import (the node imports nothing from host/).
@@ -216,13 +209,11 @@ def test_the_command_line_front_ends_load_no_qt():
     """The CLI, doctor and the headless host stay light: Qt is loaded only when the one
     executable's dispatcher is asked for the tray (or doctor's display probe, which runs
     in a child of its own)."""
-    code = (
-        "import sys, pkgutil, importlib, cadre_desktop.cli as c\n"
+    script = (
+        "import pkgutil, importlib, cadre_desktop.cli as c\n"
         "for m in pkgutil.walk_packages(c.__path__, c.__name__ + '.'): importlib.import_module(m.name)\n"
-        "print(sorted(k for k in sys.modules if k.startswith(('PySide6', 'qasync', 'cadre_desktop.ui'))))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert loaded_after(script, ("PySide6", "qasync", "cadre_desktop.ui")) == []
 
 
 # -- who starts and stops children ------------------------------------------------------------
