@@ -54,7 +54,6 @@ class Lending:
         self.service: LendingService | None = None
         self.views: LendingViews | None = None
         self.server: LendServer | None = None
-        self._seed_client: NodeSeedClient | None = None
         self._driver: NodeDriver | None = None
         self._restart: Callable[..., Awaitable[object]] | None = None
 
@@ -82,11 +81,10 @@ class Lending:
         supervisor.watch(self.lifecycle)
         probe.watch(self.lifecycle)
         self._driver, self._restart = driver, nodes.restart
-        self._seed_client = NodeSeedClient(loopback_for(s.bind_host))
         self.service = LendingService(
             grants=self.grants, lifecycle=self.lifecycle, driver=driver, gate=gate,
             supervisor=supervisor, nodes=nodes, clock=self.clock, settings=s,
-            advertise_host=advertise_host, post_seed=self._seed_client, keep_home=keep_home,
+            advertise_host=advertise_host, post_seed=NodeSeedClient(loopback_for(s.bind_host)), keep_home=keep_home,
         )
         self.views = LendingViews(self.service, log_path=lambda d: str(self.paths.node_log(d)), caps=caps)
         self.server = LendServer(self.service, self.views, bind_host=s.bind_host, port=s.lend_port)
@@ -169,5 +167,3 @@ class Lending:
     async def stop(self) -> None:
         if self.server is not None:
             await self.server.close()
-        if self._seed_client is not None:
-            await self._seed_client.close()

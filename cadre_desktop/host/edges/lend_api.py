@@ -312,9 +312,6 @@ class NodeSeedClient:
             doc = {}
         return answer.status, doc if isinstance(doc, dict) else {}
 
-    async def close(self) -> None:
-        """Nothing is kept between seeds; here for the callers that close what they opened."""
-
 
 def node_refusal(status: int, body: dict[str, Any]) -> LendRefused | LentNodeUnavailable:
     """A lent node's answer to a seed (status 0: no answer), as the borrower should see it."""
