@@ -28,6 +28,11 @@ READ_TIMEOUT_S = 10.0
 ACTION_TIMEOUT_S = 90.0
 #: The server sends a heartbeat every 15 s; three missed ones mean it is gone.
 STREAM_TIMEOUT_S = 45.0
+#: How many more times a GET or HEAD is sent when the host closed the connection unanswered.
+RESENDS_IDEMPOTENT = 2
+#: A connection that ended before any byte of an answer (http.client's RemoteDisconnected is a
+#: ConnectionResetError): the request may never have been read.
+_CLOSED = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
 class NoHost(MachineError):
@@ -113,6 +118,21 @@ class ControlClient:
         return cls(read_control(path))
 
     def _open(self, method: str, path: str, body: Any, timeout: float, accept: str = "application/json"):
+        """Send one request; a request that changes nothing (GET, HEAD) is sent again, on a
+        new connection, when the host closed or reset the connection before any answer
+        (RFC 9110 9.2.2): the host's connection guard may end a connection it has not read yet
+        to make room under a flood of connections, and on a busy machine the CLI's request can
+        arrive after that (its process not run between its connect and its send)."""
+        tries = 1 + (RESENDS_IDEMPOTENT if method in ("GET", "HEAD") else 0)
+        closed = ""
+        for _ in range(tries):
+            resp, closed = self._open_once(method, path, body, timeout, accept)
+            if resp is not None:
+                return resp
+        raise ApiError(0, "unreachable", f"the connection to the host failed: {closed}")
+
+    def _open_once(self, method: str, path: str, body: Any, timeout: float, accept: str) -> tuple[Any, str]:
+        """(the answer, "") or, for a connection closed unanswered (`_CLOSED`), (None, how)."""
         import urllib.error
         import urllib.request
         from http.client import HTTPException
@@ -124,7 +144,7 @@ class ControlClient:
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
-            return _opener().open(request, timeout=timeout)
+            return _opener().open(request, timeout=timeout), ""
         except urllib.error.HTTPError as exc:
             raise _api_error(exc) from None
         except urllib.error.URLError as exc:
@@ -133,9 +153,13 @@ class ControlClient:
                 raise NoHost(f"no host is answering at {self.info.url} (pid {self.info.pid})") from None
             if isinstance(reason, TimeoutError):
                 raise _timed_out(timeout) from None
+            if isinstance(reason, _CLOSED):
+                return None, str(reason)
             raise ApiError(0, "unreachable", f"cannot reach the host at {self.info.url}: {reason}") from None
         except TimeoutError:
             raise _timed_out(timeout) from None
+        except _CLOSED as exc:
+            return None, str(exc)
         except (ConnectionError, HTTPException) as exc:
             raise ApiError(0, "unreachable", f"the connection to the host failed: {exc}") from None
 
