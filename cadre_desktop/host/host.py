@@ -35,6 +35,7 @@ from cadre_desktop.host.core.netwatch import AddressWatcher, restart_stale
 from cadre_desktop.host.core.preflight import check_bind_host, prepare_home
 from cadre_desktop.host.core.probe import WAIT_S, HttpStatusFetcher, Probe, loopback_for
 from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
+from cadre_desktop.host.core.rowstore import RowStore
 from cadre_desktop.host.core.runfile import RunFiles
 from cadre_desktop.host.core.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.core.service import NodeService
@@ -94,17 +95,14 @@ class Host:
             source=address_source or ConfiguredAddress(paths.settings_file, settings), clock=self.clock,
             on_change=self._address_changed, on_wake=self._woke,
         )
-        #: What `start` makes, once every file was read and found good (`Parts`).
-        self._parts: Parts | None = None
-        #: Grants, lent nodes and the lend API (host/lend_host.py); made when the files are read.
-        self.lending: Lending | None = None
+        self._parts: Parts | None = None  # what `start` makes, once every file was read and found good
+        self.lending: Lending | None = None  # grants, lent nodes, the lend API (host/lend_host.py); made then too
         self.control: ControlServer | None = None
         self._tasks: list[asyncio.Future[Any]] = []
         self.history: NodeHistory | None = None  # each node's history (host/core/history.py), from start on
         #: Pause all and the run conditions' verdict: the hold each node should have (host/core/host_holds.py).
         self.host_holds = HostHolds(paths.pause_file, self.clock)
-        #: The run conditions (host/conditions/): the sources given, else this platform's (`make_sources`).
-        self._condition_sources = condition_sources
+        self._condition_sources = condition_sources  # the run conditions' sources, else this platform's
         self.judge: Judge | None = None
         self._started = False
 
@@ -151,10 +149,9 @@ class Host:
         return self._started
 
     def take_home(self) -> None:
-        """Check the home is usable and take it (one host per home: `HostBusy` when another
-        has it). Cheap and synchronous, and the first thing `start` does; the tray app calls it
-        before its icon shows, so a second app never shows one. Taken, it is released by `stop`
-        (or by a failed `start`)."""
+        """Check the home is usable and take it (one host per home: `HostBusy` when another has it).
+        Cheap and synchronous, and the first thing `start` does; the tray app calls it before its icon
+        shows, so a second app never shows one. Taken, it is released by `stop` (or a failed `start`)."""
         if self._lock.held:
             return
         prepare_home(self.paths)  # one clear error for a home it cannot use, before anything
@@ -163,10 +160,9 @@ class Host:
     async def start(self) -> None:
         """Take the home (unless `take_home` did), read the records, re-attach to live children, supervise.
 
-        Refuses to start (and leaves every file as it is) when another host
-        holds the home or a file it keeps is unreadable. Before it ends, every read is
-        safe and answers as for an empty home while nothing is read yet (`list_nodes` is
-        empty, `lending`, `driver` and the other parts None); the operations raise `Bug`.
+        Refuses to start (and leaves every file as it is) when another host holds the home or a file it
+        keeps is unreadable. Before it ends, every read is safe and answers as for an empty home while
+        nothing is read yet (`list_nodes` empty, `lending`, `driver` and the other parts None); the operations raise `Bug`.
         """
         self.take_home()
         try:
@@ -180,6 +176,7 @@ class Host:
         driver = make_driver(self.settings, self.paths, lambda: self.netwatch.current,
                              caps_for=self._caps_for, home_id=self.store.home_id, writer=self.writer)
         self.store.use_writer(self.writer)
+        lending.donations.use_writer(self.writer)  # a lent node's respawn writes off the loop too
         report = await driver.init()
         # Only once every file was read and found good: an upgrade writes the records.
         self._bind_keyring()
@@ -339,8 +336,7 @@ class Host:
         self.events.emit(EventKind.WOKE, "", f"{slept_s:.0f}")
 
     async def _address_changed(self, old: str, new: str) -> None:
-        """Tell everyone (every claim URL changed); restart, one at a time, each running node
-        that still advertises the old address, hosted then lent."""
+        """Tell everyone (every claim URL changed); restart, one at a time, each node on the old one."""
         self.events.emit(EventKind.ADDRESS, "", new)
         for record in self.store.list():
             self.events.emit(EventKind.CHANGED, record.id)
@@ -358,8 +354,7 @@ class Host:
         await self.host_holds.stop()
         if self.judge is not None:
             await self.judge.stop()
-        for part in (self.lending, self.probe, self.supervisor):
-            # The supervisor before the driver: the exits its stops raise trigger no respawn.
+        for part in (self.lending, self.probe, self.supervisor):  # the supervisor before the driver: its stops respawn nothing
             if part is not None:
                 await part.stop()
         if self.gate is not None:
@@ -375,7 +370,8 @@ class Host:
                 orphans.report(left, at_quit=True)
                 await self._parts.driver.stop_all(leave=frozenset(h.node_id for h in left))
             self._parts.driver.close()
-        self.store.use_writer(None)
+        for store in self._row_stores():
+            store.use_writer(None)
         await asyncio.to_thread(self.writer.close)  # what is queued is written before the home is let go
         if self.history is not None:
             self.history.host_stopped()
@@ -386,6 +382,9 @@ class Host:
 
     # -- reads --------------------------------------------------------------------
 
+    def _row_stores(self) -> list[RowStore[Any]]:  # the hosted nodes' records, the lent nodes' once read
+        return [self.store, *([self.lending.donations] if self.lending else [])]
+
     def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]:
         """Hear every engine event (the tray's bridge, the control API's event stream)."""
         return self.events.subscribe(listener)
@@ -394,7 +393,8 @@ class Host:
         return self.views.list() if self.views is not None else []
 
     async def settled(self) -> None:  # once the records' writes asked so far are synced or failed
-        await self.store.settled()
+        for store in self._row_stores():
+            await store.settled()
 
     def get_node(self, node_id: str) -> NodeView:
         if self.views is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 from tests.support.borrower import create_grant, free_lend_port, lend_call
 from tests.support.headless import host_settings
@@ -73,6 +74,10 @@ def test_a_lent_node_respawned_on_a_full_disk_shows_running_to_owner_and_borrowe
     view = wait_until(lambda: (v := owner())["running"] and v["pid"] not in (None, before["pid"]) and v,
                       timeout=20, interval=0.05, what="the respawned lent node shown running")
     assert "not saved" in view["last_error"] and "No space left on device" in view["last_error"], view
+    # The respawn's write of the lent node's row ran on the host's writer thread, off its event loop.
+    writers = {line.split()[1] for line in Path(f"{flag}.writes").read_text().splitlines()
+               if line.startswith(".donations.json")}
+    assert writers == {"cadre-writer"}, writers
     status, seen = lend_call(link, "GET", f"/donations/{asked['id']}")
     assert status == 200 and seen["running"] and "not saved" in seen["error"], seen
     assert str(host.home) not in seen["error"], "the borrower was shown the owner's paths"

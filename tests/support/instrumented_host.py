@@ -10,7 +10,9 @@ CADRE_TEST_STALL_SPAWN=<file>
     there, with the child already started. A test SIGKILLs it in that window.
 CADRE_TEST_FULL_DISK=<file>
     While <file> exists, every write into a temp file of an atomic save (the
-    records, state.json, control.json) fails with ENOSPC, as on a full disk.
+    records, state.json, control.json) fails with ENOSPC, as on a full disk;
+    each such write appends the saved file's name and the thread that wrote it
+    (`name thread`, a line each) to <file>.writes.
 
 `InstrumentedHost` is the HeadlessHost that runs it.
 """
@@ -78,6 +80,8 @@ def _install_full_disk(trigger: Path) -> None:
                 name = ""
             base = os.path.basename(name)
             if base.startswith(".") and base.endswith(".tmp"):
+                with open(f"{trigger}.writes", "a") as seen:
+                    seen.write(f"{base} {threading.current_thread().name}\n")
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(fd, data)
 

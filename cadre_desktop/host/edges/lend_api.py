@@ -250,10 +250,12 @@ class LendServer:
 
     async def _grant(self, request: Request) -> Answer:
         grant = self._authorize(request)
+        await self.service.lifecycle.store.settled()
         return _json(self.views.grant_for_borrower(grant))
 
     async def _donation(self, request: Request) -> Answer:
         grant = self._authorize(request)
+        await self.service.lifecycle.store.settled()  # a start shown is on disk, or its save error
         return _json(self.views.for_borrower(self.service.donation_in(grant, request.match_info["donation"])))
 
     async def _seed(self, request: Request) -> Answer:

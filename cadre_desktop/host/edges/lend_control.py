@@ -77,6 +77,7 @@ def routes(server: ControlServer) -> list[RouteDef]:
         return json_answer(view, status=201)
 
     async def get_grant(request: Request) -> Answer:
+        await server.host.settled()  # its lent nodes' views show what is on disk, or its save error
         (_, views), grant_id = _lending(server), _id(request)
         view = views.grant(grant_id).to_json()
         view["donations"] = [d.to_json() for d in views.donations(grant_id)]
@@ -86,9 +87,11 @@ def routes(server: ControlServer) -> list[RouteDef]:
         return json_answer({"link": await _lending(server)[0].link_of(_id(request))})
 
     async def list_donations(request: Request) -> Answer:
+        await server.host.settled()
         return json_answer({"donations": [v.to_json() for v in _lending(server)[1].donations()]})
 
     async def get_donation(request: Request) -> Answer:
+        await server.host.settled()
         return json_answer(_lending(server)[1].donation(_id(request)).to_json())
 
     async def pause_donation(request: Request) -> Answer:

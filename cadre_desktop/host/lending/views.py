@@ -272,6 +272,11 @@ class LendingViews:
         alive = [h for h in self.service.driver.handles_for(donation.id) if h.alive]
         return (alive[-1], True) if alive else (handle, False)
 
+    def _not_saved(self, donation: Donation) -> bool:
+        """Whether what the view shows is not on disk: a live child the row does not name, or a
+        row whose grouped write (a start the pass made) failed and is being written again."""
+        return self._live(donation)[1] or donation.id in self.service.donations.unsaved
+
     def _save_problem(self) -> str:
         service = self.service
         why = service.donations.save_error or getattr(service.driver, "save_error", None)
@@ -289,7 +294,8 @@ class LendingViews:
             donation, grant=service.grants.get(donation.grant_id), handle=handle,
             advertise_host=service.advertise_host(), next_retry=next_retry, log_path=self.log_path(donation.id),
             supervisor=supervisor, caps=self.caps() if self.caps else None,
-            unsaved=unsaved, save_problem=self._save_problem() if unsaved else None,
+            unsaved=unsaved,
+            save_problem=self._save_problem() if unsaved or donation.id in service.donations.unsaved else None,
         )
 
     def log_tail(self, donation_id: str, lines: int = 200) -> list[str]:
@@ -298,7 +304,7 @@ class LendingViews:
         return self.service.driver.log_tail(donation_id, lines, max_bytes=256 * 1024)
 
     def for_borrower(self, donation: Donation) -> dict[str, Any]:
-        return borrower_view(self._view(donation), donation, unsaved=self._live(donation)[1])
+        return borrower_view(self._view(donation), donation, unsaved=self._not_saved(donation))
 
     def grant_for_borrower(self, grant: Grant) -> dict[str, Any]:
         rows = [self.for_borrower(d) for d in self.service.donations.of_grant(grant.id)]
