@@ -183,7 +183,7 @@ class Host:
         if report.attached:
             log.info("re-attached to %d running node(s)", len(report.attached))
         p = self._parts = self._make_supervision(driver)
-        self.history = start_history(self.paths.history_file, self.clock, p.views, self.events, [r.id for r in self.store.list()])
+        self.history = start_history(self.paths.history_file, self.clock, p.views, self.events, list(self.store.load()), self.writer)
         await self._prefetch_secrets()
         self._tasks.append(asyncio.ensure_future(self._move_keyring_entries()))
         await p.service.reap_stuck()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import stat
+import threading
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
+from cadre_desktop.atomicfile import write_json_atomic
+from cadre_desktop.groupwriter import GroupWriter
+from cadre_desktop.host.core import history as history_module
 from cadre_desktop.host.core.events import EventKind, HostEvent
 from cadre_desktop.host.core.history import KEEP_S, MAX_ENTRIES, HistoryState, NodeHistory, state_of_view
 from cadre_desktop.host.core.records import NodeStatus
@@ -146,3 +151,27 @@ def test_the_cli_strip_shows_each_slice_worst_state_and_marks_restarts():
     assert lines[0] == "24 h |" + "█" * 12 + "░" + "█" * 11 + "| 95.00 % up, 1 restart"
     assert lines[1] == " " * 6 + " " * 12 + "^"
     assert lines[-1] == LEGEND
+
+
+async def test_a_save_after_events_is_written_on_the_hosts_writer_thread_and_the_last_one_at_stop_here(
+        tmp_path, monkeypatch):
+    """A storm's history is no fsync on the event loop: `save_soon` hands its write to the writer
+    thread; the host's stop (the writer already closed) writes it on the spot."""
+    monkeypatch.setattr(history_module, "SAVE_DELAY_S", 0.01)
+    real, threads = write_json_atomic, []
+
+    def write(path, doc, **kw):
+        threads.append(threading.current_thread().name)
+        real(path, doc, **kw)
+    monkeypatch.setattr("cadre_desktop.host.core.history.write_json_atomic", write)
+    writer = GroupWriter()
+    history = NodeHistory(tmp_path / "node-history.json", FakeClock(), Views(), writer)
+    changed(history)
+    async with asyncio.timeout(10):
+        while not threads:
+            await asyncio.sleep(0.005)  # a poll of a condition with a deadline
+    writer.close()
+    assert threads == ["cadre-writer"]
+    assert "n1" in json.loads((tmp_path / "node-history.json").read_text())["nodes"]
+    history.host_stopped()
+    assert threads == ["cadre-writer", threading.current_thread().name]

@@ -28,6 +28,7 @@ from typing import Any
 
 from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import NoSuchThing
+from cadre_desktop.groupwriter import GroupWriter
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.events import LENDING_EVENTS, EventBus, EventKind, HostEvent
 from cadre_desktop.host.core.records import HELD, is_node_id
@@ -166,8 +167,11 @@ def window_of(track: Track, name: str, length: float, now: float) -> Window:
 class NodeHistory:
     """The history of every hosted node, fed by the engine's events (`on_event`)."""
 
-    def __init__(self, path: Path, clock: Clock, view_of: Callable[[str], NodeView | None]) -> None:
+    def __init__(self, path: Path, clock: Clock, view_of: Callable[[str], NodeView | None],
+                 writer: GroupWriter | None = None) -> None:
         self.path, self.clock, self._view_of = path, clock, view_of
+        #: The host's writer thread, where a save made by `save_soon` is written (its fsync off the loop).
+        self._writer = writer
         self._tracks: dict[str, Track] = {}
         self._save_handle: asyncio.TimerHandle | None = None
 
@@ -203,15 +207,35 @@ class NodeHistory:
 
     def save(self) -> None:
         """Write every node's history now (atomically, 0600)."""
+        self._writing()()
+
+    def _writing(self) -> Callable[[], None]:
+        """The write of every node's history as it is now (the document made here, written by the call)."""
         self._cancel_save()
         now = self.now()
         for track in self._tracks.values():
             track.trim(now)
         doc = {"version": HISTORY_VERSION, "nodes": {k: t.to_json() for k, t in self._tracks.items()}}
-        try:
-            write_json_atomic(self.path, doc, compact=True)
-        except OSError as exc:  # the history explains; a full disk must not stop supervision
-            log.warning("cannot write the node history %s: %s", self.path, exc)
+        path = self.path
+
+        def write() -> None:
+            try:
+                write_json_atomic(path, doc, compact=True)
+            except OSError as exc:  # the history explains; a full disk must not stop supervision
+                log.warning("cannot write the node history %s: %s", path, exc)
+        return write
+
+    def _save_behind(self) -> None:
+        """`save_soon`'s write: on the host's writer thread (a storm's history is no fsync on the
+        loop), else here; a writer closing (the host stopping) writes here too."""
+        write = self._writing()
+        if self._writer is not None:
+            try:
+                self._writer.submit(self.path, write)
+                return
+            except RuntimeError:
+                pass
+        write()
 
     def save_soon(self) -> None:
         """One write for the changes of the next `SAVE_DELAY_S` (a start of thirty nodes is one)."""
@@ -221,7 +245,7 @@ class NodeHistory:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop (a synchronous caller): written at the next save
             return
-        self._save_handle = loop.call_later(SAVE_DELAY_S, self.save)
+        self._save_handle = loop.call_later(SAVE_DELAY_S, self._save_behind)
 
     def _cancel_save(self) -> None:
         if self._save_handle is not None:
@@ -292,14 +316,15 @@ def _stamp(iso_time: str, default: float) -> float:
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
-def start_history(path: Path, clock: Clock, views: NodeViews, events: EventBus, node_ids: list[str]) -> NodeHistory:
+def start_history(path: Path, clock: Clock, views: NodeViews, events: EventBus, node_ids: list[str],
+                  writer: GroupWriter | None = None) -> NodeHistory:
     """Each node's history: read, then fed by every engine event from now on."""
     def view_of(node_id: str) -> NodeView | None:
         try:
             return views.get(node_id)
         except NoSuchThing:
             return None
-    history = NodeHistory(path, clock, view_of)
+    history = NodeHistory(path, clock, view_of, writer)
     history.load()
     events.subscribe(history.on_event)
     for node_id in node_ids:
