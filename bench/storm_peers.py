@@ -20,7 +20,7 @@ Answers are polled from a separate process (bench/_await_ports.py, started
 before the kill; it polls a port only once the killed pid is gone), at the
 nodes' priority (our nodes run at nice 10 by default, pm2's at 0). For ours it
 also counts the standbys loaded at the kill and the victims whose new child
-was loaded before it (warm takes). Every supervisor and its nodes are stopped
+was a standby (warm takes), and of those how many were loaded before the kill. Every supervisor and its nodes are stopped
 before the next starts. Prints min / p50 / p90 / max per supervisor and pm2's
 p50 over ours, writes bench/results/storm-peers.json.
 """
@@ -128,7 +128,7 @@ def storm(sup: Supervised, victims: list[int], settle: float, nice: int) -> dict
     got = Poller(ports, None, TIMEOUT_S, nice).result()
     if got["missing"]:
         raise RuntimeError(f"{sup.name}: {len(got['missing'])} nodes never answered (see {sup.work})")
-    out: dict = {"start_to_all_answering_s": time.monotonic() - t}
+    out: dict = {"start_call_to_all_answering_s": time.monotonic() - t}
     time.sleep(settle)
     out["standbys_at_kill"] = wait_calm(sup, ports)
     targets = [ports[i] for i in victims]
@@ -148,11 +148,21 @@ def storm(sup: Supervised, victims: list[int], settle: float, nice: int) -> dict
     out["each_ms"] = sorted(each.values())
     out["all_answering_s"] = max(each.values()) / 1e3 if each and not got["missing"] else None
     new = listeners(targets)
-    preloaded = [p for p, pid in new.items() if pid in before]
-    out["preloaded_children"] = len(preloaded)
-    out["preloaded_each_ms"] = sorted(each[p] for p in preloaded if p in each)
+    # A warm take: the new child was a standby (started with CADRE_STANDBY=1, which its
+    # /proc environ keeps); loaded before the kill, or during the storm (the burst pool).
+    takes = [p for p, pid in new.items() if _was_standby(pid)]
+    out["warm_takes"] = len(takes)
+    out["warm_takes_loaded_before_kill"] = sum(1 for p in takes if new[p] in before)
+    out["warm_takes_each_ms"] = sorted(each[p] for p in takes if p in each)
     out["respawned"] = sum(1 for p, pid in new.items() if pid != old.get(p))
     return out
+
+
+def _was_standby(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).environ().get("CADRE_STANDBY") == "1"
+    except psutil.Error:
+        return False
 
 
 def stop(sup: Supervised) -> list[int]:
@@ -179,7 +189,9 @@ def phase(kind: str, work: Path, stamp: Path, base: int, args: argparse.Namespac
     nice = 10 if kind in (WARM, COLD) and not args.normal_priority else 0
     out: dict = {"supervisor": sup.name, "loadavg_at_start": os.getloadavg(), "poller_nice": nice}
     try:
+        t = time.monotonic()
         sup.start()
+        out["start_call_s"] = time.monotonic() - t
         out["version"] = sup.version()
         out.update(storm(sup, victims, args.settle, nice))
     finally:
@@ -225,14 +237,14 @@ def summarize(result: dict) -> dict:
     out: dict = {}
     for rnd in result["rounds"]:
         for kind, ph in rnd["phases"].items():
-            s = out.setdefault(kind, {"each": [], "all_s": [], "load": [], "preloaded": [], "standbys": []})
+            s = out.setdefault(kind, {"each": [], "all_s": [], "load": [], "takes": [], "standbys": []})
             s["each"] += ph.get("each_ms", [])
             s["all_s"].append(ph.get("all_answering_s"))
             s["load"].append(ph.get("loadavg_at_kill", [None])[0])
-            s["preloaded"].append(ph.get("preloaded_children"))
+            s["takes"].append(f"{ph.get('warm_takes')} ({ph.get('warm_takes_loaded_before_kill')})")
             s["standbys"].append(ph.get("standbys_at_kill"))
     return {kind: {"each_answering_ms": summary(s["each"]), "all_answering_s": s["all_s"],
-                   "load_at_kill": s["load"], "preloaded_children": s["preloaded"],
+                   "load_at_kill": s["load"], "warm_takes": s["takes"],
                    "standbys_at_kill": s["standbys"]} for kind, s in out.items()}
 
 
@@ -242,7 +254,7 @@ def _ratio(value, base):
 
 def rows_for(summ: dict) -> tuple[list[str], list[list]]:
     headers = ["supervisor", "min (ms)", "p50 (ms)", "p90 (ms)", "max (ms)", "all answering (s)",
-               "pm2 p50 ÷ this", "standbys at kill", "warm takes", "load at kill"]
+               "pm2 p50 ÷ this", "standbys at kill", "warm takes (loaded before)", "load at kill"]
     pm2 = summ.get("pm2", {}).get("each_answering_ms", {}).get("p50")
     rows = []
     for kind, s in summ.items():
@@ -251,7 +263,7 @@ def rows_for(summ: dict) -> tuple[list[str], list[list]]:
                      " / ".join(f"{v:.2f}" if v is not None else "never" for v in s["all_answering_s"]),
                      _ratio(pm2, e["p50"]),
                      " / ".join(str(v) for v in s["standbys_at_kill"]) if kind in (WARM, COLD) else "",
-                     " / ".join(str(v) for v in s["preloaded_children"]) if kind in (WARM, COLD) else "",
+                     " / ".join(s["warm_takes"]) if kind in (WARM, COLD) else "",
                      " / ".join(f"{v:.2f}" for v in s["load_at_kill"] if v is not None)])
     return headers, rows
 
