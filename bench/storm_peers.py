@@ -20,7 +20,8 @@ Answers are polled from a separate process (bench/_await_ports.py, started
 before the kill; it polls a port only once the killed pid is gone), at the
 nodes' priority (our nodes run at nice 10 by default, pm2's at 0). For ours it
 also counts the standbys loaded at the kill and the victims whose new child
-was a standby (warm takes), and of those how many were loaded before the kill. Every supervisor and its nodes are stopped
+was a standby (warm takes), and of those how many were loaded before the kill;
+for all, the supervising process's CPU during the storm and the new children's. Every supervisor and its nodes are stopped
 before the next starts. Prints min / p50 / p90 / max per supervisor and pm2's
 p50 over ours, writes bench/results/storm-peers.json.
 """
@@ -139,6 +140,7 @@ def storm(sup: Supervised, victims: list[int], settle: float, nice: int) -> dict
     time.sleep(0.5)  # the poller loaded, spinning on the old pids
     out["loadavg_at_kill"] = os.getloadavg()
     before = set(psutil.pids())
+    cpu_before = _cpu_s(sup.host_pid())
     t0 = time.monotonic_ns()
     for port in targets:
         os.kill(old[port], signal.SIGKILL)
@@ -147,7 +149,10 @@ def storm(sup: Supervised, victims: list[int], settle: float, nice: int) -> dict
     out["missing"] = len(got["missing"])
     out["each_ms"] = sorted(each.values())
     out["all_answering_s"] = max(each.values()) / 1e3 if each and not got["missing"] else None
+    out["supervisor_cpu_s"] = _cpu_s(sup.host_pid()) - cpu_before
     new = listeners(targets)
+    # The new children's CPU so far: their starts (a standby's load included, whenever it was).
+    out["new_children_cpu_s"] = sum(_cpu_s(pid) for pid in set(new.values()) - set(old.values()))
     # A warm take: the new child was a standby (started with CADRE_STANDBY=1, which its
     # /proc environ keeps); loaded before the kill, or during the storm (the burst pool).
     takes = [p for p, pid in new.items() if _was_standby(pid)]
@@ -156,6 +161,15 @@ def storm(sup: Supervised, victims: list[int], settle: float, nice: int) -> dict
     out["warm_takes_each_ms"] = sorted(each[p] for p in takes if p in each)
     out["respawned"] = sum(1 for p, pid in new.items() if pid != old.get(p))
     return out
+
+
+def _cpu_s(pid: int | None) -> float:
+    """A process's CPU time (user + system), 0 when it is gone."""
+    try:
+        times = psutil.Process(pid).cpu_times() if pid else None
+    except psutil.Error:
+        return 0.0
+    return times.user + times.system if times else 0.0
 
 
 def _was_standby(pid: int) -> bool:
@@ -237,15 +251,16 @@ def summarize(result: dict) -> dict:
     out: dict = {}
     for rnd in result["rounds"]:
         for kind, ph in rnd["phases"].items():
-            s = out.setdefault(kind, {"each": [], "all_s": [], "load": [], "takes": [], "standbys": []})
+            s = out.setdefault(kind, {"each": [], "all_s": [], "load": [], "takes": [], "standbys": [], "cpu": []})
             s["each"] += ph.get("each_ms", [])
             s["all_s"].append(ph.get("all_answering_s"))
             s["load"].append(ph.get("loadavg_at_kill", [None])[0])
             s["takes"].append(f"{ph.get('warm_takes')} ({ph.get('warm_takes_loaded_before_kill')})")
             s["standbys"].append(ph.get("standbys_at_kill"))
+            s["cpu"].append((ph.get("supervisor_cpu_s"), ph.get("new_children_cpu_s")))
     return {kind: {"each_answering_ms": summary(s["each"]), "all_answering_s": s["all_s"],
                    "load_at_kill": s["load"], "warm_takes": s["takes"],
-                   "standbys_at_kill": s["standbys"]} for kind, s in out.items()}
+                   "standbys_at_kill": s["standbys"], "cpu_s_supervisor_children": s["cpu"]} for kind, s in out.items()}
 
 
 def _ratio(value, base):
@@ -254,7 +269,8 @@ def _ratio(value, base):
 
 def rows_for(summ: dict) -> tuple[list[str], list[list]]:
     headers = ["supervisor", "min (ms)", "p50 (ms)", "p90 (ms)", "max (ms)", "all answering (s)",
-               "pm2 p50 ÷ this", "standbys at kill", "warm takes (loaded before)", "load at kill"]
+               "pm2 p50 ÷ this", "standbys at kill", "warm takes (loaded before)", "CPU s: supervisor, new children",
+               "load at kill"]
     pm2 = summ.get("pm2", {}).get("each_answering_ms", {}).get("p50")
     rows = []
     for kind, s in summ.items():
@@ -264,6 +280,8 @@ def rows_for(summ: dict) -> tuple[list[str], list[list]]:
                      _ratio(pm2, e["p50"]),
                      " / ".join(str(v) for v in s["standbys_at_kill"]) if kind in (WARM, COLD) else "",
                      " / ".join(s["warm_takes"]) if kind in (WARM, COLD) else "",
+                     " / ".join(f"{a:.2f}, {b:.2f}" for a, b in s["cpu_s_supervisor_children"]
+                                if a is not None and b is not None),
                      " / ".join(f"{v:.2f}" for v in s["load_at_kill"] if v is not None)])
     return headers, rows
 
