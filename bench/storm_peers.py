@@ -21,7 +21,9 @@ before the kill; it polls a port only once the killed pid is gone), at the
 nodes' priority (our nodes run at nice 10 by default, pm2's at 0). For ours it
 also counts the standbys loaded at the kill and the victims whose new child
 was a standby (warm takes), and of those how many were loaded before the kill;
-for all, the supervising process's CPU during the storm and the new children's. Every supervisor and its nodes are stopped
+for all, the supervising process's CPU during the storm, the new children's,
+and what else the machine was busy with meanwhile (others' work: a storm that
+met a busy machine shows there). Every supervisor and its nodes are stopped
 before the next starts. Prints min / p50 / p90 / max per supervisor and pm2's
 p50 over ours, writes bench/results/storm-peers.json.
 """
@@ -32,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -141,10 +144,15 @@ def storm(sup: Supervised, victims: list[int], settle: float, nice: int) -> dict
     out["loadavg_at_kill"] = os.getloadavg()
     before = set(psutil.pids())
     cpu_before = _cpu_s(sup.host_pid())
+    busy_before, poller_before = _busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic_ns()
     for port in targets:
         os.kill(old[port], signal.SIGKILL)
-    got = poller.result()
+    got = poller.result()  # it ends right after the last answer
+    busy = _busy_s() - busy_before
+    poller_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["poller_cpu_s"] = (poller_after.ru_utime + poller_after.ru_stime
+                           - poller_before.ru_utime - poller_before.ru_stime)
     each = {p: (ns - t0) / 1e6 for p, ns in got["answered"].items()}
     out["missing"] = len(got["missing"])
     out["each_ms"] = sorted(each.values())
@@ -153,6 +161,10 @@ def storm(sup: Supervised, victims: list[int], settle: float, nice: int) -> dict
     new = listeners(targets)
     # The new children's CPU so far: their starts (a standby's load included, whenever it was).
     out["new_children_cpu_s"] = sum(_cpu_s(pid) for pid in set(new.values()) - set(old.values()))
+    # The machine's CPU busy from the kill to the last answer, and what of it no part of the storm
+    # explains (other engineers' work, the other nodes): a storm that met a busy machine shows here.
+    out["machine_busy_cpu_s"] = busy
+    out["unexplained_cpu_s"] = busy - out["supervisor_cpu_s"] - out["new_children_cpu_s"] - out["poller_cpu_s"]
     # A warm take: the new child was a standby (started with CADRE_STANDBY=1, which its
     # /proc environ keeps); loaded before the kill, or during the storm (the burst pool).
     takes = [p for p, pid in new.items() if _was_standby(pid)]
@@ -170,6 +182,12 @@ def _cpu_s(pid: int | None) -> float:
     except psutil.Error:
         return 0.0
     return times.user + times.system if times else 0.0
+
+
+def _busy_s() -> float:
+    """The machine's CPU time spent busy (all cores), from /proc/stat."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0) + getattr(t, "steal", 0.0)
 
 
 def _was_standby(pid: int) -> bool:
@@ -197,8 +215,10 @@ def stop(sup: Supervised) -> list[int]:
     return sorted(set(left.values()))
 
 
-def phase(kind: str, work: Path, stamp: Path, base: int, args: argparse.Namespace, victims: list[int],
-          keyring_env: dict) -> dict:
+def phase(kind: str, work: Path, stamp: Path, base: int, args: argparse.Namespace, victims: list[int]) -> dict:
+    # Our hosts each get a fresh private keyring (a gnome-keyring that died under an earlier
+    # phase's hundreds of secrets must not fail the next one); pm2 and supervisord use none.
+    session, keyring_env = _rig.start_secret_service() if kind in (WARM, COLD) else (None, {})
     sup = make(kind, work, stamp, base, args.nodes, keyring_env, args.normal_priority)
     nice = 10 if kind in (WARM, COLD) and not args.normal_priority else 0
     out: dict = {"supervisor": sup.name, "loadavg_at_start": os.getloadavg(), "poller_nice": nice}
@@ -211,6 +231,8 @@ def phase(kind: str, work: Path, stamp: Path, base: int, args: argparse.Namespac
     finally:
         out["strays"] = stop(sup)
         out["loadavg_at_end"] = os.getloadavg()
+        if session is not None:
+            session.stop()
     print(f"  {kind}: p50 {summary(out.get('each_ms', []))['p50']} ms, all in {out.get('all_answering_s')} s, "
           f"load {out.get('loadavg_at_kill', ['?'])[0]}", file=sys.stderr)
     return out
@@ -221,7 +243,6 @@ def run(args: argparse.Namespace) -> dict:
     victims = sorted(random.Random(args.seed).sample(range(args.nodes), args.kill))
     work = Path(tempfile.mkdtemp(prefix="cadre-bench-storm-peers-"))
     stamp = _rig.stamp_binary()
-    session, keyring_env = _rig.start_secret_service()
     base = random.randrange(20000, 32000 - PORT_BLOCK * len(kinds) * args.rounds, 100)
     result: dict = {"nodes": args.nodes, "killed": args.kill, "victims": victims, "settle_s": args.settle,
                     "node_low_priority": not args.normal_priority, "loadavg_at_start": os.getloadavg(),
@@ -230,15 +251,18 @@ def run(args: argparse.Namespace) -> dict:
     try:
         for r in range(args.rounds):
             order = kinds if r % 2 == 0 else kinds[::-1]
-            phases = {}
+            phases: dict = {}
             for kind in order:
                 print(f"round {r + 1}/{args.rounds}: {kind}", file=sys.stderr)
-                phases[kind] = phase(kind, work / f"r{r}-{kind.replace(' ', '-')}", stamp,
-                                     base + PORT_BLOCK * block, args, victims, keyring_env)
+                try:
+                    phases[kind] = phase(kind, work / f"r{r}-{kind.replace(' ', '-')}", stamp,
+                                         base + PORT_BLOCK * block, args, victims)
+                except Exception as exc:  # one failed phase is told, the others still count
+                    print(f"  {kind} failed: {exc}", file=sys.stderr)
+                    phases[kind] = {"error": str(exc), "loadavg_at_end": os.getloadavg()}
                 block += 1
             result["rounds"].append({"order": order, "phases": phases})
     finally:
-        session.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     result["work_dir"] = str(work) if args.keep else None
@@ -251,13 +275,15 @@ def summarize(result: dict) -> dict:
     out: dict = {}
     for rnd in result["rounds"]:
         for kind, ph in rnd["phases"].items():
+            if "error" in ph:
+                continue
             s = out.setdefault(kind, {"each": [], "all_s": [], "load": [], "takes": [], "standbys": [], "cpu": []})
             s["each"] += ph.get("each_ms", [])
             s["all_s"].append(ph.get("all_answering_s"))
             s["load"].append(ph.get("loadavg_at_kill", [None])[0])
             s["takes"].append(f"{ph.get('warm_takes')} ({ph.get('warm_takes_loaded_before_kill')})")
             s["standbys"].append(ph.get("standbys_at_kill"))
-            s["cpu"].append((ph.get("supervisor_cpu_s"), ph.get("new_children_cpu_s")))
+            s["cpu"].append((ph.get("supervisor_cpu_s"), ph.get("new_children_cpu_s"), ph.get("unexplained_cpu_s")))
     return {kind: {"each_answering_ms": summary(s["each"]), "all_answering_s": s["all_s"],
                    "load_at_kill": s["load"], "warm_takes": s["takes"],
                    "standbys_at_kill": s["standbys"], "cpu_s_supervisor_children": s["cpu"]} for kind, s in out.items()}
@@ -269,7 +295,7 @@ def _ratio(value, base):
 
 def rows_for(summ: dict) -> tuple[list[str], list[list]]:
     headers = ["supervisor", "min (ms)", "p50 (ms)", "p90 (ms)", "max (ms)", "all answering (s)",
-               "pm2 p50 ÷ this", "standbys at kill", "warm takes (loaded before)", "CPU s: supervisor, new children",
+               "pm2 p50 ÷ this", "standbys at kill", "warm takes (loaded before)", "CPU s: supervisor, new children, other",
                "load at kill"]
     pm2 = summ.get("pm2", {}).get("each_answering_ms", {}).get("p50")
     rows = []
@@ -280,8 +306,8 @@ def rows_for(summ: dict) -> tuple[list[str], list[list]]:
                      _ratio(pm2, e["p50"]),
                      " / ".join(str(v) for v in s["standbys_at_kill"]) if kind in (WARM, COLD) else "",
                      " / ".join(s["warm_takes"]) if kind in (WARM, COLD) else "",
-                     " / ".join(f"{a:.2f}, {b:.2f}" for a, b in s["cpu_s_supervisor_children"]
-                                if a is not None and b is not None),
+                     " / ".join(", ".join(f"{v:.2f}" for v in cpu) for cpu in s["cpu_s_supervisor_children"]
+                                if None not in cpu),
                      " / ".join(f"{v:.2f}" for v in s["load_at_kill"] if v is not None)])
     return headers, rows
 
