@@ -184,7 +184,8 @@ class Supervisord(Supervised):
     def stop(self) -> None:
         if getattr(self, "proc", None) and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=30)
+            # It stops its programs over several ticks: 100 take more than 30 s here.
+            self.proc.wait(timeout=30 + self.count)
 
     def version(self) -> str:
         out = subprocess.run([str(supervisord_binary()), "--version"], capture_output=True, text=True)

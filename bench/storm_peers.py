@@ -212,6 +212,11 @@ def stop(sup: Supervised) -> list[int]:
     for pid in set(left.values()):  # our own strays: the nodes this phase started
         print(f"  {sup.name}: node pid {pid} outlived its supervisor; killed", file=sys.stderr)
         os.kill(pid, signal.SIGKILL)
+    proc = getattr(sup, "proc", None)  # supervisord's process (ours and pm2 wait for theirs)
+    if isinstance(proc, subprocess.Popen) and proc.poll() is None:
+        print(f"  {sup.name}: still running after its stop; killed", file=sys.stderr)
+        proc.kill()
+        proc.wait()
     return sorted(set(left.values()))
 
 
