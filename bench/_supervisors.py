@@ -1,4 +1,4 @@
-"""The supervisors the respawn benchmark compares, each running one node.
+"""The supervisors the respawn benchmark compares, each running one node (or `count`).
 
 Every one of them starts the same command, `stamp FILE python -m
 cadre_desktop.node`, with the node contract's environment, configured for an
@@ -56,6 +56,10 @@ class Supervised:
         return node_env(f"bench-{self.slug}-{i}", self.work / f"node{i}", self.api_port + 2 * i,
                         self.api_port + 2 * i + 1)
 
+    def ports(self) -> list[int]:
+        """The API port of each node, node 0 first."""
+        return [self.api_port + 2 * i for i in range(self.count)]
+
     def node_vars(self, i: int) -> dict[str, str]:
         return {k: v for k, v in self.instance_env(i).items() if k.startswith("CADRE_") or k == "PYTHONUNBUFFERED"}
 
@@ -89,16 +93,19 @@ class Ours(Supervised):
     name = "cadre-desktop"
 
     def __init__(self, work: Path, stamp: Path, api_port: int, program: list[str] | None = None, *,
-                 keyring_env: dict[str, str], settings: dict | None = None, engine: Path | None = None) -> None:
+                 keyring_env: dict[str, str], settings: dict | None = None, engine: Path | None = None,
+                 count: int = 1) -> None:
         if engine is not None:
             # Another checkout's engine, for before/after comparisons in one run.
             self.name = f"cadre-desktop @ {engine.name}"
-        super().__init__(work, stamp, api_port, program)
+        super().__init__(work, stamp, api_port, program, count)
+        # One node: exactly its two ports. More: a few spare ones, in case one is taken.
+        spare = 0 if count == 1 else 20
         self.settings = {
             "node_command": self.command,
             "bind_host": "127.0.0.1",
             "advertise_host": "127.0.0.1",
-            "port_range": [api_port, api_port + 1],
+            "port_range": [api_port, api_port + 2 * count - 1 + spare],
             "respawn_backoff_base_ms": 1,
             "respawn_backoff_max_ms": 1,
             "respawn_max_attempts": 1000,  # the setting's ceiling; a run kills each child far fewer times
@@ -108,6 +115,7 @@ class Ours(Supervised):
         if engine is not None:
             self.host.env["PYTHONPATH"] = str(engine)
         self.node_id: str | None = None
+        self.node_ports: list[int] = []
 
     def host_pid(self) -> int | None:
         return self.host.proc.pid if self.host.proc else None
@@ -117,12 +125,18 @@ class Ours(Supervised):
 
     def start(self) -> None:
         self.host.start()
-        status, body = self.host.api("POST", "/api/nodes", {"name": "bench"})
-        if status != 201:
-            raise RuntimeError(f"adding a node failed: {status} {body}")
-        self.node_id = body["id"]
-        self.api_port = body["api_port"]
-        self.node_dir = self.host.home / "nodes" / self.node_id
+        for i in range(self.count):
+            status, body = self.host.api("POST", "/api/nodes", {"name": "bench" if self.count == 1 else f"bench {i}"})
+            if status != 201:
+                raise RuntimeError(f"adding a node failed: {status} {body}")
+            self.node_ports.append(body["api_port"])
+            if i == 0:
+                self.node_id = body["id"]
+                self.api_port = body["api_port"]
+                self.node_dir = self.host.home / "nodes" / self.node_id
+
+    def ports(self) -> list[int]:
+        return list(self.node_ports)
 
     def stop(self) -> None:
         if self.host.proc is not None:
@@ -170,7 +184,8 @@ class Supervisord(Supervised):
     def stop(self) -> None:
         if getattr(self, "proc", None) and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=30)
+            # It stops its programs over several ticks: 100 take more than 30 s here.
+            self.proc.wait(timeout=30 + self.count)
 
     def version(self) -> str:
         out = subprocess.run([str(supervisord_binary()), "--version"], capture_output=True, text=True)
@@ -202,7 +217,7 @@ class Pm2(Supervised):
         eco = self.work / "ecosystem.json"
         eco.write_text(json.dumps({"apps": apps}))
         subprocess.run([str(pm2_binary()), "start", str(eco)], env=self._env(), check=True,
-                       stdout=subprocess.DEVNULL, stderr=open(self.work / "stderr.txt", "wb"), timeout=60)
+                       stdout=subprocess.DEVNULL, stderr=open(self.work / "stderr.txt", "wb"), timeout=60 + self.count)
 
     def host_pid(self) -> int | None:
         try:
@@ -212,7 +227,7 @@ class Pm2(Supervised):
 
     def stop(self) -> None:
         subprocess.run([str(pm2_binary()), "kill"], env=self._env(), stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=60)
+                       stderr=subprocess.DEVNULL, timeout=60 + self.count)
 
     def version(self) -> str:
         pkg = pm2_binary().resolve().parents[1] / "package.json"
