@@ -72,10 +72,12 @@ class Launched:
 
 def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Path, node_id: str,
            log_cap: int, handle_id: str, platform: str, job_ops: Callable[[], winjob.JobOps],
-           kept: bool = False, join: list[Path] | None = None) -> Launched:
+           kept: bool = False, join: list[Path] | None = None,
+           started: Callable[[int], None] | None = None) -> Launched:
     """Start the child (in a session or job of its own) in the cgroups of `join` from its first
     instruction, its output kept for the keeper (`kept`: `keep` hands it over, on the loop) or
-    going to a fresh log pump. Blocking, and safe on any thread.
+    going to a fresh log pump; `started(pid)` right after its exec (its priority lowered at
+    once: `caps.CapsKeeper.lower_soon`). Blocking, and safe on any thread.
 
     OSError: the node program could not be started. SpawnError: its output
     could not be given to a pump, and the node, already running, was ended again.
@@ -96,6 +98,8 @@ def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Pat
             raise
         finally:
             os.close(write_end)  # the child holds it now; its reader sees end-of-file when the node ends
+        if started is not None:
+            started(popen.pid)
         job = winjob.assign(job_ops(), job, getattr(popen, "_handle", None)) if job else None
         if kept:
             launched = Launched(popen, None, job, out_read=read_end)

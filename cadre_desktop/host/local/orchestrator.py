@@ -284,11 +284,11 @@ class Orchestrator:
             if taken is not None:
                 return launch.hand_over(taken, log_path=log_path, node_id=node_id, log_cap=self.logs.cap,
                                         platform=self.platform, handle_id=handle_id, keeper=self.keeper)
-        command = list(self.node_command)
+        command, lower = list(self.node_command), self.caps.lower_soon(node_id)
         launched = await self.spawner.run(node_id, lambda: launch.launch(
             command, env, work, log_path=log_path, node_id=node_id, log_cap=self.logs.cap,
             handle_id=handle_id, platform=self.platform, job_ops=self.ender.job_ops, kept=self.keeper is not None,
-            join=join))
+            join=join, started=lower))
         if self.keeper is not None:
             launch.keep(launched, self.keeper, handle_id=handle_id, node_id=node_id, log_path=log_path,
                         log_cap=self.logs.cap, platform=self.platform)
