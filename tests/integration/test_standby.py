@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -237,7 +238,15 @@ async def test_a_standby_that_never_takes_its_node_over_costs_the_start_nothing(
     try:
         pid = await ready_standby(orch)
         started = time.monotonic()
-        handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+        start = asyncio.create_task(orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)}))
+        await async_wait_until(lambda: orch.spawner.busy("n1"), what="the hand-over under way")
+        ran = asyncio.Event()
+        asyncio.get_running_loop().call_soon(ran.set)
+        async with asyncio.timeout(standby_module.HANDOVER_S / 2):
+            await ran.wait()  # the hung hand-over waits on the start's thread, not on the loop
+        assert time.monotonic() - started < standby_module.HANDOVER_S, "the loop waited for the hand-over"
+        assert not start.done(), "the start ended before its standby's hand-over could have timed out"
+        handle = await start
         took = time.monotonic() - started
         assert handle.pid != pid and took < standby_module.HANDOVER_S + 2, took
         await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the cold start answering")

@@ -155,15 +155,16 @@ def _keep(keeper: LogKeeper, popen: subprocess.Popen[bytes], handle_id: str, nod
                          "the node was stopped again") from None
 
 
-def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platform: str, handle_id: str,
-              keeper: LogKeeper | None = None) -> Launched:
-    """A standby that was just told who it is (`standby.StandbyPool.take`) gets its log writer."""
-    if keeper is not None:
-        try:
-            return Launched(standby.popen, None, None, _keep(keeper, standby.popen, handle_id, node_id, log_path,
-                                                             log_cap, standby.out_read, platform))
-        finally:
-            standby.close_fds()
+def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platform: str,
+              kept: bool = False) -> Launched:
+    """A standby that was just told who it is (`standby.hand_over`) as a launched child: its output
+    kept for the keeper (`kept`: `keep` hands it over, on the loop) or going to a fresh log pump.
+    Safe on any thread."""
+    if kept:
+        launched = Launched(standby.popen, None, out_read=standby.out_read)
+        standby.out_read = -1  # the keeper's, once `keep` hands it over
+        standby.close_fds()
+        return launched
     try:
         pump = call_with_reserve(nodelogs.start_pump, standby.out_read, log_path, log_cap, platform=platform)
     except OSError as exc:

@@ -32,7 +32,7 @@ from cadre_desktop.errors import SpawnError
 from cadre_desktop.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, InitReport, NodeCaps, status_of
 from cadre_desktop.host.core.events import Listeners
-from cadre_desktop.host.local import launch, nodelogs, procs, winjob
+from cadre_desktop.host.local import launch, nodelogs, procs, standby, winjob
 from cadre_desktop.host.local.caps import CapsKeeper, no_caps
 from cadre_desktop.host.local.handles import ExitEvent, ExitListener, Handle, StateFile, read_state
 from cadre_desktop.host.local.keeper import LogKeeper
@@ -245,7 +245,8 @@ class Orchestrator:
         handle_id = f"{node_id}.{uuid.uuid4().hex[:8]}"
         try:
             ensure_private_dir(work)
-            env = self._env(node_id, work, ports, attempt, secret_env)
+            env = launch.node_env(os.environ, node_id=node_id, work=work, bind_host=self.bind_host, ports=ports,
+                                  advertise_host=self.advertise_host(), attempt=attempt, secret_env=secret_env)
             launched = await self._launch(node_id, handle_id, env, work)
         except OSError as exc:
             self.ports.release(ports)
@@ -270,25 +271,25 @@ class Orchestrator:
             log.info("node %s: a new start replaces its running child (pid %s)", handle.node_id, handle.pid)
             self.ender.signal(handle, kill=True)
 
-    def _env(self, node_id: str, work: Path, ports: tuple[int, int], attempt: int,
-             secret_env: Mapping[str, str]) -> dict[str, str]:
-        return launch.node_env(os.environ, node_id=node_id, work=work, bind_host=self.bind_host, ports=ports,
-                               advertise_host=self.advertise_host(), attempt=attempt, secret_env=secret_env)
-
     async def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
         join = self.caps.before_spawn(node_id)  # its groups ready (caps.py); a standby joins after its hand-over
-        log_path = self.logs.path(node_id)
-        if self.standby is not None:
-            taken = self.standby.take(env, nodelogs.header(node_id))
-            self.standby.fill_soon()
-            if taken is not None:
-                return launch.hand_over(taken, log_path=log_path, node_id=node_id, log_cap=self.logs.cap,
-                                        platform=self.platform, handle_id=handle_id, keeper=self.keeper)
-        command, lower = list(self.node_command), self.caps.lower_soon(node_id)
-        launched = await self.spawner.run(node_id, lambda: launch.launch(
-            command, env, work, log_path=log_path, node_id=node_id, log_cap=self.logs.cap,
-            handle_id=handle_id, platform=self.platform, job_ops=self.ender.job_ops, kept=self.keeper is not None,
-            join=join, started=lower))
+        log_path, pool, kept, cap = self.logs.path(node_id), self.standby, self.keeper is not None, self.logs.cap
+        claimed = pool.claim() if pool is not None else None  # the loaded standby, if one is fit
+        if pool is not None:
+            pool.fill_soon()
+        command, lower, header = list(self.node_command), self.caps.lower_soon(node_id), nodelogs.header(node_id)
+
+        def blocking() -> launch.Launched:  # on the start's thread: the standby told who it is, else cold
+            if claimed is not None and standby.hand_over(claimed, env, header, self.platform):
+                lower(claimed.popen.pid)
+                return launch.hand_over(claimed, log_path=log_path, node_id=node_id, log_cap=cap,
+                                        platform=self.platform, kept=kept)
+            return launch.launch(command, env, work, log_path=log_path, node_id=node_id, log_cap=cap,
+                                 handle_id=handle_id, platform=self.platform, job_ops=self.ender.job_ops,
+                                 kept=kept, join=join, started=lower)
+        launched = await self.spawner.run(node_id, blocking)
+        if pool is not None and claimed is not None:
+            pool.settle(launched.popen is claimed.popen)
         if self.keeper is not None:
             launch.keep(launched, self.keeper, handle_id=handle_id, node_id=node_id, log_path=log_path,
                         log_cap=self.logs.cap, platform=self.platform)

@@ -6,9 +6,10 @@ Popen on the event loop held it 30-60 ms (issue 26). A Popen on a worker thread
 holds only that thread: the loop keeps serving while the child comes up.
 
 What is decided and reserved (the handles it replaces, ports, environment,
-handle id) stays on the loop, before the spawn; what is tracked (the handle,
-its exit watch, `state.json`) on the loop, after it. This module is the gap
-between the two, and it is where a start can be let go of:
+handle id, the standby it takes) stays on the loop, before the spawn; what is
+tracked (the handle, its exit watch, `state.json`) on the loop, after it. This
+module is the gap between the two (a standby's hand-over waits in it too), and
+it is where a start can be let go of:
 
 * a start whose caller is cancelled, or whose driver is closed, while its child
   comes up, is *abandoned*: the child it brings is ended at once (on the worker
@@ -121,6 +122,6 @@ class Spawner(Generic[T]):
 
 
 def _run(work: Callable[[], T], outcome: _Outcome[T]) -> None:
-    if outcome.abandoned:
-        return  # let go while it waited for a thread: nothing is started
+    # Run even when let go while it waited for a thread: what `work` holds (a claimed standby)
+    # is ended with its result then, never left behind.
     outcome.deliver(work())
