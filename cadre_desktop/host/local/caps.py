@@ -162,7 +162,8 @@ class CapsKeeper:
         in a storm the nodes starting never compete with the host at its own priority. Never raises."""
         try:
             low = self.caps_for(node_id).low_priority
-        except Exception:  # `place` reads them again and says why
+        except Exception as exc:  # `place` reads them again and says why at its level
+            log.debug("node %s: its caps could not be read before its spawn: %s", node_id, exc)
             low = False
 
         def lower(pid: int) -> None:
