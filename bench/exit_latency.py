@@ -3,7 +3,7 @@
     .venv/bin/python bench/exit_latency.py [-n 50]
 
 Spawns a tiny child through the real Orchestrator, SIGKILLs it N times and
-measures (a) kill -> exit listener called and (b) the synchronous spawn call.
+measures (a) kill -> exit listener called and (b) the awaited spawn call (its fork/exec on a thread).
 Prints min / p50 / p90 / max in milliseconds and writes
 bench/results/exit_latency.json.
 """
@@ -56,7 +56,7 @@ async def run(rounds: int) -> dict:
 
     orch.subscribe(on_exit)
     detect, spawn = [], []
-    handle = orch.spawn("bench", {})
+    handle = await orch.spawn("bench", {})
     for _ in range(rounds):
         exited = asyncio.get_running_loop().create_future()
         await asyncio.sleep(0.05)  # let the child settle (benchmark pacing, not a wait)
@@ -65,7 +65,7 @@ async def run(rounds: int) -> dict:
         await exited
         detect.append((stamps[handle.id] - t0) * 1000)
         t1 = time.perf_counter()
-        handle = orch.spawn("bench", {}, want_ports=handle.ports)
+        handle = await orch.spawn("bench", {}, want_ports=handle.ports)
         spawn.append((time.perf_counter() - t1) * 1000)
     await orch.stop(handle.id)
     return {"kill_to_exit_event_ms": summary(detect), "spawn_call_ms": summary(spawn), "rounds": rounds}

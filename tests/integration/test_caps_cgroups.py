@@ -60,7 +60,7 @@ async def test_a_node_past_its_memory_cap_is_stopped_and_told_in_words(tmp_path)
     exits: list[ExitEvent] = []
     orch.subscribe(exits.append)
     try:
-        orch.spawn("n1", {})
+        await orch.spawn("n1", {})
         await async_wait_until(lambda: exits, timeout=30, what="the hog's exit")
         assert exits[0].cause == "stopped by its memory cap of 64 MB"
         assert exits[0].returncode == -9 and not exits[0].requested
@@ -81,7 +81,7 @@ async def test_a_capped_node_runs_in_its_groups_from_its_first_instruction(tmp_p
     exits: list[ExitEvent] = []
     orch.subscribe(exits.append)
     try:
-        orch.spawn("n1", {})
+        await orch.spawn("n1", {})
         await async_wait_until(lambda: exits, timeout=30, what="cat's exit")
         lines = orch.log_tail("n1", 20)
         for controller in [""] if way.tree.version == 2 else way.tree.controllers:
@@ -99,7 +99,7 @@ async def test_a_busy_node_capped_at_20_percent_gets_about_that(tmp_path):
         pytest.skip("the cpu controller is not writable here")
     await orch.init()
     try:
-        handle = orch.spawn("n1", {})
+        handle = await orch.spawn("n1", {})
         proc = psutil.Process(handle.pid)
         start_wall, start_cpu = time.monotonic(), sum(proc.cpu_times()[:2])
         # Two seconds of its CPU time: about ten of the wall clock at 20 %, two without a cap.
@@ -120,7 +120,7 @@ async def test_remove_and_quit_leave_nothing_in_the_cgroup_tree(tmp_path):
     await orch.init()
     try:
         for node_id in ("n1", "n2"):
-            handle = orch.spawn(node_id, {})
+            handle = await orch.spawn(node_id, {})
             for group in way.tree.node_dirs(node_id).values():
                 assert str(handle.pid) in (group / "cgroup.procs").read_text().split()
         assert psutil.Process(orch.handles_for("n2")[0].pid).nice() == 10  # low priority: the OS's background

@@ -8,6 +8,7 @@ and passes this file (docs/drivers.md).
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -77,7 +78,7 @@ async def test_the_same_attempt_again_adopts_the_live_instance(contract_rig: Dri
     driver = contract_rig.new_driver()
     await driver.init()
     first = await contract_rig.started("n1", attempt=3)
-    again = contract_rig.start("n1", 3)
+    again = await contract_rig.start("n1", 3)
     assert again.id == first.id and again.pid == first.pid and again.adopted
     assert [h.id for h in driver.handles_for("n1")] == [first.id]
     assert contract_rig.running("n1") == 1
@@ -97,6 +98,48 @@ async def test_a_new_attempt_replaces_the_live_instance(contract_rig: DriverRig)
     assert not [e for e in contract_rig.exits_of(first) if not e.requested], "a replaced instance told as a crash"
 
 
+async def test_a_stop_of_the_node_waits_for_its_start_in_flight_and_stops_its_instance(contract_rig: DriverRig):
+    driver = contract_rig.new_driver()
+    await driver.init()
+    release = contract_rig.hold_starts()
+    start = asyncio.create_task(contract_rig.start("n1", 1))
+    await contract_rig.wait_in_flight("n1")
+    stop = asyncio.create_task(driver.stop_node("n1"))  # a Remove or Restart landing while the child comes up
+    release()
+    info, _ = await asyncio.gather(start, stop)
+    assert not driver.is_running(info.id), "the stop missed the instance its node's start brought"
+    await contract_rig.wait_running("n1", 0)
+
+
+async def test_a_driver_closed_while_a_start_is_in_flight_leaves_no_instance(contract_rig: DriverRig):
+    driver = contract_rig.new_driver()
+    await driver.init()
+    release = contract_rig.hold_starts()
+    start = asyncio.create_task(contract_rig.start("n1", 1))
+    await contract_rig.wait_in_flight("n1")
+    driver.close()  # the host goes away while the child comes up: nobody would track it
+    release()
+    with pytest.raises(SpawnError):
+        await start
+    await contract_rig.wait_running("n1", 0)
+
+
+async def test_a_cancelled_start_leaves_no_instance(contract_rig: DriverRig):
+    driver = contract_rig.new_driver()
+    await driver.init()
+    release = contract_rig.hold_starts()
+    start = asyncio.create_task(contract_rig.start("n1", 1))
+    await contract_rig.wait_in_flight("n1")
+    start.cancel()  # a pass cancelled by the host's stop
+    release()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    await contract_rig.wait_running("n1", 0)
+    assert driver.handles_for("n1") == []
+    again = await contract_rig.started("n1", attempt=2)  # the node is not stuck in flight
+    assert driver.is_running(again.id)
+
+
 async def test_a_start_after_a_crash_keeps_the_ports_it_asks_for(contract_rig: DriverRig):
     driver = contract_rig.new_driver()
     await driver.init()
@@ -104,7 +147,7 @@ async def test_a_start_after_a_crash_keeps_the_ports_it_asks_for(contract_rig: D
     await contract_rig.crash(first)
     await contract_rig.wait_status(first, DriverStatus.FAILED)
     remembered = (first.api_port, first.p2p_port)
-    other = contract_rig.start("n2", 1, avoid_ports=remembered)  # another node leaves them to their owner
+    other = await contract_rig.start("n2", 1, avoid_ports=remembered)  # another node leaves them to their owner
     assert {other.api_port, other.p2p_port}.isdisjoint(remembered)
     second = await contract_rig.started("n1", attempt=2, want_ports=remembered)
     assert (second.api_port, second.p2p_port) == remembered
@@ -192,12 +235,12 @@ async def test_a_fresh_home_attaches_nothing_and_a_new_driver_reattaches_what_ru
     first.close()  # the host goes away; the instance stays
     assert contract_rig.running("n1") == 1
     with pytest.raises(SpawnError):
-        first.start("n2", 1, claim_env())  # a closed driver starts nothing
+        await first.start("n2", 1, claim_env())  # a closed driver starts nothing
     second = contract_rig.new_driver()
     report = await second.init()
     assert [h.id for h in report.attached] == [info.id] and report.stopped_cleanly == frozenset()
     assert second.is_running(info.id) and second.status(info.id) is DriverStatus.RUNNING
-    adopted = contract_rig.start("n1", 4)
+    adopted = await contract_rig.start("n1", 4)
     assert adopted.id == info.id and adopted.adopted, "the re-attached instance was not adopted by its attempt"
     assert contract_rig.running("n1") == 1
     code = await contract_rig.crash(adopted)  # a re-attached instance's exit is still told

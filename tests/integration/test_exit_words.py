@@ -57,7 +57,7 @@ async def told_exit(orch: Orchestrator, node_id: str) -> tuple[ExitEvent, list[s
         if not told.done():
             told.set_result((event, orch.log_tail(node_id, 1)))
     orch.subscribe(on_exit)
-    orch.spawn(node_id, {})
+    await orch.spawn(node_id, {})
     return await asyncio.wait_for(told, 10)
 
 
@@ -106,7 +106,7 @@ async def test_a_child_whose_exit_is_not_told_yet_still_runs_for_the_supervisor(
     told: list[ExitEvent] = []
     orch.subscribe(told.append)
     try:
-        handle = orch.spawn("n1", {})
+        handle = await orch.spawn("n1", {})
         await async_wait_until(lambda: not handle.alive, timeout=10, interval=0.005, what="the leader's exit")
         assert not told and orch.status(handle.id) is DriverStatus.RUNNING
         await async_wait_until(lambda: told, timeout=10, what="the exit told")

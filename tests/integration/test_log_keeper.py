@@ -53,7 +53,7 @@ async def test_nodes_writing_20_mb_s_lines_without_newlines_and_binary_stay_unde
     handles = []
     for kind in kinds:
         monkeypatch.setenv("SLEEPER_CHATTY_KIND", kind)
-        handles.append(orch.spawn(kind, {}))
+        handles.append(await orch.spawn(kind, {}))
         cleanup.append(handles[-1].pid)
     assert orch.keeper is not None and orch.keeper.pid is not None
     cleanup.append(orch.keeper.pid)
@@ -86,7 +86,7 @@ async def test_a_restarted_host_keeps_capturing_a_node_that_went_on_running(tmp_
     monkeypatch.setenv("SLEEPER_MODE", "ticker")
     orch = make_orchestrator(tmp_path)
     await orch.init()
-    handle = orch.spawn("n1", {})
+    handle = await orch.spawn("n1", {})
     cleanup.append(handle.pid)
     assert orch.keeper is not None and orch.keeper.pid is not None
     keeper_pid = orch.keeper.pid
@@ -117,7 +117,7 @@ async def test_a_killed_keeper_is_replaced_and_each_log_says_output_may_be_missi
     monkeypatch.setenv("SLEEPER_MODE", "ticker")
     orch = make_orchestrator(tmp_path)
     await orch.init()
-    handles = [orch.spawn(f"n{i}", {}) for i in range(2)]
+    handles = [await orch.spawn(f"n{i}", {}) for i in range(2)]
     cleanup.extend(h.pid for h in handles)
     assert orch.keeper is not None and orch.keeper.pid is not None
     old = orch.keeper.pid
@@ -144,7 +144,7 @@ async def test_a_node_whose_keeper_ended_while_no_host_ran_has_it_said_in_its_lo
     monkeypatch.setenv("SLEEPER_MODE", "")
     orch = make_orchestrator(tmp_path)
     await orch.init()
-    handle = orch.spawn("n1", {})
+    handle = await orch.spawn("n1", {})
     cleanup.append(handle.pid)
     assert orch.keeper is not None and orch.keeper.pid is not None
     keeper_pid = orch.keeper.pid

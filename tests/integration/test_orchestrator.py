@@ -34,7 +34,7 @@ async def started(tmp_path, cleanup_pids, secret_env: dict | None = None, **opti
     """A started orchestrator with node n1's child up and ready: (orchestrator, handle, ready.json)."""
     orch = make_orchestrator(tmp_path, **options)
     await orch.init()
-    handle = orch.spawn("n1", secret_env or {})
+    handle = await orch.spawn("n1", secret_env or {})
     cleanup_pids.append(handle.pid)
     return orch, handle, ready_info(orch, "n1")
 
@@ -69,7 +69,7 @@ async def test_sigkill_reaches_exit_listeners(tmp_path, cleanup_pids):
     await orch.init()
     events: list[ExitEvent] = []
     orch.subscribe(events.append)
-    handle = orch.spawn("n1", {})
+    handle = await orch.spawn("n1", {})
     cleanup_pids.append(handle.pid)
     ready_info(orch, "n1")
     os.kill(handle.pid, signal.SIGKILL)
@@ -86,7 +86,7 @@ async def test_sigkill_reaches_exit_listeners(tmp_path, cleanup_pids):
 async def test_second_orchestrator_reattaches_without_spawning(tmp_path, cleanup_pids):
     first = make_orchestrator(tmp_path)
     await first.init()
-    handle = first.spawn("n1", {})
+    handle = await first.spawn("n1", {})
     cleanup_pids.append(handle.pid)
     ready_info(first, "n1")
     first.close()  # the host goes away; the child stays
@@ -144,7 +144,7 @@ async def test_stop_kills_the_whole_group_even_when_term_is_ignored(tmp_path, cl
     await orch.init()
     events: list[ExitEvent] = []
     orch.subscribe(events.append)
-    handle = orch.spawn("n1", {})
+    handle = await orch.spawn("n1", {})
     cleanup_pids.append(handle.pid)
     ready_info(orch, "n1")
     await orch.stop(handle.id)
@@ -176,7 +176,7 @@ async def test_respawn_drops_the_stale_handle_and_keeps_ports(tmp_path, cleanup_
     os.kill(first.pid, signal.SIGKILL)
     await async_wait_until(lambda: not orch.is_running(first.id))
     (orch.paths.node_dir("n1") / "ready.json").unlink()
-    second = orch.spawn("n1", {}, want_ports=first.ports)
+    second = await orch.spawn("n1", {}, want_ports=first.ports)
     cleanup_pids.append(second.pid)
     assert second.ports == first.ports
     assert [h.id for h in orch.list_nodes()] == [second.id]
@@ -189,7 +189,7 @@ async def test_failed_launch_restores_the_dropped_handle(tmp_path, cleanup_pids)
     orch, first, _ = await started(tmp_path, cleanup_pids)
     orch.node_command = [str(tmp_path / "no-such-program")]
     with pytest.raises(Exception) as err:
-        orch.spawn("n1", {})
+        await orch.spawn("n1", {})
     assert "could not start the node program" in str(err.value)
     assert [h.id for h in orch.list_nodes()] == [first.id]
     assert_only_held(orch, first.ports, "the failed launch left a port held")
@@ -233,11 +233,11 @@ async def test_a_start_of_a_new_attempt_ends_the_live_instance_it_replaces(tmp_p
     await orch.init()
     events: list[ExitEvent] = []
     orch.subscribe(events.append)
-    first = orch.start("n1", 1, {})
+    first = await orch.start("n1", 1, {})
     cleanup_pids.append(first.pid)
     ready_info(orch, "n1")
     (orch.paths.node_dir("n1") / "ready.json").unlink()
-    second = orch.start("n1", 2, {})
+    second = await orch.start("n1", 2, {})
     cleanup_pids.append(second.pid)
     ready_info(orch, "n1")
     await async_wait_until(lambda: not psutil.pid_exists(first.pid)

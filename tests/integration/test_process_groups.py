@@ -23,7 +23,7 @@ async def wrapper_and_node(tmp_path, cleanup, monkeypatch, stop_timeout_s: float
     monkeypatch.setenv("SLEEPER_GRANDCHILD", grandchild)
     orch = make_orchestrator(tmp_path, stop_timeout_s=stop_timeout_s)
     await orch.init()
-    handle = orch.spawn("n1", {})
+    handle = await orch.spawn("n1", {})
     cleanup.append(handle.pid)
     pid = ready_info(orch, "n1")["grandchild"]
     cleanup.append(pid)
@@ -70,7 +70,7 @@ async def test_remove_and_quit_end_a_stray_that_left_the_group(tmp_path, cleanup
     await orch.init()
     strays = {}
     for node_id in ("n1", "n2"):
-        handle = orch.spawn(node_id, {})
+        handle = await orch.spawn(node_id, {})
         cleanup.append(handle.pid)
         strays[node_id] = ready_info(orch, node_id)["grandchild"]
         cleanup.append(strays[node_id])
@@ -96,7 +96,7 @@ async def test_a_stray_holding_the_work_folders_lock_is_ended_before_a_spawn(tmp
     cleanup.append(stray.pid)
     assert stray.stdout is not None
     assert stray.stdout.readline().strip() == b"locked"
-    handle = orch.spawn("n1", {})
+    handle = await orch.spawn("n1", {})
     cleanup.append(handle.pid)
     assert stray.wait(5) == -signal.SIGKILL
     assert f"stray process {stray.pid}" in caplog.text and "lock" in caplog.text
@@ -123,7 +123,7 @@ async def test_a_child_whose_log_keeper_cannot_start_is_ended_and_the_spawn_fail
     monkeypatch.setattr("cadre_desktop.host.local.launch.subprocess.Popen", popen)
     monkeypatch.setattr(keeper, "keeper_command", lambda *_: [str(tmp_path / "no-such-keeper")])
     with pytest.raises(SpawnError, match="log keeper"):
-        orch.spawn("n1", {})
+        await orch.spawn("n1", {})
     assert started, "no node was started"
     wait_until(lambda: all(gone(pid) for pid in started), timeout=5,
                what="the node started for the failed spawn to end (reaped on a thread)")
@@ -142,7 +142,7 @@ async def test_quit_stops_every_node_in_one_grace_and_writes_state_once(tmp_path
     monkeypatch.setenv("SLEEPER_MODE", "ignore-term")
     orch = make_orchestrator(tmp_path, stop_timeout_s=0.3)
     await orch.init()
-    handles = [orch.spawn(f"n{i}", {}) for i in range(4)]
+    handles = [await orch.spawn(f"n{i}", {}) for i in range(4)]
     for h in handles:
         cleanup.append(h.pid)
         ready_info(orch, h.node_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -76,7 +77,7 @@ async def test_a_start_takes_the_loaded_standby_and_another_is_loaded(orch):
     await orch.init()
     pid = await ready_standby(orch)
     secret = secrets.token_urlsafe(32)
-    handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secret})
+    handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secret})
     assert handle.pid == pid, "the start did not take the standby"
     await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the node answering")
     answer = status(handle.api_port)
@@ -163,7 +164,7 @@ async def test_ready_in_counts_from_the_start_not_from_when_the_standby_was_load
     pid = await ready_standby(orch)
     loaded = psutil.Process(pid).create_time()
     await async_wait_until(lambda: time.time() - loaded > 3.0, timeout=15, what="the standby loaded for 3 s")
-    handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+    handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
     assert handle.pid == pid
     log_path = orch.paths.node_log("n1")
     await async_wait_until(lambda: log_path.exists() and "ready in" in log_path.read_text(), timeout=15,
@@ -203,7 +204,7 @@ async def test_a_changed_node_program_is_the_one_the_next_start_runs(tmp_path, o
     await async_wait_until(lambda: gone(old), timeout=10, what="the old program's standby ended")
     pid = await ready_standby(orch, other_than=old)
     assert "new_node.py" in cmdline(pid)
-    handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+    handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
     assert "new_node.py" in cmdline(handle.pid), "the start ran the old node program"
     await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the node answering")
     orch.reconfigure(DriverConfig(node_command=tuple(REFERENCE), port_range=port_range(tmp_path), stop_timeout_s=2.0,
@@ -221,7 +222,7 @@ async def test_a_stopped_standby_is_not_handed_a_node_and_the_start_goes_on_cold
     os.kill(pid, signal.SIGSTOP)
     await async_wait_until(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout=5,
                            what="the standby stopped")
-    handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+    handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
     assert handle.pid != pid and handle.attempt == 1
     await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the cold start answering")
     await async_wait_until(lambda: gone(pid), timeout=10, what="the stopped standby ended")
@@ -237,7 +238,15 @@ async def test_a_standby_that_never_takes_its_node_over_costs_the_start_nothing(
     try:
         pid = await ready_standby(orch)
         started = time.monotonic()
-        handle = orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+        start = asyncio.create_task(orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)}))
+        await async_wait_until(lambda: orch.spawner.busy("n1"), what="the hand-over under way")
+        ran = asyncio.Event()
+        asyncio.get_running_loop().call_soon(ran.set)
+        async with asyncio.timeout(standby_module.HANDOVER_S / 2):
+            await ran.wait()  # the hung hand-over waits on the start's thread, not on the loop
+        assert time.monotonic() - started < standby_module.HANDOVER_S, "the loop waited for the hand-over"
+        assert not start.done(), "the start ended before its standby's hand-over could have timed out"
+        handle = await start
         took = time.monotonic() - started
         assert handle.pid != pid and took < standby_module.HANDOVER_S + 2, took
         await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the cold start answering")
@@ -269,7 +278,7 @@ async def test_a_burst_of_starts_keeps_more_standbys_for_a_while_then_one(orch, 
     started: list[Any] = []
     for i in range(3):  # three takes close together: wanted 1 -> 2 -> 4
         await ready_standby(orch, other_than=started[-1].pid if started else None)
-        started.append(orch.start(f"n{i}", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)}))
+        started.append(await orch.start(f"n{i}", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)}))
     assert pool.wanted == min(4, pool.burst) == 4
     await async_wait_until(lambda: pool.standbys == 4, timeout=60, what="four standbys loaded for the burst")
     extra = [s.popen.pid for s in pool._standbys[1:]]

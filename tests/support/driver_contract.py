@@ -19,11 +19,13 @@ Every wait is a poll against a deadline (tests/support/polling.py).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ import psutil
 
 from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, InstanceInfo, NodeDriver
 from cadre_desktop.host.drivers import driver_config, make_driver
+from cadre_desktop.host.local import launch
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings, parse_settings
 from tests.support import port_blocks
@@ -99,6 +102,14 @@ class DriverRig:
         """Have the node print its start-up line (the real node does by itself); returns a piece of it."""
         raise NotImplementedError
 
+    def hold_starts(self) -> Callable[[], None]:
+        """Keep every start in flight (its instance coming up, the start not ended) until the call returned."""
+        raise NotImplementedError
+
+    async def wait_in_flight(self, node_id: str) -> None:
+        """Until a held start of the node is in flight (its instance, where the driver makes it first, exists)."""
+        raise NotImplementedError
+
     def cleanup(self) -> None:
         for driver in self.drivers:
             driver.close()
@@ -111,11 +122,11 @@ class DriverRig:
         self.drivers.append(driver)
         return driver
 
-    def start(self, node_id: str, attempt: int, **options: Any) -> InstanceInfo:
-        return self.driver.start(node_id, attempt, claim_env(), **options)
+    async def start(self, node_id: str, attempt: int, **options: Any) -> InstanceInfo:
+        return await self.driver.start(node_id, attempt, claim_env(), **options)
 
     async def started(self, node_id: str, attempt: int = 1, **options: Any) -> InstanceInfo:
-        info = self.start(node_id, attempt, **options)
+        info = await self.start(node_id, attempt, **options)
         await self.wait_answering(info)
         return info
 
@@ -182,7 +193,31 @@ class LocalRig(DriverRig):
     async def node_output(self, info: InstanceInfo) -> str:
         return "listening on"
 
+    def hold_starts(self) -> Callable[[], None]:
+        """Each child is started, then its start's thread waits (bounded) before handing it back."""
+        release, real = threading.Event(), launch.launch
+        self._in_flight: set[str] = set()
+
+        def held(*args: Any, **kwargs: Any) -> launch.Launched:
+            launched = real(*args, **kwargs)
+            self._in_flight.add(kwargs["node_id"])
+            release.wait(WAIT_S)
+            return launched
+
+        launch.launch = held
+
+        def undo() -> None:
+            launch.launch = real
+            release.set()
+        self._undo_hold = undo
+        return undo
+
+    async def wait_in_flight(self, node_id: str) -> None:
+        await async_wait_until(lambda: node_id in self._in_flight, timeout=WAIT_S, what=f"a start of {node_id} in flight")
+
     def cleanup(self) -> None:
+        if undo := getattr(self, "_undo_hold", None):
+            undo()
         super().cleanup()
         kill_node_processes(self.home)
 
@@ -223,6 +258,14 @@ class FakeRig(DriverRig):
     async def node_output(self, info: InstanceInfo) -> str:
         self.fake.say(info.node_id, f"fake node {info.node_id}: listening on {info.api_port}")
         return "listening on"
+
+    def hold_starts(self) -> Callable[[], None]:
+        held = self.fake.hold_starts = asyncio.Event()
+        return held.set
+
+    async def wait_in_flight(self, node_id: str) -> None:
+        await async_wait_until(lambda: node_id in self.fake.in_flight, timeout=WAIT_S,
+                               what=f"a start of {node_id} in flight")
 
 
 RIGS: dict[str, Callable[[Path], DriverRig]] = {

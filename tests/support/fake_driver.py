@@ -9,6 +9,7 @@ instances are re-attached by the next one's `init`. It passes the driver contrac
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from dataclasses import dataclass, field
 
@@ -75,6 +76,10 @@ class FakeOrchestrator:
         self.node_command: tuple[str, ...] = FAKE_COMMAND
         self.port_range: tuple[int, int] | None = None
         self._ids = self.machine.ids
+        #: While set to an Event, each start stays in flight (its child coming up) until the event is set.
+        self.hold_starts: asyncio.Event | None = None
+        #: The nodes whose start is in flight, each with the event set when it ends.
+        self.in_flight: dict[str, asyncio.Event] = {}
 
     # orchestrator surface
     def subscribe(self, listener):
@@ -97,12 +102,26 @@ class FakeOrchestrator:
     def status(self, handle_id):
         return DriverStatus.UNKNOWN if not handle_id else status_of(self.get(handle_id))
 
-    def start(self, node_id, attempt, secret_env, *, want_ports=None, avoid_ports=()):
+    async def start(self, node_id, attempt, secret_env, *, want_ports=None, avoid_ports=()):
+        await self._idle(node_id)
         for h in self.handles_for(node_id):
             if h.alive and attempt > 0 and h.attempt == attempt:
                 h.adopted = True
                 return h
+        if self.hold_starts is not None:
+            # In flight, as the local driver's child coming up on its thread: the loop goes on.
+            done = self.in_flight[node_id] = asyncio.Event()
+            try:
+                await self.hold_starts.wait()
+            finally:
+                del self.in_flight[node_id]
+                done.set()
         return self.spawn(node_id, secret_env, want_ports=want_ports, avoid_ports=avoid_ports, attempt=attempt)
+
+    async def _idle(self, node_id=None):
+        """Wait for the start in flight of `node_id` (None: of every node), as the local driver does."""
+        while waiting := [ev for nid, ev in self.in_flight.items() if node_id is None or nid == node_id]:
+            await waiting[0].wait()
 
     def spawn(self, node_id, secret_env, *, want_ports=None, avoid_ports=(), attempt=0):
         if self.closed:
@@ -142,6 +161,7 @@ class FakeOrchestrator:
             self.exit(handle_id, code=0, requested=True)
 
     async def stop_node(self, node_id):
+        await self._idle(node_id)
         for h in self.handles_for(node_id):
             await self.stop(h.id)
 
@@ -171,6 +191,7 @@ class FakeOrchestrator:
 
     async def stop_all(self, leave=frozenset()):
         self.stopped_all = True
+        await self._idle()
         live = [h for h in self.handles.values() if h.alive and h.node_id not in leave]
         for h in live:
             await self.stop(h.id)

@@ -452,3 +452,18 @@ def test_no_group_is_made_ready_for_a_node_without_caps_or_another_way():
     scoped, _ = keeper_for(caps.choose("linux", "habc", scope_address=lambda: "unix:path=/x",
                                        make_scope_ops=lambda _a: FakeScopeOps()), NodeCaps(memory_mb=64))
     assert scoped.before_spawn("n1") == []
+
+
+def test_the_spawns_thread_lowers_a_childs_priority_right_after_its_exec_and_never_raises():
+    low, _ = keeper_for(caps.Way("priority", why_not="test"), NodeCaps())
+    lower = low.lower_soon("n1")  # read on the loop before the spawn; called on the spawn's thread
+    lower(4242)
+    assert low.priority.lowered == [4242]  # type: ignore[attr-defined]
+    normal, _ = keeper_for(caps.Way("priority", why_not="test"), NodeCaps(low_priority=False))
+    normal.lower_soon("n1")(4243)
+    assert normal.priority.lowered == []  # type: ignore[attr-defined]
+
+    def refused(_pid: int) -> None:
+        raise PermissionError("not ours")
+    low.priority.lower = refused  # type: ignore[method-assign, assignment]
+    low.lower_soon("n1")(4244)  # `place` says it; the start goes on

@@ -295,7 +295,7 @@ async def test_a_start_waiting_for_the_keyring_is_abandoned_when_the_loan_ends(r
 async def test_a_start_already_decided_is_abandoned_when_the_loan_ended_meanwhile(rig):
     row = rig.donation(status=D.SEEDED)
     await rig.lending.end(row.id)
-    assert rig.sup.start_node(row.id, counted=True, expect_handle=row.handle) is False
+    assert await rig.sup.start_node(row.id, counted=True, expect_handle=row.handle) is False
     assert rig.orch.spawns_of(row.id) == []
 
 

@@ -304,7 +304,7 @@ async def test_a_start_of_the_same_attempt_adopts_the_child_it_already_made(rig)
     orphan = rig.orch.spawn("n1", {}, attempt=4)
     rig.orch.handles[rec.handle] = rig.orch.add_live("n1", rec.handle)
     rig.orch.handles[rec.handle].alive = False
-    assert rig.orch.start("n1", 4, {}).id == orphan.id and orphan.adopted
+    assert (await rig.orch.start("n1", 4, {})).id == orphan.id and orphan.adopted
     await rig.sup.reconcile()
     assert rig.rec().handle == orphan.id and rig.rec().attempts == 0
     assert len(rig.orch.spawned) == 1  # nothing started beside it

@@ -225,7 +225,7 @@ async def test_remove_while_a_pass_is_queued_abandons_without_counting(rig):
 async def test_give_up_between_the_decision_and_the_start_abandons(rig):
     rec = rig.node()
     rig.store.put(rig.rec().replace(status=NodeStatus.ERROR))
-    assert rig.sup.start_node("n1", counted=True, expect_handle=rec.handle) is False
+    assert await rig.sup.start_node("n1", counted=True, expect_handle=rec.handle) is False
     assert rig.orch.spawned == [] and rig.rec().attempts == 0
 
 
@@ -328,8 +328,8 @@ async def test_in_flight_pass_abandons_records_it_has_not_reached_after_stop(rig
     rig.node("b")
     real_start = rig.sup.start_node
 
-    def start_then_stop(node_id, **kw):
-        started = real_start(node_id, **kw)
+    async def start_then_stop(node_id, **kw):
+        started = await real_start(node_id, **kw)
         rig.sup.passes.stopped = True  # what stop() sets, without cancelling the pass
         return started
     rig.sup.start_node = start_then_stop

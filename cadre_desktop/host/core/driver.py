@@ -8,6 +8,11 @@ themselves; they ask a *driver*. Three calls make a driver:
   a live instance the same attempt already made returns it with
   ``adopted=True`` instead of starting a second one. This is what makes a host
   that died between starting a child and writing its record safe to restart.
+  It is awaited: what is slow about starting (fork/exec, a pod scheduled) must
+  not hold the loop, so the caller re-reads its record after it. A driver runs
+  one start of a node at a time, and its ``stop_node``, ``remove_node`` and
+  ``stop_all`` wait for a start in flight and stop its child too; a start whose
+  caller is cancelled, or whose driver is closed, leaves no instance behind.
 * ``status(handle_id) -> DriverStatus``: what became of an instance.
 * ``stop(handle_id)``: end it and whatever it left behind; a handle the driver
   cannot reach is a no-op.
@@ -121,7 +126,7 @@ class InitReport:
 @runtime_checkable
 class NodeDriver(Protocol):
     # -- the three calls ---------------------------------------------------------
-    def start(
+    async def start(
         self,
         node_id: str,
         attempt: int,
@@ -130,7 +135,7 @@ class NodeDriver(Protocol):
         want_ports: tuple[int, int] | None = None,
         avoid_ports: Iterable[int] = (),
     ) -> InstanceInfo:
-        """Start the node (synchronously, so nothing runs between the decision and the start)."""
+        """Start the node; the loop goes on while it comes up (the caller re-reads its record after)."""
         ...
 
     def status(self, handle_id: str | None) -> DriverStatus: ...

@@ -4,9 +4,12 @@ One protocol for every kind (a hosted node, a lent node). The row is written fir
 its kind's creating status: if the host dies after it, that half-born row is what the
 reap sweep finds and clears, keyring entry included (the other order would leave a
 secret no row names, which nothing could ever find again). Then the secret goes to the
-keyring, off the serial queue. The row is re-read, with no await before the start: one
-that was removed (or changed) meanwhile gets no child. Then the first child, and one
-write naming it. Whatever fails on the way is undone by the kind's `unwind`: told whether
+keyring, off the serial queue. The row is re-read right before the start: one that was
+removed (or changed) meanwhile gets no child. Then the first child (awaited: it comes up
+on a thread while the loop goes on), and one write naming it, which re-reads the row: one
+removed or changed while the child came up is unwound, its child with it (a Remove that
+lands meanwhile waits for the start in flight and stops that child itself). Whatever fails
+on the way is undone by the kind's `unwind`: told whether
 the secret reached the keyring (if not, only the row exists), it removes the row behind a
 tombstone, stops the child, deletes the folder and the entry, so a host that dies
 half-way through finishes the job at its next start.
@@ -67,11 +70,11 @@ class Provisioning(Generic[R]):
             raise
         try:
             current = lc.get(row_id)
-            # No await from this re-read to the write after the start.
+            # No await from this re-read to the start; the write after it re-reads (`spawned`).
             if current is None or current.status is not lc.kind.creating or self.gate.cached(row_id, kind) is None:
                 raise gone()
             still_wanted(current)
-            child = self.supervisor.launch(current, secret, 1, lc=lc)
+            child = await self.supervisor.launch(current, secret, 1, lc=lc)
             born: R | None = self.supervisor.spawned(row_id, child, lc=lc, **first_start)
             if born is None:
                 raise gone()

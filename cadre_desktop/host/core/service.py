@@ -253,7 +253,7 @@ class NodeService:
                 raise self._keyring_error(record)
             await self.driver.stop_node(node_id)
             self.supervisor.forget_exit(node_id)
-            if not self.supervisor.start_node(node_id, counted=False, expect_handle=record.handle):
+            if not await self.supervisor.start_node(node_id, counted=False, expect_handle=record.handle):
                 raise InvalidState(f"Node {node_id} was removed or stopped while it was being {doing}.")
             log.info("node %s %s", node_id, doing)
             return self._require(node_id)
@@ -280,7 +280,7 @@ class NodeService:
             self.supervisor.forget_exit(node_id)
             log.info("node %s: retry requested", node_id)
             self.supervisor.decisions.requested_start(node_id, "retry requested")
-            self.supervisor.start_node(node_id, counted=True, expect_handle=fresh.handle)
+            await self.supervisor.start_node(node_id, counted=True, expect_handle=fresh.handle)
             return self._require(node_id)
         return await self.supervisor.serialize(work)
 
@@ -327,7 +327,7 @@ class NodeService:
             if current.status not in kind.held:
                 raise InvalidState(f"{kind.noun.capitalize()} {kind.label(current)} is {current.status.value} now.")
             await self.driver.stop_node(node_id)  # a child left over from the hold goes first
-            self.supervisor.release_node(node_id, Change.RESUME)
+            await self.supervisor.release_node(node_id, Change.RESUME)
             log.info("node %s resumed", node_id)
             return self._require(node_id)
         return await self.supervisor.serialize(work)

@@ -40,8 +40,8 @@ from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from cadre_desktop.errors import CadreError, OutOfDescriptors, SecretsError, StorageError, message_of
-from cadre_desktop.host.core import orphans
+from cadre_desktop.errors import CadreError, StorageError, message_of
+from cadre_desktop.host.core import orphans, starts
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.decide import Decision, Observation, Policy, Verdict, decide
 from cadre_desktop.host.core.driver import Exit, InstanceInfo, NodeDriver
@@ -51,7 +51,7 @@ from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import HOSTED, Change, Lifecycle
 from cadre_desktop.host.core.observe import DecisionBook, Observer
 from cadre_desktop.host.core.passes import PassSchedule, breathe
-from cadre_desktop.host.core.records import Hold, NodeRecord, RespawnInfo, StartMark, SupervisedRow, next_mark
+from cadre_desktop.host.core.records import Hold, NodeRecord, RespawnInfo, StartMark, SupervisedRow
 from cadre_desktop.host.core.runfile import RunFiles
 from cadre_desktop.host.core.secrets import SecretKind
 from cadre_desktop.host.core.timeline import Timeline
@@ -309,12 +309,12 @@ class Supervisor:
             await self.hold_node(record.id, Change.PAUSE, status, dataclasses.replace(hold, at=iso(self.clock.now())),
                                  lc=lc)
         elif d is Decision.HOST_RELEASE:
-            return self.release_node(record.id, Change.RESUME, lc=lc)
+            return await self.release_node(record.id, Change.RESUME, lc=lc)
         elif d is Decision.STOP_HELD:
             log.info("node %s %s; stopping its child", record.id, verdict.reason)
             await self.driver.stop(record.handle)
         elif d is Decision.WAKE:
-            return self.release_node(record.id, Change.WAKE, lc=lc)
+            return await self.release_node(record.id, Change.WAKE, lc=lc)
         elif d is Decision.WAIT_KEYRING:
             self.gate.want(record.id, lc.kind.secret_kind(record))
             if record.id not in self._waiting_keyring:
@@ -323,7 +323,8 @@ class Supervisor:
         elif d is Decision.START:
             self._uncounted.discard(record.id)
             try:
-                return self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle, lc=lc, soon=True)
+                return await self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle, lc=lc,
+                                             soon=True)
             except Exception as exc:
                 message = message_of(exc)
                 current = lc.get(record.id)
@@ -337,72 +338,31 @@ class Supervisor:
 
     # -- effects ------------------------------------------------------------------
 
-    def start_node(self, node_id: str, *, counted: bool, expect_handle: str | None = None,
-                   lc: Lifecycle[Any] | None = None, soon: bool = False) -> bool:
-        """The one start of a node: re-read, start through the driver, write handle and mark.
+    async def start_node(self, node_id: str, *, counted: bool, expect_handle: str | None = None,
+                         lc: Lifecycle[Any] | None = None, soon: bool = False) -> bool:
+        """The one start of a node (`starts.py`): re-read, start through the driver, then re-read
+        and write handle and mark in one turn; True when a child was started and recorded.
 
-        Synchronous from the re-read to the write: nothing can change the
-        record in between. A live child of the node that the record does not
-        name yet is taken over instead (spends nothing): a host that died after
-        starting it, or a write that failed, never gets a second child beside it.
-        `soon`: a start of the pass, which answers nobody: its record's write is not
-        waited for (`Lifecycle.apply`), only its event is told after the write's sync.
+        A live child of the node that the record does not name yet is taken over instead
+        (spends nothing): a host that died after starting it, or a write that failed, never
+        gets a second child beside it. A record removed or changed while the child came up
+        gets nothing, and the child is stopped (uncounted). `soon`: a start of the pass,
+        which answers nobody: its record's write is not waited for (`Lifecycle.apply`),
+        only its event is told after the write's sync.
         """
-        lc = lc or self.lifecycle_of(node_id)
-        record = lc.get(node_id)
-        if record is None or record.status not in lc.kind.supervised or record.handle != expect_handle:
-            return False
-        live = [h for h in self.driver.handles_for(node_id) if h.alive and h.id != record.handle]
-        if live:
-            child = live[-1]
-            lc.apply(node_id, Change.ADOPT, lambda r: r.replace(
-                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port), soon=soon)
-            log.info("node %s: its record takes the running child pid %s", node_id, child.pid)
-            return False
-        value = self.gate.cached(node_id, lc.kind.secret_kind(record))
-        if value is None:
-            raise SecretsError(f"the secret of node {node_id} has not been read from the keyring yet")
-        attempt = record.next_start
-        now = iso(self.clock.now())
-        words = self.exits.take_for_start(node_id, record.handle)
-        mark = next_mark(record.start, attempt, now, self.supervisor_id, counted=counted, words=words)
-        respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
-        want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
-        try:
-            child = self.launch(record, value, attempt, want_ports=want, lc=lc)
-        except Exception as exc:
-            message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
-            if isinstance(exc, OutOfDescriptors):  # the machine's trouble: never spends the node's attempts
-                counted, respawn = False, record.respawn
-                mark = next_mark(record.start, attempt, now, self.supervisor_id, counted=False, words=words)
-            failed_mark = dataclasses.replace(mark, last_exit=f"could not be started: {message}")
-            lc.apply(node_id, Change.START_FAILED, lambda r: r.replace(
-                error=message, respawn=respawn, start=failed_mark))
-            if counted:
-                self.timeline.mark(("attempt", node_id), now)
-            raise
-        self.timeline.started(child.id)
-        change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
-        lc.apply(node_id, change, lambda r: r.replace(
-            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark,
-            problem=None), soon=soon)
-        self.timeline.mark(("start", node_id), now)
-        if counted:
-            self.timeline.mark(("attempt", node_id), now)
-        log.info("node %s started (attempt %d%s), pid %s", node_id, attempt, "" if counted else ", uncounted",
-                 child.pid)
-        return True
+        return await starts.start_node(self, node_id, counted=counted, expect_handle=expect_handle,
+                                       lc=lc or self.lifecycle_of(node_id), soon=soon)
 
-    def launch(self, record: Any, secret: str, attempt: int, *, lc: Lifecycle[Any],
-               want_ports: tuple[int, int] | None = None) -> InstanceInfo:
+    async def launch(self, record: Any, secret: str, attempt: int, *, lc: Lifecycle[Any],
+                     want_ports: tuple[int, int] | None = None) -> InstanceInfo:
         """Every start of a child goes through here: the record's secret and a fresh host
         token in its environment, clear of the ports the other records remember; the
         token is kept (in memory only) for the child that got it."""
         token = new_host_token()
         env = lc.kind.secret_env(record, secret, token)
         self.holds.before_start(record.id)
-        child = self.driver.start(record.id, attempt, env, want_ports=want_ports,
-                                  avoid_ports=lc.remembered_ports(record.id))
+        child = await self.driver.start(record.id, attempt, env, want_ports=want_ports,
+                                        avoid_ports=lc.remembered_ports(record.id))
         if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
             self.host_tokens[child.id] = token
         return child
@@ -454,7 +414,7 @@ class Supervisor:
             await self.driver.stop(record.handle)
         return self.holds.hold(lc, node_id, change, status, hold)
 
-    def release_node(self, node_id: str, change: Change, lc: Lifecycle[Any] | None = None) -> bool:
+    async def release_node(self, node_id: str, change: Change, lc: Lifecycle[Any] | None = None) -> bool:
         """Release a held node (on the serial queue) and start it now, uncounted, whatever its budget
         says (the seed's demand); True when a child was started. With its secret not in memory yet,
         the next pass starts it, still uncounted."""
@@ -468,9 +428,7 @@ class Supervisor:
             self.kick("released")
             return False
         self._uncounted.discard(node_id)
-        return self.start_node(node_id, counted=False, expect_handle=fresh.handle, lc=lc)
-
-    # -- time ---------------------------------------------------------------------
+        return await self.start_node(node_id, counted=False, expect_handle=fresh.handle, lc=lc)
 
     # -- what views show --------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The local-process driver: nodes as child processes of this computer.
 
 It holds the orchestrator (the ``core.driver.NodeDriver`` for local processes), how a
-child is launched (``launch``: the node contract's environment), its identity across
+child is launched (``launch``: the node contract's environment; ``spawner``: its
+fork/exec on a worker thread, so a start is awaited), its identity across
 host restarts (``handles``: pid plus start time in ``state.json``), every OS call on
 processes (``procs``: process groups, pidfds, signals; ``winjob`` for Windows Job
 objects), finding what a child left behind (``proctree``), ending it (``teardown``),

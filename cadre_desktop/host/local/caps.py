@@ -21,6 +21,7 @@ Quit delete what was made for the node (`forget`, `clear`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -154,6 +155,22 @@ class CapsKeeper:
 
     def enforcement(self, caps: NodeCaps) -> CapsEnforcement:
         return enforcement(self.way, caps)
+
+    def lower_soon(self, node_id: str) -> Callable[[int], None]:
+        """What the spawn's thread does to the child right after its exec: its background priority
+        at once, not when the loop gets to track it (`place` sets it again and says a failure), so
+        in a storm the nodes starting never compete with the host at its own priority. Never raises."""
+        try:
+            low = self.caps_for(node_id).low_priority
+        except Exception as exc:  # `place` reads them again and says why at its level
+            log.debug("node %s: its caps could not be read before its spawn: %s", node_id, exc)
+            low = False
+
+        def lower(pid: int) -> None:
+            if low:
+                with contextlib.suppress(OSError, ValueError):
+                    self.priority.lower(pid)
+        return lower
 
     def before_spawn(self, node_id: str) -> list[Path]:
         """Right before a spawn: the node's cgroups made and their limits written; the

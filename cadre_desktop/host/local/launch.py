@@ -9,6 +9,10 @@ a log pump of the node's own (which also holds its Job object); then the
 handle. Out of descriptors, each system call is tried once more with the
 reserve (see `fdlimit`), never the whole launch: a retry must not start a
 second node.
+
+`launch` runs on a worker thread (`spawner`): it touches nothing of the loop's.
+With the keeper, it leaves the pipe's read end in `Launched.out_read`, and `keep`
+hands it over on the loop; `discard` ends a child nobody will track.
 """
 
 from __future__ import annotations
@@ -62,16 +66,21 @@ class Launched:
     job: Any = None
     #: Set once the keeper wrote the child's last output (None: a pump writes it).
     log_done: asyncio.Event | None = None
+    #: The read end of the child's output, still to be handed to the keeper (`keep`); -1: none.
+    out_read: int = -1
 
 
 def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Path, node_id: str,
            log_cap: int, handle_id: str, platform: str, job_ops: Callable[[], winjob.JobOps],
-           keeper: LogKeeper | None = None, join: list[Path] | None = None) -> Launched:
-    """Start the child (in a session or job of its own) with its output going to the keeper
-    (or, without one, a fresh log pump), in the cgroups of `join` from its first instruction.
+           kept: bool = False, join: list[Path] | None = None,
+           started: Callable[[int], None] | None = None) -> Launched:
+    """Start the child (in a session or job of its own) in the cgroups of `join` from its first
+    instruction, its output kept for the keeper (`kept`: `keep` hands it over, on the loop) or
+    going to a fresh log pump; `started(pid)` right after its exec (its priority lowered at
+    once: `caps.CapsKeeper.lower_soon`). Blocking, and safe on any thread.
 
     OSError: the node program could not be started. SpawnError: its output
-    could not be given to a writer, and the node, already running, was ended again.
+    could not be given to a pump, and the node, already running, was ended again.
     """
     job = name = None
     if platform == "win32":
@@ -89,10 +98,13 @@ def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Pat
             raise
         finally:
             os.close(write_end)  # the child holds it now; its reader sees end-of-file when the node ends
+        if started is not None:
+            started(popen.pid)
         job = winjob.assign(job_ops(), job, getattr(popen, "_handle", None)) if job else None
-        if keeper is not None:
-            return Launched(popen, None, job, _keep(keeper, popen, handle_id, node_id, log_path, log_cap, read_end,
-                                                    platform))
+        if kept:
+            launched = Launched(popen, None, job, out_read=read_end)
+            read_end = -1  # the keeper's, once `keep` hands it over
+            return launched
         try:
             pump = call_with_reserve(nodelogs.start_pump, read_end, log_path, log_cap, platform=platform,
                                      job=name if job else None)
@@ -103,8 +115,34 @@ def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Pat
             raise SpawnError(f"could not start the log pump of node {node_id}: {exc.strerror or exc}; "
                              "the node was stopped again") from None
     finally:
-        os.close(read_end)
+        if read_end >= 0:
+            os.close(read_end)
     return Launched(popen, pump, job)
+
+
+def keep(launched: Launched, keeper: LogKeeper, *, handle_id: str, node_id: str, log_path: Path, log_cap: int,
+         platform: str) -> None:
+    """On the loop: the keeper takes the output of a child `launch` started (SpawnError: it could
+    not, and the child was ended again)."""
+    try:
+        launched.log_done = _keep(keeper, launched.popen, handle_id, node_id, log_path, log_cap,
+                                  launched.out_read, platform)
+    finally:
+        _close_out(launched)
+
+
+def discard(launched: Launched, job_ops: Callable[[], winjob.JobOps], platform: str) -> None:
+    """End a child nobody will track (its start was let go while it came up); any thread."""
+    _close_out(launched)
+    _undo(launched.popen, launched.job, job_ops, platform)
+    if launched.pump is not None:
+        procs.kill_and_reap(launched.pump, platform, what="log pump")
+
+
+def _close_out(launched: Launched) -> None:
+    if launched.out_read >= 0:
+        os.close(launched.out_read)
+        launched.out_read = -1
 
 
 def _keep(keeper: LogKeeper, popen: subprocess.Popen[bytes], handle_id: str, node_id: str, log_path: Path,
@@ -117,15 +155,16 @@ def _keep(keeper: LogKeeper, popen: subprocess.Popen[bytes], handle_id: str, nod
                          "the node was stopped again") from None
 
 
-def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platform: str, handle_id: str,
-              keeper: LogKeeper | None = None) -> Launched:
-    """A standby that was just told who it is (`standby.StandbyPool.take`) gets its log writer."""
-    if keeper is not None:
-        try:
-            return Launched(standby.popen, None, None, _keep(keeper, standby.popen, handle_id, node_id, log_path,
-                                                             log_cap, standby.out_read, platform))
-        finally:
-            standby.close_fds()
+def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platform: str,
+              kept: bool = False) -> Launched:
+    """A standby that was just told who it is (`standby.hand_over`) as a launched child: its output
+    kept for the keeper (`kept`: `keep` hands it over, on the loop) or going to a fresh log pump.
+    Safe on any thread."""
+    if kept:
+        launched = Launched(standby.popen, None, out_read=standby.out_read)
+        standby.out_read = -1  # the keeper's, once `keep` hands it over
+        standby.close_fds()
+        return launched
     try:
         pump = call_with_reserve(nodelogs.start_pump, standby.out_read, log_path, log_cap, platform=platform)
     except OSError as exc:

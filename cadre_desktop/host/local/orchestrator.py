@@ -14,8 +14,8 @@ kill), and so do a respawn, a give-up, a Remove and a Quit when the leader has
 already died, since what it left behind would hold the node's work folder and
 ports (see `proctree`). Its output goes to the home's log keeper, which keeps
 the log under its cap as it is written (see `keeper`; a pump per node on
-Windows, see `nodelogs`). Where a node's work folder and log
-are is `Paths`'s to say; the orchestrator only asks.
+Windows, see `nodelogs`); where its folder and log are is `Paths`'s to say.
+Its fork/exec runs on a thread (`spawner`), the rest of a start on the loop.
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ from cadre_desktop.errors import SpawnError
 from cadre_desktop.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, InitReport, NodeCaps, status_of
 from cadre_desktop.host.core.events import Listeners
-from cadre_desktop.host.local import launch, nodelogs, procs, winjob
+from cadre_desktop.host.local import launch, nodelogs, procs, standby, winjob
 from cadre_desktop.host.local.caps import CapsKeeper, no_caps
 from cadre_desktop.host.local.handles import ExitEvent, ExitListener, Handle, StateFile, read_state
 from cadre_desktop.host.local.keeper import LogKeeper
 from cadre_desktop.host.local.nodelogs import LOG_CAP_BYTES, NodeLogs
 from cadre_desktop.host.local.ports import PortAllocator
+from cadre_desktop.host.local.spawner import Spawner
 from cadre_desktop.host.local.standby import StandbyPool
 from cadre_desktop.host.local.teardown import Ender, delete_node_files, reclaim_untracked
 from cadre_desktop.paths import Paths
@@ -82,6 +83,9 @@ class Orchestrator:
         #: One node program loaded ahead for the next start (see `standby`); None: every start is cold.
         self.standby = self._standby_pool() if warm_standby else None
         self._handles: dict[str, Handle] = {}
+        #: Each start's fork/exec, off the loop; the starts in flight (see `spawner`).
+        self.spawner: Spawner[launch.Launched] = Spawner(
+            lambda launched: launch.discard(launched, self.ender.job_ops, self.platform))
         self._listeners: Listeners[ExitEvent] = Listeners("exit")
         #: Exits waiting for their pump to write the node's last lines (`_on_exit`).
         self._telling: set[asyncio.Task[None]] = set()
@@ -103,8 +107,7 @@ class Orchestrator:
         return self._handles.get(handle_id) if handle_id else None
 
     def is_running(self, handle_id: str | None) -> bool:
-        handle = self.get(handle_id)
-        return bool(handle and handle.alive)
+        return bool((handle := self.get(handle_id)) and handle.alive)
 
     def list_nodes(self) -> list[Handle]:
         return list(self._handles.values())
@@ -182,7 +185,7 @@ class Orchestrator:
         return api, p2p
 
     def _drop_stale(self, node_id: str) -> list[Handle]:
-        """Take out the node's previous handles and free their ports; reversible."""
+        """Take out the node's previous handles and free their ports; reversible (`_restore`)."""
         dropped = [h for h in self._handles.values() if h.node_id == node_id]
         for h in dropped:
             del self._handles[h.id]
@@ -190,51 +193,40 @@ class Orchestrator:
         return dropped
 
     def _restore(self, dropped: Iterable[Handle]) -> None:
+        """Undo a drop, but for a handle whose ports another start took meanwhile (it was ended)."""
         for h in dropped:
-            self._handles[h.id] = h
-            self.ports.reserve(h.ports)
+            if self.ports.try_hold(h.ports):
+                self._handles[h.id] = h
 
-    def start(
-        self,
-        node_id: str,
-        attempt: int,
-        secret_env: Mapping[str, str],
-        *,
-        want_ports: tuple[int, int] | None = None,
-        avoid_ports: Iterable[int] = (),
-    ) -> Handle:
+    async def start(self, node_id: str, attempt: int, secret_env: Mapping[str, str], *,
+                    want_ports: tuple[int, int] | None = None, avoid_ports: Iterable[int] = ()) -> Handle:
         """The driver seam's start: a live child that this same attempt made is adopted.
 
         A host that died after starting a child and before its record named it
         comes back to find that child running (state.json, or the scan for
         untracked children); starting the same attempt again returns it rather
-        than a second child on the same ports and folder.
+        than a second child on the same ports and folder. Two never overlap.
         """
+        await self.spawner.idle(node_id)
         for handle in self.handles_for(node_id):
             if handle.alive and attempt > 0 and handle.attempt == attempt:
                 handle.adopted = True
                 return handle
-        return self.spawn(node_id, secret_env, want_ports=want_ports, avoid_ports=avoid_ports, attempt=attempt)
+        return await self.spawn(node_id, secret_env, want_ports=want_ports, avoid_ports=avoid_ports, attempt=attempt)
 
-    def spawn(
-        self,
-        node_id: str,
-        secret_env: Mapping[str, str],
-        *,
-        want_ports: tuple[int, int] | None = None,
-        avoid_ports: Iterable[int] = (),
-        attempt: int = 0,
-    ) -> Handle:
+    async def spawn(self, node_id: str, secret_env: Mapping[str, str], *, want_ports: tuple[int, int] | None = None,
+                    avoid_ports: Iterable[int] = (), attempt: int = 0) -> Handle:
         """Start the node program for `node_id` and return its live handle.
 
-        Synchronous from the first change to the last on purpose: the previous
-        handle of the node is dropped (its ports released) before the launch,
-        and put back exactly as it was if the launch fails. Restoring is sound
-        only because nothing else can run in between; do not add an await here.
-        A previous child still running (a new attempt replaces it), whatever a
-        previous child left behind (its group, a stray holding the work
-        folder's lock) is sent a kill first; nothing here waits for it.
+        On the loop with no await between: the node's previous handles dropped (a
+        child still running, or what one left behind, sent a kill; not waited for),
+        ports chosen and held, environment made. The child starts on a worker thread
+        (`spawner`) while the loop goes on, the dropped handles out meanwhile (an exit
+        of a replaced child then is the stop it was asked to be). Then it is tracked;
+        or, failed, the ports let go and the dropped handles put back. A start let go
+        meanwhile (its caller cancelled, the driver closed) ends its child.
         """
+        await self.spawner.idle(node_id)
         if self._closed:
             raise SpawnError("the host is shutting down")
         dropped = self._drop_stale(node_id)
@@ -246,25 +238,26 @@ class Orchestrator:
         work = self.paths.node_dir(node_id)
         self.ender.end_lock_holder(node_id, work)
         try:
-            api_port, p2p_port = self._choose_ports(want_ports, avoid_ports)
+            ports = self._choose_ports(want_ports, avoid_ports)
         except Exception:
             self._restore(dropped)
             raise
         handle_id = f"{node_id}.{uuid.uuid4().hex[:8]}"
         try:
             ensure_private_dir(work)
-            env = self._env(node_id, work, (api_port, p2p_port), attempt, secret_env)
-            launched = self._launch(node_id, handle_id, env, work)
+            env = launch.node_env(os.environ, node_id=node_id, work=work, bind_host=self.bind_host, ports=ports,
+                                  advertise_host=self.advertise_host(), attempt=attempt, secret_env=secret_env)
+            launched = await self._launch(node_id, handle_id, env, work)
         except OSError as exc:
-            self.ports.release((api_port, p2p_port))
+            self.ports.release(ports)
             self._restore(dropped)
             raise launch.start_error(node_id, self.node_command, exc) from None
         except BaseException:
-            self.ports.release((api_port, p2p_port))
+            self.ports.release(ports)
             self._restore(dropped)
             raise
         # From here on nothing may throw: the child exists and must be tracked.
-        handle = self._track(node_id, handle_id, launched, (api_port, p2p_port), env, attempt)
+        handle = self._track(node_id, handle_id, launched, ports, env, attempt)
         for old in dropped:
             self._unwatch(old)
         self.state.write_behind()
@@ -272,29 +265,35 @@ class Orchestrator:
 
     def _end_replaced(self, handle: Handle) -> None:
         """A start of a new attempt replaces a live instance: its group is killed now (a start
-        never waits), and it is unwatched once the new one runs, so no exit is told for it."""
+        never waits); no exit is told for it (`_on_exit`), and it is unwatched once the new one runs."""
         handle.stop_requested = True
         if self._same_process(handle):
             log.info("node %s: a new start replaces its running child (pid %s)", handle.node_id, handle.pid)
             self.ender.signal(handle, kill=True)
 
-    def _env(self, node_id: str, work: Path, ports: tuple[int, int], attempt: int,
-             secret_env: Mapping[str, str]) -> dict[str, str]:
-        return launch.node_env(os.environ, node_id=node_id, work=work, bind_host=self.bind_host, ports=ports,
-                               advertise_host=self.advertise_host(), attempt=attempt, secret_env=secret_env)
-
-    def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
+    async def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
         join = self.caps.before_spawn(node_id)  # its groups ready (caps.py); a standby joins after its hand-over
-        if self.standby is not None:
-            taken = self.standby.take(env, nodelogs.header(node_id))
-            self.standby.fill_soon()
-            if taken is not None:
-                return launch.hand_over(taken, log_path=self.logs.path(node_id), node_id=node_id,
-                                        log_cap=self.logs.cap, platform=self.platform, handle_id=handle_id,
-                                        keeper=self.keeper)
-        return launch.launch(self.node_command, env, work, log_path=self.logs.path(node_id), node_id=node_id,
-                             log_cap=self.logs.cap, handle_id=handle_id, platform=self.platform,
-                             job_ops=self.ender.job_ops, keeper=self.keeper, join=join)
+        log_path, pool, kept, cap = self.logs.path(node_id), self.standby, self.keeper is not None, self.logs.cap
+        claimed = pool.claim() if pool is not None else None  # the loaded standby, if one is fit
+        if pool is not None:
+            pool.fill_soon()
+        command, lower, header = list(self.node_command), self.caps.lower_soon(node_id), nodelogs.header(node_id)
+
+        def blocking() -> launch.Launched:  # on the start's thread: the standby told who it is, else cold
+            if claimed is not None and standby.hand_over(claimed, env, header, self.platform):
+                lower(claimed.popen.pid)
+                return launch.hand_over(claimed, log_path=log_path, node_id=node_id, log_cap=cap,
+                                        platform=self.platform, kept=kept)
+            return launch.launch(command, env, work, log_path=log_path, node_id=node_id, log_cap=cap,
+                                 handle_id=handle_id, platform=self.platform, job_ops=self.ender.job_ops,
+                                 kept=kept, join=join, started=lower)
+        launched = await self.spawner.run(node_id, blocking)
+        if pool is not None and claimed is not None:
+            pool.settle(launched.popen is claimed.popen)
+        if self.keeper is not None:
+            launch.keep(launched, self.keeper, handle_id=handle_id, node_id=node_id, log_path=log_path,
+                        log_cap=self.logs.cap, platform=self.platform)
+        return launched
 
     def _track(self, node_id: str, handle_id: str, launched: launch.Launched, ports: tuple[int, int],
                env: dict[str, str], attempt: int) -> Handle:
@@ -324,6 +323,8 @@ class Orchestrator:
         handle.alive = False
         handle.returncode = code
         handle._exited.set()
+        if handle.stop_requested and self._handles.get(handle.id) is not handle:
+            return  # replaced by a start still in flight (dropped): its end is no news
         if not handle.stop_requested:
             # Before the listeners hear of it: the respawn they start needs the folder and ports.
             self.ender.end_now(handle)
@@ -394,15 +395,14 @@ class Orchestrator:
             self._on_exit(handle, None)
 
     async def stop_node(self, node_id: str) -> None:
+        await self.spawner.idle(node_id)  # a start in flight brings a child this stops too
         for handle in self.handles_for(node_id):
             await self.stop(handle.id)
 
     async def remove_node(self, node_id: str) -> None:
         """Stop every process of the node, forget its handles, delete its work folder and log.
-
-        Strays of the node (anything still carrying its environment) are ended
-        first: its folder is never deleted from under a running process.
-        """
+        Strays of the node (anything still carrying its environment) are ended first: its
+        folder is never deleted from under a running process (nor a start in flight's)."""
         await self.stop_node(node_id)
         dropped = self._drop_stale(node_id)
         for handle in dropped:
@@ -420,12 +420,12 @@ class Orchestrator:
         counting a failed attempt. The children of the nodes in `leave` (orphans) keep running,
         and their processes are not strays: their handles still own them.
 
-        Every group gets its terminate in one go and all share one grace period;
-        what is left when it ends is killed. `state.json` is written once, at
-        the end, not once per exit.
+        Every group gets its terminate in one go, all share one grace period, what is
+        left then is killed; `state.json` is written once, at the end.
         """
         if self.standby is not None:
             self.standby.close()
+        await self.spawner.idle()  # the starts in flight bring children this stops too
         live = [h for h in self._handles.values() if h.alive and h.node_id not in leave]
         self._stopping_all = True
         try:
@@ -479,6 +479,7 @@ class Orchestrator:
     def close(self) -> None:
         """Stop watching; children keep running (a restarted host re-attaches)."""
         self._closed = True
+        self.spawner.close()  # a child still coming up is ended when it comes
         for task in list(self._telling):
             task.cancel()
         if self.standby is not None:

@@ -106,6 +106,14 @@ class PortAllocator:
         """Hold ports a live handle already uses (re-attach, or undoing a drop)."""
         self._held.update(p for p in ports if p is not None)
 
+    def try_hold(self, ports: Iterable[int]) -> bool:
+        """Hold again the ports a handle had (undoing a drop), unless a start took one meanwhile."""
+        wanted = [p for p in ports if p is not None]
+        if any(p in self._held for p in wanted):
+            return False
+        self._held.update(wanted)
+        return True
+
     def release(self, ports: Iterable[int]) -> None:
         for port in ports:
             self._held.discard(port)

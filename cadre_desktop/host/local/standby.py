@@ -13,9 +13,10 @@ A standby is used only once it is known to work: its stdin is one end of a
 socket pair, on which it says `ready` once loaded (until then it is not
 offered; one that does not within READY_S is dropped), and `taken` right after
 it read its line. At the hand-over the host first checks that it still runs
-(not exited, not stopped), then waits at most HANDOVER_S for `taken`; a
-standby that fails either check is killed and the same start goes on cold, so
-a hung or dead standby costs the node nothing (no attempt, no start grace).
+(not exited, not stopped; `claim`, on the loop), then waits at most HANDOVER_S
+for `taken` (`hand_over`, on the start's thread: the loop goes on); a standby
+that fails either check is killed and the same start goes on cold, so a hung
+or dead standby costs the node nothing (no attempt, no start grace).
 
 What never happens: a standby answering as a node (it has no identity and no
 port until told), a secret on a command line or in the standby's environment
@@ -258,12 +259,10 @@ class StandbyPool:
 
     # -- handing over ----------------------------------------------------------------------
 
-    def take(self, env: dict[str, str], header: bytes) -> Standby | None:
-        """Tell the ready standby who it is; it is the caller's from here on (None: start cold).
-
-        Its log header goes into its output pipe first, then the line; the
-        write end is closed, so the pump sees end-of-file when the node ends.
-        """
+    def claim(self) -> Standby | None:
+        """On the loop: the ready standby, out of the pool for one start (None: start cold); it is
+        the caller's from here on. Then `hand_over` (blocking: on the start's thread) tells it who
+        it is, then `settle` (the loop again) counts how that went."""
         self._note_take()
         standby = self.ready
         if standby is None:
@@ -275,27 +274,14 @@ class StandbyPool:
         if standby._cancel_watch is not None:
             standby._cancel_watch()
             standby._cancel_watch = None
-        line = json.dumps({"env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)}}).encode() + b"\n"
-        try:
-            os.write(standby.out_write, header)
-            taken = _hand_over(standby, line, HANDOVER_S)
-        except (OSError, ValueError):
-            taken = False
-        finally:
-            line = b""
-        if not taken:
-            log.warning("the standby (pid %s) did not take its node over within %.1f s; ended, this start is cold",
-                        standby.popen.pid, HANDOVER_S)
-            self._discard(standby)
-            self._died()
-            return None
-        if standby.channel is not None:
-            standby.channel.close()
-            standby.channel = None
-        os.close(standby.out_write)
-        standby.out_write = -1
-        self._deaths = 0
         return standby
+
+    def settle(self, taken: bool) -> None:
+        """On the loop: a claimed standby took its node over, or (ended already) counts as a death."""
+        if taken:
+            self._deaths = 0
+        else:
+            self._died()
 
     def _note_take(self) -> None:
         """A take soon after the last one is a burst: keep more standbys (bounded) until calm."""
@@ -321,8 +307,7 @@ class StandbyPool:
             self._discard(extra)
 
     def _discard(self, standby: Standby) -> None:
-        procs.kill_and_reap(standby.popen, self.platform, what="standby")
-        standby.close_fds()
+        _discard(standby, self.platform)
 
     def close(self) -> None:
         """End the standby (a standby without its host is of no use to anyone)."""
@@ -338,6 +323,36 @@ class StandbyPool:
                     standby._cancel_watch()
                 self._discard(standby)
         self._standbys, self._loading = [], None
+
+
+def hand_over(standby: Standby, env: dict[str, str], header: bytes, platform: str) -> bool:
+    """Tell a claimed standby who it is (blocking, up to HANDOVER_S; safe on any thread). Its log
+    header goes into its output pipe first, then the line; the write end is closed, so its log's
+    reader sees end-of-file when the node ends. False: it did not take over, and it was ended."""
+    line = json.dumps({"env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)}}).encode() + b"\n"
+    try:
+        os.write(standby.out_write, header)
+        taken = _hand_over(standby, line, HANDOVER_S)
+    except (OSError, ValueError):
+        taken = False
+    finally:
+        line = b""
+    if not taken:
+        log.warning("the standby (pid %s) did not take its node over within %.1f s; ended, this start is cold",
+                    standby.popen.pid, HANDOVER_S)
+        _discard(standby, platform)
+        return False
+    if standby.channel is not None:
+        standby.channel.close()
+        standby.channel = None
+    os.close(standby.out_write)
+    standby.out_write = -1
+    return True
+
+
+def _discard(standby: Standby, platform: str) -> None:
+    procs.kill_and_reap(standby.popen, platform, what="standby")
+    standby.close_fds()
 
 
 def _still_fit(standby: Standby) -> bool:
