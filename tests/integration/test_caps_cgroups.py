@@ -35,13 +35,13 @@ def this_computers_way(home_id: str) -> caps.Way:
 
 
 def capped(home: Path, mode: str, node_caps: dict[str, NodeCaps],
-           command: list[str] | None = None) -> tuple[Orchestrator, caps.Way]:
+           command: list[str] | None = None, warm_standby: bool = False) -> tuple[Orchestrator, caps.Way]:
     way = this_computers_way("htest" + secrets.token_hex(6))
     keeper = caps.CapsKeeper(way, lambda node_id: node_caps[node_id], platform=procs.CURRENT)
     orch = Orchestrator(
         paths=Paths(home, home, home / "logs"), node_command=command or [sys.executable, CAP_NODES, mode],
         ports=PortAllocator(*port_range(home), bind_host="127.0.0.1"), bind_host="127.0.0.1",
-        advertise_host=lambda: "127.0.0.1", stop_timeout_s=2.0, caps=keeper,
+        advertise_host=lambda: "127.0.0.1", stop_timeout_s=2.0, caps=keeper, warm_standby=warm_standby,
     )
     return orch, way
 
@@ -87,6 +87,32 @@ async def test_a_capped_node_runs_in_its_groups_from_its_first_instruction(tmp_p
         for controller in [""] if way.tree.version == 2 else way.tree.controllers:
             seen = [line for line in lines if controller in line.split(":")[1].split(",")]
             assert seen and seen[0].endswith(f"/{way.tree.family}/n1"), (controller, lines)
+    finally:
+        await orch.stop_all()
+        orch.close()
+
+
+async def test_a_node_with_a_memory_cap_starts_cold_and_one_without_takes_the_standby(tmp_path):
+    """A warm standby loaded its code (most of a node's memory) before it was anyone's, charged
+    outside every node's group, where a move into the group leaves it: a node whose memory cap a
+    cgroup holds is started cold, in its groups from its first instruction; a node with a CPU
+    cap alone still takes the standby."""
+    both = {"mem": NodeCaps(memory_mb=256, low_priority=False), "cpu": NodeCaps(cpu_percent=50, low_priority=False)}
+    orch, way = capped(tmp_path, "", both, command=[sys.executable, "-m", "cadre_desktop.node"], warm_standby=True)
+    assert way.tree is not None
+    await orch.init()
+    try:
+        def loaded() -> int | None:
+            ready = orch.standby.ready if orch.standby is not None else None
+            return ready.popen.pid if ready is not None else None
+        standby_pid = await async_wait_until(loaded, timeout=60, interval=0.05, what="a loaded standby")
+        capped_node = await orch.spawn("mem", {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(24)})
+        assert capped_node.pid != standby_pid, "a node with a memory cap took the standby"
+        assert loaded() == standby_pid, "the standby was spent on nothing"
+        own = Path(f"/proc/{capped_node.pid}/cgroup").read_text()
+        assert f"/{way.tree.family}/mem" in own, own
+        cpu_only = await orch.spawn("cpu", {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(24)})
+        assert cpu_only.pid == standby_pid, "a node with no memory cap started cold"
     finally:
         await orch.stop_all()
         orch.close()

@@ -300,6 +300,30 @@ def test_a_scope_systemd_refuses_leaves_the_node_running_uncapped(caplog):
     assert "could not make its systemd scope" in caplog.text
 
 
+@pytest.mark.parametrize("platform, make_way, node_caps_, cold", [
+    ("linux", lambda: caps.choose("linux", "h", scope_address=no_manager, cgroup_ops=v1_tree()), NodeCaps(memory_mb=64), True),
+    ("linux", lambda: caps.choose("linux", "h", scope_address=no_manager, cgroup_ops=v2_tree()), NodeCaps(memory_mb=64), True),
+    ("linux", lambda: caps.choose("linux", "h", scope_address=lambda: "unix:x", make_scope_ops=lambda _a: FakeScopeOps()),
+     NodeCaps(memory_mb=64), True),
+    ("linux", lambda: caps.choose("linux", "h", scope_address=no_manager, cgroup_ops=v1_tree()), NodeCaps(cpu_percent=20), False),
+    ("linux", lambda: caps.choose("linux", "h", scope_address=no_manager, cgroup_ops=v1_tree()), NodeCaps(), False),
+    ("win32", lambda: caps.choose("win32", "h"), NodeCaps(memory_mb=64), False),
+    ("darwin", lambda: caps.choose("darwin", "h"), NodeCaps(memory_mb=64), False),
+])
+def test_a_node_whose_memory_cap_a_cgroup_holds_starts_cold(platform, make_way, node_caps_, cold):
+    """A group counts what a process touches inside it, a job what it holds: a standby's code,
+    loaded before it was anyone's, would escape a group's memory cap, not a job's."""
+    keeper, _ = keeper_for(make_way(), node_caps_, platform=platform)
+    assert keeper.starts_cold("n1") is cold
+
+
+def test_a_node_whose_caps_cannot_be_read_starts_cold():
+    def unreadable(_node_id: str) -> NodeCaps:
+        raise OSError("the records are unreadable")
+    way = caps.choose("linux", "h", scope_address=no_manager, cgroup_ops=v1_tree())
+    assert caps.CapsKeeper(way, unreadable, platform="linux").starts_cold("n1") is True
+
+
 def test_windows_start_sets_the_jobs_memory_cpu_rate_and_priority():
     jobs = FakeJobOps()
     keeper, priority = keeper_for(caps.choose("win32", "habc"), NodeCaps(cpu_percent=50, memory_mb=256),

@@ -172,6 +172,18 @@ class CapsKeeper:
                     self.priority.lower(pid)
         return lower
 
+    def starts_cold(self, node_id: str) -> bool:
+        """True for a node whose memory cap a cgroup holds (a tree or a systemd scope): a group
+        counts the pages a process touches once inside it, and a warm standby loaded its code
+        before it was anyone's (v2 never moves a charge; v1 no longer can on current kernels, whose
+        `memory.move_charge_at_immigrate` refuses a write), so such a node is started cold and
+        holds all of its memory under its cap. Windows' job limits count what a process holds. Never raises."""
+        try:
+            return bool(self.caps_for(node_id).memory_mb) and (self.way.tree is not None or self.way.scopes is not None)
+        except Exception as exc:  # no standby then: a cold start costs time, never a cap
+            log.debug("node %s: its caps could not be read before its start: %s", node_id, exc)
+            return True
+
     def before_spawn(self, node_id: str) -> list[Path]:
         """Right before a spawn: the node's cgroups made and their limits written; the
         `cgroup.procs` files its child joins before it runs its program (`procs.spawn`'s

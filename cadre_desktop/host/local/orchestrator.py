@@ -274,7 +274,7 @@ class Orchestrator:
     async def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
         join = self.caps.before_spawn(node_id)  # its groups ready (caps.py); a standby joins after its hand-over
         log_path, pool, kept, cap = self.logs.path(node_id), self.standby, self.keeper is not None, self.logs.cap
-        claimed = pool.claim() if pool is not None else None  # the loaded standby, if one is fit
+        claimed = pool.claim() if pool is not None and not self.caps.starts_cold(node_id) else None  # loaded, if fit
         if pool is not None:
             pool.fill_soon()
         command, lower, header = list(self.node_command), self.caps.lower_soon(node_id), nodelogs.header(node_id)
