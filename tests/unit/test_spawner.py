@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -17,15 +18,20 @@ def spawner_and_discarded() -> tuple[Spawner[str], list[str]]:
     return Spawner(discarded.append), discarded
 
 
-async def test_a_start_cancelled_while_its_child_comes_up_ends_that_child_when_it_comes():
-    spawner, discarded = spawner_and_discarded()
+def held_work() -> tuple[threading.Event, threading.Event, Callable[[], str]]:
+    """A start's blocking part that says it began (`entered`) and ends, with its child, once `go_on` is set."""
     entered, go_on = threading.Event(), threading.Event()
 
     def work() -> str:
         entered.set()
         go_on.wait(10)
         return "child-1"
+    return entered, go_on, work
 
+
+async def test_a_start_cancelled_while_its_child_comes_up_ends_that_child_when_it_comes():
+    spawner, discarded = spawner_and_discarded()
+    entered, go_on, work = held_work()
     start = asyncio.create_task(spawner.run("n1", work))
     await async_wait_until(entered.is_set, what="the work under way")
     assert spawner.busy("n1")
@@ -40,13 +46,7 @@ async def test_a_start_cancelled_while_its_child_comes_up_ends_that_child_when_i
 
 async def test_a_closed_spawner_ends_the_child_in_flight_and_starts_nothing_more():
     spawner, discarded = spawner_and_discarded()
-    entered, go_on = threading.Event(), threading.Event()
-
-    def work() -> str:
-        entered.set()
-        go_on.wait(10)
-        return "child-1"
-
+    entered, go_on, work = held_work()
     start = asyncio.create_task(spawner.run("n1", work))
     await async_wait_until(entered.is_set, what="the work under way")
     spawner.close()
