@@ -10,7 +10,7 @@ import hypothesis  # noqa: F401
 import pytest
 
 from tests.support import port_blocks
-from tests.support.session_bus import running_secret_service
+from tests.support.session_bus import SESSION_KEYRINGS, running_secret_service, running_session
 
 TESTS = Path(__file__).resolve().parent
 #: Folders whose every test runs real hosts, desktops or bundles: all marked slow. Elsewhere a
@@ -47,8 +47,22 @@ def secret_service():
     if not sys.platform.startswith("linux"):
         yield {}
         return
-    with running_secret_service() as env:
-        yield env
+    with running_session() as session:
+        SESSION_KEYRINGS.append(session)
+        try:
+            yield session.env
+        finally:
+            SESSION_KEYRINGS.remove(session)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def session_keyring_emptied_after_each_module():
+    """The test session's keyring keeps one module's secrets at most (tests/support/session_bus.py
+    says why); a module's own hosts are stopped before this runs (an autouse fixture of the widest
+    scope is set up first and so ended last)."""
+    yield
+    for session in SESSION_KEYRINGS:
+        session.empty()
 
 
 @pytest.fixture

@@ -3,6 +3,13 @@
 Started once per test session; every host the tests spawn gets its address in
 DBUS_SESSION_BUS_ADDRESS, so claim secrets go through the same keyring path a
 Linux desktop uses.
+
+The session's keyring is emptied after each test module (`tests/conftest.py`): gnome-keyring
+rewrites its whole keyring file at every change, so one that had kept every secret of a run
+(hundreds) got slower at each write, and concurrent writes to a big one make it abort
+(SIGABRT, reproduced: four writers, ~400 items; with the items deleted between rounds,
+3,200 writes and alive). It aborted that way in a side-by-side run, and every later test
+that needed the keyring failed. Its stderr is kept in its folder (`keyring.log`).
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ import psutil
 
 from tests.support.polling import wait_until
 
+#: The test session's keyring while it runs (`tests/conftest.py`'s `secret_service`).
+SESSION_KEYRINGS: list[SecretServiceSession] = []
+
 
 @contextmanager
 def running_secret_service() -> Iterator[dict[str, str]]:
@@ -36,11 +46,24 @@ def running_secret_service() -> Iterator[dict[str, str]]:
         session.stop()
 
 
+@contextmanager
+def running_session() -> Iterator[SecretServiceSession]:
+    """`running_secret_service`, handing over the session itself (the test session's own keyring,
+    which `tests/conftest.py` empties after each module)."""
+    session = SecretServiceSession()
+    try:
+        session.start()
+        yield session
+    finally:
+        session.stop()
+
+
 class SecretServiceSession:
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="cadre-dbus-"))
         self.env: dict[str, str] = {}
         self._procs: list[subprocess.Popen] = []
+        self._keyring: subprocess.Popen | None = None
 
     def start(self) -> dict[str, str]:
         for tool in ("dbus-daemon", "gnome-keyring-daemon"):
@@ -71,17 +94,40 @@ class SecretServiceSession:
             "XDG_DATA_HOME": str(data),
             "PYTHON_KEYRING_BACKEND": "keyring.backends.SecretService.Keyring",
         }
+        self._keyring = self._start_keyring()
+        return self.env
+
+    def _start_keyring(self) -> subprocess.Popen:
         env = {**os.environ, **self.env, "HOME": str(self.root)}
-        keyring = subprocess.Popen(
-            ["gnome-keyring-daemon", "--foreground", "--unlock", "--components=secrets"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-        )
+        with open(self.root / "keyring.log", "ab") as log:
+            keyring = subprocess.Popen(
+                ["gnome-keyring-daemon", "--foreground", "--unlock", "--components=secrets"],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log, env=env,
+            )
         assert keyring.stdin is not None
         keyring.stdin.write(b"test-keyring-password")
         keyring.stdin.close()
         self._procs.append(keyring)
         wait_until(lambda: self._keyring_answers(env), timeout=20, interval=0.1, what="gnome-keyring on D-Bus")
-        return self.env
+        return keyring
+
+    def empty(self) -> None:
+        """Delete every item of its keyring (what the tests so far stored), keeping it small.
+
+        AssertionError if its gnome-keyring-daemon is no longer running (with its exit and its
+        log's end): every later test that needs it would fail for that reason instead.
+        """
+        assert self._keyring is not None, "empty() before start()"
+        code = self._keyring.poll()
+        assert code is None, (f"the session's gnome-keyring-daemon exited ({code}): "
+                              f"{(self.root / 'keyring.log').read_text(errors='replace')[-2000:]}")
+        import secretstorage
+        from jeepney.io.blocking import open_dbus_connection
+
+        with contextlib.closing(open_dbus_connection(bus=self.env["DBUS_SESSION_BUS_ADDRESS"])) as conn:
+            for item in secretstorage.get_default_collection(conn).get_all_items():
+                with contextlib.suppress(secretstorage.exceptions.ItemNotFoundException):
+                    item.delete()
 
     @staticmethod
     def _keyring_answers(env) -> bool:
