@@ -175,3 +175,22 @@ async def test_a_save_after_events_is_written_on_the_hosts_writer_thread_and_the
     assert "n1" in json.loads((tmp_path / "node-history.json").read_text())["nodes"]
     history.host_stopped()
     assert threads == ["cadre-writer", threading.current_thread().name]
+
+
+def test_a_crash_told_after_its_respawn_began_is_still_a_down_span_and_a_restart(tmp_path):
+    """The exit's event waited behind a write while the pass started the next child: read then,
+    the view already says starting. The crash is still down, for as long as it lasted."""
+    history, clock, views = made(tmp_path)
+    changed(history)  # up
+    clock.advance(600)
+    views.set(running=True, ready=False, started_at="2026-01-01T00:10:00+00:00")  # already respawned
+    history.on_event(HostEvent(EventKind.EXITED, "n1", "was killed by SIGKILL"))
+    clock.advance(1)
+    changed(history)  # the start's own event: starting
+    clock.advance(60)
+    views.set(ready=True)
+    changed(history)
+    day = history.windows("n1")[0]
+    assert [(s.state, round(s.end - s.start)) for s in day.spans][:3] == [
+        (HistoryState.UP, 600), (HistoryState.DOWN, 1), (HistoryState.STARTING, 60)]
+    assert len(day.restarts) == 1

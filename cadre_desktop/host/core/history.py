@@ -259,8 +259,27 @@ class NodeHistory:
             return
         if event.kind is EventKind.REMOVED:
             self.forget(event.node_id)
+        elif event.kind is EventKind.EXITED:
+            self.went_down(event.node_id)
         else:
             self.observe(event.node_id)
+
+    def went_down(self, node_id: str) -> None:
+        """A child of the node ended on its own: down from now, whatever its view says by now.
+
+        An event is told after the writes asked before it are synced, and meanwhile the pass
+        may have started the next child: read then, the view already says starting, and a
+        crash answered within milliseconds would leave no trace. The next event reads the
+        view again (starting, up), so the crash is a short down span and a restart.
+        """
+        if self._view_of(node_id) is None:
+            return
+        track = self._tracks.setdefault(node_id, Track())
+        if not track.entries or track.entries[-1][1] is not HistoryState.DOWN:
+            now = self.now()
+            track.entries.append((now, HistoryState.DOWN))
+            track.trim(now)
+            self.save_soon()
 
     def observe(self, node_id: str) -> None:
         """Re-read the node: one entry when its state changed, a mark when it started again."""
