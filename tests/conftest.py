@@ -10,7 +10,7 @@ import hypothesis  # noqa: F401
 import pytest
 
 from tests.support import port_blocks
-from tests.support.session_bus import SESSION_KEYRINGS, running_secret_service, running_session
+from tests.support.session_bus import running_secret_service, running_session
 
 TESTS = Path(__file__).resolve().parent
 #: Folders whose every test runs real hosts, desktops or bundles: all marked slow. Elsewhere a
@@ -36,33 +36,21 @@ def _port_blocks():
     port_blocks.release()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def secret_service():
     """Environment variables that point a subprocess at a real, unlocked keyring.
 
-    On Linux a private Secret Service (gnome-keyring on its own D-Bus session);
-    on macOS and Windows (the release pipeline's test jobs) the system's own
-    keyring, which keyring finds by itself: no variables needed.
+    On Linux a private Secret Service (gnome-keyring on its own D-Bus session), one per test
+    module (tests/support/session_bus.py says why not one per run); on macOS and Windows (the
+    release pipeline's test jobs) the system's own keyring, which keyring finds by itself: no
+    variables needed.
     """
     if not sys.platform.startswith("linux"):
         yield {}
         return
     with running_session() as session:
-        SESSION_KEYRINGS.append(session)
-        try:
-            yield session.env
-        finally:
-            SESSION_KEYRINGS.remove(session)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def session_keyring_emptied_after_each_module():
-    """The test session's keyring keeps one module's secrets at most (tests/support/session_bus.py
-    says why); a module's own hosts are stopped before this runs (an autouse fixture of the widest
-    scope is set up first and so ended last)."""
-    yield
-    for session in SESSION_KEYRINGS:
-        session.empty()
+        yield session.env
+        session.check_alive()
 
 
 @pytest.fixture

@@ -1,15 +1,18 @@
 """A private D-Bus session with an unlocked GNOME Keyring: a real Secret Service for tests.
 
-Started once per test session; every host the tests spawn gets its address in
-DBUS_SESSION_BUS_ADDRESS, so claim secrets go through the same keyring path a
-Linux desktop uses.
+Started once per test module (`secret_service` in tests/conftest.py; `private_secret_service`
+once per test); every host the tests spawn gets its address in DBUS_SESSION_BUS_ADDRESS, so
+claim secrets go through the same keyring path a Linux desktop uses.
 
-The session's keyring is emptied after each test module (`tests/conftest.py`): gnome-keyring
-rewrites its whole keyring file at every change, so one that had kept every secret of a run
-(hundreds) got slower at each write, and concurrent writes to a big one make it abort
-(SIGABRT, reproduced: four writers, ~400 items; with the items deleted between rounds,
-3,200 writes and alive). It aborted that way in a side-by-side run, and every later test
-that needed the keyring failed. Its stderr is kept in its folder (`keyring.log`).
+Once per module, not once per run: gnome-keyring (42, Debian 12) aborts under the suite's
+traffic when it has lived long. It rewrites its whole keyring file at every change, so one
+that kept every secret of a run got slower at each write, and concurrent writes to a big one
+made it abort (SIGABRT, reproduced: four writers, ~400 items); emptied instead, it reused the
+object paths of deleted items ("asked to register item .../166, but it's already registered")
+and aborted in GLib (`invoke_get_property_in_idle_cb: assertion failed`). Both happened in
+side-by-side runs, and every later test that needed the keyring failed. A fresh daemon per
+module holds one module's secrets and never reuses a path. Its stderr is kept in its folder
+(`keyring.log`), and `check_alive` says how it ended.
 """
 
 from __future__ import annotations
@@ -28,9 +31,6 @@ import psutil
 
 from tests.support.polling import wait_until
 
-#: The test session's keyring while it runs (`tests/conftest.py`'s `secret_service`).
-SESSION_KEYRINGS: list[SecretServiceSession] = []
-
 
 @contextmanager
 def running_secret_service() -> Iterator[dict[str, str]]:
@@ -48,8 +48,7 @@ def running_secret_service() -> Iterator[dict[str, str]]:
 
 @contextmanager
 def running_session() -> Iterator[SecretServiceSession]:
-    """`running_secret_service`, handing over the session itself (the test session's own keyring,
-    which `tests/conftest.py` empties after each module)."""
+    """`running_secret_service`, handing over the session itself (`check_alive`)."""
     session = SecretServiceSession()
     try:
         session.start()
@@ -111,23 +110,13 @@ class SecretServiceSession:
         wait_until(lambda: self._keyring_answers(env), timeout=20, interval=0.1, what="gnome-keyring on D-Bus")
         return keyring
 
-    def empty(self) -> None:
-        """Delete every item of its keyring (what the tests so far stored), keeping it small.
-
-        AssertionError if its gnome-keyring-daemon is no longer running (with its exit and its
-        log's end): every later test that needs it would fail for that reason instead.
-        """
-        assert self._keyring is not None, "empty() before start()"
+    def check_alive(self) -> None:
+        """AssertionError, with its exit and the end of its log, if its gnome-keyring-daemon is
+        no longer running: the tests that failed for want of it are then explained."""
+        assert self._keyring is not None, "check_alive() before start()"
         code = self._keyring.poll()
         assert code is None, (f"the session's gnome-keyring-daemon exited ({code}): "
                               f"{(self.root / 'keyring.log').read_text(errors='replace')[-2000:]}")
-        import secretstorage
-        from jeepney.io.blocking import open_dbus_connection
-
-        with contextlib.closing(open_dbus_connection(bus=self.env["DBUS_SESSION_BUS_ADDRESS"])) as conn:
-            for item in secretstorage.get_default_collection(conn).get_all_items():
-                with contextlib.suppress(secretstorage.exceptions.ItemNotFoundException):
-                    item.delete()
 
     @staticmethod
     def _keyring_answers(env) -> bool:
