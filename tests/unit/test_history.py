@@ -194,3 +194,20 @@ def test_a_crash_told_after_its_respawn_began_is_still_a_down_span_and_a_restart
     assert [(s.state, round(s.end - s.start)) for s in day.spans][:3] == [
         (HistoryState.UP, 600), (HistoryState.DOWN, 1), (HistoryState.STARTING, 60)]
     assert len(day.restarts) == 1
+
+
+def test_a_down_span_shorter_than_a_millisecond_is_still_there_once_read_back(tmp_path):
+    """The file keeps milliseconds: a crash whose respawn's event came 0.2 ms after its exit's
+    was a down span of no length after a host restart, and the strip showed no crash."""
+    history, clock, views = made(tmp_path)
+    changed(history)  # up
+    clock.advance(600)
+    history.on_event(HostEvent(EventKind.EXITED, "n1", "was killed by SIGKILL"))
+    clock.advance(0.0002)
+    views.set(running=True, ready=False, started_at="2026-01-01T00:10:00+00:00")
+    changed(history)
+    clock.advance(60)
+    history.save()
+    again, _, _ = made(tmp_path, clock, views)
+    states = [s.state for s in again.windows("n1")[0].spans]
+    assert states[:3] == [HistoryState.UP, HistoryState.DOWN, HistoryState.STARTING], states

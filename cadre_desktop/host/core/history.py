@@ -85,8 +85,8 @@ class Track:
     last_start: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"entries": [[round(t, 3), s.value] for t, s in self.entries],
-                "starts": [round(t, 3) for t in self.starts], "last_start": self.last_start}
+        return {"entries": _kept_apart(self.entries), "starts": [round(t, 3) for t in self.starts],
+                "last_start": self.last_start}
 
     @classmethod
     def from_json(cls, row: Any) -> Track:
@@ -325,6 +325,20 @@ class NodeHistory:
     def entry_count(self, node_id: str) -> int:
         track = self._tracks.get(node_id)
         return len(track.entries) + len(track.starts) if track else 0
+
+
+def _kept_apart(entries: list[tuple[float, HistoryState]]) -> list[list[Any]]:
+    """The entries to the millisecond, each at least one after the one before it: a crash
+    answered within a millisecond (its down entry and the next start's a few microseconds
+    apart) stays a down span when the file is read back, not one of no length, which no
+    view shows."""
+    out: list[list[Any]] = []
+    for t, state in entries:
+        at = round(t, 3)
+        if out and at <= out[-1][0]:
+            at = round(out[-1][0] + 0.001, 3)
+        out.append([at, state.value])
+    return out
 
 
 def _stamp(iso_time: str, default: float) -> float:
