@@ -40,11 +40,28 @@ def test_each_session_is_a_keyring_of_its_own():
         assert "kept by the first" not in labels(second.env)
 
 
-def test_a_daemon_that_died_is_said_with_its_exit():
+def test_a_daemon_that_died_is_replaced_unlocked_with_the_same_keyring_on_the_next_call():
+    """gnome-keyring aborts when a client goes away mid-call (a crash test's SIGKILLed host): the
+    next call gets a new daemon from the bus, unlocked, holding what the first one stored."""
+    with running_session() as session:
+        store(session.env, "stored before the abort")
+        keyring = session._keyring
+        assert keyring is not None
+        keyring.send_signal(signal.SIGABRT)
+        wait_until(lambda: keyring.poll() is not None, timeout=10, what="the daemon's end")
+        assert "stored before the abort" in labels(session.env)  # the bus started another
+        store(session.env, "stored after")
+        session.check_alive()
+
+
+def test_a_keyring_that_no_longer_answers_is_said_with_its_exit():
+    """Without the session's own service file the bus starts the machine's, which comes up locked
+    and cannot answer: said, with the first daemon's exit."""
     with running_session() as session:
         keyring = session._keyring
         assert keyring is not None
-        keyring.send_signal(signal.SIGABRT)  # as it aborted under the suite's traffic
+        (session.root / "data" / "dbus-1" / "services" / "org.freedesktop.secrets.service").unlink()
+        keyring.send_signal(signal.SIGABRT)
         wait_until(lambda: keyring.poll() is not None, timeout=10, what="the daemon's end")
-        with pytest.raises(AssertionError, match=r"gnome-keyring-daemon exited \(-6\)"):
+        with pytest.raises(AssertionError, match=r"gnome-keyring-daemon exited \(-6\) and none answers"):
             session.check_alive()

@@ -32,6 +32,20 @@ import psutil
 from tests.support.polling import wait_until
 
 
+def _replacement_on_demand(data: Path, log: Path) -> None:
+    """A keyring the bus starts, unlocked, when one is asked for and none runs: gnome-keyring 42
+    aborts when a client goes away in the middle of a call (GLib's invoke_get_property_in_idle_cb,
+    seen when crash tests SIGKILL a host), and the machine's own service file would start one that
+    is locked, so every call after it failed. The bus looks in $XDG_DATA_HOME/dbus-1/services
+    first; the password is the session's, so the same login keyring (its file) opens again."""
+    services = data / "dbus-1" / "services"
+    services.mkdir(parents=True)
+    command = ("printf %s test-keyring-password | exec gnome-keyring-daemon --foreground --unlock "
+               f"--components=secrets 2>>{log}")
+    (services / "org.freedesktop.secrets.service").write_text(
+        f"[D-BUS Service]\nName=org.freedesktop.secrets\nExec=/bin/sh -c '{command}'\n")
+
+
 @contextmanager
 def running_secret_service() -> Iterator[dict[str, str]]:
     """The environment of a started SecretServiceSession, stopped at the end whatever happened.
@@ -72,6 +86,7 @@ class SecretServiceSession:
         runtime.mkdir(mode=0o700)
         data = self.root / "data"
         data.mkdir()
+        _replacement_on_demand(data, self.root / "keyring.log")
         # What the bus starts on demand (the accessibility bus's launcher, dconf) gets this session's
         # folders, not the machine's: with HOME's, every suite's at-spi launcher put its bus at the one
         # ~/.cache/at-spi/bus, and a GTK panel of one suite waited 25 s on another suite's.
@@ -111,12 +126,15 @@ class SecretServiceSession:
         return keyring
 
     def check_alive(self) -> None:
-        """AssertionError, with its exit and the end of its log, if its gnome-keyring-daemon is
-        no longer running: the tests that failed for want of it are then explained."""
+        """AssertionError, with its exit and the end of its log, if its keyring no longer answers
+        (its gnome-keyring-daemon ended and no replacement came up on demand): the tests that
+        failed for want of it are then explained."""
         assert self._keyring is not None, "check_alive() before start()"
         code = self._keyring.poll()
-        assert code is None, (f"the session's gnome-keyring-daemon exited ({code}): "
-                              f"{(self.root / 'keyring.log').read_text(errors='replace')[-2000:]}")
+        if code is None or self._keyring_answers({**os.environ, **self.env, "HOME": str(self.root)}):
+            return
+        raise AssertionError(f"the session's gnome-keyring-daemon exited ({code}) and none answers: "
+                             f"{(self.root / 'keyring.log').read_text(errors='replace')[-2000:]}")
 
     @staticmethod
     def _keyring_answers(env) -> bool:
