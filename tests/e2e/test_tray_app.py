@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import psutil
 import pytest
 
 from cadre_desktop.ui.status import COLOURS, TrayState
@@ -23,6 +22,7 @@ from tests.support.claim_link import claim_when_up, read_qr
 from tests.support.e2e.desktop import Box, keep, running_app
 from tests.support.headless import control_get, fast_settings
 from tests.support.polling import wait_until
+from tests.support.processes import ended
 
 pytestmark = pytest.mark.e2e
 GREEN, BLUE = COLOURS[TrayState.JOINED], COLOURS[TrayState.UNCLAIMED]
@@ -103,4 +103,4 @@ def test_tray_app_adds_shows_qr_and_follows_a_claim(desktop, secret_service, tmp
         until(lambda: desktop.visible("Quit cadre-desktop"), "the quit question")
         desktop.keys("Return")
         assert app.wait(timeout=30) == 0
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert ended(pid)

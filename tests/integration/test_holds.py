@@ -12,10 +12,7 @@ import psutil
 
 from tests.support.headless import added, fast_settings, running_node
 from tests.support.polling import wait_until
-
-
-def gone(pid: int) -> bool:
-    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+from tests.support.processes import ended as gone
 
 
 def node_processes(home) -> list[psutil.Process]:

@@ -7,14 +7,9 @@ from __future__ import annotations
 import json
 import os
 
-import psutil
-
 from tests.support.headless import added, fast_settings, running_node
 from tests.support.polling import wait_until
-
-
-def gone(pid: int) -> bool:
-    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+from tests.support.processes import ended as gone
 
 
 def test_pause_all_survives_a_restart_and_resume_brings_every_node_back(host_factory):

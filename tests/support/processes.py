@@ -7,12 +7,23 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from cadre_desktop.host.local import procs
 
 
 def gone(pid: int) -> bool:
     """The process is no more (a reaped child, or a pid now someone else's start time)."""
     return procs.read_identity(pid) is None
+
+
+def ended(pid: int) -> bool:
+    """The process has ended: gone, or a zombie its parent has not reaped yet. A process reaped
+    between two looks is ended too (asking psutil after `pid_exists` raced with the reaping)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def read(path: Path) -> bytes:

@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 
-import psutil
 import pytest
 
 from cadre_desktop.errors import SecretsError
@@ -21,6 +20,7 @@ from cadre_desktop.keyring_helper import FLAG, HelperCalls, helper_command, isol
 from cadre_desktop.keyring_names import KeyringLocked, KeyringUnavailable, SecretKind, Where
 from tests.support.keyrings import FILE_ENV, MemoryKeyring
 from tests.support.polling import wait_until
+from tests.support.processes import ended
 
 HOME = Where("hhome0001")
 
@@ -185,7 +185,7 @@ def test_thirty_reads_at_start_are_one_batch_for_one_helper_closed_when_idle(fil
             values = [await store.get(f"n{i}", SecretKind.CLAIM) for i in range(30)]
             assert values == [f"secret-{i}" for i in range(30)]
             assert store.calls.started == 1
-            wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+            wait_until(lambda: ended(pid),
                        timeout=10, what="the idle helper exits")
             assert store.calls.pid is None
             assert await store.get("n3", SecretKind.CLAIM) == "secret-3"  # on demand again
@@ -203,7 +203,7 @@ def test_closing_the_store_ends_its_helper(file_keyring):
         pid = store.calls.pid
         assert pid is not None
         store.close()
-        wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+        wait_until(lambda: ended(pid),
                    timeout=10, what="the helper exits with the store")
     asyncio.run(scenario())
 
