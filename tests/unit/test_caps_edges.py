@@ -14,7 +14,6 @@ from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
 from tests.support.fake_host import FakeHost, make_view
 from tests.support.polling import async_wait_until
-from tests.support.rig import Rig
 from tests.support.served_host import ServedHost
 
 
@@ -40,13 +39,6 @@ def served(tmp_path, monkeypatch):
     served.put(make_view("n1", "one", NodeStatus.JOINED))
     yield served
     served.close()
-
-
-@pytest.fixture
-async def rig(tmp_path):
-    r = Rig(tmp_path)
-    yield r
-    await r.close()
 
 
 # -- PATCH /api/nodes/{id} ----------------------------------------------------------------------

@@ -24,13 +24,6 @@ from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
 
-@pytest.fixture
-async def rig(tmp_path):
-    r = Rig(tmp_path)
-    yield r
-    await r.close()
-
-
 async def exit_with(rig: Rig, code: int, node_id: str = "n1") -> None:
     """The child of `node_id` exits on its own; the supervisor hears it and a pass has run."""
     rig.sup.start()  # exits are heard from the start on (idempotent)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from cadre_desktop.host.core.netwatch import AddressWatcher
 from cadre_desktop.host.core.records import NodeStatus
 from tests.support.clock import FakeClock, settle
 from tests.support.polling import async_wait_until
-from tests.support.rig import Answers, Rig
+from tests.support.rig import Answers
 
 
 class Source:
@@ -95,13 +93,6 @@ async def test_wake_is_a_gap_between_wall_and_monotonic_clocks():
 
 
 # -- the host's reaction, on a fake orchestrator -------------------------------------------
-
-@pytest.fixture
-async def rig(tmp_path):
-    r = Rig(tmp_path)
-    yield r
-    await r.close()
-
 
 async def restart_stale(rig, new_address):
     """What the host does with its nodes on a new address, on the rig's parts."""

@@ -14,13 +14,6 @@ from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
 
-@pytest.fixture
-async def rig(tmp_path):
-    r = Rig(tmp_path)
-    yield r
-    await r.close()
-
-
 async def test_add_mints_a_secret_spawns_and_records_unclaimed(rig):
     rec = await rig.service.add("Kitchen")
     assert rec.status is NodeStatus.UNCLAIMED and rec.name == "Kitchen"

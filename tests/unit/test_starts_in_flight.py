@@ -7,22 +7,12 @@ import asyncio
 import threading
 from datetime import datetime
 
-import pytest
-
 from cadre_desktop.host.core.holds import person_hold
 from cadre_desktop.host.core.lifecycle import Change
 from cadre_desktop.host.core.records import NodeStatus
 from cadre_desktop.host.local import procs
 from tests.support.polling import async_wait_until
 from tests.support.real_orchestrator import make_orchestrator
-from tests.support.rig import Rig
-
-
-@pytest.fixture
-async def rig(tmp_path):
-    r = Rig(tmp_path)
-    yield r
-    await r.close()
 
 
 async def test_the_loop_runs_while_a_start_is_in_flight(tmp_path, monkeypatch):

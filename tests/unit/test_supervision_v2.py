@@ -26,13 +26,6 @@ from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
 
-@pytest.fixture
-async def rig(tmp_path):
-    r = Rig(tmp_path)
-    yield r
-    await r.close()
-
-
 def test_the_fake_and_the_local_driver_both_implement_the_driver_protocol():
     assert isinstance(FakeOrchestrator(), NodeDriver)
     assert all(hasattr(Orchestrator, name) for name in ("start", "status", "stop", "subscribe", "remove_node"))

@@ -8,8 +8,6 @@ import asyncio
 import json
 from datetime import timedelta
 
-import pytest
-
 from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.decide import starting_words
 from cadre_desktop.host.core.records import StartMark
@@ -18,13 +16,6 @@ from cadre_desktop.host.core.views import NodeViews
 from tests.support.clock import settle
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
-
-
-@pytest.fixture
-async def rig(tmp_path):
-    r = Rig(tmp_path)
-    yield r
-    await r.close()
 
 
 def mark_ago(rig: Rig, seconds: float, failures: int = 0) -> StartMark:

@@ -16,14 +16,6 @@ from cadre_desktop.host.live_settings import apply_settings
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
-
-@pytest.fixture
-async def rig(tmp_path):
-    r = Rig(tmp_path)
-    yield r
-    await r.close()
-
-
 # 2. what is supervised ----------------------------------------------------------------
 
 @pytest.mark.parametrize("status", [NodeStatus.UNCLAIMED, NodeStatus.JOINING, NodeStatus.JOINED])
