@@ -99,11 +99,7 @@ async def test_a_new_attempt_replaces_the_live_instance(contract_rig: DriverRig)
 
 
 async def test_a_stop_of_the_node_waits_for_its_start_in_flight_and_stops_its_instance(contract_rig: DriverRig):
-    driver = contract_rig.new_driver()
-    await driver.init()
-    release = contract_rig.hold_starts()
-    start = asyncio.create_task(contract_rig.start("n1", 1))
-    await contract_rig.wait_in_flight("n1")
+    driver, release, start = await contract_rig.start_held("n1")
     stop = asyncio.create_task(driver.stop_node("n1"))  # a Remove or Restart landing while the child comes up
     release()
     info, _ = await asyncio.gather(start, stop)
@@ -112,11 +108,7 @@ async def test_a_stop_of_the_node_waits_for_its_start_in_flight_and_stops_its_in
 
 
 async def test_a_driver_closed_while_a_start_is_in_flight_leaves_no_instance(contract_rig: DriverRig):
-    driver = contract_rig.new_driver()
-    await driver.init()
-    release = contract_rig.hold_starts()
-    start = asyncio.create_task(contract_rig.start("n1", 1))
-    await contract_rig.wait_in_flight("n1")
+    driver, release, start = await contract_rig.start_held("n1")
     driver.close()  # the host goes away while the child comes up: nobody would track it
     release()
     with pytest.raises(SpawnError):
@@ -125,11 +117,7 @@ async def test_a_driver_closed_while_a_start_is_in_flight_leaves_no_instance(con
 
 
 async def test_a_cancelled_start_leaves_no_instance(contract_rig: DriverRig):
-    driver = contract_rig.new_driver()
-    await driver.init()
-    release = contract_rig.hold_starts()
-    start = asyncio.create_task(contract_rig.start("n1", 1))
-    await contract_rig.wait_in_flight("n1")
+    driver, release, start = await contract_rig.start_held("n1")
     start.cancel()  # a pass cancelled by the host's stop
     release()
     with pytest.raises(asyncio.CancelledError):

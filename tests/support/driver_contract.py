@@ -125,6 +125,16 @@ class DriverRig:
     async def start(self, node_id: str, attempt: int, **options: Any) -> InstanceInfo:
         return await self.driver.start(node_id, attempt, claim_env(), **options)
 
+    async def start_held(self, node_id: str) -> tuple[NodeDriver, Callable[[], None], asyncio.Task[InstanceInfo]]:
+        """A new driver (its `init` done) with the node's first start in flight and held there: the
+        driver, what releases the start, and the start's task."""
+        driver = self.new_driver()
+        await driver.init()
+        release = self.hold_starts()
+        start = asyncio.create_task(self.start(node_id, 1))
+        await self.wait_in_flight(node_id)
+        return driver, release, start
+
     async def started(self, node_id: str, attempt: int = 1, **options: Any) -> InstanceInfo:
         info = await self.start(node_id, attempt, **options)
         await self.wait_answering(info)
