@@ -211,3 +211,38 @@ def test_a_down_span_shorter_than_a_millisecond_is_still_there_once_read_back(tm
     again, _, _ = made(tmp_path, clock, views)
     states = [s.state for s in again.windows("n1")[0].spans]
     assert states[:3] == [HistoryState.UP, HistoryState.DOWN, HistoryState.STARTING], states
+
+
+def test_a_new_child_after_a_running_one_whose_exit_was_never_told_is_a_down_moment_and_a_restart(tmp_path):
+    """A side-by-side run's strip showed a crash as starting only: its child's exit was no news
+    (the record named another child by then), so no EXITED came. A new child after a running
+    one still means the one before ended."""
+    history, clock, views = made(tmp_path)
+    changed(history)  # up
+    clock.advance(600)
+    views.set(running=True, ready=False, started_at="2026-01-01T00:10:00+00:00")  # another child
+    changed(history)
+    clock.advance(60)
+    views.set(ready=True)
+    changed(history)
+    clock.advance(60)
+    day = history.windows("n1")[0]
+    assert [s.state for s in day.spans] == [HistoryState.UP, HistoryState.DOWN, HistoryState.STARTING,
+                                            HistoryState.UP]
+    assert len(day.restarts) == 1
+    history.save()
+    again, _, _ = made(tmp_path, clock, views)
+    assert HistoryState.DOWN in [s.state for s in again.windows("n1")[0].spans]
+
+
+def test_a_host_restart_is_no_down_moment_the_gap_stays_unknown(tmp_path):
+    history, clock, views = made(tmp_path)
+    changed(history)  # up
+    clock.advance(600)
+    history.host_stopped()
+    clock.advance(60)
+    again, _, _ = made(tmp_path, clock, views)
+    views.set(started_at="2026-01-01T00:11:00+00:00")  # started again by the new host
+    again.observe("n1")
+    clock.advance(60)
+    assert [s.state for s in again.windows("n1")[0].spans] == [HistoryState.UP, HistoryState.NONE, HistoryState.UP]

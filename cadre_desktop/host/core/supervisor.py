@@ -213,7 +213,10 @@ class Supervisor:
     def _note_exit(self, event: Exit) -> None:
         words = self.exits.seen(event.node_id, event.returncode, event.cause)
         try:
-            self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id, detail=words)
+            if self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id,
+                                                      detail=words) is None:
+                log.info("node %s: the exit of child %s is no news: its record names another child or is gone",
+                         event.node_id, event.handle_id)
         except StorageError as exc:
             log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
         log.warning("node %s %s", event.node_id, words)
