@@ -164,6 +164,11 @@ class SecretServiceSession:
         for child in alive:
             with contextlib.suppress(psutil.Error):
                 child.kill()
+        keep = os.environ.get("CADRE_TEST_KEYRING_LOGS")  # where a run that hunts a keyring failure keeps them
+        log = self.root / "keyring.log"
+        if keep and log.exists() and log.stat().st_size:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, Path(keep) / f"{self.root.name}.log")
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _activated(self) -> list[psutil.Process]:
