@@ -24,6 +24,11 @@ from cadre_desktop.keyring_names import HELP_LOCKED, HELP_UNAVAILABLE, SERVICE, 
 
 T = TypeVar("T")
 
+#: What the session bus answers a call whose Secret Service ended before answering it
+#: (org.freedesktop.DBus.Error.NoReply). gnome-keyring 42 aborts when another client leaves
+#: in the middle of a call of its own; the bus starts it again on the next call.
+VANISHED = "disconnected from message bus without replying"
+
 
 def _delete_name(b: KeyringBackend, name: str) -> bool:
     try:
@@ -46,6 +51,18 @@ def _is_unusable(backend: KeyringBackend) -> bool:
     # keyrings.alt's plaintext and file backends are fine only when chosen by name.
     if module.startswith("keyrings.alt") and not explicit:
         return True
+    return False
+
+
+def _vanished(exc: BaseException) -> bool:
+    """The keyring's service ended before answering: said by this error or one it was raised from."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain is short; a cycle must not hold a call
+        if seen is None:
+            return False
+        if VANISHED in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
     return False
 
 
@@ -72,7 +89,21 @@ class BackendCalls:
     def _call(self, action: str, fn: Callable[[KeyringBackend], T], secret: str | None = None) -> T:
         backend = self._resolve()
         try:
-            return fn(backend)
+            try:
+                return fn(backend)
+            except Exception as exc:
+                if not _vanished(exc):
+                    raise
+            # Sent once more, on a connection of its own (the backend opens one a call): the
+            # keyring that answers it is the one the bus started anew. Each call is a read or a
+            # write of one whole value, so asking twice leaves what asking once does.
+            try:
+                return fn(backend)
+            except Exception as exc:
+                if _vanished(exc):
+                    raise KeyringUnavailable(f"{HELP_UNAVAILABLE} (the keyring ended in the middle of a call, "
+                                             "twice)") from None
+                raise
         except keyring.errors.KeyringLocked:
             raise KeyringLocked(HELP_LOCKED) from None
         except keyring.errors.NoKeyringError:
