@@ -32,8 +32,11 @@ def slices(window: dict[str, Any], width: int = WIDTH) -> list[str]:
     shown = ["none"] * width
     for span in window["spans"]:
         a, b = _t(span["start"]), _t(span["end"])
-        first, last = int((a - start) // step), int(min(width - 1, (b - start - 1e-9) // step))
-        for i in range(max(0, first), last + 1):
+        # The API's times are whole seconds: a span in the window's last second starts at its end,
+        # and is the last slice's, not one past it.
+        first = int(min(width - 1, max(0.0, (a - start) // step)))
+        last = int(min(width - 1, max(0.0, (b - start - 1e-9) // step)))
+        for i in range(first, max(first, last) + 1):
             if SEVERITY.index(span["state"]) < SEVERITY.index(shown[i]):
                 shown[i] = span["state"]
     return shown

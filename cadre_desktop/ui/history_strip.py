@@ -23,10 +23,17 @@ STATE_COLOURS = {
     "gave-up": "#d93025",
     "paused": "#7b8ea8",
 }
+#: The order spans are painted in: the worst last, so it is what a pixel they share shows.
+PAINT_ORDER = ("none", "up", "paused", "starting", "down", "gave-up")
 EMPTY = "#d9dce1"
 RESTART = "#202124"
 LABELS = {"24h": "24 h", "7d": "7 d"}
 ROW_H, BAR_H, GAP = 26, 14, 4
+
+
+def _paint_rank(span: dict[str, Any]) -> int:
+    state = span.get("state")
+    return PAINT_ORDER.index(state) if state in PAINT_ORDER else 0
 
 
 def _t(stamp: str) -> float:
@@ -77,11 +84,13 @@ class HistoryStrip(QWidget):
             start, end = _t(window["start"]), _t(window["end"])
             scale = bar.width() / max(1.0, end - start)
             painter.fillRect(bar, QColor(EMPTY))
-            for span in window["spans"]:
+            # A crash's second in a day's bar shares its pixel with the up around it, and is what it
+            # shows; a span at the window's end (whole seconds) is its last pixel, not one past it.
+            for span in sorted(window["spans"], key=_paint_rank):
                 colour = STATE_COLOURS.get(span["state"])
                 if colour is None:
                     continue
-                x0 = bar.left() + (_t(span["start"]) - start) * scale
+                x0 = min(bar.left() + (_t(span["start"]) - start) * scale, bar.right() - 1)
                 x1 = bar.left() + (_t(span["end"]) - start) * scale
                 painter.fillRect(QRectF(x0, bar.top(), max(1.0, x1 - x0), bar.height()), QColor(colour))
             for stamp in window.get("restart_times", []):

@@ -50,7 +50,8 @@ def test_history_through_the_api_and_the_cli_across_a_host_restart(host_factory)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     # Seconds of history fill the last half-hour slice, which shows the worst state in it.
-    assert lines[0].startswith("24 h |" + " " * 47 + "░|") and "% up, 2 restarts" in lines[0]
+    assert lines[0].startswith("24 h |" + " " * 47 + "░|") and "% up, 2 restarts" in lines[0], \
+        "\n".join([lines[0], json.dumps(doc["windows"][0]["spans"]), path.read_text()[:3000]])
     assert lines[1] == " " * 6 + " " * 47 + "^"  # the restarts marked under their slice
     assert any(line.startswith("7 d") for line in lines) and "given up" in lines[-1]
 

@@ -66,3 +66,22 @@ def test_the_details_pane_shows_a_nodes_history(shell, aio):
     aio.wait(lambda: shell.model.refresh() or (strip.windows and strip.windows[0]["spans"][-1]["state"] == "up"))
     assert [w["name"] for w in strip.windows] == ["24h", "7d"]
     assert strip.isVisibleTo(shell.window.details)
+
+
+def test_a_crash_second_in_a_day_of_up_and_one_in_the_windows_last_second_are_painted(qtbot):
+    """A side-by-side run's strip lost a crash: its spans (whole seconds) began at the window's
+    end, one past the bar, and a crash's second shares its pixel with the up around it."""
+    from cadre_desktop.ui.history_strip import STATE_COLOURS, HistoryStrip
+
+    strip = HistoryStrip()
+    qtbot.addWidget(strip)
+    second = 1 / 3600
+    day = window("24h", 24, [("up", 24, 12), ("down", 12, 12 - second), ("up", 12 - second, 0),
+                             ("down", 0, 0), ("starting", 0, 0)])
+    strip.set_history({"windows": [day]})
+    strip.resize(600, strip.sizeHint().height())
+    image = strip.grab().toImage()
+    bar = strip.bar_rect(0)
+    seen = [c for c, _ in runs(image, int(bar.center().y()), int(bar.left()), int(bar.right()))]
+    down = STATE_COLOURS["down"]
+    assert seen.count(down) == 2 and seen[-1] == down, seen

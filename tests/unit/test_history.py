@@ -213,28 +213,6 @@ def test_a_down_span_shorter_than_a_millisecond_is_still_there_once_read_back(tm
     assert states[:3] == [HistoryState.UP, HistoryState.DOWN, HistoryState.STARTING], states
 
 
-def test_a_new_child_after_a_running_one_whose_exit_was_never_told_is_a_down_moment_and_a_restart(tmp_path):
-    """A side-by-side run's strip showed a crash as starting only: its child's exit was no news
-    (the record named another child by then), so no EXITED came. A new child after a running
-    one still means the one before ended."""
-    history, clock, views = made(tmp_path)
-    changed(history)  # up
-    clock.advance(600)
-    views.set(running=True, ready=False, started_at="2026-01-01T00:10:00+00:00")  # another child
-    changed(history)
-    clock.advance(60)
-    views.set(ready=True)
-    changed(history)
-    clock.advance(60)
-    day = history.windows("n1")[0]
-    assert [s.state for s in day.spans] == [HistoryState.UP, HistoryState.DOWN, HistoryState.STARTING,
-                                            HistoryState.UP]
-    assert len(day.restarts) == 1
-    history.save()
-    again, _, _ = made(tmp_path, clock, views)
-    assert HistoryState.DOWN in [s.state for s in again.windows("n1")[0].spans]
-
-
 def test_a_host_restart_is_no_down_moment_the_gap_stays_unknown(tmp_path):
     history, clock, views = made(tmp_path)
     changed(history)  # up
@@ -246,3 +224,17 @@ def test_a_host_restart_is_no_down_moment_the_gap_stays_unknown(tmp_path):
     again.observe("n1")
     clock.advance(60)
     assert [s.state for s in again.windows("n1")[0].spans] == [HistoryState.UP, HistoryState.NONE, HistoryState.UP]
+
+
+def test_the_cli_strip_shows_a_crash_in_the_windows_last_second():
+    """The API's times are whole seconds: a crash in the last second of the window starts at its
+    end, and was one slice past the strip (a side-by-side run's strip showed it starting only)."""
+    from cadre_desktop.cli.history import strip_lines
+
+    end = "2026-01-02T00:00:00+00:00"
+    doc = {"windows": [{"name": "24h", "start": "2026-01-01T00:00:00+00:00", "end": end, "uptime_percent": 99.0,
+                        "restarts": 1, "restart_times": [end],
+                        "spans": [{"state": "up", "start": "2026-01-01T00:00:00+00:00", "end": end},
+                                  {"state": "down", "start": end, "end": end},
+                                  {"state": "starting", "start": end, "end": end}]}]}
+    assert strip_lines(doc)[0] == "24 h |" + "█" * 47 + "░| 99.00 % up, 1 restart"

@@ -288,16 +288,10 @@ class NodeHistory:
             return
         track = self._tracks.setdefault(node_id, Track())
         now, state, changed = self.now(), state_of_view(view), False
-        started = view.started_at if view.running else None
-        if started and track.last_start and started != track.last_start and track.entries \
-                and track.entries[-1][1] in (HistoryState.UP, HistoryState.STARTING):
-            # Another child runs, and the end of the one before was never told (its exit was
-            # not the news of the child its record named then): it ended, a moment before.
-            track.entries.append((_just_before(track.entries[-1][0], now), HistoryState.DOWN))
-            changed = True
         if not track.entries or track.entries[-1][1] is not state:
             track.entries.append((now, state))
             changed = True
+        started = view.started_at if view.running else None
         if started and started != track.last_start:
             if track.last_start:
                 track.starts.append(_stamp(started, now))
@@ -331,11 +325,6 @@ class NodeHistory:
     def entry_count(self, node_id: str) -> int:
         track = self._tracks.get(node_id)
         return len(track.entries) + len(track.starts) if track else 0
-
-
-def _just_before(last: float, now: float) -> float:
-    """A time after `last` and a millisecond (at most) before `now`: a span between them has a length."""
-    return max(now - 0.001, (last + now) / 2)
 
 
 def _kept_apart(entries: list[tuple[float, HistoryState]]) -> list[list[Any]]:
