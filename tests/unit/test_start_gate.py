@@ -124,6 +124,6 @@ async def test_a_single_crash_with_an_empty_gate_is_respawned_in_the_same_pass(t
         await r.close()
 
 
-@pytest.mark.parametrize(("cpus", "limit"), [(1, 2), (2, 4), (4, 8), (64, 16)])
-def test_the_limit_is_two_starts_a_core_at_least_two_and_capped(cpus, limit):
+@pytest.mark.parametrize(("cpus", "limit"), [(0, 3), (1, 3), (2, 6), (4, 12), (64, 16)])
+def test_the_limit_is_three_starts_a_core_and_capped(cpus, limit):
     assert machine_limit(cpus) == limit

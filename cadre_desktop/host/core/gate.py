@@ -34,10 +34,14 @@ BOUND_S = 5.0
 
 
 def machine_limit(cpus: int | None = None) -> int:
-    """Two starting children per core keep every core busy booting nodes while the host's loop
-    still finds one free at once (the nodes run at a lower priority); at least two, and capped."""
+    """Three starting children a core, capped. A few low-priority boots a core leave the host's loop
+    its turn at once (fifty on two cores did not). Not fewer: a slot frees only when the probe sees
+    the first answer, and a new child is asked every 250 ms, so a slot turns over about four times a
+    second. Three a core (a boot's ~80 ms of CPU, three sharing a core, answer inside one probe
+    period) keep up with the pass's own spawns (30-60 ms each); by that count, two a core would
+    stretch the healing of fifty on two cores to about 3 s (`bench/` measures it)."""
     n = cpus if cpus is not None else (os.cpu_count() or 1)
-    return min(LIMIT_CAP, max(2, 2 * n))
+    return min(LIMIT_CAP, 3 * max(1, n))
 
 
 class StartGate:
