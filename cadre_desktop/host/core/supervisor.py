@@ -5,7 +5,8 @@ re-attached, catching every node that died while the host was down), on every
 child exit (a crash is noticed in milliseconds; a storm of exits coalesces into
 one queued pass), and a periodic sweep as the backstop. A timer also brings the
 pass forward to the moment the earliest backoff or start grace ends. When a
-pass runs is `passes.py`; what it does is here.
+pass runs is `passes.py`; what it does is here. How many of a pass's starts
+may be booting at once is `gate.py` (a storm's starts are paced there).
 
 Each pass gives one verdict per node (`decide.py`, a pure function of the
 record and what the driver, the probe and the keyring gate say) and carries it
