@@ -68,7 +68,8 @@ class WaitingAnswers(Answers):
 
 
 class Rig:
-    def __init__(self, tmp_path, keyring=None, keyring_timeout_s: float = 5.0, **settings):
+    def __init__(self, tmp_path, keyring=None, keyring_timeout_s: float = 5.0, start_limit: int = 1000,
+                 **settings):
         self.clock = FakeClock()
         self.keyring = keyring or MemoryKeyring()
         self.secrets = SecretStore(self.keyring, timeout_s=keyring_timeout_s)
@@ -86,7 +87,9 @@ class Rig:
         #: Each node's work folder (where its run.json is).
         self.work = tmp_path / "nodes"
         self.sup = Supervisor(lifecycle=self.lifecycle, driver=self.orch, gate=self.gate, settings=self.settings,
-                              clock=self.clock, probe=self.probe, run_files=RunFiles(lambda node_id: self.work / node_id))
+                              clock=self.clock, probe=self.probe, run_files=RunFiles(lambda node_id: self.work / node_id),
+                              # Unpaced unless a test asks (the machine's limit would make tests depend on its cores).
+                              start_limit=start_limit)
         self.service = NodeService(lifecycle=self.lifecycle, driver=self.orch, gate=self.gate,
                                    supervisor=self.sup, clock=self.clock)
 

@@ -196,6 +196,12 @@ class Probe:
         self._due: dict[str, float] = {}
         #: When the loop's next pass is planned (`_until_next`).
         self._next_pass = 0.0
+        #: Told of each child's first answer (the supervisor's start gate frees its slot).
+        self._on_answer: list[Callable[[str], None]] = []
+
+    def on_answer(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(handle_id)` at each child's first answer (when it becomes ready)."""
+        self._on_answer.append(listener)
 
     def watch(self, lifecycle: Lifecycle[Any]) -> None:
         """Probe another kind of record too."""
@@ -415,6 +421,9 @@ class Probe:
         self._answered.add(handle_id)
         if first_answer and self.long_poll_s > 0:
             self._wake.set()  # the next pass starts waiting on it, if it waits for news
+        if first_answer:
+            for listener in self._on_answer:
+                listener(handle_id)
         lc = self._lc(snapshot.id)
         if lc.kind.on_status is None:
             self.observe(snapshot.id, handle_id, status, first_answer)

@@ -5,7 +5,8 @@ re-attached, catching every node that died while the host was down), on every
 child exit (a crash is noticed in milliseconds; a storm of exits coalesces into
 one queued pass), and a periodic sweep as the backstop. A timer also brings the
 pass forward to the moment the earliest backoff or start grace ends. When a
-pass runs is `passes.py`; what it does is here.
+pass runs is `passes.py`; what it does is here. How many of a pass's starts
+may be booting at once is `gate.py` (a storm's starts are paced there).
 
 Each pass gives one verdict per node (`decide.py`, a pure function of the
 record and what the driver, the probe and the keyring gate say) and carries it
@@ -46,6 +47,7 @@ from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.decide import Decision, Observation, Policy, Verdict, decide
 from cadre_desktop.host.core.driver import Exit, InstanceInfo, NodeDriver
 from cadre_desktop.host.core.exits import ExitBook
+from cadre_desktop.host.core.gate import StartGate, machine_limit
 from cadre_desktop.host.core.holds import Holds
 from cadre_desktop.host.core.keyring_gate import KeyringGate
 from cadre_desktop.host.core.lifecycle import HOSTED, Change, Lifecycle
@@ -84,6 +86,7 @@ class Supervisor:
         probe: Probe | None = None,
         on_sweep: Callable[[], Awaitable[object]] | None = None,
         run_files: RunFiles | None = None,
+        start_limit: int | None = None,
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
@@ -117,6 +120,13 @@ class Supervisor:
         self.decisions = DecisionBook(clock)
         self.last_decisions = self.decisions.last
         gate.on_ready(lambda: self._kick_quietly("keyring"))
+        #: How many children may be starting at once (`gate.py`); a pass's starts wait their turn.
+        self.start_gate = StartGate(
+            limit=start_limit if start_limit is not None else machine_limit(), monotonic=clock.monotonic,
+            is_ready=lambda h: bool(self.probe and self.probe.is_ready(h)), is_running=driver.is_running,
+            kick=self.passes.after_exit)
+        if probe is not None:
+            probe.on_answer(self.start_gate.answered)
 
     # -- kinds of records ------------------------------------------------------------
 
@@ -229,6 +239,7 @@ class Supervisor:
 
     async def _reconcile_once(self) -> list[str]:
         self.passes.began()
+        self.start_gate.pass_began()
         started: list[str] = []
         try:
             candidates = self._supervised()
@@ -247,6 +258,10 @@ class Supervisor:
                 verdict = decide(record, self.observe(record, lc), self.policy_for(lc), lc.kind.supervised,
                                  lc.kind.held)
                 self._take_news(lc, record, verdict)
+                if verdict.decision is Decision.START and not self.start_gate.has_room():
+                    # Left as it is (nothing written or spent); a freed slot brings the pass that starts it.
+                    self.start_gate.leave()
+                    continue
                 if await self._carry_out(lc, record, verdict):
                     started.append(record.id)
                     await breathe()
@@ -259,7 +274,8 @@ class Supervisor:
                 waits.append(due)
             if verdict is not None and verdict.decision is not Decision.LEAVE or error:
                 self.decisions.note(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
-        self.passes.arm(waits)
+        gated = self.start_gate.until_free()
+        self.passes.arm(waits if gated is None else [*waits, gated])
         return started
 
     def _due_after(self, lc: Lifecycle[Any], node_id: str, verdict: Verdict | None) -> float | None:
@@ -374,6 +390,7 @@ class Supervisor:
         """A record being created gets its first child (`launch`, attempt 1) and first start
         mark: the record written, or None when it went meanwhile."""
         mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
+        self.start_gate.started(child.id)
         return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
 
