@@ -65,3 +65,30 @@ def test_a_keyring_that_no_longer_answers_is_said_with_its_exit():
         wait_until(lambda: keyring.poll() is not None, timeout=10, what="the daemon's end")
         with pytest.raises(AssertionError, match=r"gnome-keyring-daemon exited \(-6\) and none answers"):
             session.check_alive()
+
+
+
+
+def test_a_replacement_started_as_the_session_stopped_goes_with_it():
+    """The bus starts a replacement keyring detached (init is its parent, not the bus's). One it
+    started as the session stopped came up after the bus was gone, found no bus to end with, and
+    ran on: one was found after a side-by-side round. Here the service's own command, started
+    detached with no bus, stands for it."""
+    import os
+    import subprocess
+
+    import psutil
+
+    with running_session() as session:
+        service = session.root / "data" / "dbus-1" / "services" / "org.freedesktop.secrets.service"
+        command = next(line for line in service.read_text().splitlines() if line.startswith("Exec="))[5:]
+        env = {**os.environ, **session.env, "HOME": str(session.root), "DBUS_SESSION_BUS_ADDRESS": "unix:path=/nonexistent"}
+        subprocess.run(["sh", "-c", f"{command} </dev/null >/dev/null 2>&1 &"], env=env, check=True)
+        mark = str(session.root)
+        started = wait_until(lambda: [p for p in psutil.process_iter(["cmdline"])
+                                      if any(mark in part for part in p.info["cmdline"] or ())
+                                      and p.pid not in (session._procs[0].pid,)], timeout=10,
+                             what="the detached replacement")
+        daemons = [c for p in started for c in p.children(recursive=True)] + started
+    gone, alive = psutil.wait_procs(daemons, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]

@@ -157,6 +157,10 @@ class SecretServiceSession:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        # The bus starts a replacement detached (init is its parent, not the bus), so the look
+        # above never finds it, and one that came while the session stopped was started after it.
+        # Its command names this session's folder (its log), which no other session's does.
+        started += [p for p in self._replacements() if p.pid not in {c.pid for c in started}]
         for child in started:
             with contextlib.suppress(psutil.Error):
                 child.terminate()
@@ -170,6 +174,16 @@ class SecretServiceSession:
             Path(keep).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(log, Path(keep) / f"{self.root.name}.log")
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _replacements(self) -> list[psutil.Process]:
+        """The replacement keyrings the bus started for this session (`_replacement_on_demand`), and theirs."""
+        mark, found = str(self.root), []
+        for proc in psutil.process_iter(["cmdline"]):
+            if any(mark in part for part in proc.info["cmdline"] or ()):
+                found.append(proc)
+                with contextlib.suppress(psutil.Error):
+                    found.extend(proc.children(recursive=True))
+        return found
 
     def _activated(self) -> list[psutil.Process]:
         """Every process the bus (or the keyring) started, found before they are stopped."""
