@@ -7,6 +7,10 @@ failure prints one line on stderr and exits with a code from :class:`ExitCode`.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import socket
 
 #: When this node's start began: the process's start, or for a standby the moment it is told
 #: who it is (it may have waited loaded for minutes; "ready in" measures this start only).
@@ -67,12 +71,17 @@ MAX_STANDBY_LINE = 64 * 1024
 
 def _stand_by() -> bool:
     """Load everything a node needs, say `ready`, then wait on stdin to be told who it is
-    (docs/node-contract.md), and say `taken` once told.
+    (docs/node-contract.md), and say `taken` once told; or, asked to, fork nodes.
 
     Until that line comes the process has no identity, opens no port and
     touches no work folder. The line carries the node's CADRE_ variables,
     secrets included: a pipe, never the command line. False: stdin closed
     without a line (the host no longer wants it).
+
+    On a socket, on Linux, the standby says `ready fork`: a host that adopts
+    orphans may then send it fork requests instead (`_serve_fork`), and each
+    returns True in a new process that is that node; the standby itself serves
+    on until its host goes.
     """
     import_without_openssl()  # loaded now (the node speaks plain HTTP only), so it is ready the moment it is told
     import logging  # noqa: F401
@@ -80,14 +89,29 @@ def _stand_by() -> bool:
     from cadre_desktop import fdlimit  # noqa: F401
     from cadre_desktop.node import clock, config, identity, logs, node, node_dir, server, state  # noqa: F401
 
-    _tell_host(b"ready\n")
-    line = sys.stdin.buffer.readline(MAX_STANDBY_LINE + 1)
-    if not line:
-        return False
+    channel = _channel()
+    _tell_host(b"ready fork\n" if channel is not None else b"ready\n")
+    while True:
+        line, fds = _read_request(channel)
+        if not line:
+            return False
+        doc = _request(line)
+        if "fork" not in doc:
+            for fd in fds:
+                os.close(fd)
+            env = _standby_env(doc)
+            _tell_host(b"taken\n")
+            break
+        if channel is None:
+            from cadre_desktop.node.errors import ConfigError
+
+            raise ConfigError("a fork request needs stdin to be a socket")
+        forked = _serve_fork(channel, doc["fork"], fds)
+        if forked is not None:
+            env = forked
+            break
     global _STARTED_AT
     _STARTED_AT = time.monotonic()
-    env = _standby_env(line)
-    _tell_host(b"taken\n")
     os.environ.pop(STANDBY_VAR, None)
     os.environ.update(env)
     try:
@@ -96,10 +120,178 @@ def _stand_by() -> bool:
         os.chdir(env.get("CADRE_NODE_DIR") or ".")
     except OSError:
         pass  # load_config reports a missing or bad folder in words
+    if channel is not None:
+        channel.close()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # nothing more is read; the host's end may close
     os.close(devnull)
     return True
+
+
+#: At most this many descriptors come with one request (a fork request brings exactly one).
+MAX_FDS = 4
+
+
+def _channel() -> socket.socket | None:
+    """Stdin as a socket, where forks are offered (Linux); None on a pipe or a file (run by hand)."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return None
+    import socket
+
+    try:
+        sock = socket.socket(fileno=os.dup(0))
+    except OSError:
+        return None
+    if sock.type != socket.SOCK_STREAM or sock.family != socket.AF_UNIX:
+        sock.close()
+        return None
+    return sock
+
+
+def _read_request(channel: socket.socket | None) -> tuple[bytes, list[int]]:
+    """One line (bounded) and the descriptors that came with it; b"" at end of file."""
+    if channel is None:
+        return sys.stdin.buffer.readline(MAX_STANDBY_LINE + 1), []
+    import array
+    import socket
+
+    line = b""
+    fds: list[int] = []
+    while not line.endswith(b"\n") and len(line) <= MAX_STANDBY_LINE:
+        data, ancdata, _flags, _addr = channel.recvmsg(MAX_STANDBY_LINE + 1 - len(line),
+                                                       socket.CMSG_SPACE(MAX_FDS * 4))
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                got = array.array("i")
+                got.frombytes(payload[:len(payload) - len(payload) % got.itemsize])
+                fds.extend(got)
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return (line if line else b""), []
+        line += data
+    return line, fds
+
+
+def _request(line: bytes) -> dict[str, object]:
+    import json
+
+    from cadre_desktop.node.errors import ConfigError
+
+    if len(line) > MAX_STANDBY_LINE or not line.endswith(b"\n"):
+        raise ConfigError("the standby line on stdin is too long or cut off")
+    try:
+        doc = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        raise ConfigError("the standby line on stdin is not JSON") from None
+    if not isinstance(doc, dict):
+        raise ConfigError('the standby line must be {"env": {"CADRE_...": "text", ...}}')
+    return doc
+
+
+def _serve_fork(channel: socket.socket, request: object, fds: list[int]) -> dict[str, str] | None:
+    """Fork one node for the host: its environment in the new node (its session made, its cgroups joined,
+    its output on the descriptor that came); None in the standby, which has answered
+    `forked <pid>` (or `refused`) and reads on.
+
+    Two forks, the first child leaving at once: the node is orphaned and the host, which
+    made itself a subreaper, becomes its parent, so it waits for the node's exit code as
+    for any child it started itself. The node says its pid only after `setsid`, so a stop
+    the host sends its group the moment it knows the pid finds the group there."""
+    env, reason = _fork_env(request, fds)
+    if env is None:
+        for fd in fds:
+            os.close(fd)
+        channel.sendall(b"refused " + reason.encode() + b"\n")
+        return None
+    assert isinstance(request, dict)
+    _quiet()
+    out_fd = fds[0]
+    read_end, write_end = os.pipe()
+    try:
+        first = os.fork()
+    except OSError:
+        for fd in (read_end, write_end, out_fd):
+            os.close(fd)
+        channel.sendall(b"refused fork failed\n")
+        return None
+    if first == 0:
+        _in_the_middle(read_end, write_end, out_fd, request.get("join") or [])
+        return env  # only the node comes back here
+    os.close(write_end)
+    os.close(out_fd)
+    said = b""
+    while len(said) < 32:
+        data = os.read(read_end, 32)
+        if not data:
+            break
+        said += data
+    os.close(read_end)
+    try:
+        os.waitpid(first, 0)
+    except ChildProcessError:
+        pass
+    channel.sendall(b"forked " + said + b"\n" if said.isdigit() else b"refused the node did not start\n")
+    return None
+
+
+def _in_the_middle(read_end: int, write_end: int, out_fd: int, join: list[str]) -> None:
+    """The first child: fork the node and leave. Returns only in the node."""
+    is_node = False
+    try:
+        os.close(read_end)
+        is_node = os.fork() == 0
+    except BaseException:
+        pass
+    if not is_node:
+        os._exit(0)
+    try:
+        os.setsid()
+        for path in join:  # the node's cgroups from its first instruction as a node
+            try:
+                with open(path, "w", encoding="ascii") as fh:
+                    fh.write("0")
+            except OSError:
+                pass  # the host places it after it knows the pid
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        os.write(write_end, str(os.getpid()).encode())
+        os.close(write_end)
+    except BaseException:
+        os._exit(ExitCode.INTERNAL)
+
+
+def _fork_env(request: object, fds: list[int]) -> tuple[dict[str, str] | None, str]:
+    """A fork request's environment, checked; or None and why it was refused."""
+    if len(fds) != 1:
+        return None, "a fork request brings exactly one descriptor"
+    if not isinstance(request, dict):
+        return None, "a fork request is an object"
+    join = request.get("join") or []
+    if not isinstance(join, list) or len(join) > 8 or not all(
+            isinstance(p, str) and p.startswith("/") and p.endswith("/cgroup.procs") and "\0" not in p
+            and len(p) < 4096 for p in join):
+        return None, "join names cgroup.procs files"
+    try:
+        return _standby_env({"env": request.get("env")}), ""
+    except CadreError:
+        return None, "env holds CADRE_ variables only"
+
+
+_quieted = False
+
+
+def _quiet() -> None:
+    """A standby that forks outlives every node it makes: its own output goes nowhere (the
+    pipe it was started with belongs to no node, and the host closes it)."""
+    global _quieted
+    if not _quieted:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        _quieted = True
 
 
 def _tell_host(word: bytes) -> None:
@@ -111,18 +303,10 @@ def _tell_host(word: bytes) -> None:
         pass
 
 
-def _standby_env(line: bytes) -> dict[str, str]:
-    import json
-
+def _standby_env(doc: dict[str, object]) -> dict[str, str]:
     from cadre_desktop.node.errors import ConfigError
 
-    if len(line) > MAX_STANDBY_LINE or not line.endswith(b"\n"):
-        raise ConfigError("the standby line on stdin is too long or cut off")
-    try:
-        doc = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        raise ConfigError("the standby line on stdin is not JSON") from None
-    env = doc.get("env") if isinstance(doc, dict) else None
+    env = doc.get("env")
     if not isinstance(env, dict) or not all(
             isinstance(k, str) and k.startswith("CADRE_") and k != STANDBY_VAR and isinstance(v, str)
             and "\0" not in v for k, v in env.items()):

@@ -67,13 +67,19 @@ def orch(tmp_path):
             pass
 
 
+@pytest.fixture
+def handing_over(monkeypatch):
+    """Standbys handed over whole (the way on hosts that cannot adopt orphans), not fork servers."""
+    monkeypatch.setattr(standby_module, "FORK", False)
+
+
 async def ready_standby(orch, other_than: int | None = None) -> int:
     await async_wait_until(lambda: orch.standby.ready is not None and orch.standby.ready.popen.pid != other_than,
                            timeout=15, what="a standby")
     return orch.standby.ready.popen.pid
 
 
-async def test_a_start_takes_the_loaded_standby_and_another_is_loaded(orch):
+async def test_a_start_takes_the_loaded_standby_and_another_is_loaded(handing_over, orch):
     await orch.init()
     pid = await ready_standby(orch)
     secret = secrets.token_urlsafe(32)
@@ -155,7 +161,7 @@ def test_a_standby_leaves_quietly_on_eof_and_refuses_a_bad_line(tmp_path, line, 
     assert b"Traceback" not in out.stderr
 
 
-async def test_ready_in_counts_from_the_start_not_from_when_the_standby_was_loaded(orch):
+async def test_ready_in_counts_from_the_start_not_from_when_the_standby_was_loaded(handing_over, orch):
     """Regression: a standby loaded minutes earlier logged "ready in 79863 ms" for a sub-second start."""
     import re
     import time
@@ -269,7 +275,7 @@ async def test_a_descriptor_shortage_never_turns_warm_starts_off(orch, monkeypat
     orch.standby.close()
 
 
-async def test_a_burst_of_starts_keeps_more_standbys_for_a_while_then_one(orch, monkeypatch):
+async def test_a_burst_of_starts_keeps_more_standbys_for_a_while_then_one(handing_over, orch, monkeypatch):
     """A storm of exits: takes close together grow the pool (bounded by `burst`), loaded one at a
     time; once calm again the extra standbys are ended and one is kept."""
     monkeypatch.setattr(standby_module, "CALM_S", 3.0)

@@ -272,15 +272,20 @@ class Orchestrator:
             self.ender.signal(handle, kill=True)
 
     async def _launch(self, node_id: str, handle_id: str, env: dict[str, str], work: Path) -> launch.Launched:
-        join = self.caps.before_spawn(node_id)  # its groups ready (caps.py); a standby joins after its hand-over
+        join = self.caps.before_spawn(node_id)  # its groups ready (caps.py); a handed-over standby joins after
         log_path, pool, kept, cap = self.logs.path(node_id), self.standby, self.keeper is not None, self.logs.cap
         claimed = pool.claim() if pool is not None and not self.caps.starts_cold(node_id) else None  # loaded, if fit
         if pool is not None:
             pool.fill_soon()
         command, lower, header = list(self.node_command), self.caps.lower_soon(node_id), nodelogs.header(node_id)
 
-        def blocking() -> launch.Launched:  # on the start's thread: the standby told who it is, else cold
-            if claimed is not None and standby.hand_over(claimed, env, header, self.platform):
+        def blocking() -> launch.Launched:  # on the start's thread: forked, or the standby told who it is, else cold
+            if claimed is not None and claimed.forks:
+                forked = standby.fork(claimed, env, header, join) if kept else None
+                if forked is not None:
+                    lower(forked[0].pid)
+                    return launch.Launched(forked[0], None, out_read=forked[1])
+            elif claimed is not None and standby.hand_over(claimed, env, header, self.platform):
                 lower(claimed.popen.pid)
                 return launch.hand_over(claimed, log_path=log_path, node_id=node_id, log_cap=cap,
                                         platform=self.platform, kept=kept)
@@ -289,7 +294,10 @@ class Orchestrator:
                                  kept=kept, join=join, started=lower)
         launched = await self.spawner.run(node_id, blocking)
         if pool is not None and claimed is not None:
-            pool.settle(launched.popen is claimed.popen)
+            if claimed.forks:
+                pool.settle_fork(claimed, isinstance(launched.popen, procs.Adopted))
+            else:
+                pool.settle(launched.popen is claimed.popen)
         if self.keeper is not None:
             launch.keep(launched, self.keeper, handle_id=handle_id, node_id=node_id, log_path=log_path,
                         log_cap=self.logs.cap, platform=self.platform)

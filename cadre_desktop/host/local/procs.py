@@ -446,3 +446,151 @@ def _watch_in_thread(loop: asyncio.AbstractEventLoop, pid: int, popen: subproces
             loop.call_soon_threadsafe(fire)
 
     threading.Thread(target=wait_in_thread, name=f"exit-watch-{pid}", daemon=True).start()
+
+
+# -- children a fork server made (Linux) -------------------------------------------------
+
+#: prctl(2) option that makes orphaned descendants children of this process.
+PR_SET_CHILD_SUBREAPER = 36
+_subreaper: bool | None = None
+
+
+def become_subreaper(platform: str = CURRENT, prctl: Callable[[int, int], int] | None = None) -> bool:
+    """Make this process the parent of any descendant orphaned below it (Linux, once; True if
+    it is). A node forked by a standby's fork server is orphaned at once and so becomes our
+    child: we reap it and read its exit code as for any child we started. Elsewhere False:
+    there, standbys hand themselves over instead of forking."""
+    global _subreaper
+    if not platform.startswith("linux") or getattr(os, "pidfd_open", None) is None:
+        return False
+    if prctl is not None:  # a test's: asked, never remembered
+        return _ask_prctl(prctl)
+    if _subreaper is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            _subreaper = _ask_prctl(lambda option, value: int(libc.prctl(option, value, 0, 0, 0)))
+        except (OSError, AttributeError) as exc:
+            log.debug("cannot become a subreaper: %s", exc)
+            _subreaper = False
+    return _subreaper
+
+
+def _ask_prctl(prctl: Callable[[int, int], int]) -> bool:
+    return prctl(PR_SET_CHILD_SUBREAPER, 1) == 0
+
+
+class Adopted(subprocess.Popen[bytes]):
+    """A child this process did not fork itself (a node a fork server made, orphaned to us as
+    a subreaper), with what the host uses of a `Popen`: `pid`, `returncode`, `poll`, `wait`.
+    Its exit code is None when it was reaped by someone else (never ours to know)."""
+
+    def __init__(self, pid: int, args: Sequence[str] = ()) -> None:  # no super(): nothing is started
+        self.pid = pid
+        self.args = list(args)
+        self.returncode: int | None = None
+        self.stdin = self.stdout = self.stderr = None
+        self._child_created = False  # Popen.__del__ leaves it alone
+        self._lock = threading.Lock()
+        self._gone = False
+
+    def __repr__(self) -> str:
+        return f"<Adopted pid={self.pid} returncode={self.returncode}>"
+
+    def poll(self) -> int | None:
+        self._reap(os.WNOHANG)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code once it ended (None: not ours to know); TimeoutExpired after `timeout`."""
+        if not self._gone and timeout is not None:
+            if not _ends_within(self.pid, timeout):
+                self._reap(os.WNOHANG)
+                if not self._gone:
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+        self._reap(0)
+        return self.returncode  # type: ignore[return-value]
+
+    def send_signal(self, sig: int) -> None:
+        if not self._gone:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _reap(self, flags: int) -> None:
+        with self._lock:
+            if self._gone:
+                return
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:  # not (or no longer) our child: gone, its code unknown
+                self._gone = True
+                return
+            if pid == self.pid:
+                self._gone = True
+                self.returncode = os.waitstatus_to_exitcode(status)
+
+
+def _ends_within(pid: int, timeout: float) -> bool:
+    """Whether `pid` ends within `timeout` s (its pidfd turns readable); True if it is gone."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    try:
+        readable, _w, _x = select.select([fd], [], [], max(0.0, timeout))
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+def stale_zombies(children: Sequence[tuple[int, str]], seen: set[int]) -> tuple[list[int], set[int]]:
+    """Which of our zombie `children` (pid, state) to reap now: those that were zombies at the
+    last look already (`seen`) — any child someone of ours waits for is reaped within
+    milliseconds of its end, so a zombie that stays is an orphan a subreaper got (a node's own
+    child, a desktop opener's), which nobody else will ever wait for. And the zombies to
+    remember for the next look."""
+    zombies = {pid for pid, state in children if state == "Z"}
+    return sorted(zombies & seen), zombies - seen
+
+
+def child_states(pid: int | None = None) -> list[tuple[int, str]]:
+    """This process's children (Linux) with their state letter, from each thread's children list."""
+    me = os.getpid() if pid is None else pid
+    found: list[tuple[int, str]] = []
+    try:
+        tasks = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return found
+    pids: set[int] = set()
+    for task in tasks:
+        try:
+            with open(f"/proc/{me}/task/{task}/children", "rb") as fh:
+                pids.update(int(word) for word in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    for child in sorted(pids):
+        try:
+            with open(f"/proc/{child}/stat", "rb") as fh:
+                stat = fh.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if fields:
+            found.append((child, fields[0]))
+    return found
+
+
+def reap(pids: Sequence[int]) -> None:
+    """Reap zombies nobody waits for (`stale_zombies`); one already gone is skipped."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass

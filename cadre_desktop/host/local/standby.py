@@ -27,6 +27,19 @@ and started cold from then on. The pool is of one program: the orchestrator
 makes a new one when `node_command` changes. POSIX only: Windows children
 start cold.
 
+Where the host can adopt orphans (Linux: it makes itself a subreaper, see
+`procs.become_subreaper`) and the standby says `ready fork`, the standby is not
+used up: it is a *fork server*. Each start sends it one request with the node's
+variables and the write end of the node's output pipe (`fork`, on the start's
+thread, one request at a time per standby); it forks twice, the node orphaned at
+once and so the host's own child (pidfd, exit code, reaping: as for a child it
+started), in a session of its own and its cgroups from its first instruction, and
+answers `forked <pid>`. A start then costs the node's own set-up and a fork, never
+loading Python: in a storm every victim starts warm from the same standby. A fork
+server that fails a request is ended and replaced like any standby, and that start
+goes on cold. Zombies of orphans the subreaper got that nobody waits for (a node's
+own children) are reaped by a slow sweep while forks are used (`SWEEP_S`).
+
 A burst of starts (a storm of exits) grows the pool for a moment: a take that
 follows another within BURST_WINDOW_S doubles how many standbys are kept, up to
 `burst` (BURST; no setting names it), loaded one after another so they never
@@ -37,12 +50,14 @@ is a standby like any other: one that fails costs no node anything.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import json
 import logging
 import os
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +67,7 @@ import psutil
 
 from cadre_desktop.fdlimit import call_with_reserve, is_shortage
 from cadre_desktop.host.local import procs
+from cadre_desktop.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +86,13 @@ HANDOVER_S = 1.0
 BURST = 4
 BURST_WINDOW_S = 5.0
 CALM_S = 30.0
-READY, TAKEN = b"ready\n", b"taken\n"
+READY, READY_FORK, TAKEN = b"ready", b"ready fork", b"taken\n"
+#: Whether a standby that offers forks is used as a fork server (tests turn it off to see hand-overs).
+FORK = True
+#: How long a start waits for a fork server's `forked` once its request is sent.
+FORK_S = 2.0
+#: How often zombies nobody waits for are looked for while forks are used (two looks reap one).
+SWEEP_S = 30.0
 #: Process states in which a standby cannot take a node over.
 _UNFIT = {psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD,
           getattr(psutil, "STATUS_TRACING_STOP", "tracing-stop")}
@@ -84,6 +106,10 @@ class Standby:
     out_write: int
     #: The host's end of the socket pair that is the standby's stdin: its line goes out, `ready` and `taken` come back.
     channel: socket.socket | None = None
+    #: A fork server: it stays in the pool and forks each node (`fork`).
+    forks: bool = False
+    #: One fork request at a time on its channel.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _cancel_watch: Callable[[], None] | None = field(default=None, repr=False)
     _heard: bytes = field(default=b"", repr=False)
 
@@ -123,6 +149,10 @@ class StandbyPool:
         self._last_take = -BURST_WINDOW_S
         self._deaths = 0
         self._closed = False
+        #: Fork servers are used here (Linux, the host a subreaper); decided at the first `ready fork`.
+        self._may_fork: bool | None = None
+        self._sweep: asyncio.TimerHandle | None = None
+        self._zombies: set[int] = set()
 
     @property
     def ready(self) -> Standby | None:
@@ -201,13 +231,26 @@ class StandbyPool:
         except OSError:
             data = b""
         standby._heard += data
-        if standby._heard.startswith(READY):
+        line, newline, _rest = standby._heard.partition(b"\n")
+        if newline and line in (READY, READY_FORK):
             self._stop_listening(standby)
             self._loading = None
+            if line == READY_FORK and self._forking():
+                standby.forks = True
+                for fd in (standby.out_read, standby.out_write):  # its own output is nobody's log
+                    os.close(fd)
+                standby.out_read = standby.out_write = -1
             self._standbys.append(standby)
             self.fill_soon()  # the next one, if a burst wants more
-        elif not data or len(standby._heard) >= len(READY):  # end of file, or something else: no standby
+        elif newline or not data or len(standby._heard) > 64:  # end of file, or something else: no standby
             self._drop(standby, "its standby said something else than ready" if data else "")
+
+    def _forking(self) -> bool:
+        if self._may_fork is None:
+            self._may_fork = FORK and procs.become_subreaper(self.platform)
+            if self._may_fork:
+                log.info("warm starts fork from a loaded node program (this host adopts its nodes)")
+        return self._may_fork
 
     def _load_timed_out(self, standby: Standby) -> None:
         if standby is self._loading:
@@ -262,14 +305,18 @@ class StandbyPool:
     def claim(self) -> Standby | None:
         """On the loop: the ready standby, out of the pool for one start (None: start cold); it is
         the caller's from here on. Then `hand_over` (blocking: on the start's thread) tells it who
-        it is, then `settle` (the loop again) counts how that went."""
-        self._note_take()
+        it is, then `settle` (the loop again) counts how that went. A fork server (`forks`) stays
+        the pool's: `fork` asks it for the node, then `settle_fork`."""
         standby = self.ready
+        if standby is None or not standby.forks:
+            self._note_take()
         if standby is None:
             return None
         if not _still_fit(standby):
             self._drop(standby, f"the standby (pid {standby.popen.pid}) no longer runs; this start is cold")
             return None
+        if standby.forks:
+            return standby
         self._standbys.remove(standby)
         if standby._cancel_watch is not None:
             standby._cancel_watch()
@@ -282,6 +329,29 @@ class StandbyPool:
             self._deaths = 0
         else:
             self._died()
+
+    def settle_fork(self, server: Standby, forked: bool) -> None:
+        """On the loop: a fork server made its node, or failed (ended then, another loaded)."""
+        if forked:
+            self._deaths = 0
+            if self._sweep is None and not self._closed:
+                self._sweep = asyncio.get_running_loop().call_later(SWEEP_S, self._look_for_zombies)
+        elif server in self._standbys:
+            self._drop(server, f"the fork server (pid {server.popen.pid}) did not fork its node; this start is cold")
+
+    def _look_for_zombies(self) -> None:
+        """Reap, off the loop, the orphans' zombies nobody waits for (`procs.stale_zombies`)."""
+        self._sweep = None
+        if self._closed:
+            return
+
+        def look() -> None:
+            stale, self._zombies = procs.stale_zombies(procs.child_states(), self._zombies)
+            if stale:
+                log.info("reaping %d orphaned process(es) nobody waited for", len(stale))
+                procs.reap(stale)
+        asyncio.get_running_loop().run_in_executor(None, look)
+        self._sweep = asyncio.get_running_loop().call_later(SWEEP_S, self._look_for_zombies)
 
     def _note_take(self) -> None:
         """A take soon after the last one is a burst: keep more standbys (bounded) until calm."""
@@ -312,10 +382,10 @@ class StandbyPool:
     def close(self) -> None:
         """End the standby (a standby without its host is of no use to anyone)."""
         self._closed = True
-        for timer in (self._timer, self._calm):
+        for timer in (self._timer, self._calm, self._sweep):
             if timer is not None:
                 timer.cancel()
-        self._timer = self._calm = None
+        self._timer = self._calm = self._sweep = None
         for standby in (*self._standbys, self._loading):
             if standby is not None:
                 self._stop_listening(standby)
@@ -348,6 +418,54 @@ def hand_over(standby: Standby, env: dict[str, str], header: bytes, platform: st
     os.close(standby.out_write)
     standby.out_write = -1
     return True
+
+
+def fork(server: Standby, env: dict[str, str], header: bytes, join: list[Path]) -> tuple[procs.Adopted, int] | None:
+    """Ask a fork server for a node (blocking, up to FORK_S once sent; safe on any thread): the
+    node's `CADRE_` variables and the write end of a new output pipe (its log header in it
+    first) go over the socket, never argv. The node, already our child, and the pipe's read
+    end; None: no node came (the caller settles, and the start goes on cold)."""
+    request = json.dumps({"fork": {
+        "env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)},
+        "join": [str(path) for path in join]}}).encode() + b"\n"
+    out_read, out_write = call_with_reserve(os.pipe)
+    said = b""
+    try:
+        os.write(out_write, header)
+        with server.lock:
+            channel = server.channel
+            if channel is None:
+                raise OSError("the fork server is gone")
+            channel.settimeout(FORK_S)
+            channel.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out_write]))])
+            os.close(out_write)
+            out_write = -1
+            deadline = time.monotonic() + FORK_S
+            while not said.endswith(b"\n") and len(said) < 256:
+                channel.settimeout(max(0.001, deadline - time.monotonic()))
+                data = channel.recv(256 - len(said))
+                if not data:
+                    break
+                said += data
+    except (OSError, ValueError) as exc:
+        log.warning("the fork server (pid %s) did not fork a node within %.1f s (%s); ended, this start is cold",
+                    server.popen.pid, FORK_S, getattr(exc, "strerror", None) or exc)
+        said = b""
+    finally:
+        request = b""
+        if out_write >= 0:
+            os.close(out_write)
+    word, _sp, rest = said.strip().partition(b" ")
+    if word == b"forked" and rest.isdigit() and len(rest) < 12:
+        return procs.Adopted(int(rest), list(server.popen.args) if isinstance(server.popen.args, list) else []), out_read
+    if said:
+        log.warning("the fork server (pid %s) refused a node: %s", server.popen.pid,
+                    one_line(said.decode("utf-8", "replace"), 200))
+    # Ended at once, with its group: a node it was still making (not yet in its own session)
+    # goes with it, so no late node ever runs beside the cold start that follows.
+    procs.kill_group(server.popen.pid)
+    os.close(out_read)
+    return None
 
 
 def _discard(standby: Standby, platform: str) -> None:

@@ -1,0 +1,180 @@
+"""Warm starts that fork: the loaded reference node is a fork server, each start a fork of it,
+and every node so made is the host's own child (the host is a subreaper)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from cadre_desktop.host.local import proctree
+from cadre_desktop.host.local import standby as standby_module
+from cadre_desktop.host.local.handles import ExitEvent
+from tests.integration.test_standby import REFERENCE, gone, make, program, ready_standby, status
+from tests.support.polling import async_wait_until
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork servers need a Linux subreaper")
+
+
+@pytest.fixture
+def orch(tmp_path):
+    made = make(tmp_path)
+    yield made
+    made.close()
+    for handle in made.list_nodes():
+        try:
+            os.killpg(handle.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+async def test_each_start_forks_from_the_loaded_standby_and_the_node_is_the_hosts_child(orch):
+    exits: list[ExitEvent] = []
+    orch.subscribe(exits.append)
+    await orch.init()
+    server = await ready_standby(orch)
+    secret = secrets.token_urlsafe(32)
+    first = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secret})
+    second = await orch.start("n2", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+    assert orch.standby.ready is not None and orch.standby.ready.popen.pid == server, "the fork server was used up"
+    for handle, node_id in ((first, "n1"), (second, "n2")):
+        assert handle.pid != server
+        await async_wait_until(lambda h=handle: status(h.api_port), timeout=15, what=f"{node_id} answering")
+        assert status(handle.api_port)["node_id"] == node_id
+        proc = psutil.Process(handle.pid)
+        assert proc.ppid() == os.getpid(), "a forked node is not the host's child"
+        assert os.getsid(handle.pid) == handle.pid == handle.pgid, "a forked node has no session of its own"
+        assert proc.cwd() == str(orch.paths.node_dir(node_id))
+    proc = psutil.Process(first.pid)
+    assert secret not in " ".join(proc.cmdline()) and secret not in json.dumps(proc.environ())
+    assert [m.pid for m in proctree.members(orch.nodes_dir, node_id="n1")] == [first.pid], \
+        "the host cannot find a forked node among its processes"
+    log_text = orch.paths.node_log("n1").read_text()
+    assert "starting node n1" in log_text and "listening on" in log_text and secret not in log_text
+    assert "n2" not in log_text, "one node's output reached another's log"
+    os.kill(first.pid, signal.SIGKILL)
+    await async_wait_until(lambda: exits, timeout=10, what="the forked node's exit")
+    assert [(e.node_id, e.returncode) for e in exits] == [("n1", -signal.SIGKILL)], \
+        "the exit code of a forked node was not seen"
+    assert gone(first.pid) and not psutil.pid_exists(first.pid), "the forked node was not reaped"
+    await orch.stop_all()
+    assert gone(second.pid) and gone(server)
+
+
+async def test_a_storm_of_starts_all_fork_from_one_standby(orch):
+    await orch.init()
+    server = await ready_standby(orch)
+    handles = await asyncio.gather(*(orch.start(f"n{i}", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+                                     for i in range(8)))
+    assert all(psutil.Process(h.pid).ppid() == os.getpid() for h in handles), "a start in the storm went cold"
+    assert len({h.pid for h in handles}) == 8 and orch.standby.standbys == 1
+    assert orch.standby.ready.popen.pid == server
+    await async_wait_until(lambda: all(status(h.api_port) for h in handles), timeout=30, what="all answering")
+    assert sorted(status(h.api_port)["node_id"] for h in handles) == sorted(f"n{i}" for i in range(8))
+    await orch.stop_all()
+
+
+async def test_ready_in_counts_from_the_fork(orch):
+    import re
+
+    await orch.init()
+    server = await ready_standby(orch)
+    loaded = psutil.Process(server).create_time()
+    await async_wait_until(lambda: time.time() - loaded > 2.0, timeout=15, what="the standby loaded for 2 s")
+    await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+    log_path = orch.paths.node_log("n1")
+    await async_wait_until(lambda: log_path.exists() and "ready in" in log_path.read_text(), timeout=15,
+                           what="the node's ready line")
+    found = re.search(r"ready in (\d+) ms", log_path.read_text())
+    assert found is not None and float(found[1]) < 1500, found
+    await orch.stop_all()
+
+
+async def test_a_fork_server_that_hangs_costs_the_start_nothing(tmp_path, monkeypatch):
+    """It offered forks, read a request and hangs: the start goes on cold within FORK_S, and the
+    server is ended and another loaded."""
+    monkeypatch.setattr(standby_module, "FORK_S", 0.5)
+    monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.05)
+    hangs = program(tmp_path, "hanging_server", "    os.write(0, b'ready fork\\n')\n    sys.stdin.buffer.readline()\n"
+                                                "    time.sleep(3600)\n")
+    orch = make(tmp_path, hangs)
+    await orch.init()
+    try:
+        server = await ready_standby(orch)
+        assert orch.standby.ready.forks
+        started = time.monotonic()
+        handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+        took = time.monotonic() - started
+        assert handle.pid != server and handle.attempt == 1 and took < standby_module.FORK_S + 3, took
+        assert "hanging_server.py" in " ".join(psutil.Process(handle.pid).cmdline())
+        await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the cold start answering")
+        await async_wait_until(lambda: gone(server), timeout=10, what="the hung fork server ended")
+        await ready_standby(orch, other_than=server)
+        await orch.stop_all()
+    finally:
+        orch.close()
+
+
+async def test_a_killed_fork_server_is_replaced_and_its_nodes_run_on(orch, monkeypatch):
+    monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.05)
+    await orch.init()
+    server = await ready_standby(orch)
+    handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+    os.kill(server, signal.SIGKILL)
+    replacement = await ready_standby(orch, other_than=server)
+    await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the node answering")
+    assert not gone(handle.pid), "a node died with the fork server that made it"
+    second = await orch.start("n2", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+    assert orch.standby.ready.popen.pid == replacement and psutil.Process(second.pid).ppid() == os.getpid()
+    await orch.stop_all()
+
+
+def _serve(line: bytes, fds: list[int] | None = None) -> tuple[int, bytes, bytes]:
+    """Run the reference node in standby on a socket, send one request, then end of file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CADRE_")}
+    env["CADRE_STANDBY"] = "1"
+    ours, theirs = socket.socketpair()
+    child = subprocess.Popen(REFERENCE, stdin=theirs.fileno(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=env)
+    theirs.close()
+    with ours:
+        ours.settimeout(30)
+        heard = b""
+        while not heard.endswith(b"\n"):
+            heard += ours.recv(64)
+        assert heard == b"ready fork\n"
+        ours.sendmsg([line], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(memoryview(
+            __import__("array").array("i", fds))))] if fds else [])
+        answer = b""
+        if line.startswith(b'{"fork"'):
+            while not answer.endswith(b"\n"):
+                answer += ours.recv(256)
+        ours.shutdown(socket.SHUT_WR)
+        out, err = child.communicate(timeout=30)
+    return child.returncode, answer, err
+
+
+@pytest.mark.parametrize("request_line, why", [
+    (b'{"fork": {"env": {"CADRE_NODE_ID": "n1"}}}\n', b"exactly one descriptor"),
+    (b'{"fork": {"env": {"PATH": "/x"}}}\n', b"CADRE_"),
+    (b'{"fork": {"env": {}, "join": ["/etc/passwd"]}}\n', b"cgroup.procs"),
+])
+def test_a_fork_server_refuses_a_bad_request_and_serves_on(request_line, why):
+    read_end, write_end = os.pipe()
+    try:
+        fds = None if b"CADRE_NODE_ID" in request_line else [write_end]
+        code, answer, err = _serve(request_line, fds)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert answer.startswith(b"refused ") and why in answer, answer
+    assert code == 0 and b"Traceback" not in err, err

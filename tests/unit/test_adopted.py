@@ -1,0 +1,97 @@
+"""Children a fork server made, as the host holds them: the subreaper switch, `Adopted`, and the
+sweep that reaps orphans' zombies nobody waits for. Real processes of this test's own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from cadre_desktop.host.local import procs
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers are Linux only")
+
+
+def test_the_subreaper_is_asked_for_only_on_linux_with_pidfds():
+    calls: list[tuple[int, int]] = []
+
+    def prctl(option: int, value: int) -> int:
+        calls.append((option, value))
+        return 0
+
+    assert not procs.become_subreaper("darwin", prctl) and not procs.become_subreaper("win32", prctl)
+    assert calls == []
+    if sys.platform.startswith("linux"):
+        assert procs.become_subreaper("linux", prctl) and calls == [(procs.PR_SET_CHILD_SUBREAPER, 1)]
+        assert not procs.become_subreaper("linux", lambda option, value: -1)
+
+
+def test_stale_zombies_are_those_seen_twice():
+    stale, seen = procs.stale_zombies([(10, "Z"), (11, "S"), (12, "Z")], set())
+    assert stale == [] and seen == {10, 12}
+    stale, seen = procs.stale_zombies([(10, "Z"), (11, "Z"), (13, "R")], seen)
+    assert stale == [10] and seen == {11}, "a zombie seen once is reaped, or one gone is still remembered"
+
+
+def _fork_child(code_or_signal: int | None) -> int:
+    """A child of ours that exits with a code, or waits to be signalled (None)."""
+    pid = os.fork()
+    if pid == 0:
+        if code_or_signal is None:
+            signal.pause()
+        os._exit(code_or_signal or 0)
+    return pid
+
+
+@linux_only
+def test_adopted_waits_and_reads_the_exit_code():
+    pid = _fork_child(None)
+    child = procs.Adopted(pid, ["node"])
+    assert child.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait(timeout=0.05)
+    os.kill(pid, signal.SIGKILL)
+    assert child.wait(timeout=10) == -signal.SIGKILL and child.returncode == -signal.SIGKILL
+    assert child.poll() == -signal.SIGKILL
+    exited = procs.Adopted(_fork_child(3))
+    assert exited.wait(timeout=10) == 3
+
+
+@linux_only
+def test_adopted_that_is_not_our_child_is_gone_with_no_code():
+    other = procs.Adopted(1)  # init: never our child
+    assert other.wait(timeout=0.01) is None and other.poll() is None
+
+
+@linux_only
+def test_an_orphans_zombie_is_reaped_at_the_second_look():
+    assert procs.become_subreaper()
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:  # the middle child: makes a grandchild that exits after its parent left
+        os.close(read_end)
+        grandchild = os.fork()
+        if grandchild == 0:
+            os.close(write_end)
+            os._exit(0)
+        os.write(write_end, str(grandchild).encode())
+        os._exit(0)
+    os.close(write_end)
+    orphan = int(os.read(read_end, 32))
+    os.close(read_end)
+    os.waitpid(middle, 0)
+
+    def zombie() -> bool:
+        return (orphan, "Z") in procs.child_states()
+    from tests.support.polling import wait_until
+
+    wait_until(zombie, timeout=10, what="the orphan, ours now, a zombie")
+    stale, seen = procs.stale_zombies(procs.child_states(), set())
+    assert stale == [] and orphan in seen
+    stale, seen = procs.stale_zombies(procs.child_states(), seen)
+    assert orphan in stale
+    procs.reap(stale)
+    assert not os.path.exists(f"/proc/{orphan}"), "the orphan's zombie was not reaped"
