@@ -36,6 +36,23 @@ def _port_blocks():
     port_blocks.release()
 
 
+@pytest.fixture(autouse=True)
+def _no_subreaper_left():
+    """A test whose host forked nodes made this process a subreaper (`forks.become_subreaper`):
+    every orphan below it, of any later test (a killed host's nodes, a session's daemons),
+    would be its child and a zombie nobody reaps. Undone when the test ends, and the zombies
+    of orphans it got reaped."""
+    yield
+    from cadre_desktop.host.local import forks
+
+    if forks._subreaper:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(forks.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        forks._subreaper = None
+        forks.reap([pid for pid, state in forks.child_states() if state == "Z"])
+
+
 @pytest.fixture(scope="module")
 def secret_service():
     """Environment variables that point a subprocess at a real, unlocked keyring.

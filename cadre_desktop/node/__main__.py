@@ -241,10 +241,10 @@ def _in_the_middle(read_end: int, write_end: int, out_fd: int, join: list[str]) 
     try:
         os.close(read_end)
         is_node = os.fork() == 0
-    except BaseException:
-        pass
-    if not is_node:
-        os._exit(0)
+    finally:
+        if not is_node:  # the middle child leaves, whatever happened: no pid reaches the standby then
+            os._exit(0)
+    set_up = False
     try:
         os.setsid()
         for path in join:  # the node's cgroups from its first instruction as a node
@@ -258,8 +258,10 @@ def _in_the_middle(read_end: int, write_end: int, out_fd: int, join: list[str]) 
         os.close(out_fd)
         os.write(write_end, str(os.getpid()).encode())
         os.close(write_end)
-    except BaseException:
-        os._exit(ExitCode.INTERNAL)
+        set_up = True
+    finally:
+        if not set_up:  # never a node the host was not told of
+            os._exit(ExitCode.INTERNAL)
 
 
 def _fork_env(request: object, fds: list[int]) -> tuple[dict[str, str] | None, str]:

@@ -16,11 +16,11 @@ import time
 import psutil
 import pytest
 
-from cadre_desktop.host.local import proctree
+from cadre_desktop.host.local import forks, proctree
 from cadre_desktop.host.local import standby as standby_module
 from cadre_desktop.host.local.handles import ExitEvent
-from tests.integration.test_standby import REFERENCE, gone, make, program, ready_standby, status
 from tests.support.polling import async_wait_until
+from tests.support.warm import REFERENCE, gone, make, program, ready_standby, status
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork servers need a Linux subreaper")
 
@@ -48,8 +48,9 @@ async def test_each_start_forks_from_the_loaded_standby_and_the_node_is_the_host
     assert orch.standby.ready is not None and orch.standby.ready.popen.pid == server, "the fork server was used up"
     for handle, node_id in ((first, "n1"), (second, "n2")):
         assert handle.pid != server
-        await async_wait_until(lambda h=handle: status(h.api_port), timeout=15, what=f"{node_id} answering")
-        assert status(handle.api_port)["node_id"] == node_id
+        await async_wait_until(lambda h=handle: status(h.api_port), timeout=15,  # type: ignore[misc]
+                               what=f"{node_id} answering")
+        assert (status(handle.api_port) or {}).get("node_id") == node_id
         proc = psutil.Process(handle.pid)
         assert proc.ppid() == os.getpid(), "a forked node is not the host's child"
         assert os.getsid(handle.pid) == handle.pid == handle.pgid, "a forked node has no session of its own"
@@ -79,7 +80,7 @@ async def test_a_storm_of_starts_all_fork_from_one_standby(orch):
     assert len({h.pid for h in handles}) == 8 and orch.standby.standbys == 1
     assert orch.standby.ready.popen.pid == server
     await async_wait_until(lambda: all(status(h.api_port) for h in handles), timeout=30, what="all answering")
-    assert sorted(status(h.api_port)["node_id"] for h in handles) == sorted(f"n{i}" for i in range(8))
+    assert sorted(str((status(h.api_port) or {}).get("node_id")) for h in handles) == sorted(f"n{i}" for i in range(8))
     await orch.stop_all()
 
 
@@ -102,7 +103,7 @@ async def test_ready_in_counts_from_the_fork(orch):
 async def test_a_fork_server_that_hangs_costs_the_start_nothing(tmp_path, monkeypatch):
     """It offered forks, read a request and hangs: the start goes on cold within FORK_S, and the
     server is ended and another loaded."""
-    monkeypatch.setattr(standby_module, "FORK_S", 0.5)
+    monkeypatch.setattr(forks, "FORK_S", 0.5)
     monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.05)
     hangs = program(tmp_path, "hanging_server", "    os.write(0, b'ready fork\\n')\n    sys.stdin.buffer.readline()\n"
                                                 "    time.sleep(3600)\n")
@@ -110,11 +111,11 @@ async def test_a_fork_server_that_hangs_costs_the_start_nothing(tmp_path, monkey
     await orch.init()
     try:
         server = await ready_standby(orch)
-        assert orch.standby.ready.forks
+        assert orch.standby is not None and orch.standby.ready is not None and orch.standby.ready.forks
         started = time.monotonic()
         handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
         took = time.monotonic() - started
-        assert handle.pid != server and handle.attempt == 1 and took < standby_module.FORK_S + 3, took
+        assert handle.pid != server and handle.attempt == 1 and took < forks.FORK_S + 3, took
         assert "hanging_server.py" in " ".join(psutil.Process(handle.pid).cmdline())
         await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the cold start answering")
         await async_wait_until(lambda: gone(server), timeout=10, what="the hung fork server ended")

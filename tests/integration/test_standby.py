@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from typing import Any
 
 import psutil
@@ -18,41 +17,12 @@ import pytest
 
 from cadre_desktop.host.local import standby as standby_module
 from cadre_desktop.host.local.handles import ExitEvent
-from cadre_desktop.host.local.orchestrator import Orchestrator
-from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.settings import Settings, default_node_command
 from tests.support.polling import async_wait_until
 from tests.support.real_orchestrator import port_range
+from tests.support.warm import REFERENCE, cmdline, gone, make, program, ready_standby, status
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="standbys are POSIX only")
-
-REFERENCE = [sys.executable, "-m", "cadre_desktop.node"]
-
-
-def make(home, command=REFERENCE) -> Orchestrator:
-    from cadre_desktop.paths import Paths
-
-    return Orchestrator(
-        paths=Paths(home, home, home / "logs"), node_command=command,
-        ports=PortAllocator(*port_range(home), bind_host="127.0.0.1"), bind_host="127.0.0.1",
-        advertise_host=lambda: "127.0.0.1", stop_timeout_s=2.0, warm_standby=True,
-    )
-
-
-def status(port: int) -> dict | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=1) as resp:
-            return json.loads(resp.read())
-    except OSError:
-        return None
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
 
 @pytest.fixture
 def orch(tmp_path):
@@ -71,12 +41,6 @@ def orch(tmp_path):
 def handing_over(monkeypatch):
     """Standbys handed over whole (the way on hosts that cannot adopt orphans), not fork servers."""
     monkeypatch.setattr(standby_module, "FORK", False)
-
-
-async def ready_standby(orch, other_than: int | None = None) -> int:
-    await async_wait_until(lambda: orch.standby.ready is not None and orch.standby.ready.popen.pid != other_than,
-                           timeout=15, what="a standby")
-    return orch.standby.ready.popen.pid
 
 
 async def test_a_start_takes_the_loaded_standby_and_another_is_loaded(handing_over, orch):
@@ -180,22 +144,6 @@ async def test_ready_in_counts_from_the_start_not_from_when_the_standby_was_load
     ready_ms = float(found[1])
     assert ready_ms < 2000, f"ready in {ready_ms} ms counts the standby's wait"
     await orch.stop_all()
-
-
-def program(tmp_path, name: str, standby_body: str = "") -> list[str]:
-    """A real node program of its own file: the reference node, with `standby_body` run first in standby."""
-    script = tmp_path / f"{name}.py"
-    script.write_text(
-        "import os, runpy, sys, time\n"
-        "if os.environ.get('CADRE_STANDBY') == '1':\n"
-        + (standby_body or "    from cadre_desktop.node import __main__ as m\n"
-                            "    if not m._stand_by():\n        sys.exit(0)\n")
-        + "runpy.run_module('cadre_desktop.node', run_name='__main__', alter_sys=True)\n")
-    return [sys.executable, str(script)]
-
-
-def cmdline(pid: int) -> str:
-    return " ".join(psutil.Process(pid).cmdline())
 
 
 async def test_a_changed_node_program_is_the_one_the_next_start_runs(tmp_path, orch):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from cadre_desktop.host.local import procs
+from cadre_desktop.host.local import forks
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers are Linux only")
 
@@ -22,17 +22,17 @@ def test_the_subreaper_is_asked_for_only_on_linux_with_pidfds():
         calls.append((option, value))
         return 0
 
-    assert not procs.become_subreaper("darwin", prctl) and not procs.become_subreaper("win32", prctl)
+    assert not forks.become_subreaper("darwin", prctl) and not forks.become_subreaper("win32", prctl)
     assert calls == []
     if sys.platform.startswith("linux"):
-        assert procs.become_subreaper("linux", prctl) and calls == [(procs.PR_SET_CHILD_SUBREAPER, 1)]
-        assert not procs.become_subreaper("linux", lambda option, value: -1)
+        assert forks.become_subreaper("linux", prctl) and calls == [(forks.PR_SET_CHILD_SUBREAPER, 1)]
+        assert not forks.become_subreaper("linux", lambda option, value: -1)
 
 
 def test_stale_zombies_are_those_seen_twice():
-    stale, seen = procs.stale_zombies([(10, "Z"), (11, "S"), (12, "Z")], set())
+    stale, seen = forks.stale_zombies([(10, "Z"), (11, "S"), (12, "Z")], set())
     assert stale == [] and seen == {10, 12}
-    stale, seen = procs.stale_zombies([(10, "Z"), (11, "Z"), (13, "R")], seen)
+    stale, seen = forks.stale_zombies([(10, "Z"), (11, "Z"), (13, "R")], seen)
     assert stale == [10] and seen == {11}, "a zombie seen once is reaped, or one gone is still remembered"
 
 
@@ -49,26 +49,26 @@ def _fork_child(code_or_signal: int | None) -> int:
 @linux_only
 def test_adopted_waits_and_reads_the_exit_code():
     pid = _fork_child(None)
-    child = procs.Adopted(pid, ["node"])
+    child = forks.Adopted(pid, ["node"])
     assert child.poll() is None
     with pytest.raises(subprocess.TimeoutExpired):
         child.wait(timeout=0.05)
     os.kill(pid, signal.SIGKILL)
     assert child.wait(timeout=10) == -signal.SIGKILL and child.returncode == -signal.SIGKILL
     assert child.poll() == -signal.SIGKILL
-    exited = procs.Adopted(_fork_child(3))
+    exited = forks.Adopted(_fork_child(3))
     assert exited.wait(timeout=10) == 3
 
 
 @linux_only
 def test_adopted_that_is_not_our_child_is_gone_with_no_code():
-    other = procs.Adopted(1)  # init: never our child
+    other = forks.Adopted(1)  # init: never our child
     assert other.wait(timeout=0.01) is None and other.poll() is None
 
 
 @linux_only
 def test_an_orphans_zombie_is_reaped_at_the_second_look():
-    assert procs.become_subreaper()
+    assert forks.become_subreaper()
     read_end, write_end = os.pipe()
     middle = os.fork()
     if middle == 0:  # the middle child: makes a grandchild that exits after its parent left
@@ -85,13 +85,13 @@ def test_an_orphans_zombie_is_reaped_at_the_second_look():
     os.waitpid(middle, 0)
 
     def zombie() -> bool:
-        return (orphan, "Z") in procs.child_states()
+        return (orphan, "Z") in forks.child_states()
     from tests.support.polling import wait_until
 
     wait_until(zombie, timeout=10, what="the orphan, ours now, a zombie")
-    stale, seen = procs.stale_zombies(procs.child_states(), set())
+    stale, seen = forks.stale_zombies(forks.child_states(), set())
     assert stale == [] and orphan in seen
-    stale, seen = procs.stale_zombies(procs.child_states(), seen)
+    stale, seen = forks.stale_zombies(forks.child_states(), seen)
     assert orphan in stale
-    procs.reap(stale)
+    forks.reap(stale)
     assert not os.path.exists(f"/proc/{orphan}"), "the orphan's zombie was not reaped"

@@ -29,10 +29,11 @@ from typing import Any
 
 from cadre_desktop.errors import CadreError, OutOfDescriptors, SpawnError
 from cadre_desktop.fdlimit import call_with_reserve, is_shortage, shortage_words
-from cadre_desktop.host.local import nodelogs, procs, winjob
+from cadre_desktop.host.local import forks, nodelogs, procs, standby, winjob
 from cadre_desktop.host.local.handles import Handle
 from cadre_desktop.host.local.keeper import LogKeeper
 from cadre_desktop.host.local.nodelogs import NodeLogs
+from cadre_desktop.host.local.standby import Standby
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,23 @@ def _keep(keeper: LogKeeper, popen: subprocess.Popen[bytes], handle_id: str, nod
         _undo(popen, None, lambda: None, platform)  # type: ignore[arg-type, return-value]
         raise SpawnError(f"could not start the log keeper for node {node_id}: {exc.strerror or exc}; "
                          "the node was stopped again") from None
+
+
+def warm(claimed: Standby, env: dict[str, str], header: bytes, join: list[Path], *, log_path: Path, node_id: str,
+         log_cap: int, platform: str, kept: bool, started: Callable[[int], None]) -> Launched | None:
+    """A start from a claimed standby, on the start's thread: a fork of it (a fork server, its
+    output kept for the keeper), or the standby itself told who it is; `started(pid)` then.
+    None: no node came of it, and the start goes on cold."""
+    if claimed.forks:
+        forked = forks.fork(claimed, env, header, join) if kept else None
+        if forked is None:
+            return None
+        started(forked[0].pid)
+        return Launched(forked[0], None, out_read=forked[1])
+    if not standby.hand_over(claimed, env, header, platform):
+        return None
+    started(claimed.popen.pid)
+    return hand_over(claimed, log_path=log_path, node_id=node_id, log_cap=log_cap, platform=platform, kept=kept)
 
 
 def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platform: str,

@@ -32,7 +32,7 @@ from cadre_desktop.errors import SpawnError
 from cadre_desktop.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, InitReport, NodeCaps, status_of
 from cadre_desktop.host.core.events import Listeners
-from cadre_desktop.host.local import launch, nodelogs, procs, standby, winjob
+from cadre_desktop.host.local import launch, nodelogs, procs, winjob
 from cadre_desktop.host.local.caps import CapsKeeper, no_caps
 from cadre_desktop.host.local.handles import ExitEvent, ExitListener, Handle, StateFile, read_state
 from cadre_desktop.host.local.keeper import LogKeeper
@@ -279,25 +279,16 @@ class Orchestrator:
             pool.fill_soon()
         command, lower, header = list(self.node_command), self.caps.lower_soon(node_id), nodelogs.header(node_id)
 
-        def blocking() -> launch.Launched:  # on the start's thread: forked, or the standby told who it is, else cold
-            if claimed is not None and claimed.forks:
-                forked = standby.fork(claimed, env, header, join) if kept else None
-                if forked is not None:
-                    lower(forked[0].pid)
-                    return launch.Launched(forked[0], None, out_read=forked[1])
-            elif claimed is not None and standby.hand_over(claimed, env, header, self.platform):
-                lower(claimed.popen.pid)
-                return launch.hand_over(claimed, log_path=log_path, node_id=node_id, log_cap=cap,
-                                        platform=self.platform, kept=kept)
-            return launch.launch(command, env, work, log_path=log_path, node_id=node_id, log_cap=cap,
+        def blocking() -> launch.Launched:  # on the start's thread: forked or handed over from the standby, else cold
+            warm = None if claimed is None else launch.warm(
+                claimed, env, header, join, log_path=log_path, node_id=node_id, log_cap=cap, platform=self.platform,
+                kept=kept, started=lower)
+            return warm or launch.launch(command, env, work, log_path=log_path, node_id=node_id, log_cap=cap,
                                  handle_id=handle_id, platform=self.platform, job_ops=self.ender.job_ops,
                                  kept=kept, join=join, started=lower)
         launched = await self.spawner.run(node_id, blocking)
         if pool is not None and claimed is not None:
-            if claimed.forks:
-                pool.settle_fork(claimed, isinstance(launched.popen, procs.Adopted))
-            else:
-                pool.settle(launched.popen is claimed.popen)
+            pool.settle(claimed, launched.popen)
         if self.keeper is not None:
             launch.keep(launched, self.keeper, handle_id=handle_id, node_id=node_id, log_path=log_path,
                         log_cap=self.logs.cap, platform=self.platform)

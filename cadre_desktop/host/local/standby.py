@@ -50,7 +50,6 @@ is a standby like any other: one that fails costs no node anything.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import json
 import logging
@@ -66,8 +65,7 @@ from pathlib import Path
 import psutil
 
 from cadre_desktop.fdlimit import call_with_reserve, is_shortage
-from cadre_desktop.host.local import procs
-from cadre_desktop.text import one_line
+from cadre_desktop.host.local import forks, procs
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +87,6 @@ CALM_S = 30.0
 READY, READY_FORK, TAKEN = b"ready", b"ready fork", b"taken\n"
 #: Whether a standby that offers forks is used as a fork server (tests turn it off to see hand-overs).
 FORK = True
-#: How long a start waits for a fork server's `forked` once its request is sent.
-FORK_S = 2.0
 #: How often zombies nobody waits for are looked for while forks are used (two looks reap one).
 SWEEP_S = 30.0
 #: Process states in which a standby cannot take a node over.
@@ -247,7 +243,7 @@ class StandbyPool:
 
     def _forking(self) -> bool:
         if self._may_fork is None:
-            self._may_fork = FORK and procs.become_subreaper(self.platform)
+            self._may_fork = FORK and forks.become_subreaper(self.platform)
             if self._may_fork:
                 log.info("warm starts fork from a loaded node program (this host adopts its nodes)")
         return self._may_fork
@@ -323,15 +319,17 @@ class StandbyPool:
             standby._cancel_watch = None
         return standby
 
-    def settle(self, taken: bool) -> None:
-        """On the loop: a claimed standby took its node over, or (ended already) counts as a death."""
-        if taken:
-            self._deaths = 0
-        else:
-            self._died()
-
-    def settle_fork(self, server: Standby, forked: bool) -> None:
-        """On the loop: a fork server made its node, or failed (ended then, another loaded)."""
+    def settle(self, claimed: Standby, child: subprocess.Popen[bytes]) -> None:
+        """On the loop, once the start that claimed a standby has its `child`: a standby handed
+        over is that child, or (ended already) counts as a death; a fork server made it, or
+        failed (ended then, another loaded)."""
+        if not claimed.forks:
+            if child is claimed.popen:
+                self._deaths = 0
+            else:
+                self._died()
+            return
+        server, forked = claimed, isinstance(child, forks.Adopted)
         if forked:
             self._deaths = 0
             if self._sweep is None and not self._closed:
@@ -346,10 +344,10 @@ class StandbyPool:
             return
 
         def look() -> None:
-            stale, self._zombies = procs.stale_zombies(procs.child_states(), self._zombies)
+            stale, self._zombies = forks.stale_zombies(forks.child_states(), self._zombies)
             if stale:
                 log.info("reaping %d orphaned process(es) nobody waited for", len(stale))
-                procs.reap(stale)
+                forks.reap(stale)
         asyncio.get_running_loop().run_in_executor(None, look)
         self._sweep = asyncio.get_running_loop().call_later(SWEEP_S, self._look_for_zombies)
 
@@ -418,54 +416,6 @@ def hand_over(standby: Standby, env: dict[str, str], header: bytes, platform: st
     os.close(standby.out_write)
     standby.out_write = -1
     return True
-
-
-def fork(server: Standby, env: dict[str, str], header: bytes, join: list[Path]) -> tuple[procs.Adopted, int] | None:
-    """Ask a fork server for a node (blocking, up to FORK_S once sent; safe on any thread): the
-    node's `CADRE_` variables and the write end of a new output pipe (its log header in it
-    first) go over the socket, never argv. The node, already our child, and the pipe's read
-    end; None: no node came (the caller settles, and the start goes on cold)."""
-    request = json.dumps({"fork": {
-        "env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)},
-        "join": [str(path) for path in join]}}).encode() + b"\n"
-    out_read, out_write = call_with_reserve(os.pipe)
-    said = b""
-    try:
-        os.write(out_write, header)
-        with server.lock:
-            channel = server.channel
-            if channel is None:
-                raise OSError("the fork server is gone")
-            channel.settimeout(FORK_S)
-            channel.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out_write]))])
-            os.close(out_write)
-            out_write = -1
-            deadline = time.monotonic() + FORK_S
-            while not said.endswith(b"\n") and len(said) < 256:
-                channel.settimeout(max(0.001, deadline - time.monotonic()))
-                data = channel.recv(256 - len(said))
-                if not data:
-                    break
-                said += data
-    except (OSError, ValueError) as exc:
-        log.warning("the fork server (pid %s) did not fork a node within %.1f s (%s); ended, this start is cold",
-                    server.popen.pid, FORK_S, getattr(exc, "strerror", None) or exc)
-        said = b""
-    finally:
-        request = b""
-        if out_write >= 0:
-            os.close(out_write)
-    word, _sp, rest = said.strip().partition(b" ")
-    if word == b"forked" and rest.isdigit() and len(rest) < 12:
-        return procs.Adopted(int(rest), list(server.popen.args) if isinstance(server.popen.args, list) else []), out_read
-    if said:
-        log.warning("the fork server (pid %s) refused a node: %s", server.popen.pid,
-                    one_line(said.decode("utf-8", "replace"), 200))
-    # Ended at once, with its group: a node it was still making (not yet in its own session)
-    # goes with it, so no late node ever runs beside the cold start that follows.
-    procs.kill_group(server.popen.pid)
-    os.close(out_read)
-    return None
 
 
 def _discard(standby: Standby, platform: str) -> None:
