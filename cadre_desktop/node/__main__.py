@@ -90,6 +90,10 @@ def _stand_by() -> bool:
     from cadre_desktop.node import clock, config, identity, logs, node, node_dir, server, state  # noqa: F401
 
     channel = _channel()
+    if channel is not None:
+        import gc
+
+        gc.freeze()  # what is loaded now is never collected: its pages stay shared with every fork
     _tell_host(b"ready fork\n" if channel is not None else b"ready\n")
     while True:
         line, fds = _read_request(channel)

@@ -32,6 +32,8 @@ class FakeHandle:
     advertise_host: str = ""
     attempt: int = 0
     adopted: bool = False
+    #: Forked from a loaded node program (the local driver's fork server): a start that costs little.
+    forked: bool = False
     stop_requested: bool = False
     #: The node program this instance runs (the driver's `node_command` at its start).
     command: tuple[str, ...] = ()
@@ -65,6 +67,8 @@ class FakeOrchestrator:
         self.stopped: list[str] = []
         self.removed: list[str] = []
         self.spawn_error: Exception | None = None
+        #: Every start a fork of a loaded program (`FakeHandle.forked`).
+        self.fork_starts = False
         #: Per node, the log lines log_tail returns.
         self.logs: dict[str, list[str]] = {}
         #: Called at every stop with the handle id (to observe ordering).
@@ -136,7 +140,7 @@ class FakeOrchestrator:
         n = next(self._ids)
         api, p2p = want_ports or self._ports(n)
         handle = FakeHandle(f"{node_id}.{n}", node_id, 1000 + n, api, p2p, attempt=attempt,
-                            command=tuple(self.node_command))
+                            command=tuple(self.node_command), forked=self.fork_starts)
         self.handles[handle.id] = handle
         self.machine.instances[handle.id] = handle
         # What a test compares: the secret the child got (name and host token are checked apart).

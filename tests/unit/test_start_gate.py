@@ -127,3 +127,16 @@ async def test_a_single_crash_with_an_empty_gate_is_respawned_in_the_same_pass(t
 @pytest.mark.parametrize(("cpus", "limit"), [(0, 3), (1, 3), (2, 6), (4, 12), (64, 16)])
 def test_the_limit_is_three_starts_a_core_and_capped(cpus, limit):
     assert machine_limit(cpus) == limit
+
+
+async def test_forked_starts_hold_no_slot(tmp_path):
+    """A fork of a loaded node program costs a few milliseconds: a storm of them is not paced."""
+    r = Rig(tmp_path, start_limit=K)
+    r.orch.fork_starts = True
+    for i in range(10):
+        r.node(f"n{i}")
+    try:
+        assert len(await r.sup.reconcile()) == 10
+        assert r.sup.start_gate.starting() == []
+    finally:
+        await r.close()

@@ -14,6 +14,10 @@ gate never waits: a pass that awaited a slot would hold the serial queue, and a
 person's Retry behind it. A person's start (add, Retry, Restart, Resume) does
 not ask; it only counts, so the storm paces around it.
 
+A child forked from a loaded node program (warm starts on Linux: `host/local/forks.py`)
+holds no slot: it loads nothing, and fifty of them took 0.1-0.2 s of CPU in all to answer
+(`bench/storm_peers.py`), so pacing them would only make the storm last longer.
+
 A freed slot kicks one pass (coalesced, like exits) only when a pass left a
 node waiting; a single crash finds the gate empty and starts in its own pass.
 """

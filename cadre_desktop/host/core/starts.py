@@ -71,7 +71,8 @@ async def start_node(supervisor: Supervisor, node_id: str, *, counted: bool, exp
         await let_go(supervisor, node_id, child)
         return False
     supervisor.timeline.started(child.id)
-    if change is Change.STARTED:  # an adopted child is past its boot; a new one holds a start slot
+    # An adopted child is past its boot, a forked one has almost none (see `gate`); a new one holds a slot.
+    if change is Change.STARTED and not getattr(child, "forked", False):
         supervisor.start_gate.started(child.id)
     supervisor.timeline.mark(("start", node_id), now)
     if counted:

@@ -29,6 +29,7 @@ from cadre_desktop.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import Exit
 from cadre_desktop.host.core.jsondoc import read_versioned
 from cadre_desktop.host.local import procs
+from cadre_desktop.host.local.forks import Adopted
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,11 @@ class Handle:
     @property
     def ports(self) -> tuple[int, int]:
         return (self.api_port, self.p2p_port)
+
+    @property
+    def forked(self) -> bool:
+        """Forked from a loaded node program (a fork server), not started from scratch."""
+        return isinstance(self.popen, Adopted)
 
     def to_row(self) -> dict[str, Any]:
         return {
