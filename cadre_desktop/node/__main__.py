@@ -209,7 +209,6 @@ def _serve_fork(channel: socket.socket, request: object, fds: list[int]) -> dict
         channel.sendall(b"refused " + reason.encode() + b"\n")
         return None
     assert isinstance(request, dict)
-    _quiet()
     out_fd = fds[0]
     read_end, write_end = os.pipe()
     try:
@@ -283,21 +282,6 @@ def _fork_env(request: object, fds: list[int]) -> tuple[dict[str, str] | None, s
         return _standby_env({"env": request.get("env")}), ""
     except CadreError:
         return None, "env holds CADRE_ variables only"
-
-
-_quieted = False
-
-
-def _quiet() -> None:
-    """A standby that forks outlives every node it makes: its own output goes nowhere (the
-    pipe it was started with belongs to no node, and the host closes it)."""
-    global _quieted
-    if not _quieted:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
-        os.close(devnull)
-        _quieted = True
 
 
 def _tell_host(word: bytes) -> None:

@@ -26,7 +26,13 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fo
 
 
 @pytest.fixture
-def orch(tmp_path):
+def crowd(monkeypatch):
+    """Every start in a crowd (as in a storm, or a host's first pass): starts fork."""
+    monkeypatch.setattr(standby_module, "START_UP_S", 3600.0)
+
+
+@pytest.fixture
+def orch(tmp_path, crowd):
     made = make(tmp_path)
     yield made
     made.close()
@@ -100,7 +106,7 @@ async def test_ready_in_counts_from_the_fork(orch):
     await orch.stop_all()
 
 
-async def test_a_fork_server_that_hangs_costs_the_start_nothing(tmp_path, monkeypatch):
+async def test_a_fork_server_that_hangs_costs_the_start_nothing(tmp_path, monkeypatch, crowd):
     """It offered forks, read a request and hangs: the start goes on cold within FORK_S, and the
     server is ended and another loaded."""
     monkeypatch.setattr(forks, "FORK_S", 0.5)
@@ -137,6 +143,34 @@ async def test_a_killed_fork_server_is_replaced_and_its_nodes_run_on(orch, monke
     second = await orch.start("n2", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
     assert orch.standby.ready.popen.pid == replacement and psutil.Process(second.pid).ppid() == os.getpid()
     await orch.stop_all()
+
+
+async def test_a_lone_start_takes_the_fork_server_itself_and_a_crowd_forks(tmp_path, monkeypatch):
+    """A single crash in a calm host: the loaded process is handed over (it answers sooner than a
+    fork), its output the node's log. Two exits close together make a crowd: the next start forks."""
+    monkeypatch.setattr(standby_module, "START_UP_S", 0.0)
+    monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.05)
+    orch = make(tmp_path)
+    await orch.init()
+    try:
+        server = await ready_standby(orch)
+        assert orch.standby is not None and orch.standby.ready is not None and orch.standby.ready.forks
+        await async_wait_until(lambda: not orch.standby._crowded(), timeout=5, what="the pool calm")
+        lone = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+        assert lone.pid == server, "a lone start did not take the standby itself"
+        await async_wait_until(lambda: status(lone.api_port), timeout=15, what="the lone start answering")
+        log_path = orch.paths.node_log("n1")
+        await async_wait_until(lambda: log_path.exists() and "listening on" in log_path.read_text(), timeout=15,
+                               what="the handed-over node's output in its log")
+        second = await ready_standby(orch, other_than=server)
+        orch.standby.note_exit()
+        orch.standby.note_exit()
+        forked = await orch.start("n2", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+        assert forked.pid != second and orch.standby.ready is not None and orch.standby.ready.popen.pid == second
+        assert psutil.Process(forked.pid).ppid() == os.getpid()
+        await orch.stop_all()
+    finally:
+        orch.close()
 
 
 def _serve(line: bytes, fds: list[int] | None = None) -> tuple[int, bytes, bytes]:

@@ -161,7 +161,7 @@ def warm(claimed: Standby, env: dict[str, str], header: bytes, join: list[Path],
     """A start from a claimed standby, on the start's thread: a fork of it (a fork server, its
     output kept for the keeper), or the standby itself told who it is; `started(pid)` then.
     None: no node came of it, and the start goes on cold."""
-    if claimed.forks:
+    if claimed.forking:
         forked = forks.fork(claimed, env, header, join) if kept else None
         if forked is None:
             return None

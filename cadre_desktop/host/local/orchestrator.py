@@ -1,11 +1,10 @@
 """The process orchestrator: spawns node programs and knows which are alive.
 
-A *handle* is the orchestrator's row for one spawned child: its pid together
-with the process's start time (and boot id on Linux), so a pid the OS has since
-given to another program is never adopted or signalled. Live handles persist in
-`state.json` (0600); a restarted host re-attaches to every child still running
-and reports the others as dead. Secrets reach the child through its environment
-only; nothing of the environment is persisted.
+A *handle* is the orchestrator's row for one spawned child: its pid together with the
+process's start time (and boot id on Linux), so a pid the OS has since given to another
+program is never adopted or signalled. Live handles persist in `state.json` (0600); a
+restarted host re-attaches to every child still running and reports the others as dead.
+Secrets reach the child through its environment only; nothing of it is persisted.
 
 Each child runs in its own session / process group (a Job object on
 Windows), so the host's death does not take it down, and everything it starts
@@ -15,7 +14,7 @@ already died, since what it left behind would hold the node's work folder and
 ports (see `proctree`). Its output goes to the home's log keeper, which keeps
 the log under its cap as it is written (see `keeper`; a pump per node on
 Windows, see `nodelogs`); where its folder and log are is `Paths`'s to say.
-Its fork/exec runs on a thread (`spawner`), the rest of a start on the loop.
+Its fork/exec runs on a thread (`spawner`), the rest of a start on the loop; warm: `standby`.
 """
 
 from __future__ import annotations
@@ -283,15 +282,15 @@ class Orchestrator:
             warm = None if claimed is None else launch.warm(
                 claimed, env, header, join, log_path=log_path, node_id=node_id, log_cap=cap, platform=self.platform,
                 kept=kept, started=lower)
-            return warm or launch.launch(command, env, work, log_path=log_path, node_id=node_id, log_cap=cap,
-                                 handle_id=handle_id, platform=self.platform, job_ops=self.ender.job_ops,
-                                 kept=kept, join=join, started=lower)
+            return warm or launch.launch(command, env, work, log_path=log_path, node_id=node_id, log_cap=cap, kept=kept,
+                                         handle_id=handle_id, platform=self.platform, job_ops=self.ender.job_ops,
+                                         join=join, started=lower)
         launched = await self.spawner.run(node_id, blocking)
-        if pool is not None and claimed is not None:
+        if pool is not None and claimed is not None:  # how the standby did
             pool.settle(claimed, launched.popen)
         if self.keeper is not None:
-            launch.keep(launched, self.keeper, handle_id=handle_id, node_id=node_id, log_path=log_path,
-                        log_cap=self.logs.cap, platform=self.platform)
+            launch.keep(launched, self.keeper, handle_id=handle_id, node_id=node_id, log_path=log_path, log_cap=cap,
+                        platform=self.platform)
         return launched
 
     def _track(self, node_id: str, handle_id: str, launched: launch.Launched, ports: tuple[int, int],
@@ -325,6 +324,8 @@ class Orchestrator:
         if handle.stop_requested and self._handles.get(handle.id) is not handle:
             return  # replaced by a start still in flight (dropped): its end is no news
         if not handle.stop_requested:
+            if self.standby is not None:
+                self.standby.note_exit()  # exits close together: a crowd, whose starts fork
             # Before the listeners hear of it: the respawn they start needs the folder and ports.
             self.ender.end_now(handle)
             if not handle._log_done.is_set():

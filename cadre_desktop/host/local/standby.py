@@ -87,6 +87,10 @@ CALM_S = 30.0
 READY, READY_FORK, TAKEN = b"ready", b"ready fork", b"taken\n"
 #: Whether a standby that offers forks is used as a fork server (tests turn it off to see hand-overs).
 FORK = True
+#: Starts this close to another start or exit, or to the pool's creation (a host's first pass),
+#: are a crowd: they fork from a fork server; a lone start takes the standby itself.
+CROWD_S = 1.0
+START_UP_S = 10.0
 #: How often zombies nobody waits for are looked for while forks are used (two looks reap one).
 SWEEP_S = 30.0
 #: Process states in which a standby cannot take a node over.
@@ -102,8 +106,10 @@ class Standby:
     out_write: int
     #: The host's end of the socket pair that is the standby's stdin: its line goes out, `ready` and `taken` come back.
     channel: socket.socket | None = None
-    #: A fork server: it stays in the pool and forks each node (`fork`).
+    #: A fork server: it can stay in the pool and fork each node (`forks.fork`), or be handed over.
     forks: bool = False
+    #: This claim forks from it (it stays the pool's); else it is handed over.
+    forking: bool = False
     #: One fork request at a time on its channel.
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _cancel_watch: Callable[[], None] | None = field(default=None, repr=False)
@@ -149,6 +155,10 @@ class StandbyPool:
         self._may_fork: bool | None = None
         self._sweep: asyncio.TimerHandle | None = None
         self._zombies: set[int] = set()
+        self._created = time.monotonic()
+        #: The last claim, and the last two unrequested exits (`note_exit`): what makes a crowd.
+        self._last_claim = -CROWD_S
+        self._exits: list[float] = []
 
     @property
     def ready(self) -> Standby | None:
@@ -231,11 +241,8 @@ class StandbyPool:
         if newline and line in (READY, READY_FORK):
             self._stop_listening(standby)
             self._loading = None
-            if line == READY_FORK and self._forking():
-                standby.forks = True
-                for fd in (standby.out_read, standby.out_write):  # its own output is nobody's log
-                    os.close(fd)
-                standby.out_read = standby.out_write = -1
+            # A fork server keeps its output pipe: a lone start hands it over like any standby.
+            standby.forks = line == READY_FORK and self._forking()
             self._standbys.append(standby)
             self.fill_soon()  # the next one, if a burst wants more
         elif newline or not data or len(standby._heard) > 64:  # end of file, or something else: no standby
@@ -299,19 +306,24 @@ class StandbyPool:
     # -- handing over ----------------------------------------------------------------------
 
     def claim(self) -> Standby | None:
-        """On the loop: the ready standby, out of the pool for one start (None: start cold); it is
-        the caller's from here on. Then `hand_over` (blocking: on the start's thread) tells it who
-        it is, then `settle` (the loop again) counts how that went. A fork server (`forks`) stays
-        the pool's: `fork` asks it for the node, then `settle_fork`."""
+        """On the loop: the ready standby for one start (None: start cold). Handed over, it is out
+        of the pool and the caller's from here on: `hand_over` (blocking: on the start's thread)
+        tells it who it is. A fork server in a crowd of starts (a storm, a host's first pass)
+        stays the pool's (`forking`): `forks.fork` asks it for the node. Either way `settle` (the
+        loop again) counts how that went. A lone start hands even a fork server over: a loaded
+        process answers a few milliseconds sooner than a fork, whose first writes copy pages."""
         standby = self.ready
-        if standby is None or not standby.forks:
+        forking = standby is not None and standby.forks and self._crowded()
+        self._last_claim = time.monotonic()
+        if not forking:
             self._note_take()
         if standby is None:
             return None
         if not _still_fit(standby):
             self._drop(standby, f"the standby (pid {standby.popen.pid}) no longer runs; this start is cold")
             return None
-        if standby.forks:
+        standby.forking = forking
+        if forking:
             return standby
         self._standbys.remove(standby)
         if standby._cancel_watch is not None:
@@ -319,11 +331,20 @@ class StandbyPool:
             standby._cancel_watch = None
         return standby
 
+    def note_exit(self) -> None:
+        """A node's child ended unasked (on the loop): two close together make a crowd of starts."""
+        self._exits = [*self._exits[-1:], time.monotonic()]
+
+    def _crowded(self) -> bool:
+        now = time.monotonic()
+        return (now - self._created < START_UP_S or now - self._last_claim < CROWD_S
+                or (len(self._exits) == 2 and now - self._exits[0] < CROWD_S))
+
     def settle(self, claimed: Standby, child: subprocess.Popen[bytes]) -> None:
         """On the loop, once the start that claimed a standby has its `child`: a standby handed
         over is that child, or (ended already) counts as a death; a fork server made it, or
         failed (ended then, another loaded)."""
-        if not claimed.forks:
+        if not claimed.forking:
             if child is claimed.popen:
                 self._deaths = 0
             else:
@@ -355,6 +376,8 @@ class StandbyPool:
         """A take soon after the last one is a burst: keep more standbys (bounded) until calm."""
         loop = asyncio.get_running_loop()
         now = loop.time()
+        if self._may_fork:  # one fork server serves any burst
+            return
         if now - self._last_take <= BURST_WINDOW_S and self.wanted < self.burst:
             self.wanted = min(self.burst, self.wanted * 2)
             log.info("a burst of starts: keeping up to %d standbys for a while", self.wanted)
