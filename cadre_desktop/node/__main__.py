@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import socket
+    from collections.abc import Callable
 
 #: When this node's start began: the process's start, or for a standby the moment it is told
 #: who it is (it may have waited loaded for minutes; "ready in" measures this start only).
@@ -211,15 +212,24 @@ def _serve_fork(channel: socket.socket, request: object, fds: list[int]) -> dict
     assert isinstance(request, dict)
     out_fd = fds[0]
     read_end, write_end = os.pipe()
+    join = request.get("join") or []
+    clone = _clone_parent()
     try:
-        first = os.fork()
+        first = clone() if clone is not None else os.fork()
     except OSError:
-        for fd in (read_end, write_end, out_fd):
-            os.close(fd)
-        channel.sendall(b"refused fork failed\n")
-        return None
+        try:
+            first, clone = os.fork(), None
+        except OSError:
+            for fd in (read_end, write_end, out_fd):
+                os.close(fd)
+            channel.sendall(b"refused fork failed\n")
+            return None
     if first == 0:
-        _in_the_middle(read_end, write_end, out_fd, request.get("join") or [])
+        if clone is not None:  # already the host's child: no middle child to leave
+            _after_clone(read_end)
+            _become_node(write_end, out_fd, join)
+        else:
+            _in_the_middle(read_end, write_end, out_fd, join)
         return env  # only the node comes back here
     os.close(write_end)
     os.close(out_fd)
@@ -230,23 +240,61 @@ def _serve_fork(channel: socket.socket, request: object, fds: list[int]) -> dict
             break
         said += data
     os.close(read_end)
-    try:
-        os.waitpid(first, 0)
-    except ChildProcessError:
-        pass
+    if clone is None:
+        try:
+            os.waitpid(first, 0)
+        except ChildProcessError:
+            pass
     channel.sendall(b"forked " + said + b"\n" if said.isdigit() else b"refused the node did not start\n")
     return None
 
 
-def _in_the_middle(read_end: int, write_end: int, out_fd: int, join: list[str]) -> None:
-    """The first child: fork the node and leave. Returns only in the node."""
-    is_node = False
+#: Set to 1 in a standby's environment: always two forks (tests and benchmarks compare the ways).
+TWO_FORKS_VAR = "CADRE_NODE_TWO_FORKS"
+#: clone(2)'s system call number where its first argument is the flags (the others are 0 here).
+_CLONE_NUMBERS = {"x86_64": 56, "aarch64": 220, "riscv64": 220}
+_CLONE_PARENT = 0x00008000
+
+
+def _clone_parent() -> Callable[[], int] | None:
+    """A fork whose child is the standby's parent's child (`CLONE_PARENT`, Linux): the node is
+    the host's own child at once, with one process made instead of two. None where the call
+    is not known here (then two forks and the host as subreaper do the same).
+
+    Safe only because a standby runs one thread: the child skips the C library's and
+    Python's after-fork work, which matters only for other threads' locks (and `random`'s
+    seed, renewed in `_after_clone`). Called without releasing the GIL (`PyDLL`)."""
+    number = _CLONE_NUMBERS.get(os.uname().machine)
+    if number is None or os.environ.get(TWO_FORKS_VAR) == "1":
+        return None
+    import ctypes
+
     try:
-        os.close(read_end)
-        is_node = os.fork() == 0
-    finally:
-        if not is_node:  # the middle child leaves, whatever happened: no pid reaches the standby then
-            os._exit(0)
+        libc = ctypes.PyDLL(None, use_errno=True)
+        call = libc.syscall
+    except (OSError, AttributeError):
+        return None
+    call.restype = ctypes.c_long
+
+    def clone() -> int:
+        pid = int(call(ctypes.c_long(number), ctypes.c_ulong(_CLONE_PARENT | signal.SIGCHLD), None, None, None, None))
+        if pid < 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno))
+        return pid
+    return clone
+
+
+def _after_clone(read_end: int) -> None:
+    """In a cloned node: what an ordinary fork's child would have had done for it."""
+    import random
+
+    os.close(read_end)
+    random.seed()
+
+
+def _become_node(write_end: int, out_fd: int, join: list[str]) -> None:
+    """In the node: its own session, its cgroups, its output; then its pid to the standby."""
     set_up = False
     try:
         os.setsid()
@@ -265,6 +313,18 @@ def _in_the_middle(read_end: int, write_end: int, out_fd: int, join: list[str]) 
     finally:
         if not set_up:  # never a node the host was not told of
             os._exit(ExitCode.INTERNAL)
+
+
+def _in_the_middle(read_end: int, write_end: int, out_fd: int, join: list[str]) -> None:
+    """The first child: fork the node and leave. Returns only in the node."""
+    is_node = False
+    try:
+        os.close(read_end)
+        is_node = os.fork() == 0
+    finally:
+        if not is_node:  # the middle child leaves, whatever happened: no pid reaches the standby then
+            os._exit(0)
+    _become_node(write_end, out_fd, join)
 
 
 def _fork_env(request: object, fds: list[int]) -> tuple[dict[str, str] | None, str]:

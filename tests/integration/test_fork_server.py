@@ -173,10 +173,12 @@ async def test_a_lone_start_takes_the_fork_server_itself_and_a_crowd_forks(tmp_p
         orch.close()
 
 
-def _serve(line: bytes, fds: list[int] | None = None) -> tuple[int, bytes, bytes]:
+def _serve(line: bytes, fds: list[int] | None = None, two_forks: bool = False) -> tuple[int, bytes, bytes]:
     """Run the reference node in standby on a socket, send one request, then end of file."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CADRE_")}
     env["CADRE_STANDBY"] = "1"
+    if two_forks:
+        env["CADRE_NODE_TWO_FORKS"] = "1"
     ours, theirs = socket.socketpair()
     child = subprocess.Popen(REFERENCE, stdin=theirs.fileno(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              env=env)
@@ -213,3 +215,30 @@ def test_a_fork_server_refuses_a_bad_request_and_serves_on(request_line, why):
         os.close(write_end)
     assert answer.startswith(b"refused ") and why in answer, answer
     assert code == 0 and b"Traceback" not in err, err
+
+
+@pytest.mark.parametrize("two_forks", [False, True], ids=["clone", "two forks"])
+def test_a_forked_node_is_this_process_child_runs_as_the_node_and_writes_to_the_descriptor(tmp_path, two_forks):
+    """Both ways a fork server makes a node: one clone whose parent is the standby's parent, or
+    two forks with that parent a subreaper. The node's output goes where the request said."""
+    forks.become_subreaper()
+    read_end, write_end = os.pipe()
+    missing = tmp_path / "missing" / "n1"
+    request = json.dumps({"fork": {"env": {"CADRE_NODE_ID": "n1", "CADRE_NODE_DIR": str(missing)}}}).encode() + b"\n"
+    try:
+        code, answer, err = _serve(request, [write_end], two_forks=two_forks)
+        os.close(write_end)
+        write_end = -1
+        word, _sp, pid = answer.strip().partition(b" ")
+        assert word == b"forked" and pid.isdigit(), answer
+        _pid, status = os.waitpid(int(pid), 0)  # ECHILD here: the node is not this process's child
+        output = b""
+        while chunk := os.read(read_end, 4096):
+            output += chunk
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    assert code == 0 and b"Traceback" not in err, err
+    assert os.waitstatus_to_exitcode(status) == 2, output  # it ran as node n1: its folder is missing
+    assert b"cadre-node: error" in output and b"Traceback" not in output, output
