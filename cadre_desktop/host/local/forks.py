@@ -1,10 +1,10 @@
 """Nodes a fork server makes (Linux): the host as their subreaper, the request, the children.
 
-A standby that says `ready fork` (docs/node-contract.md, "Fork server") forks each
-warm start's node twice, the first child leaving at once, so the node is orphaned
-and, the host having made itself a subreaper (`become_subreaper`), the host's own
-child: `Adopted` is it as the host holds any child it started (pid, exit code,
-reaping), and `fork` is one request. A subreaper gets every orphan below it, not only
+A standby that says `ready fork` (docs/node-contract.md, "Fork server") makes each
+node of a crowd of warm starts the host's own child: a clone with `CLONE_PARENT`, or
+two forks, the first child leaving at once, so the node is orphaned to the host, which
+made itself a subreaper (`become_subreaper`). `Adopted` is that node as the host holds
+any child it started (pid, exit code, reaping), and `fork` is one request. A subreaper gets every orphan below it, not only
 its nodes (a node's own children, a desktop opener's); `stale_zombies` says which of
 their zombies nobody waits for, and the pool reaps them on a slow sweep.
 """

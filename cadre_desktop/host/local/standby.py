@@ -28,19 +28,21 @@ makes a new one when `node_command` changes. POSIX only: Windows children
 start cold.
 
 Where the host can adopt orphans (Linux: it makes itself a subreaper, see
-`procs.become_subreaper`) and the standby says `ready fork`, the standby is not
-used up: it is a *fork server*. Each start sends it one request with the node's
-variables and the write end of the node's output pipe (`fork`, on the start's
-thread, one request at a time per standby); it forks twice, the node orphaned at
-once and so the host's own child (pidfd, exit code, reaping: as for a child it
+`forks.become_subreaper`) and the standby says `ready fork`, the standby is not
+used up: it is a *fork server*. In a crowd of starts (`CROWD_S`, `START_UP_S`)
+each start sends it one request with the node's variables and the write end of the
+node's output pipe (`forks.fork`, on the start's thread, one request at a time per
+standby); the node it makes is the host's own child (a clone with `CLONE_PARENT`,
+or two forks and the host a subreaper: pidfd, exit code, reaping as for a child it
 started), in a session of its own and its cgroups from its first instruction, and
-answers `forked <pid>`. A start then costs the node's own set-up and a fork, never
-loading Python: in a storm every victim starts warm from the same standby. A fork
-server that fails a request is ended and replaced like any standby, and that start
-goes on cold. Zombies of orphans the subreaper got that nobody waits for (a node's
-own children) are reaped by a slow sweep while forks are used (`SWEEP_S`).
+it answers `forked <pid>`. Such a start costs the node's own set-up and a clone,
+never loading Python: in a storm every victim starts warm from the same standby. A
+lone start takes the fork server itself, as any standby. A fork server that fails a
+request is ended and replaced like any standby, and that start goes on cold.
+Zombies of orphans the subreaper got that nobody waits for (a node's own children)
+are reaped by a slow sweep while forks are used (`SWEEP_S`).
 
-A burst of starts (a storm of exits) grows the pool for a moment: a take that
+Where no standby forks, a burst of starts (a storm of exits) grows the pool for a moment: a take that
 follows another within BURST_WINDOW_S doubles how many standbys are kept, up to
 `burst` (BURST; no setting names it), loaded one after another so they never
 all compete with the starts at once; CALM_S after the last
