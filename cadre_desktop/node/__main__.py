@@ -115,6 +115,12 @@ def _stand_by() -> bool:
         if forked is not None:
             env = forked
             break
+    _become(env, channel)
+    return True
+
+
+def _become(env: dict[str, str], channel: socket.socket | None) -> None:
+    """The standby (or its fork) is this node from here on: its variables, its folder, no stdin."""
     global _STARTED_AT
     _STARTED_AT = time.monotonic()
     os.environ.pop(STANDBY_VAR, None)
@@ -130,7 +136,6 @@ def _stand_by() -> bool:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # nothing more is read; the host's end may close
     os.close(devnull)
-    return True
 
 
 #: At most this many descriptors come with one request (a fork request brings exactly one).

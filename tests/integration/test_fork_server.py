@@ -20,7 +20,7 @@ from cadre_desktop.host.local import forks, proctree
 from cadre_desktop.host.local import standby as standby_module
 from cadre_desktop.host.local.handles import ExitEvent
 from tests.support.polling import async_wait_until
-from tests.support.warm import REFERENCE, gone, make, program, ready_standby, status
+from tests.support.warm import REFERENCE, gone, hanging, make, ready_standby, status
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork servers need a Linux subreaper")
 
@@ -111,9 +111,7 @@ async def test_a_fork_server_that_hangs_costs_the_start_nothing(tmp_path, monkey
     server is ended and another loaded."""
     monkeypatch.setattr(forks, "FORK_S", 0.5)
     monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.05)
-    hangs = program(tmp_path, "hanging_server", "    os.write(0, b'ready fork\\n')\n    sys.stdin.buffer.readline()\n"
-                                                "    time.sleep(3600)\n")
-    orch = make(tmp_path, hangs)
+    orch = make(tmp_path, hanging(tmp_path, "hanging_server", b"ready fork"))
     await orch.init()
     try:
         server = await ready_standby(orch)
@@ -154,8 +152,9 @@ async def test_a_lone_start_takes_the_fork_server_itself_and_a_crowd_forks(tmp_p
     await orch.init()
     try:
         server = await ready_standby(orch)
-        assert orch.standby is not None and orch.standby.ready is not None and orch.standby.ready.forks
-        await async_wait_until(lambda: not orch.standby._crowded(), timeout=5, what="the pool calm")
+        pool = orch.standby
+        assert pool is not None and pool.ready is not None and pool.ready.forks
+        await async_wait_until(lambda: not pool._crowded(), timeout=5, what="the pool calm")
         lone = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
         assert lone.pid == server, "a lone start did not take the standby itself"
         await async_wait_until(lambda: status(lone.api_port), timeout=15, what="the lone start answering")
@@ -163,10 +162,10 @@ async def test_a_lone_start_takes_the_fork_server_itself_and_a_crowd_forks(tmp_p
         await async_wait_until(lambda: log_path.exists() and "listening on" in log_path.read_text(), timeout=15,
                                what="the handed-over node's output in its log")
         second = await ready_standby(orch, other_than=server)
-        orch.standby.note_exit()
-        orch.standby.note_exit()
+        pool.note_exit()
+        pool.note_exit()
         forked = await orch.start("n2", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
-        assert forked.pid != second and orch.standby.ready is not None and orch.standby.ready.popen.pid == second
+        assert forked.pid != second and pool.ready is not None and pool.ready.popen.pid == second
         assert psutil.Process(forked.pid).ppid() == os.getpid()
         await orch.stop_all()
     finally:

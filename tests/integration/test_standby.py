@@ -20,7 +20,7 @@ from cadre_desktop.host.local.handles import ExitEvent
 from cadre_desktop.settings import Settings, default_node_command
 from tests.support.polling import async_wait_until
 from tests.support.real_orchestrator import port_range
-from tests.support.warm import REFERENCE, cmdline, gone, make, program, ready_standby, status
+from tests.support.warm import REFERENCE, cmdline, gone, hanging, make, program, ready_standby, status
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="standbys are POSIX only")
 
@@ -185,9 +185,7 @@ async def test_a_stopped_standby_is_not_handed_a_node_and_the_start_goes_on_cold
 
 async def test_a_standby_that_never_takes_its_node_over_costs_the_start_nothing(tmp_path, monkeypatch):
     """It said ready, read its line, and hangs: the same start goes on cold within HANDOVER_S."""
-    hangs = program(tmp_path, "hanging_node", "    os.write(0, b'ready\\n')\n    sys.stdin.buffer.readline()\n"
-                                             "    time.sleep(3600)\n")
-    orch = make(tmp_path, hangs)
+    orch = make(tmp_path, hanging(tmp_path, "hanging_node", b"ready"))
     await orch.init()
     try:
         pid = await ready_standby(orch)

@@ -59,5 +59,11 @@ def program(tmp_path, name: str, standby_body: str = "") -> list[str]:
     return [sys.executable, str(script)]
 
 
+def hanging(tmp_path, name: str, says: bytes) -> list[str]:
+    """A node program whose standby says `says` (`ready` or `ready fork`), reads one request, then hangs."""
+    word = repr(says + b"\n")
+    return program(tmp_path, name, f"    os.write(0, {word})\n    sys.stdin.buffer.readline()\n    time.sleep(3600)\n")
+
+
 def cmdline(pid: int) -> str:
     return " ".join(psutil.Process(pid).cmdline())
