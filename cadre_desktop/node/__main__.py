@@ -79,8 +79,8 @@ def _stand_by() -> bool:
     secrets included: a pipe, never the command line. False: stdin closed
     without a line (the host no longer wants it).
 
-    On a socket, on Linux, the standby says `ready fork`: a host that adopts
-    orphans may then send it fork requests instead (`_serve_fork`), and each
+    On a socket, on Linux, the standby says `ready fork clone` (or `ready fork`,
+    where it must fork twice): the host may then send it fork requests instead (`_serve_fork`), and each
     returns True in a new process that is that node; the standby itself serves
     on until its host goes.
     """
@@ -95,7 +95,9 @@ def _stand_by() -> bool:
         import gc
 
         gc.freeze()  # what is loaded now is never collected: its pages stay shared with every fork
-    _tell_host(b"ready fork\n" if channel is not None else b"ready\n")
+    global _CLONE
+    _CLONE = _clone_parent() if channel is not None else None
+    _tell_host(b"ready\n" if channel is None else b"ready fork clone\n" if _CLONE else b"ready fork\n")
     while True:
         line, fds = _read_request(channel)
         if not line:
@@ -218,7 +220,7 @@ def _serve_fork(channel: socket.socket, request: object, fds: list[int]) -> dict
     out_fd = fds[0]
     read_end, write_end = os.pipe()
     join = request.get("join") or []
-    clone = _clone_parent()
+    clone = _CLONE
     try:
         first = clone() if clone is not None else os.fork()
     except OSError:
@@ -254,6 +256,8 @@ def _serve_fork(channel: socket.socket, request: object, fds: list[int]) -> dict
     return None
 
 
+#: How this standby makes a node the host's child in one step (`_clone_parent`); None: two forks.
+_CLONE: Callable[[], int] | None = None
 #: Set to 1 in a standby's environment: always two forks (tests and benchmarks compare the ways).
 TWO_FORKS_VAR = "CADRE_NODE_TWO_FORKS"
 #: clone(2)'s system call number where its first argument is the flags (the others are 0 here).

@@ -20,7 +20,7 @@ from cadre_desktop.host.local import forks, proctree
 from cadre_desktop.host.local import standby as standby_module
 from cadre_desktop.host.local.handles import ExitEvent
 from tests.support.polling import async_wait_until
-from tests.support.warm import REFERENCE, gone, hanging, make, ready_standby, status
+from tests.support.warm import REFERENCE, gone, hanging, make, program, ready_standby, status
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork servers need a Linux subreaper")
 
@@ -73,8 +73,31 @@ async def test_each_start_forks_from_the_loaded_standby_and_the_node_is_the_host
     assert [(e.node_id, e.returncode) for e in exits] == [("n1", -signal.SIGKILL)], \
         "the exit code of a forked node was not seen"
     assert gone(first.pid) and not psutil.pid_exists(first.pid), "the forked node was not reaped"
+    assert not forks.subreaping(), "a standby that clones made the host a subreaper"
     await orch.stop_all()
     assert gone(second.pid) and gone(server)
+
+
+async def test_a_standby_that_forks_twice_makes_the_host_a_subreaper_and_its_nodes_are_ours(tmp_path, crowd):
+    twice = program(tmp_path, "twice", "    os.environ['CADRE_NODE_TWO_FORKS'] = '1'\n"
+                                       "    from cadre_desktop.node import __main__ as m\n"
+                                       "    if not m._stand_by():\n        sys.exit(0)\n")
+    orch = make(tmp_path, twice)
+    exits: list[ExitEvent] = []
+    orch.subscribe(exits.append)
+    await orch.init()
+    try:
+        server = await ready_standby(orch)
+        handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+        assert handle.pid != server and forks.subreaping()
+        assert psutil.Process(handle.pid).ppid() == os.getpid(), "the orphaned node did not come to the host"
+        await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the node answering")
+        os.kill(handle.pid, signal.SIGKILL)
+        await async_wait_until(lambda: exits, timeout=10, what="its exit")
+        assert [e.returncode for e in exits] == [-signal.SIGKILL]
+        await orch.stop_all()
+    finally:
+        orch.close()
 
 
 async def test_a_storm_of_starts_all_fork_from_one_standby(orch):
@@ -187,7 +210,7 @@ def _serve(line: bytes, fds: list[int] | None = None, two_forks: bool = False) -
         heard = b""
         while not heard.endswith(b"\n"):
             heard += ours.recv(64)
-        assert heard == b"ready fork\n"
+        assert heard == (b"ready fork\n" if two_forks else b"ready fork clone\n")
         ours.sendmsg([line], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(memoryview(
             __import__("array").array("i", fds))))] if fds else [])
         answer = b""

@@ -41,13 +41,23 @@ PR_SET_CHILD_SUBREAPER = 36
 _subreaper: bool | None = None
 
 
+def can_adopt(platform: str = procs.CURRENT) -> bool:
+    """Whether nodes a fork server makes can be held here as children (Linux with pidfds)."""
+    return platform.startswith("linux") and getattr(os, "pidfd_open", None) is not None
+
+
+def subreaping() -> bool:
+    """Whether this process made itself a subreaper (so orphans' zombies may come to it)."""
+    return bool(_subreaper)
+
+
 def become_subreaper(platform: str = procs.CURRENT, prctl: Callable[[int, int], int] | None = None) -> bool:
     """Make this process the parent of any descendant orphaned below it (Linux, once; True if
     it is). A node forked by a standby's fork server is orphaned at once and so becomes our
     child: we reap it and read its exit code as for any child we started. Elsewhere False:
     there, standbys hand themselves over instead of forking."""
     global _subreaper
-    if not platform.startswith("linux") or getattr(os, "pidfd_open", None) is None:
+    if not can_adopt(platform):
         return False
     if prctl is not None:  # a test's: asked, never remembered
         return _ask_prctl(prctl)

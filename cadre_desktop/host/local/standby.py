@@ -86,7 +86,7 @@ HANDOVER_S = 1.0
 BURST = 4
 BURST_WINDOW_S = 5.0
 CALM_S = 30.0
-READY, READY_FORK, TAKEN = b"ready", b"ready fork", b"taken\n"
+READY, READY_FORK, READY_CLONE, TAKEN = b"ready", b"ready fork", b"ready fork clone", b"taken\n"
 #: Whether a standby that offers forks is used as a fork server (tests turn it off to see hand-overs).
 FORK = True
 #: Starts this close to another start or exit, or to the pool's creation (a host's first pass),
@@ -153,8 +153,8 @@ class StandbyPool:
         self._last_take = -BURST_WINDOW_S
         self._deaths = 0
         self._closed = False
-        #: Fork servers are used here (Linux, the host a subreaper); decided at the first `ready fork`.
-        self._may_fork: bool | None = None
+        #: A standby here forked, or may (Linux): one fork server serves any burst then.
+        self._may_fork = False
         self._sweep: asyncio.TimerHandle | None = None
         self._zombies: set[int] = set()
         self._created = time.monotonic()
@@ -240,22 +240,25 @@ class StandbyPool:
             data = b""
         standby._heard += data
         line, newline, _rest = standby._heard.partition(b"\n")
-        if newline and line in (READY, READY_FORK):
+        if newline and line in (READY, READY_FORK, READY_CLONE):
             self._stop_listening(standby)
             self._loading = None
             # A fork server keeps its output pipe: a lone start hands it over like any standby.
-            standby.forks = line == READY_FORK and self._forking()
+            standby.forks = line != READY and self._forking(subreaper=line == READY_FORK)
             self._standbys.append(standby)
             self.fill_soon()  # the next one, if a burst wants more
         elif newline or not data or len(standby._heard) > 64:  # end of file, or something else: no standby
             self._drop(standby, "its standby said something else than ready" if data else "")
 
-    def _forking(self) -> bool:
-        if self._may_fork is None:
-            self._may_fork = FORK and forks.become_subreaper(self.platform)
-            if self._may_fork:
-                log.info("warm starts fork from a loaded node program (this host adopts its nodes)")
-        return self._may_fork
+    def _forking(self, subreaper: bool) -> bool:
+        """Whether a standby that offers forks is used so: Linux with pidfds, and for one that
+        forks twice (not `ready fork clone`) this host made a subreaper, so its nodes come to us."""
+        if not FORK or not forks.can_adopt(self.platform) or (subreaper and not forks.become_subreaper(self.platform)):
+            return False
+        if not self._may_fork:
+            log.info("warm starts in a crowd fork from a loaded node program (its nodes are this host's children)")
+        self._may_fork = True
+        return True
 
     def _load_timed_out(self, standby: Standby) -> None:
         if standby is self._loading:
@@ -355,7 +358,7 @@ class StandbyPool:
         server, forked = claimed, isinstance(child, forks.Adopted)
         if forked:
             self._deaths = 0
-            if self._sweep is None and not self._closed:
+            if self._sweep is None and not self._closed and forks.subreaping():
                 self._sweep = asyncio.get_running_loop().call_later(SWEEP_S, self._look_for_zombies)
         elif server in self._standbys:
             self._drop(server, f"the fork server (pid {server.popen.pid}) did not fork its node; this start is cold")
