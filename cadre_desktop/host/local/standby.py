@@ -27,9 +27,10 @@ and started cold from then on. The pool is of one program: the orchestrator
 makes a new one when `node_command` changes. POSIX only: Windows children
 start cold.
 
-Where the host can adopt orphans (Linux: it makes itself a subreaper, see
-`forks.become_subreaper`) and the standby says `ready fork`, the standby is not
-used up: it is a *fork server*. In a crowd of starts (`CROWD_S`, `START_UP_S`)
+Where the host can hold a fork server's nodes as its children (Linux with pidfds)
+and the standby says `ready fork clone` (or `ready fork`: it forks twice, and the
+host makes itself a subreaper, `forks.become_subreaper`), the standby is not used
+up: it is a *fork server*. In a crowd of starts (`CROWD_S`, `START_UP_S`)
 each start sends it one request with the node's variables and the write end of the
 node's output pipe (`forks.fork`, on the start's thread, one request at a time per
 standby); the node it makes is the host's own child (a clone with `CLONE_PARENT`,
@@ -39,8 +40,8 @@ it answers `forked <pid>`. Such a start costs the node's own set-up and a clone,
 never loading Python: in a storm every victim starts warm from the same standby. A
 lone start takes the fork server itself, as any standby. A fork server that fails a
 request is ended and replaced like any standby, and that start goes on cold.
-Zombies of orphans the subreaper got that nobody waits for (a node's own children)
-are reaped by a slow sweep while forks are used (`SWEEP_S`).
+Zombies of orphans a subreaper host got that nobody waits for (a node's own
+children) are reaped by a slow sweep (`SWEEP_S`).
 
 Where no standby forks, a burst of starts (a storm of exits) grows the pool for a moment: a take that
 follows another within BURST_WINDOW_S doubles how many standbys are kept, up to
