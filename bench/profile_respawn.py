@@ -36,7 +36,6 @@ STEPS = [
     ("service.respawn", "NodeService.respawn:enter"),
     ("orchestrator.spawn", "Orchestrator.spawn:enter"),
     ("ports chosen", "Orchestrator._choose_ports:exit"),
-    ("env built", "Orchestrator._node_env:exit"),
     ("child stamp", "stamp"),
     ("output handed to the log keeper", "LogKeeper.watch:exit"),
     ("launch returns", "Orchestrator._launch:exit"),
@@ -46,7 +45,6 @@ STEPS = [
 
 
 def instrument(marks: dict[str, int]) -> None:
-    from cadre_desktop.host.core.service import NodeService
     from cadre_desktop.host.core.supervisor import Supervisor
     from cadre_desktop.host.local.orchestrator import Orchestrator
 
@@ -73,13 +71,13 @@ def instrument(marks: dict[str, int]) -> None:
 
     wrap(Orchestrator, "_on_exit", "Orchestrator._on_exit")
     wrap(Orchestrator, "spawn", "Orchestrator.spawn")
-    for attr in ("_choose_ports", "_node_env", "_launch"):
+    for attr in ("_choose_ports", "_launch", "_tell_exit"):
         wrap(Orchestrator, attr, f"Orchestrator.{attr}")
     from cadre_desktop.host.local.keeper import LogKeeper
 
     wrap(LogKeeper, "watch", "LogKeeper.watch")
     wrap(Supervisor, "_reconcile_once", "Supervisor._reconcile_once")
-    wrap(NodeService, "respawn", "NodeService.respawn")
+    wrap(Supervisor, "start_node", "Supervisor.start_node")
 
 
 async def run(rounds: int, child: str, profile: bool) -> None:
