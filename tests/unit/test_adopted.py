@@ -24,7 +24,9 @@ def test_the_subreaper_is_asked_for_only_on_linux_with_pidfds():
 
     assert not forks.become_subreaper("darwin", prctl) and not forks.become_subreaper("win32", prctl)
     assert calls == []
+    assert not forks.can_adopt("darwin") and not forks.can_adopt("win32"), "forks only where nodes can be adopted"
     if sys.platform.startswith("linux"):
+        assert forks.can_adopt("linux")
         assert forks.become_subreaper("linux", prctl) and calls == [(forks.PR_SET_CHILD_SUBREAPER, 1)]
         assert not forks.become_subreaper("linux", lambda option, value: -1)
 
@@ -95,3 +97,15 @@ def test_an_orphans_zombie_is_reaped_at_the_second_look():
     assert orphan in stale
     forks.reap(stale)
     assert not os.path.exists(f"/proc/{orphan}"), "the orphan's zombie was not reaped"
+
+
+def test_a_standby_clones_only_where_it_knows_the_call(monkeypatch):
+    from cadre_desktop.node import __main__ as node_main
+
+    class Uname:
+        machine = "sparc64"
+    monkeypatch.setattr(node_main.os, "uname", lambda: Uname())
+    assert node_main._clone_parent() is None, "a clone on an arch whose clone(2) arguments are not known"
+    Uname.machine = "x86_64"
+    monkeypatch.setenv(node_main.TWO_FORKS_VAR, "1")
+    assert node_main._clone_parent() is None, "two forks asked for, a clone made"
