@@ -180,7 +180,7 @@ def _read_request(channel: socket.socket | None) -> tuple[bytes, list[int]]:
         if not data:
             for fd in fds:
                 os.close(fd)
-            return (line if line else b""), []
+            return line, []
         line += data
     return line, fds
 
@@ -206,10 +206,11 @@ def _serve_fork(channel: socket.socket, request: object, fds: list[int]) -> dict
     its output on the descriptor that came); None in the standby, which has answered
     `forked <pid>` (or `refused`) and reads on.
 
-    Two forks, the first child leaving at once: the node is orphaned and the host, which
-    made itself a subreaper, becomes its parent, so it waits for the node's exit code as
-    for any child it started itself. The node says its pid only after `setsid`, so a stop
-    the host sends its group the moment it knows the pid finds the group there."""
+    The node is the host's child, so the host waits for its exit code as for any child it
+    started itself: one clone with `CLONE_PARENT` (`_clone_parent`), or two forks, the first
+    child leaving at once, so the node is orphaned to the host, which made itself a subreaper.
+    The node says its pid only after `setsid`, so a stop the host sends its group the moment
+    it knows the pid finds the group there."""
     env, reason = _fork_env(request, fds)
     if env is None:
         for fd in fds:
@@ -222,15 +223,14 @@ def _serve_fork(channel: socket.socket, request: object, fds: list[int]) -> dict
     join = request.get("join") or []
     clone = _CLONE
     try:
+        # No falling back from a failed clone to two forks: the host, told `ready fork clone`,
+        # is no subreaper, and a node orphaned to init would be nobody's child.
         first = clone() if clone is not None else os.fork()
     except OSError:
-        try:
-            first, clone = os.fork(), None
-        except OSError:
-            for fd in (read_end, write_end, out_fd):
-                os.close(fd)
-            channel.sendall(b"refused fork failed\n")
-            return None
+        for fd in (read_end, write_end, out_fd):
+            os.close(fd)
+        channel.sendall(b"refused fork failed\n")
+        return None
     if first == 0:
         if clone is not None:  # already the host's child: no middle child to leave
             _after_clone(read_end)

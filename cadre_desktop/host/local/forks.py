@@ -1,12 +1,13 @@
 """Nodes a fork server makes (Linux): the host as their subreaper, the request, the children.
 
-A standby that says `ready fork` (docs/node-contract.md, "Fork server") makes each
-node of a crowd of warm starts the host's own child: a clone with `CLONE_PARENT`, or
-two forks, the first child leaving at once, so the node is orphaned to the host, which
-made itself a subreaper (`become_subreaper`). `Adopted` is that node as the host holds
-any child it started (pid, exit code, reaping), and `fork` is one request. A subreaper gets every orphan below it, not only
-its nodes (a node's own children, a desktop opener's); `stale_zombies` says which of
-their zombies nobody waits for, and the pool reaps them on a slow sweep.
+A standby that says `ready fork clone` or `ready fork` (docs/node-contract.md, "Fork
+server") makes each node of a crowd of warm starts the host's own child: a clone with
+`CLONE_PARENT`, or two forks, the first child leaving at once, so the node is orphaned
+to the host, which made itself a subreaper for it (`become_subreaper`). `Adopted` is
+that node as the host holds any child it started (pid, exit code, reaping), and `fork`
+is one request. A subreaper gets every orphan below it, not only its nodes (a node's
+own children, a desktop opener's); `stale_zombies` says which of their zombies nobody
+waits for, and the pool reaps them on a slow sweep.
 """
 
 from __future__ import annotations
@@ -172,12 +173,7 @@ def child_states(pid: int | None = None) -> list[tuple[int, str]]:
         except (OSError, ValueError):
             continue
     for child in sorted(pids):
-        try:
-            with open(f"/proc/{child}/stat", "rb") as fh:
-                stat = fh.read().decode("ascii", "replace")
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = procs.stat_fields(child)
         if fields:
             found.append((child, fields[0]))
     return found

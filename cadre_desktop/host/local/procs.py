@@ -65,16 +65,8 @@ def _linux_identity(pid: int) -> Identity | None:
     Unlike psutil's create_time, this does not move when the wall clock steps.
     A zombie counts as gone: it will never serve anything again.
     """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read().decode("ascii", "replace")
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses; split after the last ')'.
-    fields = stat[stat.rfind(")") + 2:].split()
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
         return None
     return Identity(start_time=fields[19], boot_id=_linux_boot_id())
 
@@ -89,14 +81,20 @@ class ProcInfo:
     identity: Identity
 
 
-def _linux_stat(pid: int, boot_id: str | None) -> ProcInfo | None:
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from its third field (the state letter) on (Linux); None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read().decode("ascii", "replace")
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
+    # The command name (field 2) may hold spaces and parentheses; split after the last ')'.
+    return stat[stat.rfind(")") + 2:].split()
+
+
+def _linux_stat(pid: int, boot_id: str | None) -> ProcInfo | None:
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
         return None
     try:
         return ProcInfo(pid, int(fields[2]), int(fields[3]), Identity(fields[19], boot_id))
@@ -446,4 +444,3 @@ def _watch_in_thread(loop: asyncio.AbstractEventLoop, pid: int, popen: subproces
             loop.call_soon_threadsafe(fire)
 
     threading.Thread(target=wait_in_thread, name=f"exit-watch-{pid}", daemon=True).start()
-
