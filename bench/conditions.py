@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from _report import summary, table, write_result  # noqa: E402
 
 from cadre_desktop.host.conditions.judge import Judge  # noqa: E402
-from cadre_desktop.host.core.host_holds import ConditionsVerdict, HostHolds  # noqa: E402
+from cadre_desktop.host.core.supervision.host_holds import ConditionsVerdict, HostHolds  # noqa: E402
 from cadre_desktop.settings import Settings  # noqa: E402
 from tests.support.fake_conditions import FakeSource  # noqa: E402
 from tests.support.rig import Rig  # noqa: E402

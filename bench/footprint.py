@@ -195,7 +195,7 @@ def not_a_first_run(home: Path) -> None:
     """An empty records file: the tray app then starts as on any day but the first, its window
     closed (on a first run it opens with a welcome, and the open window's one-second tick samples
     every node's CPU and memory: about 1 % of a core with 30 nodes)."""
-    from cadre_desktop.host.core.store import FILE_VERSION, KEYRING_LAYOUT, new_home_id
+    from cadre_desktop.host.core.records.store import FILE_VERSION, KEYRING_LAYOUT, new_home_id
     from cadre_desktop.paths import HOME_ENV, resolve_paths
 
     records = resolve_paths({HOME_ENV: str(home)}).records_file

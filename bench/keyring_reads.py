@@ -44,14 +44,14 @@ def rss_mb(pid: int | str = "self") -> float:
 def probe(way: str, count: int) -> dict:
     """In a fresh process: import the engine, read `count` secrets through the gate."""
     import cadre_desktop.host.host  # noqa: F401  (the engine, as the tray loads it)
-    from cadre_desktop.host.core.keyring_gate import KeyringGate
-    from cadre_desktop.host.core.secrets import SecretKind, SecretStore
-    from cadre_desktop.keyring_helper import HelperCalls
+    from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
+    from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore
+    from cadre_desktop.keyrings.keyring_helper import HelperCalls
 
     before = rss_mb()
     calls = None
     if way == "in process":
-        from cadre_desktop.keyring_calls import BackendCalls
+        from cadre_desktop.keyrings.keyring_calls import BackendCalls
 
         calls = BackendCalls()
     store = SecretStore(home_id=HOME_ID, calls=calls or HelperCalls())
@@ -79,8 +79,8 @@ def probe(way: str, count: int) -> dict:
 
 
 def seed(count: int) -> None:
-    from cadre_desktop.keyring_calls import BackendCalls
-    from cadre_desktop.keyring_names import SecretKind, Where
+    from cadre_desktop.keyrings.keyring_calls import BackendCalls
+    from cadre_desktop.keyrings.keyring_names import SecretKind, Where
 
     calls = BackendCalls()
     for i in range(count):

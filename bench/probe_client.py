@@ -4,7 +4,7 @@
 
 Starts one reference node on 127.0.0.1 and asks it `GET /status` `--requests` times in a
 row with each client: aiohttp's (as the probe was, a pooled connection reused), and the
-package's h11 client (`cadre_desktop/httpclient.py`) with its connection kept (a starting
+package's h11 client (`cadre_desktop/net/httpclient.py`) with its connection kept (a starting
 node's quick probes) and with a fresh connection per request (every regular probe, and
 each long-poll). Reports this process's CPU time per request (user + system) and the wall
 time, and the RSS an import of each client adds in a fresh interpreter that has asyncio already
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from _report import ROOT, write_result
 
-from cadre_desktop import httpclient
+from cadre_desktop.net import httpclient
 
 
 def free_port() -> int:
@@ -105,7 +105,7 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(10)
-    result["import_rss_mb"] = {m: import_rss_mb(m) for m in ("aiohttp", "cadre_desktop.httpclient")}
+    result["import_rss_mb"] = {m: import_rss_mb(m) for m in ("aiohttp", "cadre_desktop.net.httpclient")}
     result["loadavg_at_end"] = os.getloadavg()
     for name, figures in result["clients"].items():
         print(f"{name:32} CPU {figures['cpu_us_per_request']:7.0f} µs/request, "

@@ -45,7 +45,7 @@ STEPS = [
 
 
 def instrument(marks: dict[str, int]) -> None:
-    from cadre_desktop.host.core.supervisor import Supervisor
+    from cadre_desktop.host.core.supervision.supervisor import Supervisor
     from cadre_desktop.host.local.orchestrator import Orchestrator
 
     def wrap(owner, attr: str, label: str) -> None:

@@ -27,8 +27,8 @@ from pathlib import Path, PureWindowsPath
 from typing import Any
 
 from cadre_desktop import APP_NAME
-from cadre_desktop.atomicfile import write_bytes_atomic
 from cadre_desktop.errors import MachineError
+from cadre_desktop.files.atomicfile import write_bytes_atomic
 
 LABEL = "org.cadre.desktop"
 RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import segno
 
-from cadre_desktop.atomicfile import write_bytes_atomic
+from cadre_desktop.files.atomicfile import write_bytes_atomic
 
 KINDS = ("png", "svg")
 

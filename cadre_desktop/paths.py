@@ -52,12 +52,12 @@ class Paths:
 
     @property
     def history_file(self) -> Path:
-        """Each hosted node's history of states and restarts (host/core/history.py)."""
+        """Each hosted node's history of states and restarts (host/core/ops/history.py)."""
         return self.data_dir / "node-history.json"
 
     @property
     def pause_file(self) -> Path:
-        """Pause all, kept across a restart of the host (host/core/host_holds.py)."""
+        """Pause all, kept across a restart of the host (host/core/supervision/host_holds.py)."""
         return self.data_dir / "host-pause.json"
 
     @property

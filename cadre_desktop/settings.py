@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.errors import SettingsError
-from cadre_desktop.readfile import read_bytes
+from cadre_desktop.files.readfile import read_bytes
 from cadre_desktop.text import clean, is_host
 
 

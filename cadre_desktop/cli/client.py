@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from cadre_desktop.errors import ApiError, MachineError
-from cadre_desktop.readfile import read_bytes
+from cadre_desktop.files.readfile import read_bytes
 
 if TYPE_CHECKING:
     import urllib.error

@@ -371,15 +371,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == [NODE_FLAG]:  # before argparse: the node takes its own (few) arguments
         return run_node(argv[1:])
     if argv[:1] == ["--log-pump"]:  # a node's log pump inside a bundle (logpump.FLAG; host/local/nodelogs.py)
-        from cadre_desktop import logpump
+        from cadre_desktop.logs import logpump
 
         logpump.run(argv[1:])
     if argv[:1] == ["--log-keeper"]:  # the home's log keeper inside a bundle (logkeeper.FLAG; host/local/keeper.py)
-        from cadre_desktop import logkeeper
+        from cadre_desktop.logs import logkeeper
 
         logkeeper.run(argv[1:])
     if argv == ["--keyring-helper"]:  # the keyring helper inside a bundle (keyring_helper.FLAG)
-        from cadre_desktop import keyring_helper
+        from cadre_desktop.keyrings import keyring_helper
 
         keyring_helper.main()
         return 0

@@ -25,8 +25,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from cadre_desktop import logtail
 from cadre_desktop.errors import CadreError
+from cadre_desktop.logs import logtail
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings, load_settings
 
@@ -91,7 +91,7 @@ def check_home_writable(paths: Paths) -> CheckResult:
 
 
 def check_keyring(make_store: Callable[[], Any] | None = None) -> CheckResult:
-    from cadre_desktop.host.core.secrets import SecretStore
+    from cadre_desktop.host.core.vault.secrets import SecretStore
 
     store = (make_store or SecretStore)()
     try:
@@ -124,7 +124,7 @@ def check_ports(settings: Settings, is_free: Callable[[str, int], bool] | None =
                 bind_check: Callable[[str, str], None] | None = None) -> CheckResult:
     """Room for nodes in 'port_range' on 'bind_host'; first, that 'bind_host' is an address of
     this computer at all (the host's own preflight words): else every port looks taken."""
-    from cadre_desktop.host.core.preflight import check_bind_host
+    from cadre_desktop.host.core.records.preflight import check_bind_host
 
     try:
         (bind_check or check_bind_host)(settings.bind_host, "settings.json")
@@ -152,7 +152,8 @@ def _status(port: int) -> dict | None:
 def check_node_program(settings: Settings, timeout: float = NODE_START_TIMEOUT_S) -> CheckResult:
     """Start the node program as the host would (the same environment builder), wait until it
     answers /status, stop it as the host would (terminate, a grace period, kill)."""
-    from cadre_desktop.host.local import launch, procs
+    from cadre_desktop.host.local import launch
+    from cadre_desktop.host.local.system import procs
 
     name = "node program"
     ports = free_ports(settings.with_changes(bind_host="127.0.0.1"))[:2]
@@ -214,8 +215,9 @@ def check_host(paths: Paths) -> CheckResult:
 
 
 def check_caps(settings: Settings, way: Callable[[], Any] | None = None) -> CheckResult:
-    """How this computer holds a node to its caps (host/local/caps.py), and the host's defaults."""
-    from cadre_desktop.host.local import caps, procs
+    """How this computer holds a node to its caps (host/local/limits/caps.py), and the host's defaults."""
+    from cadre_desktop.host.local.limits import caps
+    from cadre_desktop.host.local.system import procs
 
     try:
         chosen = way() if way is not None else caps.choose(procs.CURRENT, "doctor")

@@ -8,7 +8,7 @@ import signal
 import sys
 
 from cadre_desktop.errors import Bug, CadreError, HostBusy
-from cadre_desktop.logsetup import prepare_process, setup_logging
+from cadre_desktop.logs.logsetup import prepare_process, setup_logging
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
 
@@ -50,7 +50,7 @@ async def serve(paths: Paths, settings: Settings) -> int:
 
 
 def run_headless(paths: Paths, settings: Settings) -> int:
-    from cadre_desktop.host.core.preflight import prepare_home
+    from cadre_desktop.host.core.records.preflight import prepare_home
 
     try:
         prepare_home(paths)  # before the log: an unusable home is one message, not two

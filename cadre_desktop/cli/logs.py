@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import sys
 
-from cadre_desktop import logtail, text
+from cadre_desktop import text
 from cadre_desktop.cli.terminal import EXIT_OK
 from cadre_desktop.errors import NoSuchThing, StorageError
+from cadre_desktop.logs import logtail
 from cadre_desktop.paths import Paths
 
 

@@ -15,10 +15,10 @@ from cadre_desktop.paths import Paths
 
 
 def run_headless(paths: Paths) -> int:
-    from cadre_desktop.plainasync import import_without_openssl
+    from cadre_desktop.net.plainasync import import_without_openssl
 
     import_without_openssl()
-    from cadre_desktop.host.core.preflight import prepare_home
+    from cadre_desktop.host.core.records.preflight import prepare_home
     from cadre_desktop.settings import load_settings
 
     prepare_home(paths)  # a home it cannot use is one message (exit 1), before settings are read there
@@ -29,7 +29,7 @@ def run_headless(paths: Paths) -> int:
 
 
 def run_gui(argv: list[str]) -> int:
-    from cadre_desktop.plainasync import import_without_openssl
+    from cadre_desktop.net.plainasync import import_without_openssl
 
     import_without_openssl()
     from cadre_desktop.ui.app import run_gui as run

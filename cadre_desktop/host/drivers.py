@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cadre_desktop.errors import InputError
-from cadre_desktop.groupwriter import GroupWriter
+from cadre_desktop.files.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import DriverConfig, NodeCaps, NodeDriver
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import DRIVERS, Settings
@@ -34,9 +34,10 @@ def make_driver(settings: Settings, paths: Paths, advertise_host: Callable[[], s
     """
     config = driver_config(settings)
     if settings.driver == "local":
-        from cadre_desktop.host.local import caps, procs
+        from cadre_desktop.host.local.limits import caps
         from cadre_desktop.host.local.orchestrator import Orchestrator
         from cadre_desktop.host.local.ports import PortAllocator
+        from cadre_desktop.host.local.system import procs
 
         keeper = None
         if caps_for is not None:

@@ -2,8 +2,8 @@
 
 It wires settings, store, secrets, the writer, the driver, service, supervisor, probe, the address
 watcher, lending and the control API, owns their tasks, and holds the operations the tray, the
-headless runner and the control API call. What it shows of a node is built by `host/core/views.py`;
-the address nodes advertise is `host/core/netwatch.py`'s. Nothing here imports Qt.
+headless runner and the control API call. What it shows of a node is built by `host/core/ops/views.py`;
+the address nodes advertise is `host/core/ops/netwatch.py`'s. Nothing here imports Qt.
 """
 
 from __future__ import annotations
@@ -16,32 +16,32 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.errors import Bug, CadreError, InvalidState, NoSuchThing
-from cadre_desktop.groupwriter import GroupWriter
+from cadre_desktop.files.groupwriter import GroupWriter
 from cadre_desktop.host import live_settings
 from cadre_desktop.host.conditions.judge import Judge, platform_sources
 from cadre_desktop.host.conditions.source import ConditionSource
-from cadre_desktop.host.core import orphans
-from cadre_desktop.host.core.address import ConfiguredAddress
-from cadre_desktop.host.core.caps import caps_view, check_caps_change, node_caps
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.driver import NodeCaps, NodeDriver
 from cadre_desktop.host.core.events import EventBus, EventKind, HostEvent
-from cadre_desktop.host.core.history import NodeHistory, start_history
-from cadre_desktop.host.core.host_holds import HostHolds
-from cadre_desktop.host.core.keyring_gate import KeyringGate
-from cadre_desktop.host.core.lifecycle import Change, Lifecycle
-from cadre_desktop.host.core.lock import HostLock
-from cadre_desktop.host.core.netwatch import AddressWatcher, restart_stale
-from cadre_desktop.host.core.preflight import check_bind_host, prepare_home
-from cadre_desktop.host.core.probe import WAIT_S, HttpStatusFetcher, Probe, loopback_for
-from cadre_desktop.host.core.records import SUPERVISED, NodeRecord, NodeStatus
-from cadre_desktop.host.core.rowstore import RowStore
-from cadre_desktop.host.core.runfile import RunFiles
-from cadre_desktop.host.core.secrets import SecretKind, SecretStore, move_legacy_entries
-from cadre_desktop.host.core.service import NodeService
-from cadre_desktop.host.core.store import KEYRING_LAYOUT, RecordStore
-from cadre_desktop.host.core.supervisor import Supervisor, secret_kind
-from cadre_desktop.host.core.views import NodeView, NodeViews
+from cadre_desktop.host.core.ops.address import ConfiguredAddress
+from cadre_desktop.host.core.ops.caps import caps_view, check_caps_change, node_caps
+from cadre_desktop.host.core.ops.history import NodeHistory, start_history
+from cadre_desktop.host.core.ops.netwatch import AddressWatcher, restart_stale
+from cadre_desktop.host.core.ops.service import NodeService
+from cadre_desktop.host.core.ops.views import NodeView, NodeViews
+from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle
+from cadre_desktop.host.core.records.lock import HostLock
+from cadre_desktop.host.core.records.preflight import check_bind_host, prepare_home
+from cadre_desktop.host.core.records.records import SUPERVISED, NodeRecord, NodeStatus
+from cadre_desktop.host.core.records.rowstore import RowStore
+from cadre_desktop.host.core.records.store import KEYRING_LAYOUT, RecordStore
+from cadre_desktop.host.core.supervision import orphans
+from cadre_desktop.host.core.supervision.host_holds import HostHolds
+from cadre_desktop.host.core.supervision.probe import WAIT_S, HttpStatusFetcher, Probe, loopback_for
+from cadre_desktop.host.core.supervision.runfile import RunFiles
+from cadre_desktop.host.core.supervision.supervisor import Supervisor, secret_kind
+from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
+from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.drivers import make_driver
 from cadre_desktop.host.lend_host import Lending
 from cadre_desktop.paths import Paths
@@ -99,8 +99,8 @@ class Host:
         self.lending: Lending | None = None  # grants, lent nodes, the lend API (host/lend_host.py); made then too
         self.control: ControlServer | None = None
         self._tasks: list[asyncio.Future[Any]] = []
-        self.history: NodeHistory | None = None  # each node's history (host/core/history.py), from start on
-        #: Pause all and the run conditions' verdict: the hold each node should have (host/core/host_holds.py).
+        self.history: NodeHistory | None = None  # each node's history (host/core/ops/history.py), from start on
+        #: Pause all and the run conditions' verdict: the hold each node should have (host/core/supervision/host_holds.py).
         self.host_holds = HostHolds(paths.pause_file, self.clock)
         self._condition_sources = condition_sources  # the run conditions' sources, else this platform's
         self.judge: Judge | None = None
@@ -402,7 +402,7 @@ class Host:
         return self.views.get(node_id)
 
     def node_history(self, node_id: str) -> dict[str, Any]:
-        """The node's last 24 hours and 7 days: spans of state, restarts, uptime (host/core/history.py)."""
+        """The node's last 24 hours and 7 days: spans of state, restarts, uptime (host/core/ops/history.py)."""
         self.get_node(node_id)
         if self.history is None:
             raise NoSuchThing(f"There is no node {node_id!r} on this host.")
@@ -472,8 +472,8 @@ class Host:
         return p.views.of(await p.service.regenerate(node_id))
 
     async def invite_node(self, node_id: str, name: str | None = None) -> NodeView:
-        """A new node that joins the cadre of `node_id` (host/core/invite.py)."""
-        from cadre_desktop.host.core.invite import Inviter
+        """A new node that joins the cadre of `node_id` (host/core/ops/invite.py)."""
+        from cadre_desktop.host.core.ops.invite import Inviter
 
         p = self._running()
         inviter = Inviter(store=self.store, supervisor=p.supervisor, driver=p.driver, service=p.service, probe=p.probe,

@@ -21,14 +21,14 @@ from cadre_desktop.errors import Bug
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.driver import InstanceInfo, NodeDriver
 from cadre_desktop.host.core.events import EventBus, EventKind
-from cadre_desktop.host.core.keyring_gate import KeyringGate
-from cadre_desktop.host.core.lifecycle import Lifecycle
-from cadre_desktop.host.core.netwatch import restart_stale
-from cadre_desktop.host.core.probe import Probe, loopback_for
-from cadre_desktop.host.core.records import NodeRecord
-from cadre_desktop.host.core.secrets import SecretKind
-from cadre_desktop.host.core.service import NodeService
-from cadre_desktop.host.core.supervisor import Supervisor
+from cadre_desktop.host.core.ops.netwatch import restart_stale
+from cadre_desktop.host.core.ops.service import NodeService
+from cadre_desktop.host.core.records.lifecycle import Lifecycle
+from cadre_desktop.host.core.records.records import NodeRecord
+from cadre_desktop.host.core.supervision.probe import Probe, loopback_for
+from cadre_desktop.host.core.supervision.supervisor import Supervisor
+from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
+from cadre_desktop.host.core.vault.secrets import SecretKind
 from cadre_desktop.host.edges.lend_api import LendServer, NodeSeedClient
 from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, Donation, DonationStatus, DonationStore
 from cadre_desktop.host.lending.grants import Grant, GrantStore

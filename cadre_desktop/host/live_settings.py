@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.errors import Bug, message_of
 from cadre_desktop.host.core.driver import InstanceInfo
-from cadre_desktop.host.core.records import SUPERVISED
+from cadre_desktop.host.core.records.records import SUPERVISED
 from cadre_desktop.host.drivers import driver_config
 from cadre_desktop.settings import Settings
 

@@ -22,8 +22,8 @@ import signal  # noqa: E402
 import sys  # noqa: E402
 
 from cadre_desktop.errors import CadreError  # noqa: E402
+from cadre_desktop.net.plainasync import import_without_openssl  # noqa: E402
 from cadre_desktop.node.errors import ExitCode, exit_code_of  # noqa: E402
-from cadre_desktop.plainasync import import_without_openssl  # noqa: E402
 
 USAGE = """\
 usage: cadre-node   (no arguments; configured by environment variables)
@@ -87,7 +87,7 @@ def _stand_by() -> bool:
     import_without_openssl()  # loaded now (the node speaks plain HTTP only), so it is ready the moment it is told
     import logging  # noqa: F401
 
-    from cadre_desktop import fdlimit  # noqa: F401
+    from cadre_desktop.net import fdlimit  # noqa: F401
     from cadre_desktop.node import clock, config, identity, logs, node, node_dir, server, state  # noqa: F401
 
     channel = _channel()
@@ -386,7 +386,8 @@ def _run() -> int:
     import asyncio
     import logging
 
-    from cadre_desktop import __version__, fdlimit
+    from cadre_desktop import __version__
+    from cadre_desktop.net import fdlimit
     from cadre_desktop.node.clock import SystemClock
     from cadre_desktop.node.identity import load_or_create_identity
     from cadre_desktop.node.logs import redact, setup_logging

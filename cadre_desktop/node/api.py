@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from cadre_desktop.errors import ApiError, Invalid, StorageError, wire_code
-from cadre_desktop.node import donated, invitations, run_request
-from cadre_desktop.node.claim_page import content_security_policy, render_claim_page
+from cadre_desktop.node.cadre import donated, invitations, run_request
+from cadre_desktop.node.cadre.claim_page import content_security_policy, render_claim_page
 from cadre_desktop.node.node import Node
 from cadre_desktop.text import clean as clean_text
 from cadre_desktop.wire.api import HTTP_CODES

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadre_desktop.node.donated import DonatedConfig, load_donated
+from cadre_desktop.node.cadre.donated import DonatedConfig, load_donated
 from cadre_desktop.node.errors import ConfigError
 from cadre_desktop.text import is_host
 

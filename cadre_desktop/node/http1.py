@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from cadre_desktop.netguard import ConnectionGuard
+from cadre_desktop.net.netguard import ConnectionGuard
 from cadre_desktop.wire.http1 import Handler, HttpServer
 from cadre_desktop.wire.httpmsg import Request
 

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadre_desktop.atomicfile import write_bytes_atomic
+from cadre_desktop.files.atomicfile import write_bytes_atomic
 from cadre_desktop.node.errors import CorruptFileError, NodeDirError
 from cadre_desktop.wire.keys import b64url, b64url_decode
 

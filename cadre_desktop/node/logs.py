@@ -11,7 +11,7 @@ import logging
 import sys
 from collections import deque
 
-from cadre_desktop import logfilter
+from cadre_desktop.logs import logfilter
 
 _secrets: deque[str] = deque(maxlen=64)
 
@@ -41,7 +41,7 @@ def setup_logging(node_id: str, level: str) -> None:
         )
     )
     # Anyone who can reach the API can make lines (a request each): repeated ones are
-    # rate-limited so a flood cannot fill the disk (cadre_desktop/logfilter.py).
+    # rate-limited so a flood cannot fill the disk (cadre_desktop/logs/logfilter.py).
     logfilter.install([handler])
     root = logging.getLogger()
     root.handlers[:] = [handler]

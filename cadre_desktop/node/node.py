@@ -28,9 +28,9 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from cadre_desktop.node.cadre.donated import seeded_record
 from cadre_desktop.node.clock import Clock, iso_utc
 from cadre_desktop.node.config import NodeConfig
-from cadre_desktop.node.donated import seeded_record
 from cadre_desktop.node.identity import Identity
 from cadre_desktop.node.state import Member, Membership, NodeState, StateStore
 from cadre_desktop.wire.ratelimit import FailureLimiter

@@ -21,12 +21,12 @@ import logging
 import signal
 import time
 
-from cadre_desktop import logfilter
-from cadre_desktop.netguard import ConnectionGuard
+from cadre_desktop.logs import logfilter
+from cadre_desktop.net.netguard import ConnectionGuard
 from cadre_desktop.node.api import Api
+from cadre_desktop.node.cadre.joiner import redeem_invitation
 from cadre_desktop.node.errors import BindError
 from cadre_desktop.node.http1 import node_server
-from cadre_desktop.node.joiner import redeem_invitation
 from cadre_desktop.node.node import Node, Phase
 from cadre_desktop.node.p2p import start_p2p_listener
 from cadre_desktop.wire.api import MAX_BODY

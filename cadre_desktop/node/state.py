@@ -1,7 +1,7 @@
 """What a node remembers across respawns: its cadre, owners, members, invitations, seed.
 
 One JSON document, ``node-state.json`` in the work folder, with a ``version``. It is
-only ever replaced whole (see :mod:`cadre_desktop.atomicfile`), and only through
+only ever replaced whole (see :mod:`cadre_desktop.files.atomicfile`), and only through
 :meth:`StateStore.update`, which applies a change to a copy, writes the copy and only
 then makes it current: a failed write leaves both the file and the running node as
 they were. A present-but-unreadable file stops the node (exit code 5) and is never
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cadre_desktop.atomicfile import write_bytes_atomic
+from cadre_desktop.files.atomicfile import write_bytes_atomic
 from cadre_desktop.node.errors import CorruptFileError, NodeDirError, StorageError
 
 STATE_FILE = "node-state.json"

@@ -25,11 +25,11 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from cadre_desktop import APP_NAME
 from cadre_desktop.errors import HostBusy
-from cadre_desktop.logsetup import prepare_process, setup_logging
+from cadre_desktop.logs.logsetup import prepare_process, setup_logging
 from cadre_desktop.paths import Paths, resolve_paths
 from cadre_desktop.ui.errors import show_error
-from cadre_desktop.ui.icons import APP_ICON
 from cadre_desktop.ui.single import InstanceServer, hand_off, instance_name
+from cadre_desktop.ui.tray.icons import APP_ICON
 
 log = logging.getLogger(__name__)
 

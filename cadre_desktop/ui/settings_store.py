@@ -19,9 +19,9 @@ from typing import Any
 
 from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer, Signal
 
-from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import CadreError, SettingsError
-from cadre_desktop.readfile import read_bytes
+from cadre_desktop.files.atomicfile import write_json_atomic
+from cadre_desktop.files.readfile import read_bytes
 from cadre_desktop.settings import MAX_SETTINGS_BYTES, Settings, load_settings, parse_settings
 
 log = logging.getLogger(__name__)

@@ -27,21 +27,21 @@ from PySide6.QtWidgets import QDialog, QMessageBox, QProgressDialog, QSystemTray
 
 from cadre_desktop import autostart as autostart_module
 from cadre_desktop.errors import CadreError, SettingsError
-from cadre_desktop.host.core.records import NodeStatus
+from cadre_desktop.host.core.records.records import NodeStatus
 from cadre_desktop.settings import Settings
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
-from cadre_desktop.ui.delivery import Delivery
 from cadre_desktop.ui.errors import show_error
-from cadre_desktop.ui.icons import APP_ICON, TrayIcons
-from cadre_desktop.ui.lent_ui import LentUi
-from cadre_desktop.ui.model import NodeTableModel
-from cadre_desktop.ui.notify import Notifier
+from cadre_desktop.ui.lending.lent_ui import LentUi
+from cadre_desktop.ui.nodes.model import NodeTableModel
 from cadre_desktop.ui.settings_store import SettingsWatcher, save_changes
-from cadre_desktop.ui.tray import QUITTING, STARTING, Tray
+from cadre_desktop.ui.tray.delivery import Delivery
+from cadre_desktop.ui.tray.icons import APP_ICON, TrayIcons
+from cadre_desktop.ui.tray.notify import Notifier
+from cadre_desktop.ui.tray.tray import QUITTING, STARTING, Tray
 
 if TYPE_CHECKING:
-    from cadre_desktop.ui.window import NodeWindow
+    from cadre_desktop.ui.nodes.window import NodeWindow
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class Shell(QObject):
         """The node window, built (and its modules imported) the first time anything needs it;
         None once the Shell is closed."""
         if self._window is None and not self.closed:
-            from cadre_desktop.ui.window import NodeWindow
+            from cadre_desktop.ui.nodes.window import NodeWindow
 
             window = NodeWindow(self.host, self.model, self.actions, self.host.paths.config_dir / "window.json")
             for signal, slot in ((window.add_requested, self.ask_add), (window.join_requested, self.ask_join),
@@ -198,19 +198,19 @@ class Shell(QObject):
     # -- commands --------------------------------------------------------------------------
 
     def ask_add(self) -> None:
-        from cadre_desktop.ui.dialogs import AddDialog, open_dialog
+        from cadre_desktop.ui.prefs.dialogs import AddDialog, open_dialog
 
         open_dialog(AddDialog(self._dialog_parent(), self.actions.add))
 
     def ask_join(self) -> None:
-        from cadre_desktop.ui.dialogs import JoinDialog, open_dialog
+        from cadre_desktop.ui.prefs.dialogs import JoinDialog, open_dialog
 
         open_dialog(JoinDialog(self._dialog_parent(), self.actions.join))
 
     def ask_preferences(self):
         if self.preferences is None:
-            from cadre_desktop.ui.dialogs import open_dialog
-            from cadre_desktop.ui.preferences import PreferencesDialog
+            from cadre_desktop.ui.prefs.dialogs import open_dialog
+            from cadre_desktop.ui.prefs.preferences import PreferencesDialog
 
             dialog = PreferencesDialog(self.settings, self.host.paths.settings_file, self.autostart,
                                        self.host.advertise_host, self._dialog_parent())
@@ -249,7 +249,7 @@ class Shell(QObject):
     def show_qr(self, node_id: str):
         dialog = self.qr_dialogs.get(node_id)
         if dialog is None:
-            from cadre_desktop.ui.qr import QrDialog
+            from cadre_desktop.ui.nodes.qr import QrDialog
 
             dialog = QrDialog(node_id, self.model, self.actions, self._dialog_parent())
             self.qr_dialogs[node_id] = dialog
@@ -272,7 +272,7 @@ class Shell(QObject):
         if not running or not self.settings.ask_on_quit:
             self.quit_requested.emit()
             return
-        from cadre_desktop.ui.dialogs import ask_how_to_quit
+        from cadre_desktop.ui.prefs.dialogs import ask_how_to_quit
 
         ask_how_to_quit(self._dialog_parent(), running, self.settings.keep_nodes_running_on_quit, self._answered)
 

@@ -10,7 +10,7 @@ on a LAN must bound (see bench/README.md for the figures):
 - the head (request line and headers) to ``MAX_HEAD`` bytes and ``MAX_HEADERS`` lines;
 - the body to ``max_body`` bytes *after* decoding (gzip and deflate are decoded as
   aiohttp did, so a small bomb is a 413), arriving within ``body_timeout_s`` (408);
-- connections per source and in all, and idle ones (:mod:`cadre_desktop.netguard`);
+- connections per source and in all, and idle ones (:mod:`cadre_desktop.net.netguard`);
 - writing an answer to a client that does not read, to the idle time (each chunk of
   a streamed answer too).
 
@@ -34,7 +34,7 @@ from typing import Any
 import h11
 
 from cadre_desktop.errors import ApiError, InputError
-from cadre_desktop.netguard import ACCEPT_BATCH, Conn, ConnectionGuard, FairAcceptor, bind_fair, reset
+from cadre_desktop.net.netguard import ACCEPT_BATCH, Conn, ConnectionGuard, FairAcceptor, bind_fair, reset
 from cadre_desktop.text import escape
 from cadre_desktop.wire.api import too_large, too_slow, unreadable
 from cadre_desktop.wire.httpmsg import Answer, Request

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cadre_desktop.ui.status import COLOURS, TrayState
+from cadre_desktop.ui.tray.status import COLOURS, TrayState
 from tests.support.claim_link import claim_when_up, read_qr
 from tests.support.e2e.desktop import Box, keep, running_app
 from tests.support.headless import control_get, fast_settings

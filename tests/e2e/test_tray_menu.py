@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from cadre_desktop.ui.tray import NODE_SLOTS
+from cadre_desktop.ui.tray.tray import NODE_SLOTS
 from tests.support import port_blocks
 from tests.support.e2e.bus import Monitor, menu_layout, registered_items
 from tests.support.e2e.desktop import REPO, running_app, start_desktop

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cadre_desktop.ui.status import COLOURS, TrayState
+from cadre_desktop.ui.tray.status import COLOURS, TrayState
 from tests.support.e2e.desktop import REPO, Box, Desktop, keep, running_app
 from tests.support.headless import control_request, fast_settings
 from tests.support.polling import wait_until

@@ -16,10 +16,11 @@ import psutil
 import pytest
 
 from cadre_desktop.host.core.driver import NodeCaps
-from cadre_desktop.host.local import caps, cgroups, procs
 from cadre_desktop.host.local.handles import ExitEvent
+from cadre_desktop.host.local.limits import caps, cgroups
 from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.host.local.ports import PortAllocator
+from cadre_desktop.host.local.system import procs
 from cadre_desktop.paths import Paths
 from tests.support.polling import async_wait_until
 from tests.support.real_orchestrator import port_range

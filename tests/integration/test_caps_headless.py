@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cadre_desktop.host.local import caps, procs
+from cadre_desktop.host.local.limits import caps
+from cadre_desktop.host.local.system import procs
 from tests.support.borrower import borrow, create_grant, free_lend_port
 from tests.support.headless import added, fast_settings
 from tests.support.polling import wait_until

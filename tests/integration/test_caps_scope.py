@@ -1,10 +1,10 @@
-"""The systemd user scope over a real D-Bus: the caps' calls (host/local/scope.py) against a
+"""The systemd user scope over a real D-Bus: the caps' calls (host/local/limits/scope.py) against a
 fake user manager on a private session bus."""
 
 from __future__ import annotations
 
 from cadre_desktop.host.core.driver import NodeCaps
-from cadre_desktop.host.local import caps, scope
+from cadre_desktop.host.local.limits import caps, scope
 from tests.support.fake_systemd import serve_manager
 from tests.support.polling import async_wait_until
 

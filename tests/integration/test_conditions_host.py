@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cadre_desktop.host.conditions import judge
-from cadre_desktop.host.core.secrets import SecretStore
+from cadre_desktop.host.core.vault.secrets import SecretStore
 from cadre_desktop.host.host import Host
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import parse_settings

@@ -14,9 +14,9 @@ import sys
 import psutil
 import pytest
 
-from cadre_desktop.host.core.keyring_gate import KeyringGate
-from cadre_desktop.host.core.secrets import KeyringLocked, SecretKind, SecretStore
-from cadre_desktop.keyring_helper import HelperCalls
+from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
+from cadre_desktop.host.core.vault.secrets import KeyringLocked, SecretKind, SecretStore
+from cadre_desktop.keyrings.keyring_helper import HelperCalls
 from tests.support.polling import wait_until
 from tests.support.session_bus import lock_default_collection, unlock_default_collection
 

@@ -8,8 +8,8 @@ import signal
 
 import psutil
 
-from cadre_desktop.host.local import procs
 from cadre_desktop.host.local.keeper import socket_path
+from cadre_desktop.host.local.system import procs
 from tests.support.polling import async_wait_until, wait_until
 from tests.support.processes import gone, read
 from tests.support.real_orchestrator import make_orchestrator

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from cadre_desktop.host.local.handles import ExitEvent
-from cadre_desktop.host.local.procs import read_identity
+from cadre_desktop.host.local.system.procs import read_identity
 from tests.support.polling import async_wait_until, wait_until
 from tests.support.real_orchestrator import make_orchestrator, ready_info
 

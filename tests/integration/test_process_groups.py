@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from cadre_desktop.host.local import procs, proctree
+from cadre_desktop.host.local import proctree
 from cadre_desktop.host.local.handles import ExitEvent
+from cadre_desktop.host.local.system import procs
 from tests.support.lock_holder import HOLD_LOCK
 from tests.support.polling import async_wait_until, wait_until
 from tests.support.processes import gone

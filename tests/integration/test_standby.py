@@ -210,7 +210,7 @@ async def test_a_standby_that_never_takes_its_node_over_costs_the_start_nothing(
 
 async def test_a_descriptor_shortage_never_turns_warm_starts_off(orch, monkeypatch):
     """Out of descriptors is the machine's trouble: the program is not taken to lack standby support."""
-    from cadre_desktop.host.local import procs
+    from cadre_desktop.host.local.system import procs
 
     def no_descriptors(*args, **kwargs):
         raise OSError(24, "Too many open files")

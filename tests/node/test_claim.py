@@ -144,7 +144,7 @@ async def test_claim_survives_sigkill_and_restart(nodes: NodeLauncher) -> None:
 
 
 async def test_invited_node_cannot_be_claimed(nodes: NodeLauncher) -> None:
-    from cadre_desktop.node.invitation_code import InvitationCode
+    from cadre_desktop.node.cadre.invitation_code import InvitationCode
     from tests.support.node_process import free_port
 
     code = InvitationCode("127.0.0.1", free_port(), "abcdefgh12", "s" * 32, "cn1x").encode()

@@ -207,8 +207,8 @@ def test_a_party_without_a_donation_id_exits_2(nodes: NodeLauncher) -> None:
 def test_the_seed_token_is_compared_only_with_compare_digest(tmp_path, monkeypatch) -> None:
     import hmac
 
+    from cadre_desktop.node.cadre.donated import accept_seed
     from cadre_desktop.node.config import load_config
-    from cadre_desktop.node.donated import accept_seed
     from cadre_desktop.node.identity import load_or_create_identity
     from cadre_desktop.node.node import Node
     from cadre_desktop.node.state import StateStore

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from cadre_desktop.node.client import ClientError, post_json
-from cadre_desktop.node.invitation_code import InvitationCode
+from cadre_desktop.node.cadre.client import ClientError, post_json
+from cadre_desktop.node.cadre.invitation_code import InvitationCode
 from tests.support.node_process import NodeLauncher
 
 
@@ -42,7 +42,7 @@ async def test_an_invitation_naming_an_unprintable_inviter_is_malformed(nodes: N
     assert "malformed" in failed["error"]
 
 
-# -- the join request's own client (cadre_desktop/node/client.py) against raw answers ------------------
+# -- the join request's own client (cadre_desktop/node/cadre/client.py) against raw answers ------------------
 
 @pytest.fixture
 async def raw_inviter():

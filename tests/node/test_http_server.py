@@ -18,7 +18,7 @@ import zlib
 import pytest
 
 from cadre_desktop.errors import ApiError
-from cadre_desktop.netguard import ConnectionGuard
+from cadre_desktop.net.netguard import ConnectionGuard
 from cadre_desktop.node.api import error_answer
 from cadre_desktop.node.http1 import node_server
 from cadre_desktop.wire.http1 import MAX_HEAD, HttpServer, split_target
@@ -343,7 +343,7 @@ async def test_stopping_closes_idle_keep_alive_connections_at_once_and_finishes_
 @pytest.mark.skipif(sys.platform != "linux", reason="per-address listen queues are Linux's")
 async def test_the_port_is_one_queue_per_address_and_is_never_shared_with_another_server(serve):
     from cadre_desktop.host.local.ports import port_is_free
-    from cadre_desktop.netguard import QUEUES, bind_fair
+    from cadre_desktop.net.netguard import QUEUES, bind_fair
 
     server = await serve()
     assert len(server._acceptor.socks) == QUEUES

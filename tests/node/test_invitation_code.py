@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cadre_desktop.node.invitation_code import PREFIX, InvitationCode, MalformedInvitation, parse_invitation
+from cadre_desktop.node.cadre.invitation_code import PREFIX, InvitationCode, MalformedInvitation, parse_invitation
 from cadre_desktop.wire.keys import b64url
 
 CODE = InvitationCode("192.168.1.20", 47001, "inv-abcdefgh", "S" * 43, "cn1peer")

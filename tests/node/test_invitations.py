@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from cadre_desktop.node.cadre.invitation_code import join_proof_message, parse_invitation
 from cadre_desktop.node.identity import peer_id_for
-from cadre_desktop.node.invitation_code import join_proof_message, parse_invitation
 from cadre_desktop.wire.keys import b64url
 from tests.support.node_process import NodeLauncher, NodeProcess, poll
 

@@ -26,8 +26,8 @@ def loaded_by(modules: list[str], names: tuple[str, ...]) -> list[str]:
 MODULES = [
     "cadre_desktop.node.__main__",
     "cadre_desktop.node.server",
-    "cadre_desktop.node.joiner",
-    "cadre_desktop.node.invitations",
+    "cadre_desktop.node.cadre.joiner",
+    "cadre_desktop.node.cadre.invitations",
 ]
 
 
@@ -37,7 +37,7 @@ def test_node_imports_nothing_from_host_ui_or_qt() -> None:
 
 
 def test_the_import_check_sees_what_a_module_loads() -> None:
-    assert loaded_by(["cadre_desktop.host.core.records"], ("cadre_desktop.host",)) != []
+    assert loaded_by(["cadre_desktop.host.core.records.records"], ("cadre_desktop.host",)) != []
 
 
 def test_an_ordinary_start_does_not_load_cryptography() -> None:
@@ -101,13 +101,13 @@ def test_a_key_child_that_dies_falls_back_to_making_it_in_process(tmp_path, monk
 def test_the_node_program_never_imports_aiohttp() -> None:
     # Its server is h11 on asyncio streams, and so is the one request it makes (redeeming
     # an invitation); aiohttp cost every node ~95 ms of start-up and ~12 MB.
-    assert loaded_by(["cadre_desktop.node.__main__", "cadre_desktop.node.server", "cadre_desktop.node.joiner"],
+    assert loaded_by(["cadre_desktop.node.__main__", "cadre_desktop.node.server", "cadre_desktop.node.cadre.joiner"],
                      ("aiohttp", "yarl", "multidict")) == []
 
 
 def test_asyncio_is_imported_without_ssl_and_ssl_still_imports_afterwards() -> None:
     script = (
-        "from cadre_desktop.plainasync import import_without_openssl\n"
+        "from cadre_desktop.net.plainasync import import_without_openssl\n"
         "assert import_without_openssl()\n"
         "import sys, asyncio.base_events, asyncio.selector_events\n"
         "assert 'ssl' not in sys.modules, 'asyncio loaded ssl'\n"

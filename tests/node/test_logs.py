@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cadre_desktop.node.invitation_code import parse_invitation
+from cadre_desktop.node.cadre.invitation_code import parse_invitation
 from tests.support.node_process import NodeLauncher, new_secret
 
 

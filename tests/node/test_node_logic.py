@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from cadre_desktop.node import invitations
+from cadre_desktop.node.cadre import invitations
+from cadre_desktop.node.cadre.invitation_code import join_proof_message, parse_invitation
 from cadre_desktop.node.errors import StorageError
 from cadre_desktop.node.identity import load_or_create_identity, peer_id_for
-from cadre_desktop.node.invitation_code import join_proof_message, parse_invitation
 from cadre_desktop.node.node import Node, Phase
 from cadre_desktop.wire.http_status import answer_to
 from cadre_desktop.wire.refusal import RequestRefused

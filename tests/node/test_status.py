@@ -88,7 +88,7 @@ async def test_sigterm_during_start_up_still_exits_0(nodes: NodeLauncher) -> Non
 async def test_status_answers_while_an_invitation_is_still_being_redeemed(
     nodes: NodeLauncher,
 ) -> None:
-    from cadre_desktop.node.invitation_code import InvitationCode
+    from cadre_desktop.node.cadre.invitation_code import InvitationCode
     from tests.support.node_process import free_port
 
     # Nobody listens at the inviting address: the node keeps retrying, and says so.

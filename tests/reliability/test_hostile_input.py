@@ -20,8 +20,8 @@ import pytest
 from hypothesis import example, given, seed
 from hypothesis import strategies as st
 
-from cadre_desktop.node import invitations
-from cadre_desktop.node.invitation_code import InvitationCode, parse_invitation
+from cadre_desktop.node.cadre import invitations
+from cadre_desktop.node.cadre.invitation_code import InvitationCode, parse_invitation
 from cadre_desktop.wire.http_status import answer_to
 from cadre_desktop.wire.refusal import RequestRefused
 from tests.support.hostile import FUZZ, SEED, checked_answer, json_values, near_misses, requests, texts

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("qasync")
 
-from cadre_desktop.keyring_calls import BackendCalls  # noqa: E402
+from cadre_desktop.keyrings.keyring_calls import BackendCalls  # noqa: E402
 from tests.support.keyrings import LockedKeyring  # noqa: E402
 from tests.support.ui_shell import aio, home, host, keyring_env, qloop, settings_doc, shell  # noqa: E402,F401
 

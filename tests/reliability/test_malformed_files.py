@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from cadre_desktop.errors import StorageError
-from cadre_desktop.host.core.records import NodeRecord, NodeStatus
-from cadre_desktop.host.core.store import RecordStore
+from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
+from cadre_desktop.host.core.records.store import RecordStore
 from cadre_desktop.host.edges.control import check_control_file
 from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.host.local.ports import PortAllocator

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cadre_desktop.host.local import procs
+from cadre_desktop.host.local.system import procs
 from tests.support.headless import host_settings
 from tests.support.host_calls import answered, running
 from tests.support.polling import wait_until

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from cadre_desktop.errors import SecretsError
-from cadre_desktop.host.core.secrets import SERVICE
+from cadre_desktop.host.core.vault.secrets import SERVICE
 from tests.support.keyrings import MemoryKeyring
 from tests.support.rig import Rig
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cadre_desktop.node.invitation_code import InvitationCode, parse_invitation
+from cadre_desktop.node.cadre.invitation_code import InvitationCode, parse_invitation
 from tests.support.headless import host_settings
 from tests.support.host_calls import answered, claim, claim_secret_of, post_json, running
 from tests.support.node_scan import node_processes

@@ -33,9 +33,9 @@ def create_grant(host: HeadlessHost, **body) -> dict:
 
 
 def borrow(link: str, party: str, key: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """`python -m cadre_desktop.node.borrow` with the link on stdin; --json output."""
+    """`python -m cadre_desktop.node.cadre.borrow` with the link on stdin; --json output."""
     return subprocess.run(
-        [sys.executable, "-m", "cadre_desktop.node.borrow", "--party", party, "--key", str(key), "--json", *args],
+        [sys.executable, "-m", "cadre_desktop.node.cadre.borrow", "--party", party, "--key", str(key), "--json", *args],
         input=link, capture_output=True, text=True, timeout=timeout, cwd=REPO,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
     )

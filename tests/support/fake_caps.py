@@ -6,8 +6,8 @@ import errno
 from pathlib import Path
 from typing import Any
 
-from cadre_desktop.host.local.cgroups import CgroupOps
-from cadre_desktop.host.local.scope import ScopeOps
+from cadre_desktop.host.local.limits.cgroups import CgroupOps
+from cadre_desktop.host.local.limits.scope import ScopeOps
 
 V1_MOUNTINFO = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755

@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cadre_desktop.errors import InvalidState, NoSuchThing
-from cadre_desktop.host.core.caps import check_caps_change
 from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.events import EventBus, EventKind
-from cadre_desktop.host.core.holds import pause_end
-from cadre_desktop.host.core.records import NodeStatus
-from cadre_desktop.host.core.views import NodeView
+from cadre_desktop.host.core.ops.caps import check_caps_change
+from cadre_desktop.host.core.ops.views import NodeView
+from cadre_desktop.host.core.records.records import NodeStatus
+from cadre_desktop.host.core.supervision.holds import pause_end
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
 

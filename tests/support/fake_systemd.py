@@ -1,5 +1,5 @@
 """A systemd user manager on a private D-Bus session: `StartTransientUnit` and `StopUnit` of
-`org.freedesktop.systemd1.Manager`, recorded (the caps' scopes, host/local/scope.py).
+`org.freedesktop.systemd1.Manager`, recorded (the caps' scopes, host/local/limits/scope.py).
 
 Served with dbus-fast; the D-Bus signatures are set as the methods' annotations (as
 dbus-fast reads them), so the type checker never sees them as Python types.

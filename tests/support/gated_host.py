@@ -47,7 +47,7 @@ class GatedHosts:
     def __call__(self, paths, settings) -> GatedHost:
         import keyring.backends.SecretService
 
-        from cadre_desktop.host.core.secrets import SecretStore
+        from cadre_desktop.host.core.vault.secrets import SecretStore
 
         host = GatedHost(paths, settings, secrets=SecretStore(keyring.backends.SecretService.Keyring()),
                          serve_control_api=False)

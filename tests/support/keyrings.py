@@ -26,7 +26,7 @@ from pathlib import Path
 import keyring.errors
 from keyring.backend import KeyringBackend
 
-from cadre_desktop.atomicfile import write_json_atomic
+from cadre_desktop.files.atomicfile import write_json_atomic
 
 FILE_ENV = "CADRE_TEST_KEYRING_FILE"
 MODE_ENV = "CADRE_TEST_KEYRING_MODE"

@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from cadre_desktop.host.core.clock import iso
-from cadre_desktop.host.core.lifecycle import Lifecycle
-from cadre_desktop.host.core.records import RespawnInfo, StartMark
-from cadre_desktop.host.core.secrets import SERVICE, SecretKind
+from cadre_desktop.host.core.records.lifecycle import Lifecycle
+from cadre_desktop.host.core.records.records import RespawnInfo, StartMark
+from cadre_desktop.host.core.vault.secrets import SERVICE, SecretKind
 from cadre_desktop.host.edges.lend_api import node_refusal
 from cadre_desktop.host.lending.donations import Donation, DonationRequest, DonationStatus, DonationStore
 from cadre_desktop.host.lending.grants import GrantStore

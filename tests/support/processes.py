@@ -9,7 +9,7 @@ from typing import Any
 
 import psutil
 
-from cadre_desktop.host.local import procs
+from cadre_desktop.host.local.system import procs
 
 
 def gone(pid: int) -> bool:

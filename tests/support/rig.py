@@ -8,15 +8,15 @@ from datetime import timedelta
 
 from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.events import EventBus
-from cadre_desktop.host.core.keyring_gate import KeyringGate
-from cadre_desktop.host.core.lifecycle import Lifecycle
-from cadre_desktop.host.core.probe import Probe
-from cadre_desktop.host.core.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
-from cadre_desktop.host.core.runfile import RunFiles
-from cadre_desktop.host.core.secrets import SERVICE, SecretKind, SecretStore
-from cadre_desktop.host.core.service import NodeService
-from cadre_desktop.host.core.store import RecordStore
-from cadre_desktop.host.core.supervisor import Supervisor
+from cadre_desktop.host.core.ops.service import NodeService
+from cadre_desktop.host.core.records.lifecycle import Lifecycle
+from cadre_desktop.host.core.records.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
+from cadre_desktop.host.core.records.store import RecordStore
+from cadre_desktop.host.core.supervision.probe import Probe
+from cadre_desktop.host.core.supervision.runfile import RunFiles
+from cadre_desktop.host.core.supervision.supervisor import Supervisor
+from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
+from cadre_desktop.host.core.vault.secrets import SERVICE, SecretKind, SecretStore
 from cadre_desktop.settings import Settings
 from tests.support.clock import FakeClock
 from tests.support.fake_driver import FakeOrchestrator

@@ -124,7 +124,7 @@ def home(tmp_path, settings_doc, monkeypatch):
 def host(home, keyring_env, aio):
     import keyring.backends.SecretService
 
-    from cadre_desktop.host.core.secrets import SecretStore
+    from cadre_desktop.host.core.vault.secrets import SecretStore
     from cadre_desktop.host.host import Host
     from cadre_desktop.paths import resolve_paths
     from cadre_desktop.settings import load_settings

@@ -113,9 +113,9 @@ def test_with_a_tray_no_window_is_built_until_it_is_opened(shell, qtbot, monkeyp
 
 
 def test_the_tray_app_imports_no_window_dialog_or_qr_code_and_no_other_qt_module_until_shown():
-    lazy = ("cadre_desktop.ui.window", "cadre_desktop.ui.dialogs", "cadre_desktop.ui.qr",
-            "cadre_desktop.ui.preferences", "cadre_desktop.ui.table", "cadre_desktop.ui.details",
-            "cadre_desktop.ui.lent", "cadre_desktop.ui.grant_dialog", "cadre_desktop.ui.logview",
+    lazy = ("cadre_desktop.ui.nodes.window", "cadre_desktop.ui.prefs.dialogs", "cadre_desktop.ui.nodes.qr",
+            "cadre_desktop.ui.prefs.preferences", "cadre_desktop.ui.nodes.table", "cadre_desktop.ui.nodes.details",
+            "cadre_desktop.ui.lending.lent", "cadre_desktop.ui.lending.grant_dialog", "cadre_desktop.ui.nodes.logview",
             "cadre_desktop.claim_qr", "segno")
     code = ("import sys, cadre_desktop.ui.app, cadre_desktop.ui.shell, cadre_desktop.host.host; "
             f"print(sorted(m for m in {lazy!r} if m in sys.modules)); "
@@ -194,7 +194,7 @@ def test_a_node_kept_running_and_re_attached_keeps_its_uptime(shell, aio):
     """Uptime counts from the node's own start (its handle's), not from the host that re-attached it."""
     import keyring.backends.SecretService
 
-    from cadre_desktop.host.core.secrets import SecretStore
+    from cadre_desktop.host.core.vault.secrets import SecretStore
     from cadre_desktop.host.host import Host
     from cadre_desktop.settings import load_settings
 
@@ -237,7 +237,7 @@ def test_later_starts_open_no_window(shell, monkeypatch):
 @pytest.mark.parametrize(("platform", "words"), [("darwin", "menu bar"), ("win32", "^ arrow"),
                                                  ("linux", "system tray")])
 def test_the_welcome_says_where_the_tray_icon_is_on_each_platform(platform, words):
-    from cadre_desktop.ui.window import welcome_text
+    from cadre_desktop.ui.nodes.window import welcome_text
 
     assert words in welcome_text(platform)
 

@@ -70,7 +70,7 @@ def node_running_in(home, aio, keyring_env) -> int:
     """A node added by a host that then quits and leaves it running: its pid."""
     import keyring.backends.SecretService
 
-    from cadre_desktop.host.core.secrets import SecretStore
+    from cadre_desktop.host.core.vault.secrets import SecretStore
     from cadre_desktop.settings import load_settings
 
     paths = resolve_paths()
@@ -99,7 +99,7 @@ def error_boxes() -> list[QMessageBox]:
 def test_the_icon_shows_while_the_host_starts_and_the_menu_fills_in_once_it_is_up(
         app_run, home, aio, keyring_env, monkeypatch):
     from cadre_desktop.ui import shell as shell_module
-    from cadre_desktop.ui.tray import STARTING, STARTING_TIP
+    from cadre_desktop.ui.tray.tray import STARTING, STARTING_TIP
 
     monkeypatch.setattr(shell_module.QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
     kept = node_running_in(home, aio, keyring_env)
@@ -159,7 +159,7 @@ def test_a_start_that_fails_is_shown_and_then_the_icon_goes(app_run, home, aio, 
 
 @pytest.mark.parametrize("settings_doc", [NO_QUESTION], indirect=True)
 def test_quit_while_starting_waits_for_the_start_then_stops_the_host_once(app_run, home, aio, keyring_env):
-    from cadre_desktop.ui.tray import QUITTING
+    from cadre_desktop.ui.tray.tray import QUITTING
 
     kept = node_running_in(home, aio, keyring_env)
     task, host, shell = app_run()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from cadre_desktop.settings import Settings
-from cadre_desktop.ui.caps_prefs import CapsBox
-from cadre_desktop.ui.explain import caps_words
+from cadre_desktop.ui.nodes.explain import caps_words
+from cadre_desktop.ui.prefs.caps_prefs import CapsBox
 from tests.support.fake_host import make_view
 
 

@@ -30,7 +30,7 @@ def runs(image, y: int, x0: int, x1: int) -> list[tuple[str, int]]:
 
 
 def test_the_strip_paints_each_state_as_a_span_in_proportion(qtbot):
-    from cadre_desktop.ui.history_strip import EMPTY, RESTART, STATE_COLOURS, HistoryStrip
+    from cadre_desktop.ui.nodes.history_strip import EMPTY, RESTART, STATE_COLOURS, HistoryStrip
 
     strip = HistoryStrip()
     qtbot.addWidget(strip)
@@ -71,7 +71,7 @@ def test_the_details_pane_shows_a_nodes_history(shell, aio):
 def test_a_crash_second_in_a_day_of_up_and_one_in_the_windows_last_second_are_painted(qtbot):
     """A side-by-side run's strip lost a crash: its spans (whole seconds) began at the window's
     end, one past the bar, and a crash's second shares its pixel with the up around it."""
-    from cadre_desktop.ui.history_strip import STATE_COLOURS, HistoryStrip
+    from cadre_desktop.ui.nodes.history_strip import STATE_COLOURS, HistoryStrip
 
     strip = HistoryStrip()
     qtbot.addWidget(strip)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtGui import QIcon
 
-from cadre_desktop.ui.icons import APP_ICON, TrayIcons, icon_path
-from cadre_desktop.ui.status import TrayState
+from cadre_desktop.ui.tray.icons import APP_ICON, TrayIcons, icon_path
+from cadre_desktop.ui.tray.status import TrayState
 
 VARIANTS = [(mono, dark) for mono in (False, True) for dark in (False, True)]
 

@@ -7,7 +7,7 @@ import urllib.request
 
 from PySide6.QtWidgets import QApplication, QDialogButtonBox, QMessageBox
 
-from cadre_desktop.ui.dialogs import JoinDialog
+from cadre_desktop.ui.prefs.dialogs import JoinDialog
 from tests.support.claim_link import claim
 
 

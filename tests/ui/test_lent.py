@@ -14,7 +14,7 @@ from PySide6.QtGui import QGuiApplication
 
 from cadre_desktop.host.lending.donations import DonationRequest
 from cadre_desktop.host.lending.service import LendRefused
-from cadre_desktop.ui.status import TrayState
+from cadre_desktop.ui.tray.status import TrayState
 from cadre_desktop.wire.keys import b64url
 from cadre_desktop.wire.seed import sign_seed
 from tests.support.borrower import free_lend_port
@@ -114,7 +114,7 @@ def test_a_lent_node_shows_its_party_and_status_and_counts_in_the_tray(shell, ai
 @pytest.mark.slow
 @pytest.mark.parametrize("settings_doc", LENDING, indirect=True)
 def test_end_loan_and_revoke_ask_first_then_leave_nothing(shell, aio, monkeypatch):
-    from cadre_desktop.ui import dialogs
+    from cadre_desktop.ui.prefs import dialogs
 
     asked = []
     monkeypatch.setattr(dialogs, "confirm", lambda parent, title, text, yes, then, **k: asked.append(k["detail"]))
@@ -165,7 +165,7 @@ def test_return_in_the_grant_form_makes_the_grant(qtbot):
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest
 
-    from cadre_desktop.ui.grant_dialog import GrantDialog
+    from cadre_desktop.ui.lending.grant_dialog import GrantDialog
 
     made = []
     dialog = GrantDialog(None, 10, lambda d, *fields: made.append(fields))

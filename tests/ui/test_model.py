@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from cadre_desktop.ui.model import ATTEMPTS, ERROR, NAME, STATUS
-from cadre_desktop.ui.status import TrayState
+from cadre_desktop.ui.nodes.model import ATTEMPTS, ERROR, NAME, STATUS
+from cadre_desktop.ui.tray.status import TrayState
 from tests.support.claim_link import claim
 from tests.support.ui_shell import crashing_settings
 

@@ -21,7 +21,7 @@ def shown(shell):
 
 @pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
 def test_one_notification_per_give_up_and_none_on_remove(shell, shown, aio, monkeypatch):
-    from cadre_desktop.ui import dialogs
+    from cadre_desktop.ui.prefs import dialogs
 
     node_id = give_up(shell, aio)
     assert len(shown) == 1
@@ -83,7 +83,7 @@ def test_each_kind_has_its_own_switch(shell, shown, aio):
 
 @pytest.mark.parametrize("settings_doc", [CRASHING], indirect=True)
 def test_clicking_the_notification_opens_the_window_on_its_node(shell, shown, aio, qtbot):
-    from cadre_desktop.ui.delivery import DEFAULT
+    from cadre_desktop.ui.tray.delivery import DEFAULT
 
     shell.actions.add("Garage")
     shell.actions.add("Attic")
@@ -117,8 +117,8 @@ def _message_boxes():
 def test_a_session_with_no_notification_service_keeps_no_connection_open(keyring_env, aio):
     """Each notice asks the bus again (a service may appear); each try that finds none
     closes its connection, so a desktop with no notification daemon leaks none."""
-    from cadre_desktop.ui.delivery import Delivery, Notice
-    from cadre_desktop.ui.icons import APP_ICON
+    from cadre_desktop.ui.tray.delivery import Delivery, Notice
+    from cadre_desktop.ui.tray.icons import APP_ICON
     from tests.support.session_bus import bus_clients
 
     before = bus_clients(keyring_env)

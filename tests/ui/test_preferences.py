@@ -130,7 +130,7 @@ def test_a_broken_hand_edit_is_refused_with_its_error_and_changes_nothing(shell,
 # -- quitting ----------------------------------------------------------------------------------
 
 def test_quit_asks_once_whether_to_stop_the_nodes_and_remembers(shell, aio, qtbot, home):
-    from cadre_desktop.ui.dialogs import QUIT_LEAVE
+    from cadre_desktop.ui.prefs.dialogs import QUIT_LEAVE
 
     view = ready_node(shell, aio)
     shell.ask_quit()
@@ -172,7 +172,7 @@ def test_cancel_quits_nothing(shell, aio, qtbot):
 def test_an_answer_without_dont_ask_again_changes_no_preference(shell, aio, qtbot, home):
     """Regression: each answer was saved as *Keep nodes running*, changing the preference and
     the next question's default button without a word."""
-    from cadre_desktop.ui.dialogs import QUIT_LEAVE
+    from cadre_desktop.ui.prefs.dialogs import QUIT_LEAVE
 
     view = ready_node(shell, aio)
     before = (home / "settings.json").read_text()
@@ -192,7 +192,7 @@ def test_an_answer_without_dont_ask_again_changes_no_preference(shell, aio, qtbo
 def test_cancel_is_never_between_the_two_answers(shell, aio, qtbot, layout):
     from PySide6.QtWidgets import QProxyStyle, QStyle
 
-    from cadre_desktop.ui.dialogs import QUIT_LEAVE, QUIT_STOP, ask_how_to_quit
+    from cadre_desktop.ui.prefs.dialogs import QUIT_LEAVE, QUIT_STOP, ask_how_to_quit
 
     class Layout(QProxyStyle):
         def styleHint(self, hint, *args):  # noqa: N802

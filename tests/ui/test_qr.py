@@ -32,7 +32,7 @@ def test_qr_dialog_image_decodes_to_the_claim_url(shell, unclaimed, aio, qtbot, 
 
 @pytest.mark.parametrize("side", [160, 243, 611])
 def test_qr_code_stays_readable_at_any_size(shell, unclaimed, qtbot, tmp_path, side):
-    from cadre_desktop.ui.qr import QrCode
+    from cadre_desktop.ui.nodes.qr import QrCode
 
     code = QrCode()
     qtbot.addWidget(code)
@@ -52,7 +52,7 @@ def test_url_is_selectable_text(shell, unclaimed):
 
 
 def test_regenerate_asks_first_then_shows_a_new_code(shell, unclaimed, aio, monkeypatch, tmp_path):
-    from cadre_desktop.ui import dialogs
+    from cadre_desktop.ui.prefs import dialogs
 
     asked = []
     monkeypatch.setattr(dialogs, "confirm", lambda *a, **k: asked.append((a, k)))
@@ -73,7 +73,7 @@ def test_regenerate_asks_first_then_shows_a_new_code(shell, unclaimed, aio, monk
 
 
 def test_dialog_says_claimed_by_the_cadre_then_closes(shell, unclaimed, aio, qtbot, monkeypatch):
-    from cadre_desktop.ui.qr import QrDialog
+    from cadre_desktop.ui.nodes.qr import QrDialog
 
     monkeypatch.setattr(QrDialog, "CLOSE_AFTER_MS", 300)
     dialog = shell.show_qr(unclaimed.id)

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from cadre_desktop.host.core.clock import iso
-from cadre_desktop.host.core.records import NodeStatus
-from cadre_desktop.host.core.views import NodeView
-from cadre_desktop.ui.status import (
+from cadre_desktop.host.core.ops.views import NodeView
+from cadre_desktop.host.core.records.records import NodeStatus
+from cadre_desktop.ui.tray.status import (
     TrayState,
     aggregate,
     attention_first,
@@ -129,7 +129,7 @@ def test_exit_line_prefers_the_engine_words_then_the_quoted_log_then_the_reason(
 # -- the details pane's words ------------------------------------------------------------------
 
 def test_details_words_for_a_node_in_error(tmp_path):
-    from cadre_desktop.ui import explain
+    from cadre_desktop.ui.nodes import explain
 
     log = tmp_path / "node.log"
     log.write_text("--- cadre-desktop: starting node n1 at 2026-01-02T03:00:00+00:00 ---\n"
@@ -149,7 +149,7 @@ def test_details_words_for_a_node_in_error(tmp_path):
 
 
 def test_details_words_read_new_engine_fields_when_there():
-    from cadre_desktop.ui import explain
+    from cadre_desktop.ui.nodes import explain
 
     class Newer:
         status, running, ready, attempts, next_retry_at, cadre = "unclaimed", False, False, 0, None, None

@@ -9,8 +9,8 @@ import pytest
 from PySide6.QtCore import QPoint
 from PySide6.QtWidgets import QSystemTrayIcon
 
-from cadre_desktop.ui.status import TrayState
-from cadre_desktop.ui.tray import NODE_SLOTS
+from cadre_desktop.ui.tray.status import TrayState
+from cadre_desktop.ui.tray.tray import NODE_SLOTS
 from tests.support.claim_link import claim
 from tests.support.headless import fast_settings
 

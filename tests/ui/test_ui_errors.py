@@ -13,8 +13,8 @@ import pytest  # noqa: E402
 
 from cadre_desktop.errors import NoSuchThing  # noqa: E402
 from cadre_desktop.ui.actions import Actions  # noqa: E402
-from cadre_desktop.ui.lent_core import lent_notice_view  # noqa: E402
-from cadre_desktop.ui.notify import Notifier  # noqa: E402
+from cadre_desktop.ui.lending.lent_core import lent_notice_view  # noqa: E402
+from cadre_desktop.ui.tray.notify import Notifier  # noqa: E402
 
 
 class Engine:

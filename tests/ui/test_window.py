@@ -64,7 +64,7 @@ def test_only_a_node_in_error_can_be_retried(shell, aio):
 
 
 def test_remove_asks_first_and_says_what_is_deleted(shell, aio, monkeypatch):
-    from cadre_desktop.ui import dialogs
+    from cadre_desktop.ui.prefs import dialogs
 
     window = shell.window
     view = added(shell, aio)
@@ -115,8 +115,8 @@ def test_a_keyring_failure_is_shown_in_words_and_adds_nothing(shell, aio, monkey
     import keyring.backends.fail
     from PySide6.QtWidgets import QApplication, QMessageBox
 
-    from cadre_desktop.keyring_calls import BackendCalls
-    from cadre_desktop.ui.dialogs import AddDialog
+    from cadre_desktop.keyrings.keyring_calls import BackendCalls
+    from cadre_desktop.ui.prefs.dialogs import AddDialog
 
     monkeypatch.setattr(shell.host.secrets, "calls", BackendCalls(keyring.backends.fail.Keyring()))
     shell.ask_add()
@@ -165,7 +165,7 @@ def test_details_pane_names_address_peer_and_next_step_of_an_unclaimed_node(shel
 def test_table_sorts_by_each_column_and_filters(shell, aio):
     from PySide6.QtCore import Qt
 
-    from cadre_desktop.ui.model import ATTEMPTS, NAME
+    from cadre_desktop.ui.nodes.model import ATTEMPTS, NAME
 
     window = shell.window
     for name in ("Cellar", "attic", "Barn"):
@@ -200,7 +200,7 @@ def test_the_selected_status_cell_uses_the_selection_text_colour(shell, aio):
     from PySide6.QtGui import QPalette
     from PySide6.QtWidgets import QStyle, QStyleOptionViewItem
 
-    from cadre_desktop.ui.model import STATUS
+    from cadre_desktop.ui.nodes.model import STATUS
 
     window = shell.window
     added(shell, aio)
@@ -215,7 +215,7 @@ def test_the_selected_status_cell_uses_the_selection_text_colour(shell, aio):
 
 @pytest.mark.parametrize("settings_doc", [crashing_settings()], indirect=True)
 def test_opened_from_the_tray_the_node_that_needs_you_is_selected(shell, aio, qtbot):
-    from cadre_desktop.ui.status import needs_attention
+    from cadre_desktop.ui.tray.status import needs_attention
 
     shell.actions.add("Garage")
     node_id = aio.wait(lambda: shell.model.rowCount() and shell.model.views()[0].id)
@@ -231,7 +231,7 @@ def test_opened_from_the_tray_the_node_that_needs_you_is_selected(shell, aio, qt
 def test_the_table_is_one_tab_stop_and_enter_delete_ctrl_r_act_on_the_row(shell, aio, qtbot, monkeypatch):
     from PySide6.QtCore import Qt
 
-    from cadre_desktop.ui import dialogs
+    from cadre_desktop.ui.prefs import dialogs
 
     window = shell.window
     window.show()
@@ -260,8 +260,8 @@ def test_the_table_is_one_tab_stop_and_enter_delete_ctrl_r_act_on_the_row(shell,
 def test_every_button_has_a_mnemonic_and_a_tooltip_and_add_says_add(shell):
     from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
-    from cadre_desktop.ui.dialogs import AddDialog
-    from cadre_desktop.ui.window import BUTTONS
+    from cadre_desktop.ui.nodes.window import BUTTONS
+    from cadre_desktop.ui.prefs.dialogs import AddDialog
 
     for attr, _text, _tip in BUTTONS:
         button = getattr(shell.window, attr)
@@ -278,7 +278,7 @@ def test_every_button_has_a_mnemonic_and_a_tooltip_and_add_says_add(shell):
 def test_fit_rect_shrinks_and_moves_the_window_onto_the_screen():
     from PySide6.QtCore import QRect, QSize
 
-    from cadre_desktop.ui.window import fit_rect
+    from cadre_desktop.ui.nodes.window import fit_rect
 
     screen = QRect(0, 0, 640, 400)  # 1280x800 at a scale of 2
     assert fit_rect(QRect(100, 50, 1100, 620), screen, QSize(420, 300)) == QRect(0, 0, 640, 400)
@@ -341,8 +341,8 @@ def test_pause_then_resume_from_the_window_and_resume_from_the_tray(shell, aio):
 def test_details_say_how_a_held_node_comes_back():
     from dataclasses import replace
 
-    from cadre_desktop.host.core.records import NodeStatus
-    from cadre_desktop.ui.explain import next_step
+    from cadre_desktop.host.core.records.records import NodeStatus
+    from cadre_desktop.ui.nodes.explain import next_step
     from tests.support.fake_host import make_view
     paused = make_view("n-1", "one", "paused", running=False, held_by="person", hold_reason="paused by a person")
     assert next_step(paused) == "It is paused (paused by a person); Resume starts it now, without counting an attempt."
@@ -353,7 +353,7 @@ def test_details_say_how_a_held_node_comes_back():
 
 
 def test_details_say_a_start_in_progress_in_the_seeds_words():
-    from cadre_desktop.ui.explain import next_step
+    from cadre_desktop.ui.nodes.explain import next_step
     from tests.support.fake_host import make_view
     words = "starting for 12 s of a 30 s grace (2 failed starts before; last: exited with code 1: x; started by h:1)"
     starting = make_view("n-1", "one", "joining", ready=False, starting=words)
@@ -363,7 +363,7 @@ def test_details_say_a_start_in_progress_in_the_seeds_words():
 def test_filter_finds_names_and_addresses_with_dashes_spaces_and_dots(shell, aio):
     """Regression: the filter escaped its text as a pattern, so "Bulk-07", "Living room" and an
     address with a dot matched nothing."""
-    from cadre_desktop.ui.model import NAME
+    from cadre_desktop.ui.nodes.model import NAME
 
     window = shell.window
     for name in ("Bulk-07", "Living room"):
@@ -386,7 +386,7 @@ def test_filter_finds_names_and_addresses_with_dashes_spaces_and_dots(shell, aio
 def test_after_retry_the_details_say_the_new_decision_and_attempts_at_once(shell, aio, home):
     """Regression: after a Retry the pane kept "Last decision: give-up" until the next pass
     (up to a sweep later); the decision and the attempts are the retry's as soon as it returns."""
-    from cadre_desktop.ui.model import ATTEMPTS
+    from cadre_desktop.ui.nodes.model import ATTEMPTS
 
     window = shell.window
     (home / "broken").write_text("")
@@ -408,8 +408,8 @@ def test_the_default_size_shows_every_column_and_the_whole_filter_placeholder(sh
     scrollbar, cut the filter's placeholder, and the status column was cut at 2× scale."""
     from PySide6.QtCore import QRect
 
-    from cadre_desktop.ui.model import ERROR, STATUS
-    from cadre_desktop.ui.table import REASON_AT_LEAST
+    from cadre_desktop.ui.nodes.model import ERROR, STATUS
+    from cadre_desktop.ui.nodes.table import REASON_AT_LEAST
 
     window, table = shell.window, shell.window.table
     added(shell, aio, "Living room")

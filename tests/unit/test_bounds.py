@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from cadre_desktop import fdlimit, logfilter
-from cadre_desktop.netguard import ConnectionGuard, bind_socket
+from cadre_desktop.logs import logfilter
+from cadre_desktop.net import fdlimit
+from cadre_desktop.net.netguard import ConnectionGuard, bind_socket
 from cadre_desktop.wire.http1 import HttpServer
 from cadre_desktop.wire.httpmsg import Answer
 from tests.support.clock import FakeClock

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from cadre_desktop.errors import Invalid, SettingsError
-from cadre_desktop.host.core.caps import caps_view, check_caps_change, node_caps
 from cadre_desktop.host.core.driver import NodeCaps
-from cadre_desktop.host.core.records import NodeStatus, record_from_row
-from cadre_desktop.host.local import caps, cgroups, scope, winjob
+from cadre_desktop.host.core.ops.caps import caps_view, check_caps_change, node_caps
+from cadre_desktop.host.core.records.records import NodeStatus, record_from_row
+from cadre_desktop.host.local.limits import caps, cgroups, scope
+from cadre_desktop.host.local.system import winjob
 from cadre_desktop.settings import Settings, parse_settings
 from tests.support.fake_caps import FakeChild, FakeJobOps, FakeKernel32, FakePriority, FakeScopeOps, v1_tree, v2_tree
 

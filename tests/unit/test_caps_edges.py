@@ -7,7 +7,7 @@ import aiohttp
 import pytest
 
 from cadre_desktop.cli import commands as cli
-from cadre_desktop.host.core.records import NodeStatus
+from cadre_desktop.host.core.records.records import NodeStatus
 from cadre_desktop.host.edges.control import ControlServer
 from cadre_desktop.host.host import Host
 from cadre_desktop.paths import Paths
@@ -121,8 +121,8 @@ def test_node_show_says_the_caps_in_words(served, capsys):
 # -- the host: its record, its views -------------------------------------------------------------
 
 async def test_a_hosts_views_carry_caps_and_set_node_caps_writes_the_record(tmp_path):
-    from cadre_desktop.host.core.records import NodeRecord
-    from cadre_desktop.host.core.secrets import SecretStore
+    from cadre_desktop.host.core.records.records import NodeRecord
+    from cadre_desktop.host.core.vault.secrets import SecretStore
     from tests.support.fake_driver import FakeOrchestrator
     from tests.support.keyrings import MemoryKeyring
 

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from cadre_desktop import __version__, logtail
+from cadre_desktop import __version__
 from cadre_desktop.cli import commands as cli
 from cadre_desktop.host.core.events import EventKind
+from cadre_desktop.logs import logtail
 from cadre_desktop.paths import resolve_paths
 from tests.support.fake_host import make_view
 from tests.support.polling import wait_until

@@ -12,7 +12,7 @@ import pytest
 from cadre_desktop.errors import SettingsError
 from cadre_desktop.host.conditions.judge import DEBOUNCE_S, Judge
 from cadre_desktop.host.conditions.schedule import Schedule
-from cadre_desktop.host.core.host_holds import ConditionsVerdict
+from cadre_desktop.host.core.supervision.host_holds import ConditionsVerdict
 from cadre_desktop.settings import Settings, parse_settings
 from tests.support.clock import FakeClock
 from tests.support.fake_conditions import FakeSource

@@ -324,7 +324,7 @@ def test_display_probe_answers_json_offscreen():
 # -- caps -------------------------------------------------------------------------------------------
 
 def test_doctor_says_how_caps_are_enforced_here():
-    from cadre_desktop.host.local import caps
+    from cadre_desktop.host.local.limits import caps
 
     result = doctor.check_caps(Settings(node_memory_mb=256), lambda: caps.choose("win32", "h"))
     assert (result.outcome, result.required) == (Outcome.OK, False)
@@ -332,7 +332,7 @@ def test_doctor_says_how_caps_are_enforced_here():
 
 
 def test_doctor_says_plainly_where_caps_are_priority_only():
-    from cadre_desktop.host.local import caps
+    from cadre_desktop.host.local.limits import caps
 
     result = doctor.check_caps(Settings(), lambda: caps.choose("darwin", "h"))
     assert result.outcome is Outcome.WARN

@@ -36,7 +36,7 @@ from cadre_desktop.errors import (
     message_of,
     wire_code,
 )
-from cadre_desktop.host.core.secrets import KeyringLocked, KeyringTimeout, KeyringUnavailable
+from cadre_desktop.host.core.vault.secrets import KeyringLocked, KeyringTimeout, KeyringUnavailable
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.lend_api import REFUSAL_STATUSES as LEND_STATUSES
 from cadre_desktop.host.edges.lend_api import LendServer
@@ -131,7 +131,7 @@ def test_there_is_one_class_of_each_name():
 
 
 def test_a_refused_file_is_an_oserror_and_an_error_of_the_machine(tmp_path):
-    from cadre_desktop.readfile import NotAFile, read_bytes
+    from cadre_desktop.files.readfile import NotAFile, read_bytes
 
     with pytest.raises(NotAFile) as refused:
         read_bytes(tmp_path, max_bytes=1024)
@@ -374,18 +374,18 @@ _REPORTED_OTHERWISE = {
     "cli/doctor.py:check_desktop": "the failure is the check's result, shown to the person",
     "cli/doctor.py:check_caps": "the failure is the check's result, shown to the person",
     "cli/doctor.py:probe_notifications": "no service answering is the check's result, shown to the person",
-    "host/core/secrets.py:_work": "the exception is handed to the caller's future",
+    "host/core/vault/secrets.py:_work": "the exception is handed to the caller's future",
     "host/conditions/dbusprop.py:_attempt": "the error is the reading (unknown, why in words); Changes logs each change",
     "host/conditions/dbusprop.py:_on_message": "the error is the reading (unknown, why in words); Changes logs each change",
     "host/conditions/idle.py:__call__": "each way's error is in the unknown reading when no way answers",
     "host/conditions/polled.py:run": "the exception is handed to the caller's future (in `work`, its thread)",
     "host/conditions/polled.py:work": "the exception is handed to the caller's future",
     "host/conditions/polled.py:poll_once": "the error is the reading (unknown, why in words); Changes logs each change",
-    "keyring_helper.py:_answer": "the error is the answer, handed to the host's call on the pipe (its type, no text)",
-    "logfilter.py:_decide": "a filter of the logging system: the handler reports the bad record itself",
-    "logsetup.py:handleError": "the log's own error note: stderr is gone, and there is no log left to tell",
+    "keyrings/keyring_helper.py:_answer": "the error is the answer, handed to the host's call on the pipe (its type, no text)",
+    "logs/logfilter.py:_decide": "a filter of the logging system: the handler reports the bad record itself",
+    "logs/logsetup.py:handleError": "the log's own error note: stderr is gone, and there is no log left to tell",
     "ui/app.py:_serve": "show_error logs it and shows it to the person",
-    "groupwriter.py:_write": "handed to every waiter's Future: each caller logs or raises it",
+    "files/groupwriter.py:_write": "handed to every waiter's Future: each caller logs or raises it",
     "ui/app.py:_start_engine": "show_error logs it and shows it to the person",
 }
 
@@ -423,7 +423,7 @@ def test_every_broad_except_hands_the_error_on_or_logs_it_and_says_why():
 # -- the excepts narrowed to what they meant -----------------------------------------------------
 
 def address_source(tmp_path):
-    from cadre_desktop.host.core.address import ConfiguredAddress
+    from cadre_desktop.host.core.ops.address import ConfiguredAddress
     from cadre_desktop.settings import Settings
 
     return ConfiguredAddress(tmp_path / "settings.json", Settings(advertise_host="192.0.2.7"))
@@ -439,7 +439,7 @@ def test_a_settings_file_broken_meanwhile_keeps_the_advertised_address_and_says_
 
 
 def test_reading_the_address_lets_anything_but_a_settings_error_through(tmp_path, monkeypatch):
-    from cadre_desktop.host.core import address
+    from cadre_desktop.host.core.ops import address
 
     def broken(path):
         raise RuntimeError("our bug")
@@ -461,7 +461,7 @@ def exit_noter(error: Exception):
 
 def test_an_exit_whose_record_cannot_be_read_is_logged_and_supervision_goes_on(caplog):
     from cadre_desktop.host.core.driver import Exit
-    from cadre_desktop.host.core.supervisor import Supervisor
+    from cadre_desktop.host.core.supervision.supervisor import Supervisor
 
     Supervisor._note_exit(exit_noter(StorageError("the records file is not JSON")), Exit("h", "n-1", 42, 1, False))
     assert "its record is unreadable: the records file is not JSON" in caplog.text
@@ -469,7 +469,7 @@ def test_an_exit_whose_record_cannot_be_read_is_logged_and_supervision_goes_on(c
 
 def test_a_broken_rule_of_the_lifecycle_is_not_taken_for_an_unreadable_record():
     from cadre_desktop.host.core.driver import Exit
-    from cadre_desktop.host.core.supervisor import Supervisor
+    from cadre_desktop.host.core.supervision.supervisor import Supervisor
 
     with pytest.raises(Bug):
         Supervisor._note_exit(exit_noter(Bug("exited may not leave node n-1 spawning")), Exit("h", "n-1", 42, 1, False))

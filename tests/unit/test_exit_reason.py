@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cadre_desktop.host.core.exits import ExitBook, reason_line
+from cadre_desktop.host.core.supervision.exits import ExitBook, reason_line
 
 ACCESS = '2026-12-02T02:00:00 INFO node n1 cadre.node.access: 127.0.0.1 "GET /status" 200 0.6ms'
 ERROR = "2026-12-02T02:00:00 ERROR node n1 cadre.node: cannot bind the P2P port 4001"

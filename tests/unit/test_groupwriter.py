@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import StorageError
-from cadre_desktop.groupwriter import GroupWriter
-from cadre_desktop.host.core import rowstore
+from cadre_desktop.files.atomicfile import write_json_atomic
+from cadre_desktop.files.groupwriter import GroupWriter
 from cadre_desktop.host.core.events import EventBus, EventKind, HostEvent
-from cadre_desktop.host.core.lifecycle import Change, Lifecycle
-from cadre_desktop.host.core.records import NodeRecord, NodeStatus
-from cadre_desktop.host.core.store import RecordStore
+from cadre_desktop.host.core.records import rowstore
+from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle
+from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
+from cadre_desktop.host.core.records.store import RecordStore
 from tests.support.clock import FakeClock
 
 WAIT_S = 10.0

@@ -10,12 +10,12 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
-from cadre_desktop.atomicfile import write_json_atomic
-from cadre_desktop.groupwriter import GroupWriter
-from cadre_desktop.host.core import history as history_module
+from cadre_desktop.files.atomicfile import write_json_atomic
+from cadre_desktop.files.groupwriter import GroupWriter
 from cadre_desktop.host.core.events import EventKind, HostEvent
-from cadre_desktop.host.core.history import KEEP_S, MAX_ENTRIES, HistoryState, NodeHistory, state_of_view
-from cadre_desktop.host.core.records import NodeStatus
+from cadre_desktop.host.core.ops import history as history_module
+from cadre_desktop.host.core.ops.history import KEEP_S, MAX_ENTRIES, HistoryState, NodeHistory, state_of_view
+from cadre_desktop.host.core.records.records import NodeStatus
 from tests.support.clock import FakeClock
 from tests.support.fake_host import make_view
 
@@ -163,7 +163,7 @@ async def test_a_save_after_events_is_written_on_the_hosts_writer_thread_and_the
     def write(path, doc, **kw):
         threads.append(threading.current_thread().name)
         real(path, doc, **kw)
-    monkeypatch.setattr("cadre_desktop.host.core.history.write_json_atomic", write)
+    monkeypatch.setattr("cadre_desktop.host.core.ops.history.write_json_atomic", write)
     writer = GroupWriter()
     history = NodeHistory(tmp_path / "node-history.json", FakeClock(), Views(), writer)
     changed(history)

@@ -14,12 +14,12 @@ import pytest
 
 from cadre_desktop.errors import InputError, InvalidState
 from cadre_desktop.host.core.clock import iso
-from cadre_desktop.host.core.decide import Decision
 from cadre_desktop.host.core.events import EventKind
-from cadre_desktop.host.core.records import SUPERVISED, HeldBy, NodeStatus
-from cadre_desktop.host.core.runfile import MAX_BYTES
-from cadre_desktop.host.core.store import RecordStore
-from cadre_desktop.host.core.views import hold_fields
+from cadre_desktop.host.core.ops.views import hold_fields
+from cadre_desktop.host.core.records.records import SUPERVISED, HeldBy, NodeStatus
+from cadre_desktop.host.core.records.store import RecordStore
+from cadre_desktop.host.core.supervision.decide import Decision
+from cadre_desktop.host.core.supervision.runfile import MAX_BYTES
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
@@ -222,9 +222,9 @@ async def test_a_run_json_not_taken_is_one_warning_and_an_ordinary_exit_0(rig, p
     folder = rig.work / "n1"
     folder.mkdir(parents=True)
     plant(folder)
-    with caplog.at_level(logging.WARNING, logger="cadre_desktop.host.core.runfile"):
+    with caplog.at_level(logging.WARNING, logger="cadre_desktop.host.core.supervision.runfile"):
         await exit_with(rig, 0)
-    warnings = [r for r in caplog.records if r.name == "cadre_desktop.host.core.runfile"]
+    warnings = [r for r in caplog.records if r.name == "cadre_desktop.host.core.supervision.runfile"]
     assert len(warnings) == 1 and "not taken" in warnings[0].getMessage()
     assert rig.rec().status in SUPERVISED and rig.orch.spawns_of("n1")
 
@@ -258,9 +258,9 @@ async def test_a_hold_survives_a_host_restart_and_a_sleep_keeps_its_wall_time(tm
 # -- the rules themselves: decide() alone --------------------------------------------------------
 
 def test_decide_holds_rules_one_by_one():
-    from cadre_desktop.host.core.decide import Observation, Policy, decide
     from cadre_desktop.host.core.driver import DriverStatus
-    from cadre_desktop.host.core.records import Hold, NodeRecord
+    from cadre_desktop.host.core.records.records import Hold, NodeRecord
+    from cadre_desktop.host.core.supervision.decide import Observation, Policy, decide
     from cadre_desktop.settings import Settings
     policy = Policy(Settings())
     hold = Hold(by=HeldBy.PERSON, reason="r", at="2026-01-01T00:00:00Z", wake_at="2026-01-01T00:01:00Z")

@@ -12,10 +12,10 @@ import pytest
 
 from cadre_desktop.errors import InputError, StorageError
 from cadre_desktop.host.core.clock import iso
-from cadre_desktop.host.core.decide import Decision
-from cadre_desktop.host.core.host_holds import PAUSE_REASON, ConditionsVerdict, HostHolds, load_pause
-from cadre_desktop.host.core.records import SUPERVISED, HeldBy, NodeStatus
-from cadre_desktop.host.core.views import hold_fields
+from cadre_desktop.host.core.ops.views import hold_fields
+from cadre_desktop.host.core.records.records import SUPERVISED, HeldBy, NodeStatus
+from cadre_desktop.host.core.supervision.decide import Decision
+from cadre_desktop.host.core.supervision.host_holds import PAUSE_REASON, ConditionsVerdict, HostHolds, load_pause
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
@@ -215,9 +215,9 @@ async def test_a_node_asleep_on_its_own_wakes_into_pause_all_without_a_start(rig
 # -- the rules alone ----------------------------------------------------------------------------
 
 def test_decide_on_a_node_the_host_holds():
-    from cadre_desktop.host.core.decide import Observation, Policy, decide
     from cadre_desktop.host.core.driver import DriverStatus
-    from cadre_desktop.host.core.records import Hold, NodeRecord
+    from cadre_desktop.host.core.records.records import Hold, NodeRecord
+    from cadre_desktop.host.core.supervision.decide import Observation, Policy, decide
     from cadre_desktop.settings import Settings
 
     policy = Policy(Settings())

@@ -1,5 +1,5 @@
 """The sizes a maintainer can hold in their head: no module of the package over 500
-lines, no function over 60. A longer one is split by what it does, not by where it
+lines, no function over 60, no folder over 15 modules. A longer one is split by what it does, not by where it
 happens to be long; these tests say which one grew. Also: every module on the map in
 docs/architecture.md, and no `asyncio.wait_for` (see `wait_for_calls`)."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 PKG = Path(__file__).parents[2] / "cadre_desktop"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
+MAX_FOLDER_MODULES = 15
 
 
 def sources() -> list[Path]:
@@ -114,3 +115,29 @@ def test_the_wait_for_rule_sees_a_call(tmp_path):
     planted.write_text("import asyncio\n\nasync def f(c):\n    return await asyncio.wait_for(c, 1)\n",
                        encoding="utf-8")
     assert wait_for_calls(planted, tmp_path) == ["cadre_desktop/waits.py:4"]
+
+
+def crowded_folders(root: Path, limit: int) -> list[str]:
+    """Folders of the package holding more than `limit` modules (`__init__.py` counted): a room a
+    reader can take in at a glance holds about a dozen, and one that grows is split by kind."""
+    counts: dict[Path, int] = {}
+    for path in root.rglob("*.py"):
+        if "__pycache__" not in path.parts:
+            counts[path.parent] = counts.get(path.parent, 0) + 1
+    return sorted(f"{folder.relative_to(root.parent).as_posix()} ({n} modules)"
+                  for folder, n in counts.items() if n > limit)
+
+
+def test_no_folder_of_the_package_holds_over_15_modules():
+    assert len(sources()) > 100
+    assert crowded_folders(PKG, MAX_FOLDER_MODULES) == []
+
+
+def test_the_folder_rule_sees_a_sixteenth_module(tmp_path):
+    room = tmp_path / "cadre_desktop" / "room"
+    room.mkdir(parents=True)
+    for i in range(15):
+        (room / f"m{i}.py").write_text("")
+    assert crowded_folders(tmp_path / "cadre_desktop", MAX_FOLDER_MODULES) == []
+    (room / "m15.py").write_text("")
+    assert crowded_folders(tmp_path / "cadre_desktop", MAX_FOLDER_MODULES) == ["cadre_desktop/room (16 modules)"]

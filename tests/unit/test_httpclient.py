@@ -1,4 +1,4 @@
-"""The small h11 client the host and the node share (cadre_desktop/httpclient.py), against raw servers."""
+"""The small h11 client the host and the node share (cadre_desktop/net/httpclient.py), against raw servers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from cadre_desktop import httpclient
+from cadre_desktop.net import httpclient
 from tests.support.polling import async_wait_until
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"

@@ -13,11 +13,11 @@ import sys
 import pytest
 
 from cadre_desktop.errors import SecretsError
-from cadre_desktop.host.core.keyring_gate import KeyringGate
-from cadre_desktop.host.core.secrets import SecretStore, make_calls
-from cadre_desktop.keyring_calls import BackendCalls
-from cadre_desktop.keyring_helper import FLAG, HelperCalls, helper_command, isolate_by_default, serve
-from cadre_desktop.keyring_names import KeyringLocked, KeyringUnavailable, SecretKind, Where
+from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
+from cadre_desktop.host.core.vault.secrets import SecretStore, make_calls
+from cadre_desktop.keyrings.keyring_calls import BackendCalls
+from cadre_desktop.keyrings.keyring_helper import FLAG, HelperCalls, helper_command, isolate_by_default, serve
+from cadre_desktop.keyrings.keyring_names import KeyringLocked, KeyringUnavailable, SecretKind, Where
 from tests.support.keyrings import FILE_ENV, MemoryKeyring
 from tests.support.polling import wait_until
 from tests.support.processes import ended
@@ -45,7 +45,7 @@ def test_linux_uses_the_helper_windows_and_macos_call_in_process():
 
 
 def test_the_helper_is_this_python_or_the_bundle_with_its_flag():
-    assert helper_command(frozen=False, executable="/py") == ["/py", "-m", "cadre_desktop.keyring_helper"]
+    assert helper_command(frozen=False, executable="/py") == ["/py", "-m", "cadre_desktop.keyrings.keyring_helper"]
     assert helper_command(frozen=True, executable="/opt/cadre-desktop") == ["/opt/cadre-desktop", FLAG]
 
 
@@ -230,7 +230,7 @@ def test_the_engine_reading_a_secret_never_loads_the_keyring_library(file_keyrin
     code = (
         "import asyncio, sys\n"
         "import cadre_desktop.host.host\n"
-        "from cadre_desktop.host.core.secrets import SecretStore, SecretKind\n"
+        "from cadre_desktop.host.core.vault.secrets import SecretStore, SecretKind\n"
         "async def main():\n"
         "    store = SecretStore(home_id='hhome0001')\n"
         "    await store.set('n1', SecretKind.CLAIM, 's3cret')\n"

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from cadre_desktop.errors import StorageError
-from cadre_desktop.host.core.records import NodeRecord, NodeStatus
-from cadre_desktop.host.core.secrets import SERVICE, SecretKind, SecretStore, move_legacy_entries
-from cadre_desktop.host.core.store import FILE_VERSION, KEYRING_LAYOUT, RecordStore
+from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
+from cadre_desktop.host.core.records.store import FILE_VERSION, KEYRING_LAYOUT, RecordStore
+from cadre_desktop.host.core.vault.secrets import SERVICE, SecretKind, SecretStore, move_legacy_entries
 from tests.support.keyrings import MemoryKeyring
 
 STAMP = "2026-01-01T00:00:00.000Z"

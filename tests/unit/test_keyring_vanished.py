@@ -10,8 +10,8 @@ import keyring.errors
 import pytest
 
 from cadre_desktop.errors import SecretsError
-from cadre_desktop.keyring_calls import BackendCalls
-from cadre_desktop.keyring_names import KeyringUnavailable, SecretKind, Where
+from cadre_desktop.keyrings.keyring_calls import BackendCalls
+from cadre_desktop.keyrings.keyring_names import KeyringUnavailable, SecretKind, Where
 from tests.support.keyrings import MemoryKeyring
 
 WHERE = Where("h0123456789abcdef", False)

@@ -46,7 +46,7 @@ def test_the_wire_format_imports_only_the_basics():
 #: What each room of the engine may import of the others (host/__init__.py and each room's docstring say why).
 ROOMS = {
     "host/core": set(),
-    "host/local": {"cadre_desktop.host.core.driver", "cadre_desktop.host.core.events", "cadre_desktop.host.core.jsondoc"},
+    "host/local": {"cadre_desktop.host.core.driver", "cadre_desktop.host.core.events", "cadre_desktop.host.core.records.jsondoc"},
     "host/lending": {"cadre_desktop.host.core"},
     "host/edges": {"cadre_desktop.host.core", "cadre_desktop.host.lending"},
     "host/conditions": {"cadre_desktop.host.core"},
@@ -124,18 +124,18 @@ def test_the_tray_app_and_the_headless_host_load_no_tls():
     OpenSSL is about 8 MB of the tray.
     The CLI's urllib client, which brings ssl, is built only when a command asks the host."""
     script = (
-        "from cadre_desktop.plainasync import import_without_openssl\n"
+        "from cadre_desktop.net.plainasync import import_without_openssl\n"
         "assert import_without_openssl()\n"
         "import cadre_desktop.cli, cadre_desktop.cli.start, cadre_desktop.cli.headless, cadre_desktop.host.host, cadre_desktop.ui.app\n"
-        "import cadre_desktop.ui.shell, cadre_desktop.ui.tray, cadre_desktop.host.lend_host, qasync\n"
+        "import cadre_desktop.ui.shell, cadre_desktop.ui.tray.tray, cadre_desktop.host.lend_host, qasync\n"
     )
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     assert loaded_after(script, ("ssl", "_ssl", "_hashlib", "urllib.request", "http"), env) == []
 
 
 #: Modules both the node and the host may import (the node imports nothing from host/).
-SHARED = ("text.py", "netguard.py", "logfilter.py", "fdlimit.py", "logpump.py", "logkeeper.py", "atomicfile.py",
-          "errors.py", "httpclient.py", "plainasync.py")
+SHARED = ("text.py", "net/netguard.py", "logs/logfilter.py", "net/fdlimit.py", "logs/logpump.py", "logs/logkeeper.py", "files/atomicfile.py",
+          "errors.py", "net/httpclient.py", "net/plainasync.py")
 
 
 def test_shared_modules_import_neither_host_nor_node_nor_ui():
@@ -146,24 +146,26 @@ def test_shared_modules_import_neither_host_nor_node_nor_ui():
 
 
 def test_node_imports_only_itself_and_the_shared_modules():
-    allowed = {f"cadre_desktop.{name[:-3]}" for name in SHARED} | {"cadre_desktop"}
+    allowed = {"cadre_desktop." + name[:-3].replace("/", ".") for name in SHARED} | {"cadre_desktop"}
     for path in sources("node"):
-        for module in imported_modules(path):
+        for base, item in imported(PKG, path):
+            # `from cadre_desktop.net import plainasync` imports the module cadre_desktop.net.plainasync
+            module = f"{base}.{item}" if item and f"{base}.{item}" in allowed else base
             if module.startswith("cadre_desktop") and not module.startswith(("cadre_desktop.node", "cadre_desktop.wire")):
                 assert module in allowed, f"{path} imports {module}"
 
 
 def test_the_log_pump_needs_only_the_standard_library():
     # It runs as `python -I -S logpump.py`: no site-packages, not even our own package.
-    for module in imported_modules(PKG / "logpump.py"):
+    for module in imported_modules(PKG / "logs/logpump.py"):
         assert module.split(".")[0] in sys.stdlib_module_names or module == "__future__", module
 
 
 def test_the_log_keeper_needs_only_the_standard_library_and_the_pump():
     # It runs as `python -I -S logkeeper.py`: its one neighbour is logpump.py, found beside it.
-    modules = imported_modules(PKG / "logkeeper.py")
-    assert "cadre_desktop.logpump" in modules
-    for module in modules - {"cadre_desktop.logpump", "logpump"}:
+    modules = imported_modules(PKG / "logs/logkeeper.py")
+    assert "cadre_desktop.logs.logpump" in modules
+    for module in modules - {"cadre_desktop.logs.logpump", "logpump"}:
         assert module.split(".")[0] in sys.stdlib_module_names or module == "__future__", module
 
 
@@ -186,6 +188,10 @@ def test_the_engine_speaks_to_compute_only_through_the_driver_seam():
         assert not any(m.startswith("cadre_desktop.host.local") for m in imports), path
 
 
+#: The basics' rooms beside the package's top-level modules: files, logs, the keyring's calls, the network.
+BASICS_ROOMS = ("files", "logs", "keyrings", "net")
+
+
 def test_shared_basics_at_the_top_level_import_no_layer_above_them():
     """The package's top level holds the basics every layer shares (paths, settings,
     errors, atomic files, text, logging set-up, autostart): none of them reaches up into
@@ -193,7 +199,8 @@ def test_shared_basics_at_the_top_level_import_no_layer_above_them():
     above = ("cadre_desktop.host", "cadre_desktop.node", "cadre_desktop.ui", "cadre_desktop.cli",
              "PySide6", "qasync")
     basics = [p for p in sources(pattern="*.py") if p.name not in ("__main__.py",)]
-    assert len(basics) >= 10
+    basics += [p for room in BASICS_ROOMS for p in sources(room)]
+    assert len(basics) >= 20
     for path in basics:
         for module in imported_modules(path):
             assert not module.startswith(above), f"{path.name} imports {module}"
@@ -223,12 +230,12 @@ def test_the_command_line_front_ends_load_no_qt():
 #: creating a record owns it before any pass sees it; Remove must win against a long pass and
 #: re-reads; a Quit stops what is left after the supervisor stopped.
 CHILD_EFFECTS_ALLOWED = {
-    ("host/core/supervisor.py", "*"),
-    ("host/core/starts.py", "*"),  # the supervisor's one start (`Supervisor.start_node`), on its queue
-    ("host/core/service.py", "work"),  # Retry, Restart, Resume: run by supervisor.serialize
-    ("host/core/provision.py", "create"),  # a first start: the row is in its kind's creating status, no pass touches it
-    ("host/core/service.py", "_clean_up_removed"),  # Remove: the record is gone first
-    ("host/core/service.py", "reclaim_orphan"),  # no record names it: no pass touches it
+    ("host/core/supervision/supervisor.py", "*"),
+    ("host/core/supervision/starts.py", "*"),  # the supervisor's one start (`Supervisor.start_node`), on its queue
+    ("host/core/ops/service.py", "work"),  # Retry, Restart, Resume: run by supervisor.serialize
+    ("host/core/ops/provision.py", "create"),  # a first start: the row is in its kind's creating status, no pass touches it
+    ("host/core/ops/service.py", "_clean_up_removed"),  # Remove: the record is gone first
+    ("host/core/ops/service.py", "reclaim_orphan"),  # no record names it: no pass touches it
     ("host/lending/service.py", "clean_up"),  # ending a loan: the row is gone first, as at Remove
     ("host/host.py", "_teardown"),
 }
@@ -269,3 +276,43 @@ def test_the_check_of_child_effects_finds_a_stop_outside_the_queue(tmp_path):
     planted = tmp_path / "probe.py"
     planted.write_text("class P:\n    def _stop_later(self, h):\n        return self.driver.stop(h)\n")
     assert _child_effects(planted) == [("_stop_later", 3)]
+
+
+#: The core's rooms from the bottom up: each may import its own and those before it (the seam
+#: at the core's top is before all of them).
+CORE_ROOMS = ("host/core", "host/core/vault", "host/core/records", "host/core/supervision", "host/core/ops")
+
+
+def core_room_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:3] != ["cadre_desktop", "host", "core"]:
+        return None
+    inner = "host/core/" + parts[3] if len(parts) > 4 else ""
+    return inner if inner in CORE_ROOMS else "host/core"
+
+
+def core_room_violations(pkg: Path) -> list[str]:
+    """Imports, type-only ones too, from a room of the core to a room above it."""
+    found = []
+    for path in sorted((pkg / "host" / "core").rglob("*.py")):
+        here = core_room_of("cadre_desktop." + ".".join(path.relative_to(pkg).with_suffix("").parts))
+        assert here is not None
+        for base, item in imported(pkg, path):
+            there = core_room_of(f"{base}.{item}" if item else base)
+            if there is not None and CORE_ROOMS.index(there) > CORE_ROOMS.index(here):
+                found.append(f"{path.relative_to(pkg)} imports {base}")
+    return found
+
+
+def test_each_room_of_the_core_imports_only_the_rooms_below_it():
+    assert core_room_violations(PKG) == []
+
+
+def test_the_core_room_check_sees_a_planted_upward_import(tmp_path):
+    pkg = tmp_path / "cadre_desktop"
+    for room in CORE_ROOMS:
+        (pkg / room).mkdir(parents=True, exist_ok=True)
+        (pkg / room / "__init__.py").write_text("")
+    (pkg / "host/core/records/planted.py").write_text("from cadre_desktop.host.core.ops.views import NodeView\n")
+    (pkg / "host/core/ops/fine.py").write_text("from cadre_desktop.host.core.records import lifecycle\n")
+    assert core_room_violations(pkg) == ["host/core/records/planted.py imports cadre_desktop.host.core.ops.views"]

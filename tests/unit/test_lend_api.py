@@ -14,7 +14,7 @@ import socket
 import aiohttp
 import pytest
 
-from cadre_desktop.host.core.secrets import SecretKind
+from cadre_desktop.host.core.vault.secrets import SecretKind
 from cadre_desktop.host.edges.lend_api import LendServer
 from cadre_desktop.wire.keys import b64url
 from tests.support.lend_rig import OWNER_KEY, LendRig

@@ -13,7 +13,7 @@ import pytest
 
 from cadre_desktop.errors import SpawnError, wire_code
 from cadre_desktop.host.core.events import EventKind
-from cadre_desktop.host.core.secrets import SecretKind
+from cadre_desktop.host.core.vault.secrets import SecretKind
 from cadre_desktop.host.edges.lend_api import REFUSAL_STATUSES
 from cadre_desktop.host.lending.donations import DonationStatus
 from cadre_desktop.host.lending.service import LendRefused
@@ -360,10 +360,10 @@ async def test_an_end_of_loan_left_unfinished_is_finished(rig):
 # -- drop and restore of handles ----------------------------------------------------------------------
 
 async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leaks_no_port(tmp_path):
-    from cadre_desktop.host.local import procs
     from cadre_desktop.host.local.handles import Handle
     from cadre_desktop.host.local.orchestrator import Orchestrator
     from cadre_desktop.host.local.ports import PortAllocator
+    from cadre_desktop.host.local.system import procs
     from cadre_desktop.paths import Paths
 
     rig = LendRig(tmp_path)
@@ -395,7 +395,7 @@ async def test_the_reaper_waits_while_the_keyring_refuses_and_catches_up_after(r
     grant, _ = await rig.grant()
     donation = await rig.request(grant)
     await rig.clock.run_for(121)  # past the provisioning TTL
-    from cadre_desktop.host.core.keyring_gate import KeyringCondition
+    from cadre_desktop.host.core.vault.keyring_gate import KeyringCondition
 
     rig.gate.condition = KeyringCondition("keyring_locked", "The keyring is locked.")
     assert await rig.lending.reap() == [] and rig.drow(donation.id) is not None
@@ -406,7 +406,7 @@ async def test_the_reaper_waits_while_the_keyring_refuses_and_catches_up_after(r
 async def test_a_revoke_on_a_locked_keyring_finishes_its_deletes_once_it_is_unlocked(rig):
     """Issue 27: nothing else asks the keyring afterwards; the gate probes by itself."""
     from cadre_desktop.errors import SecretsError
-    from cadre_desktop.host.core.keyring_gate import RETRY_MAX_S
+    from cadre_desktop.host.core.vault.keyring_gate import RETRY_MAX_S
 
     grant, _ = await rig.grant()
     donation = await rig.request(grant)
@@ -428,7 +428,7 @@ async def test_a_revoke_on_a_locked_keyring_finishes_its_deletes_once_it_is_unlo
 def test_a_home_that_only_lends_keeps_its_home_id_before_naming_a_keyring_entry(tmp_path):
     """Bug: a home with no hosted node never wrote hosted-nodes.json, so each start made up a
     new home id and could not find the grant and seed tokens the last run stored."""
-    from cadre_desktop.host.core.store import RecordStore
+    from cadre_desktop.host.core.records.store import RecordStore
 
     store = RecordStore(tmp_path / "hosted-nodes.json")
     first = store.home_id
@@ -457,7 +457,7 @@ async def test_a_lent_node_paused_by_its_owner_stops_spends_nothing_and_its_borr
 
 
 async def test_pause_all_holds_a_lent_node_and_its_end_starts_it_again(rig, tmp_path):
-    from cadre_desktop.host.core.host_holds import HostHolds
+    from cadre_desktop.host.core.supervision.host_holds import HostHolds
 
     holds = HostHolds(tmp_path / "host-pause.json", rig.clock)
     rig.sup.observer.host_hold = holds.wanted

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from cadre_desktop import logkeeper
+from cadre_desktop.logs import logkeeper
 
 
 def closed(fd: int) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from cadre_desktop import logpump
 from cadre_desktop.host.local import nodelogs
+from cadre_desktop.logs import logpump
 from tests.support.polling import wait_until
 
 

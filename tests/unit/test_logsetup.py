@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 import logging
 
-from cadre_desktop import logsetup
-from cadre_desktop.logsetup import PrivateRotatingFileHandler
+from cadre_desktop.logs import logsetup
+from cadre_desktop.logs.logsetup import PrivateRotatingFileHandler
 
 
 def test_a_log_that_cannot_be_written_is_one_short_note_never_a_traceback_per_record(tmp_path, capsys,

@@ -1,7 +1,7 @@
 """The one reader of a log's end (logtail), as the CLI, the host's NodeLogs and doctor use it."""
 
-from cadre_desktop import logtail
 from cadre_desktop.host.local.nodelogs import HEADER_PREFIX, NodeLogs
+from cadre_desktop.logs import logtail
 from cadre_desktop.paths import Paths
 
 

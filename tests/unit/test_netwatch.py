@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from cadre_desktop.host.core.netwatch import AddressWatcher
-from cadre_desktop.host.core.records import NodeStatus
+from cadre_desktop.host.core.ops.netwatch import AddressWatcher
+from cadre_desktop.host.core.records.records import NodeStatus
 from tests.support.clock import FakeClock, settle
 from tests.support.polling import async_wait_until
 from tests.support.rig import Answers
@@ -96,8 +96,8 @@ async def test_wake_is_a_gap_between_wall_and_monotonic_clocks():
 
 async def restart_stale(rig, new_address):
     """What the host does with its nodes on a new address, on the rig's parts."""
-    from cadre_desktop.host.core.netwatch import restart_stale
-    from cadre_desktop.host.core.records import SUPERVISED
+    from cadre_desktop.host.core.ops.netwatch import restart_stale
+    from cadre_desktop.host.core.records.records import SUPERVISED
 
     await restart_stale(rig.store.list(), SUPERVISED, rig.orch, rig.service.restart, new_address, "node")
 
@@ -118,7 +118,7 @@ async def test_change_restarts_only_stale_running_supervised_nodes_without_budge
 
 
 async def test_after_a_wake_every_node_is_probed_at_once(rig):
-    from cadre_desktop.host.core.probe import Probe
+    from cadre_desktop.host.core.supervision.probe import Probe
 
     rig.node("a", live=True)
     rig.node("b", live=True)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from cadre_desktop.errors import SettingsError, StorageError
-from cadre_desktop.host.core.preflight import check_bind_host, machine_addresses, prepare_home
+from cadre_desktop.files.readfile import NotAFile, TooLarge, read_bytes
+from cadre_desktop.host.core.records.preflight import check_bind_host, machine_addresses, prepare_home
 from cadre_desktop.paths import resolve_paths
-from cadre_desktop.readfile import NotAFile, TooLarge, read_bytes
 from cadre_desktop.settings import parse_settings
 
 
@@ -87,7 +87,7 @@ def test_prepare_home_names_what_is_wrong(tmp_path):
 def test_host_log_rotations_are_created_0600_whatever_the_umask(tmp_path):
     import logging
 
-    from cadre_desktop.logsetup import PrivateRotatingFileHandler
+    from cadre_desktop.logs.logsetup import PrivateRotatingFileHandler
 
     old = os.umask(0o022)
     try:

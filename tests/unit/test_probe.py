@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cadre_desktop.host.core.events import EventKind
-from cadre_desktop.host.core.probe import STEADY_FACTOR, WAIT_S
-from cadre_desktop.host.core.records import NodeMode, NodeStatus
+from cadre_desktop.host.core.records.records import NodeMode, NodeStatus
+from cadre_desktop.host.core.supervision.probe import STEADY_FACTOR, WAIT_S
 from tests.support.clock import settle
 from tests.support.rig import Rig, WaitingAnswers
 
@@ -355,9 +355,9 @@ async def test_a_probe_the_host_could_not_make_for_want_of_descriptors_is_no_sil
 async def test_the_status_fetch_tells_a_descriptor_shortage_from_a_silence(monkeypatch):
     import errno
 
-    from cadre_desktop import httpclient
     from cadre_desktop.errors import OutOfDescriptors
-    from cadre_desktop.host.core.probe import HttpStatusFetcher
+    from cadre_desktop.host.core.supervision.probe import HttpStatusFetcher
+    from cadre_desktop.net import httpclient
 
     fetcher = HttpStatusFetcher("127.0.0.1", 1.0)
     failure: list[OSError] = [OSError(errno.EMFILE, "Too many open files")]

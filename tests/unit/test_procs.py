@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cadre_desktop.host.local import procs
+from cadre_desktop.host.local.system import procs
 
 
 class Recorder:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cadre_desktop.host.local import procs, proctree, winjob
+from cadre_desktop.host.local import proctree
 from cadre_desktop.host.local.handles import STATE_VERSION, Handle, read_state
+from cadre_desktop.host.local.system import procs, winjob
 from cadre_desktop.host.local.teardown import Ender
 from tests.support.lock_holder import HOLD_LOCK
 from tests.support.polling import wait_until

@@ -2,7 +2,7 @@ import pytest
 from keyring.backends import fail, null
 
 from cadre_desktop.errors import SecretsError
-from cadre_desktop.host.core.secrets import SERVICE, KeyringLocked, KeyringUnavailable, SecretKind, SecretStore, new_claim_secret
+from cadre_desktop.host.core.vault.secrets import SERVICE, KeyringLocked, KeyringUnavailable, SecretKind, SecretStore, new_claim_secret
 from tests.support.keyrings import BrokenKeyring, LockedKeyring, MemoryKeyring
 
 SECRET = "the-claim-secret-value"
@@ -88,7 +88,7 @@ def test_a_keyring_call_stuck_on_a_prompt_never_keeps_a_quitting_app_alive():
     code = (
         "import asyncio, threading\n"
         "from keyring.backend import KeyringBackend\n"
-        "from cadre_desktop.host.core.secrets import KeyringTimeout, SecretKind, SecretStore\n"
+        "from cadre_desktop.host.core.vault.secrets import KeyringTimeout, SecretKind, SecretStore\n"
         "class Stuck(KeyringBackend):\n"
         "    priority = 1\n"
         "    def get_password(self, s, u): threading.Event().wait(600)\n"

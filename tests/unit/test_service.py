@@ -6,9 +6,9 @@ import pytest
 
 from cadre_desktop.errors import Invalid, InvalidState, NoSuchThing, SecretsError, SpawnError, StorageError
 from cadre_desktop.host.core.events import EventKind
-from cadre_desktop.host.core.keyring_gate import RETRY_FIRST_S
-from cadre_desktop.host.core.records import NodeMode, NodeStatus, RespawnInfo
-from cadre_desktop.host.core.secrets import SERVICE, SecretKind
+from cadre_desktop.host.core.records.records import NodeMode, NodeStatus, RespawnInfo
+from cadre_desktop.host.core.vault.keyring_gate import RETRY_FIRST_S
+from cadre_desktop.host.core.vault.secrets import SERVICE, SecretKind
 from tests.support.keyrings import LockedKeyring
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
@@ -56,7 +56,7 @@ async def test_failed_spawn_unwinds_everything(rig):
 
 async def test_locked_keyring_fails_add_with_nothing_left(tmp_path):
     r = Rig(tmp_path)
-    from cadre_desktop.host.core.secrets import SecretStore
+    from cadre_desktop.host.core.vault.secrets import SecretStore
     r.gate.secrets = SecretStore(LockedKeyring())
     with pytest.raises(SecretsError) as err:
         await r.service.add("A")

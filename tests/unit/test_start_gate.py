@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cadre_desktop.host.core.gate import BOUND_S, machine_limit
-from cadre_desktop.host.core.records import NodeStatus
+from cadre_desktop.host.core.records.records import NodeStatus
+from cadre_desktop.host.core.supervision.gate import BOUND_S, machine_limit
 from tests.support.clock import settle
 from tests.support.rig import Rig
 

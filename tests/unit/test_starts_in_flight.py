@@ -7,10 +7,10 @@ import asyncio
 import threading
 from datetime import datetime
 
-from cadre_desktop.host.core.holds import person_hold
-from cadre_desktop.host.core.lifecycle import Change
-from cadre_desktop.host.core.records import NodeStatus
-from cadre_desktop.host.local import procs
+from cadre_desktop.host.core.records.lifecycle import Change
+from cadre_desktop.host.core.records.records import NodeStatus
+from cadre_desktop.host.core.supervision.holds import person_hold
+from cadre_desktop.host.local.system import procs
 from tests.support.polling import async_wait_until
 from tests.support.real_orchestrator import make_orchestrator
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from cadre_desktop.host.core.probe import MAX_STATUS_BYTES, HttpStatusFetcher, sanitize_status
+from cadre_desktop.host.core.supervision.probe import MAX_STATUS_BYTES, HttpStatusFetcher, sanitize_status
 
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J"
 

@@ -3,10 +3,10 @@ import os
 
 import pytest
 
-from cadre_desktop.atomicfile import write_bytes_atomic
 from cadre_desktop.errors import StorageError
-from cadre_desktop.host.core.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo
-from cadre_desktop.host.core.store import FILE_VERSION, RecordStore
+from cadre_desktop.files.atomicfile import write_bytes_atomic
+from cadre_desktop.host.core.records.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo
+from cadre_desktop.host.core.records.store import FILE_VERSION, RecordStore
 
 
 def rec(node_id="n1", **kw) -> NodeRecord:

@@ -10,14 +10,14 @@ import shutil
 import pytest
 
 from cadre_desktop.errors import InvalidState, SecretsError, StorageError
-from cadre_desktop.host.core.decide import Decision, Observation, Policy, SecretState, decide
 from cadre_desktop.host.core.driver import DriverStatus, NodeDriver
 from cadre_desktop.host.core.events import EventKind
-from cadre_desktop.host.core.keyring_gate import RETRY_FIRST_S, RETRY_MAX_S
-from cadre_desktop.host.core.probe import STEADY_FACTOR
-from cadre_desktop.host.core.records import NodeStatus, StartMark
-from cadre_desktop.host.core.secrets import SERVICE, SecretKind
-from cadre_desktop.host.core.store import RecordStore
+from cadre_desktop.host.core.records.records import NodeStatus, StartMark
+from cadre_desktop.host.core.records.store import RecordStore
+from cadre_desktop.host.core.supervision.decide import Decision, Observation, Policy, SecretState, decide
+from cadre_desktop.host.core.supervision.probe import STEADY_FACTOR
+from cadre_desktop.host.core.vault.keyring_gate import RETRY_FIRST_S, RETRY_MAX_S
+from cadre_desktop.host.core.vault.secrets import SERVICE, SecretKind
 from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.settings import Settings
 from tests.support.fake_driver import FakeOrchestrator
@@ -279,7 +279,7 @@ async def test_a_requested_stop_is_no_exit_event(rig):
 
 
 def test_decision_table_of_a_down_node():
-    from cadre_desktop.host.core.records import NodeRecord, RespawnInfo
+    from cadre_desktop.host.core.records.records import NodeRecord, RespawnInfo
     rec = NodeRecord(id="n", name="n", status=NodeStatus.JOINED, handle="h", respawn=RespawnInfo(2, "x"))
     policy = Policy(Settings())
     down = Observation(status=DriverStatus.FAILED, since_attempt_s=5)

@@ -9,10 +9,10 @@ import json
 from datetime import timedelta
 
 from cadre_desktop.host.core.clock import iso
-from cadre_desktop.host.core.decide import starting_words
-from cadre_desktop.host.core.records import StartMark
-from cadre_desktop.host.core.store import RecordStore
-from cadre_desktop.host.core.views import NodeViews
+from cadre_desktop.host.core.ops.views import NodeViews
+from cadre_desktop.host.core.records.records import StartMark
+from cadre_desktop.host.core.records.store import RecordStore
+from cadre_desktop.host.core.supervision.decide import starting_words
 from tests.support.clock import settle
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
@@ -126,15 +126,15 @@ async def test_a_view_of_a_start_in_progress_says_it_in_the_seeds_words(rig):
 
 
 def test_every_kind_of_record_has_every_change_in_its_transition_table():
-    from cadre_desktop.host.core.lifecycle import HOSTED, Change
+    from cadre_desktop.host.core.records.lifecycle import HOSTED, Change
     from cadre_desktop.host.lending.kind import DONATED
     for kind in (HOSTED, DONATED):
         assert set(kind.transitions) == set(Change), f"{kind.noun}: {set(Change) - set(kind.transitions)}"
 
 
 def test_the_rule_table_names_every_decision():
-    from cadre_desktop.host.core import decide as decide_module
-    from cadre_desktop.host.core.decide import Decision
+    from cadre_desktop.host.core.supervision import decide as decide_module
+    from cadre_desktop.host.core.supervision.decide import Decision
     table = decide_module.__doc__
     missing = [d.name for d in Decision if f"-> {d.name}" not in table]
     assert not missing

@@ -11,7 +11,7 @@ import pytest
 
 from cadre_desktop.errors import OutOfDescriptors, SpawnError
 from cadre_desktop.host.core.events import EventKind
-from cadre_desktop.host.core.records import NodeMode, NodeStatus
+from cadre_desktop.host.core.records.records import NodeMode, NodeStatus
 from cadre_desktop.host.live_settings import apply_settings
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
@@ -72,7 +72,7 @@ async def test_refill_rereads_the_record_and_never_writes_a_stale_snapshot(rig):
     # A claim lands after the pass took its snapshot.
     rig.store.put(rig.rec().replace(status=NodeStatus.JOINED, cadre="family"))
     verdict = rig.sup.observe(snapshot)
-    from cadre_desktop.host.core.decide import decide
+    from cadre_desktop.host.core.supervision.decide import decide
     await rig.sup._carry_out(rig.lifecycle, snapshot, decide(snapshot, verdict, rig.sup.policy))
     assert rig.rec().cadre == "family" and rig.rec().status is NodeStatus.JOINED
     assert rig.rec().attempts == 0
@@ -403,7 +403,7 @@ async def test_remove_of_an_orphans_id_stops_it_and_deletes_nothing(rig):
 
 
 async def test_a_quit_leaves_orphans_running(rig):
-    from cadre_desktop.host.core.orphans import find_orphans
+    from cadre_desktop.host.core.supervision.orphans import find_orphans
     rig.node("kept", live=True)
     orphan = rig.orch.add_live("ghost")
     left = find_orphans(rig.orch, rig.sup.lifecycles)

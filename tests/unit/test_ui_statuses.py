@@ -83,7 +83,7 @@ def f(v, status):
 
 def test_the_check_leaves_enum_members_and_other_strings_alone():
     source = '''
-from cadre_desktop.host.core.records import NodeStatus, SUPERVISED
+from cadre_desktop.host.core.records.records import NodeStatus, SUPERVISED
 def f(v):
     a = v.status == NodeStatus.ERROR
     b = v.status in (NodeStatus.SPAWNING, NodeStatus.JOINING)

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from cadre_desktop.host.core.address import ConfiguredAddress
 from cadre_desktop.host.core.events import Listeners
-from cadre_desktop.host.core.records import NodeStatus
-from cadre_desktop.host.core.views import NodeView
+from cadre_desktop.host.core.ops.address import ConfiguredAddress
+from cadre_desktop.host.core.ops.views import NodeView
+from cadre_desktop.host.core.records.records import NodeStatus
 from cadre_desktop.settings import Settings
 
 
@@ -63,7 +63,7 @@ def test_both_kinds_of_view_are_supervised_views():
     """The shared base the front ends read through: every field it names is a field of both views."""
     import dataclasses
 
-    from cadre_desktop.host.core.views import NodeView, SupervisedView
+    from cadre_desktop.host.core.ops.views import NodeView, SupervisedView
     from cadre_desktop.host.lending.views import DonationView
 
     shared = {name for name, value in vars(SupervisedView).items() if isinstance(value, property)}

@@ -10,7 +10,7 @@
   not stopped and started more than once a minute by a flapping source); a change back inside
   it cancels the pending one. A new reason for a hold already taken is taken at once (nothing
   starts or stops for it).
-* Every change taken is told (`on_change`): the host's holds (`host/core/host_holds.py`)
+* Every change taken is told (`on_change`): the host's holds (`host/core/supervision/host_holds.py`)
   spend a person's Resume and ask the supervisor for a pass, which holds or releases nodes on
   its serial queue. The judge itself acts on no node.
 
@@ -30,7 +30,7 @@ from typing import Any
 from cadre_desktop.host.conditions.schedule import Schedule, local_zone
 from cadre_desktop.host.conditions.source import ConditionSource, Reading
 from cadre_desktop.host.core.clock import Clock, iso
-from cadre_desktop.host.core.host_holds import ConditionsVerdict
+from cadre_desktop.host.core.supervision.host_holds import ConditionsVerdict
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cadre_desktop.host.core.caps import CAPS_FIELDS, check_caps_change
+from cadre_desktop.host.core.ops.caps import CAPS_FIELDS, check_caps_change
 from cadre_desktop.host.edges.router import RouteDef, json_answer
 from cadre_desktop.wire.httpmsg import Answer, Request
 

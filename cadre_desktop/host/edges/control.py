@@ -39,19 +39,19 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop import __version__
-from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import ApiError, Bug, CadreError, Invalid, NoSuchThing, StorageError
+from cadre_desktop.files.atomicfile import write_json_atomic
+from cadre_desktop.files.readfile import read_bytes
 from cadre_desktop.host.core.events import LENDING_EVENTS, HostEvent
-from cadre_desktop.host.core.holds import parse_rfc3339
-from cadre_desktop.host.core.jsondoc import read_versioned
-from cadre_desktop.host.core.records import is_node_id
-from cadre_desktop.host.core.validate import clean_invitation, clean_name
+from cadre_desktop.host.core.ops.validate import clean_invitation, clean_name
+from cadre_desktop.host.core.records.jsondoc import read_versioned
+from cadre_desktop.host.core.records.records import is_node_id
+from cadre_desktop.host.core.supervision.holds import parse_rfc3339
 from cadre_desktop.host.edges import caps_control, host_control, lend_control
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.router import Handler, Router, json_answer
 from cadre_desktop.host.edges.served import ServedHost
-from cadre_desktop.netguard import ConnectionGuard, bind_socket
-from cadre_desktop.readfile import read_bytes
+from cadre_desktop.net.netguard import ConnectionGuard, bind_socket
 from cadre_desktop.text import url_host
 from cadre_desktop.wire.http1 import HttpServer
 from cadre_desktop.wire.httpmsg import Answer, Request
@@ -64,7 +64,7 @@ HEARTBEAT_S = 15.0
 #: Events a slow SSE client may have queued before it is cut off.
 STREAM_BACKLOG = 1000
 #: Connections the API holds at most (every client is local, so one source is all of
-#: them); idle or half-sent ones are closed after IDLE_S. See cadre_desktop/netguard.py.
+#: them); idle or half-sent ones are closed after IDLE_S. See cadre_desktop/net/netguard.py.
 #: Under a flood each newcomer takes the oldest idle one's place, so this is how long a
 #: client may take between its connect and its request: measured with a 5,000-connection
 #: flood, 64 gave it ~5 ms (1 in 10 clients sending at once was closed unanswered), 256
@@ -454,5 +454,5 @@ class ControlServer:
             self._streams.discard(queue)
 
     async def _node_history(self, request: Request) -> Answer:
-        """The node's last 24 hours and 7 days (host/core/history.py)."""
+        """The node's last 24 hours and 7 days (host/core/ops/history.py)."""
         return json_answer(self.host.node_history(self._node_id(request)))

@@ -19,7 +19,7 @@ here logs a token: the access log has no headers, and paths hold none.
 
 It is the one server of the host that the LAN reaches, and it runs on the node's
 HTTP/1.1 server (`wire/http1.py`, h11; no aiohttp), so every connection passes the
-same guard as the node's and the control API's (`cadre_desktop/netguard.py`): at most MAX_PER_SOURCE connections from one address
+same guard as the node's and the control API's (`cadre_desktop/net/netguard.py`): at most MAX_PER_SOURCE connections from one address
 and MAX_CONNECTIONS in all, and a connection that sends nothing, or only part
 of its request line and headers, is closed IDLE_S after it connected or last
 finished a request. Idle connections from one address cannot take the
@@ -37,7 +37,6 @@ import logging
 import socket
 from typing import Any
 
-from cadre_desktop import httpclient
 from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, SecretsError, wire_code
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.lend_wire import errors_as_json, no_route, read_json_body
@@ -46,7 +45,8 @@ from cadre_desktop.host.lending.donations import check_request
 from cadre_desktop.host.lending.grants import Grant
 from cadre_desktop.host.lending.service import LendingService, LendRefused, LentNodeUnavailable, WrongToken
 from cadre_desktop.host.lending.views import LendApiState, LendingViews
-from cadre_desktop.netguard import ConnectionGuard, bind_fair
+from cadre_desktop.net import httpclient
+from cadre_desktop.net.netguard import ConnectionGuard, bind_fair
 from cadre_desktop.text import url_host
 from cadre_desktop.wire.http1 import HttpServer
 from cadre_desktop.wire.httpmsg import Answer, Request

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.errors import MachineError, NoSuchThing
 from cadre_desktop.host.core.events import HostEvent
-from cadre_desktop.host.core.records import is_node_id
+from cadre_desktop.host.core.records.records import is_node_id
 from cadre_desktop.host.edges.router import Handler, RouteDef, json_answer
 from cadre_desktop.host.lending.views import LendingViews
 from cadre_desktop.wire.httpmsg import Answer, Request

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cadre_desktop.host.core.events import HostEvent
-from cadre_desktop.host.core.views import NodeView
+from cadre_desktop.host.core.ops.views import NodeView
 from cadre_desktop.paths import Paths
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.errors import Invalid, MachineError
-from cadre_desktop.host.core.records import LIFE_KEYS, SupervisedRow, life_from_row
-from cadre_desktop.host.core.rowstore import RowStore
+from cadre_desktop.host.core.records.records import LIFE_KEYS, SupervisedRow, life_from_row
+from cadre_desktop.host.core.records.rowstore import RowStore
 from cadre_desktop.wire.seed import (
     DEFAULT_PROFILE,
     MAX_BOOTSTRAP_NODES,

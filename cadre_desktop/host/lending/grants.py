@@ -33,8 +33,8 @@ from typing import Any
 
 from cadre_desktop.errors import Invalid
 from cadre_desktop.host.core.clock import parse_iso
-from cadre_desktop.host.core.rowstore import RowStore
-from cadre_desktop.host.core.validate import clean_name
+from cadre_desktop.host.core.ops.validate import clean_name
+from cadre_desktop.host.core.records.rowstore import RowStore
 from cadre_desktop.text import url_host
 
 FILE_VERSION = 1

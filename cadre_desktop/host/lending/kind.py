@@ -1,7 +1,7 @@
 """A lent node as a kind of supervised record: its statuses, table, secret and events.
 
 The lifecycle, the supervisor, the decision and the probe are the hosted
-nodes' own (host/core/lifecycle.py); this says only what differs for a node lent to
+nodes' own (host/core/records/lifecycle.py); this says only what differs for a node lent to
 another cadre:
 
 * `awaiting_seed` and `seeded` are kept running (same backoff, budget, refill,
@@ -23,8 +23,8 @@ from typing import Any
 
 from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.events import EventBus, EventKind
-from cadre_desktop.host.core.lifecycle import Change, Lifecycle, RecordKind, StatusTaker
-from cadre_desktop.host.core.secrets import SecretKind
+from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle, RecordKind, StatusTaker
+from cadre_desktop.host.core.vault.secrets import SecretKind
 from cadre_desktop.host.lending.donations import DONATION_HELD, DONATION_SUPERVISED, Donation, DonationStatus
 from cadre_desktop.settings import Settings
 from cadre_desktop.text import one_line

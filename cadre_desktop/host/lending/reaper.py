@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from cadre_desktop.errors import message_of
 from cadre_desktop.host.core.clock import parse_iso
-from cadre_desktop.host.core.secrets import SecretKind
+from cadre_desktop.host.core.vault.secrets import SecretKind
 from cadre_desktop.host.lending.donations import Donation, DonationStatus
 from cadre_desktop.host.lending.grants import GrantState
 

@@ -30,12 +30,12 @@ from cadre_desktop.errors import Bug, CadreError, InputError, InvalidState, Node
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.events import EventKind, HostEvent
-from cadre_desktop.host.core.keyring_gate import KeyringGate
-from cadre_desktop.host.core.lifecycle import Change, Lifecycle
-from cadre_desktop.host.core.provision import Provisioning
-from cadre_desktop.host.core.secrets import SecretKind
-from cadre_desktop.host.core.service import NodeService
-from cadre_desktop.host.core.supervisor import Supervisor
+from cadre_desktop.host.core.ops.provision import Provisioning
+from cadre_desktop.host.core.ops.service import NodeService
+from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle
+from cadre_desktop.host.core.supervision.supervisor import Supervisor
+from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
+from cadre_desktop.host.core.vault.secrets import SecretKind
 from cadre_desktop.host.lending.donations import Donation, DonationRequest, DonationStatus, DonationStore, is_donation_id, new_donation_id
 from cadre_desktop.host.lending.grants import (
     Grant,
@@ -324,7 +324,7 @@ class LendingService:
         return self.donation_in(grant, donation_id)
 
     async def _provision(self, donation: Donation) -> None:
-        """Row, seed token, child (host/core/provision.py); any failure ends the loan it began."""
+        """Row, seed token, child (host/core/ops/provision.py); any failure ends the loan it began."""
         def grant_open(current: Donation) -> None:
             grant = self.grants.get(current.grant_id)
             if grant is None:

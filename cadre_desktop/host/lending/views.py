@@ -14,14 +14,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.host.core.clock import iso
-from cadre_desktop.host.core.views import hold_fields, last_exit_words
+from cadre_desktop.host.core.ops.views import hold_fields, last_exit_words
 from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, Donation
 from cadre_desktop.host.lending.grants import Grant
 from cadre_desktop.text import url_host
 
 if TYPE_CHECKING:
     from cadre_desktop.host.core.driver import InstanceInfo
-    from cadre_desktop.host.core.supervisor import Supervisor
+    from cadre_desktop.host.core.supervision.supervisor import Supervisor
     from cadre_desktop.host.lending.service import LendingService
 
 

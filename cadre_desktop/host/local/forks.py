@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cadre_desktop.fdlimit import call_with_reserve
-from cadre_desktop.host.local import procs
+from cadre_desktop.host.local.system import procs
+from cadre_desktop.net.fdlimit import call_with_reserve
 from cadre_desktop.text import one_line
 
 if TYPE_CHECKING:

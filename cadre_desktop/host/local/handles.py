@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cadre_desktop.atomicfile import write_json_atomic
 from cadre_desktop.errors import StorageError
-from cadre_desktop.groupwriter import GroupWriter
+from cadre_desktop.files.atomicfile import write_json_atomic
+from cadre_desktop.files.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import Exit
-from cadre_desktop.host.core.jsondoc import read_versioned
-from cadre_desktop.host.local import procs
+from cadre_desktop.host.core.records.jsondoc import read_versioned
 from cadre_desktop.host.local.forks import Adopted
+from cadre_desktop.host.local.system import procs
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The host's side of the log keeper (`cadre_desktop.logkeeper`, whose docstring says why one
+"""The host's side of the log keeper (`cadre_desktop.logs.logkeeper`, whose docstring says why one
 process per home, holding every node's pipe, is the shape).
 
 `LogKeeper` starts the keeper on the first node start (a home with no node runs
@@ -31,10 +31,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cadre_desktop import logkeeper
-from cadre_desktop.atomicfile import ensure_private_dir
-from cadre_desktop.fdlimit import call_with_reserve
-from cadre_desktop.host.local import procs
+from cadre_desktop.files.atomicfile import ensure_private_dir
+from cadre_desktop.host.local.system import procs
+from cadre_desktop.logs import logkeeper
+from cadre_desktop.net.fdlimit import call_with_reserve
 from cadre_desktop.paths import Paths
 
 log = logging.getLogger(__name__)

@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.errors import CadreError, OutOfDescriptors, SpawnError
-from cadre_desktop.fdlimit import call_with_reserve, is_shortage, shortage_words
-from cadre_desktop.host.local import forks, nodelogs, procs, standby, winjob
+from cadre_desktop.host.local import forks, nodelogs, standby
 from cadre_desktop.host.local.handles import Handle
 from cadre_desktop.host.local.keeper import LogKeeper
 from cadre_desktop.host.local.nodelogs import NodeLogs
 from cadre_desktop.host.local.standby import Standby
+from cadre_desktop.host.local.system import procs, winjob
+from cadre_desktop.net.fdlimit import call_with_reserve, is_shortage, shortage_words
 
 log = logging.getLogger(__name__)
 

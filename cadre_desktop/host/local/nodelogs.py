@@ -3,8 +3,8 @@
 Where a node's log is (`logs/node-<id>.log`) is `Paths.node_log`'s to say;
 everything the engine does with one goes through `NodeLogs` here. Each child's
 stdout and stderr go into a pipe read by the home's log keeper (`keeper.py`,
-`cadre_desktop.logkeeper`) or, on Windows, a log pump of its own
-(`cadre_desktop.logpump`); both keep the log under its cap as they write and
+`cadre_desktop.logs.logkeeper`) or, on Windows, a log pump of its own
+(`cadre_desktop.logs.logpump`); both keep the log under its cap as they write and
 outlive the host as the node does. Children an older build started write into
 the file directly; `trim` keeps those near the cap once per sweep.
 """
@@ -19,9 +19,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cadre_desktop import logpump, logtail
-from cadre_desktop.atomicfile import ensure_private_dir
-from cadre_desktop.host.local import procs
+from cadre_desktop.files.atomicfile import ensure_private_dir
+from cadre_desktop.host.local.system import procs
+from cadre_desktop.logs import logpump, logtail
 from cadre_desktop.paths import Paths
 
 log = logging.getLogger(__name__)

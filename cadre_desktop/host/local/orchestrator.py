@@ -6,9 +6,8 @@ program is never adopted or signalled. Live handles persist in `state.json` (060
 restarted host re-attaches to every child still running and reports the others as dead.
 Secrets reach the child through its environment only; nothing of it is persisted.
 
-Each child runs in its own session / process group (a Job object on
-Windows), so the host's death does not take it down, and everything it starts
-is ended with it: Stop ends the whole group (terminate, a grace period, then
+Each child runs in its own session / process group (a Job object on Windows), so
+the host's death does not take it down, and everything it starts is ended with it: Stop ends the whole group (terminate, a grace period, then
 kill), and so do a respawn, a give-up, a Remove and a Quit when the leader has
 already died, since what it left behind would hold the node's work folder and
 ports (see `proctree`). Its output goes to the home's log keeper, which keeps
@@ -26,19 +25,20 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from cadre_desktop.atomicfile import ensure_private_dir
 from cadre_desktop.errors import SpawnError
-from cadre_desktop.groupwriter import GroupWriter
+from cadre_desktop.files.atomicfile import ensure_private_dir
+from cadre_desktop.files.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, InitReport, NodeCaps, status_of
 from cadre_desktop.host.core.events import Listeners
-from cadre_desktop.host.local import launch, nodelogs, procs, winjob
-from cadre_desktop.host.local.caps import CapsKeeper, no_caps
+from cadre_desktop.host.local import launch, nodelogs
 from cadre_desktop.host.local.handles import ExitEvent, ExitListener, Handle, StateFile, read_state
 from cadre_desktop.host.local.keeper import LogKeeper
+from cadre_desktop.host.local.limits.caps import CapsKeeper, no_caps
 from cadre_desktop.host.local.nodelogs import LOG_CAP_BYTES, NodeLogs
 from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.host.local.spawner import Spawner
 from cadre_desktop.host.local.standby import StandbyPool
+from cadre_desktop.host.local.system import procs, winjob
 from cadre_desktop.host.local.teardown import Ender, delete_node_files, reclaim_untracked
 from cadre_desktop.paths import Paths
 

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable, Iterable
 
 from cadre_desktop.errors import OutOfDescriptors, PortsExhausted
-from cadre_desktop.fdlimit import call_with_reserve, is_shortage, shortage_words
+from cadre_desktop.net.fdlimit import call_with_reserve, is_shortage, shortage_words
 
 
 def port_is_free(host: str, port: int) -> bool:

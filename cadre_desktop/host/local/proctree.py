@@ -35,8 +35,8 @@ from pathlib import Path
 
 import psutil
 
-from cadre_desktop.host.local import procs
 from cadre_desktop.host.local.handles import Handle, whole
+from cadre_desktop.host.local.system import procs
 
 log = logging.getLogger(__name__)
 

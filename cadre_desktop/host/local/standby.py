@@ -67,8 +67,9 @@ from pathlib import Path
 
 import psutil
 
-from cadre_desktop.fdlimit import call_with_reserve, is_shortage
-from cadre_desktop.host.local import forks, procs
+from cadre_desktop.host.local import forks
+from cadre_desktop.host.local.system import procs
+from cadre_desktop.net.fdlimit import call_with_reserve, is_shortage
 
 log = logging.getLogger(__name__)
 

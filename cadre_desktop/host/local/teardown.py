@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from cadre_desktop.errors import StorageError
-from cadre_desktop.host.local import procs, proctree, winjob
+from cadre_desktop.host.local import proctree
 from cadre_desktop.host.local.handles import Handle
 from cadre_desktop.host.local.nodelogs import NodeLogs
+from cadre_desktop.host.local.system import procs, winjob
 from cadre_desktop.paths import Paths
 
 log = logging.getLogger(__name__)

@@ -215,7 +215,7 @@ def running_app(desktop: Desktop, home: Path, log: Path, welcome: bool = False,
     end the app is stopped and the last of its log printed. A fresh home is a first start,
     which opens the window with its welcome; unless `welcome`, the home is made a used one."""
     if not welcome:
-        from cadre_desktop.host.core.store import RecordStore
+        from cadre_desktop.host.core.records.store import RecordStore
 
         home.mkdir(parents=True, exist_ok=True)
         RecordStore(home / "hosted-nodes.json").persist_home()

@@ -1,0 +1,172 @@
+"""Holds: a node kept down on purpose (paused, sleeping until a time, done), and its release.
+
+A person holds a node (Pause), or the node holds itself (its run.json at an
+exit with code 0, `runfile.py`). A hold spends no attempt and sends no
+notification; it is in the record, so it outlives the host. A sleeping node's
+wait runs on the timeline (monotonic while the host runs, the wall clock
+across a restart), as a backoff's does. Resume (the seed's *demand*), a wake
+and a Retry of a `done` node release it: the node comes back to the status its
+kind's Retry gives it, with its budget untouched.
+
+The supervisor decides (`decide.py`) and calls these on its serial queue; this
+module only writes the transitions and keeps the node's requests until the pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any
+
+from cadre_desktop.errors import Invalid
+from cadre_desktop.host.core.clock import Clock, iso, parse_iso
+from cadre_desktop.host.core.driver import Exit
+from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle
+from cadre_desktop.host.core.records.records import HeldBy, Hold, NodeRecord, SupervisedRow
+from cadre_desktop.host.core.supervision.runfile import RunFiles
+from cadre_desktop.host.core.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A hold a node asked for at the exit of one child, kept until a pass takes it."""
+
+    handle_id: str
+    status: Enum
+    hold: Hold
+
+
+#: The longest a person may put a node to sleep for.
+MAX_PAUSE_MS = 366 * 24 * 3600 * 1000
+
+
+def parse_rfc3339(text: object) -> datetime | None:
+    """An RFC 3339 time with its zone ("2026-01-01T07:00:00Z", "...+01:00"); anything else is None."""
+    if not isinstance(text, str) or not 0 < len(text) <= 64:
+        return None
+    try:
+        when = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def pause_end(now: datetime, for_ms: int | None, until: datetime | None) -> datetime | None:
+    """When a person's pause ends: None (paused, no end), `now + for_ms`, or `until` (aware, later than now)."""
+    if for_ms is not None and until is not None:
+        raise Invalid("Give either a length (for_ms) or an end (until), not both.")
+    if for_ms is not None:
+        if not isinstance(for_ms, int) or isinstance(for_ms, bool) or not 0 < for_ms <= MAX_PAUSE_MS:
+            raise Invalid(f"for_ms must be a whole number of milliseconds from 1 to {MAX_PAUSE_MS}.")
+        return now + timedelta(milliseconds=for_ms)
+    if until is not None:
+        if until.tzinfo is None:
+            raise Invalid("until must carry its time zone (RFC 3339, e.g. 2026-01-01T07:00:00+01:00).")
+        if until <= now:
+            raise Invalid(f"until ({iso(until)}) is in the past; the node would wake at once. Give a later time.")
+        if until - now > timedelta(milliseconds=MAX_PAUSE_MS):
+            raise Invalid("until is more than a year away.")
+        return until
+    return None
+
+
+def person_hold(now: datetime, wake_at: datetime | None) -> Hold:
+    reason = f"paused by a person until {iso(wake_at)}" if wake_at else "paused by a person"
+    return Hold(by=HeldBy.PERSON, reason=reason, at=iso(now), wake_at=iso(wake_at) if wake_at else None)
+
+
+class Holds:
+    def __init__(self, *, clock: Clock, timeline: Timeline, run_files: RunFiles | None = None) -> None:
+        self.clock = clock
+        self.timeline = timeline
+        #: Where each node's run.json is (None: this host reads none).
+        self.run_files = run_files
+        self._requests: dict[str, Request] = {}
+
+    # -- the node's own requests ---------------------------------------------------------
+
+    def before_start(self, node_id: str) -> None:
+        """A start: no request of an earlier run may hold this one."""
+        self._requests.pop(node_id, None)
+        if self.run_files is not None:
+            self.run_files.clear(node_id)
+
+    def exited(self, lc: Lifecycle[Any], event: Exit) -> None:
+        """An exit with code 0 the host did not ask for: read what the node asked for, if anything."""
+        if self.run_files is None or event.returncode != 0 or event.requested:
+            return
+        asked = self.run_files.read(event.node_id)
+        if asked is None:
+            return
+        status = lc.kind.holds.get(asked.state)
+        if status is None:
+            log.warning("%s %s asked to be %s; this kind of node cannot be held, so it is restarted as usual",
+                        lc.kind.noun, event.node_id, asked.state)
+            return
+        hold = Hold(by=HeldBy.NODE, reason=asked.reason or f"the node asked to be {asked.state}",
+                    at=iso(self.clock.now()), wake_at=iso(asked.wake_at) if asked.wake_at else None)
+        self._requests[event.node_id] = Request(event.handle_id, status, hold)
+
+    def requested(self, record: NodeRecord) -> tuple[Enum, Hold] | None:
+        """What the node asked for at the exit of the record's current child, if anything."""
+        request = self._requests.get(record.id)
+        if request is None or request.handle_id != record.handle:
+            return None
+        return request.status, request.hold
+
+    # -- time -----------------------------------------------------------------------------
+
+    def wake_in_s(self, record: NodeRecord) -> float | None:
+        """Seconds until a sleeping record's wake_at (never below 0); None when it has no end."""
+        hold = record.hold
+        if hold is None or hold.wake_at is None:
+            return None
+        since, until = parse_iso(hold.at), parse_iso(hold.wake_at)
+        if since is None or until is None:
+            return 0.0  # an unreadable time never keeps a node down forever
+        length = max(0.0, (until - since).total_seconds())
+        elapsed = self.timeline.since(("hold", record.id), hold.at) or 0.0
+        return max(0.0, length - elapsed)
+
+    def wake_at(self, record: NodeRecord) -> datetime | None:
+        """When a sleeping record wakes, in wall time for views."""
+        left = self.wake_in_s(record)
+        if left is None:
+            return None
+        return self.clock.now() + timedelta(seconds=left)
+
+    # -- transitions -----------------------------------------------------------------------
+
+    def hold(self, lc: Lifecycle[Any], node_id: str, change: Change, status: Enum, hold: Hold) -> SupervisedRow | None:
+        """Write a hold (Change.PAUSE for a person, Change.HOLD for the node): no attempt, no notification.
+
+        The node's own hold spends its start mark, as an answer does: it ran, and said what it wants.
+        """
+        self._requests.pop(node_id, None)
+
+        def update(r: NodeRecord) -> NodeRecord:
+            start = r.start
+            if change is Change.HOLD and start is not None:
+                start = dataclasses.replace(start, answered=True)
+            changed: NodeRecord = r.replace(status=status, hold=hold, start=start)
+            return changed
+
+        held = lc.apply(node_id, change, update, detail=hold.reason)
+        if held is not None:
+            self.timeline.mark(("hold", node_id), hold.at)
+            log.info("%s %s is %s: %s", lc.kind.noun, node_id, status.value, hold.reason)
+        return held
+
+    def release(self, lc: Lifecycle[Any], node_id: str, change: Change) -> SupervisedRow | None:
+        """Take a record off its hold (Change.WAKE, RESUME or RETRY): back to what its kind's Retry gives."""
+        self._requests.pop(node_id, None)
+        def update(r: NodeRecord) -> NodeRecord:
+            released: NodeRecord = r.replace(hold=None, error=None, **lc.kind.retry(r, iso(self.clock.now())))
+            return released
+
+        return lc.apply(node_id, change, update)

@@ -1,0 +1,476 @@
+"""The supervisor: an `unclaimed`, `joining` or `joined` node is expected to run.
+
+One reconcile pass behind three triggers: once at start (after the driver
+re-attached, catching every node that died while the host was down), on every
+child exit (a crash is noticed in milliseconds; a storm of exits coalesces into
+one queued pass), and a periodic sweep as the backstop. A timer also brings the
+pass forward to the moment the earliest backoff or start grace ends. When a
+pass runs is `passes.py`; what it does is here. How many of a pass's starts
+may be booting at once is `gate.py` (a storm's starts are paced there).
+
+Each pass gives one verdict per node (`decide.py`, a pure function of the
+record and what the driver, the probe and the keyring gate say) and carries it
+out here: starting, stopping, giving up. Every record write goes through the
+lifecycle. Passes, Retry and Restart share one serial queue, and nothing on it
+ever waits for the keyring: secrets come from the gate's memory, or the node
+waits for the keyring without spending its budget.
+
+Records are reconciled to instances, never instances to records: a child no
+record names is reported once at start and left running.
+
+Hosted and lent nodes (`watch`) share the passes, queue, timers, decision and
+effects; their kind says what is supervised or held, which secret a start needs,
+and what Retry comes back to. Holds are `holds.py`; what a pass sees, `observe.py`.
+
+Timing runs on the monotonic clock. Wall-clock times in the records only carry
+a wait across a host restart, and a clock stepped back never makes a wait
+longer than it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import secrets as _random
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from cadre_desktop.errors import CadreError, StorageError, message_of
+from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.driver import Exit, InstanceInfo, NodeDriver
+from cadre_desktop.host.core.records.lifecycle import HOSTED, Change, Lifecycle
+from cadre_desktop.host.core.records.records import Hold, NodeRecord, RespawnInfo, StartMark, SupervisedRow
+from cadre_desktop.host.core.supervision import orphans, starts
+from cadre_desktop.host.core.supervision.decide import Decision, Observation, Policy, Verdict, decide
+from cadre_desktop.host.core.supervision.exits import ExitBook
+from cadre_desktop.host.core.supervision.gate import StartGate, machine_limit
+from cadre_desktop.host.core.supervision.holds import Holds
+from cadre_desktop.host.core.supervision.observe import DecisionBook, Observer
+from cadre_desktop.host.core.supervision.passes import PassSchedule, breathe
+from cadre_desktop.host.core.supervision.runfile import RunFiles
+from cadre_desktop.host.core.timeline import Timeline
+from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
+from cadre_desktop.host.core.vault.secrets import SecretKind
+from cadre_desktop.settings import Settings
+
+if TYPE_CHECKING:
+    from cadre_desktop.host.core.supervision.probe import Probe
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def new_host_token() -> str:
+    return _random.token_urlsafe(32)
+
+
+def secret_kind(record: NodeRecord) -> SecretKind:
+    return HOSTED.secret_kind(record)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        *,
+        lifecycle: Lifecycle[Any],
+        driver: NodeDriver,
+        gate: KeyringGate,
+        settings: Settings,
+        clock: Clock,
+        probe: Probe | None = None,
+        on_sweep: Callable[[], Awaitable[object]] | None = None,
+        run_files: RunFiles | None = None,
+        start_limit: int | None = None,
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.store = lifecycle.store
+        #: Every kind of record supervised here; the hosted nodes' first.
+        self.lifecycles: list[Lifecycle[Any]] = [lifecycle]
+        self.driver = driver
+        self.gate = gate
+        self.settings = settings
+        #: Per kind of record, its supervision numbers.
+        self._policies: dict[str, Policy] = {lifecycle.kind.noun: Policy(lifecycle.kind.settings(settings))}
+        self.clock = clock
+        #: Tells whether a child answered (`is_ready`) or stopped answering (`unresponsive`).
+        self.probe = probe
+        self._on_sweep = on_sweep
+        self.supervisor_id = f"{socket.gethostname()}:{os.getpid()}"
+        self._queue = asyncio.Lock()
+        self.passes = PassSchedule(self.reconcile, clock, lambda: self.policy.sweep_s, self._sweep_chores)
+        self._unsubscribe: Callable[[], None] | None = None
+        self._uncounted: set[str] = set()
+        self.timeline = Timeline(clock)
+        #: Paused, sleeping and done nodes: their holds and releases, and what nodes asked for (run.json).
+        self.holds = Holds(clock=clock, timeline=self.timeline, run_files=run_files)
+        #: The words for each node's last exit this process saw (or the reason it stopped it).
+        self.exits = ExitBook(lambda node_id, count: self.driver.log_tail(node_id, count), gate.redact)
+        self.observer = Observer(driver=driver, gate=gate, exits=self.exits, timeline=self.timeline,
+                                 holds=self.holds, probe=probe)
+        self._waiting_keyring: set[str] = set()
+        #: Per child this process started, the host token it was given (memory only).
+        self.host_tokens: dict[str, str] = {}
+        #: Per node, the last verdict: decision, when, how long it took, error.
+        self.decisions = DecisionBook(clock)
+        self.last_decisions = self.decisions.last
+        gate.on_ready(lambda: self._kick_quietly("keyring"))
+        #: How many children may be starting at once (`gate.py`); a pass's starts wait their turn.
+        self.start_gate = StartGate(
+            limit=start_limit if start_limit is not None else machine_limit(), monotonic=clock.monotonic,
+            is_ready=lambda h: bool(self.probe and self.probe.is_ready(h)), is_running=driver.is_running,
+            kick=self.passes.after_exit)
+        if probe is not None:
+            probe.on_answer(self.start_gate.answered)
+
+    # -- kinds of records ------------------------------------------------------------
+
+    def watch(self, lifecycle: Lifecycle[Any]) -> None:
+        """Supervise another kind of record on the same passes, queue and timers."""
+        self.lifecycles.append(lifecycle)
+        self._policies[lifecycle.kind.noun] = Policy(lifecycle.kind.settings(self.settings))
+
+    def use_settings(self, settings: Settings) -> None:
+        """New supervision numbers for every kind of record, from the next decision on."""
+        self.settings = settings
+        for lc in self.lifecycles:
+            self._policies[lc.kind.noun] = Policy(lc.kind.settings(settings))
+
+    @property
+    def policy(self) -> Policy:
+        """The hosted nodes' numbers (the sweep's period among them)."""
+        return self._policies[self.lifecycle.kind.noun]
+
+    def lifecycle_of(self, node_id: str) -> Lifecycle[Any]:
+        """The lifecycle whose store holds this id (the hosted one when none does)."""
+        for lc in self.lifecycles[1:]:
+            if lc.store.get(node_id) is not None:
+                return lc
+        return self.lifecycle
+
+    def policy_for(self, lc: Lifecycle[Any]) -> Policy:
+        return self._policies[lc.kind.noun]
+
+    def _supervised(self) -> list[tuple[Lifecycle[Any], NodeRecord]]:
+        return [(lc, r) for lc in self.lifecycles for r in lc.store.list()
+                if r.status in lc.kind.supervised or r.status in lc.kind.held]
+
+    # -- life -------------------------------------------------------------------
+
+    def start(self, stopped_cleanly: frozenset[str] = frozenset()) -> None:
+        """Subscribe to exits, start the sweep, report orphans, run the start-up pass.
+
+        `stopped_cleanly` names nodes the last host stopped on a clean quit: the
+        start-up pass starts them again whatever their budget or backoff says,
+        without counting an attempt.
+        """
+        if self.passes.started:
+            return
+        self._uncounted = set(stopped_cleanly)
+        self._unsubscribe = self.driver.subscribe(self._on_exit)
+        self.passes.start()
+        orphans.report(orphans.find_orphans(self.driver, self.lifecycles))
+        self.kick("startup")
+
+    async def stop(self) -> None:
+        """End the timers and the subscription; an in-flight pass drops what it has not reached."""
+        if self._unsubscribe:
+            self._unsubscribe()
+            self._unsubscribe = None
+        await self.passes.stop()
+
+    async def serialize(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run `work` on the serial queue every pass, Retry and Restart share."""
+        async with self._queue:
+            return await work()
+
+    def _kick_quietly(self, trigger: str) -> None:
+        self.kick(trigger)
+
+    def kick(self, trigger: str) -> asyncio.Task[Any] | None:
+        """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
+        return self.passes.kick(trigger)
+
+    async def _sweep_chores(self) -> None:
+        if self._on_sweep is not None:
+            try:
+                await self._on_sweep()
+            except Exception:  # housekeeping must not end the sweep; the next one retries
+                log.exception("the sweep's housekeeping failed")
+        try:
+            self.driver.trim_logs()
+        except Exception as exc:  # trimming logs only saves disk; the next sweep retries
+            log.debug("log trim failed: %s", exc)
+
+    def _on_exit(self, event: Exit) -> None:
+        """An exit is an event at once; the pass it asks for is queued (storms coalesce)."""
+        if self.passes.stopped:
+            return
+        if not event.requested:
+            self._note_exit(event)
+            try:
+                self.holds.exited(self.lifecycle_of(event.node_id), event)
+            except StorageError as exc:
+                log.error("node %s: its run.json is not read; its record is unreadable: %s", event.node_id,
+                          exc.message)
+        self.passes.after_exit()
+
+    def _note_exit(self, event: Exit) -> None:
+        words = self.exits.seen(event.node_id, event.returncode, event.cause)
+        try:
+            if self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id,
+                                                      detail=words) is None:
+                log.info("node %s: the exit of child %s is no news: its record names another child or is gone",
+                         event.node_id, event.handle_id)
+        except StorageError as exc:
+            log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
+        log.warning("node %s %s", event.node_id, words)
+
+    # -- the pass -----------------------------------------------------------------
+
+    async def reconcile(self) -> list[str]:
+        """One pass over the records, queued behind any other pass, Retry or Restart."""
+        return await self.serialize(self._reconcile_once)
+
+    async def _reconcile_once(self) -> list[str]:
+        self.passes.began()
+        self.start_gate.pass_began()
+        started: list[str] = []
+        try:
+            candidates = self._supervised()
+        except StorageError as exc:
+            log.error("supervisor cannot read the records: %s", exc.message)
+            return started
+        waits: list[float] = []
+        for lc, record in candidates:
+            if self.passes.stopped:
+                break
+            if self.decisions.skip(lc, record):
+                continue
+            t0 = time.perf_counter()
+            verdict, error = None, None
+            try:
+                verdict = decide(record, self.observe(record, lc), self.policy_for(lc), lc.kind.supervised,
+                                 lc.kind.held)
+                self._take_news(lc, record, verdict)
+                if verdict.decision is Decision.START and not self.start_gate.has_room():
+                    # Left as it is (nothing written or spent); a freed slot brings the pass that starts it.
+                    self.start_gate.leave()
+                    continue
+                if await self._carry_out(lc, record, verdict):
+                    started.append(record.id)
+                    await breathe()
+            except Exception as exc:
+                # One bad record never ends the pass; the others may be down too.
+                error = exc.message if isinstance(exc, CadreError) else f"{type(exc).__name__}: {exc}"
+                log.error("supervising node %s failed: %s", record.id, error)
+            due = self._due_after(lc, record.id, verdict)
+            if due is not None:
+                waits.append(due)
+            if verdict is not None and verdict.decision is not Decision.LEAVE or error:
+                self.decisions.note(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
+        gated = self.start_gate.until_free()
+        self.passes.arm(waits if gated is None else [*waits, gated])
+        return started
+
+    def _due_after(self, lc: Lifecycle[Any], node_id: str, verdict: Verdict | None) -> float | None:
+        """When this node next needs a look. The verdict says it, unless a start (done or
+        failed) changed the node: then its new start grace, or its new backoff."""
+        if verdict is None or verdict.decision not in (Decision.START, Decision.WAKE, Decision.HOST_RELEASE):
+            return verdict.due_in_s if verdict is not None else None
+        fresh = lc.get(node_id)
+        if fresh is None:
+            return None
+        return decide(fresh, self.observe(fresh, lc), self.policy_for(lc), lc.kind.supervised, lc.kind.held).due_in_s
+
+    def observe(self, record: NodeRecord, lc: Lifecycle[Any] | None = None) -> Observation:
+        """Everything the decision needs, read from the driver, the probe and the gate."""
+        self.observer.probe = self.probe
+        kind = (lc or self.lifecycle_of(record.id)).kind
+        return self.observer.observe(record, kind, uncounted=record.id in self._uncounted)
+
+    def _take_news(self, lc: Lifecycle[Any], record: NodeRecord, verdict: Verdict) -> None:
+        """What the node said of itself, into its record, before its verdict is carried out."""
+        if verdict.news is None:
+            return
+        change, fields = verdict.news
+        if lc.apply(record.id, Change(change), lambda r: r.replace(**fields), handle=record.handle) is not None \
+                and change == "joined" and record.status is not fields.get("status"):
+            log.info("node %s joined cadre %r", record.id, fields.get("cadre"))
+
+    async def _carry_out(self, lc: Lifecycle[Any], record: NodeRecord, verdict: Verdict) -> bool:
+        """Do what the verdict says (`lc`: the record's kind, carried from the pass); True when a child was started."""
+        d = verdict.decision
+        if d is not Decision.WAIT_KEYRING:
+            self._waiting_keyring.discard(record.id)
+        if d is Decision.REFILL:
+            lc.apply(record.id, Change.REFILL, lambda r: r.replace(
+                respawn=RespawnInfo(0, r.respawn.last_attempt_at) if r.respawn else None))
+            log.info("node %s stayed up; its respawn budget is full again", record.id)
+        elif d in (Decision.STALLED, Decision.HUNG):
+            self.exits.stopped(record.id, verdict.reason or "")
+            log.warning("node %s %s; stopping it", record.id, verdict.reason)
+            lc.apply(record.id, Change.EXITED, handle=record.handle, detail=verdict.reason or "")
+            await self.driver.stop(record.handle)
+        elif d is Decision.GIVE_UP:
+            await self.give_up(record.id, verdict.reason or "the node did not stay running", lc=lc)
+        elif d is Decision.INVITATION_FAILED:
+            await self.give_up(record.id, verdict.reason or "invitation failed", change=Change.INVITATION_FAILED, lc=lc)
+        elif d is Decision.HOLD and verdict.hold is not None:
+            await self.hold_node(record.id, Change.HOLD, *verdict.hold, lc=lc)
+        elif d is Decision.HOST_HOLD and verdict.hold is not None:
+            status, hold = verdict.hold
+            await self.hold_node(record.id, Change.PAUSE, status, dataclasses.replace(hold, at=iso(self.clock.now())),
+                                 lc=lc)
+        elif d is Decision.HOST_RELEASE:
+            return await self.release_node(record.id, Change.RESUME, lc=lc)
+        elif d is Decision.STOP_HELD:
+            log.info("node %s %s; stopping its child", record.id, verdict.reason)
+            await self.driver.stop(record.handle)
+        elif d is Decision.WAKE:
+            return await self.release_node(record.id, Change.WAKE, lc=lc)
+        elif d is Decision.WAIT_KEYRING:
+            self.gate.want(record.id, lc.kind.secret_kind(record))
+            if record.id not in self._waiting_keyring:
+                self._waiting_keyring.add(record.id)
+                lc.apply(record.id, Change.WAITING)
+        elif d is Decision.START:
+            self._uncounted.discard(record.id)
+            try:
+                return await self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle, lc=lc,
+                                             soon=True)
+            except Exception as exc:
+                message = message_of(exc)
+                current = lc.get(record.id)
+                attempts = current.attempts if current else 0
+                log.warning("start attempt %d of %s %s failed: %s", attempts, lc.kind.noun, record.id, message)
+                if attempts >= self.policy_for(lc).max_attempts:
+                    await self.give_up(record.id, f"could not be started: {message}", lc=lc)
+                    return False
+                raise
+        return False
+
+    # -- effects ------------------------------------------------------------------
+
+    async def start_node(self, node_id: str, *, counted: bool, expect_handle: str | None = None,
+                         lc: Lifecycle[Any] | None = None, soon: bool = False) -> bool:
+        """The one start of a node (`starts.py`): re-read, start through the driver, then re-read
+        and write handle and mark in one turn; True when a child was started and recorded.
+
+        A live child of the node that the record does not name yet is taken over instead
+        (spends nothing): a host that died after starting it, or a write that failed, never
+        gets a second child beside it. A record removed or changed while the child came up
+        gets nothing, and the child is stopped (uncounted). `soon`: a start of the pass,
+        which answers nobody: its record's write is not waited for (`Lifecycle.apply`),
+        only its event is told after the write's sync.
+        """
+        return await starts.start_node(self, node_id, counted=counted, expect_handle=expect_handle,
+                                       lc=lc or self.lifecycle_of(node_id), soon=soon)
+
+    async def launch(self, record: Any, secret: str, attempt: int, *, lc: Lifecycle[Any],
+                     want_ports: tuple[int, int] | None = None) -> InstanceInfo:
+        """Every start of a child goes through here: the record's secret and a fresh host
+        token in its environment, clear of the ports the other records remember; the
+        token is kept (in memory only) for the child that got it."""
+        token = new_host_token()
+        env = lc.kind.secret_env(record, secret, token)
+        self.holds.before_start(record.id)
+        child = await self.driver.start(record.id, attempt, env, want_ports=want_ports,
+                                        avoid_ports=lc.remembered_ports(record.id))
+        if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
+            self.host_tokens[child.id] = token
+        return child
+
+    def spawned(self, node_id: str, child: InstanceInfo, *, lc: Lifecycle[Any], **fields: Any) -> Any:
+        """A record being created gets its first child (`launch`, attempt 1) and first start
+        mark: the record written, or None when it went meanwhile."""
+        mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
+        self.start_gate.started(child.id)
+        return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
+            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
+
+    async def give_up(self, node_id: str, reason: str, change: Change = Change.GIVE_UP,
+                      lc: Lifecycle[Any] | None = None) -> None:
+        """Stop trying (or a failed invitation): the record becomes `error` first, then the child is stopped.
+
+        The write comes first because the stop raises an exit, and the pass it
+        triggers must not find a supervised record with no child. The work
+        folder is kept: it holds the identity its cadre knows.
+        """
+        lc = lc or self.lifecycle_of(node_id)
+        record = lc.get(node_id)
+        if record is None or record.status not in lc.kind.supervised:
+            return
+        n = record.attempts
+        head = f"gave up after {n} attempt{'s' if n != 1 else ''}: {reason}" if n else f"gave up: {reason}"
+        # A failed invitation is the node's own word, told as it said it.
+        message = reason if change is Change.INVITATION_FAILED else self.exits.with_log_tail(node_id, head)
+        if lc.apply(node_id, change, lambda r: r.replace(status=lc.kind.error, error=message),
+                    detail=message, handle=record.handle if change is Change.INVITATION_FAILED else None) is None:
+            return
+        log.warning("%s %s: %s", lc.kind.noun, node_id, head)
+        if record.handle:
+            try:
+                await self.driver.stop(record.handle)
+            except Exception as exc:  # giving up must finish; the record says error whatever the stop did
+                log.error("could not stop node %s while giving up: %s", node_id, exc)
+
+    async def hold_node(self, node_id: str, change: Change, status: Enum, hold: Hold,
+                        lc: Lifecycle[Any] | None = None) -> SupervisedRow | None:
+        """Hold a node (on the serial queue): its child stopped cleanly, then the hold written.
+
+        The pass the stop's exit asks for waits for this queue, so it finds the record held and
+        starts nothing; the write's event comes after the child is gone, so every view shows the
+        node down. No attempt is spent, and no notification is sent.
+        """
+        lc = lc or self.lifecycle_of(node_id)
+        record = lc.get(node_id)
+        if record is not None and record.handle and self.driver.is_running(record.handle):
+            await self.driver.stop(record.handle)
+        return self.holds.hold(lc, node_id, change, status, hold)
+
+    async def release_node(self, node_id: str, change: Change, lc: Lifecycle[Any] | None = None) -> bool:
+        """Release a held node (on the serial queue) and start it now, uncounted, whatever its budget
+        says (the seed's demand); True when a child was started. With its secret not in memory yet,
+        the next pass starts it, still uncounted."""
+        lc = lc or self.lifecycle_of(node_id)
+        fresh = self.holds.release(lc, node_id, change)
+        if fresh is None:
+            return False
+        self.forget_exit(node_id)
+        self._uncounted.add(node_id)
+        if self.gate.cached(node_id, lc.kind.secret_kind(fresh)) is None:
+            self.kick("released")
+            return False
+        self._uncounted.discard(node_id)
+        return await self.start_node(node_id, counted=False, expect_handle=fresh.handle, lc=lc)
+
+    # -- what views show --------------------------------------------------------------
+
+    def next_attempt_at(self, record: Any) -> datetime | None:
+        """When the backoff of a down node ends (wall time, for views); None when now or never."""
+        lc = self.lifecycle_of(record.id)
+        return self.observer.next_attempt_at(record, lc.kind, self.policy_for(lc), self.clock.now())
+
+    def starting(self, record: NodeRecord) -> str | None:
+        """A start in progress (running, not answered yet) in the seed's words, else None."""
+        lc = self.lifecycle_of(record.id)
+        self.observer.probe = self.probe
+        return self.observer.starting(record, lc.kind, self.policy_for(lc))
+
+    def forget_exit(self, node_id: str) -> None:
+        self.exits.forget(node_id)
+
+    def last_exit(self, node_id: str) -> str | None:
+        return self.exits.words(node_id)
+
+    def exit_code(self, node_id: str) -> int | None:
+        return self.exits.code(node_id)
+
+    def waiting_for_keyring(self, node_id: str) -> bool:
+        return node_id in self._waiting_keyring

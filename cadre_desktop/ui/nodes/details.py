@@ -1,0 +1,115 @@
+"""The details pane: everything the window knows about the selected node, in words."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontDatabase
+from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
+
+from cadre_desktop.errors import CadreError
+from cadre_desktop.host.core.ops.views import NodeView
+from cadre_desktop.ui.nodes.explain import (
+    address_words,
+    caps_words,
+    decision_words,
+    exit_code,
+    log_lines,
+    log_words,
+    next_step,
+    reason_words,
+    state_words,
+)
+from cadre_desktop.ui.nodes.history_strip import HistoryStrip
+from cadre_desktop.ui.nodes.model import NodeTableModel
+
+ROWS = (("status", "Status"), ("reason", "Reason"), ("exit", "Exit code"), ("decision", "Last decision"),
+        ("next", "Next step"), ("address", "Address"), ("peer", "Peer id"), ("node", "Node id"),
+        ("caps", "Caps"), ("log", "Last log lines"))
+
+
+class DetailsPane(QScrollArea):
+    def __init__(self, model: NodeTableModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.node_id: str | None = None
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        # Lines wrap to the pane's width rather than scrolling sideways.
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        body = QWidget()
+        outer = QVBoxLayout(body)
+        self.title = QLabel()
+        font = self.title.font()
+        font.setBold(True)
+        font.setPointSizeF(font.pointSizeF() * 1.2)
+        self.title.setFont(font)
+        outer.addWidget(self.title)
+        form = QFormLayout()
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        self.fields: dict[str, QLabel] = {}
+        for key, label in ROWS:
+            value = QLabel()
+            value.setWordWrap(True)
+            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            value.setTextFormat(Qt.TextFormat.PlainText)
+            if key == "log":
+                value.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+            form.addRow(f"{label}:", value)
+            self.fields[key] = value
+        #: The last 24 hours and 7 days (host/core/ops/history.py), under the decision.
+        self.history = HistoryStrip()
+        form.insertRow(ROWS.index(("decision", "Last decision")) + 1, "History:", self.history)
+        outer.addLayout(form)
+        outer.addStretch(1)
+        self.setWidget(body)
+        model.refreshed.connect(self.refresh)
+        self.show_node(None)
+
+    def show_node(self, node_id: str | None) -> None:
+        self.node_id = node_id
+        self.refresh()
+
+    def refresh(self) -> None:
+        v = self.model.view(self.node_id) if self.node_id else None
+        inner = self.widget()
+        if inner is not None:
+            inner.setVisible(v is not None)
+        if v is not None:
+            self._fill(v)
+
+    def _fill(self, v: NodeView) -> None:
+        now = self.model.now
+        code = exit_code(v)
+        values = {
+            "status": state_words(v, now),
+            "reason": reason_words(v),
+            "exit": str(code) if code is not None else "—",
+            "decision": decision_words(v, now),
+            "next": next_step(v),
+            "address": address_words(v),
+            "peer": v.peer_id or "—",
+            "node": v.id,
+            "caps": caps_words(v),
+            "log": log_words(log_lines(v.log_path)),
+        }
+        self._set(self.title, v.name)
+        for key, text in values.items():
+            self._set(self.fields[key], text)
+        self.history.set_history(self._history(v.id))
+
+    def _history(self, node_id: str) -> dict | None:
+        read = getattr(self.model.host, "node_history", None)
+        try:
+            return read(node_id) if read is not None else None
+        except CadreError:  # gone meanwhile, or a host without one: no strip
+            return None
+
+    @staticmethod
+    def _set(label: QLabel, text: str) -> None:
+        if label.text() != text:
+            label.setText(text)
+
+    def text(self) -> str:
+        """What the pane says, as plain text (for tests and copying)."""
+        return "\n".join([self.title.text()] + [f"{label}: {self.fields[key].text()}" for key, label in ROWS])

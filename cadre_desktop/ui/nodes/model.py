@@ -1,0 +1,229 @@
+"""The table of nodes: views re-read from the Host on every event and once a second.
+
+The one-second tick drives the live countdown and uptime, samples CPU and
+memory with psutil, and catches what no event reports (a child that just died
+before the supervisor's pass). Rows keep their place across refreshes so the
+selection survives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
+
+from cadre_desktop.host.core.clock import parse_iso
+from cadre_desktop.host.core.ops.views import NodeView
+from cadre_desktop.text import url_host
+from cadre_desktop.ui.bridge import HostBridge
+from cadre_desktop.ui.tray.status import COLOURS, first_line, node_state, retry_words, status_words, uptime_words, utcnow
+
+COLUMNS = ("Name", "Status", "Uptime", "Attempts", "Cadre", "Address", "CPU", "Memory", "Reason")
+NAME, STATUS, UPTIME, ATTEMPTS, CADRE, ADDRESS, CPU, MEMORY, ERROR = range(len(COLUMNS))
+#: What each column is as wide as, so a ticking countdown never makes widths jump.
+WIDEST = ("Living room", "Waiting to be claimed", "23 h 59 min", "Attempts", "family",
+          "192.168.100.20:28299", "100 %", "1000 MB", "")
+#: A value to sort by (numbers for numbers, urgency for status).
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+TICK_MS = 1000
+
+
+_DOTS: dict[str, QIcon] = {}
+
+
+def status_dot(colour: str) -> QIcon:
+    """A round dot of the status colour, the same when its row is selected (Qt would tint it),
+    ringed in white so it stays visible on a selection colour of the same hue."""
+    if colour not in _DOTS:
+        pixmap = QPixmap(14, 14)
+        pixmap.fill(Qt.GlobalColor.transparent)
+        painter = QPainter(pixmap)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(QPen(QColor("#ffffff"), 1.5))
+        painter.setBrush(QColor(colour))
+        painter.drawEllipse(QRectF(1, 1, 12, 12))
+        painter.end()
+        icon = QIcon()
+        for mode in (QIcon.Mode.Normal, QIcon.Mode.Selected, QIcon.Mode.Active):
+            icon.addPixmap(pixmap, mode)
+        _DOTS[colour] = icon
+    return _DOTS[colour]
+
+
+@dataclass
+class Usage:
+    cpu: float | None = None
+    rss: int | None = None
+
+
+def tick_while_shown(tick: QTimer, on: bool, refresh) -> None:
+    """A model's one-second tick runs only while someone looks (the window is shown):
+    idle in the tray, the app wakes for engine events alone. Turned on, the model is
+    brought up to date at once rather than a tick later."""
+    if on and not tick.isActive():
+        refresh()
+        tick.start()
+    elif not on:
+        tick.stop()
+
+
+class NodeTableModel(QAbstractTableModel):
+    #: After every refresh: the views may have changed.
+    refreshed = Signal()
+
+    def __init__(self, host, bridge: HostBridge, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.host = host
+        self._rows: list[NodeView] = []
+        self._usage: dict[str, Usage] = {}
+        self._procs: dict[int, psutil.Process] = {}
+        self.now = utcnow()
+        self.bridge = bridge
+        bridge.happened.connect(self._on_event)
+        self._tick = QTimer(self)
+        self._tick.setInterval(TICK_MS)
+        self._tick.timeout.connect(self.refresh)
+        self.refresh()
+
+    def set_ticking(self, on: bool) -> None:
+        tick_while_shown(self._tick, on, self.refresh)
+
+    def stop(self) -> None:
+        self._tick.stop()
+        self.bridge.happened.disconnect(self._on_event)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def views(self) -> list[NodeView]:
+        return list(self._rows)
+
+    def view_at(self, row: int) -> NodeView | None:
+        return self._rows[row] if 0 <= row < len(self._rows) else None
+
+    def row_of(self, node_id: str) -> int:
+        return next((i for i, v in enumerate(self._rows) if v.id == node_id), -1)
+
+    def view(self, node_id: str) -> NodeView | None:
+        return self.view_at(self.row_of(node_id))
+
+    def _on_event(self, kind: str, node_id: str) -> None:
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.now = utcnow()
+        fresh = sorted(self.host.list_nodes(), key=lambda v: (v.created_at, v.id))
+        by_id = {v.id: v for v in fresh}
+        for row in reversed(range(len(self._rows))):
+            if self._rows[row].id not in by_id:
+                self.beginRemoveRows(QModelIndex(), row, row)
+                del self._rows[row]
+                self.endRemoveRows()
+        kept = {v.id for v in self._rows}
+        self._rows = [by_id[v.id] for v in self._rows]
+        new = [v for v in fresh if v.id not in kept]
+        if new:
+            self.beginInsertRows(QModelIndex(), len(self._rows), len(self._rows) + len(new) - 1)
+            self._rows.extend(new)
+            self.endInsertRows()
+        self._sample_usage()
+        if self._rows:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self._rows) - 1, len(COLUMNS) - 1))
+        self.refreshed.emit()
+
+    def _sample_usage(self) -> None:
+        """CPU since the last tick and resident memory of each running child."""
+        usage: dict[str, Usage] = {}
+        live: dict[int, psutil.Process] = {}
+        for v in self._rows:
+            if not (v.running and v.pid):
+                continue
+            proc = self._procs.get(v.pid)
+            try:
+                if proc is None:
+                    proc = psutil.Process(v.pid)
+                    proc.cpu_percent(None)  # the first call only starts the measurement
+                    usage[v.id] = Usage(None, proc.memory_info().rss)
+                else:
+                    usage[v.id] = Usage(proc.cpu_percent(None), proc.memory_info().rss)
+                live[v.pid] = proc
+            except psutil.Error:
+                continue
+        self._usage, self._procs = usage, live
+
+    # -- Qt's model interface ------------------------------------------------------------
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        v = self.view_at(index.row())
+        if v is None:
+            return None
+        col = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self.text(v, col)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == ERROR and v.last_error:
+                return v.last_error
+            if col == NAME:
+                return f"{v.name} ({v.id})"
+            if col == ADDRESS and v.api_port:
+                return f"Advertised as {v.advertise_host}; API port {v.api_port}, P2P port {v.p2p_port}"
+            return self.text(v, col) or None
+        if role == Qt.ItemDataRole.DecorationRole and col == STATUS:
+            return status_dot(COLOURS[node_state(v)])
+        if role == Qt.ItemDataRole.ForegroundRole and col == STATUS:
+            return QColor(COLOURS[node_state(v)])
+        if role == Qt.ItemDataRole.UserRole:
+            return v.id
+        if role == SORT_ROLE:
+            return self.sort_key(v, col)
+        return None
+
+    def sort_key(self, v: NodeView, col: int):
+        usage = self._usage.get(v.id, Usage())
+        if col == STATUS:
+            return f"{9 - node_state(v).rank}{self.text(v, col)}"
+        if col == UPTIME:
+            started = parse_iso(v.started_at) if v.running else None
+            return (self.now - started).total_seconds() if started else -1.0
+        if col == ATTEMPTS:
+            return float(v.attempts)
+        if col == CPU:
+            return usage.cpu if usage.cpu is not None else -1.0
+        if col == MEMORY:
+            return float(usage.rss) if usage.rss is not None else -1.0
+        return self.text(v, col).casefold()
+
+    def text(self, v: NodeView, col: int) -> str:
+        usage = self._usage.get(v.id, Usage())
+        if col == NAME:
+            return v.name
+        if col == STATUS:
+            return status_words(v, self.now)
+        if col == UPTIME:
+            return uptime_words(v, self.now)
+        if col == ATTEMPTS:
+            return retry_words(v, self.now)
+        if col == ERROR:
+            return first_line(v.last_error, 80)
+        if col == CADRE:
+            return v.cadre or ""
+        if col == ADDRESS:
+            return f"{url_host(v.advertise_host)}:{v.api_port}" if v.api_port else ""
+        if col == CPU:
+            return f"{usage.cpu:.0f} %" if usage.cpu is not None else ""
+        if col == MEMORY:
+            return f"{usage.rss / 1048576:.0f} MB" if usage.rss is not None else ""
+        return ""

@@ -1,0 +1,117 @@
+"""The node table's view: sorting, a filter, stable widths, one Tab stop, keys on a row.
+
+Columns are as wide as their widest likely content from the start (a ticking
+countdown never makes them jump); the person may still drag them, and the last
+one (the reason) takes the rest. Tab enters and leaves the table in one step;
+arrows move between rows. Enter opens the row, Delete asks to remove it.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QPalette
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QStyle, QStyledItemDelegate, QTableView, QWidget
+
+from cadre_desktop.ui.nodes.model import COLUMNS, SORT_ROLE, STATUS, WIDEST, NodeTableModel
+
+PADDING = 28
+#: The reason column (the last, it takes the rest) is at least this wide at the default size.
+REASON_AT_LEAST = "exited with code 1: cannot open"
+
+
+class NodeProxy(QSortFilterProxyModel):
+    """Sorts by each column's sort key; the filter matches any column's text and the node's id."""
+
+    def __init__(self, model: NodeTableModel, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.setSourceModel(model)
+        self._model = model
+        self.setSortRole(SORT_ROLE)
+        self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.setDynamicSortFilter(True)
+        self._needle = ""
+
+    def filterAcceptsRow(self, row: int, parent: QModelIndex | QPersistentModelIndex) -> bool:  # noqa: N802
+        needle = self._needle
+        if not needle:
+            return True
+        model = self._model
+        v = model.view_at(row)
+        if v is None:
+            return False
+        haystack = [v.id] + [model.text(v, col) for col in range(len(COLUMNS))]
+        return any(needle in text.casefold() for text in haystack)
+
+    def set_filter(self, text: str) -> None:
+        """Plain text, kept as typed: Qt's fixed-string filter stores it as an escaped pattern
+        ("Bulk\\-07"), which no cell contains."""
+        self.beginFilterChange()
+        self._needle = text.strip().casefold()
+        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+
+
+class StatusDelegate(QStyledItemDelegate):
+    """The status colour on a plain row; the selection's own text colour on a selected one."""
+
+    def initStyleOption(self, option, index) -> None:  # noqa: N802
+        super().initStyleOption(option, index)
+        if option.state & QStyle.StateFlag.State_Selected:
+            colour = option.palette.color(QPalette.ColorRole.HighlightedText)
+            option.palette.setColor(QPalette.ColorRole.Text, colour)
+            option.palette.setColor(QPalette.ColorRole.WindowText, colour)
+            option.backgroundBrush = option.palette.highlight()
+
+
+class NodeTable(QTableView):
+    #: Enter on a row: show its QR code (or its log).
+    open_requested = Signal()
+    #: Delete on a row.
+    remove_requested = Signal()
+
+    def __init__(self, proxy: NodeProxy, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setModel(proxy)
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.setTabKeyNavigation(False)
+        self.setSortingEnabled(True)
+        self.sortByColumn(-1, Qt.SortOrder.AscendingOrder)  # added order until a header is clicked
+        self.verticalHeader().hide()
+        self.setWordWrap(False)
+        self.setItemDelegateForColumn(STATUS, StatusDelegate(self))
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+        header.setSortIndicatorShown(True)
+        self.set_widths()
+
+    def set_widths(self) -> None:
+        metrics = self.fontMetrics()
+        for col, (title, widest) in enumerate(zip(COLUMNS, WIDEST)):
+            if widest:
+                self.setColumnWidth(col, max(metrics.horizontalAdvance(widest) + self._decoration(col),
+                                             metrics.horizontalAdvance(title) + 16) + PADDING)
+
+    def _decoration(self, col: int) -> int:
+        """The room a column's icon takes before its text (the status dot)."""
+        if col != STATUS:
+            return 0
+        style = self.style()
+        return (style.pixelMetric(QStyle.PixelMetric.PM_SmallIconSize, None, self)
+                + 2 * style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, self) + 4)
+
+    def wanted_width(self) -> int:
+        """As wide as every column and some of the reason, without a horizontal scrollbar."""
+        columns = sum(self.columnWidth(col) for col in range(len(COLUMNS) - 1))
+        reason = self.fontMetrics().horizontalAdvance(REASON_AT_LEAST) + PADDING
+        scrollbar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self)
+        return columns + reason + scrollbar + 2 * self.frameWidth()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
+        key = event.key()
+        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.currentIndex().isValid():
+            self.open_requested.emit()
+        elif key == Qt.Key.Key_Delete and self.currentIndex().isValid():
+            self.remove_requested.emit()
+        else:
+            super().keyPressEvent(event)
