@@ -309,9 +309,9 @@ def show(walks: dict[str, Any], listing: bool) -> None:
     for name, w in walks.items():
         aside = set(w["order"]) - set(w["spine"]["order"])
         print(f"\n{name}: {w['functions']} functions in {w['files']} files, {w['returns']} returns "
-              f"({w['calls']} calls; '.' marks a function only an event's listeners reach)")
+              f"({w['calls']} calls; * marks a function only the event bus's listeners reach)")
         for i, fn in enumerate(w["order"], 1):
-            print(f"  {i:3}.{'.' if fn in aside else ' '}{fn.removeprefix('cadre_desktop.')}")
+            print(f"  {i:3}. {'*' if fn in aside else ' '} {fn.removeprefix('cadre_desktop.')}")
         print("  files, call after call: " + " > ".join(w["file_walk"]))
         print("  the spine's files: " + " > ".join(w["spine"]["file_walk"]))
 
