@@ -49,6 +49,7 @@ from cadre_desktop.host.lending.grants import (
     new_token,
     token_digest,
 )
+from cadre_desktop.host.lending.reaper import reap
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -438,6 +439,5 @@ class LendingService:
             self._removing.discard(donation_id)
 
     async def reap(self) -> list[str]:
-        from cadre_desktop.host.lending.reaper import reap
-
+        """One pass of the reaper (host/lending/reaper.py) over this service's grants and loans."""
         return await reap(self)
