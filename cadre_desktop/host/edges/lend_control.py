@@ -21,7 +21,7 @@ create; lists never hold it.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cadre_desktop.errors import MachineError, NoSuchThing
 from cadre_desktop.host.core.events import HostEvent
@@ -120,7 +120,7 @@ def routes(host: ServedHost) -> list[RouteDef]:
     ]
 
 
-def event_data(host: ServedHost, event: HostEvent) -> dict[str, Any]:
+def event_data(host: ServedHost, event: HostEvent) -> dict[str, object]:
     """What an event stream carries for a lending event: the row's view, or null once it is gone."""
     lending = host.lending
     kind = "grant" if event.kind.value.startswith("grant") else "donation"
