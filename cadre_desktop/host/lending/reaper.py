@@ -40,17 +40,11 @@ log = logging.getLogger(__name__)
 class Loans(Protocol):
     """What a pass reads and asks of lending (host/lending/service.py's `LendingService`)."""
 
-    @property
-    def grants(self) -> GrantStore: ...
-
-    @property
-    def donations(self) -> DonationStore: ...
-
-    @property
-    def gate(self) -> KeyringGate: ...
-
-    @property
-    def settings(self) -> Settings: ...
+    grants: GrantStore
+    donations: DonationStore
+    gate: KeyringGate
+    #: Its numbers now: the provisioning and unseeded TTLs.
+    settings: Settings
 
     @property
     def in_flight(self) -> set[str]: ...

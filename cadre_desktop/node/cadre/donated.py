@@ -154,20 +154,13 @@ class Donating(Protocol):
 class Seedable(Protocol):
     """What accepting a seed asks of the node (node/node.py's `Node`)."""
 
+    peer_id: str
+    store: StateStore
+    clock: Clock
+    seed_limiter: FailureLimiter
+
     @property
     def config(self) -> Donating: ...
-
-    @property
-    def peer_id(self) -> str: ...
-
-    @property
-    def store(self) -> StateStore: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def seed_limiter(self) -> FailureLimiter: ...
 
     def check_throttle(self, limiter: FailureLimiter, client: str) -> None: ...
 
