@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.errors import Bug, CadreError, InvalidState, NoSuchThing
 from cadre_desktop.files.groupwriter import GroupWriter
-from cadre_desktop.host import live_settings
 from cadre_desktop.host.conditions.judge import Judge, platform_sources
 from cadre_desktop.host.conditions.source import ConditionSource
 from cadre_desktop.host.core.clock import Clock
@@ -44,6 +43,7 @@ from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.drivers import make_driver
 from cadre_desktop.host.lend_host import Lending
+from cadre_desktop.host.live_settings import Applied, LiveSettings
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
 
@@ -66,9 +66,6 @@ class Parts:
 
 
 class Host:
-    #: `await host.apply_settings(new)`: take new settings while running (host/live_settings.py).
-    apply_settings = live_settings.apply_settings
-
     def __init__(
         self,
         paths: Paths,
@@ -188,11 +185,9 @@ class Host:
         self._tasks.append(asyncio.ensure_future(self._move_keyring_entries()))
         await p.service.reap_stuck()
         # Lent nodes: the same supervisor, probe and gate, from the first pass.
-        lending.attach(
-            hosted=self.lifecycle, supervisor=p.supervisor, probe=p.probe, gate=p.gate, driver=driver,
-            nodes=p.service, settings=self.settings, advertise_host=lambda: self.advertise_host,
-            keep_home=self.store.persist_home, caps=lambda: self._caps_view(None),
-        )
+        lending.attach(hosted=self.lifecycle, supervisor=p.supervisor, probe=p.probe, gate=p.gate, driver=driver, nodes=p.service,
+                       settings=self.settings, advertise_host=lambda: self.advertise_host, keep_home=self.store.persist_home,
+                       caps=lambda: self._caps_view(None))
         self.host_holds.kick = p.supervisor.kick
         p.supervisor.observer.host_hold = self.host_holds.wanted
         self.host_holds.start()
@@ -325,6 +320,11 @@ class Host:
         if stop_nodes is None:
             stop_nodes = not self.settings.keep_nodes_running_on_quit
         await self._teardown(stop_nodes=stop_nodes)
+
+    async def apply_settings(self, new: Settings) -> Applied:  # take new settings while running (host/live_settings.py)
+        old, self.settings = self.settings, new
+        return await LiveSettings(store=self.store, driver=self.driver, service=self.service, supervisor=self.supervisor,
+                                  lending=self.lending, judge=self.judge, refresh=self.refresh).apply(old, new)
 
     def refresh(self) -> None:
         """Look at the network now (SIGHUP, or the OS said the network changed)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
 
 from cadre_desktop.errors import Bug
 from cadre_desktop.host.core.clock import Clock
@@ -73,7 +72,7 @@ class Lending:
 
     def attach(self, *, hosted: Lifecycle[NodeRecord], supervisor: Supervisor, probe: Probe, gate: KeyringGate,
                driver: NodeDriver, nodes: NodeService, settings: Settings, advertise_host: Callable[[], str],
-               keep_home: Callable[[], None], caps: Callable[[], dict[str, Any]] | None = None) -> None:
+               keep_home: Callable[[], None], caps: Callable[[], dict[str, object]] | None = None) -> None:
         """Join the host's supervision: same supervisor, probe, ports and keyring gate."""
         s = settings
         hosted.neighbours.append(self.lifecycle)
@@ -143,7 +142,7 @@ class Lending:
 
     # -- what the owner asks (the window, the tray); the control API asks the same ----------
 
-    async def create_grant(self, label: Any = None, max_nodes: Any = None, expires_in_s: Any = None) -> Grant:
+    async def create_grant(self, label: object = None, max_nodes: object = None, expires_in_s: object = None) -> Grant:
         return await self._attached()[0].create_grant(label, max_nodes, expires_in_s)
 
     async def link_of(self, grant_id: str) -> str:

@@ -103,7 +103,7 @@ class Node:
         self.stopping = False
         #: Set by the server: ends the node as a stop signal does.
         self.on_stop: Callable[[], None] | None = None
-        if config.donated is not None and store.state.seed is not None and not seeded_record(self):
+        if config.donated is not None and store.state.seed is not None and not seeded_record(config.donated, store.state.seed):
             log.warning("the state file holds a seed for another donation or party; it is ignored")
         if store.state.node_id != config.node_id:
             log.warning(
@@ -117,7 +117,7 @@ class Node:
     @property
     def phase(self) -> Phase:
         if self.config.donated is not None:
-            return Phase.SEEDED if seeded_record(self) else Phase.AWAITING_SEED
+            return Phase.SEEDED if seeded_record(self.config.donated, self.store.state.seed) else Phase.AWAITING_SEED
         if self.store.state.membership is not None:
             return Phase.JOINED
         if self.config.invitation is not None:

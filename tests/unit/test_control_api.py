@@ -13,7 +13,8 @@ import pytest
 from cadre_desktop import __version__
 from cadre_desktop.errors import SecretsError
 from cadre_desktop.host.core.events import EventKind
-from cadre_desktop.host.edges.control import MAX_BODY, ControlServer
+from cadre_desktop.host.edges.control import ControlServer
+from cadre_desktop.host.edges.control_body import MAX_BODY
 from tests.support.fake_host import ExplodingHost, FakeHost, make_view
 
 

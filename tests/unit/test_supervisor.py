@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import types
-from typing import Any
 
 import pytest
 
 from cadre_desktop.errors import OutOfDescriptors, SpawnError
 from cadre_desktop.host.core.events import EventKind
 from cadre_desktop.host.core.records.records import NodeMode, NodeStatus
-from cadre_desktop.host.live_settings import apply_settings
+from cadre_desktop.host.live_settings import LiveSettings
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
@@ -163,8 +161,8 @@ async def test_give_up_leaves_a_record_already_in_error_alone(rig):
 async def test_a_budget_lowered_while_running_counts_from_the_next_pass(tmp_path):
     r = Rig(tmp_path, respawn_max_attempts=5)
     r.node("a", attempts=3, ago_s=3600)  # down, two attempts left under the old budget
-    host: Any = types.SimpleNamespace(settings=r.settings, driver=None, supervisor=r.sup, store=r.store, judge=None)
-    await apply_settings(host, r.settings.with_changes(respawn_max_attempts=3))
+    live = LiveSettings(store=r.store, driver=None, service=None, supervisor=r.sup, lending=None, judge=None, refresh=lambda: None)
+    await live.apply(r.settings, r.settings.with_changes(respawn_max_attempts=3))
     assert await r.sup.reconcile() == []
     assert r.present_rec("a").status is NodeStatus.ERROR and "gave up after 3 attempts" in (r.present_rec("a").error or "")
     await r.close()

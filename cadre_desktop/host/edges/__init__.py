@@ -2,7 +2,8 @@
 
 It holds the servers (``control``: the CLI's and scripts' API, token and SSE events;
 ``lend_api``: the one server a borrower on the LAN reaches, while a grant is active;
-``lend_control``: the owner's grant routes), each error's status (``http_status``),
+``lend_control``: the owner's grant routes; ``caps_control`` and ``host_control`` beside
+it, all reading requests through ``control_body``), each error's status (``http_status``),
 the lend API's body reading and error shape (``lend_wire``, the wire format of
 ``cadre_desktop.wire``) and the routes of both (``router``). Both serve on
 ``cadre_desktop.wire.http1`` (h11, the node's server; its guard is ``netguard``): nothing

@@ -11,21 +11,20 @@ enforces it; a running node takes the change when it starts again (a Restart).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from cadre_desktop.host.core.ops.caps import CAPS_FIELDS, check_caps_change
+from cadre_desktop.host.edges.control_body import node_id_of, read_body
 from cadre_desktop.host.edges.router import RouteDef, json_answer
+from cadre_desktop.host.edges.served import ServedHost
 from cadre_desktop.wire.httpmsg import Answer, Request
 
-if TYPE_CHECKING:
-    from cadre_desktop.host.edges.control import ControlServer
 
+def routes(host: ServedHost) -> list[RouteDef]:
+    """The route, on the host the control API serves."""
 
-def routes(server: ControlServer) -> list[RouteDef]:
     async def set_caps(request: Request) -> Answer:
-        node_id = server._node_id(request)
-        change = check_caps_change(await server._body(request, set(CAPS_FIELDS)))
-        view = await server.host.set_node_caps(node_id, change)
+        node_id = node_id_of(request)
+        change = check_caps_change(await read_body(request, set(CAPS_FIELDS)))
+        view = await host.set_node_caps(node_id, change)
         return json_answer(view.to_json())
 
     return [("PATCH", "/api/nodes/{id}", set_caps)]

@@ -34,20 +34,18 @@ import os
 import secrets
 import traceback
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from cadre_desktop import __version__
-from cadre_desktop.errors import ApiError, Bug, CadreError, Invalid, NoSuchThing, StorageError
+from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, StorageError
 from cadre_desktop.files.atomicfile import write_json_atomic
 from cadre_desktop.files.readfile import read_bytes
 from cadre_desktop.host.core.events import LENDING_EVENTS, HostEvent
 from cadre_desktop.host.core.ops.validate import clean_invitation, clean_name
 from cadre_desktop.host.core.records.jsondoc import read_versioned
 from cadre_desktop.host.core.records.records import is_node_id
-from cadre_desktop.host.core.supervision.holds import parse_rfc3339
 from cadre_desktop.host.edges import caps_control, host_control, lend_control
+from cadre_desktop.host.edges.control_body import BODY_TIMEOUT_S, MAX_BODY, MESSAGES, node_id_of, pause_body, read_body, refused
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.router import Handler, Router, json_answer
 from cadre_desktop.host.edges.served import ServedHost
@@ -59,7 +57,6 @@ from cadre_desktop.wire.httpmsg import Answer, Request
 log = logging.getLogger(__name__)
 
 CONTROL_VERSION = 1
-MAX_BODY = 64 * 1024
 HEARTBEAT_S = 15.0
 #: Events a slow SSE client may have queued before it is cut off.
 STREAM_BACKLOG = 1000
@@ -71,34 +68,11 @@ STREAM_BACKLOG = 1000
 #: gives it ~20 ms (10 in 10 served at once or after 5 ms, 8 in 10 after 20 ms).
 MAX_CONNECTIONS = 256
 IDLE_S = 5.0
-#: How long a request body may take to arrive.
-BODY_TIMEOUT_S = 10.0
 #: How long requests in flight have to finish when the API stops.
 SHUTDOWN_GRACE_S = 2.0
 
 _LOOPBACK = ("127.0.0.1", "::1")
 _TOKENISH = {"token", "access_token", "auth", "authorization", "bearer", "key", "api_key"}
-_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "too_large",
-    415: "unsupported_media_type",
-}
-_MESSAGES = {
-    404: "There is no such endpoint.",
-    405: "That method is not allowed on this endpoint.",
-    413: f"The request body is larger than {MAX_BODY // 1024} KiB.",
-}
-
-
-def _refused(status: int, message: str, code: str | None = None) -> ApiError:
-    """A guard's refusal: its status, and the code the API gives that status unless told."""
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return ApiError(status, code or _CODES.get(status, "error"), message, headers=headers)
 
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Answer:
@@ -126,11 +100,11 @@ def check_control_file(path: Path) -> None:
             )
 
 
-def check_name(value: Any) -> str | None:
+def check_name(value: object) -> str | None:
     return clean_name(value, None)
 
 
-def check_invitation(value: Any) -> str:
+def check_invitation(value: object) -> str:
     return clean_invitation(value)
 
 
@@ -182,9 +156,9 @@ class ControlServer:
             ("POST", "/api/nodes/{id}/invite", self._invite_node),
             ("GET", "/api/events", self._events),
             ("GET", "/api/nodes/{id}/history", self._node_history),
-            *lend_control.routes(self),  # lending's routes live beside these
-            *caps_control.routes(self),  # PATCH /api/nodes/{id}: a node's caps
-            *host_control.routes(self),  # /api/host/pause, resume, conditions
+            *lend_control.routes(host),  # lending's routes live beside these
+            *caps_control.routes(host),  # PATCH /api/nodes/{id}: a node's caps
+            *host_control.routes(host),  # /api/host/pause, resume, conditions
         ])
 
     @property
@@ -246,7 +220,7 @@ class ControlServer:
         handler, allowed = self.router.resolve(request)
         if handler is None:
             status = 405 if allowed else 404
-            raise _refused(status, _MESSAGES[status])
+            raise refused(status, MESSAGES[status])
         return await handler(request)
 
     async def _errors(self, request: Request, handler: Handler) -> Answer:
@@ -270,57 +244,24 @@ class ControlServer:
         allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}", f"[::1]:{self.port}"}
         headers = request.headers
         if headers.get("host", "").lower() not in allowed_hosts:
-            raise _refused(403, "The Host header must name the loopback address and this port.")
+            raise refused(403, "The Host header must name the loopback address and this port.")
         site = headers.get("sec-fetch-site", "none").lower()
         if "origin" in headers or site != "none":
-            raise _refused(403, "Requests from web pages are refused.", "origin_refused")
+            raise refused(403, "Requests from web pages are refused.", "origin_refused")
         if request.query_string:
             if _TOKENISH & {key.lower() for key in request.query}:
-                raise _refused(400, "Send the token in the Authorization header, never in the URL.",
+                raise refused(400, "Send the token in the Authorization header, never in the URL.",
                                "token_in_url")
-            raise _refused(400, "This API takes no query parameters.")
+            raise refused(400, "This API takes no query parameters.")
         scheme, _, given = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
                 given.strip().encode("utf-8", "replace"), self.token.encode()):
-            raise _refused(401, "A valid token is required: 'Authorization: Bearer <token from control.json>'.")
+            raise refused(401, "A valid token is required: 'Authorization: Bearer <token from control.json>'.")
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY:
-            await self._body(request, set())  # refused by the server's reader (413), which closes the connection
+            await read_body(request, set())  # refused by the server's reader (413), which closes the connection
 
     # -- helpers -----------------------------------------------------------------
-
-    async def _body(self, request: Request, allowed: set[str]) -> dict[str, Any]:
-        try:
-            # Bounded by the server in size (MAX_BODY after decoding) and in time: a trickled
-            # body would hold its connection busy, out of reach of the idle limit.
-            raw = await request.body()
-        except ApiError as exc:
-            if exc.status == 413:
-                raise _refused(413, _MESSAGES[413]) from None
-            if exc.status == 408:
-                raise Invalid(f"The request body did not arrive within {BODY_TIMEOUT_S:g} s.") from None
-            # The body itself is broken: a Content-Encoding it is not in, a bad chunk.
-            raise Invalid("The request body could not be read.") from None
-        if not raw.strip():
-            return {}
-        try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            # RecursionError: a few KiB of "[[[[..." nest deeper than the parser's stack.
-            raise Invalid("The request body is not valid JSON.") from None
-        if not isinstance(doc, dict):
-            raise Invalid("The request body must be a JSON object.")
-        unknown = sorted(set(doc) - allowed)
-        if unknown:
-            raise Invalid(f"Unknown field(s): {', '.join(unknown)}.")
-        return doc
-
-    @staticmethod
-    def _node_id(request: Request) -> str:
-        node_id = request.match_info["id"]
-        if not is_node_id(node_id):
-            raise NoSuchThing(f"No node with id {node_id[:40]!r}.")
-        return node_id
 
     # -- routes ------------------------------------------------------------------
 
@@ -336,49 +277,37 @@ class ControlServer:
 
     async def _get_node(self, request: Request) -> Answer:
         await self.host.settled()
-        return json_answer(self.host.get_node(self._node_id(request)).to_json())
+        return json_answer(self.host.get_node(node_id_of(request)).to_json())
 
     async def _add_node(self, request: Request) -> Answer:
-        body = await self._body(request, {"name"})
+        body = await read_body(request, {"name"})
         view = await self.host.add_node(check_name(body.get("name")))
         return json_answer(view.to_json(), status=201)
 
     async def _join_node(self, request: Request) -> Answer:
-        body = await self._body(request, {"invitation", "name"})
-        if isinstance(body.get("invitation"), str):
-            request.secrets = [body["invitation"], body["invitation"].strip()]
-        invitation = check_invitation(body.get("invitation"))
+        body = await read_body(request, {"invitation", "name"})
+        given = body.get("invitation")
+        if isinstance(given, str):
+            request.secrets = [given, given.strip()]
+        invitation = check_invitation(given)
         view = await self.host.join_node(invitation, check_name(body.get("name")))
         return json_answer(view.to_json(), status=201)
 
     async def _invite_node(self, request: Request) -> Answer:
-        body = await self._body(request, {"name"})
-        view = await self.host.invite_node(self._node_id(request), check_name(body.get("name")))
+        body = await read_body(request, {"name"})
+        view = await self.host.invite_node(node_id_of(request), check_name(body.get("name")))
         return json_answer(view.to_json(), status=201)
 
     async def _pause_node(self, request: Request) -> Answer:
         """`{}` pauses with no end; `{"for_ms": N}` or `{"until": "<RFC 3339>"}` puts the node to sleep."""
-        for_ms, when = await self.pause_body(request)
-        view = await self.host.pause_node(self._node_id(request), for_ms=for_ms, until=when)
+        for_ms, when = await pause_body(request)
+        view = await self.host.pause_node(node_id_of(request), for_ms=for_ms, until=when)
         return json_answer(view.to_json())
-
-    async def pause_body(self, request: Request) -> tuple[int | None, datetime | None]:
-        """A pause's body, checked: (for_ms, until) — both None for a pause with no end."""
-        body = await self._body(request, {"for_ms", "until"})
-        for_ms, until = body.get("for_ms"), body.get("until")
-        if for_ms is not None and (not isinstance(for_ms, int) or isinstance(for_ms, bool)):
-            raise Invalid("for_ms must be a whole number of milliseconds.")
-        when = None
-        if until is not None:
-            when = parse_rfc3339(until)
-            if when is None:
-                raise Invalid("until must be an RFC 3339 time with its zone, e.g. 2026-01-01T07:00:00+01:00.")
-        return for_ms, when
 
     def _action(self, method: str) -> Handler:
         async def act(request: Request) -> Answer:
-            await self._body(request, set())
-            view = await getattr(self.host, method)(self._node_id(request))
+            await read_body(request, set())
+            view = await getattr(self.host, method)(node_id_of(request))
             return json_answer(view.to_json())
         return act
 
@@ -455,4 +384,4 @@ class ControlServer:
 
     async def _node_history(self, request: Request) -> Answer:
         """The node's last 24 hours and 7 days (host/core/ops/history.py)."""
-        return json_answer(self.host.node_history(self._node_id(request)))
+        return json_answer(self.host.node_history(node_id_of(request)))

@@ -15,26 +15,25 @@ Registered by `ControlServer` (behind its guards):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from cadre_desktop.host.edges.control_body import pause_body, read_body
 from cadre_desktop.host.edges.router import RouteDef, json_answer
+from cadre_desktop.host.edges.served import ServedHost
 from cadre_desktop.wire.httpmsg import Answer, Request
 
-if TYPE_CHECKING:
-    from cadre_desktop.host.edges.control import ControlServer
 
+def routes(host: ServedHost) -> list[RouteDef]:
+    """The routes, on the host the control API serves."""
 
-def routes(server: ControlServer) -> list[RouteDef]:
     async def pause(request: Request) -> Answer:
-        for_ms, until = await server.pause_body(request)
-        return json_answer(await server.host.pause_all(for_ms=for_ms, until=until))
+        for_ms, until = await pause_body(request)
+        return json_answer(await host.pause_all(for_ms=for_ms, until=until))
 
     async def resume(request: Request) -> Answer:
-        await server._body(request, set())
-        return json_answer(await server.host.resume_all())
+        await read_body(request, set())
+        return json_answer(await host.resume_all())
 
     async def conditions(request: Request) -> Answer:
-        return json_answer(server.host.conditions_report())
+        return json_answer(host.conditions_report())
 
     return [("POST", "/api/host/pause", pause), ("POST", "/api/host/resume", resume),
             ("GET", "/api/host/conditions", conditions)]

@@ -35,7 +35,6 @@ import asyncio
 import json
 import logging
 import socket
-from typing import Any
 
 from cadre_desktop.errors import ApiError, Bug, CadreError, NoSuchThing, SecretsError, wire_code
 from cadre_desktop.host.edges.http_status import status_of
@@ -237,7 +236,7 @@ class LendServer:
         self.limiter.succeeded(client)
         return grant
 
-    async def _body(self, request: Request) -> dict[str, Any]:
+    async def _body(self, request: Request) -> dict[str, object]:
         return await read_json_body(request)  # bounded by the server: MAX_BODY, body_timeout_s
 
     # -- routes ------------------------------------------------------------------------------
@@ -282,7 +281,7 @@ def _retry_after(seconds: int | None) -> dict[str, str] | None:
     return {"Retry-After": str(seconds)} if seconds is not None else None
 
 
-def _json(body: Any, *, status: int = 200) -> Answer:
+def _json(body: object, *, status: int = 200) -> Answer:
     return json_answer(body, status, {"Cache-Control": "no-store"})
 
 
@@ -293,12 +292,12 @@ class NodeSeedClient:
         self.host = host
         self.timeout_s = timeout_s
 
-    async def __call__(self, port: int, token: str, body: dict[str, Any]) -> None:
+    async def __call__(self, port: int, token: str, body: dict[str, object]) -> None:
         status, answer = await self._post(port, token, body)
         if status != 200:
             raise node_refusal(status, answer)
 
-    async def _post(self, port: int, token: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    async def _post(self, port: int, token: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
         """The node's status and JSON object; (0, {}) when it did not answer in time or
         answered something that is not bounded HTTP (a node's answer is small)."""
         headers = [("Authorization", f"Bearer {token}"), ("Content-Type", "application/json")]
@@ -315,7 +314,7 @@ class NodeSeedClient:
         return answer.status, doc if isinstance(doc, dict) else {}
 
 
-def node_refusal(status: int, body: dict[str, Any]) -> LendRefused | LentNodeUnavailable:
+def node_refusal(status: int, body: dict[str, object]) -> LendRefused | LentNodeUnavailable:
     """A lent node's answer to a seed (status 0: no answer), as the borrower should see it."""
     error = body.get("error") if isinstance(body, dict) else None
     code = error.get("code") if isinstance(error, dict) else None

@@ -21,25 +21,25 @@ create; lists never hold it.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cadre_desktop.errors import MachineError, NoSuchThing
 from cadre_desktop.host.core.events import HostEvent
 from cadre_desktop.host.core.records.records import is_node_id
+from cadre_desktop.host.edges.control_body import pause_body, read_body
 from cadre_desktop.host.edges.router import Handler, RouteDef, json_answer
+from cadre_desktop.host.edges.served import ServedHost
 from cadre_desktop.host.lending.views import LendingViews
 from cadre_desktop.wire.httpmsg import Answer, Request
 
 if TYPE_CHECKING:
-    from cadre_desktop.host.edges.control import ControlServer
-    from cadre_desktop.host.edges.served import ServedHost
     from cadre_desktop.host.lend_host import Lending
 
 GRANT_FIELDS = {"label", "max_nodes", "expires_in_s"}
 
 
-def _lending(server: ControlServer) -> tuple[Lending, LendingViews]:
-    lending = server.host.lending
+def _lending(host: ServedHost) -> tuple[Lending, LendingViews]:
+    lending = host.lending
     if lending is None or lending.views is None:
         raise MachineError("Lending is not ready yet; try again in a moment.", code="not_ready")
     return lending, lending.views
@@ -52,57 +52,57 @@ def _id(request: Request) -> str:
     return value
 
 
-def _action(server: ControlServer, action: str, view: str) -> Handler:
+def _action(host: ServedHost, action: str, view: str) -> Handler:
     """A POST with an empty body that does `lending.<action>(id)` and answers the row's view."""
     async def handler(request: Request) -> Answer:
-        await server._body(request, set())
-        (lending, views), row_id = _lending(server), _id(request)
+        await read_body(request, set())
+        (lending, views), row_id = _lending(host), _id(request)
         await getattr(lending, action)(row_id)
         return json_answer(getattr(views, view)(row_id).to_json())
     return handler
 
 
-def routes(server: ControlServer) -> list[RouteDef]:
-    """The routes, bound to one ControlServer (its host and body reader)."""
+def routes(host: ServedHost) -> list[RouteDef]:
+    """The routes, on the host the control API serves."""
 
     async def list_grants(request: Request) -> Answer:
-        return json_answer({"grants": [v.to_json() for v in _lending(server)[1].grants()]})
+        return json_answer({"grants": [v.to_json() for v in _lending(host)[1].grants()]})
 
     async def create_grant(request: Request) -> Answer:
-        body = await server._body(request, GRANT_FIELDS)
-        lending, views = _lending(server)
+        body = await read_body(request, GRANT_FIELDS)
+        lending, views = _lending(host)
         grant = await lending.create_grant(body.get("label"), body.get("max_nodes"), body.get("expires_in_s"))
         view = views.grant(grant.id).to_json()
         view["link"] = await lending.link_of(grant.id)
         return json_answer(view, status=201)
 
     async def get_grant(request: Request) -> Answer:
-        await server.host.settled()  # its lent nodes' views show what is on disk, or its save error
-        (_, views), grant_id = _lending(server), _id(request)
+        await host.settled()  # its lent nodes' views show what is on disk, or its save error
+        (_, views), grant_id = _lending(host), _id(request)
         view = views.grant(grant_id).to_json()
         view["donations"] = [d.to_json() for d in views.donations(grant_id)]
         return json_answer(view)
 
     async def grant_link(request: Request) -> Answer:
-        return json_answer({"link": await _lending(server)[0].link_of(_id(request))})
+        return json_answer({"link": await _lending(host)[0].link_of(_id(request))})
 
     async def list_donations(request: Request) -> Answer:
-        await server.host.settled()
-        return json_answer({"donations": [v.to_json() for v in _lending(server)[1].donations()]})
+        await host.settled()
+        return json_answer({"donations": [v.to_json() for v in _lending(host)[1].donations()]})
 
     async def get_donation(request: Request) -> Answer:
-        await server.host.settled()
-        return json_answer(_lending(server)[1].donation(_id(request)).to_json())
+        await host.settled()
+        return json_answer(_lending(host)[1].donation(_id(request)).to_json())
 
     async def pause_donation(request: Request) -> Answer:
-        for_ms, until = await server.pause_body(request)
-        (lending, views), row_id = _lending(server), _id(request)
+        for_ms, until = await pause_body(request)
+        (lending, views), row_id = _lending(host), _id(request)
         await lending.pause(row_id, for_ms=for_ms, until=until)
         return json_answer(views.donation(row_id).to_json())
 
     async def end_donation(request: Request) -> Answer:
         donation_id = request.match_info["id"]
-        existed = is_node_id(donation_id) and await _lending(server)[0].end_loan(donation_id)
+        existed = is_node_id(donation_id) and await _lending(host)[0].end_loan(donation_id)
         return json_answer({"ended": donation_id, "existed": bool(existed)})
 
     return [
@@ -110,17 +110,17 @@ def routes(server: ControlServer) -> list[RouteDef]:
         ("POST", "/api/grants", create_grant),
         ("GET", "/api/grants/{id}", get_grant),
         ("GET", "/api/grants/{id}/link", grant_link),
-        ("POST", "/api/grants/{id}/revoke", _action(server, "revoke_grant", "grant")),
+        ("POST", "/api/grants/{id}/revoke", _action(host, "revoke_grant", "grant")),
         ("GET", "/api/donations", list_donations),
         ("GET", "/api/donations/{id}", get_donation),
-        ("POST", "/api/donations/{id}/retry", _action(server, "retry", "donation")),
+        ("POST", "/api/donations/{id}/retry", _action(host, "retry", "donation")),
         ("POST", "/api/donations/{id}/pause", pause_donation),
-        ("POST", "/api/donations/{id}/resume", _action(server, "resume", "donation")),
+        ("POST", "/api/donations/{id}/resume", _action(host, "resume", "donation")),
         ("DELETE", "/api/donations/{id}", end_donation),
     ]
 
 
-def event_data(host: ServedHost, event: HostEvent) -> dict[str, Any]:
+def event_data(host: ServedHost, event: HostEvent) -> dict[str, object]:
     """What an event stream carries for a lending event: the row's view, or null once it is gone."""
     lending = host.lending
     kind = "grant" if event.kind.value.startswith("grant") else "donation"

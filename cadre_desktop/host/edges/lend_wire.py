@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from cadre_desktop.errors import ApiError, StorageError, wire_code
 from cadre_desktop.host.edges.router import Handler, json_answer
@@ -50,10 +49,10 @@ def no_route(allowed: list[str]) -> ApiError:
     return ApiError(405, HTTP_CODES.get(405, "http-error"), "method not allowed", headers={"Allow": ",".join(allowed)})
 
 
-def _json(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> Answer:
+def _json(body: object, *, status: int = 200, headers: dict[str, str] | None = None) -> Answer:
     return json_answer(body, status, {"Cache-Control": "no-store", **(headers or {})})
 
 
-async def read_json_body(request: Request, *, optional: bool = False) -> dict[str, Any]:
+async def read_json_body(request: Request, *, optional: bool = False) -> dict[str, object]:
     """A JSON object within the server's bounds (size after decoding, and time), else an ApiError."""
     return parse_json_body(await request.body(), optional=optional)

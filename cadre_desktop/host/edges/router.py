@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 from cadre_desktop.wire.httpmsg import Answer, Request
 
@@ -22,7 +21,7 @@ RouteDef = tuple[str, str, Handler]
 JSON_TYPE = "application/json; charset=utf-8"
 
 
-def json_answer(doc: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Answer:
+def json_answer(doc: object, status: int = 200, headers: Mapping[str, str] | None = None) -> Answer:
     return Answer(status, [("Content-Type", JSON_TYPE), *(headers or {}).items()], json.dumps(doc).encode())
 
 

@@ -15,24 +15,53 @@ sweep:
 Work in flight in this run (a create, an end) is left alone. A pass never
 raises: one failing step is logged and tried again at the next. While the
 keyring refuses, the pass waits for it (see `reap`).
+
+It works on `Loans`: what it reads and asks of the lending service, no more
+(`LendingService` is one; the reaper does not import it).
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from cadre_desktop.errors import message_of
 from cadre_desktop.host.core.clock import parse_iso
+from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 from cadre_desktop.host.core.vault.secrets import SecretKind
-from cadre_desktop.host.lending.donations import Donation, DonationStatus
-from cadre_desktop.host.lending.grants import GrantState
-
-if TYPE_CHECKING:
-    from cadre_desktop.host.lending.service import LendingService
+from cadre_desktop.host.lending.donations import Donation, DonationStatus, DonationStore
+from cadre_desktop.host.lending.grants import Grant, GrantState, GrantStore
+from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+class Loans(Protocol):
+    """What a pass reads and asks of lending (host/lending/service.py's `LendingService`)."""
+
+    grants: GrantStore
+    donations: DonationStore
+    gate: KeyringGate
+    #: Its numbers now: the provisioning and unseeded TTLs.
+    settings: Settings
+
+    @property
+    def in_flight(self) -> set[str]: ...
+
+    def now(self) -> datetime: ...
+
+    def active_grants(self) -> list[Grant]: ...
+
+    async def forget_token(self, row_id: str, kind: SecretKind) -> None: ...
+
+    async def close_grant(self, grant_id: str) -> None: ...
+
+    async def grants_changed(self) -> None: ...
+
+    async def end(self, donation_id: str, why: str = ...) -> bool: ...
+
+    async def clean_up(self, donation_id: str) -> None: ...
 
 
 def _older(stamp: str | None, now: datetime, age: timedelta) -> bool:
@@ -40,7 +69,7 @@ def _older(stamp: str | None, now: datetime, age: timedelta) -> bool:
     return when is None or now - when > age  # an unreadable time is old: clearing is safe
 
 
-async def reap(service: LendingService) -> list[str]:
+async def reap(service: Loans) -> list[str]:
     """One pass over grants and donations; the ids it finished or cleared."""
     reaped: list[str] = []
     if service.gate.condition is not None:
@@ -58,7 +87,7 @@ async def reap(service: LendingService) -> list[str]:
     return reaped
 
 
-async def _reap_grants(service: LendingService) -> list[str]:
+async def _reap_grants(service: Loans) -> list[str]:
     done = []
     now = service.now()
     for grant in service.grants.list():
@@ -78,7 +107,7 @@ async def _reap_grants(service: LendingService) -> list[str]:
     return done
 
 
-def _why_clear(service: LendingService, donation: Donation, open_grants: set[str], now: datetime) -> str | None:
+def _why_clear(service: Loans, donation: Donation, open_grants: set[str], now: datetime) -> str | None:
     settings = service.settings
     provisioning_ttl = timedelta(milliseconds=settings.donation_provisioning_ttl_ms)
     unseeded_ttl = timedelta(milliseconds=settings.donation_awaiting_seed_ttl_ms)
@@ -93,7 +122,7 @@ def _why_clear(service: LendingService, donation: Donation, open_grants: set[str
     return None
 
 
-async def _reap_donations(service: LendingService) -> list[str]:
+async def _reap_donations(service: Loans) -> list[str]:
     done = []
     now = service.now()
     open_grants = {g.id for g in service.active_grants()}
@@ -107,7 +136,7 @@ async def _reap_donations(service: LendingService) -> list[str]:
     return done
 
 
-async def _finish_removals(service: LendingService) -> list[str]:
+async def _finish_removals(service: Loans) -> list[str]:
     done = []
     for donation_id in service.donations.pending_removals():
         if donation_id in service.in_flight:

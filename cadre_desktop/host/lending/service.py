@@ -24,7 +24,7 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import cast
 
 from cadre_desktop.errors import Bug, CadreError, InputError, InvalidState, NodeFault, NoSuchThing, SecretsError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
@@ -49,6 +49,7 @@ from cadre_desktop.host.lending.grants import (
     new_token,
     token_digest,
 )
+from cadre_desktop.host.lending.reaper import reap
 from cadre_desktop.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class LentNodeUnavailable(NodeFault):
 
 #: Presents a seed to the lent node on a port with its seed token: returns once the node took it;
 #: raises LendRefused (the seed's fault) or LentNodeUnavailable (busy, silent, refusing the host).
-SeedPost = Callable[[int, str, dict[str, Any]], Awaitable[None]]
+SeedPost = Callable[[int, str, dict[str, object]], Awaitable[None]]
 
 
 class LendingService:
@@ -172,7 +173,7 @@ class LendingService:
 
     # -- grants (the owner) ----------------------------------------------------------------
 
-    async def create_grant(self, label: Any = None, max_nodes: Any = None, expires_in_s: Any = None) -> Grant:
+    async def create_grant(self, label: object = None, max_nodes: object = None, expires_in_s: object = None) -> Grant:
         """A new active grant; its token goes to the keyring, its link is `link_of`."""
         max_nodes = check_max_nodes(max_nodes, self.settings.lend_max_nodes)
         now = self.now()
@@ -369,7 +370,7 @@ class LendingService:
         finally:
             unsubscribe()
 
-    async def seed(self, grant: Grant, donation_id: str, seed: dict[str, Any]) -> Donation:
+    async def seed(self, grant: Grant, donation_id: str, seed: object) -> Donation:
         """Present the borrower's seed to the node, with the seed token only the host knows."""
         grant = self.still_open(grant)  # its body arrived after the token was checked
         donation = self.donation_in(grant, donation_id)
@@ -438,6 +439,5 @@ class LendingService:
             self._removing.discard(donation_id)
 
     async def reap(self) -> list[str]:
-        from cadre_desktop.host.lending.reaper import reap
-
+        """One pass of the reaper (host/lending/reaper.py) over this service's grants and loans."""
         return await reap(self)

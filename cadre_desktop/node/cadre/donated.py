@@ -10,6 +10,9 @@ locked-out client learns nothing), then the seed token (only the host has it,
 so a wrong one is a guess and counts against the caller), then the seed itself.
 A bad seed does not count against the caller: it comes through the host, whose
 address must never be locked out by a borrower's mistake.
+
+It asks of the node only what a `Seedable` names (node.py's `Node` is one): this
+module is read by the node's config, so it never imports the node.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import hmac
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from cadre_desktop.node.clock import Clock
 from cadre_desktop.node.errors import ConfigError
-from cadre_desktop.node.state import NodeState, SeedRecord
+from cadre_desktop.node.state import NodeState, SeedRecord, StateStore
+from cadre_desktop.wire.ratelimit import FailureLimiter
 from cadre_desktop.wire.refusal import RequestRefused
 from cadre_desktop.wire.seed import (
     DEFAULT_PROFILE,
@@ -35,9 +40,6 @@ from cadre_desktop.wire.seed import (
     parse_key,
     parse_seed,
 )
-
-if TYPE_CHECKING:
-    from cadre_desktop.node.node import Node
 
 log = logging.getLogger("cadre.node.donated")
 
@@ -142,10 +144,33 @@ def _bootstrap_nodes(text: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def seeded_record(node: Node) -> SeedRecord | None:
-    """The persisted seed, if it is for this very donation and party."""
-    donated = node.config.donated
-    seed = node.store.state.seed
+class Donating(Protocol):
+    """A node's configuration, as far as donated mode reads it (node/config.py's `NodeConfig`)."""
+
+    @property
+    def donated(self) -> DonatedConfig | None: ...
+
+
+class Seedable(Protocol):
+    """What accepting a seed asks of the node (node/node.py's `Node`)."""
+
+    peer_id: str
+    store: StateStore
+    clock: Clock
+    seed_limiter: FailureLimiter
+
+    @property
+    def config(self) -> Donating: ...
+
+    def check_throttle(self, limiter: FailureLimiter, client: str) -> None: ...
+
+    def note_transition(self, old: str, new: str, why: str) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+def seeded_record(donated: DonatedConfig | None, seed: SeedRecord | None) -> SeedRecord | None:
+    """The persisted seed (`seed`), if it is for this very donation and party."""
     if donated is None or seed is None:
         return None
     if seed.donation_id != donated.donation_id or seed.party_id != donated.party_id:
@@ -153,7 +178,7 @@ def seeded_record(node: Node) -> SeedRecord | None:
     return seed
 
 
-def accept_seed(node: Node, client: str, token: str | None, body: dict[str, Any]) -> dict[str, Any]:
+def accept_seed(node: Seedable, client: str, token: str | None, body: dict[str, Any]) -> dict[str, Any]:
     """The body of ``POST /seed``: check the token and the seed, then persist it."""
     donated = node.config.donated
     if donated is None:
@@ -179,7 +204,7 @@ def accept_seed(node: Node, client: str, token: str | None, body: dict[str, Any]
         raise RequestRefused("the seed is not signed by an owner key this node trusts", code="untrusted_key")
     if not seed.verifies():
         raise RequestRefused("the seed's signature does not verify", code="bad_signature")
-    held = seeded_record(node)
+    held = seeded_record(donated, node.store.state.seed)
     if held is not None:
         if hmac.compare_digest(held.signature, seed.signature.hex()):
             return _answer(node)  # the same seed again: a retry after a lost answer
@@ -200,6 +225,6 @@ def accept_seed(node: Node, client: str, token: str | None, body: dict[str, Any]
     return _answer(node)
 
 
-def _answer(node: Node) -> dict[str, Any]:
+def _answer(node: Seedable) -> dict[str, Any]:
     status = node.status()
     return {"state": status["state"], "party": status["party"], "peer_id": node.peer_id}
