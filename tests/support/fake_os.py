@@ -9,10 +9,10 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from cadre_desktop.host.local.system.procs import ExitCallback, Identity, Job, ProcInfo, Stream
+from cadre_desktop.host.local.system.procs import ExitCallback, Identity, Job, NoAdoption, ProcInfo, Stream
 
 
-class FakeOS:
+class FakeOS(NoAdoption):
     """A ProcessOS that records each call as (name, *arguments)."""
 
     def __init__(self, *, groups: bool = True, alive: set[int] | None = None) -> None:
@@ -81,17 +81,19 @@ class FakeOS:
         return None
 
     def lock_pids(self, st: os.stat_result) -> list[int] | None:
-        return []
+        return [pid for pid in self.alive if pid == st.st_ino]  # none, but for a test that plants one
 
     def new_job(self, handle_id: str) -> Job | None:
-        return None
+        self._note("new_job", handle_id)
+        return Job(f"Local\\fake-{handle_id}", handle_id) if not self.groups else None
 
     def assign_job(self, job: Job | None, popen: subprocess.Popen[bytes]) -> Job | None:
+        self._note("assign_job", job, popen.pid)
         return job
 
     def reopen_job(self, name: str | None) -> object | None:
         self._note("reopen_job", name)
-        return None
+        return name
 
     def end_job(self, job: object | None) -> bool:
         self._note("end_job", job)
@@ -110,18 +112,3 @@ class FakeOS:
 
     def lower_priority(self, pid: int) -> None:
         self._note("lower_priority", pid)
-
-    def can_adopt(self) -> bool:
-        return False
-
-    def become_subreaper(self) -> bool:
-        return False
-
-    def subreaping(self) -> bool:
-        return False
-
-    def adopt(self, pid: int, args: Sequence[str]) -> subprocess.Popen[bytes]:
-        raise OSError("the fake OS adopts nothing")
-
-    def reap_stale(self, seen: set[int]) -> tuple[list[int], set[int]]:
-        return [], set()

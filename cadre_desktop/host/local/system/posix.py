@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 
 from cadre_desktop.host.local.system import procs
-from cadre_desktop.host.local.system.procs import ExitCallback, Identity, Job, ProcInfo, SignalOps, Stream
+from cadre_desktop.host.local.system.procs import ExitCallback, GroupEnding, Identity, Job, NoAdoption, ProcInfo, SignalOps, Stream
 
 
-class PosixOS:
+class PosixOS(GroupEnding, NoAdoption):
     """The process calls of a POSIX system without Linux's extras (macOS, the BSDs)."""
 
     groups = True
@@ -90,16 +90,6 @@ class PosixOS:
             return False
         return any(p.pgid == pgid for p in self.process_table())
 
-    def kill_pids(self, pids: Sequence[int]) -> None:
-        procs.kill_pids(self.signals.kill, pids, procs.SIGKILL)
-
-    def kill_and_reap(self, popen: subprocess.Popen[bytes], *, what: str = "child") -> None:
-        self.kill_group(popen.pid)
-        procs.reap_in_thread(popen, what)
-
-    def end_child(self, popen: subprocess.Popen[bytes], grace_s: float) -> int | None:
-        return procs.end_child(popen, grace_s, lambda pid: self.signal_group(pid, None, kill=False), self.kill_group)
-
     def lock_pids(self, st: os.stat_result) -> list[int] | None:
         return []
 
@@ -128,20 +118,3 @@ class PosixOS:
 
     def lower_priority(self, pid: int) -> None:
         os.setpriority(os.PRIO_PROCESS, pid, 10)
-
-    # -- a fork server's children: Linux only ---------------------------------------------------
-    def can_adopt(self) -> bool:
-        return False
-
-    def become_subreaper(self) -> bool:
-        """Elsewhere False: there, standbys hand themselves over instead of forking."""
-        return False
-
-    def subreaping(self) -> bool:
-        return False
-
-    def adopt(self, pid: int, args: Sequence[str]) -> subprocess.Popen[bytes]:
-        raise OSError("this OS cannot adopt a fork server's node")
-
-    def reap_stale(self, seen: set[int]) -> tuple[list[int], set[int]]:
-        return [], set()

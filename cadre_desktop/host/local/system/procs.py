@@ -269,3 +269,47 @@ def _watch_in_thread(loop: asyncio.AbstractEventLoop, pid: int, popen: subproces
 
 
 SIGKILL = getattr(signal, "SIGKILL", 9)
+
+
+class GroupEnding:
+    """What every platform ends the same way, given its own `signal_group` and `kill_group`:
+    single pids killed, a just-started child killed and reaped off the thread, the blocking
+    terminate → grace → kill."""
+
+    signals: SignalOps
+
+    def signal_group(self, pid: int, job: object | None, *, kill: bool) -> None:
+        raise NotImplementedError
+
+    def kill_group(self, pid: int) -> None:
+        raise NotImplementedError
+
+    def kill_pids(self, pids: Sequence[int]) -> None:
+        kill_pids(self.signals.kill, pids, SIGKILL)
+
+    def kill_and_reap(self, popen: subprocess.Popen[bytes], *, what: str = "child") -> None:
+        self.kill_group(popen.pid)
+        reap_in_thread(popen, what)
+
+    def end_child(self, popen: subprocess.Popen[bytes], grace_s: float) -> int | None:
+        return end_child(popen, grace_s, lambda pid: self.signal_group(pid, None, kill=False), self.kill_group)
+
+
+class NoAdoption:
+    """An OS whose host cannot hold a fork server's nodes as its children (all but Linux):
+    there, standbys hand themselves over instead of forking."""
+
+    def can_adopt(self) -> bool:
+        return False
+
+    def become_subreaper(self) -> bool:
+        return False
+
+    def subreaping(self) -> bool:
+        return False
+
+    def adopt(self, pid: int, args: Sequence[str]) -> subprocess.Popen[bytes]:
+        raise OSError("this OS cannot adopt a fork server's node")
+
+    def reap_stale(self, seen: set[int]) -> tuple[list[int], set[int]]:
+        return [], set()

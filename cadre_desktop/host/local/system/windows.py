@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 
 from cadre_desktop.host.local.system import procs, winjob
-from cadre_desktop.host.local.system.procs import ExitCallback, Identity, Job, ProcInfo, SignalOps, Stream
+from cadre_desktop.host.local.system.procs import ExitCallback, GroupEnding, Identity, Job, NoAdoption, ProcInfo, SignalOps, Stream
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def kill_tree(pid: int) -> None:
             pass
 
 
-class WindowsOS:
+class WindowsOS(GroupEnding, NoAdoption):
     """The process calls of Windows."""
 
     groups = False
@@ -118,16 +118,6 @@ class WindowsOS:
     def group_alive(self, pgid: int) -> bool:
         return False
 
-    def kill_pids(self, pids: Sequence[int]) -> None:
-        procs.kill_pids(self.signals.kill, pids, procs.SIGKILL)
-
-    def kill_and_reap(self, popen: subprocess.Popen[bytes], *, what: str = "child") -> None:
-        self.kill_group(popen.pid)
-        procs.reap_in_thread(popen, what)
-
-    def end_child(self, popen: subprocess.Popen[bytes], grace_s: float) -> int | None:
-        return procs.end_child(popen, grace_s, lambda pid: self.signal_group(pid, None, kill=False), self.kill_group)
-
     def lock_pids(self, st: os.stat_result) -> list[int] | None:
         return None
 
@@ -163,19 +153,3 @@ class WindowsOS:
 
     def lower_priority(self, pid: int) -> None:
         psutil.Process(pid).nice(getattr(psutil, "BELOW_NORMAL_PRIORITY_CLASS", winjob.BELOW_NORMAL_PRIORITY_CLASS))
-
-    # -- a fork server's children: none here ----------------------------------------------------
-    def can_adopt(self) -> bool:
-        return False
-
-    def become_subreaper(self) -> bool:
-        return False
-
-    def subreaping(self) -> bool:
-        return False
-
-    def adopt(self, pid: int, args: Sequence[str]) -> subprocess.Popen[bytes]:
-        raise OSError("Windows cannot adopt a fork server's node")
-
-    def reap_stale(self, seen: set[int]) -> tuple[list[int], set[int]]:
-        return [], set()
