@@ -43,7 +43,7 @@ def _no_subreaper_left():
     would be its child and a zombie nobody reaps. Undone when the test ends, and the zombies
     of orphans it got reaped."""
     yield
-    from cadre_desktop.host.local import forks
+    from cadre_desktop.host.local.system import linux as forks
 
     if forks._subreaper:
         import ctypes

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -106,9 +105,9 @@ def check_keyring(make_store: Callable[[], Any] | None = None) -> CheckResult:
 
 
 def free_ports(settings: Settings, is_free: Callable[[str, int], bool] | None = None) -> list[int]:
-    from cadre_desktop.host.local.ports import port_is_free
+    from cadre_desktop.host import drivers
 
-    is_free = is_free or port_is_free
+    is_free = is_free or drivers.free_port
     low, high = settings.port_range
     found = []
     for port in range(low, high + 1):
@@ -152,32 +151,25 @@ def _status(port: int) -> dict | None:
 def check_node_program(settings: Settings, timeout: float = NODE_START_TIMEOUT_S) -> CheckResult:
     """Start the node program as the host would (the same environment builder), wait until it
     answers /status, stop it as the host would (terminate, a grace period, kill)."""
-    from cadre_desktop.host.local import launch
-    from cadre_desktop.host.local.system import procs
+    from cadre_desktop.host.drivers import TrialStart
 
     name = "node program"
     ports = free_ports(settings.with_changes(bind_host="127.0.0.1"))[:2]
     if len(ports) < 2:
         return fail(name, "not tried: no two free ports in 'port_range'")
     with tempfile.TemporaryDirectory(prefix="cadre-doctor-") as tmp:
-        env = launch.node_env(
-            os.environ, node_id=f"doctor-{secrets.token_hex(4)}", work=Path(tmp), bind_host="127.0.0.1",
-            ports=(ports[0], ports[1]), advertise_host="127.0.0.1", attempt=0,
-            secret_env={"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)},
-        )
         log_path = Path(tmp) / "doctor-node.log"
         started = time.monotonic()
         try:
             with open(log_path, "wb") as log:
-                child = procs.spawn(settings.node_command, env=env, cwd=tmp, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT)
+                trial = TrialStart(settings.node_command, Path(tmp), (ports[0], ports[1]), log)
         except OSError as exc:
             return fail(name, f"cannot start {settings.node_command[0]!r}: {exc.strerror or exc}. "
                         "Check 'node_command' in settings.json.")
         try:
-            return _until_it_answers(child, ports[0], log_path, started, timeout)
+            return _until_it_answers(trial.child, ports[0], log_path, started, timeout)
         finally:
-            procs.end_child(child, grace_s=5.0)
+            trial.end(grace_s=5.0)
 
 
 def _until_it_answers(child: subprocess.Popen[bytes], port: int, log_path: Path, started: float,
@@ -214,16 +206,14 @@ def check_host(paths: Paths) -> CheckResult:
                        required=False)
 
 
-def check_caps(settings: Settings, way: Callable[[], Any] | None = None) -> CheckResult:
-    """How this computer holds a node to its caps (host/local/limits/caps.py), and the host's defaults."""
-    from cadre_desktop.host.local.limits import caps
-    from cadre_desktop.host.local.system import procs
+def check_caps(settings: Settings, caps_words: Callable[[], dict[str, str | bool]] | None = None) -> CheckResult:
+    """How this computer holds a node to its caps (the driver's `drivers.caps_words`), and the host's defaults."""
+    from cadre_desktop.host import drivers
 
     try:
-        chosen = way() if way is not None else caps.choose(procs.CURRENT, "doctor")
+        seen = (caps_words or drivers.caps_words)()
     except Exception as exc:  # a check reports, never crashes
         return CheckResult("caps", Outcome.WARN, f"could not tell how caps are enforced here: {exc}", False)
-    seen = caps.describe(chosen)
     defaults = (f"default cpu {settings.node_cpu_percent or 'not capped'}"
                 f"{' %' if settings.node_cpu_percent else ''}, memory "
                 f"{f'{settings.node_memory_mb} MB' if settings.node_memory_mb else 'not capped'}, "
@@ -256,9 +246,9 @@ def check_lend_api(paths: Paths, settings: Settings, is_free: Callable[[str, int
                       f"{len(active)} active grant(s)", False)
         words = active[0].get("unreachable") or f"the lend API is not listening on {where}"
         return CheckResult(name, Outcome.WARN, one_line(words, 400), False)
-    from cadre_desktop.host.local.ports import port_is_free
+    from cadre_desktop.host import drivers
 
-    is_free = is_free or port_is_free
+    is_free = is_free or drivers.free_port
     try:
         free = is_free(settings.bind_host, settings.lend_port)
     except OSError as exc:

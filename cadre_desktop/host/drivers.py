@@ -1,14 +1,21 @@
 """Which driver runs the nodes: one factory, chosen by the `driver` setting.
 
 The engine speaks to compute only through `core.driver.NodeDriver`; this is the one
-place that knows the drivers there are and builds the one the settings name.
+place that knows the drivers there are and builds the one the settings name (with its
+own kind of configuration, `driver_config`), and the one place `cli/doctor.py` asks
+what the driver would do on this computer (`free_port`, `trial_start`, `caps_words`).
 `docs/drivers.md` maps the seam onto others (a systemd user unit, a Kubernetes pod)
 that are not built until a machine to test them exists.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
+from typing import IO
 
 from cadre_desktop.errors import InputError
 from cadre_desktop.files.groupwriter import GroupWriter
@@ -18,9 +25,11 @@ from cadre_desktop.settings import DRIVERS, Settings
 
 
 def driver_config(settings: Settings) -> DriverConfig:
-    """What a driver takes from the settings, at start and live."""
-    return DriverConfig(node_command=tuple(settings.node_command), port_range=settings.port_range,
-                        stop_timeout_s=settings.stop_timeout_ms / 1000, warm_standby=settings.uses_warm_standby())
+    """What the settings' driver takes from them, at start and live."""
+    from cadre_desktop.host.local.config import LocalConfig
+
+    return LocalConfig(node_command=tuple(settings.node_command), port_range=settings.port_range,
+                       stop_timeout_s=settings.stop_timeout_ms / 1000, warm_standby=settings.uses_warm_standby())
 
 
 def make_driver(settings: Settings, paths: Paths, advertise_host: Callable[[], str], *,
@@ -30,22 +39,63 @@ def make_driver(settings: Settings, paths: Paths, advertise_host: Callable[[], s
 
     `caps_for(node_id)` gives the caps of a node's next start (its record's, else the
     settings'); `home_id` names this home's cgroups or scopes, so two homes never share one;
-    `writer`, the host's writer thread, writes the driver's files off the loop.
+    `writer`, the host's writer thread, writes the driver's files off the loop. The local
+    driver's OS seam is chosen here, once, for this computer.
     """
-    config = driver_config(settings)
     if settings.driver == "local":
         from cadre_desktop.host.local.limits import caps
         from cadre_desktop.host.local.orchestrator import Orchestrator
         from cadre_desktop.host.local.ports import PortAllocator
-        from cadre_desktop.host.local.system import procs
+        from cadre_desktop.host.local.system.seam import for_this_os
 
+        config, system = driver_config(settings), for_this_os()
         keeper = None
         if caps_for is not None:
-            keeper = caps.CapsKeeper(caps.choose(procs.CURRENT, home_id or "home"), caps_for, platform=procs.CURRENT)
+            keeper = caps.CapsKeeper(caps.choose(system, home_id or "home"), caps_for, system=system)
         return Orchestrator(
             paths=paths, node_command=list(config.node_command),
             ports=PortAllocator(*config.port_range, bind_host=settings.bind_host), bind_host=settings.bind_host,
-            advertise_host=advertise_host, stop_timeout_s=config.stop_timeout_s, warm_standby=config.warm_standby,
-            caps=keeper, writer=writer,
+            advertise_host=advertise_host, stop_timeout_s=config.stop_timeout_s,
+            warm_standby=settings.uses_warm_standby(), caps=keeper, writer=writer, system=system,
         )
     raise InputError(f"unknown driver {settings.driver!r}; known drivers: {', '.join(DRIVERS)}")
+
+
+# -- what doctor asks -----------------------------------------------------------------------
+
+def free_port(host: str, port: int) -> bool:
+    """Whether a node could listen on `port` of `host` now (doctor's check of the port range)."""
+    from cadre_desktop.host.local.ports import port_is_free
+
+    return port_is_free(host, port)
+
+
+class TrialStart:
+    """One start of the node program as the driver would make it (the same environment
+    builder, a group of its own), stopped as the driver would stop it: doctor's trial."""
+
+    def __init__(self, command: list[str], work: Path, ports: tuple[int, int], log: IO[bytes]) -> None:
+        from cadre_desktop.host.local import launch
+        from cadre_desktop.host.local.system.seam import for_this_os
+
+        env = launch.node_env(
+            os.environ, node_id=f"doctor-{secrets.token_hex(4)}", work=work, bind_host="127.0.0.1",
+            ports=ports, advertise_host="127.0.0.1", attempt=0,
+            secret_env={"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)},
+        )
+        self.system = for_this_os()
+        #: OSError: the program could not be started.
+        self.child: subprocess.Popen[bytes] = self.system.spawn(command, env=env, cwd=work, stdin=subprocess.DEVNULL,
+                                                                stdout=log, stderr=subprocess.STDOUT)
+
+    def end(self, grace_s: float = 5.0) -> int | None:
+        """Terminate, wait up to `grace_s`, kill: its return code (None if it would not go)."""
+        return self.system.end_child(self.child, grace_s)
+
+
+def caps_words(home_id: str = "doctor") -> dict[str, str | bool]:
+    """How this computer holds a node to its caps: "how" in words, and whether "enforced"."""
+    from cadre_desktop.host.local.limits import caps
+    from cadre_desktop.host.local.system.seam import for_this_os
+
+    return caps.describe(caps.choose(for_this_os(), home_id))

@@ -20,16 +20,16 @@ from cadre_desktop.host.local.handles import ExitEvent
 from cadre_desktop.host.local.limits import caps, cgroups
 from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.host.local.ports import PortAllocator
-from cadre_desktop.host.local.system import procs
 from cadre_desktop.paths import Paths
 from tests.support.polling import async_wait_until
+from tests.support.processes import THIS_OS
 from tests.support.real_orchestrator import port_range
 
 CAP_NODES = str(Path(__file__).resolve().parents[1] / "support" / "cap_nodes.py")
 
 
 def this_computers_way(home_id: str) -> caps.Way:
-    way = caps.choose(procs.CURRENT, home_id, scope_address=lambda: None)
+    way = caps.choose(THIS_OS, home_id, scope_address=lambda: None)
     if way.tree is None:
         pytest.skip(f"no cgroup controller is writable here: {caps.enforcement(way, NodeCaps(20, 64)).how}")
     return way
@@ -38,7 +38,7 @@ def this_computers_way(home_id: str) -> caps.Way:
 def capped(home: Path, mode: str, node_caps: dict[str, NodeCaps],
            command: list[str] | None = None, warm_standby: bool = False) -> tuple[Orchestrator, caps.Way]:
     way = this_computers_way("htest" + secrets.token_hex(6))
-    keeper = caps.CapsKeeper(way, lambda node_id: node_caps[node_id], platform=procs.CURRENT)
+    keeper = caps.CapsKeeper(way, lambda node_id: node_caps[node_id], system=THIS_OS)
     orch = Orchestrator(
         paths=Paths(home, home, home / "logs"), node_command=command or [sys.executable, CAP_NODES, mode],
         ports=PortAllocator(*port_range(home), bind_host="127.0.0.1"), bind_host="127.0.0.1",

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from cadre_desktop.host.local.limits import caps
-from cadre_desktop.host.local.system import procs
 from tests.support.borrower import borrow, create_grant, free_lend_port
 from tests.support.headless import added, fast_settings
 from tests.support.polling import wait_until
+from tests.support.processes import THIS_OS
 
 CAP_NODES = str(Path(__file__).resolve().parents[1] / "support" / "cap_nodes.py")
 WORDS = "stopped by its memory cap of 64 MB"
@@ -25,13 +25,13 @@ WORDS = "stopped by its memory cap of 64 MB"
 
 def groups_of(home: Path) -> tuple[caps.Way, str]:
     home_id = json.loads((home / "hosted-nodes.json").read_text())["home_id"]
-    way = caps.choose(procs.CURRENT, home_id, scope_address=lambda: None)
+    way = caps.choose(THIS_OS, home_id, scope_address=lambda: None)
     assert way.tree is not None
     return way, home_id
 
 
 def test_a_hosted_node_is_held_to_its_memory_cap_and_leaves_no_cgroup(host_factory, tmp_path):
-    here = caps.choose(procs.CURRENT, "probe", scope_address=lambda: None)
+    here = caps.choose(THIS_OS, "probe", scope_address=lambda: None)
     if here.tree is None or "memory" not in here.tree.controllers:
         pytest.skip(f"no writable cgroup memory controller here: {caps.describe(here)['how']}")
     host = host_factory(fast_settings(node_command=[sys.executable, CAP_NODES, "hog"], node_memory_mb=64,
@@ -67,7 +67,7 @@ def test_a_hosted_node_is_held_to_its_memory_cap_and_leaves_no_cgroup(host_facto
 
 
 def test_a_lent_node_gets_the_hosts_caps_and_its_view_says_so(host_factory, tmp_path):
-    here = caps.choose(procs.CURRENT, "probe", scope_address=lambda: None)
+    here = caps.choose(THIS_OS, "probe", scope_address=lambda: None)
     if here.tree is None or "cpu" not in here.tree.controllers:
         pytest.skip(f"no writable cgroup cpu controller here: {caps.describe(here)['how']}")
     host = host_factory(fast_settings(lend_port=free_lend_port(), node_cpu_percent=50)).start()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from cadre_desktop.host.core.driver import NodeCaps
 from cadre_desktop.host.local.limits import caps, scope
+from cadre_desktop.host.local.system.linux import LinuxOS
 from tests.support.fake_systemd import serve_manager
 from tests.support.polling import async_wait_until
 
@@ -13,9 +14,9 @@ async def test_a_capped_start_asks_the_user_manager_for_a_scope_and_remove_stops
     address = secret_service["DBUS_SESSION_BUS_ADDRESS"]
     bus, manager = await serve_manager(address)
     try:
-        way = caps.choose("linux", "habc", scope_address=lambda: address)
+        way = caps.choose(LinuxOS(), "habc", scope_address=lambda: address)
         keeper = caps.CapsKeeper(way, lambda _n: NodeCaps(cpu_percent=20, memory_mb=256, low_priority=False),
-                                 platform="linux")
+                                 system=LinuxOS())
         child = type("Child", (), {"id": "n1.h1", "node_id": "n1", "pid": 4242, "_job_handle": None})()
         keeper.place(child)
         await async_wait_until(lambda: manager.started, what="StartTransientUnit")

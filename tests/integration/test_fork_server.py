@@ -20,6 +20,7 @@ from cadre_desktop.host.local import forks, proctree
 from cadre_desktop.host.local import standby as standby_module
 from cadre_desktop.host.local.handles import ExitEvent
 from tests.support.polling import async_wait_until
+from tests.support.processes import THIS_OS
 from tests.support.warm import REFERENCE, gone, hanging, make, program, ready_standby, status
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork servers need a Linux subreaper")
@@ -63,7 +64,7 @@ async def test_each_start_forks_from_the_loaded_standby_and_the_node_is_the_host
         assert proc.cwd() == str(orch.paths.node_dir(node_id))
     proc = psutil.Process(first.pid)
     assert secret not in " ".join(proc.cmdline()) and secret not in json.dumps(proc.environ())
-    assert [m.pid for m in proctree.members(orch.nodes_dir, node_id="n1")] == [first.pid], \
+    assert [m.pid for m in proctree.members(orch.nodes_dir, orch.system, node_id="n1")] == [first.pid], \
         "the host cannot find a forked node among its processes"
     log_text = orch.paths.node_log("n1").read_text()
     assert "starting node n1" in log_text and "listening on" in log_text and secret not in log_text
@@ -73,7 +74,7 @@ async def test_each_start_forks_from_the_loaded_standby_and_the_node_is_the_host
     assert [(e.node_id, e.returncode) for e in exits] == [("n1", -signal.SIGKILL)], \
         "the exit code of a forked node was not seen"
     assert gone(first.pid) and not psutil.pid_exists(first.pid), "the forked node was not reaped"
-    assert not forks.subreaping(), "a standby that clones made the host a subreaper"
+    assert not THIS_OS.subreaping(), "a standby that clones made the host a subreaper"
     await orch.stop_all()
     assert gone(second.pid) and gone(server)
 
@@ -89,7 +90,7 @@ async def test_a_standby_that_forks_twice_makes_the_host_a_subreaper_and_its_nod
     try:
         server = await ready_standby(orch)
         handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
-        assert handle.pid != server and forks.subreaping()
+        assert handle.pid != server and THIS_OS.subreaping()
         assert psutil.Process(handle.pid).ppid() == os.getpid(), "the orphaned node did not come to the host"
         await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the node answering")
         os.kill(handle.pid, signal.SIGKILL)
@@ -243,7 +244,7 @@ def test_a_fork_server_refuses_a_bad_request_and_serves_on(request_line, why):
 def test_a_forked_node_is_this_process_child_runs_as_the_node_and_writes_to_the_descriptor(tmp_path, two_forks):
     """Both ways a fork server makes a node: one clone whose parent is the standby's parent, or
     two forks with that parent a subreaper. The node's output goes where the request said."""
-    forks.become_subreaper()
+    THIS_OS.become_subreaper()
     read_end, write_end = os.pipe()
     missing = tmp_path / "missing" / "n1"
     request = json.dumps({"fork": {"env": {"CADRE_NODE_ID": "n1", "CADRE_NODE_DIR": str(missing)}}}).encode() + b"\n"

@@ -9,9 +9,8 @@ import signal
 import psutil
 
 from cadre_desktop.host.local.keeper import socket_path
-from cadre_desktop.host.local.system import procs
 from tests.support.polling import async_wait_until, wait_until
-from tests.support.processes import gone, read
+from tests.support.processes import THIS_OS, gone, read
 from tests.support.real_orchestrator import make_orchestrator
 
 CAP = 256 * 1024
@@ -175,14 +174,14 @@ async def test_a_child_an_older_build_started_with_its_own_pump_keeps_its_pump_w
     from cadre_desktop.paths import Paths
 
     paths = Paths(tmp_path, tmp_path, tmp_path / "logs")
-    keeper = LogKeeper(paths, sys.platform)
+    keeper = LogKeeper(paths, THIS_OS)
     pump = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     cleanup.append(pump.pid)
-    child = procs.read_identity(os.getpid())
+    child = THIS_OS.read_identity(os.getpid())
     assert child is not None
     handle = Handle("n1.old", "n1", os.getpid(), child, 1, 2, "", pump_pid=pump.pid,
-                    pump_identity=procs.read_identity(pump.pid))
-    launch.attach_log(handle, keeper, NodeLogs(paths), sys.platform)
+                    pump_identity=THIS_OS.read_identity(pump.pid))
+    launch.attach_log(handle, keeper, NodeLogs(paths), THIS_OS)
     assert handle._cancel_pump_watch is not None and not handle.log_kept and not handle._log_done.is_set()
     assert keeper.pid is None, "no keeper is started for a child that has a pump"
     pump.kill()

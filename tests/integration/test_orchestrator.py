@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from cadre_desktop.host.local.handles import ExitEvent
-from cadre_desktop.host.local.system.procs import read_identity
 from tests.support.polling import async_wait_until, wait_until
+from tests.support.processes import THIS_OS
 from tests.support.real_orchestrator import make_orchestrator, ready_info
 
 SECRET = "s3cret-claim-value-that-must-not-leak-0123456789"
@@ -113,7 +113,7 @@ async def test_handle_whose_pid_now_belongs_to_another_process_is_not_adopted(tm
 
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
-        ident = read_identity(stranger.pid)
+        ident = THIS_OS.read_identity(stranger.pid)
         assert ident is not None  # the stranger runs
         forged = {
             "version": 1,

@@ -11,10 +11,9 @@ import pytest
 
 from cadre_desktop.host.local import proctree
 from cadre_desktop.host.local.handles import ExitEvent
-from cadre_desktop.host.local.system import procs
 from tests.support.lock_holder import HOLD_LOCK
 from tests.support.polling import async_wait_until, wait_until
-from tests.support.processes import gone
+from tests.support.processes import THIS_OS, gone
 from tests.support.real_orchestrator import make_orchestrator, ready_info
 
 
@@ -35,7 +34,7 @@ async def test_a_leaders_death_ends_its_group_before_the_exit_is_reported(tmp_pa
     orch, handle, grandchild = await wrapper_and_node(tmp_path, cleanup, monkeypatch)
     seen: list[tuple[ExitEvent, bool]] = []
     # At the moment listeners hear of the exit (and would respawn), the kill is already sent.
-    orch.subscribe(lambda event: seen.append((event, procs.group_exists(handle.pgid))))
+    orch.subscribe(lambda event: seen.append((event, THIS_OS.group_exists(handle.pgid))))
     os.kill(handle.pid, signal.SIGKILL)  # the wrapper dies; the real node would live on
     await async_wait_until(lambda: seen, what="the exit event")
     await async_wait_until(lambda: gone(grandchild), timeout=5, what="the grandchild's end")
@@ -75,7 +74,7 @@ async def test_remove_and_quit_end_a_stray_that_left_the_group(tmp_path, cleanup
         cleanup.append(handle.pid)
         strays[node_id] = ready_info(orch, node_id)["grandchild"]
         cleanup.append(strays[node_id])
-        wait_until(lambda: (info := procs.process_info(strays[node_id])) is not None and info.sid == strays[node_id],
+        wait_until(lambda: (info := THIS_OS.process_info(strays[node_id])) is not None and info.sid == strays[node_id],
                    what="setsid")
     await orch.remove_node("n1")
     assert gone(strays["n1"]), "remove deleted the folder of a process that still runs"

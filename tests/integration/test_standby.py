@@ -58,7 +58,7 @@ async def test_a_start_takes_the_loaded_standby_and_another_is_loaded(handing_ov
     assert secret not in " ".join(proc.cmdline()) and secret not in json.dumps(proc.environ())
     from cadre_desktop.host.local import proctree
 
-    assert [m.pid for m in proctree.members(orch.nodes_dir, node_id="n1")] == [pid], \
+    assert [m.pid for m in proctree.members(orch.nodes_dir, orch.system, node_id="n1")] == [pid], \
         "the host cannot find the node born of a standby among its processes"
     log_text = orch.paths.node_log("n1").read_text()
     assert "starting node n1" in log_text and "listening on" in log_text and secret not in log_text
@@ -148,7 +148,7 @@ async def test_ready_in_counts_from_the_start_not_from_when_the_standby_was_load
 
 async def test_a_changed_node_program_is_the_one_the_next_start_runs(tmp_path, orch):
     """Settings name another program while the host runs: the old standby goes, the new one starts."""
-    from cadre_desktop.host.core.driver import DriverConfig
+    from cadre_desktop.host.local.config import LocalConfig as DriverConfig
 
     await orch.init()
     old = await ready_standby(orch)

@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from cadre_desktop.host.local.system import procs
+from cadre_desktop.host.local.system.seam import for_this_os
 from tests.support.headless import host_settings
 from tests.support.host_calls import answered, running
 from tests.support.polling import wait_until
@@ -79,7 +80,7 @@ def forged_identity(real: procs.Identity, how: str) -> procs.Identity:
 def test_handle_with_a_reused_pid_is_never_adopted_nor_signalled(tmp_path, hosts, rng, secret_service,
                                                                    bystander, how):
     settings = host_settings(rng, stop_timeout_ms=1000)
-    real = procs.read_identity(bystander.pid)
+    real = for_this_os().read_identity(bystander.pid)
     assert real is not None  # the bystander runs
     node_id = forge_home(tmp_path / "home", settings, bystander.pid, forged_identity(real, how), secret_service)
     host = hosts(home=tmp_path / "home").start()
@@ -100,7 +101,7 @@ def test_control_a_handle_with_the_true_identity_is_adopted_and_signalled(tmp_pa
                                                                            secret_service, bystander):
     """Not a product rule so much as proof that the test above would notice an adoption."""
     settings = host_settings(rng, stop_timeout_ms=1000)
-    identity = procs.read_identity(bystander.pid)
+    identity = for_this_os().read_identity(bystander.pid)
     assert identity is not None  # the bystander runs
     node_id = forge_home(tmp_path / "home", settings, bystander.pid, identity, secret_service)
     host = hosts(home=tmp_path / "home").start()

@@ -8,6 +8,10 @@ from typing import Any
 
 from cadre_desktop.host.local.limits.cgroups import CgroupOps
 from cadre_desktop.host.local.limits.scope import ScopeOps
+from cadre_desktop.host.local.system.linux import LinuxOS
+from cadre_desktop.host.local.system.posix import PosixOS
+from cadre_desktop.host.local.system.seam import ProcessOS
+from cadre_desktop.host.local.system.windows import WindowsOS
 
 V1_MOUNTINFO = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -158,3 +162,19 @@ class FakeChild:
         self.node_id = node_id
         self.pid = pid
         self._job_handle = job
+
+
+def recording_os(platform: str, priority: FakePriority, jobs: FakeJobOps | None = None) -> ProcessOS:
+    """One platform's OS seam ("linux", "darwin", "win32") whose priority calls `priority` records
+    (and whose job calls `jobs` answers, on Windows): the rest is the platform's own."""
+    if platform == "win32":
+        class RecordingWindows(WindowsOS):
+            def lower_priority(self, pid: int) -> None:
+                priority.lower(pid)
+        return RecordingWindows(job_ops=lambda: jobs, cores=priority.cores)  # type: ignore[arg-type, return-value]
+    base: type[PosixOS] = LinuxOS if platform == "linux" else PosixOS
+
+    class Recording(base):  # type: ignore[valid-type, misc]
+        def lower_priority(self, pid: int) -> None:
+            priority.lower(pid)
+    return Recording()

@@ -75,6 +75,8 @@ class FakeOrchestrator:
         self.on_stop = None
         #: What `reconfigure` was last given; whether `stop_all` and `close` were called.
         self.config: DriverConfig | None = None
+        #: Why the last write of the driver's state failed (the views say it); None: it did not.
+        self.save_error: str | None = None
         self.stopped_all = False
         self.closed = False
         self.node_command: tuple[str, ...] = FAKE_COMMAND

@@ -9,12 +9,14 @@ from typing import Any
 
 import psutil
 
-from cadre_desktop.host.local.system import procs
+from cadre_desktop.host.local.system.seam import for_this_os
+
+THIS_OS = for_this_os()
 
 
 def gone(pid: int) -> bool:
     """The process is no more (a reaped child, or a pid now someone else's start time)."""
-    return procs.read_identity(pid) is None
+    return THIS_OS.read_identity(pid) is None
 
 
 def ended(pid: int) -> bool:

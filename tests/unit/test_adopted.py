@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
-from cadre_desktop.host.local import forks
+from cadre_desktop.host.local.system import linux as forks
+from cadre_desktop.host.local.system.linux import LinuxOS
+from cadre_desktop.host.local.system.posix import PosixOS
+from cadre_desktop.host.local.system.windows import WindowsOS
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreapers are Linux only")
 
@@ -22,13 +25,12 @@ def test_the_subreaper_is_asked_for_only_on_linux_with_pidfds():
         calls.append((option, value))
         return 0
 
-    assert not forks.become_subreaper("darwin", prctl) and not forks.become_subreaper("win32", prctl)
-    assert calls == []
-    assert not forks.can_adopt("darwin") and not forks.can_adopt("win32"), "forks only where nodes can be adopted"
+    assert not PosixOS().become_subreaper() and not WindowsOS().become_subreaper()
+    assert not PosixOS().can_adopt() and not WindowsOS().can_adopt(), "forks only where nodes can be adopted"
     if sys.platform.startswith("linux"):
-        assert forks.can_adopt("linux")
-        assert forks.become_subreaper("linux", prctl) and calls == [(forks.PR_SET_CHILD_SUBREAPER, 1)]
-        assert not forks.become_subreaper("linux", lambda option, value: -1)
+        assert LinuxOS(prctl=prctl).can_adopt()
+        assert LinuxOS(prctl=prctl).become_subreaper() and calls == [(forks.PR_SET_CHILD_SUBREAPER, 1)]
+        assert not LinuxOS(prctl=lambda option, value: -1).become_subreaper()
 
 
 def test_stale_zombies_are_those_seen_twice():
@@ -70,7 +72,7 @@ def test_adopted_that_is_not_our_child_is_gone_with_no_code():
 
 @linux_only
 def test_an_orphans_zombie_is_reaped_at_the_second_look():
-    assert forks.become_subreaper()
+    assert LinuxOS().become_subreaper()
     read_end, write_end = os.pipe()
     middle = os.fork()
     if middle == 0:  # the middle child: makes a grandchild that exits after its parent left
@@ -93,9 +95,8 @@ def test_an_orphans_zombie_is_reaped_at_the_second_look():
     wait_until(zombie, timeout=10, what="the orphan, ours now, a zombie")
     stale, seen = forks.stale_zombies(forks.child_states(), set())
     assert stale == [] and orphan in seen
-    stale, seen = forks.stale_zombies(forks.child_states(), seen)
+    stale, seen = LinuxOS().reap_stale(seen)
     assert orphan in stale
-    forks.reap(stale)
     assert not os.path.exists(f"/proc/{orphan}"), "the orphan's zombie was not reaped"
 
 

@@ -15,8 +15,13 @@ from cadre_desktop.host.core.ops.caps import caps_view, check_caps_change, node_
 from cadre_desktop.host.core.records.records import NodeStatus, record_from_row
 from cadre_desktop.host.local.limits import caps, cgroups, scope
 from cadre_desktop.host.local.system import winjob
+from cadre_desktop.host.local.system.linux import LinuxOS
+from cadre_desktop.host.local.system.posix import PosixOS
+from cadre_desktop.host.local.system.windows import WindowsOS
 from cadre_desktop.settings import Settings, parse_settings
-from tests.support.fake_caps import FakeChild, FakeJobOps, FakeKernel32, FakePriority, FakeScopeOps, v1_tree, v2_tree
+from tests.support.fake_caps import FakeChild, FakeJobOps, FakeKernel32, FakePriority, FakeScopeOps, recording_os, v1_tree, v2_tree
+
+LINUX, POSIX, WINDOWS = LinuxOS(), PosixOS(), WindowsOS()
 
 MEM = Path("/sys/fs/cgroup/memory/sandbox/me")
 CPU = Path("/sys/fs/cgroup/cpu")
@@ -98,25 +103,25 @@ def no_manager() -> str | None:
 
 
 def test_linux_prefers_a_systemd_user_scope():
-    way = caps.choose("linux", "habc", scope_address=lambda: "unix:path=/run/user/1000/bus",
+    way = caps.choose(LINUX, "habc", scope_address=lambda: "unix:path=/run/user/1000/bus",
                       make_scope_ops=lambda _a: FakeScopeOps(), cgroup_ops=v1_tree())
     assert way.kind == "systemd"
     assert caps.enforcement(way, NodeCaps(50, 256)).how == "systemd user scope"
 
 
 def test_linux_takes_a_delegated_v2_subtree_next():
-    way = caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=v2_tree())
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=v2_tree())
     assert way.tree is not None and way.tree.version == 2
     assert caps.enforcement(way, NodeCaps(50, 256)) .how == "cgroup v2 subtree"
 
 
 def test_a_v2_subtree_without_the_controllers_is_not_used():
-    way = caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=v2_tree(subtree_control="pids"))
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=v2_tree(subtree_control="pids"))
     assert way.kind == "priority"
 
 
 def test_linux_falls_back_to_writable_v1_controllers():
-    way = caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=v1_tree())
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=v1_tree())
     assert way.tree is not None and way.tree.version == 1
     assert way.tree.roots == {"memory": MEM, "cpu": CPU}
     seen = caps.enforcement(way, NodeCaps(20, 256))
@@ -124,7 +129,7 @@ def test_linux_falls_back_to_writable_v1_controllers():
 
 
 def test_a_v1_controller_that_is_not_writable_is_said_not_enforced():
-    way = caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=v1_tree(read_only=(str(CPU),)))
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=v1_tree(read_only=(str(CPU),)))
     seen = caps.enforcement(way, NodeCaps(cpu_percent=20))
     assert not seen.enforced
     assert seen.how.startswith("cgroup v1 memory controller; cpu cap not enforced here")
@@ -132,7 +137,7 @@ def test_a_v1_controller_that_is_not_writable_is_said_not_enforced():
 
 
 def test_nothing_writable_is_priority_only_said_plainly():
-    way = caps.choose("linux", "habc", scope_address=no_manager,
+    way = caps.choose(LINUX, "habc", scope_address=no_manager,
                       cgroup_ops=v1_tree(read_only=(str(CPU), str(MEM))))
     seen = caps.enforcement(way, NodeCaps(memory_mb=256))
     assert not seen.enforced
@@ -140,7 +145,7 @@ def test_nothing_writable_is_priority_only_said_plainly():
 
 
 def test_macos_is_priority_only():
-    way = caps.choose("darwin", "habc")
+    way = caps.choose(POSIX, "habc")
     assert caps.enforcement(way, NodeCaps(memory_mb=256)).how.startswith(
         "priority only: memory and cpu caps not enforced here: this OS")
     # Nothing asked, nothing missing: enforced.
@@ -148,12 +153,12 @@ def test_macos_is_priority_only():
 
 
 def test_windows_uses_the_job_object():
-    seen = caps.enforcement(caps.choose("win32", "habc"), NodeCaps(50, 256))
+    seen = caps.enforcement(caps.choose(WINDOWS, "habc"), NodeCaps(50, 256))
     assert (seen.enforced, seen.how) == (True, "job object")
 
 
 def test_the_view_carries_what_is_set_and_how():
-    doc = caps_view(NodeCaps(20, 256, True), caps.enforcement(caps.choose("win32", "h"), NodeCaps(20, 256)))
+    doc = caps_view(NodeCaps(20, 256, True), caps.enforcement(caps.choose(WINDOWS, "h"), NodeCaps(20, 256)))
     assert doc == {"cpu_percent": 20, "memory_mb": 256, "low_priority": True, "enforced": True, "how": "job object"}
 
 
@@ -168,16 +173,17 @@ def test_systemd_user_manager_needs_its_runtime_folder(tmp_path):
 
 # -- each way at a start, an exit, a Remove and a Quit -------------------------------------
 
-def keeper_for(way: caps.Way, node_caps_: NodeCaps, **options) -> tuple[caps.CapsKeeper, FakePriority]:
+def keeper_for(way: caps.Way, node_caps_: NodeCaps, platform: str = "linux",
+               jobs: FakeJobOps | None = None) -> tuple[caps.CapsKeeper, FakePriority]:
+    """A keeper over one platform's OS seam, its priority calls recorded (and its job calls, on Windows)."""
     priority = FakePriority()
-    keeper = caps.CapsKeeper(way, lambda _node_id: node_caps_, platform=options.pop("platform", "linux"),
-                             priority=priority, **options)  # type: ignore[arg-type]
-    return keeper, priority
+    system = recording_os(platform, priority, jobs)
+    return caps.CapsKeeper(way, lambda _node_id: node_caps_, system=system), priority
 
 
 def test_v1_start_makes_the_group_writes_its_limits_and_adds_the_child():
     ops = v1_tree()
-    keeper, priority = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+    keeper, priority = keeper_for(caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops),
                                   NodeCaps(cpu_percent=20, memory_mb=256))
     keeper.place(FakeChild("n1", 4242))
     mem, cpu = MEM / "cadre-desktop-habc" / "n1", CPU / "cadre-desktop-habc" / "n1"
@@ -190,7 +196,7 @@ def test_v1_start_makes_the_group_writes_its_limits_and_adds_the_child():
 
 def test_v1_group_is_reused_and_its_limits_lifted_when_the_cap_goes():
     ops = v1_tree()
-    way = caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops)
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops)
     keeper, _ = keeper_for(way, NodeCaps(cpu_percent=20, memory_mb=256))
     keeper.place(FakeChild("n1", 1))
     keeper.caps_for = lambda _n: NodeCaps(cpu_percent=20, memory_mb=None)
@@ -200,7 +206,7 @@ def test_v1_group_is_reused_and_its_limits_lifted_when_the_cap_goes():
 
 def test_a_node_with_no_cap_is_put_in_no_group_but_still_runs_low():
     ops = v1_tree()
-    keeper, priority = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+    keeper, priority = keeper_for(caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops),
                                   NodeCaps())
     keeper.place(FakeChild("n1", 7))
     assert ops.writes == []
@@ -209,7 +215,7 @@ def test_a_node_with_no_cap_is_put_in_no_group_but_still_runs_low():
 
 def test_v2_start_writes_memory_max_and_cpu_max():
     ops = v2_tree()
-    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+    keeper, _ = keeper_for(caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops),
                            NodeCaps(cpu_percent=150, memory_mb=64, low_priority=False))
     keeper.place(FakeChild("n1", 9))
     node = V2 / "cadre-desktop-habc" / "n1"
@@ -224,7 +230,7 @@ def test_v2_start_writes_memory_max_and_cpu_max():
 ])
 def test_an_exit_the_memory_cap_caused_is_said_in_words(tree, counter, text):
     ops = tree()
-    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+    keeper, _ = keeper_for(caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops),
                            NodeCaps(memory_mb=256))
     ops.dirs.add(counter.parent.parent)
     ops.dirs.add(counter.parent)
@@ -240,7 +246,7 @@ def test_an_exit_the_memory_cap_caused_is_said_in_words(tree, counter, text):
 
 def test_remove_and_quit_leave_no_group_behind():
     ops = v1_tree()
-    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+    keeper, _ = keeper_for(caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops),
                            NodeCaps(cpu_percent=20, memory_mb=256))
     keeper.place(FakeChild("n1", 1))
     keeper.place(FakeChild("n2", 2))
@@ -253,7 +259,7 @@ def test_remove_and_quit_leave_no_group_behind():
 
 def test_a_group_still_busy_is_retried_until_its_last_process_left():
     ops = v1_tree()
-    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+    keeper, _ = keeper_for(caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops),
                            NodeCaps(memory_mb=256))
     keeper.place(FakeChild("n1", 1))
     group = MEM / "cadre-desktop-habc" / "n1"
@@ -271,7 +277,7 @@ def test_a_group_still_busy_is_retried_until_its_last_process_left():
 
 def test_systemd_start_asks_for_a_scope_with_the_caps_and_stops_it_at_remove():
     manager = FakeScopeOps()
-    way = caps.choose("linux", "habc", scope_address=lambda: "unix:x", make_scope_ops=lambda _a: manager)
+    way = caps.choose(LINUX, "habc", scope_address=lambda: "unix:x", make_scope_ops=lambda _a: manager)
     keeper, _ = keeper_for(way, NodeCaps(cpu_percent=20, memory_mb=256))
 
     async def run() -> None:
@@ -289,7 +295,7 @@ def test_systemd_start_asks_for_a_scope_with_the_caps_and_stops_it_at_remove():
 
 
 def test_a_scope_systemd_refuses_leaves_the_node_running_uncapped(caplog):
-    way = caps.choose("linux", "habc", scope_address=lambda: "unix:x", make_scope_ops=lambda _a: FakeScopeOps(fail=True))
+    way = caps.choose(LINUX, "habc", scope_address=lambda: "unix:x", make_scope_ops=lambda _a: FakeScopeOps(fail=True))
     keeper, _ = keeper_for(way, NodeCaps(memory_mb=256))
 
     async def run() -> None:
@@ -302,14 +308,14 @@ def test_a_scope_systemd_refuses_leaves_the_node_running_uncapped(caplog):
 
 
 @pytest.mark.parametrize("platform, make_way, node_caps_, cold", [
-    ("linux", lambda: caps.choose("linux", "h", scope_address=no_manager, cgroup_ops=v1_tree()), NodeCaps(memory_mb=64), True),
-    ("linux", lambda: caps.choose("linux", "h", scope_address=no_manager, cgroup_ops=v2_tree()), NodeCaps(memory_mb=64), True),
-    ("linux", lambda: caps.choose("linux", "h", scope_address=lambda: "unix:x", make_scope_ops=lambda _a: FakeScopeOps()),
+    ("linux", lambda: caps.choose(LINUX, "h", scope_address=no_manager, cgroup_ops=v1_tree()), NodeCaps(memory_mb=64), True),
+    ("linux", lambda: caps.choose(LINUX, "h", scope_address=no_manager, cgroup_ops=v2_tree()), NodeCaps(memory_mb=64), True),
+    ("linux", lambda: caps.choose(LINUX, "h", scope_address=lambda: "unix:x", make_scope_ops=lambda _a: FakeScopeOps()),
      NodeCaps(memory_mb=64), True),
-    ("linux", lambda: caps.choose("linux", "h", scope_address=no_manager, cgroup_ops=v1_tree()), NodeCaps(cpu_percent=20), False),
-    ("linux", lambda: caps.choose("linux", "h", scope_address=no_manager, cgroup_ops=v1_tree()), NodeCaps(), False),
-    ("win32", lambda: caps.choose("win32", "h"), NodeCaps(memory_mb=64), False),
-    ("darwin", lambda: caps.choose("darwin", "h"), NodeCaps(memory_mb=64), False),
+    ("linux", lambda: caps.choose(LINUX, "h", scope_address=no_manager, cgroup_ops=v1_tree()), NodeCaps(cpu_percent=20), False),
+    ("linux", lambda: caps.choose(LINUX, "h", scope_address=no_manager, cgroup_ops=v1_tree()), NodeCaps(), False),
+    ("win32", lambda: caps.choose(WINDOWS, "h"), NodeCaps(memory_mb=64), False),
+    ("darwin", lambda: caps.choose(POSIX, "h"), NodeCaps(memory_mb=64), False),
 ])
 def test_a_node_whose_memory_cap_a_cgroup_holds_starts_cold(platform, make_way, node_caps_, cold):
     """A group counts what a process touches inside it, a job what it holds: a standby's code,
@@ -321,14 +327,14 @@ def test_a_node_whose_memory_cap_a_cgroup_holds_starts_cold(platform, make_way, 
 def test_a_node_whose_caps_cannot_be_read_starts_cold():
     def unreadable(_node_id: str) -> NodeCaps:
         raise OSError("the records are unreadable")
-    way = caps.choose("linux", "h", scope_address=no_manager, cgroup_ops=v1_tree())
-    assert caps.CapsKeeper(way, unreadable, platform="linux").starts_cold("n1") is True
+    way = caps.choose(LINUX, "h", scope_address=no_manager, cgroup_ops=v1_tree())
+    assert caps.CapsKeeper(way, unreadable, system=LINUX).starts_cold("n1") is True
 
 
 def test_windows_start_sets_the_jobs_memory_cpu_rate_and_priority():
     jobs = FakeJobOps()
-    keeper, priority = keeper_for(caps.choose("win32", "habc"), NodeCaps(cpu_percent=50, memory_mb=256),
-                                  platform="win32", job_ops=lambda: jobs)
+    keeper, priority = keeper_for(caps.choose(WINDOWS, "habc"), NodeCaps(cpu_percent=50, memory_mb=256),
+                                  platform="win32", jobs=jobs)
     keeper.place(FakeChild("n1", 3, job="JOB"))
     assert jobs.calls == [("limits", "JOB", 256 << 20, winjob.BELOW_NORMAL_PRIORITY_CLASS),
                           ("cpu_rate", "JOB", 2500)]  # 50 % of one core of two: 25 % of all
@@ -355,7 +361,7 @@ def test_cpu_rate_is_a_share_of_every_cpu():
 
 def test_a_cap_that_cannot_be_set_never_fails_the_start(caplog):
     ops = v1_tree()
-    way = caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops)
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops)
     ops.dirs.discard(MEM)  # the group went away under us
     keeper, _ = keeper_for(way, NodeCaps(memory_mb=256))
     keeper.place(FakeChild("n1", 1))
@@ -371,7 +377,7 @@ def test_mounts_and_own_paths_read_the_proc_files():
 @pytest.mark.parametrize("code, words", [(-9, "stopped by its memory cap of 256 MB"), (1, None)])
 def test_without_a_kill_count_a_sigkill_after_the_limit_was_hit_is_the_caps(code, words):
     ops = v1_tree()
-    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+    keeper, _ = keeper_for(caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops),
                            NodeCaps(memory_mb=256))
     group = MEM / "cadre-desktop-habc" / "n1"
     ops.dirs |= {group.parent, group}
@@ -385,7 +391,7 @@ def test_without_a_kill_count_a_sigkill_after_the_limit_was_hit_is_the_caps(code
 
 def test_a_child_of_an_earlier_host_is_told_by_its_groups_counters_too():
     ops = v1_tree()
-    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+    keeper, _ = keeper_for(caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops),
                            NodeCaps(memory_mb=256))
     group = MEM / "cadre-desktop-habc" / "n1"
     ops.dirs |= {group.parent, group}
@@ -400,7 +406,7 @@ def test_a_child_of_an_earlier_host_is_told_by_its_groups_counters_too():
 
 def test_a_child_of_an_earlier_host_without_a_memory_cap_is_never_said_killed_by_one():
     ops = v1_tree()
-    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops), NodeCaps())
+    keeper, _ = keeper_for(caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops), NodeCaps())
     group = MEM / "cadre-desktop-habc" / "n1"
     ops.dirs |= {group.parent, group}
     ops.files[group / "memory.limit_in_bytes"] = "9223372036854771712"  # v1's "no limit"
@@ -426,8 +432,8 @@ def test_low_priority_is_below_normal_on_windows_and_nice_10_elsewhere(monkeypat
     monkeypatch.setattr(psutil, "Process", Proc)
     monkeypatch.setattr(os, "setpriority", lambda which, pid, value: seen.append(("setpriority", pid, value)),
                         raising=False)
-    caps.PriorityOps("win32").lower(7)
-    caps.PriorityOps("darwin").lower(8)
+    WindowsOS().lower_priority(7)
+    PosixOS().lower_priority(8)
     assert seen == [("nice", 7, getattr(psutil, "BELOW_NORMAL_PRIORITY_CLASS", 0x4000)), ("setpriority", 8, 10)]
 
 
@@ -449,8 +455,7 @@ def test_the_job_reports_its_peak_and_its_limit():
 def test_on_windows_a_node_that_died_at_its_jobs_memory_limit_is_said_stopped_by_it(use, code, words):
     jobs = FakeJobOps()
     jobs.use = use
-    keeper, _ = keeper_for(caps.choose("win32", "habc"), NodeCaps(memory_mb=256), platform="win32",
-                           job_ops=lambda: jobs)
+    keeper, _ = keeper_for(caps.choose(WINDOWS, "habc"), NodeCaps(memory_mb=256), platform="win32", jobs=jobs)
     child = FakeChild("n1", 3, job="JOB")
     keeper.place(child)
     assert keeper.exit_cause(child, code) == words
@@ -458,7 +463,7 @@ def test_on_windows_a_node_that_died_at_its_jobs_memory_limit_is_said_stopped_by
 
 def test_v1_groups_are_ready_before_the_spawn_and_the_child_joins_them_itself():
     ops = v1_tree()
-    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops),
+    keeper, _ = keeper_for(caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops),
                            NodeCaps(cpu_percent=20, memory_mb=256))
     mem, cpu = MEM / "cadre-desktop-habc" / "n1", CPU / "cadre-desktop-habc" / "n1"
     assert sorted(keeper.before_spawn("n1")) == sorted([mem / "cgroup.procs", cpu / "cgroup.procs"])
@@ -472,23 +477,23 @@ def test_v1_groups_are_ready_before_the_spawn_and_the_child_joins_them_itself():
 
 def test_no_group_is_made_ready_for_a_node_without_caps_or_another_way():
     ops = v1_tree()
-    keeper, _ = keeper_for(caps.choose("linux", "habc", scope_address=no_manager, cgroup_ops=ops), NodeCaps())
+    keeper, _ = keeper_for(caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops), NodeCaps())
     assert keeper.before_spawn("n1") == [] and not ops.writes
-    scoped, _ = keeper_for(caps.choose("linux", "habc", scope_address=lambda: "unix:path=/x",
+    scoped, _ = keeper_for(caps.choose(LINUX, "habc", scope_address=lambda: "unix:path=/x",
                                        make_scope_ops=lambda _a: FakeScopeOps()), NodeCaps(memory_mb=64))
     assert scoped.before_spawn("n1") == []
 
 
 def test_the_spawns_thread_lowers_a_childs_priority_right_after_its_exec_and_never_raises():
-    low, _ = keeper_for(caps.Way("priority", why_not="test"), NodeCaps())
+    low, low_priority = keeper_for(caps.Way("priority", why_not="test"), NodeCaps())
     lower = low.lower_soon("n1")  # read on the loop before the spawn; called on the spawn's thread
     lower(4242)
-    assert low.priority.lowered == [4242]  # type: ignore[attr-defined]
-    normal, _ = keeper_for(caps.Way("priority", why_not="test"), NodeCaps(low_priority=False))
+    assert low_priority.lowered == [4242]
+    normal, normal_priority = keeper_for(caps.Way("priority", why_not="test"), NodeCaps(low_priority=False))
     normal.lower_soon("n1")(4243)
-    assert normal.priority.lowered == []  # type: ignore[attr-defined]
+    assert normal_priority.lowered == []
 
     def refused(_pid: int) -> None:
         raise PermissionError("not ours")
-    low.priority.lower = refused  # type: ignore[method-assign, assignment]
+    low_priority.lower = refused  # type: ignore[method-assign, assignment]
     low.lower_soon("n1")(4244)  # `place` says it; the start goes on

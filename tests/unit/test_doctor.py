@@ -325,15 +325,17 @@ def test_display_probe_answers_json_offscreen():
 
 def test_doctor_says_how_caps_are_enforced_here():
     from cadre_desktop.host.local.limits import caps
+    from cadre_desktop.host.local.system.windows import WindowsOS
 
-    result = doctor.check_caps(Settings(node_memory_mb=256), lambda: caps.choose("win32", "h"))
+    result = doctor.check_caps(Settings(node_memory_mb=256), lambda: caps.describe(caps.choose(WindowsOS(), "h")))
     assert (result.outcome, result.required) == (Outcome.OK, False)
     assert result.detail == "enforced by the OS: job object (default cpu not capped, memory 256 MB, low priority)"
 
 
 def test_doctor_says_plainly_where_caps_are_priority_only():
     from cadre_desktop.host.local.limits import caps
+    from cadre_desktop.host.local.system.posix import PosixOS
 
-    result = doctor.check_caps(Settings(), lambda: caps.choose("darwin", "h"))
+    result = doctor.check_caps(Settings(), lambda: caps.describe(caps.choose(PosixOS(), "h")))
     assert result.outcome is Outcome.WARN
     assert result.detail.startswith("priority only: memory and cpu caps not enforced here: this OS")

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from cadre_desktop.host.local.system.linux import LinuxOS
 from cadre_desktop.logs import logkeeper
 
 
@@ -58,7 +59,7 @@ def test_a_child_found_running_untracked_gets_its_nodes_newest_stream(tmp_path):
     from cadre_desktop.host.local.keeper import Kept, LogKeeper
     from cadre_desktop.paths import Paths
 
-    keeper = LogKeeper(Paths(tmp_path, tmp_path, tmp_path / "logs"), "linux")
+    keeper = LogKeeper(Paths(tmp_path, tmp_path, tmp_path / "logs"), LinuxOS())
     old, new, other = (Kept(-1, node, f"{node}.log", 100) for node in ("n1", "n1", "n2"))
     keeper.streams.update({"n1.old": old, "n1.new": new, "n2.a": other})
     assert keeper.stream_for("n1.new", "n1") is new
@@ -95,7 +96,7 @@ async def test_a_restarted_host_takes_back_good_streams_and_drops_malformed_ones
         conn.close()
     thread = threading.Thread(target=answer, daemon=True)
     thread.start()
-    keeper = keeper_module.LogKeeper(Paths(tmp_path, tmp_path, tmp_path), "linux")
+    keeper = keeper_module.LogKeeper(Paths(tmp_path, tmp_path, tmp_path), LinuxOS())
     await keeper.attach()
     assert keeper.pid == 4242 and list(keeper.streams) == ["n1.a"]
     assert keeper.stream_for("n1.a", "n1") is not None

@@ -1,4 +1,4 @@
-"""Each platform's branch of the process seam, exercised with fake OS calls."""
+"""Each platform's class of the process seam (`system/seam.py`), exercised with fake OS calls."""
 
 import os
 import signal
@@ -8,6 +8,9 @@ import sys
 import pytest
 
 from cadre_desktop.host.local.system import procs
+from cadre_desktop.host.local.system.linux import LinuxOS
+from cadre_desktop.host.local.system.posix import PosixOS
+from cadre_desktop.host.local.system.windows import CREATE_NEW_PROCESS_GROUP, CREATE_NO_WINDOW, WindowsOS
 
 
 class Recorder:
@@ -24,25 +27,47 @@ class Recorder:
         self.calls.append(("kill_tree", pid))
 
     def ops(self):
-        return procs.SignalOps(killpg=self.killpg, kill=self.kill, kill_tree=self.kill_tree)
+        return procs.SignalOps(killpg=self.killpg, kill=self.kill)
+
+    def seam(self, platform):
+        """The platform's class, its signals (and Windows' tree kill) this recorder's."""
+        if platform == "win32":
+            return WindowsOS(self.ops(), tree_kill=self.kill_tree)
+        return (LinuxOS if platform == "linux" else PosixOS)(self.ops())
+
+
+class SpawnSpy:
+    """What a platform's spawn hands subprocess.Popen."""
+
+    def __init__(self, monkeypatch):
+        self.kwargs: dict = {}
+        monkeypatch.setattr(subprocess, "Popen", self)
+
+    def __call__(self, args, **kwargs):
+        self.kwargs = kwargs
+        return "popen"
 
 
 @pytest.mark.parametrize("platform", ["linux", "darwin"])
-def test_posix_children_get_their_own_session_and_group_signals(platform):
-    assert procs.popen_options(platform) == {"start_new_session": True}
+def test_posix_children_get_their_own_session_and_group_signals(platform, monkeypatch):
     rec = Recorder()
-    procs.terminate_group(42, platform, rec.ops())
-    procs.kill_group(42, platform, rec.ops())
+    spy = SpawnSpy(monkeypatch)
+    rec.seam(platform).spawn(["node"], env={}, cwd=None, stdin=None, stdout=None, stderr=None)
+    assert spy.kwargs["start_new_session"] is True and spy.kwargs["creationflags"] == 0
+    rec.seam(platform).signal_group(42, None, kill=False)
+    rec.seam(platform).signal_group(42, None, kill=True)
     assert rec.calls == [("killpg", 42, signal.SIGTERM), ("killpg", 42, signal.SIGKILL)]
 
 
-def test_windows_children_get_a_new_process_group_and_break_then_tree_kill():
-    opts = procs.popen_options("win32")
-    assert opts["creationflags"] & 0x00000200  # CREATE_NEW_PROCESS_GROUP
-    assert opts["creationflags"] & 0x08000000  # CREATE_NO_WINDOW
+def test_windows_children_get_a_new_process_group_and_break_then_tree_kill(monkeypatch):
     rec = Recorder()
-    procs.terminate_group(42, "win32", rec.ops())
-    procs.kill_group(42, "win32", rec.ops())
+    spy = SpawnSpy(monkeypatch)
+    rec.seam("win32").spawn(["node"], env={}, cwd=None, stdin=None, stdout=None, stderr=None)
+    assert spy.kwargs["creationflags"] & CREATE_NEW_PROCESS_GROUP == 0x00000200
+    assert spy.kwargs["creationflags"] & CREATE_NO_WINDOW == 0x08000000
+    assert spy.kwargs["start_new_session"] is False
+    rec.seam("win32").signal_group(42, None, kill=False)
+    rec.seam("win32").signal_group(42, None, kill=True)  # no job: its process tree
     assert rec.calls[0][0:2] == ("kill", 42)
     assert rec.calls[1] == ("kill_tree", 42)
 
@@ -50,27 +75,30 @@ def test_windows_children_get_a_new_process_group_and_break_then_tree_kill():
 def test_a_vanished_group_is_not_an_error():
     def gone(pid, sig):
         raise ProcessLookupError()
-    procs.terminate_group(42, "linux", procs.SignalOps(killpg=gone, kill=gone))
-    procs.kill_group(42, "linux", procs.SignalOps(killpg=gone, kill=gone))
+    linux = LinuxOS(procs.SignalOps(killpg=gone, kill=gone))
+    linux.signal_group(42, None, kill=False)
+    linux.signal_group(42, None, kill=True)
+    linux.kill_pids([42])
+    assert not linux.group_exists(42)
 
 
 def test_identity_of_a_live_process_matches_itself_only():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        linux = procs.read_identity(child.pid, "linux")
-        other = procs.read_identity(child.pid, "darwin")  # the psutil branch
+        linux = LinuxOS().read_identity(child.pid)
+        other = PosixOS().read_identity(child.pid)  # the psutil branch
         assert linux and linux.boot_id and linux.start_time.isdigit()
         assert other and other.boot_id is None
-        assert linux.matches(procs.read_identity(child.pid, "linux"))
-        assert other.matches(procs.read_identity(child.pid, "darwin"))
+        assert linux.matches(LinuxOS().read_identity(child.pid))
+        assert other.matches(PosixOS().read_identity(child.pid))
         assert not linux.matches(procs.Identity(str(int(linux.start_time) + 1), linux.boot_id))
         assert not linux.matches(procs.Identity(linux.start_time, "another-boot"))
         assert not other.matches(procs.Identity(str(float(other.start_time) + 2)))
     finally:
         child.kill()
         child.wait()
-    assert procs.read_identity(child.pid, "linux") is None
-    assert procs.read_identity(child.pid, "darwin") is None
+    assert LinuxOS().read_identity(child.pid) is None
+    assert PosixOS().read_identity(child.pid) is None
 
 
 def test_identity_reads_a_command_name_with_spaces_and_parens(tmp_path):
@@ -78,7 +106,7 @@ def test_identity_reads_a_command_name_with_spaces_and_parens(tmp_path):
     exe.symlink_to(sys.executable)
     child = subprocess.Popen([str(exe), "-c", "import time; time.sleep(30)"])
     try:
-        ident = procs.read_identity(child.pid, "linux")
+        ident = LinuxOS().read_identity(child.pid)
         assert ident and ident.start_time.isdigit()
     finally:
         child.kill()
@@ -90,7 +118,7 @@ def test_zombie_counts_as_gone():
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     # The child exits but stays unreaped (a zombie) until child.wait() below.
-    wait_until(lambda: procs.read_identity(child.pid, "linux") is None, what="zombie")
+    wait_until(lambda: LinuxOS().read_identity(child.pid) is None, what="zombie")
     child.wait()
 
 
@@ -100,7 +128,7 @@ async def test_thread_watcher_branch_reports_exit(monkeypatch):
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(7)"])
     loop = asyncio.get_running_loop()
     got = loop.create_future()
-    procs.watch_exit(loop, child.pid, child, got.set_result)
+    LinuxOS().watch_exit(loop, child.pid, child, got.set_result)
     assert await asyncio.wait_for(got, 10) == 7
 
 
@@ -120,15 +148,16 @@ def test_end_child_terminates_then_kills_after_the_grace_only_when_the_child_sta
         rec.killpg(pid, sig)
         real.killpg(pid, sig)
     ops = procs.SignalOps(killpg=killpg, kill=rec.kill)
-    assert procs.end_child(stubborn, grace_s=0.2, platform="linux", ops=ops) == -signal.SIGKILL
+    linux = LinuxOS(ops)
+    assert linux.end_child(stubborn, grace_s=0.2) == -signal.SIGKILL
     assert rec.calls == [("killpg", stubborn.pid, signal.SIGTERM), ("killpg", stubborn.pid, signal.SIGKILL)]
     stubborn.stdout.close()
 
     obedient = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     rec.calls.clear()
-    assert procs.end_child(obedient, grace_s=30, platform="linux", ops=ops) == -signal.SIGTERM
+    assert linux.end_child(obedient, grace_s=30) == -signal.SIGTERM
     assert rec.calls == [("killpg", obedient.pid, signal.SIGTERM)]
-    assert procs.end_child(obedient, grace_s=30, platform="linux", ops=ops) == -signal.SIGTERM  # already gone
+    assert linux.end_child(obedient, grace_s=30) == -signal.SIGTERM  # already gone
     assert len(rec.calls) == 1
 
 
@@ -163,10 +192,10 @@ def test_end_child_on_each_platform_breaks_or_terminates_first_and_kills_only_a_
         platform, terminate, kill):
     rec = Recorder()
     # a fake child (pid, poll, wait) where a Popen goes
-    assert procs.end_child(FakePopen(ends_at_wait=1),  # type: ignore[arg-type]
-                           grace_s=0.01, platform=platform, ops=rec.ops()) == 1
+    assert rec.seam(platform).end_child(FakePopen(ends_at_wait=1),
+                                        grace_s=0.01) == 1
     assert rec.calls == [terminate]
     rec.calls.clear()
-    assert procs.end_child(FakePopen(ends_at_wait=2),  # type: ignore[arg-type]
-                           grace_s=0.01, platform=platform, ops=rec.ops()) == 1
+    assert rec.seam(platform).end_child(FakePopen(ends_at_wait=2),
+                                        grace_s=0.01) == 1
     assert rec.calls == [terminate, kill]

@@ -13,9 +13,17 @@ import pytest
 from cadre_desktop.host.local import proctree
 from cadre_desktop.host.local.handles import STATE_VERSION, Handle, read_state
 from cadre_desktop.host.local.system import procs, winjob
+from cadre_desktop.host.local.system.linux import LinuxOS
+from cadre_desktop.host.local.system.posix import PosixOS
+from cadre_desktop.host.local.system.seam import ProcessOS
+from cadre_desktop.host.local.system.windows import WindowsOS
 from cadre_desktop.host.local.teardown import Ender
 from tests.support.lock_holder import HOLD_LOCK
 from tests.support.polling import wait_until
+
+#: Each platform's seam (Windows' on Linux: its process calls are psutil's or faked).
+SEAMS: dict[str, ProcessOS] = {"linux": LinuxOS(), "darwin": PosixOS(), "win32": WindowsOS()}
+LINUX = SEAMS["linux"]
 
 
 def node_env(nodes: Path, node_id: str) -> dict[str, str]:
@@ -42,33 +50,37 @@ def spawned():
 @pytest.mark.parametrize("platform", ["linux", "darwin"])
 def test_process_table_gives_group_and_session_on_each_posix_branch(platform, spawned):
     child = spawned(["import time; time.sleep(60)"], start_new_session=True)
-    info = procs.process_info(child.pid, platform)
+    system = SEAMS[platform]
+    info = system.process_info(child.pid)
     assert info is not None and info.pid == info.pgid == info.sid == child.pid
-    listed = {p.pid: p for p in procs.process_table(platform)}
+    listed = {p.pid: p for p in system.process_table()}
     assert listed[child.pid].pgid == child.pid
-    assert info.identity.matches(procs.read_identity(child.pid, platform))
+    assert info.identity.matches(system.read_identity(child.pid))
 
 
-def test_windows_has_no_process_groups_to_signal():
-    assert procs.process_table("win32") == []
-    assert procs.process_info(os.getpid(), "win32") is None
-    assert not procs.group_exists(os.getpid(), "win32")
+def test_windows_has_no_process_groups_to_signal_and_its_table_follows_parents(spawned):
+    windows = SEAMS["win32"]
+    assert windows.process_info(os.getpid()) is None
+    assert not windows.group_exists(os.getpid()) and not windows.group_alive(os.getpid())
+    child = spawned(["import time; time.sleep(60)"])
+    listed = {p.pid: p for p in windows.process_table()}
+    assert listed[child.pid].pgid == listed[child.pid].sid == os.getpid(), "its parent stands in for its group"
 
 
 def test_a_group_with_members_exists_and_an_ended_one_does_not(spawned):
     child = spawned(["import time; time.sleep(60)"], start_new_session=True)
-    assert procs.group_exists(child.pid) and procs.group_alive(child.pid)
+    assert LINUX.group_exists(child.pid) and LINUX.group_alive(child.pid)
     child.kill()
     child.wait()
-    assert not procs.group_exists(child.pid) and not procs.group_alive(child.pid)
+    assert not LINUX.group_exists(child.pid) and not LINUX.group_alive(child.pid)
 
 
 def test_a_group_of_only_zombies_is_not_alive(spawned):
     # The zombie stays unreaped (and in its group) until child.wait() below.
     child = spawned(["pass"], start_new_session=True)
-    wait_until(lambda: procs.read_identity(child.pid) is None, what="zombie")
-    assert procs.group_exists(child.pid)
-    assert not procs.group_alive(child.pid)
+    wait_until(lambda: LINUX.read_identity(child.pid) is None, what="zombie")
+    assert LINUX.group_exists(child.pid)
+    assert not LINUX.group_alive(child.pid)
 
 
 # -- sorting a home's node processes ---------------------------------------------------------
@@ -87,7 +99,7 @@ def test_census_keeps_tracked_groups_adopts_one_lost_leader_and_calls_the_rest_l
         member(400, 400, 400, "a", "3"),       # a session escaped from a's tracked group: leftover
     ]
     monkeypatch.setattr(proctree, "members", lambda *a, **k: found)
-    census = proctree.take_census(tmp_path, {100: "a"}, "linux")
+    census = proctree.take_census(tmp_path, {100: "a"}, LINUX)
     assert [m.pid for m in census.untracked] == [300]
     assert sorted(m.pid for m in census.leftovers) == [200, 301, 400]
 
@@ -102,7 +114,7 @@ def test_census_on_windows_follows_parents_since_there_are_no_groups(monkeypatch
         member(21, 99, 99, "b"),      # another top process of b: leftover
     ]
     monkeypatch.setattr(proctree, "members", lambda *a, **k: found)
-    census = proctree.take_census(tmp_path, {10: "a"}, "win32")
+    census = proctree.take_census(tmp_path, {10: "a"}, SEAMS["win32"])
     assert [m.pid for m in census.untracked] == [20]
     assert [m.pid for m in census.leftovers] == [21]
 
@@ -113,19 +125,19 @@ def test_members_are_found_by_the_environment_only_under_our_nodes_folder(tmp_pa
     spawned(["import time; time.sleep(60)"], env=node_env(tmp_path / "elsewhere", "n1"))
     spawned(["import time; time.sleep(60)"], env={**node_env(nodes, "n1"), "CADRE_NODE_ID": "n2"})
     wait_until(lambda: procs.environment(ours.pid).get("CADRE_NODE_ID") == "n1", what="child env")
-    assert [m.pid for m in proctree.members(nodes, node_id="n1")] == [ours.pid]
+    assert [m.pid for m in proctree.members(nodes, LINUX, node_id="n1")] == [ours.pid]
 
 
 def test_group_leftovers_are_never_taken_from_a_reused_leader_pid(tmp_path, spawned):
     nodes = tmp_path / "nodes"
     leader = spawned(["import time; time.sleep(60)"], start_new_session=True, env=node_env(nodes, "n1"))
-    real = procs.read_identity(leader.pid)
+    real = LINUX.read_identity(leader.pid)
     assert real is not None  # a live child has one
     wait_until(lambda: procs.environment(leader.pid).get("CADRE_NODE_ID") == "n1", what="child env")
-    assert proctree.group_leftovers(leader.pid, real, "n1", nodes) == [leader.pid]
+    assert proctree.group_leftovers(leader.pid, real, "n1", nodes, LINUX) == [leader.pid]
     other = procs.Identity(str(int(real.start_time) - 5), real.boot_id)
-    assert proctree.group_leftovers(leader.pid, other, "n1", nodes) == []
-    assert proctree.group_leftovers(leader.pid, real, "n1", nodes, "win32") == []
+    assert proctree.group_leftovers(leader.pid, other, "n1", nodes, LINUX) == []
+    assert proctree.group_leftovers(leader.pid, real, "n1", nodes, SEAMS["win32"]) == []
 
 
 # -- the work folder's lock --------------------------------------------------------------------
@@ -134,15 +146,15 @@ def test_lock_holder_is_named_only_when_it_runs_for_the_node(tmp_path, spawned):
     nodes = tmp_path / "nodes"
     work = nodes / "n1"
     work.mkdir(parents=True)
-    assert proctree.lock_holder(work, "n1") is None  # no lock file at all
+    assert proctree.lock_holder(work, "n1", LINUX) is None  # no lock file at all
     holder = spawned([HOLD_LOCK, str(work / proctree.LOCK_FILE)], env=node_env(nodes, "n1"))
     assert holder.stdout.readline().strip() == b"locked"
-    assert proctree.lock_holder(work, "n1") == holder.pid
-    assert proctree.lock_holder(work, "n2") is None  # not that node's process
-    assert proctree.lock_holder(work, "n1", "win32") is None  # Windows: no such lock
+    assert proctree.lock_holder(work, "n1", LINUX) == holder.pid
+    assert proctree.lock_holder(work, "n2", LINUX) is None  # not that node's process
+    assert proctree.lock_holder(work, "n1", SEAMS["win32"]) is None  # Windows: no such lock
     holder.kill()
     holder.wait()
-    assert proctree.lock_holder(work, "n1") is None
+    assert proctree.lock_holder(work, "n1", LINUX) is None
 
 
 def test_lock_of_a_stranger_is_not_attributed(tmp_path, spawned):
@@ -150,7 +162,7 @@ def test_lock_of_a_stranger_is_not_attributed(tmp_path, spawned):
     work.mkdir(parents=True)
     stranger = spawned([HOLD_LOCK, str(work / proctree.LOCK_FILE)])
     assert stranger.stdout.readline().strip() == b"locked"
-    assert proctree.lock_holder(work, "n1") is None
+    assert proctree.lock_holder(work, "n1", LINUX) is None
 
 
 # -- Windows: a Job object per child -------------------------------------------------------------
@@ -224,8 +236,9 @@ def test_windows_job_failures_leave_the_child_without_a_job_and_close_what_was_m
 
 async def test_windows_stop_kill_and_leader_death_end_the_job(tmp_path):
     k = FakeKernel32()
-    ender = Ender(tmp_path, "win32", job_ops=lambda: winjob.JobOps(k))
-    job = winjob.prepare(ender.job_ops(), "Local\\j")
+    windows = WindowsOS(job_ops=lambda: winjob.JobOps(k))
+    ender = Ender(tmp_path, windows)
+    job = winjob.prepare(windows.jobs(), "Local\\j")
     handle = Handle("n1.x", "n1", 42, procs.Identity("1"), 1, 2, "", job="Local\\j")
     handle._job_handle = job
     ender.signal(handle, kill=True)
@@ -249,16 +262,16 @@ async def test_posix_leader_death_kills_what_is_left_of_its_group(platform, spaw
         start_new_session=True,
     )
     grandchild = int(wrapper.stdout.readline())
-    identity = procs.read_identity(wrapper.pid, platform)
+    identity = SEAMS[platform].read_identity(wrapper.pid)
     assert identity is not None  # a live child has one
     handle = Handle("n1.x", "n1", wrapper.pid, identity, 1, 2, "",
                     pgid=wrapper.pid)
     wrapper.kill()
     wrapper.wait()
-    ender = Ender(Path("/nonexistent"), platform)
+    ender = Ender(Path("/nonexistent"), SEAMS[platform])
     assert not ender.group_gone(handle)
     ender.end_now(handle)
-    wait_until(lambda: procs.read_identity(grandchild) is None, timeout=5, what="the grandchild's end")
+    wait_until(lambda: LINUX.read_identity(grandchild) is None, timeout=5, what="the grandchild's end")
     assert ender.group_gone(handle)
 
 

@@ -39,7 +39,7 @@ async def test_the_loop_runs_while_a_start_is_in_flight(tmp_path, monkeypatch):
         go_on.set()
         async with asyncio.timeout(10):
             handle = await start
-        assert orch.is_running(handle.id) and procs.read_identity(handle.pid) is not None
+        assert orch.is_running(handle.id) and orch.system.read_identity(handle.pid) is not None
     finally:
         go_on.set()
         if handle is not None:

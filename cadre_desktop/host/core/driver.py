@@ -21,8 +21,8 @@ Local processes (`host/local/orchestrator.py`) are the first driver. The rest of
 the Protocol is everything else the engine calls on a driver, and nothing more:
 exit notifications, the instances of one node, logs, the host-wide start
 (``init``: re-attach to what outlived the last host), stop (``stop_all``) and
-close, new settings while running (``reconfigure``), and how it enforces a
-node's caps (``caps_enforcement``; the caps themselves reach it as the
+close, new settings while running (``reconfigure``), a failed write of its state
+(``save_error``), and how it enforces a node's caps (``caps_enforcement``; the caps themselves reach it as the
 ``caps_for`` its factory is given, read at each start). `host/drivers.py` builds
 the driver the `driver` setting names; the driver contract tests
 (`tests/integration/test_driver_contract.py`) run against every driver.
@@ -98,20 +98,26 @@ class InstanceInfo(Protocol):
     attempt: int
     adopted: bool
 
+    @property
+    def forked(self) -> bool:
+        """Started as a fork of a loaded node program (a fork server), not from scratch."""
+        ...
+
 
 ExitListener = Callable[[Exit], None]
 
 
 @dataclass(frozen=True)
 class DriverConfig:
-    """What a driver takes from the settings: at its start, and again while it runs."""
+    """What every driver takes from the settings, at its start and again while it runs: the
+    node program, the ports its nodes may listen on, the stop grace. The engine only carries
+    it from `host/drivers.py:driver_config` to `reconfigure`; a driver that needs more has its
+    own kind of it (the local driver's `host/local/config.py:LocalConfig`)."""
 
     node_command: tuple[str, ...]
     port_range: tuple[int, int]
     #: How long a stopped instance has between its terminate and its kill.
     stop_timeout_s: float
-    #: Keep one node program loaded ahead for the next start (a driver may not offer it).
-    warm_standby: bool = False
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,11 @@ class NodeDriver(Protocol):
 
     def caps_enforcement(self, caps: NodeCaps) -> CapsEnforcement:
         """How this driver holds a node to `caps` on this computer (what the views say)."""
+        ...
+
+    @property
+    def save_error(self) -> str | None:
+        """Why the driver's last write of its own state failed (None: it did not); the views say it."""
         ...
 
 

@@ -28,8 +28,8 @@ from cadre_desktop.files.atomicfile import write_json_atomic
 from cadre_desktop.files.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import Exit
 from cadre_desktop.host.core.records.jsondoc import read_versioned
-from cadre_desktop.host.local.forks import Adopted
 from cadre_desktop.host.local.system import procs
+from cadre_desktop.host.local.system.linux import Adopted
 
 log = logging.getLogger(__name__)
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from cadre_desktop.files.atomicfile import ensure_private_dir
 from cadre_desktop.host.local.system import procs
+from cadre_desktop.host.local.system.seam import ProcessOS
 from cadre_desktop.logs import logkeeper
 from cadre_desktop.net.fdlimit import call_with_reserve
 from cadre_desktop.paths import Paths
@@ -84,9 +85,9 @@ def keeper_command(sock: Path, logs_dir: Path) -> list[str]:
 class LogKeeper:
     """The one log keeper of a home, seen from its host."""
 
-    def __init__(self, paths: Paths, platform: str) -> None:
+    def __init__(self, paths: Paths, system: ProcessOS) -> None:
         self.paths = paths
-        self.platform = platform
+        self.system = system
         self.streams: dict[str, Kept] = {}
         #: The keeper's pid while one is connected (for views, benchmarks and tests).
         self.pid: int | None = None
@@ -164,8 +165,8 @@ class LogKeeper:
         ours, theirs = socket.socketpair()
         try:
             popen = call_with_reserve(
-                procs.spawn, keeper_command(path, self.paths.log_dir), env=procs.without_node_vars(os.environ),
-                cwd=None, stdin=theirs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, platform=self.platform)
+                self.system.spawn, keeper_command(path, self.paths.log_dir), env=procs.without_node_vars(os.environ),
+                cwd=None, stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except BaseException:
             ours.close()
             raise
@@ -227,7 +228,7 @@ class LogKeeper:
         if self._sock is not None:
             self._unregister()
         if self._popen is not None:
-            procs.kill_and_reap(self._popen, self.platform, what="log keeper")
+            self.system.kill_and_reap(self._popen, what="log keeper")
             self._popen = None
         self.pid = None
 

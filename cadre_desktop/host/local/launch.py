@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from cadre_desktop.errors import CadreError, OutOfDescriptors, SpawnError
 from cadre_desktop.host.local import forks, nodelogs, standby
@@ -33,7 +32,9 @@ from cadre_desktop.host.local.handles import Handle
 from cadre_desktop.host.local.keeper import LogKeeper
 from cadre_desktop.host.local.nodelogs import NodeLogs
 from cadre_desktop.host.local.standby import Standby
-from cadre_desktop.host.local.system import procs, winjob
+from cadre_desktop.host.local.system import procs
+from cadre_desktop.host.local.system.procs import Job
+from cadre_desktop.host.local.system.seam import ProcessOS
 from cadre_desktop.net.fdlimit import call_with_reserve, is_shortage, shortage_words
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class Launched:
     #: The node's own log pump (Windows), or None when the keeper writes its log.
     pump: subprocess.Popen[bytes] | None
     #: The child's Job object on Windows (None elsewhere, or when Windows refused one).
-    job: Any = None
+    job: Job | None = None
     #: Set once the keeper wrote the child's last output (None: a pump writes it).
     log_done: asyncio.Event | None = None
     #: The read end of the child's output, still to be handed to the keeper (`keep`); -1: none.
@@ -73,8 +74,7 @@ class Launched:
 
 
 def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Path, node_id: str,
-           log_cap: int, handle_id: str, platform: str, job_ops: Callable[[], winjob.JobOps],
-           kept: bool = False, join: list[Path] | None = None,
+           log_cap: int, handle_id: str, system: ProcessOS, kept: bool = False, join: list[Path] | None = None,
            started: Callable[[int], None] | None = None) -> Launched:
     """Start the child (in a session or job of its own) in the cgroups of `join` from its first
     instruction, its output kept for the keeper (`kept`: `keep` hands it over, on the loop) or
@@ -84,34 +84,31 @@ def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Pat
     OSError: the node program could not be started. SpawnError: its output
     could not be given to a pump, and the node, already running, was ended again.
     """
-    job = name = None
-    if platform == "win32":
-        name = winjob.job_name(handle_id)
-        job = winjob.prepare(job_ops(), name)
+    job = system.new_job(handle_id)
     read_end, write_end = call_with_reserve(os.pipe)
     try:
         try:
             os.write(write_end, nodelogs.header(node_id))
-            popen = call_with_reserve(procs.spawn, command, env=env, cwd=work, stdin=subprocess.DEVNULL,
-                                      stdout=write_end, stderr=write_end, platform=platform, join=join or ())
+            popen = call_with_reserve(system.spawn, command, env=env, cwd=work, stdin=subprocess.DEVNULL,
+                                      stdout=write_end, stderr=write_end, join=join or ())
         except BaseException:
             if job is not None:
-                job_ops().close(job)
+                system.close_job(job.native)
             raise
         finally:
             os.close(write_end)  # the child holds it now; its reader sees end-of-file when the node ends
         if started is not None:
             started(popen.pid)
-        job = winjob.assign(job_ops(), job, getattr(popen, "_handle", None)) if job else None
+        job = system.assign_job(job, popen)
         if kept:
             launched = Launched(popen, None, job, out_read=read_end)
             read_end = -1  # the keeper's, once `keep` hands it over
             return launched
         try:
-            pump = call_with_reserve(nodelogs.start_pump, read_end, log_path, log_cap, platform=platform,
-                                     job=name if job else None)
+            pump = call_with_reserve(nodelogs.start_pump, read_end, log_path, log_cap, system=system,
+                                     job=job.name if job else None)
         except OSError as exc:
-            _undo(popen, job, job_ops, platform)
+            _undo(popen, job, system)
             if is_shortage(exc):
                 raise OutOfDescriptors(shortage_words(f"Starting the log pump of node {node_id}")) from None
             raise SpawnError(f"could not start the log pump of node {node_id}: {exc.strerror or exc}; "
@@ -123,22 +120,22 @@ def launch(command: list[str], env: dict[str, str], work: Path, *, log_path: Pat
 
 
 def keep(launched: Launched, keeper: LogKeeper, *, handle_id: str, node_id: str, log_path: Path, log_cap: int,
-         platform: str) -> None:
+         system: ProcessOS) -> None:
     """On the loop: the keeper takes the output of a child `launch` started (SpawnError: it could
     not, and the child was ended again)."""
     try:
         launched.log_done = _keep(keeper, launched.popen, handle_id, node_id, log_path, log_cap,
-                                  launched.out_read, platform)
+                                  launched.out_read, system)
     finally:
         _close_out(launched)
 
 
-def discard(launched: Launched, job_ops: Callable[[], winjob.JobOps], platform: str) -> None:
+def discard(launched: Launched, system: ProcessOS) -> None:
     """End a child nobody will track (its start was let go while it came up); any thread."""
     _close_out(launched)
-    _undo(launched.popen, launched.job, job_ops, platform)
+    _undo(launched.popen, launched.job, system)
     if launched.pump is not None:
-        procs.kill_and_reap(launched.pump, platform, what="log pump")
+        system.kill_and_reap(launched.pump, what="log pump")
 
 
 def _close_out(launched: Launched) -> None:
@@ -148,33 +145,33 @@ def _close_out(launched: Launched) -> None:
 
 
 def _keep(keeper: LogKeeper, popen: subprocess.Popen[bytes], handle_id: str, node_id: str, log_path: Path,
-          log_cap: int, read_end: int, platform: str) -> asyncio.Event:
+          log_cap: int, read_end: int, system: ProcessOS) -> asyncio.Event:
     try:
         return keeper.watch(handle_id, node_id, log_path, log_cap, read_end)
     except OSError as exc:
-        _undo(popen, None, lambda: None, platform)  # type: ignore[arg-type, return-value]
+        _undo(popen, None, system)
         raise SpawnError(f"could not start the log keeper for node {node_id}: {exc.strerror or exc}; "
                          "the node was stopped again") from None
 
 
 def warm(claimed: Standby, env: dict[str, str], header: bytes, join: list[Path], *, log_path: Path, node_id: str,
-         log_cap: int, platform: str, kept: bool, started: Callable[[int], None]) -> Launched | None:
+         log_cap: int, system: ProcessOS, kept: bool, started: Callable[[int], None]) -> Launched | None:
     """A start from a claimed standby, on the start's thread: a fork of it (a fork server, its
     output kept for the keeper), or the standby itself told who it is; `started(pid)` then.
     None: no node came of it, and the start goes on cold."""
     if claimed.forking:
-        forked = forks.fork(claimed, env, header, join) if kept else None
+        forked = forks.fork(claimed, env, header, join, system) if kept else None
         if forked is None:
             return None
         started(forked[0].pid)
         return Launched(forked[0], None, out_read=forked[1])
-    if not standby.hand_over(claimed, env, header, platform):
+    if not standby.hand_over(claimed, env, header, system):
         return None
     started(claimed.popen.pid)
-    return hand_over(claimed, log_path=log_path, node_id=node_id, log_cap=log_cap, platform=platform, kept=kept)
+    return hand_over(claimed, log_path=log_path, node_id=node_id, log_cap=log_cap, system=system, kept=kept)
 
 
-def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platform: str,
+def hand_over(standby: Standby, *, log_path: Path, node_id: str, log_cap: int, system: ProcessOS,
               kept: bool = False) -> Launched:
     """A standby that was just told who it is (`standby.hand_over`) as a launched child: its output
     kept for the keeper (`kept`: `keep` hands it over, on the loop) or going to a fresh log pump.
@@ -185,9 +182,9 @@ def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platf
         standby.close_fds()
         return launched
     try:
-        pump = call_with_reserve(nodelogs.start_pump, standby.out_read, log_path, log_cap, platform=platform)
+        pump = call_with_reserve(nodelogs.start_pump, standby.out_read, log_path, log_cap, system=system)
     except OSError as exc:
-        _undo(standby.popen, None, lambda: None, platform)  # type: ignore[arg-type, return-value]
+        _undo(standby.popen, None, system)
         if is_shortage(exc):
             raise OutOfDescriptors(shortage_words(f"Starting the log pump of node {node_id}")) from None
         raise SpawnError(f"could not start the log pump of node {node_id}: {exc.strerror or exc}; "
@@ -197,56 +194,55 @@ def hand_over(standby: Any, *, log_path: Path, node_id: str, log_cap: int, platf
     return Launched(standby.popen, pump)
 
 
-def _undo(popen: subprocess.Popen[bytes], job: Any, job_ops: Callable[[], winjob.JobOps], platform: str) -> None:
-    """End a child that cannot be given a log pump (it has only just started)."""
-    if platform == "win32" and winjob.end(job_ops(), job):
-        return
-    procs.kill_and_reap(popen, platform, what="node child")
+def _undo(popen: subprocess.Popen[bytes], job: Job | None, system: ProcessOS) -> None:
+    """End a child that cannot be given a log pump (it has only just started): its job, else its group."""
+    if not system.end_job(job.native if job else None):
+        system.kill_and_reap(popen, what="node child")
 
 
 def new_handle(node_id: str, handle_id: str, launched: Launched, ports: tuple[int, int], env: dict[str, str],
-               attempt: int, platform: str) -> Handle:
+               attempt: int, system: ProcessOS) -> Handle:
     popen, pump = launched.popen, launched.pump
     handle = Handle(
         id=handle_id,
         node_id=node_id,
         pid=popen.pid,
-        identity=procs.read_identity(popen.pid, platform) or procs.Identity("unknown"),
+        identity=system.read_identity(popen.pid) or procs.Identity("unknown"),
         api_port=ports[0],
         p2p_port=ports[1],
         started_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         advertise_host=env["CADRE_ADVERTISE_HOST"],
         attempt=attempt,
-        pgid=None if platform == "win32" else popen.pid,
-        job=winjob.job_name(handle_id) if launched.job is not None else None,
+        pgid=popen.pid if system.groups else None,
+        job=launched.job.name if launched.job is not None else None,
         pump_pid=pump.pid if pump else None,
-        pump_identity=procs.read_identity(pump.pid, platform) if pump else None,
+        pump_identity=system.read_identity(pump.pid) if pump else None,
         popen=popen,
         log_kept=launched.log_done is not None,
     )
-    handle._job_handle = launched.job
+    handle._job_handle = launched.job.native if launched.job is not None else None
     if launched.log_done is not None:
         handle._log_done = launched.log_done
     return handle
 
 
-def watch_pump(pump: subprocess.Popen[bytes], handle: Handle) -> None:
+def watch_pump(pump: subprocess.Popen[bytes], handle: Handle, system: ProcessOS) -> None:
     """Reap the pump when it ends (it is our child), and tell the handle."""
     try:
-        handle._cancel_pump_watch = procs.watch_exit(
+        handle._cancel_pump_watch = system.watch_exit(
             asyncio.get_running_loop(), pump.pid, pump, lambda _code: handle._log_done.set())
     except Exception as exc:  # the node runs without its pump watch; only its log's end goes unseen
         log.error("cannot watch the log pump %s: %s", pump.pid, exc)
 
 
-def attach_log(handle: Handle, keeper: LogKeeper | None, logs: NodeLogs, platform: str) -> None:
+def attach_log(handle: Handle, keeper: LogKeeper | None, logs: NodeLogs, system: ProcessOS) -> None:
     """A re-attached child: find who writes its log (the keeper, an older build's pump, or nobody)."""
     kept = keeper.stream_for(handle.id, handle.node_id) if keeper is not None else None
     if kept is not None:
         handle.log_kept, handle._log_done = True, kept.done
     elif handle.pump_pid and handle.pump_identity:
-        if handle.pump_identity.matches(procs.read_identity(handle.pump_pid, platform)):
-            handle._cancel_pump_watch = procs.watch_exit(
+        if handle.pump_identity.matches(system.read_identity(handle.pump_pid)):
+            handle._cancel_pump_watch = system.watch_exit(
                 asyncio.get_running_loop(), handle.pump_pid, None, lambda _code: handle._log_done.set())
         else:
             handle._log_done.set()

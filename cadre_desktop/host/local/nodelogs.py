@@ -21,6 +21,7 @@ from pathlib import Path
 
 from cadre_desktop.files.atomicfile import ensure_private_dir
 from cadre_desktop.host.local.system import procs
+from cadre_desktop.host.local.system.seam import ProcessOS
 from cadre_desktop.logs import logpump, logtail
 from cadre_desktop.paths import Paths
 
@@ -45,15 +46,16 @@ def header(node_id: str) -> bytes:
     return f"{HEADER_PREFIX} starting node {node_id} at {stamp} ---\n".encode()
 
 
-def start_pump(read_end: int, path: Path, cap: int, *, platform: str, job: str | None = None) -> subprocess.Popen[bytes]:
+def start_pump(read_end: int, path: Path, cap: int, *, system: ProcessOS,
+               job: str | None = None) -> subprocess.Popen[bytes]:
     """A log pump reading `read_end` into `path` (in a session of its own, like the node).
 
     No `CADRE_` variables: the pump is not a node process, and must not look like one.
     """
     ensure_private_dir(path.parent)
     command = [*pump_command(), str(path), str(cap), *(["--job", job] if job else [])]
-    return procs.spawn(command, env=procs.without_node_vars(os.environ), cwd=None, stdin=read_end,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, platform=platform)
+    return system.spawn(command, env=procs.without_node_vars(os.environ), cwd=None, stdin=read_end,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 class NodeLogs:
@@ -92,8 +94,7 @@ class NodeLogs:
             fd = os.open(old, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
             with open(fd, "wb") as out, open(path, "rb") as src:
                 shutil.copyfileobj(src, out)
-            if os.name == "posix":
-                os.chmod(old, 0o600)
+            os.chmod(old, 0o600)  # it may have been there with another mode (a no-op on Windows)
             # The child appends with O_APPEND, so it carries on at the new end.
             with open(path, "r+b") as fh:
                 fh.truncate(0)

@@ -31,6 +31,7 @@ from cadre_desktop.files.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, InitReport, NodeCaps, status_of
 from cadre_desktop.host.core.events import Listeners
 from cadre_desktop.host.local import launch, nodelogs
+from cadre_desktop.host.local.config import LocalConfig
 from cadre_desktop.host.local.handles import ExitEvent, ExitListener, Handle, StateFile, read_state
 from cadre_desktop.host.local.keeper import LogKeeper
 from cadre_desktop.host.local.limits.caps import CapsKeeper, no_caps
@@ -38,7 +39,7 @@ from cadre_desktop.host.local.nodelogs import LOG_CAP_BYTES, NodeLogs
 from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.host.local.spawner import Spawner
 from cadre_desktop.host.local.standby import StandbyPool
-from cadre_desktop.host.local.system import procs, winjob
+from cadre_desktop.host.local.system.seam import ProcessOS, for_this_os
 from cadre_desktop.host.local.teardown import Ender, delete_node_files, reclaim_untracked
 from cadre_desktop.paths import Paths
 
@@ -58,9 +59,8 @@ class Orchestrator:
         bind_host: str,
         advertise_host: Callable[[], str],
         stop_timeout_s: float = 5.0,
-        platform: str = procs.CURRENT,
+        system: ProcessOS | None = None,
         log_cap_bytes: int = LOG_CAP_BYTES,
-        job_ops: Callable[[], winjob.JobOps] | None = None,
         warm_standby: bool = False,
         caps: CapsKeeper | None = None,
         writer: GroupWriter | None = None,
@@ -73,18 +73,18 @@ class Orchestrator:
         self.bind_host = bind_host
         self.advertise_host = advertise_host
         self.stop_timeout_s = stop_timeout_s
-        self.platform = platform
+        #: Every OS call on a process (`system/seam.py`): this OS's, chosen once, here or by `drivers`.
+        self.system = system = system or for_this_os()
         self.logs = NodeLogs(paths, log_cap_bytes)
-        self.ender = Ender(self.nodes_dir, platform, job_ops)
-        self.caps = caps or no_caps(platform)  # the OS's limits on each child (see `caps`)
+        self.ender = Ender(self.nodes_dir, system)
+        self.caps = caps or no_caps(system)  # the OS's limits on each child (see `caps`)
         #: The one process writing every node's log (POSIX; Windows children get a pump each).
-        self.keeper = LogKeeper(paths, platform) if platform != "win32" else None
+        self.keeper = LogKeeper(paths, system) if system.log_keeper else None
         #: One node program loaded ahead for the next start (see `standby`); None: every start is cold.
         self.standby = self._standby_pool() if warm_standby else None
         self._handles: dict[str, Handle] = {}
         #: Each start's fork/exec, off the loop; the starts in flight (see `spawner`).
-        self.spawner: Spawner[launch.Launched] = Spawner(
-            lambda launched: launch.discard(launched, self.ender.job_ops, self.platform))
+        self.spawner: Spawner[launch.Launched] = Spawner(lambda launched: launch.discard(launched, system))
         self._listeners: Listeners[ExitEvent] = Listeners("exit")
         #: Exits waiting for their pump to write the node's last lines (`_on_exit`).
         self._telling: set[asyncio.Task[None]] = set()
@@ -142,14 +142,14 @@ class Orchestrator:
             await self.keeper.attach()
         attached, dead = [], []
         for handle in persisted.values():
-            now = procs.read_identity(handle.pid, self.platform)
+            now = self.system.read_identity(handle.pid)
             if handle.identity.matches(now):
                 self._attach(handle)
                 attached.append(handle)
             else:
                 dead.append(handle.id)
                 log.info("node %s: its child (pid %s) is gone since the last run", handle.node_id, handle.pid)
-        untracked = await reclaim_untracked(self.nodes_dir, self._owned(), self.platform)
+        untracked = await reclaim_untracked(self.nodes_dir, self._owned(), self.system)
         for found in untracked:
             self._attach(found)
             attached.append(found)
@@ -163,18 +163,14 @@ class Orchestrator:
         loop = asyncio.get_running_loop()
         self._handles[handle.id] = handle
         self.ports.reserve(handle.ports)
-        if self.platform == "win32":
-            handle._job_handle = winjob.reopen(self.ender.job_ops(), handle.job)
+        handle._job_handle = self.system.reopen_job(handle.job)
         self.caps.adopted(handle)
-        handle._cancel_watch = procs.watch_exit(
-            loop, handle.pid, None, lambda code: self._on_exit(handle, code)
-        )
-        launch.attach_log(handle, self.keeper, self.logs, self.platform)
+        handle._cancel_watch = self.system.watch_exit(loop, handle.pid, None, lambda code: self._on_exit(handle, code))
+        launch.attach_log(handle, self.keeper, self.logs, self.system)
 
     def _owned(self) -> dict[int, str]:
-        """Each live leader's group id (its pid on Windows) -> its node."""
-        return {(h.pid if self.platform == "win32" else h.pgid or h.pid): h.node_id
-                for h in self._handles.values() if h.alive}
+        """Each live leader's group id (its pid where there are no groups) -> its node."""
+        return {h.pgid or h.pid: h.node_id for h in self._handles.values() if h.alive}
 
     def _choose_ports(self, want: tuple[int, int] | None, avoid: Iterable[int] = ()) -> tuple[int, int]:
         """Keep the node's previous ports when they are free, so its claim URL stays valid."""
@@ -280,28 +276,27 @@ class Orchestrator:
 
         def blocking() -> launch.Launched:  # on the start's thread: forked or handed over from the standby, else cold
             warm = None if claimed is None else launch.warm(
-                claimed, env, header, join, log_path=log_path, node_id=node_id, log_cap=cap, platform=self.platform,
+                claimed, env, header, join, log_path=log_path, node_id=node_id, log_cap=cap, system=self.system,
                 kept=kept, started=lower)
             return warm or launch.launch(command, env, work, log_path=log_path, node_id=node_id, log_cap=cap, kept=kept,
-                                         handle_id=handle_id, platform=self.platform, job_ops=self.ender.job_ops,
-                                         join=join, started=lower)
+                                         handle_id=handle_id, system=self.system, join=join, started=lower)
         launched = await self.spawner.run(node_id, blocking)
         if pool is not None and claimed is not None:  # how the standby did
             pool.settle(claimed, launched.popen)
         if self.keeper is not None:
             launch.keep(launched, self.keeper, handle_id=handle_id, node_id=node_id, log_path=log_path, log_cap=cap,
-                        platform=self.platform)
+                        system=self.system)
         return launched
 
     def _track(self, node_id: str, handle_id: str, launched: launch.Launched, ports: tuple[int, int],
                env: dict[str, str], attempt: int) -> Handle:
-        handle = launch.new_handle(node_id, handle_id, launched, ports, env, attempt, self.platform)
+        handle = launch.new_handle(node_id, handle_id, launched, ports, env, attempt, self.system)
         self._handles[handle.id] = handle
         self.caps.place(handle)
         if launched.pump is not None:
-            launch.watch_pump(launched.pump, handle)
+            launch.watch_pump(launched.pump, handle, self.system)
         try:
-            handle._cancel_watch = procs.watch_exit(
+            handle._cancel_watch = self.system.watch_exit(
                 asyncio.get_running_loop(), handle.pid, handle.popen, lambda code: self._on_exit(handle, code)
             )
         except Exception as exc:  # the child runs unwatched; the supervisor's sweep still sees it die
@@ -355,7 +350,7 @@ class Orchestrator:
             self.state.write_soon(lambda: not self._closed)
 
     def _same_process(self, handle: Handle) -> bool:
-        return handle.identity.matches(procs.read_identity(handle.pid, self.platform))
+        return handle.identity.matches(self.system.read_identity(handle.pid))
 
     async def stop(self, handle_id: str | None) -> None:
         """Terminate the child's group, wait the grace period, then kill what is left of it.
@@ -456,18 +451,19 @@ class Orchestrator:
                 self.logs.trim(handle.node_id)
 
     def _standby_pool(self) -> StandbyPool:
-        return StandbyPool(self.node_command, self.nodes_dir, lambda: dict(os.environ), self.platform)
+        return StandbyPool(self.node_command, self.nodes_dir, lambda: dict(os.environ), self.system)
 
     def reconfigure(self, config: DriverConfig) -> None:
         """New settings for the next starts. A standby of the old node program is ended and
         one of the new program loaded (if warm starts are still wanted), so no start after a
-        change runs the old one; warm starts turned on or off follow too."""
-        command = list(config.node_command)
-        if self.standby is not None and (command != self.node_command or not config.warm_standby):
+        change runs the old one; warm starts turned on or off follow too (a config of another
+        driver's kind than `LocalConfig` asks for none)."""
+        command, warm = list(config.node_command), isinstance(config, LocalConfig) and config.warm_standby
+        if self.standby is not None and (command != self.node_command or not warm):
             self.standby.close()
             self.standby = None
         self.node_command = command
-        if config.warm_standby and self.standby is None and not self._closed:
+        if warm and self.standby is None and not self._closed:
             self.standby = self._standby_pool()
             self.standby.fill_soon()
         self.ports.low, self.ports.high = config.port_range
@@ -493,8 +489,7 @@ class Orchestrator:
             if handle._cancel_pump_watch:
                 handle._cancel_pump_watch()
                 handle._cancel_pump_watch = None
-            if handle._job_handle is not None:
-                # The node's pump holds the job too, so closing ours does not end the node.
-                self.ender.job_ops().close(handle._job_handle)
-                handle._job_handle = None
+            # The node's pump holds its job too (Windows), so closing ours does not end the node.
+            self.system.close_job(handle._job_handle)
+            handle._job_handle = None
         self._listeners.clear()

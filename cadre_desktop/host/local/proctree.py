@@ -37,6 +37,7 @@ import psutil
 
 from cadre_desktop.host.local.handles import Handle, whole
 from cadre_desktop.host.local.system import procs
+from cadre_desktop.host.local.system.seam import ProcessOS
 
 log = logging.getLogger(__name__)
 
@@ -88,21 +89,9 @@ def node_environment(pid: int) -> dict[str, str]:
     return env
 
 
-def _windows_table() -> list[procs.ProcInfo]:
-    """Windows has no groups: the parent pid stands in for both, so no process looks like a leader."""
-    found = []
-    for proc in psutil.process_iter(["pid", "ppid", "create_time"]):
-        info = proc.info
-        if info.get("create_time") is None:
-            continue
-        ident = procs.Identity(f"{info['create_time']:.3f}")
-        found.append(procs.ProcInfo(info["pid"], info.get("ppid") or 0, info.get("ppid") or 0, ident))
-    return found
-
-
-def members(nodes_dir: Path, platform: str = procs.CURRENT, node_id: str | None = None) -> list[Member]:
+def members(nodes_dir: Path, system: ProcessOS, node_id: str | None = None) -> list[Member]:
     """Every live process whose environment names a node of this home (or node `node_id`)."""
-    table = _windows_table() if platform == "win32" else procs.process_table(platform)
+    table = system.process_table()
     me = os.getpid()
     found = []
     for info in table:
@@ -124,22 +113,23 @@ class Census:
     leftovers: list[Member] = field(default_factory=list)
 
 
-def take_census(nodes_dir: Path, tracked: dict[int, str], platform: str = procs.CURRENT) -> Census:
+def take_census(nodes_dir: Path, tracked: dict[int, str], system: ProcessOS) -> Census:
     """Sort every node process of the home.
 
     `tracked` maps each live tracked leader's group id (its pid on Windows) to
-    its node. A process in such a group or session is part of that leader. A
+    its node. A process in such a group or session (where there are no groups, below
+    such a leader in the tree of parents) is part of that leader. A
     session leader no handle names is adopted as untracked, at most one per
     node and only for a node with no tracked leader; every other process is a
     leftover.
     """
     census = Census()
     claimed = set(tracked.values())
-    found = members(nodes_dir, platform)
+    found = members(nodes_dir, system)
     by_pid = {m.pid: m for m in found}
     for member in sorted(found, key=_started):
         info = member.info
-        if platform == "win32":
+        if not system.groups:
             if info.pid in tracked or _has_tracked_ancestor(info.pid, tracked, by_pid):
                 continue
             leads = info.pgid not in by_pid  # its parent does not run for a node
@@ -155,7 +145,7 @@ def take_census(nodes_dir: Path, tracked: dict[int, str], platform: str = procs.
     return census
 
 
-def handle_for(member: Member, platform: str = procs.CURRENT) -> Handle | None:
+def handle_for(member: Member, system: ProcessOS) -> Handle | None:
     """A handle for an untracked child, from what its environment says (None if it says too little)."""
     env = procs.environment(member.pid)
     try:
@@ -169,7 +159,7 @@ def handle_for(member: Member, platform: str = procs.CURRENT) -> Handle | None:
         started_at=started.isoformat(timespec="milliseconds"),
         advertise_host=env.get("CADRE_ADVERTISE_HOST", ""),
         attempt=whole(int(env["CADRE_START_ATTEMPT"]) if env.get("CADRE_START_ATTEMPT", "").isdigit() else 0),
-        pgid=member.info.pgid if platform != "win32" else None,
+        pgid=member.info.pgid if system.groups else None,
     )
 
 
@@ -193,49 +183,28 @@ def _has_tracked_ancestor(pid: int, tracked: dict[int, str], by_pid: dict[int, M
 
 
 def group_leftovers(pgid: int, leader: procs.Identity, node_id: str, nodes_dir: Path,
-                    platform: str = procs.CURRENT) -> list[int]:
+                    system: ProcessOS) -> list[int]:
     """Live processes of a node's group or session after its leader died, checked to be ours.
 
     If the leader's pid is now another process, the id was free at some
     point, so nothing of ours can still be in that group: nothing is returned.
     Otherwise every member must carry the node's environment.
     """
-    if platform == "win32" or not pgid:
+    if not system.groups or not pgid:
         return []
-    now = procs.read_identity(pgid, platform)
+    now = system.read_identity(pgid)
     if now is not None and not leader.matches(now):
         return []
-    return [m.pid for m in members(nodes_dir, platform, node_id)
+    return [m.pid for m in members(nodes_dir, system, node_id)
             if m.info.pgid == pgid or m.info.sid == pgid]
 
 
-def _proc_locks_pids(st: os.stat_result) -> list[int]:
-    """Pids /proc/locks names for a lock on this file (Linux)."""
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
-            lines = fh.read(1 << 20).splitlines()
-    except OSError:
-        return []
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    pids = []
-    for line in lines:
-        parts = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (a "->" marks a waiter)
-        if "->" in parts or len(parts) < 6:
-            continue
-        if parts[5] == want and parts[4].isdigit():
-            pids.append(int(parts[4]))
-    return pids
-
-
-def lock_holder(node_dir: Path, node_id: str, platform: str = procs.CURRENT) -> int | None:
+def lock_holder(node_dir: Path, node_id: str, system: ProcessOS) -> int | None:
     """The pid of a process of this node that holds its work folder's lock, if any.
 
     The lock is tested with a shared lock taken and dropped at once, which
-    fails while anyone holds it exclusively. Windows has no such lock: None.
+    fails while anyone holds it exclusively. Windows has no such lock (no fcntl): None.
     """
-    if platform == "win32":
-        return None
     try:
         import fcntl
     except ImportError:
@@ -260,7 +229,9 @@ def lock_holder(node_dir: Path, node_id: str, platform: str = procs.CURRENT) -> 
             written = ""
     finally:
         os.close(fd)
-    candidates = _proc_locks_pids(st) if platform.startswith("linux") else []
+    candidates = system.lock_pids(st)
+    if candidates is None:
+        return None
     if written.isdigit():
         candidates.append(int(written))
     for pid in candidates:

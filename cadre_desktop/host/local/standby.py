@@ -29,7 +29,7 @@ start cold.
 
 Where the host can hold a fork server's nodes as its children (Linux with pidfds)
 and the standby says `ready fork clone` (or `ready fork`: it forks twice, and the
-host makes itself a subreaper, `forks.become_subreaper`), the standby is not used
+host makes itself a subreaper, `ProcessOS.become_subreaper`), the standby is not used
 up: it is a *fork server*. In a crowd of starts (`CROWD_S`, `START_UP_S`)
 each start sends it one request with the node's variables and the write end of the
 node's output pipe (`forks.fork`, on the start's thread, one request at a time per
@@ -67,8 +67,9 @@ from pathlib import Path
 
 import psutil
 
-from cadre_desktop.host.local import forks
 from cadre_desktop.host.local.system import procs
+from cadre_desktop.host.local.system.linux import Adopted
+from cadre_desktop.host.local.system.seam import ProcessOS
 from cadre_desktop.net.fdlimit import call_with_reserve, is_shortage
 
 log = logging.getLogger(__name__)
@@ -136,13 +137,13 @@ class StandbyPool:
     """One standby of the node program (up to `burst` for a moment in a burst of starts),
     refilled in the background, one loading at a time."""
 
-    def __init__(self, command: list[str], cwd: Path, env: Callable[[], dict[str, str]], platform: str,
+    def __init__(self, command: list[str], cwd: Path, env: Callable[[], dict[str, str]], system: ProcessOS,
                  burst: int | None = None) -> None:
         self.command = list(command)
         self.cwd = cwd
         self.base_env = env
-        self.platform = platform
-        self.enabled = platform != "win32"
+        self.system = system
+        self.enabled = system.warm_starts
         self.burst = max(1, BURST if burst is None else burst)
         #: How many standbys are wanted now (1, more for a moment after a burst of takes).
         self.wanted = 1
@@ -215,8 +216,8 @@ class StandbyPool:
             raise
         try:
             self.cwd.mkdir(parents=True, exist_ok=True)
-            popen = call_with_reserve(procs.spawn, self.command, env=env, cwd=self.cwd, stdin=theirs.fileno(),
-                                      stdout=out_write, stderr=out_write, platform=self.platform)
+            popen = call_with_reserve(self.system.spawn, self.command, env=env, cwd=self.cwd, stdin=theirs.fileno(),
+                                      stdout=out_write, stderr=out_write)
         except BaseException:
             os.close(out_read)
             os.close(out_write)
@@ -226,8 +227,8 @@ class StandbyPool:
             theirs.close()
         ours.setblocking(False)
         standby = Standby(popen, out_read, out_write, channel=ours)
-        standby._cancel_watch = procs.watch_exit(asyncio.get_running_loop(), popen.pid, popen,
-                                                 lambda _code: self._on_exit(standby))
+        standby._cancel_watch = self.system.watch_exit(asyncio.get_running_loop(), popen.pid, popen,
+                                                       lambda _code: self._on_exit(standby))
         return standby
 
     def _on_heard(self, standby: Standby) -> None:
@@ -255,7 +256,7 @@ class StandbyPool:
     def _forking(self, subreaper: bool) -> bool:
         """Whether a standby that offers forks is used so: Linux with pidfds, and for one that
         forks twice (not `ready fork clone`) this host made a subreaper, so its nodes come to us."""
-        if not FORK or not forks.can_adopt(self.platform) or (subreaper and not forks.become_subreaper(self.platform)):
+        if not FORK or not self.system.can_adopt() or (subreaper and not self.system.become_subreaper()):
             return False
         if not self._may_fork:
             log.info("warm starts in a crowd fork from a loaded node program (its nodes are this host's children)")
@@ -357,25 +358,24 @@ class StandbyPool:
             else:
                 self._died()
             return
-        server, forked = claimed, isinstance(child, forks.Adopted)
+        server, forked = claimed, isinstance(child, Adopted)
         if forked:
             self._deaths = 0
-            if self._sweep is None and not self._closed and forks.subreaping():
+            if self._sweep is None and not self._closed and self.system.subreaping():
                 self._sweep = asyncio.get_running_loop().call_later(SWEEP_S, self._look_for_zombies)
         elif server in self._standbys:
             self._drop(server, f"the fork server (pid {server.popen.pid}) did not fork its node; this start is cold")
 
     def _look_for_zombies(self) -> None:
-        """Reap, off the loop, the orphans' zombies nobody waits for (`procs.stale_zombies`)."""
+        """Reap, off the loop, the orphans' zombies nobody waits for (`ProcessOS.reap_stale`)."""
         self._sweep = None
         if self._closed:
             return
 
         def look() -> None:
-            stale, self._zombies = forks.stale_zombies(forks.child_states(), self._zombies)
+            stale, self._zombies = self.system.reap_stale(self._zombies)
             if stale:
                 log.info("reaping %d orphaned process(es) nobody waited for", len(stale))
-                forks.reap(stale)
         asyncio.get_running_loop().run_in_executor(None, look)
         self._sweep = asyncio.get_running_loop().call_later(SWEEP_S, self._look_for_zombies)
 
@@ -405,7 +405,7 @@ class StandbyPool:
             self._discard(extra)
 
     def _discard(self, standby: Standby) -> None:
-        _discard(standby, self.platform)
+        _discard(standby, self.system)
 
     def close(self) -> None:
         """End the standby (a standby without its host is of no use to anyone)."""
@@ -423,7 +423,7 @@ class StandbyPool:
         self._standbys, self._loading = [], None
 
 
-def hand_over(standby: Standby, env: dict[str, str], header: bytes, platform: str) -> bool:
+def hand_over(standby: Standby, env: dict[str, str], header: bytes, system: ProcessOS) -> bool:
     """Tell a claimed standby who it is (blocking, up to HANDOVER_S; safe on any thread). Its log
     header goes into its output pipe first, then the line; the write end is closed, so its log's
     reader sees end-of-file when the node ends. False: it did not take over, and it was ended."""
@@ -438,7 +438,7 @@ def hand_over(standby: Standby, env: dict[str, str], header: bytes, platform: st
     if not taken:
         log.warning("the standby (pid %s) did not take its node over within %.1f s; ended, this start is cold",
                     standby.popen.pid, HANDOVER_S)
-        _discard(standby, platform)
+        _discard(standby, system)
         return False
     if standby.channel is not None:
         standby.channel.close()
@@ -448,8 +448,8 @@ def hand_over(standby: Standby, env: dict[str, str], header: bytes, platform: st
     return True
 
 
-def _discard(standby: Standby, platform: str) -> None:
-    procs.kill_and_reap(standby.popen, platform, what="standby")
+def _discard(standby: Standby, system: ProcessOS) -> None:
+    system.kill_and_reap(standby.popen, what="standby")
     standby.close_fds()
 
 

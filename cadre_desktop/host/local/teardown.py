@@ -7,8 +7,9 @@ folder and the ports), a leader that died while no host watched (its group's
 members, each checked to carry the node's environment), and a sweep of strays
 at Remove and Quit (every process of the node that no live handle owns).
 
-POSIX signals the process group, whose id is the leader's pid; Windows ends the
-node's Job object (see `winjob`), or its process tree where it has none.
+Every OS call is the seam's (`system.seam.ProcessOS`, one class per platform): POSIX
+signals the process group, whose id is the leader's pid; Windows ends the node's Job
+object, or its process tree where it has none. A stop is one call to it per step.
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ import asyncio
 import logging
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from cadre_desktop.errors import StorageError
 from cadre_desktop.host.local import proctree
 from cadre_desktop.host.local.handles import Handle
 from cadre_desktop.host.local.nodelogs import NodeLogs
-from cadre_desktop.host.local.system import procs, winjob
+from cadre_desktop.host.local.system.procs import Identity
+from cadre_desktop.host.local.system.seam import ProcessOS
 from cadre_desktop.paths import Paths
 
 log = logging.getLogger(__name__)
@@ -37,27 +37,14 @@ GONE_TIMEOUT_S = 3.0
 
 
 class Ender:
-    def __init__(self, nodes_dir: Path, platform: str, job_ops: Callable[[], winjob.JobOps] | None = None) -> None:
+    def __init__(self, nodes_dir: Path, system: ProcessOS) -> None:
         self.nodes_dir = nodes_dir
-        self.platform = platform
-        self._job_ops_factory = job_ops or winjob.JobOps
-        self._job_ops: winjob.JobOps | None = None
-
-    @property
-    def windows(self) -> bool:
-        return self.platform == "win32"
-
-    def job_ops(self) -> winjob.JobOps:
-        if self._job_ops is None:
-            self._job_ops = self._job_ops_factory()
-        return self._job_ops
+        self.system = system
 
     # -- the group of one handle -------------------------------------------------
 
     def group_gone(self, handle: Handle) -> bool:
-        if self.windows or not handle.pgid:
-            return True
-        return not procs.group_alive(handle.pgid, self.platform)
+        return not handle.pgid or not self.system.group_alive(handle.pgid)
 
     def signal(self, handle: Handle, *, kill: bool) -> None:
         """Terminate or kill the child's group; call only while it is known to be ours.
@@ -66,23 +53,13 @@ class Ender:
         now and the group still exists (the OS keeps a live group's id from
         any new process).
         """
-        target = handle.pgid or handle.pid
-        if not kill:
-            procs.terminate_group(target, self.platform)
-        elif self.windows and winjob.end(self.job_ops(), handle._job_handle):
-            return
-        else:
-            procs.kill_group(target, self.platform)
+        self.system.signal_group(handle.pgid or handle.pid, handle._job_handle, kill=kill)
 
     def end_now(self, handle: Handle) -> None:
         """The leader died on its own: kill what it left in its group before anything respawns."""
-        if self.windows:
-            winjob.end(self.job_ops(), handle._job_handle)
-            return
-        if handle.pgid and procs.group_alive(handle.pgid, self.platform):
+        if self.system.end_group_now(handle.pgid, handle._job_handle):
             log.warning("node %s: its process %s ended but left processes in its group %s; ending them",
                         handle.node_id, handle.pid, handle.pgid)
-            procs.kill_group(handle.pgid, self.platform)
 
     async def wait_gone(self, handle: Handle, deadline: float) -> bool:
         """Wait until the leader has exited and its group is empty, or the deadline passes."""
@@ -100,19 +77,15 @@ class Ender:
 
     async def end_leftovers(self, handle: Handle) -> None:
         """The leader died while nobody watched: kill its group's members that are ours."""
-        if self.windows:
-            job = handle._job_handle or winjob.reopen(self.job_ops(), handle.job)
-            winjob.end(self.job_ops(), job)
-            return
-        if not handle.pgid:
+        if self.system.end_job(handle._job_handle or self.system.reopen_job(handle.job)) or not handle.pgid:
             return
         pids = await asyncio.to_thread(proctree.group_leftovers, handle.pgid, handle.identity,
-                                       handle.node_id, self.nodes_dir, self.platform)
+                                       handle.node_id, self.nodes_dir, self.system)
         if pids:
             log.warning("node %s: its process %s is gone, but %s of its group still run; ending them",
                         handle.node_id, handle.pid, pids)
-            procs.kill_pids(pids)
-            await wait_pids_gone(pids, self.platform)
+            self.system.kill_pids(pids)
+            await wait_pids_gone(pids, self.system)
 
     # -- strays --------------------------------------------------------------------
 
@@ -121,7 +94,7 @@ class Ender:
 
         `owned` maps each live leader's group id to its node (its pid on Windows).
         """
-        census = await asyncio.to_thread(proctree.take_census, self.nodes_dir, owned, self.platform)
+        census = await asyncio.to_thread(proctree.take_census, self.nodes_dir, owned, self.system)
         strays = [m for m in census.untracked + census.leftovers if node_id is None or m.node_id == node_id]
         if not strays:
             return []
@@ -129,8 +102,8 @@ class Ender:
             log.warning("node %s: a stray process %s of an earlier start still runs; ending it",
                         member.node_id, member.pid)
         pids = [m.pid for m in strays]
-        procs.kill_pids(pids)
-        await wait_pids_gone(pids, self.platform)
+        self.system.kill_pids(pids)
+        await wait_pids_gone(pids, self.system)
         return pids
 
     def end_lock_holder(self, node_id: str, work: Path) -> int | None:
@@ -139,15 +112,15 @@ class Ender:
         Only the kill is sent here (a spawn never waits); the reference node
         waits a moment for the lock, and the kernel drops it as the stray dies.
         """
-        holder = proctree.lock_holder(work, node_id, self.platform)
+        holder = proctree.lock_holder(work, node_id, self.system)
         if holder is not None:
             log.warning("node %s: a stray process %s of an earlier start holds its work folder's lock; "
                         "ending it", node_id, holder)
-            info = procs.process_info(holder, self.platform)
+            info = self.system.process_info(holder)
             if info is not None and info.pgid == holder:
-                procs.kill_group(holder, self.platform)
+                self.system.kill_group(holder)
             else:
-                procs.kill_pids([holder])
+                self.system.kill_pids([holder])
         return holder
 
     # -- the log pump ----------------------------------------------------------------
@@ -171,21 +144,21 @@ class Ender:
                 return
             except TimeoutError:
                 pass
-        elif await wait_pids_gone([pid], self.platform, timeout, identity):
+        elif await wait_pids_gone([pid], self.system, timeout, identity):
             return
-        if identity.matches(procs.read_identity(pid, self.platform)):
+        if identity.matches(self.system.read_identity(pid)):
             log.warning("node %s: its log pump %s did not end with the node; killing it", handle.node_id, pid)
-            procs.kill_pids([pid])
+            self.system.kill_pids([pid])
 
 
-async def wait_pids_gone(pids: list[int], platform: str, timeout: float = GONE_TIMEOUT_S,
-                         identity: Any = None) -> bool:
+async def wait_pids_gone(pids: list[int], system: ProcessOS, timeout: float = GONE_TIMEOUT_S,
+                         identity: Identity | None = None) -> bool:
     """Poll until none of `pids` runs (or, with `identity`, the one pid is no longer that process)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
 
     def running(pid: int) -> bool:
-        now = procs.read_identity(pid, platform)
+        now = system.read_identity(pid)
         return now is not None and (identity is None or identity.matches(now))
 
     while any(running(pid) for pid in pids):
@@ -211,15 +184,15 @@ def delete_node_files(paths: Paths, logs: NodeLogs, node_id: str) -> None:
                            "the removal is retried later")
 
 
-async def reclaim_untracked(nodes_dir: Path, owned: dict[int, str], platform: str) -> list[Handle]:
+async def reclaim_untracked(nodes_dir: Path, owned: dict[int, str], system: ProcessOS) -> list[Handle]:
     """One census of the process table at start: a handle for each session leader running for
     one of our nodes that no handle names (a host killed between a spawn and its state write),
     and an end for everything else of our nodes that no live child owns (what a leader that
     died while no host watched left behind)."""
-    census = await asyncio.to_thread(proctree.take_census, nodes_dir, owned, platform)
+    census = await asyncio.to_thread(proctree.take_census, nodes_dir, owned, system)
     found = []
     for member in census.untracked:
-        handle = proctree.handle_for(member, platform)
+        handle = proctree.handle_for(member, system)
         if handle is not None:
             log.warning("node %s: found its child (pid %s) running untracked; tracking it again",
                         handle.node_id, handle.pid)
@@ -227,6 +200,6 @@ async def reclaim_untracked(nodes_dir: Path, owned: dict[int, str], platform: st
     if census.leftovers:
         pids = [m.pid for m in census.leftovers]
         log.warning("ending %d process(es) that dead node children left behind: %s", len(pids), pids)
-        procs.kill_pids(pids)
-        await wait_pids_gone(pids, platform)
+        system.kill_pids(pids)
+        await wait_pids_gone(pids, system)
     return found

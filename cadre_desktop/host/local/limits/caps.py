@@ -1,12 +1,12 @@
 """A node's caps, enforced by the OS: what the local driver does with them at each start.
 
 One way per computer, chosen once when the driver is built (`choose`), the first
-this computer allows:
+this computer allows of those its OS seam offers (`ProcessOS.caps_ways`):
 
 * Linux: a transient systemd user scope over D-Bus (`scope`), else a cgroup v2
   subtree the host may write, else writable cgroup v1 `memory` and `cpu`
   controllers (`cgroups`);
-* Windows: the node's Job object (`winjob`: its memory, its CPU rate);
+* Windows: the node's Job object (`ProcessOS.limit_job`: its memory, its CPU rate);
 * macOS, or where none of those is allowed: priority only, said plainly
   ("priority only: memory and cpu caps not enforced here: …").
 
@@ -23,17 +23,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from cadre_desktop.host.core.driver import CapsEnforcement, NodeCaps
 from cadre_desktop.host.local.limits import cgroups, scope
 from cadre_desktop.host.local.limits.cgroups import CgroupOps, CgroupTree
-from cadre_desktop.host.local.system import winjob
+from cadre_desktop.host.local.system.seam import ProcessOS
 
 log = logging.getLogger(__name__)
 
@@ -49,22 +48,6 @@ class Child(Protocol):
     node_id: str
     pid: int
     _job_handle: object | None
-
-
-@dataclass
-class PriorityOps:
-    """Lowering a child's priority (nice 10, or below normal on Windows); faked in tests."""
-
-    platform: str
-    cores: Callable[[], int] = field(default=lambda: os.cpu_count() or 1)
-
-    def lower(self, pid: int) -> None:
-        if self.platform == "win32":
-            import psutil
-
-            psutil.Process(pid).nice(getattr(psutil, "BELOW_NORMAL_PRIORITY_CLASS", 0x4000))
-        else:
-            os.setpriority(os.PRIO_PROCESS, pid, 10)
 
 
 @dataclass(frozen=True)
@@ -94,14 +77,14 @@ class Way:
         return self.tree.controllers if self.tree is not None else frozenset()
 
 
-def choose(platform: str, home_id: str, *, cgroup_ops: CgroupOps | None = None,
+def choose(system: ProcessOS, home_id: str, *, cgroup_ops: CgroupOps | None = None,
            scope_address: Callable[[], str | None] = scope.user_manager_address,
            make_scope_ops: Callable[[str], scope.ScopeOps] = scope.ScopeOps) -> Way:
     """The best way this computer allows (see the module's docstring)."""
     family = cgroups.family_name(home_id)
-    if platform == "win32":
+    if "job" in system.caps_ways:
         return Way("job")
-    if not platform.startswith("linux"):
+    if "cgroup" not in system.caps_ways:
         return Way("priority", why_not="this OS has no per-process memory or CPU limit the host may set")
     address = scope_address()
     if address:
@@ -142,13 +125,10 @@ class CapsKeeper:
     """The caps of one driver's children: set after each spawn, read at each exit, undone at
     Remove and Quit."""
 
-    def __init__(self, way: Way, caps_for: Callable[[str], NodeCaps], *, platform: str,
-                 priority: PriorityOps | None = None, job_ops: Callable[[], winjob.JobOps] | None = None) -> None:
+    def __init__(self, way: Way, caps_for: Callable[[str], NodeCaps], *, system: ProcessOS) -> None:
         self.way = way
         self.caps_for = caps_for
-        self.platform = platform
-        self.priority = priority or PriorityOps(platform)
-        self.job_ops = job_ops
+        self.system = system
         #: handle id -> what was set for that child.
         self._placed: dict[str, _Placed] = {}
         #: node id -> the counters of its group made ready before its spawn (`before_spawn`).
@@ -170,7 +150,7 @@ class CapsKeeper:
         def lower(pid: int) -> None:
             if low:
                 with contextlib.suppress(OSError, ValueError):
-                    self.priority.lower(pid)
+                    self.system.lower_priority(pid)
         return lower
 
     def starts_cold(self, node_id: str) -> bool:
@@ -212,7 +192,7 @@ class CapsKeeper:
     def _place(self, child: Child, caps: NodeCaps) -> None:
         if caps.low_priority:
             try:
-                self.priority.lower(child.pid)
+                self.system.lower_priority(child.pid)
             except (OSError, ValueError) as exc:
                 log.warning("node %s: could not lower its priority: %s", child.node_id, exc)
         before: dict[str, int | None] = {}
@@ -227,9 +207,8 @@ class CapsKeeper:
         elif way.scopes is not None:
             way.scopes.place(child.node_id, child.pid, caps)
         elif way.kind == "job":
-            winjob.limit((self.job_ops or winjob.JobOps)(), child._job_handle, memory_mb=caps.memory_mb,
-                         cpu_percent=caps.cpu_percent, low_priority=caps.low_priority,
-                         cores=self.priority.cores())
+            self.system.limit_job(child._job_handle, memory_mb=caps.memory_mb, cpu_percent=caps.cpu_percent,
+                                  low_priority=caps.low_priority)
         self._placed[child.id] = _Placed(child.node_id, caps.memory_mb, before)
 
     def adopted(self, child: Child) -> None:
@@ -254,7 +233,7 @@ class CapsKeeper:
             # The scope is collected with its processes: a kill is the memory cap's.
             return words
         if self.way.kind == "job" and code not in (0, None):
-            return words if winjob.hit_memory_limit((self.job_ops or winjob.JobOps)(), child._job_handle) else None
+            return words if self.system.job_hit_memory_limit(child._job_handle) else None
         return None
 
     async def forget(self, node_id: str) -> None:
@@ -288,13 +267,13 @@ async def _until_gone(remove: Callable[[], list[str]], what: str) -> None:
         log.warning("could not delete %s: %s", what, "; ".join(left))
 
 
-def no_caps(platform: str) -> CapsKeeper:
+def no_caps(system: ProcessOS) -> CapsKeeper:
     """For a driver built without caps (tests, tools): nothing capped, no priority change."""
     return CapsKeeper(Way("priority", why_not="this driver was built without caps"),
-                      lambda _node_id: NodeCaps(low_priority=False), platform=platform)
+                      lambda _node_id: NodeCaps(low_priority=False), system=system)
 
 
-def describe(way: Way) -> dict[str, Any]:
+def describe(way: Way) -> dict[str, str | bool]:
     """What doctor says: how caps are held on this computer."""
     full = enforcement(way, NodeCaps(cpu_percent=100, memory_mb=1024))
     return {"how": full.how, "enforced": full.enforced}

@@ -15,14 +15,15 @@ or its pump is killed; and a restarted host opens the job again by its name,
 kept in state.json, to end the node's whole tree on stop, give-up or remove.
 
 Every call goes through `JobOps`, which unit tests replace with a fake, so
-this branch is exercised on Linux.
+this branch is exercised on Linux; `windows.WindowsOS` is what calls it. A job is
+the OS's handle, opaque here (`object`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
-from typing import Any
+from typing import Protocol, cast
 
 log = logging.getLogger(__name__)
 
@@ -80,31 +81,51 @@ class ExtendedLimits(ctypes.Structure):
 
 
 def _last_error() -> int:
-    return getattr(ctypes, "get_last_error", lambda: 0)()
+    return int(getattr(ctypes, "get_last_error", lambda: 0)())
+
+
+class Kernel32(Protocol):
+    """The kernel32 functions this module calls, as ctypes gives them (a fake in tests)."""
+
+    def CreateJobObjectW(self, attributes: None, name: str, /) -> object: ...  # noqa: N802
+
+    def SetInformationJobObject(self, job: object, info_class: int, info: object, size: int, /) -> int: ...  # noqa: N802
+
+    def QueryInformationJobObject(self, job: object, info_class: int, info: object, size: int,  # noqa: N802
+                                  returned: None, /) -> int: ...
+
+    def AssignProcessToJobObject(self, job: object, process: object, /) -> int: ...  # noqa: N802
+
+    def OpenJobObjectW(self, access: int, inherit: bool, name: str, /) -> object: ...  # noqa: N802
+
+    def TerminateJobObject(self, job: object, code: int, /) -> int: ...  # noqa: N802
+
+    def CloseHandle(self, handle: object, /) -> int: ...  # noqa: N802
 
 
 class JobOps:
     """The kernel32 calls this module makes (real ones only on Windows)."""
 
-    def __init__(self, kernel32: Any | None = None) -> None:
+    def __init__(self, kernel32: object | None = None) -> None:
+        """`kernel32`: a test's fake of the functions it uses (else Windows' own, loaded here)."""
         if kernel32 is None:
             kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
-        self.k = kernel32
+        self.k = cast(Kernel32, kernel32)
 
-    def create(self, name: str) -> Any:
+    def create(self, name: str) -> object:
         handle = self.k.CreateJobObjectW(None, name)
         if not handle:
             raise OSError(_last_error(), f"CreateJobObjectW({name}) failed")
         return handle
 
-    def kill_on_close(self, job: Any) -> None:
+    def kill_on_close(self, job: object) -> None:
         info = ExtendedLimits()
         info.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
         if not self.k.SetInformationJobObject(job, JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
                                               ctypes.byref(info), ctypes.sizeof(info)):
             raise OSError(_last_error(), "SetInformationJobObject failed")
 
-    def set_limits(self, job: Any, *, memory_bytes: int | None, priority_class: int | None) -> None:
+    def set_limits(self, job: object, *, memory_bytes: int | None, priority_class: int | None) -> None:
         """The job's limits again, kill-on-close kept (the call replaces every flag)."""
         info = ExtendedLimits()
         flags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
@@ -119,13 +140,13 @@ class JobOps:
                                               ctypes.byref(info), ctypes.sizeof(info)):
             raise OSError(_last_error(), "SetInformationJobObject failed")
 
-    def set_cpu_rate(self, job: Any, rate: int) -> None:
+    def set_cpu_rate(self, job: object, rate: int) -> None:
         info = CpuRateControl(JOB_OBJECT_CPU_RATE_CONTROL_ENABLE | JOB_OBJECT_CPU_RATE_CONTROL_HARD_CAP, rate)
         if not self.k.SetInformationJobObject(job, JOB_OBJECT_CPU_RATE_CONTROL_INFORMATION_CLASS,
                                               ctypes.byref(info), ctypes.sizeof(info)):
             raise OSError(_last_error(), "SetInformationJobObject (CPU rate) failed")
 
-    def memory_use(self, job: Any) -> tuple[int, int]:
+    def memory_use(self, job: object) -> tuple[int, int]:
         """The job's peak memory and its memory limit, in bytes (0: no limit)."""
         info = ExtendedLimits()
         if not self.k.QueryInformationJobObject(job, JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
@@ -134,18 +155,18 @@ class JobOps:
         limited = info.BasicLimitInformation.LimitFlags & JOB_OBJECT_LIMIT_JOB_MEMORY
         return int(info.PeakJobMemoryUsed), int(info.JobMemoryLimit) if limited else 0
 
-    def assign(self, job: Any, process_handle: Any) -> None:
+    def assign(self, job: object, process_handle: object) -> None:
         if not self.k.AssignProcessToJobObject(job, process_handle):
             raise OSError(_last_error(), "AssignProcessToJobObject failed")
 
-    def open(self, name: str) -> Any | None:
+    def open(self, name: str) -> object | None:
         handle = self.k.OpenJobObjectW(JOB_OBJECT_TERMINATE | JOB_OBJECT_QUERY, False, name)
         return handle or None
 
-    def terminate(self, job: Any) -> None:
+    def terminate(self, job: object) -> None:
         self.k.TerminateJobObject(job, TERMINATED_EXIT_CODE)
 
-    def close(self, job: Any) -> None:
+    def close(self, job: object) -> None:
         self.k.CloseHandle(job)
 
 
@@ -153,7 +174,7 @@ def job_name(handle_id: str) -> str:
     return f"Local\\cadre-desktop-{handle_id}"
 
 
-def prepare(ops: JobOps, name: str) -> Any | None:
+def prepare(ops: JobOps, name: str) -> object | None:
     """A new kill-on-close job for a child about to start, or None (logged) if Windows refuses.
 
     Without a job the child still runs; stopping it falls back to killing its
@@ -171,7 +192,7 @@ def prepare(ops: JobOps, name: str) -> Any | None:
         return None
 
 
-def assign(ops: JobOps, job: Any | None, process_handle: Any) -> Any | None:
+def assign(ops: JobOps, job: object | None, process_handle: object) -> object | None:
     """Put the just-started child into its job; the job, or None (closed) on failure."""
     if not job:
         return None
@@ -184,7 +205,7 @@ def assign(ops: JobOps, job: Any | None, process_handle: Any) -> Any | None:
         return None
 
 
-def reopen(ops: JobOps, name: str | None) -> Any | None:
+def reopen(ops: JobOps, name: str | None) -> object | None:
     """The job of a child an earlier host started (its pump keeps it open), or None."""
     if not name:
         return None
@@ -194,7 +215,7 @@ def reopen(ops: JobOps, name: str | None) -> Any | None:
         return None
 
 
-def end(ops: JobOps, job: Any | None) -> bool:
+def end(ops: JobOps, job: object | None) -> bool:
     """Kill every process in the job; False when there is no job to end."""
     if not job:
         return False
@@ -212,7 +233,7 @@ def cpu_rate(cpu_percent: int, cores: int) -> int:
     return max(1, min(10_000, cpu_percent * 100 // max(1, cores)))
 
 
-def limit(ops: JobOps, job: Any | None, *, memory_mb: int | None, cpu_percent: int | None,
+def limit(ops: JobOps, job: object | None, *, memory_mb: int | None, cpu_percent: int | None,
           low_priority: bool, cores: int) -> bool:
     """Hold the node's job to its caps; False (logged) when there is no job or Windows refused."""
     if not job:
@@ -228,7 +249,7 @@ def limit(ops: JobOps, job: Any | None, *, memory_mb: int | None, cpu_percent: i
         return False
 
 
-def hit_memory_limit(ops: JobOps, job: Any | None) -> bool:
+def hit_memory_limit(ops: JobOps, job: object | None) -> bool:
     """Whether the job's processes reached its memory limit. Windows does not kill there: an
     allocation past it fails, and a node dies of that (so within a tenth of the limit, or 1 MiB,
     counts: the allocation that failed was not made)."""
