@@ -25,21 +25,21 @@ def mark_ago(rig: Rig, seconds: float, failures: int = 0) -> StartMark:
 async def test_a_start_60_s_old_at_a_host_restart_gets_no_fresh_grace(rig):
     rec = rig.node(live=True, answered=False, mark=mark_ago(rig, 60))  # this host never saw it start
     await rig.sup.reconcile()
-    assert rig.sup.last_decisions["n1"]["decision"] == "stalled"
+    assert rig.sup.decisions.last["n1"]["decision"] == "stalled"
     assert rig.orch.stopped == [rec.handle]
-    assert rig.sup.last_decisions["n1"]["error"] == "never answered within 15 s"
+    assert rig.sup.decisions.last["n1"]["error"] == "never answered within 15 s"
 
 
 async def test_a_start_10_s_old_at_a_host_restart_has_5_s_of_grace_left(rig):
     rig.node(live=True, answered=False, mark=mark_ago(rig, 10))
     await rig.sup.reconcile()
-    assert rig.sup.last_decisions["n1"]["decision"] == "starting"
+    assert rig.sup.decisions.last["n1"]["decision"] == "starting"
     await rig.clock.run_for(4.9)
     await rig.sup.reconcile()
     assert rig.orch.stopped == []
     await rig.clock.run_for(0.1)
     await rig.sup.reconcile()
-    assert rig.sup.last_decisions["n1"]["decision"] == "stalled"
+    assert rig.sup.decisions.last["n1"]["decision"] == "stalled"
 
 
 def plant_rows(rig: Rig, path) -> None:
@@ -57,7 +57,7 @@ async def test_an_unreadable_start_mark_costs_only_its_node_its_grace(tmp_path):
     plant_rows(first, path)
     await first.close()
     rig = Rig(tmp_path)  # a new host reads the file: every row is loaded
-    rig.gate._cache.update({(n, rig.sup.lifecycle.kind.secret_kind(rig.rec(n))): "s" for n in ("good", "bad")})
+    rig.gate._cache.update({(n, rig.sup.kinds.hosted.kind.secret_kind(rig.rec(n))): "s" for n in ("good", "bad")})
     bad = RecordStore(path).get("bad")
     assert bad is not None and bad.start is None and "start mark is unreadable" in (bad.problem or "")
     assert {r.id for r in rig.store.list()} == {"good", "bad"}
@@ -72,7 +72,7 @@ async def test_a_node_whose_mark_is_unreadable_is_given_no_grace_and_left_to_the
     rig.node("bad", live=True, answered=False, mark=None)
     rig.store.put(rig.rec("bad").replace(problem="its start mark is unreadable"))
     await rig.sup.reconcile()
-    assert rig.sup.last_decisions["bad"]["decision"] not in ("starting", "stalled")
+    assert rig.sup.decisions.last["bad"]["decision"] not in ("starting", "stalled")
     assert rig.orch.stopped == []
 
 
@@ -81,7 +81,7 @@ async def test_exits_while_the_exit_pass_waits_for_the_queue_join_it(rig):
     for name in names:
         rig.node(name, live=True)
     rig.sup.start()
-    await async_wait_until(lambda: all(n in rig.sup.last_decisions for n in names), what="the start-up pass")
+    await async_wait_until(lambda: all(n in rig.sup.decisions.last for n in names), what="the start-up pass")
     passes = []
     original = rig.sup._reconcile_once
 

@@ -164,7 +164,7 @@ def donation_view(
         last_exit=last_exit_words(donation, running, supervisor),
         waiting_for="keyring" if supervisor and supervisor.waiting_for_keyring(donation.id) else None,
         **hold_fields(donation, supervisor),
-        last_decision=supervisor.last_decisions.get(donation.id) if supervisor else None,
+        last_decision=supervisor.last_decision(donation.id) if supervisor else None,
         respawnable=donation.respawnable,
         created_at=donation.created_at,
         updated_at=donation.updated_at,

@@ -184,7 +184,7 @@ class NodeViews:
             last_exit=last_exit_words(record, running, supervisor),
             exit_code=None if running else supervisor.exit_code(record.id),
             waiting_for="keyring" if supervisor.waiting_for_keyring(record.id) else None,
-            last_decision=supervisor.last_decisions.get(record.id),
+            last_decision=supervisor.last_decision(record.id),
             **hold_fields(record, supervisor),
             problem=record.problem,
             starting=supervisor.starting(record) if running and not unsaved else None,
@@ -227,7 +227,7 @@ def hold_fields(row: Any, supervisor: Supervisor | None) -> dict[str, Any]:
     hold = row.hold if row.status.value in held else None
     if hold is None:
         return {"wake_at": None, "held_by": None, "hold_reason": None}
-    wake = supervisor.holds.wake_at(row) if row.status.value == NodeStatus.SLEEPING.value and supervisor else None
+    wake = supervisor.wake_at(row) if row.status.value == NodeStatus.SLEEPING.value and supervisor else None
     return {"wake_at": iso(wake) if wake is not None else None, "held_by": hold.by.value, "hold_reason": hold.reason}
 
 
