@@ -45,7 +45,7 @@ def supervise(*, lifecycle: Lifecycle[Any], driver: NodeDriver, gate: KeyringGat
     kinds = Kinds(lifecycle, settings)
     timeline = Timeline(clock)
     holds = Holds(clock=clock, timeline=timeline, run_files=run_files)
-    exits = ExitBook(lambda node_id, count: driver.log_tail(node_id, count), gate.redact)
+    exits = ExitBook(driver.log_tail, gate.redact)
     start_gate = StartGate(
         limit=start_limit if start_limit is not None else machine_limit(), monotonic=clock.monotonic,
         is_ready=lambda h: bool(probe and probe.is_ready(h)), is_running=driver.is_running, kick=passes.after_exit)
