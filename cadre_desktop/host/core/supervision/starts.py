@@ -49,14 +49,11 @@ class Starter:
     def __init__(self, *, driver: NodeDriver, gate: KeyringGate, clock: Clock, kinds: Kinds, exits: ExitBook,
                  holds: Holds, timeline: Timeline, start_gate: StartGate, passes: PassSchedule,
                  supervisor_id: str) -> None:
-        self.driver = driver
-        self.gate = gate
-        self.clock = clock
+        self.driver, self.gate, self.clock = driver, gate, clock
+        #: Each kind's numbers (a failed start is judged by `decide()` with them).
         self.kinds = kinds
-        self.exits = exits
-        self.holds = holds
-        self.timeline = timeline
-        self.start_gate = start_gate
+        #: What the start reads and marks: the last exit's words, a node's requests, its times, the gate's slots.
+        self.exits, self.holds, self.timeline, self.start_gate = exits, holds, timeline, start_gate
         #: Its `stopped`: a start the host's stop cancelled leaves its record as it was.
         self.passes = passes
         #: Who starts (host:pid), in every start mark.
