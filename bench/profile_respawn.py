@@ -45,6 +45,7 @@ STEPS = [
 
 
 def instrument(marks: dict[str, int]) -> None:
+    from cadre_desktop.host.core.supervision.starts import Starter
     from cadre_desktop.host.core.supervision.supervisor import Supervisor
     from cadre_desktop.host.local.orchestrator import Orchestrator
 
@@ -77,7 +78,7 @@ def instrument(marks: dict[str, int]) -> None:
 
     wrap(LogKeeper, "watch", "LogKeeper.watch")
     wrap(Supervisor, "_reconcile_once", "Supervisor._reconcile_once")
-    wrap(Supervisor, "start_node", "Supervisor.start_node")
+    wrap(Starter, "start", "Starter.start")
 
 
 async def run(rounds: int, child: str, profile: bool) -> None:

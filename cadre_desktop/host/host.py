@@ -36,6 +36,7 @@ from cadre_desktop.host.core.records.rowstore import RowStore
 from cadre_desktop.host.core.records.store import KEYRING_LAYOUT, RecordStore
 from cadre_desktop.host.core.supervision import orphans
 from cadre_desktop.host.core.supervision.host_holds import HostHolds
+from cadre_desktop.host.core.supervision.passes import PassSchedule
 from cadre_desktop.host.core.supervision.probe import WAIT_S, HttpStatusFetcher, Probe, loopback_for
 from cadre_desktop.host.core.supervision.runfile import RunFiles
 from cadre_desktop.host.core.supervision.supervisor import Supervisor, secret_kind
@@ -44,6 +45,7 @@ from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore, move_
 from cadre_desktop.host.drivers import make_driver
 from cadre_desktop.host.lend_host import Lending
 from cadre_desktop.host.live_settings import Applied, LiveSettings
+from cadre_desktop.host.wiring import supervise
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
 
@@ -189,7 +191,6 @@ class Host:
                        settings=self.settings, advertise_host=lambda: self.advertise_host, keep_home=self.store.persist_home,
                        caps=lambda: self._caps_view(None))
         self.host_holds.kick = p.supervisor.kick
-        p.supervisor.observer.host_hold = self.host_holds.wanted
         self.host_holds.start()
         injected = self._condition_sources
         judge = self.judge = Judge(self.settings, self.clock,
@@ -231,27 +232,26 @@ class Host:
         """The keyring gate, the probe, the supervisor, the service and the views, over the driver."""
         s = self.settings
         gate = KeyringGate(self.secrets, sleep=self.clock.sleep, monotonic=self.clock.monotonic)
-        interval = s.probe_interval_ms / 1000
-
+        interval, passes = s.probe_interval_ms / 1000, PassSchedule(self.clock)
         probe = Probe(
-            lifecycle=self.lifecycle, driver=driver, clock=self.clock,
-            interval_s=interval,
+            lifecycle=self.lifecycle, driver=driver, clock=self.clock, interval_s=interval,
             fetch=HttpStatusFetcher(loopback_for(s.bind_host), timeout_s=min(2.0, max(0.2, interval)),
                                     fresh_after_s=min(2.5, interval / 2)),
             long_poll_s=WAIT_S,  # a node waiting for its claim is waited on, not asked every two seconds
             # News to judge (an answer, a claim, a failed invitation, silence): one coalesced pass.
-            on_news=lambda _node_id: supervisor.passes.after_exit(),
+            on_news=lambda _node_id: passes.after_exit(),
         )
-        supervisor = Supervisor(
-            lifecycle=self.lifecycle, driver=driver, gate=gate, settings=s, clock=self.clock,
+        supervisor = supervise(
+            lifecycle=self.lifecycle, driver=driver, gate=gate, settings=s, clock=self.clock, passes=passes,
             probe=probe, on_sweep=self._sweep_housekeeping, run_files=RunFiles(self.paths.node_dir),
+            host_hold=self.host_holds.wanted,
         )
-        service = NodeService(lifecycle=self.lifecycle, driver=driver, gate=gate, supervisor=supervisor, clock=self.clock)
+        service = NodeService(lifecycle=self.lifecycle, driver=driver, gate=gate, supervisor=supervisor,
+                              kinds=supervisor.kinds, starter=supervisor.starter, clock=self.clock)
         views = NodeViews(
             store=self.store, driver=driver, supervisor=supervisor, probe=probe,
             clock=self.clock, address=lambda: self.netwatch.current, log_path=self.paths.node_log,
-            claim_secret=lambda node_id: gate.cached(node_id, SecretKind.CLAIM),
-            caps=self._caps_view,
+            claim_secret=lambda node_id: gate.cached(node_id, SecretKind.CLAIM), caps=self._caps_view,
         )
         return Parts(driver=driver, gate=gate, probe=probe, supervisor=supervisor, service=service, views=views)
 
@@ -366,7 +366,7 @@ class Host:
         if self._parts is not None:
             if stop_nodes:
                 # Orphans are not this host's to stop: left running, and said so once.
-                left = orphans.find_orphans(self._parts.driver, self._parts.supervisor.lifecycles)
+                left = orphans.find_orphans(self._parts.driver, self._parts.supervisor.kinds.lifecycles)
                 orphans.report(left, at_quit=True)
                 await self._parts.driver.stop_all(leave=frozenset(h.node_id for h in left))
             self._parts.driver.close()
@@ -476,8 +476,8 @@ class Host:
         from cadre_desktop.host.core.ops.invite import Inviter
 
         p = self._running()
-        inviter = Inviter(store=self.store, supervisor=p.supervisor, driver=p.driver, service=p.service, probe=p.probe,
-                          bind_host=self.settings.bind_host)
+        inviter = Inviter(store=self.store, starter=p.supervisor.starter, driver=p.driver, service=p.service,
+                          probe=p.probe, bind_host=self.settings.bind_host)
         inviting, invitation = await inviter.invitation_from(node_id)
         view = await self.join_node(invitation, name)
         log.info("node %s invited node %s into cadre %r", node_id, view.id, inviting.cadre)

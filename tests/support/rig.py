@@ -12,11 +12,12 @@ from cadre_desktop.host.core.ops.service import NodeService
 from cadre_desktop.host.core.records.lifecycle import Lifecycle
 from cadre_desktop.host.core.records.records import NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
 from cadre_desktop.host.core.records.store import RecordStore
+from cadre_desktop.host.core.supervision.passes import PassSchedule
 from cadre_desktop.host.core.supervision.probe import Probe
 from cadre_desktop.host.core.supervision.runfile import RunFiles
-from cadre_desktop.host.core.supervision.supervisor import Supervisor
 from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 from cadre_desktop.host.core.vault.secrets import SERVICE, SecretKind, SecretStore
+from cadre_desktop.host.wiring import supervise
 from cadre_desktop.settings import Settings
 from tests.support.clock import FakeClock
 from tests.support.fake_driver import FakeOrchestrator
@@ -86,12 +87,14 @@ class Rig:
                            fetch=self.answers, grace_s=15)
         #: Each node's work folder (where its run.json is).
         self.work = tmp_path / "nodes"
-        self.sup = Supervisor(lifecycle=self.lifecycle, driver=self.orch, gate=self.gate, settings=self.settings,
-                              clock=self.clock, probe=self.probe, run_files=RunFiles(lambda node_id: self.work / node_id),
-                              # Unpaced unless a test asks (the machine's limit would make tests depend on its cores).
-                              start_limit=start_limit)
-        self.service = NodeService(lifecycle=self.lifecycle, driver=self.orch, gate=self.gate,
-                                   supervisor=self.sup, clock=self.clock)
+        self.passes = PassSchedule(self.clock)
+        self.sup = supervise(lifecycle=self.lifecycle, driver=self.orch, gate=self.gate, settings=self.settings,
+                             clock=self.clock, passes=self.passes, probe=self.probe,
+                             run_files=RunFiles(lambda node_id: self.work / node_id),
+                             # Unpaced unless a test asks (the machine's limit would make tests depend on its cores).
+                             start_limit=start_limit)
+        self.service = NodeService(lifecycle=self.lifecycle, driver=self.orch, gate=self.gate, supervisor=self.sup,
+                                   kinds=self.sup.kinds, starter=self.sup.starter, clock=self.clock)
 
     def node(self, node_id="n1", status=NodeStatus.JOINED, live=False, attempts=None, ago_s=0.0,
              last_attempt_at=None, handle="auto", mode=NodeMode.CLAIM, cached=True, mark=None,

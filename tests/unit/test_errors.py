@@ -456,14 +456,16 @@ def exit_noter(error: Exception):
         raise error
 
     return SimpleNamespace(exits=SimpleNamespace(seen=lambda node_id, code, cause=None: "exited with code 1"),
-                           lifecycle_of=lambda node_id: SimpleNamespace(apply=apply))
+                           kinds=SimpleNamespace(of=lambda node_id: SimpleNamespace(apply=apply)),
+                           passes=SimpleNamespace(stopped=False, after_exit=lambda: None),
+                           holds=SimpleNamespace(exited=lambda event: None))
 
 
 def test_an_exit_whose_record_cannot_be_read_is_logged_and_supervision_goes_on(caplog):
     from cadre_desktop.host.core.driver import Exit
     from cadre_desktop.host.core.supervision.supervisor import Supervisor
 
-    Supervisor._note_exit(exit_noter(StorageError("the records file is not JSON")), Exit("h", "n-1", 42, 1, False))
+    Supervisor._on_exit(exit_noter(StorageError("the records file is not JSON")), Exit("h", "n-1", 42, 1, False))
     assert "its record is unreadable: the records file is not JSON" in caplog.text
 
 
@@ -472,7 +474,7 @@ def test_a_broken_rule_of_the_lifecycle_is_not_taken_for_an_unreadable_record():
     from cadre_desktop.host.core.supervision.supervisor import Supervisor
 
     with pytest.raises(Bug):
-        Supervisor._note_exit(exit_noter(Bug("exited may not leave node n-1 spawning")), Exit("h", "n-1", 42, 1, False))
+        Supervisor._on_exit(exit_noter(Bug("exited may not leave node n-1 spawning")), Exit("h", "n-1", 42, 1, False))
 
 
 def codes_raised(kinds: set[str], paths) -> set[str]:

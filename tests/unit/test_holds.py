@@ -48,7 +48,7 @@ async def test_pause_stops_the_child_cleanly_spends_nothing_and_never_starts_it(
         await rig.sup.reconcile()
         await rig.clock.run_for(3600)
     assert rig.orch.spawned == [] and rig.rec().attempts == 2
-    assert rig.sup.last_decisions["n1"]["decision"] == Decision.HELD.value
+    assert rig.sup.decisions.last["n1"]["decision"] == Decision.HELD.value
     assert EventKind.HELD in rig.kinds() and EventKind.GAVE_UP not in rig.kinds()
     assert hold_fields(rig.rec(), rig.sup) == {"wake_at": None, "held_by": "person", "hold_reason": "paused by a person"}
 
@@ -91,7 +91,7 @@ async def test_a_node_in_error_cannot_be_paused(rig):
 async def test_a_sleeping_node_wakes_by_the_pass_timer_alone(rig):
     rig.node(live=True)
     rig.sup.start()
-    await async_wait_until(lambda: "n1" in rig.sup.last_decisions, what="the start-up pass")
+    await async_wait_until(lambda: "n1" in rig.sup.decisions.last, what="the start-up pass")
     await rig.service.pause("n1", for_ms=90_000)
     await rig.clock.run_for(1)  # the exit pass arms the timer for the wake
     assert rig.sup.passes.due_at == pytest.approx(rig.clock.monotonic() + 89, abs=0.01)
@@ -243,7 +243,7 @@ async def test_a_hold_survives_a_host_restart_and_a_sleep_keeps_its_wall_time(tm
     stored = RecordStore(tmp_path / "hosted-nodes.json").get("p")
     assert stored is not None and stored.status is NodeStatus.PAUSED
     for name in ("p", "s"):
-        second.gate._cache[(name, second.sup.lifecycle.kind.secret_kind(second.rec(name)))] = "secret"
+        second.gate._cache[(name, second.sup.kinds.hosted.kind.secret_kind(second.rec(name)))] = "secret"
     await second.sup.reconcile()
     assert second.orch.spawned == [] and second.present_rec("s").status is NodeStatus.SLEEPING
     await second.clock.run_for(39)

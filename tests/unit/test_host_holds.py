@@ -57,7 +57,7 @@ async def test_pause_all_stops_every_node_spends_nothing_and_resume_all_starts_t
         assert hold_fields(held, rig.sup)["hold_reason"] == PAUSE_REASON
     await rig.clock.run_for(3600)
     await rig.sup.reconcile()
-    assert rig.orch.spawned == [] and rig.sup.last_decisions["n1"]["decision"] == Decision.HELD.value
+    assert rig.orch.spawned == [] and rig.sup.decisions.last["n1"]["decision"] == Decision.HELD.value
     rig.holds.resume_all()
     await rig.sup.reconcile()
     for rec in recs:
@@ -69,7 +69,7 @@ async def test_pause_all_stops_every_node_spends_nothing_and_resume_all_starts_t
 async def test_pause_all_for_a_while_ends_by_itself_at_its_time(rig):
     rig.node(live=True)
     rig.sup.start()
-    await async_wait_until(lambda: "n1" in rig.sup.last_decisions, what="the start-up pass")
+    await async_wait_until(lambda: "n1" in rig.sup.decisions.last, what="the start-up pass")
     rig.holds.start()
     rig.holds.pause_all(for_ms=30 * 60_000)
     await rig.sup.reconcile()

@@ -231,7 +231,7 @@ def test_the_command_line_front_ends_load_no_qt():
 #: re-reads; a Quit stops what is left after the supervisor stopped.
 CHILD_EFFECTS_ALLOWED = {
     ("host/core/supervision/supervisor.py", "*"),
-    ("host/core/supervision/starts.py", "*"),  # the supervisor's one start (`Supervisor.start_node`), on its queue
+    ("host/core/supervision/starts.py", "*"),  # the one start of a node (`Starter.start`), on the supervisor's queue
     ("host/core/ops/service.py", "work"),  # Retry, Restart, Resume: run by supervisor.serialize
     ("host/core/ops/provision.py", "create"),  # a first start: the row is in its kind's creating status, no pass touches it
     ("host/core/ops/service.py", "_clean_up_removed"),  # Remove: the record is gone first

@@ -276,7 +276,7 @@ async def test_a_row_without_its_first_start_inputs_is_skipped_and_reported_and_
     fine = rig.donation("grn_finefinefine")
     assert await rig.sup.reconcile() == [fine.id]
     assert rig.orch.spawns_of(old.id) == [] and rig.donations.get(old.id).attempts == 0
-    assert rig.sup.last_decisions[old.id]["decision"] == "skipped"
+    assert rig.sup.decisions.last[old.id]["decision"] == "skipped"
     assert "not supervised" in caplog.text
     assert rig.views.donation(old.id).respawnable is False
 
@@ -295,7 +295,8 @@ async def test_a_start_waiting_for_the_keyring_is_abandoned_when_the_loan_ends(r
 async def test_a_start_already_decided_is_abandoned_when_the_loan_ended_meanwhile(rig):
     row = rig.donation(status=D.SEEDED)
     await rig.lending.end(row.id)
-    assert await rig.sup.start_node(row.id, counted=True, expect_handle=row.handle) is False
+    assert await rig.sup.starter.start(rig.sup.kinds.of(row.id), row.id, counted=True,
+                                       expect_handle=row.handle) is False
     assert rig.orch.spawns_of(row.id) == []
 
 
@@ -379,7 +380,7 @@ async def test_a_failing_launch_of_a_lent_node_puts_its_old_handle_back_and_leak
                      p2p_port=41011, started_at="", alive=False, returncode=1)
         orch._handles[old.id] = old
         ports.reserve(old.ports)
-        rig.sup.driver = rig.lending.driver = orch
+        rig.sup.driver = rig.sup.starter.driver = rig.lending.driver = orch
         await rig.sup.reconcile()
         assert orch.get(old.id) is old and orch.handles_for(row.id) == [old]
         assert not ports.try_reserve([41010]) and not ports.try_reserve([41011]), "the old handle's ports are free"

@@ -41,7 +41,7 @@ async def test_a_storm_pass_starts_k_and_leaves_the_others_untouched(gated):
         assert gated.present_rec(node_id) == before[node_id]
         assert gated.present_rec(node_id).attempts == 0
         assert gated.orch.spawns_of(node_id) == []
-        assert node_id not in gated.sup.last_decisions
+        assert node_id not in gated.sup.decisions.last
         assert gated.sup.next_attempt_at(gated.present_rec(node_id)) is None
         assert [e for e in gated.seen if e.node_id == node_id] == []
     assert len(gated.sup.start_gate.starting()) == K

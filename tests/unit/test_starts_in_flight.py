@@ -75,7 +75,7 @@ async def test_a_node_paused_while_its_start_is_in_flight_gets_no_child_and_spen
     assert after.handle == before.handle and after.attempts == 1, "the let-go start was written or counted"
     new = [h for h in rig.orch.handles_for("n1") if h.id != before.handle]
     assert len(new) == 1 and not new[0].alive and new[0].id in rig.orch.stopped, "the new child was left running"
-    assert new[0].id not in rig.sup.host_tokens
+    assert new[0].id not in rig.sup.starter.host_tokens
 
 
 async def test_a_start_that_lands_after_a_give_up_is_stopped_and_the_error_stays(rig):

@@ -45,7 +45,7 @@ async def test_locked_keyring_counts_no_attempt_and_the_node_waits_for_it(tmp_pa
     assert rig.orch.spawned == []
     await async_wait_until(lambda: rig.gate.condition is not None, what="the gate heard the keyring refuse")
     assert rig.gate.condition is not None and rig.gate.condition.code == "keyring_locked"
-    assert rig.sup.last_decisions["n1"]["decision"] == "waiting-for-keyring"
+    assert rig.sup.decisions.last["n1"]["decision"] == "waiting-for-keyring"
     assert EventKind.GAVE_UP not in rig.kinds()
     await rig.close()
 
@@ -177,7 +177,7 @@ async def test_slow_starter_inside_its_grace_is_left_alone(rig):
     await rig.clock.run_for(14.5)
     await rig.sup.reconcile()
     assert rig.orch.stopped == []
-    assert rig.sup.last_decisions["n1"]["decision"] == "starting"
+    assert rig.sup.decisions.last["n1"]["decision"] == "starting"
 
 
 async def test_slow_starter_past_its_grace_is_a_failed_start_with_its_reason(rig):
@@ -230,7 +230,7 @@ async def test_a_node_that_answered_and_went_silent_is_stopped_as_hung(rig):
     await rig.probe.probe_all()
     await rig.sup.reconcile()
     assert rig.orch.stopped == [rec.handle]
-    assert rig.sup.last_decisions["n1"]["decision"] == "hung"
+    assert rig.sup.decisions.last["n1"]["decision"] == "hung"
 
 
 async def test_a_slow_starter_given_up_on_says_it_never_answered(tmp_path):
@@ -402,5 +402,5 @@ async def test_every_start_gets_the_nodes_name_and_a_fresh_host_token_kept_in_me
     first, second = (env for node_id, env in rig.orch.envs if node_id == "n1")
     assert first["CADRE_NODE_NAME"] == "n1"
     assert len(first["CADRE_HOST_TOKEN"]) >= 40 and first["CADRE_HOST_TOKEN"] != second["CADRE_HOST_TOKEN"]
-    assert rig.sup.host_tokens[rig.rec().handle] == second["CADRE_HOST_TOKEN"]
+    assert rig.sup.starter.host_tokens[rig.rec().handle] == second["CADRE_HOST_TOKEN"]
     assert second["CADRE_HOST_TOKEN"] not in (tmp_path / "hosted-nodes.json").read_text()

@@ -25,21 +25,21 @@ def mark_ago(rig: Rig, seconds: float, failures: int = 0) -> StartMark:
 async def test_a_start_60_s_old_at_a_host_restart_gets_no_fresh_grace(rig):
     rec = rig.node(live=True, answered=False, mark=mark_ago(rig, 60))  # this host never saw it start
     await rig.sup.reconcile()
-    assert rig.sup.last_decisions["n1"]["decision"] == "stalled"
+    assert rig.sup.decisions.last["n1"]["decision"] == "stalled"
     assert rig.orch.stopped == [rec.handle]
-    assert rig.sup.last_decisions["n1"]["error"] == "never answered within 15 s"
+    assert rig.sup.decisions.last["n1"]["error"] == "never answered within 15 s"
 
 
 async def test_a_start_10_s_old_at_a_host_restart_has_5_s_of_grace_left(rig):
     rig.node(live=True, answered=False, mark=mark_ago(rig, 10))
     await rig.sup.reconcile()
-    assert rig.sup.last_decisions["n1"]["decision"] == "starting"
+    assert rig.sup.decisions.last["n1"]["decision"] == "starting"
     await rig.clock.run_for(4.9)
     await rig.sup.reconcile()
     assert rig.orch.stopped == []
     await rig.clock.run_for(0.1)
     await rig.sup.reconcile()
-    assert rig.sup.last_decisions["n1"]["decision"] == "stalled"
+    assert rig.sup.decisions.last["n1"]["decision"] == "stalled"
 
 
 def plant_rows(rig: Rig, path) -> None:
@@ -57,7 +57,7 @@ async def test_an_unreadable_start_mark_costs_only_its_node_its_grace(tmp_path):
     plant_rows(first, path)
     await first.close()
     rig = Rig(tmp_path)  # a new host reads the file: every row is loaded
-    rig.gate._cache.update({(n, rig.sup.lifecycle.kind.secret_kind(rig.rec(n))): "s" for n in ("good", "bad")})
+    rig.gate._cache.update({(n, rig.sup.kinds.hosted.kind.secret_kind(rig.rec(n))): "s" for n in ("good", "bad")})
     bad = RecordStore(path).get("bad")
     assert bad is not None and bad.start is None and "start mark is unreadable" in (bad.problem or "")
     assert {r.id for r in rig.store.list()} == {"good", "bad"}
@@ -72,7 +72,7 @@ async def test_a_node_whose_mark_is_unreadable_is_given_no_grace_and_left_to_the
     rig.node("bad", live=True, answered=False, mark=None)
     rig.store.put(rig.rec("bad").replace(problem="its start mark is unreadable"))
     await rig.sup.reconcile()
-    assert rig.sup.last_decisions["bad"]["decision"] not in ("starting", "stalled")
+    assert rig.sup.decisions.last["bad"]["decision"] not in ("starting", "stalled")
     assert rig.orch.stopped == []
 
 
@@ -81,7 +81,7 @@ async def test_exits_while_the_exit_pass_waits_for_the_queue_join_it(rig):
     for name in names:
         rig.node(name, live=True)
     rig.sup.start()
-    await async_wait_until(lambda: all(n in rig.sup.last_decisions for n in names), what="the start-up pass")
+    await async_wait_until(lambda: all(n in rig.sup.decisions.last for n in names), what="the start-up pass")
     passes = []
     original = rig.sup._reconcile_once
 
@@ -138,3 +138,69 @@ def test_the_rule_table_names_every_decision():
     table = decide_module.__doc__
     missing = [d.name for d in Decision if f"-> {d.name}" not in table]
     assert not missing
+
+
+# -- the four rules that live in decide() since the house v4 -------------------------------------
+
+def _down_record(attempts: int = 0):
+    from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus, RespawnInfo
+
+    respawn = RespawnInfo(attempts, "2026-01-01T00:00:00.000Z") if attempts else None
+    return NodeRecord(id="n1", name="n1", status=NodeStatus.JOINED, handle="h1", respawn=respawn)
+
+
+def test_decide_counts_a_start_that_raised_unless_the_machine_ran_out_of_descriptors():
+    from cadre_desktop.host.core.driver import DriverStatus
+    from cadre_desktop.host.core.supervision.decide import Decision, Observation, Policy, StartFailure, decide
+    from cadre_desktop.settings import Settings
+
+    policy = Policy(Settings())
+    spawn = StartFailure(error="the node program is missing", message="the node program is missing")
+    verdict = decide(_down_record(), Observation(status=DriverStatus.FAILED, start_failure=spawn), policy)
+    assert verdict.decision is Decision.START_FAILED and verdict.counted is True
+    assert verdict.reason == "the node program is missing"
+    shortage = StartFailure(error="too many open files", message="too many open files", machine=True)
+    verdict = decide(_down_record(), Observation(status=DriverStatus.FAILED, start_failure=shortage), policy)
+    assert verdict.decision is Decision.START_FAILED and verdict.counted is False
+
+
+def test_decide_gives_up_on_a_start_that_raised_once_the_attempts_are_spent():
+    from cadre_desktop.host.core.driver import DriverStatus
+    from cadre_desktop.host.core.supervision.decide import Decision, Observation, Policy, StartFailure, decide
+    from cadre_desktop.settings import Settings
+
+    policy = Policy(Settings(respawn_max_attempts=3))
+    written = Observation(status=DriverStatus.FAILED,
+                          start_failure=StartFailure(error="e", message="no such program", recorded=True))
+    spent = decide(_down_record(attempts=3), written, policy)
+    assert spent.decision is Decision.GIVE_UP and spent.reason == "could not be started: no such program"
+    assert decide(_down_record(attempts=2), written, policy).decision is Decision.LEAVE
+
+
+def test_decide_holds_a_node_only_as_its_kind_can_be_held_and_refuses_the_rest():
+    from cadre_desktop.host.core.driver import DriverStatus
+    from cadre_desktop.host.core.records.records import HeldBy, Hold, NodeStatus
+    from cadre_desktop.host.core.supervision.decide import Decision, Observation, Policy, decide
+    from cadre_desktop.settings import Settings
+
+    policy = Policy(Settings())
+    asked = ("sleeping", Hold(by=HeldBy.NODE, reason="asked", at="2026-01-01T00:00:00.000Z"))
+    held = decide(_down_record(), Observation(status=DriverStatus.STOPPED, returncode=0, node_hold=asked), policy)
+    assert held.decision is Decision.HOLD and held.hold == (NodeStatus.SLEEPING, asked[1])
+    refused = decide(_down_record(), Observation(status=DriverStatus.STOPPED, returncode=0, node_hold=asked,
+                                                 holdable={}), policy)
+    assert refused.decision is Decision.START and refused.refused_hold == "sleeping" and refused.hold is None
+
+
+def test_decide_leaves_a_node_to_start_when_the_start_gate_is_full():
+    from cadre_desktop.host.core.driver import DriverStatus
+    from cadre_desktop.host.core.supervision.decide import Decision, Observation, Policy, SecretState, decide
+    from cadre_desktop.settings import Settings
+
+    policy = Policy(Settings())
+    full = Observation(status=DriverStatus.FAILED, gate_room=False)
+    assert decide(_down_record(), full, policy).decision is Decision.GATED
+    assert decide(_down_record(), Observation(status=DriverStatus.FAILED), policy).decision is Decision.START
+    # The keyring's rule comes first: a node without its secret waits for it, gate or not.
+    waiting = Observation(status=DriverStatus.FAILED, gate_room=False, secret=SecretState.WAITING)
+    assert decide(_down_record(), waiting, policy).decision is Decision.WAIT_KEYRING

@@ -69,9 +69,9 @@ async def test_refill_rereads_the_record_and_never_writes_a_stale_snapshot(rig):
     snapshot = rig.node(live=True, attempts=2, ago_s=601, status=NodeStatus.UNCLAIMED)
     # A claim lands after the pass took its snapshot.
     rig.store.put(rig.rec().replace(status=NodeStatus.JOINED, cadre="family"))
-    verdict = rig.sup.observe(snapshot)
+    verdict = rig.sup.observer.observe(snapshot, rig.lifecycle.kind, uncounted=False)
     from cadre_desktop.host.core.supervision.decide import decide
-    await rig.sup._carry_out(rig.lifecycle, snapshot, decide(snapshot, verdict, rig.sup.policy))
+    await rig.sup._carry_out(rig.lifecycle, snapshot, decide(snapshot, verdict, rig.sup.kinds.policy()))
     assert rig.rec().cadre == "family" and rig.rec().status is NodeStatus.JOINED
     assert rig.rec().attempts == 0
 
@@ -101,7 +101,7 @@ async def test_gives_up_after_fifth_attempt_of_a_node_that_dies_at_once(tmp_path
         respawned = await rig.sup.reconcile()
         assert respawned == ["n1"], f"attempt {attempt}"
         rig.orch.exit(rig.present_rec().handle)
-        await rig.clock.run_for(rig.sup.policy.backoff_s(attempt))
+        await rig.clock.run_for(rig.sup.kinds.policy().backoff_s(attempt))
     await rig.sup.reconcile()
     assert rig.present_rec().status is NodeStatus.ERROR
     assert len(rig.orch.spawned) == 5
@@ -181,9 +181,9 @@ async def test_backoff_doubles_from_the_base(rig, attempts, wait_s):
 
 async def test_backoff_is_capped(tmp_path):
     r = Rig(tmp_path, respawn_max_attempts=20)
-    assert r.sup.policy.backoff_s(0) == 0
-    assert r.sup.policy.backoff_s(6) == 300
-    assert r.sup.policy.backoff_s(19) == 300
+    assert r.sup.kinds.policy().backoff_s(0) == 0
+    assert r.sup.kinds.policy().backoff_s(6) == 300
+    assert r.sup.kinds.policy().backoff_s(19) == 300
     await r.close()
 
 
@@ -215,7 +215,7 @@ async def test_remove_while_a_pass_is_queued_abandons_without_counting(rig):
 async def test_give_up_between_the_decision_and_the_start_abandons(rig):
     rec = rig.node()
     rig.store.put(rig.rec().replace(status=NodeStatus.ERROR))
-    assert await rig.sup.start_node("n1", counted=True, expect_handle=rec.handle) is False
+    assert await rig.sup.starter.start(rig.lifecycle, "n1", counted=True, expect_handle=rec.handle) is False
     assert rig.orch.spawned == [] and rig.rec().attempts == 0
 
 
@@ -316,13 +316,13 @@ async def test_stop_ends_timer_and_subscription(rig):
 async def test_in_flight_pass_abandons_records_it_has_not_reached_after_stop(rig):
     rig.node("a")
     rig.node("b")
-    real_start = rig.sup.start_node
+    real_start = rig.sup.starter.start
 
-    async def start_then_stop(node_id, **kw):
-        started = await real_start(node_id, **kw)
+    async def start_then_stop(lc, node_id, **kw):
+        started = await real_start(lc, node_id, **kw)
         rig.sup.passes.stopped = True  # what stop() sets, without cancelling the pass
         return started
-    rig.sup.start_node = start_then_stop
+    rig.sup.starter.start = start_then_stop
     assert await rig.sup.reconcile() == ["a"]
     assert rig.orch.spawns_of("b") == []
 
@@ -365,7 +365,7 @@ async def test_a_node_in_backoff_is_respawned_when_the_wait_ends_not_at_the_swee
     assert rig.store.get("a").attempts == 2
     # It dies again: the next wait (20 s) is armed by the pass that follows the exit.
     rig.orch.exit(rig.store.get("a").handle)
-    await async_wait_until(lambda: rig.sup.last_decisions["a"]["decision"] == "wait", what="the pass after the exit")
+    await async_wait_until(lambda: rig.sup.decisions.last["a"]["decision"] == "wait", what="the pass after the exit")
     await rig.clock.run_for(15)  # the start grace timer fires on the way: the pass re-arms for the rest
     await rig.clock.run_for(4.5)
     assert len(rig.orch.spawns_of("a")) == 1
@@ -404,7 +404,7 @@ async def test_a_quit_leaves_orphans_running(rig):
     from cadre_desktop.host.core.supervision.orphans import find_orphans
     rig.node("kept", live=True)
     orphan = rig.orch.add_live("ghost")
-    left = find_orphans(rig.orch, rig.sup.lifecycles)
+    left = find_orphans(rig.orch, rig.sup.kinds.lifecycles)
     assert [h.node_id for h in left] == ["ghost"]
     await rig.orch.stop_all(leave=frozenset(h.node_id for h in left))
     assert rig.orch.is_running(orphan.id) and not rig.orch.is_running(rig.rec("kept").handle)

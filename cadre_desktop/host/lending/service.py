@@ -115,7 +115,7 @@ class LendingService:
         self.ready_wait_s = ready_wait_s
         #: Called before a keyring entry is named: the home id that names it must be on disk.
         self.keep_home = keep_home
-        self.provisioning = Provisioning(lifecycle=lifecycle, gate=gate, supervisor=supervisor, before_keyring=keep_home)
+        self.provisioning = Provisioning(lifecycle=lifecycle, gate=gate, starter=supervisor.starter, before_keyring=keep_home)
         #: Ids whose creation (or clean-up) is in flight; the reaper leaves them alone.
         self._creating: set[str] = set()
         self._removing: set[str] = set()

@@ -164,7 +164,7 @@ def donation_view(
         last_exit=last_exit_words(donation, running, supervisor),
         waiting_for="keyring" if supervisor and supervisor.waiting_for_keyring(donation.id) else None,
         **hold_fields(donation, supervisor),
-        last_decision=supervisor.last_decisions.get(donation.id) if supervisor else None,
+        last_decision=supervisor.last_decision(donation.id) if supervisor else None,
         respawnable=donation.respawnable,
         created_at=donation.created_at,
         updated_at=donation.updated_at,
@@ -279,7 +279,7 @@ class LendingViews:
 
     def _save_problem(self) -> str:
         service = self.service
-        why = service.donations.save_error or getattr(service.driver, "save_error", None)
+        why = service.donations.save_error or service.driver.save_error
         return f"{NOT_SAVED}: {why}" if why else NOT_SAVED
 
     def _view(self, donation: Donation) -> DonationView:

@@ -21,7 +21,7 @@ from cadre_desktop.host.core.ops.service import NodeService
 from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
 from cadre_desktop.host.core.records.store import RecordStore
 from cadre_desktop.host.core.supervision.probe import Probe, loopback_for
-from cadre_desktop.host.core.supervision.supervisor import Supervisor
+from cadre_desktop.host.core.supervision.starts import Starter
 from cadre_desktop.net import httpclient
 
 log = logging.getLogger(__name__)
@@ -33,10 +33,11 @@ REQUEST_TIMEOUT_S = 5.0
 class Inviter:
     """Invites through a node this host runs; its collaborators are the host's parts, typed."""
 
-    def __init__(self, *, store: RecordStore, supervisor: Supervisor, driver: NodeDriver, service: NodeService,
+    def __init__(self, *, store: RecordStore, starter: Starter, driver: NodeDriver, service: NodeService,
                  probe: Probe, bind_host: str) -> None:
         self.store = store
-        self.supervisor = supervisor
+        #: Keeps the host token each child it started was given.
+        self.starter = starter
         self.driver = driver
         self.service = service
         self.probe = probe
@@ -64,7 +65,7 @@ class Inviter:
     def _token(self, record: NodeRecord) -> str | None:
         if record.handle is None or not self.driver.is_running(record.handle):
             return None
-        return self.supervisor.host_tokens.get(record.handle)
+        return self.starter.host_token(record.handle)
 
     async def _wait_ready(self, node_id: str) -> NodeRecord:
         loop = asyncio.get_running_loop()

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic
+from typing import Any, Generic
 
 from cadre_desktop.host.core.driver import InstanceInfo
 from cadre_desktop.host.core.records.lifecycle import Lifecycle, R
+from cadre_desktop.host.core.supervision.starts import Starter
 from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 from cadre_desktop.host.core.vault.secrets import SecretKind
-
-if TYPE_CHECKING:
-    from cadre_desktop.host.core.supervision.supervisor import Supervisor
 
 #: Undo a half-done creation of the row `id`; `stored`: its secret reached the keyring.
 Unwind = Callable[[str, bool], Awaitable[None]]
@@ -44,11 +42,12 @@ class Born(Generic[R]):
 class Provisioning(Generic[R]):
     """Row → keyring → child for one kind of record (its lifecycle), with its undoing."""
 
-    def __init__(self, *, lifecycle: Lifecycle[R], gate: KeyringGate, supervisor: Supervisor,
+    def __init__(self, *, lifecycle: Lifecycle[R], gate: KeyringGate, starter: Starter,
                  before_keyring: Callable[[], None] = lambda: None) -> None:
         self.lifecycle = lifecycle
         self.gate = gate
-        self.supervisor = supervisor
+        #: The first child's start, as every start (`starts.Starter.launch`, `spawned`).
+        self.starter = starter
         #: Called right before the secret is stored (the home id that names it must be on disk).
         self.before_keyring = before_keyring
 
@@ -74,8 +73,8 @@ class Provisioning(Generic[R]):
             if current is None or current.status is not lc.kind.creating or self.gate.cached(row_id, kind) is None:
                 raise gone()
             still_wanted(current)
-            child = await self.supervisor.launch(current, secret, 1, lc=lc)
-            born: R | None = self.supervisor.spawned(row_id, child, lc=lc, **first_start)
+            child = await self.starter.launch(lc, current, secret, 1)
+            born: R | None = self.starter.spawned(lc, row_id, child, **first_start)
             if born is None:
                 raise gone()
         except BaseException:

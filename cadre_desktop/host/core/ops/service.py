@@ -29,7 +29,9 @@ from cadre_desktop.host.core.ops.validate import clean_invitation, clean_name, r
 from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle, RecordKind
 from cadre_desktop.host.core.records.records import NodeMode, NodeRecord, NodeStatus
 from cadre_desktop.host.core.supervision.holds import pause_end, person_hold
+from cadre_desktop.host.core.supervision.kinds import Kinds
 from cadre_desktop.host.core.supervision.orphans import find_orphans
+from cadre_desktop.host.core.supervision.starts import Starter
 from cadre_desktop.host.core.supervision.supervisor import Supervisor
 from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 from cadre_desktop.host.core.vault.secrets import SecretKind, new_claim_secret
@@ -45,15 +47,20 @@ class NodeService:
         driver: NodeDriver,
         gate: KeyringGate,
         supervisor: Supervisor,
+        kinds: Kinds,
+        starter: Starter,
         clock: Clock,
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
         self.driver = driver
         self.gate = gate
+        #: Its serial queue, and the holds, releases and starts a person asks for.
         self.supervisor = supervisor
+        #: Which kind of record a node is.
+        self.kinds = kinds
         self.clock = clock
-        self.provisioning = Provisioning(lifecycle=lifecycle, gate=gate, supervisor=supervisor)
+        self.provisioning = Provisioning(lifecycle=lifecycle, gate=gate, starter=starter)
         #: Ids whose add or join is in flight; the reap sweep leaves them alone.
         self._creating: set[str] = set()
         #: Ids whose removal clean-up is in flight; the reap sweep leaves them alone.
@@ -169,13 +176,13 @@ class NodeService:
     def _require(self, node_id: str) -> NodeRecord:
         """The record of any kind the supervisor keeps (a hosted node, a lent one)."""
         require_node_id(node_id)
-        record: NodeRecord | None = self.supervisor.lifecycle_of(node_id).get(node_id)
+        record: NodeRecord | None = self.kinds.of(node_id).get(node_id)
         if record is None:
             raise NoSuchThing(f"There is no node {node_id!r} on this host.")
         return record
 
     def _kind(self, node_id: str) -> RecordKind:
-        return self.supervisor.lifecycle_of(node_id).kind
+        return self.kinds.of(node_id).kind
 
     async def _load_secret(self, record: NodeRecord) -> None:
         """Read the node's secret before its action queues (bounded; raises what a person can act on)."""
@@ -252,8 +259,7 @@ class NodeService:
             if self.gate.cached(node_id, kind.secret_kind(record)) is None:
                 raise self._keyring_error(record)
             await self.driver.stop_node(node_id)
-            self.supervisor.forget_exit(node_id)
-            if not await self.supervisor.start_node(node_id, counted=False, expect_handle=record.handle):
+            if not await self.supervisor.start_now(node_id, counted=False, expect_handle=record.handle):
                 raise InvalidState(f"Node {node_id} was removed or stopped while it was being {doing}.")
             log.info("node %s %s", node_id, doing)
             return self._require(node_id)
@@ -262,7 +268,7 @@ class NodeService:
     async def _retry(self, node_id: str) -> NodeRecord:
         """Bring a node back from `error` with a fresh budget and start it now."""
         async def work() -> NodeRecord:
-            record, lc = self._require(node_id), self.supervisor.lifecycle_of(node_id)
+            record, lc = self._require(node_id), self.kinds.of(node_id)
             kind = lc.kind
             if record.status is not kind.error and record.status is not kind.holds.get("done"):
                 raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
@@ -277,10 +283,8 @@ class NodeService:
                 start=dataclasses.replace(r.start, failures=0, answered=True) if r.start else None, **fields))
             if fresh is None:
                 raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} changed while it was being retried.")
-            self.supervisor.forget_exit(node_id)
             log.info("node %s: retry requested", node_id)
-            self.supervisor.decisions.requested_start(node_id, "retry requested")
-            await self.supervisor.start_node(node_id, counted=True, expect_handle=fresh.handle)
+            await self.supervisor.start_now(node_id, counted=True, expect_handle=fresh.handle, why="retry requested")
             return self._require(node_id)
         return await self.supervisor.serialize(work)
 
@@ -295,7 +299,7 @@ class NodeService:
         self._pausable(self._require(node_id))
 
         async def work() -> NodeRecord:
-            record, lc = self._pausable(self._require(node_id)), self.supervisor.lifecycle_of(node_id)
+            record, lc = self._pausable(self._require(node_id)), self.kinds.of(node_id)
             status = lc.kind.holds["sleeping" if wake_at else "paused"]
             held = await self.supervisor.hold_node(node_id, Change.PAUSE, status,
                                                    person_hold(self.clock.now(), wake_at))
@@ -369,7 +373,7 @@ class NodeService:
         """Remove of an id no record names: stop its orphaned children (seed 000), and delete
         nothing, since no record owns its folder or secrets. The pids stopped ([] for none)."""
         require_node_id(node_id)
-        found = [h for h in find_orphans(self.driver, self.supervisor.lifecycles) if h.node_id == node_id]
+        found = [h for h in find_orphans(self.driver, self.kinds.lifecycles) if h.node_id == node_id]
         if not found:
             return []
         await self.driver.stop_node(node_id)

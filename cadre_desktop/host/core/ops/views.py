@@ -184,7 +184,7 @@ class NodeViews:
             last_exit=last_exit_words(record, running, supervisor),
             exit_code=None if running else supervisor.exit_code(record.id),
             waiting_for="keyring" if supervisor.waiting_for_keyring(record.id) else None,
-            last_decision=supervisor.last_decisions.get(record.id),
+            last_decision=supervisor.last_decision(record.id),
             **hold_fields(record, supervisor),
             problem=record.problem,
             starting=supervisor.starting(record) if running and not unsaved else None,
@@ -216,7 +216,7 @@ class NodeViews:
         """The live truth came from memory, not the records: say why it could not be saved."""
         if unsaved is None and record.id not in self.store.unsaved:
             return None
-        why = self.store.save_error or getattr(self.driver, "save_error", None)
+        why = self.store.save_error or self.driver.save_error
         note = f"running, but not saved yet: {why}" if why else "running, but not saved yet"
         return f"{record.error}; {note}" if record.error else note
 
@@ -227,7 +227,7 @@ def hold_fields(row: Any, supervisor: Supervisor | None) -> dict[str, Any]:
     hold = row.hold if row.status.value in held else None
     if hold is None:
         return {"wake_at": None, "held_by": None, "hold_reason": None}
-    wake = supervisor.holds.wake_at(row) if row.status.value == NodeStatus.SLEEPING.value and supervisor else None
+    wake = supervisor.wake_at(row) if row.status.value == NodeStatus.SLEEPING.value and supervisor else None
     return {"wake_at": iso(wake) if wake is not None else None, "held_by": hold.by.value, "hold_reason": hold.reason}
 
 

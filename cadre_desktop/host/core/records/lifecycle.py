@@ -222,14 +222,10 @@ class HostedKind:
     holds: Mapping[str, Enum] = HOSTED_HOLDS
     held: frozenset[Any] = frozenset(HOSTED_HOLDS.values())
 
-    def announce(self, events: EventBus, change: Change, before: Any, after: Any, detail: str) -> None:
-        _announce_hosted(events, change, before, after, detail)
-
-    def secret_kind(self, record: Any) -> SecretKind:
-        return _hosted_secret_kind(record)
-
-    def secret_env(self, record: Any, secret: str, host_token: str | None = None) -> dict[str, str]:
-        return _hosted_secret_env(record, secret, host_token)
+    # The hosted nodes' own functions, called straight (no method in between).
+    announce = staticmethod(_announce_hosted)
+    secret_kind = staticmethod(_hosted_secret_kind)
+    secret_env = staticmethod(_hosted_secret_env)
 
     def retry(self, record: Any, now: str) -> dict[str, Any]:
         return _hosted_retry(record, now)
@@ -318,7 +314,7 @@ class Lifecycle(Generic[R]):
         if handle is not None and current.handle != handle:
             return None
         if change in EVENT_ONLY:
-            self._tell(lambda: self._announce(change, current, current, detail))
+            self._tell(lambda: self.kind.announce(self.events, change, current, current, detail))
             return current
         changed = update(current)
         if changed.status not in allowed_to:
@@ -326,11 +322,11 @@ class Lifecycle(Generic[R]):
         if changed != current:  # nothing new is announced but never written
             changed = changed.replace(updated_at=iso(self.clock.now()))
             if (soon or change in GROUPED) and self.store.grouped:
-                told = self._tell(lambda: self._announce(change, current, changed, detail), ready=False)
+                told = self._tell(lambda: self.kind.announce(self.events, change, current, changed, detail), ready=False)
                 self.store.put_soon(changed, lambda error: self._ready(told))
                 return changed
             self.store.put(changed)
-        self._tell(lambda: self._announce(change, current, changed, detail))
+        self._tell(lambda: self.kind.announce(self.events, change, current, changed, detail))
         return changed
 
     def _tell(self, tell: Callable[[], None], *, ready: bool = True) -> list[Any]:
@@ -382,5 +378,3 @@ class Lifecycle(Generic[R]):
         rows: list[Supervised] = [r for lc in (self, *self.neighbours) for r in lc.store.list()]
         return {p for r in rows if r.id != node_id for p in (r.api_port, r.p2p_port) if p}
 
-    def _announce(self, change: Change, before: R, after: R, detail: str) -> None:
-        self.kind.announce(self.events, change, before, after, detail)

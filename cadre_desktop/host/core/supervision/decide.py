@@ -5,6 +5,10 @@ depends on comes in as an `Observation`, so every rule is a line of a table
 and a unit test can pin each one. `Supervisor` carries the verdicts out.
 
 The rules, in the order they are checked:
+  a start raised, its failure not written -> START_FAILED (its mark says why; counted, unless the
+                                            machine is to blame: a descriptor shortage spends nothing)
+  a start raised, written, attempts spent -> GIVE_UP ("could not be started: ...")
+  a start raised, written                -> LEAVE (the failure is the pass's error; its backoff comes)
   held by the host, the host wants none  -> HOST_RELEASE (Pause all or its condition ended: started, uncounted)
   held by the host, it wants another     -> HOST_HOLD (the new hold written: another reason, or an end)
   held by the host, as it wants, child up-> STOP_HELD; else HELD (its release comes from the host, not wake_at)
@@ -22,13 +26,18 @@ The rules, in the order they are checked:
   running, not answered, inside grace    -> STARTING (nothing kills or restarts it)
   running, attempts old enough           -> REFILL (the budget is full again)
   running                                -> HEALTHY
-  down, exit 0 with a run.json hold      -> HOLD (paused, sleeping or done, as the node asked)
-  down, stopped cleanly by the last host -> START, uncounted, whatever budget or backoff said
+  down, exit 0 with a run.json hold      -> HOLD (paused, sleeping or done, as the node asked), when
+                                            its kind can be held so; else the rules below, the request
+                                            refused (`refused_hold`: said once, then dropped)
+  down, stopped cleanly by the last host -> START, uncounted, whatever budget or backoff said (the
+                                            secret and gate rules below still apply)
   down, an exit retrying cannot fix      -> GIVE_UP at once, with the node's own words
   down, budget spent                     -> GIVE_UP
   down, inside backoff                   -> WAIT
   down, secret not in memory yet         -> WAIT_KEYRING (no attempt counted)
   down, secret absent from the keyring   -> GIVE_UP
+  down, the start gate full              -> GATED (left as it is: nothing written or spent; a freed
+                                            slot brings the pass that starts it)
   down                                   -> START (counts one attempt)
 """
 
@@ -36,11 +45,14 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 from typing import Any
 
 from cadre_desktop.host.core.driver import DriverStatus
+from cadre_desktop.host.core.records.lifecycle import HOSTED_HOLDS
 from cadre_desktop.host.core.records.records import HELD, SUPERVISED, Hold, NodeRecord, NodeStatus, StartMark
 from cadre_desktop.settings import Settings
 
@@ -48,6 +60,9 @@ from cadre_desktop.settings import Settings
 #: bad configuration, an unusable work folder, a corrupt identity or state file.
 HOPELESS_EXIT_CODES = {2: "its configuration is wrong", 4: "its work folder is unusable",
                        5: "its identity or state file is corrupt"}
+
+
+_HOSTED_HOLDS: Mapping[str, Enum] = MappingProxyType(dict(HOSTED_HOLDS))
 
 
 class Decision(str, Enum):
@@ -68,6 +83,8 @@ class Decision(str, Enum):
     WAKE = "wake"
     HOST_HOLD = "host-hold"
     HOST_RELEASE = "host-release"
+    START_FAILED = "start-failed"
+    GATED = "gated"
 
 
 class SecretState(str, Enum):
@@ -84,6 +101,20 @@ class NodeNews:
     cadre: str | None = None
     peer_id: str | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class StartFailure:
+    """A start of the node that raised, as `decide()` judges it."""
+
+    #: What the record's error and start mark say of it.
+    error: str
+    #: The error's own words (what a give-up says after "could not be started: ").
+    message: str
+    #: The machine is to blame, not the node (it ran out of file descriptors).
+    machine: bool = False
+    #: Its failure is written in the record already: what is left is whether to give up.
+    recorded: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,8 +135,14 @@ class Observation:
     stopped_cleanly: bool = False
     #: Words for the last exit seen ("exited with code 3: ...", "never answered within 15 s").
     last_exit: str | None = None
-    #: What the node's run.json asked for at its last exit (code 0): (status, hold), else None.
-    node_hold: tuple[Enum, Hold] | None = None
+    #: What the node's run.json asked for at its last exit (code 0): (the state's name, hold), else None.
+    node_hold: tuple[str, Hold] | None = None
+    #: The hold statuses of this kind of node by the state's name (empty: it is never held).
+    holdable: Mapping[str, Enum] = dataclasses.field(default_factory=lambda: _HOSTED_HOLDS)
+    #: A start that raised (the pass's own start, or a person's).
+    start_failure: StartFailure | None = None
+    #: The start gate has room for one more starting child.
+    gate_room: bool = True
     #: What the current child last said of itself (hosted nodes; None: nothing, or not this kind's).
     news: NodeNews | None = None
     #: The current child answered, and the start mark is not spent yet.
@@ -130,6 +167,8 @@ class Verdict:
     #: What the node said of itself that its record does not hold yet: written before the
     #: decision is carried out (the change, and the record's fields it sets).
     news: tuple[str, dict[str, Any]] | None = None
+    #: A hold the node asked for that its kind cannot have (the state's name): said, then dropped.
+    refused_hold: str | None = None
 
 
 class Policy:
@@ -202,6 +241,8 @@ def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: fro
            held: frozenset[Any] = HELD) -> Verdict:
     """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs);
     `held`: its hold statuses (paused, sleeping, done; a kind without holds has none)."""
+    if obs.start_failure is not None:
+        return _start_failed(record, obs.start_failure, policy)
     if record.status in held:
         if record.hold is not None and record.hold.scope == "host":
             return _held_by_host(record, obs)
@@ -283,9 +324,22 @@ def _held_by_host(record: NodeRecord, obs: Observation) -> Verdict:
     return Verdict(Decision.HELD)
 
 
+def _start_failed(record: NodeRecord, failure: StartFailure, policy: Policy) -> Verdict:
+    if not failure.recorded:
+        return Verdict(Decision.START_FAILED, counted=not failure.machine, reason=failure.error)
+    if record.attempts >= policy.max_attempts:
+        return Verdict(Decision.GIVE_UP, reason=f"could not be started: {failure.message}")
+    return Verdict(Decision.LEAVE, reason=failure.message)
+
+
 def _down(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
     if obs.node_hold is not None:
-        return Verdict(Decision.HOLD, hold=obs.node_hold)
+        state, hold = obs.node_hold
+        status = obs.holdable.get(state)
+        if status is not None:
+            return Verdict(Decision.HOLD, hold=(status, hold))
+        return dataclasses.replace(_down(record, dataclasses.replace(obs, node_hold=None), policy),
+                                   refused_hold=state)
     if obs.stopped_cleanly:
         return _start_if_secret(obs, counted=False)
     if obs.returncode in HOPELESS_EXIT_CODES:
@@ -306,4 +360,6 @@ def _start_if_secret(obs: Observation, *, counted: bool) -> Verdict:
     if obs.secret is SecretState.MISSING:
         return Verdict(Decision.GIVE_UP, reason="its secret is missing from the keyring, so it cannot be started; "
                                                 "remove the node and add it again")
+    if not obs.gate_room:
+        return Verdict(Decision.GATED, counted=counted)
     return Verdict(Decision.START, counted=counted)

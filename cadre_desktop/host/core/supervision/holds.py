@@ -37,7 +37,8 @@ class Request:
     """A hold a node asked for at the exit of one child, kept until a pass takes it."""
 
     handle_id: str
-    status: Enum
+    #: The state it asked for by name ("paused", "sleeping", "done").
+    state: str
     hold: Hold
 
 
@@ -96,28 +97,28 @@ class Holds:
         if self.run_files is not None:
             self.run_files.clear(node_id)
 
-    def exited(self, lc: Lifecycle[Any], event: Exit) -> None:
-        """An exit with code 0 the host did not ask for: read what the node asked for, if anything."""
+    def exited(self, event: Exit) -> None:
+        """An exit with code 0 the host did not ask for: keep what the node asked for, if anything
+        (whether its kind can be held so is `decide()`'s to say)."""
         if self.run_files is None or event.returncode != 0 or event.requested:
             return
         asked = self.run_files.read(event.node_id)
         if asked is None:
             return
-        status = lc.kind.holds.get(asked.state)
-        if status is None:
-            log.warning("%s %s asked to be %s; this kind of node cannot be held, so it is restarted as usual",
-                        lc.kind.noun, event.node_id, asked.state)
-            return
         hold = Hold(by=HeldBy.NODE, reason=asked.reason or f"the node asked to be {asked.state}",
                     at=iso(self.clock.now()), wake_at=iso(asked.wake_at) if asked.wake_at else None)
-        self._requests[event.node_id] = Request(event.handle_id, status, hold)
+        self._requests[event.node_id] = Request(event.handle_id, asked.state, hold)
 
-    def requested(self, record: NodeRecord) -> tuple[Enum, Hold] | None:
+    def requested(self, record: NodeRecord) -> tuple[str, Hold] | None:
         """What the node asked for at the exit of the record's current child, if anything."""
         request = self._requests.get(record.id)
         if request is None or request.handle_id != record.handle:
             return None
-        return request.status, request.hold
+        return request.state, request.hold
+
+    def refused(self, node_id: str) -> None:
+        """Its kind cannot be held as it asked (`decide()` said so): the request is dropped."""
+        self._requests.pop(node_id, None)
 
     # -- time -----------------------------------------------------------------------------
 

@@ -16,7 +16,9 @@ from cadre_desktop.host.core.records.lifecycle import Lifecycle, RecordKind
 from cadre_desktop.host.core.records.records import Hold, NodeRecord
 from cadre_desktop.host.core.supervision.decide import Decision, Observation, Policy, SecretState, Verdict, starting_words
 from cadre_desktop.host.core.supervision.exits import ExitBook
+from cadre_desktop.host.core.supervision.gate import StartGate
 from cadre_desktop.host.core.supervision.holds import Holds
+from cadre_desktop.host.core.supervision.probe import Probe
 from cadre_desktop.host.core.timeline import Timeline
 from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 
@@ -61,8 +63,11 @@ class DecisionBook:
 
 class Observer:
     def __init__(self, *, driver: NodeDriver, gate: KeyringGate, exits: ExitBook, timeline: Timeline,
-                 holds: Holds, probe: Any = None) -> None:
+                 holds: Holds, start_gate: StartGate, probe: Probe | None = None,
+                 host_hold: Callable[[NodeRecord, RecordKind], tuple[Enum, Hold] | None] | None = None) -> None:
         self.driver = driver
+        #: Whether one more child may start now (`gate.py`).
+        self.start_gate = start_gate
         self.gate = gate
         self.exits = exits
         self.timeline = timeline
@@ -70,7 +75,7 @@ class Observer:
         #: Tells whether a child answered (`is_ready`) or stopped answering (`unresponsive`).
         self.probe = probe
         #: The hold the host wants a node to have (host_holds.HostHolds.wanted), when the host has any.
-        self.host_hold: Callable[[NodeRecord, RecordKind], tuple[Enum, Hold] | None] | None = None
+        self.host_hold = host_hold
 
     def since_attempt_s(self, record: NodeRecord) -> float | None:
         if not record.respawn:
@@ -107,6 +112,8 @@ class Observer:
             stopped_cleanly=uncounted,
             last_exit=last_exit,
             node_hold=self.holds.requested(record),
+            holdable=kind.holds,
+            gate_room=self.start_gate.has_room(),
             wake_in_s=self.holds.wake_in_s(record),
             host_hold=self.host_hold(record, kind) if self.host_hold is not None else None,
             news=self.probe.news(record.handle) if self.probe is not None and status is DriverStatus.RUNNING else None,

@@ -40,20 +40,14 @@ async def breathe() -> None:
 class PassSchedule:
     """The triggers of one supervisor's passes, and the tasks they run on."""
 
-    def __init__(
-        self,
-        run: Callable[[], Awaitable[list[str]]],
-        clock: Clock,
-        sweep_s: Callable[[], float],
-        chores: Callable[[], Awaitable[None]],
-    ) -> None:
-        #: One pass (the supervisor queues it behind any other).
-        self._run = run
+    def __init__(self, clock: Clock) -> None:
         self.clock = clock
+        #: One pass (the supervisor queues it behind any other), given by `serve`.
+        self._run: Callable[[], Awaitable[list[str]]] | None = None
         #: Read at every sweep: live settings may change it.
-        self._sweep_s = sweep_s
+        self._sweep_s: Callable[[], float] = lambda: 60.0
         #: The sweep's housekeeping, before its pass.
-        self._chores = chores
+        self._chores: Callable[[], Awaitable[None]] | None = None
         #: Set by `stop`: no new pass, and a pass in flight drops the records it has not reached.
         self.stopped = False
         self._sweep: asyncio.Task[None] | None = None
@@ -69,6 +63,11 @@ class PassSchedule:
     @property
     def started(self) -> bool:
         return self._sweep is not None
+
+    def serve(self, run: Callable[[], Awaitable[list[str]]], sweep_s: Callable[[], float],
+              chores: Callable[[], Awaitable[None]]) -> None:
+        """What a trigger runs (`run`, the supervisor's pass); the sweep every `sweep_s()`, its `chores` first."""
+        self._run, self._sweep_s, self._chores = run, sweep_s, chores
 
     def start(self) -> None:
         self.stopped = False
@@ -140,6 +139,8 @@ class PassSchedule:
         self._due_task = self._spawn(fire(), "supervisor-due")
 
     async def run_logged(self, trigger: str) -> list[str]:
+        if self._run is None:
+            return []
         try:
             ids = await self._run()
         except Exception:  # a failed pass must not end supervision; the next one retries
@@ -152,7 +153,8 @@ class PassSchedule:
     async def _sweep_forever(self) -> None:
         while True:
             await self.clock.sleep(self._sweep_s())
-            await self._chores()
+            if self._chores is not None:
+                await self._chores()
             await self.run_logged("timer")
 
     def _spawn(self, work: Coroutine[Any, Any, object], name: str) -> asyncio.Task[Any]:

@@ -1,107 +1,169 @@
-"""The one start of a supervised node: re-read, start through the driver, record it, or let it go.
+"""The one start of a supervised node (`Starter`): re-read, start through the driver, record it, or let it go.
 
-`Supervisor.start_node` is this (a pass, Retry, Restart, Resume, a wake); it runs
-on the supervisor's serial queue, so two starts of one node never overlap. The
+Every start goes through here (a pass, Retry, Restart, Resume, a wake, the first start of a new
+record); the supervisor's serial queue runs them, so two starts of one node never overlap. The
 driver's start is awaited: the child comes up on a thread while the loop goes on
-(`host/local/spawner.py`), so the record may change meanwhile. Not on the queue,
-a Remove (and a loan's end) lands whenever it lands, and a hold or a give-up
-written by someone else would too. So the record is read again after the
-await, and written in the same turn: the STARTED (or ADOPT) transition is
-applied only to the record the start began from (still supervised, still
-naming the same previous child). Otherwise the start is *let go*: the new child
-is stopped, nothing is written and no attempt is counted, since it was the
-host, not the node, that cancelled it; no record ever names a child it did not
-mean, and no child is left that no record names.
+(`host/local/spawner.py`), so the record may change meanwhile. Not on the queue, a Remove (and a
+loan's end) lands whenever it lands, and a hold or a give-up written by someone else would too. So
+the record is read again after the await, and written in the same turn: the STARTED (or ADOPT)
+transition is applied only to the record the start began from (still supervised, still naming the
+same previous child). Otherwise the start is *let go*: the new child is stopped, nothing is written
+and no attempt is counted, since it was the host, not the node, that cancelled it; no record ever
+names a child it did not mean, and no child is left that no record names.
+
+A start that raises is judged by `decide()` (`START_FAILED`: counted, unless the machine is to
+blame) and its failure written in the record's mark before the error goes on to the caller.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+import secrets as _random
+from typing import Any
 
-from cadre_desktop.errors import CadreError, OutOfDescriptors, SecretsError
-from cadre_desktop.host.core.clock import iso
-from cadre_desktop.host.core.driver import InstanceInfo
+from cadre_desktop.errors import CadreError, OutOfDescriptors, SecretsError, message_of
+from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.driver import DriverStatus, InstanceInfo, NodeDriver
 from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle
 from cadre_desktop.host.core.records.records import NodeRecord, RespawnInfo, StartMark, next_mark
-
-if TYPE_CHECKING:
-    from cadre_desktop.host.core.supervision.supervisor import Supervisor
+from cadre_desktop.host.core.supervision.decide import Observation, StartFailure, decide
+from cadre_desktop.host.core.supervision.exits import ExitBook
+from cadre_desktop.host.core.supervision.gate import StartGate
+from cadre_desktop.host.core.supervision.holds import Holds
+from cadre_desktop.host.core.supervision.kinds import Kinds
+from cadre_desktop.host.core.supervision.passes import PassSchedule
+from cadre_desktop.host.core.timeline import Timeline
+from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 
 log = logging.getLogger(__name__)
 
 
-async def start_node(supervisor: Supervisor, node_id: str, *, counted: bool, expect_handle: str | None,
-                     lc: Lifecycle[Any], soon: bool) -> bool:
-    """See `Supervisor.start_node`."""
-    record = lc.get(node_id)
-    if record is None or record.status not in lc.kind.supervised or record.handle != expect_handle:
-        return False
-    live = [h for h in supervisor.driver.handles_for(node_id) if h.alive and h.id != record.handle]
-    if live:
-        child = live[-1]
-        lc.apply(node_id, Change.ADOPT, lambda r: r.replace(
-            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port), soon=soon)
-        log.info("node %s: its record takes the running child pid %s", node_id, child.pid)
-        return False
-    value = supervisor.gate.cached(node_id, lc.kind.secret_kind(record))
-    if value is None:
-        raise SecretsError(f"the secret of node {node_id} has not been read from the keyring yet")
-    attempt = record.next_start
-    now = iso(supervisor.clock.now())
-    words = supervisor.exits.take_for_start(node_id, record.handle)
-    mark = next_mark(record.start, attempt, now, supervisor.supervisor_id, counted=counted, words=words)
-    respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
-    want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
-    try:
-        child = await supervisor.launch(record, value, attempt, want_ports=want, lc=lc)
-    except Exception as exc:
-        if not supervisor.passes.stopped:  # a host stopping cancelled it: the record stays as it was
-            _start_failed(supervisor, lc, record, exc, counted=counted, mark=mark, words=words, now=now)
-        raise
-    fresh = lc.get(node_id)
-    change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
-    written = None
-    if fresh is not None and fresh.handle == record.handle:
-        written = lc.apply(node_id, change, lambda r: r.replace(
-            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark,
-            problem=None), soon=soon)
-    if written is None:
-        await let_go(supervisor, node_id, child)
-        return False
-    supervisor.timeline.started(child.id)
-    # An adopted child is past its boot, a forked one has almost none (see `gate`); a new one holds a slot.
-    if change is Change.STARTED and not getattr(child, "forked", False):
-        supervisor.start_gate.started(child.id)
-    supervisor.timeline.mark(("start", node_id), now)
-    if counted:
-        supervisor.timeline.mark(("attempt", node_id), now)
-    log.info("node %s started (attempt %d%s), pid %s", node_id, attempt, "" if counted else ", uncounted", child.pid)
-    return True
+def new_host_token() -> str:
+    return _random.token_urlsafe(32)
 
 
-def _start_failed(supervisor: Supervisor, lc: Lifecycle[Any], record: NodeRecord, exc: Exception, *, counted: bool,
-                  mark: StartMark, words: str | None, now: str) -> None:
-    """A start that raised: its failure in the record's mark, counted unless the machine is to blame."""
-    message = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
-    respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
-    if isinstance(exc, OutOfDescriptors):  # the machine's trouble: never spends the node's attempts
-        counted, respawn = False, record.respawn
-        mark = next_mark(record.start, mark.attempt, now, supervisor.supervisor_id, counted=False, words=words)
-    failed_mark = dataclasses.replace(mark, last_exit=f"could not be started: {message}")
-    written = lc.apply(record.id, Change.START_FAILED, lambda r: r.replace(
-        error=message, respawn=respawn, start=failed_mark))
-    if counted and written is not None:
-        supervisor.timeline.mark(("attempt", record.id), now)
+class Starter:
+    """Starts a node's child and records it; keeps each child's host token (memory only)."""
 
+    def __init__(self, *, driver: NodeDriver, gate: KeyringGate, clock: Clock, kinds: Kinds, exits: ExitBook,
+                 holds: Holds, timeline: Timeline, start_gate: StartGate, passes: PassSchedule,
+                 supervisor_id: str) -> None:
+        self.driver, self.gate, self.clock = driver, gate, clock
+        #: Each kind's numbers (a failed start is judged by `decide()` with them).
+        self.kinds = kinds
+        #: What the start reads and marks: the last exit's words, a node's requests, its times, the gate's slots.
+        self.exits, self.holds, self.timeline, self.start_gate = exits, holds, timeline, start_gate
+        #: Its `stopped`: a start the host's stop cancelled leaves its record as it was.
+        self.passes = passes
+        #: Who starts (host:pid), in every start mark.
+        self.supervisor_id = supervisor_id
+        #: Per child this process started, the host token it was given (memory only).
+        self.host_tokens: dict[str, str] = {}
 
-async def let_go(supervisor: Supervisor, node_id: str, child: InstanceInfo) -> None:
-    """A start whose record went or changed while its child came up: the child is stopped, uncounted."""
-    supervisor.host_tokens.pop(child.id, None)
-    log.info("node %s was removed or changed while it started; its new child (pid %s) is stopped", node_id,
-             child.pid)
-    try:
-        await supervisor.driver.stop(child.id)
-    except Exception as exc:  # the record names no such child; the next start's drop ends it anyway
-        log.error("could not stop the child of node %s that is no longer wanted: %s", node_id, exc)
+    def host_token(self, handle_id: str) -> str | None:
+        return self.host_tokens.get(handle_id)
+
+    async def start(self, lc: Lifecycle[Any], node_id: str, *, counted: bool, expect_handle: str | None,
+                    soon: bool = False) -> bool:
+        """The one start of a node; True when a child was started and recorded.
+
+        A live child of the node that the record does not name yet is taken over instead
+        (spends nothing): a host that died after starting it, or a write that failed, never
+        gets a second child beside it. A record removed or changed while the child came up
+        gets nothing, and the child is stopped (uncounted). `soon`: a start of the pass,
+        which answers nobody: its record's write is not waited for (`Lifecycle.apply`),
+        only its event is told after the write's sync.
+        """
+        record = lc.get(node_id)
+        if record is None or record.status not in lc.kind.supervised or record.handle != expect_handle:
+            return False
+        live = [h for h in self.driver.handles_for(node_id) if h.alive and h.id != record.handle]
+        if live:
+            child = live[-1]
+            lc.apply(node_id, Change.ADOPT, lambda r: r.replace(
+                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port), soon=soon)
+            log.info("node %s: its record takes the running child pid %s", node_id, child.pid)
+            return False
+        value = self.gate.cached(node_id, lc.kind.secret_kind(record))
+        if value is None:
+            raise SecretsError(f"the secret of node {node_id} has not been read from the keyring yet")
+        attempt, now = record.next_start, iso(self.clock.now())
+        words = self.exits.take_for_start(node_id, record.handle)
+        mark = next_mark(record.start, attempt, now, self.supervisor_id, counted=counted, words=words)
+        want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
+        try:
+            child = await self.launch(lc, record, value, attempt, want_ports=want)
+        except Exception as exc:
+            if not self.passes.stopped:  # a host stopping cancelled it: the record stays as it was
+                self._failed(lc, record, exc, mark=mark, words=words, now=now, counted=counted)
+            raise
+        change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
+        fresh = lc.get(node_id)
+        written = None
+        if fresh is not None and fresh.handle == record.handle:
+            respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
+            written = lc.apply(node_id, change, lambda r: r.replace(
+                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark,
+                problem=None), soon=soon)
+        if written is None:
+            await self._let_go(node_id, child)
+            return False
+        self.timeline.started(child.id)
+        # An adopted child is past its boot, a forked one has almost none (see `gate`); a new one holds a slot.
+        if change is Change.STARTED and not child.forked:
+            self.start_gate.started(child.id)
+        self.timeline.mark(("start", node_id), now)
+        if counted:
+            self.timeline.mark(("attempt", node_id), now)
+        log.info("node %s started (attempt %d%s), pid %s", node_id, attempt, "" if counted else ", uncounted",
+                 child.pid)
+        return True
+
+    async def launch(self, lc: Lifecycle[Any], record: Any, secret: str, attempt: int, *,
+                     want_ports: tuple[int, int] | None = None) -> InstanceInfo:
+        """Every child is started here: the record's secret and a fresh host token in its
+        environment, clear of the ports the other records remember; the token is kept (in
+        memory only) for the child that got it. No request of an earlier run holds this one."""
+        token = new_host_token()
+        env = lc.kind.secret_env(record, secret, token)
+        self.holds.before_start(record.id)
+        child = await self.driver.start(record.id, attempt, env, want_ports=want_ports,
+                                        avoid_ports=lc.remembered_ports(record.id))
+        if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
+            self.host_tokens[child.id] = token
+        return child
+
+    def spawned(self, lc: Lifecycle[Any], node_id: str, child: InstanceInfo, **fields: Any) -> Any:
+        """A record being created gets its first child (`launch`, attempt 1) and first start
+        mark: the record written, or None when it went meanwhile."""
+        mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
+        self.start_gate.started(child.id)
+        return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
+            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
+
+    def _failed(self, lc: Lifecycle[Any], record: NodeRecord, exc: Exception, *, mark: StartMark,
+                words: str | None, now: str, counted: bool) -> None:
+        """A start that raised: `decide()` says whether it counts; its failure goes into the record's mark."""
+        error = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
+        failure = StartFailure(error=error, message=message_of(exc), machine=isinstance(exc, OutOfDescriptors))
+        verdict = decide(record, Observation(status=DriverStatus.FAILED, start_failure=failure), self.kinds.policy(lc),
+                         lc.kind.supervised, lc.kind.held)
+        counted = counted and verdict.counted
+        if not verdict.counted:
+            mark = next_mark(record.start, mark.attempt, now, self.supervisor_id, counted=False, words=words)
+        respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
+        failed_mark = dataclasses.replace(mark, last_exit=f"could not be started: {error}")
+        if lc.apply(record.id, Change.START_FAILED, lambda r: r.replace(
+                error=error, respawn=respawn, start=failed_mark)) is not None and counted:
+            self.timeline.mark(("attempt", record.id), now)
+
+    async def _let_go(self, node_id: str, child: InstanceInfo) -> None:
+        """A start whose record went or changed while its child came up: the child is stopped, uncounted."""
+        self.host_tokens.pop(child.id, None)
+        log.info("node %s was removed or changed while it started; its new child (pid %s) is stopped", node_id,
+                 child.pid)
+        try:
+            await self.driver.stop(child.id)
+        except Exception as exc:  # the record names no such child; the next start's drop ends it anyway
+            log.error("could not stop the child of node %s that is no longer wanted: %s", node_id, exc)

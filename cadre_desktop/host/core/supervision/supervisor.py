@@ -8,19 +8,21 @@ pass forward to the moment the earliest backoff or start grace ends. When a
 pass runs is `passes.py`; what it does is here. How many of a pass's starts
 may be booting at once is `gate.py` (a storm's starts are paced there).
 
-Each pass gives one verdict per node (`decide.py`, a pure function of the
-record and what the driver, the probe and the keyring gate say) and carries it
-out here: starting, stopping, giving up. Every record write goes through the
-lifecycle. Passes, Retry and Restart share one serial queue, and nothing on it
-ever waits for the keyring: secrets come from the gate's memory, or the node
-waits for the keyring without spending its budget.
+A crash walks: the driver's `Exit` (`_on_exit`: its words, the EXITED event, what
+the node asked for) -> the pass (`reconcile`) -> what it sees (`observe.Observer`)
+-> the verdict (`decide.decide`, a pure function; every rule is there) -> carried
+out here (`_carry_out`) -> the start (`starts.Starter`). Every record write goes
+through the lifecycle. Passes, Retry and Restart share one serial queue, and
+nothing on it ever waits for the keyring: secrets come from the gate's memory,
+or the node waits for the keyring without spending its budget.
 
 Records are reconciled to instances, never instances to records: a child no
 record names is reported once at start and left running.
 
-Hosted and lent nodes (`watch`) share the passes, queue, timers, decision and
-effects; their kind says what is supervised or held, which secret a start needs,
-and what Retry comes back to. Holds are `holds.py`; what a pass sees, `observe.py`.
+Hosted and lent nodes (`kinds.Kinds`) share the passes, queue, timers, decision
+and effects; their kind says what is supervised or held, which secret a start
+needs, and what Retry comes back to. Holds are `holds.py`. Every collaborator is
+made by the composition root (`host/wiring.py`) and given here.
 
 Timing runs on the monotonic clock. Wall-clock times in the records only carry
 a wait across a host restart, and a clock stepped back never makes a wait
@@ -32,42 +34,35 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import secrets as _random
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from cadre_desktop.errors import CadreError, StorageError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
-from cadre_desktop.host.core.driver import Exit, InstanceInfo, NodeDriver
+from cadre_desktop.host.core.driver import Exit, NodeDriver
 from cadre_desktop.host.core.records.lifecycle import HOSTED, Change, Lifecycle
-from cadre_desktop.host.core.records.records import Hold, NodeRecord, RespawnInfo, StartMark, SupervisedRow
-from cadre_desktop.host.core.supervision import orphans, starts
-from cadre_desktop.host.core.supervision.decide import Decision, Observation, Policy, Verdict, decide
+from cadre_desktop.host.core.records.records import Hold, NodeRecord, RespawnInfo, SupervisedRow
+from cadre_desktop.host.core.supervision import orphans
+from cadre_desktop.host.core.supervision.decide import Decision, StartFailure, Verdict, decide
 from cadre_desktop.host.core.supervision.exits import ExitBook
-from cadre_desktop.host.core.supervision.gate import StartGate, machine_limit
+from cadre_desktop.host.core.supervision.gate import StartGate
 from cadre_desktop.host.core.supervision.holds import Holds
+from cadre_desktop.host.core.supervision.kinds import Kinds
 from cadre_desktop.host.core.supervision.observe import DecisionBook, Observer
 from cadre_desktop.host.core.supervision.passes import PassSchedule, breathe
-from cadre_desktop.host.core.supervision.runfile import RunFiles
-from cadre_desktop.host.core.timeline import Timeline
+from cadre_desktop.host.core.supervision.starts import Starter
 from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 from cadre_desktop.host.core.vault.secrets import SecretKind
 from cadre_desktop.settings import Settings
 
-if TYPE_CHECKING:
-    from cadre_desktop.host.core.supervision.probe import Probe
-
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-
-def new_host_token() -> str:
-    return _random.token_urlsafe(32)
+#: Verdicts after which the node changed (a start done or failed): its next look is read anew.
+_CHANGING = (Decision.START, Decision.WAKE, Decision.HOST_RELEASE)
 
 
 def secret_kind(record: NodeRecord) -> SecretKind:
@@ -75,90 +70,45 @@ def secret_kind(record: NodeRecord) -> SecretKind:
 
 
 class Supervisor:
-    def __init__(
-        self,
-        *,
-        lifecycle: Lifecycle[Any],
-        driver: NodeDriver,
-        gate: KeyringGate,
-        settings: Settings,
-        clock: Clock,
-        probe: Probe | None = None,
-        on_sweep: Callable[[], Awaitable[object]] | None = None,
-        run_files: RunFiles | None = None,
-        start_limit: int | None = None,
-    ) -> None:
-        self.lifecycle = lifecycle
-        self.store = lifecycle.store
-        #: Every kind of record supervised here; the hosted nodes' first.
-        self.lifecycles: list[Lifecycle[Any]] = [lifecycle]
+    def __init__(self, *, kinds: Kinds, driver: NodeDriver, gate: KeyringGate, clock: Clock, passes: PassSchedule,
+                 observer: Observer, starter: Starter, holds: Holds, exits: ExitBook, decisions: DecisionBook,
+                 start_gate: StartGate, on_sweep: Callable[[], Awaitable[object]] | None = None) -> None:
+        #: The kinds of record supervised here, their lifecycles and numbers.
+        self.kinds = kinds
         self.driver = driver
         self.gate = gate
-        self.settings = settings
-        #: Per kind of record, its supervision numbers.
-        self._policies: dict[str, Policy] = {lifecycle.kind.noun: Policy(lifecycle.kind.settings(settings))}
         self.clock = clock
-        #: Tells whether a child answered (`is_ready`) or stopped answering (`unresponsive`).
-        self.probe = probe
-        self._on_sweep = on_sweep
-        self.supervisor_id = f"{socket.gethostname()}:{os.getpid()}"
-        self._queue = asyncio.Lock()
-        self.passes = PassSchedule(self.reconcile, clock, lambda: self.policy.sweep_s, self._sweep_chores)
-        self._unsubscribe: Callable[[], None] | None = None
-        self._uncounted: set[str] = set()
-        self.timeline = Timeline(clock)
+        #: When passes run.
+        self.passes = passes
+        #: What a pass sees of a node.
+        self.observer = observer
+        #: The one start of a node.
+        self.starter = starter
         #: Paused, sleeping and done nodes: their holds and releases, and what nodes asked for (run.json).
-        self.holds = Holds(clock=clock, timeline=self.timeline, run_files=run_files)
+        self.holds = holds
         #: The words for each node's last exit this process saw (or the reason it stopped it).
-        self.exits = ExitBook(lambda node_id, count: self.driver.log_tail(node_id, count), gate.redact)
-        self.observer = Observer(driver=driver, gate=gate, exits=self.exits, timeline=self.timeline,
-                                 holds=self.holds, probe=probe)
-        self._waiting_keyring: set[str] = set()
-        #: Per child this process started, the host token it was given (memory only).
-        self.host_tokens: dict[str, str] = {}
+        self.exits = exits
         #: Per node, the last verdict: decision, when, how long it took, error.
-        self.decisions = DecisionBook(clock)
-        self.last_decisions = self.decisions.last
-        gate.on_ready(lambda: self._kick_quietly("keyring"))
+        self.decisions = decisions
         #: How many children may be starting at once (`gate.py`); a pass's starts wait their turn.
-        self.start_gate = StartGate(
-            limit=start_limit if start_limit is not None else machine_limit(), monotonic=clock.monotonic,
-            is_ready=lambda h: bool(self.probe and self.probe.is_ready(h)), is_running=driver.is_running,
-            kick=self.passes.after_exit)
-        if probe is not None:
-            probe.on_answer(self.start_gate.answered)
+        self.start_gate = start_gate
+        self._on_sweep = on_sweep
+        self._queue = asyncio.Lock()
+        self._unsubscribe: Callable[[], None] | None = None
+        #: Nodes whose next start spends nothing (a clean quit, a release waiting for its secret).
+        self._uncounted: set[str] = set()
+        self._waiting_keyring: set[str] = set()
+        passes.serve(self.reconcile, lambda: self.kinds.policy().sweep_s, self._sweep_chores)
 
-    # -- kinds of records ------------------------------------------------------------
+    # -- kinds of records (lend_host.py, live_settings.py) ------------------------------
 
     def watch(self, lifecycle: Lifecycle[Any]) -> None:
         """Supervise another kind of record on the same passes, queue and timers."""
-        self.lifecycles.append(lifecycle)
-        self._policies[lifecycle.kind.noun] = Policy(lifecycle.kind.settings(self.settings))
+        self.kinds.watch(lifecycle)
 
     def use_settings(self, settings: Settings) -> None:
         """New supervision numbers for every kind of record, from the next decision on."""
-        self.settings = settings
-        for lc in self.lifecycles:
-            self._policies[lc.kind.noun] = Policy(lc.kind.settings(settings))
-
-    @property
-    def policy(self) -> Policy:
-        """The hosted nodes' numbers (the sweep's period among them)."""
-        return self._policies[self.lifecycle.kind.noun]
-
-    def lifecycle_of(self, node_id: str) -> Lifecycle[Any]:
-        """The lifecycle whose store holds this id (the hosted one when none does)."""
-        for lc in self.lifecycles[1:]:
-            if lc.store.get(node_id) is not None:
-                return lc
-        return self.lifecycle
-
-    def policy_for(self, lc: Lifecycle[Any]) -> Policy:
-        return self._policies[lc.kind.noun]
-
-    def _supervised(self) -> list[tuple[Lifecycle[Any], NodeRecord]]:
-        return [(lc, r) for lc in self.lifecycles for r in lc.store.list()
-                if r.status in lc.kind.supervised or r.status in lc.kind.held]
+        self.kinds.use_settings(settings)
 
     # -- life -------------------------------------------------------------------
 
@@ -174,7 +124,7 @@ class Supervisor:
         self._uncounted = set(stopped_cleanly)
         self._unsubscribe = self.driver.subscribe(self._on_exit)
         self.passes.start()
-        orphans.report(orphans.find_orphans(self.driver, self.lifecycles))
+        orphans.report(orphans.find_orphans(self.driver, self.kinds.lifecycles))
         self.kick("startup")
 
     async def stop(self) -> None:
@@ -188,9 +138,6 @@ class Supervisor:
         """Run `work` on the serial queue every pass, Retry and Restart share."""
         async with self._queue:
             return await work()
-
-    def _kick_quietly(self, trigger: str) -> None:
-        self.kick(trigger)
 
     def kick(self, trigger: str) -> asyncio.Task[Any] | None:
         """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
@@ -208,41 +155,36 @@ class Supervisor:
             log.debug("log trim failed: %s", exc)
 
     def _on_exit(self, event: Exit) -> None:
-        """An exit is an event at once; the pass it asks for is queued (storms coalesce)."""
+        """An exit is an event at once (its words, what the node asked for); the pass it asks for
+        is queued (storms coalesce)."""
         if self.passes.stopped:
             return
         if not event.requested:
-            self._note_exit(event)
+            words = self.exits.seen(event.node_id, event.returncode, event.cause)
             try:
-                self.holds.exited(self.lifecycle_of(event.node_id), event)
-            except StorageError as exc:
-                log.error("node %s: its run.json is not read; its record is unreadable: %s", event.node_id,
-                          exc.message)
-        self.passes.after_exit()
-
-    def _note_exit(self, event: Exit) -> None:
-        words = self.exits.seen(event.node_id, event.returncode, event.cause)
-        try:
-            if self.lifecycle_of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id,
+                if self.kinds.of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id,
                                                       detail=words) is None:
-                log.info("node %s: the exit of child %s is no news: its record names another child or is gone",
-                         event.node_id, event.handle_id)
-        except StorageError as exc:
-            log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
-        log.warning("node %s %s", event.node_id, words)
+                    log.info("node %s: the exit of child %s is no news: its record names another child or is gone",
+                             event.node_id, event.handle_id)
+            except StorageError as exc:
+                log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
+            log.warning("node %s %s", event.node_id, words)
+            self.holds.exited(event)
+        self.passes.after_exit()
 
     # -- the pass -----------------------------------------------------------------
 
     async def reconcile(self) -> list[str]:
         """One pass over the records, queued behind any other pass, Retry or Restart."""
-        return await self.serialize(self._reconcile_once)
+        async with self._queue:
+            return await self._reconcile_once()
 
     async def _reconcile_once(self) -> list[str]:
         self.passes.began()
         self.start_gate.pass_began()
         started: list[str] = []
         try:
-            candidates = self._supervised()
+            candidates = self.kinds.supervised()
         except StorageError as exc:
             log.error("supervisor cannot read the records: %s", exc.message)
             return started
@@ -255,10 +197,9 @@ class Supervisor:
             t0 = time.perf_counter()
             verdict, error = None, None
             try:
-                verdict = decide(record, self.observe(record, lc), self.policy_for(lc), lc.kind.supervised,
-                                 lc.kind.held)
+                verdict = self._verdict(lc, record)
                 self._take_news(lc, record, verdict)
-                if verdict.decision is Decision.START and not self.start_gate.has_room():
+                if verdict.decision is Decision.GATED:
                     # Left as it is (nothing written or spent); a freed slot brings the pass that starts it.
                     self.start_gate.leave()
                     continue
@@ -278,24 +219,27 @@ class Supervisor:
         self.passes.arm(waits if gated is None else [*waits, gated])
         return started
 
+    def _verdict(self, lc: Lifecycle[Any], record: NodeRecord, failure: StartFailure | None = None) -> Verdict:
+        """What `decide()` says of the record, from what the observer sees (and a start that raised)."""
+        obs = self.observer.observe(record, lc.kind, uncounted=record.id in self._uncounted)
+        if failure is not None:
+            obs = dataclasses.replace(obs, start_failure=failure)
+        return decide(record, obs, self.kinds.policy(lc), lc.kind.supervised, lc.kind.held)
+
     def _due_after(self, lc: Lifecycle[Any], node_id: str, verdict: Verdict | None) -> float | None:
         """When this node next needs a look. The verdict says it, unless a start (done or
         failed) changed the node: then its new start grace, or its new backoff."""
-        if verdict is None or verdict.decision not in (Decision.START, Decision.WAKE, Decision.HOST_RELEASE):
+        if verdict is None or verdict.decision not in _CHANGING:
             return verdict.due_in_s if verdict is not None else None
         fresh = lc.get(node_id)
-        if fresh is None:
-            return None
-        return decide(fresh, self.observe(fresh, lc), self.policy_for(lc), lc.kind.supervised, lc.kind.held).due_in_s
-
-    def observe(self, record: NodeRecord, lc: Lifecycle[Any] | None = None) -> Observation:
-        """Everything the decision needs, read from the driver, the probe and the gate."""
-        self.observer.probe = self.probe
-        kind = (lc or self.lifecycle_of(record.id)).kind
-        return self.observer.observe(record, kind, uncounted=record.id in self._uncounted)
+        return None if fresh is None else self._verdict(lc, fresh).due_in_s
 
     def _take_news(self, lc: Lifecycle[Any], record: NodeRecord, verdict: Verdict) -> None:
         """What the node said of itself, into its record, before its verdict is carried out."""
+        if verdict.refused_hold is not None:
+            log.warning("%s %s asked to be %s; this kind of node cannot be held, so it is restarted as usual",
+                        lc.kind.noun, record.id, verdict.refused_hold)
+            self.holds.refused(record.id)
         if verdict.news is None:
             return
         change, fields = verdict.news
@@ -308,6 +252,15 @@ class Supervisor:
         d = verdict.decision
         if d is not Decision.WAIT_KEYRING:
             self._waiting_keyring.discard(record.id)
+        if d is Decision.START:
+            self._uncounted.discard(record.id)
+            try:
+                return await self.starter.start(lc, record.id, counted=verdict.counted, expect_handle=record.handle,
+                                                soon=True)
+            except Exception as exc:
+                if not await self._start_raised(lc, record.id, exc):
+                    raise
+                return False
         if d is Decision.REFILL:
             lc.apply(record.id, Change.REFILL, lambda r: r.replace(
                 respawn=RespawnInfo(0, r.respawn.last_attempt_at) if r.respawn else None))
@@ -327,72 +280,34 @@ class Supervisor:
             status, hold = verdict.hold
             await self.hold_node(record.id, Change.PAUSE, status, dataclasses.replace(hold, at=iso(self.clock.now())),
                                  lc=lc)
-        elif d is Decision.HOST_RELEASE:
-            return await self.release_node(record.id, Change.RESUME, lc=lc)
+        elif d in (Decision.HOST_RELEASE, Decision.WAKE):
+            return await self.release_node(record.id, Change.RESUME if d is Decision.HOST_RELEASE else Change.WAKE,
+                                           lc=lc)
         elif d is Decision.STOP_HELD:
             log.info("node %s %s; stopping its child", record.id, verdict.reason)
             await self.driver.stop(record.handle)
-        elif d is Decision.WAKE:
-            return await self.release_node(record.id, Change.WAKE, lc=lc)
         elif d is Decision.WAIT_KEYRING:
             self.gate.want(record.id, lc.kind.secret_kind(record))
             if record.id not in self._waiting_keyring:
                 self._waiting_keyring.add(record.id)
                 lc.apply(record.id, Change.WAITING)
-        elif d is Decision.START:
-            self._uncounted.discard(record.id)
-            try:
-                return await self.start_node(record.id, counted=verdict.counted, expect_handle=record.handle, lc=lc,
-                                             soon=True)
-            except Exception as exc:
-                message = message_of(exc)
-                current = lc.get(record.id)
-                attempts = current.attempts if current else 0
-                log.warning("start attempt %d of %s %s failed: %s", attempts, lc.kind.noun, record.id, message)
-                if attempts >= self.policy_for(lc).max_attempts:
-                    await self.give_up(record.id, f"could not be started: {message}", lc=lc)
-                    return False
-                raise
         return False
 
+    async def _start_raised(self, lc: Lifecycle[Any], node_id: str, exc: Exception) -> bool:
+        """A pass's start raised (its failure is in the record): True when `decide()` gave the node up."""
+        message = message_of(exc)
+        current = lc.get(node_id)
+        log.warning("start attempt %d of %s %s failed: %s", current.attempts if current else 0, lc.kind.noun,
+                    node_id, message)
+        if current is None:
+            return False
+        verdict = self._verdict(lc, current, StartFailure(error=message, message=message, recorded=True))
+        if verdict.decision is not Decision.GIVE_UP:
+            return False
+        await self.give_up(node_id, verdict.reason or message, lc=lc)
+        return True
+
     # -- effects ------------------------------------------------------------------
-
-    async def start_node(self, node_id: str, *, counted: bool, expect_handle: str | None = None,
-                         lc: Lifecycle[Any] | None = None, soon: bool = False) -> bool:
-        """The one start of a node (`starts.py`): re-read, start through the driver, then re-read
-        and write handle and mark in one turn; True when a child was started and recorded.
-
-        A live child of the node that the record does not name yet is taken over instead
-        (spends nothing): a host that died after starting it, or a write that failed, never
-        gets a second child beside it. A record removed or changed while the child came up
-        gets nothing, and the child is stopped (uncounted). `soon`: a start of the pass,
-        which answers nobody: its record's write is not waited for (`Lifecycle.apply`),
-        only its event is told after the write's sync.
-        """
-        return await starts.start_node(self, node_id, counted=counted, expect_handle=expect_handle,
-                                       lc=lc or self.lifecycle_of(node_id), soon=soon)
-
-    async def launch(self, record: Any, secret: str, attempt: int, *, lc: Lifecycle[Any],
-                     want_ports: tuple[int, int] | None = None) -> InstanceInfo:
-        """Every start of a child goes through here: the record's secret and a fresh host
-        token in its environment, clear of the ports the other records remember; the
-        token is kept (in memory only) for the child that got it."""
-        token = new_host_token()
-        env = lc.kind.secret_env(record, secret, token)
-        self.holds.before_start(record.id)
-        child = await self.driver.start(record.id, attempt, env, want_ports=want_ports,
-                                        avoid_ports=lc.remembered_ports(record.id))
-        if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
-            self.host_tokens[child.id] = token
-        return child
-
-    def spawned(self, node_id: str, child: InstanceInfo, *, lc: Lifecycle[Any], **fields: Any) -> Any:
-        """A record being created gets its first child (`launch`, attempt 1) and first start
-        mark: the record written, or None when it went meanwhile."""
-        mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
-        self.start_gate.started(child.id)
-        return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
-            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
 
     async def give_up(self, node_id: str, reason: str, change: Change = Change.GIVE_UP,
                       lc: Lifecycle[Any] | None = None) -> None:
@@ -402,7 +317,7 @@ class Supervisor:
         triggers must not find a supervised record with no child. The work
         folder is kept: it holds the identity its cadre knows.
         """
-        lc = lc or self.lifecycle_of(node_id)
+        lc = lc or self.kinds.of(node_id)
         record = lc.get(node_id)
         if record is None or record.status not in lc.kind.supervised:
             return
@@ -428,7 +343,7 @@ class Supervisor:
         starts nothing; the write's event comes after the child is gone, so every view shows the
         node down. No attempt is spent, and no notification is sent.
         """
-        lc = lc or self.lifecycle_of(node_id)
+        lc = lc or self.kinds.of(node_id)
         record = lc.get(node_id)
         if record is not None and record.handle and self.driver.is_running(record.handle):
             await self.driver.stop(record.handle)
@@ -438,33 +353,45 @@ class Supervisor:
         """Release a held node (on the serial queue) and start it now, uncounted, whatever its budget
         says (the seed's demand); True when a child was started. With its secret not in memory yet,
         the next pass starts it, still uncounted."""
-        lc = lc or self.lifecycle_of(node_id)
+        lc = lc or self.kinds.of(node_id)
         fresh = self.holds.release(lc, node_id, change)
         if fresh is None:
             return False
-        self.forget_exit(node_id)
+        self.exits.forget(node_id)
         self._uncounted.add(node_id)
         if self.gate.cached(node_id, lc.kind.secret_kind(fresh)) is None:
             self.kick("released")
             return False
         self._uncounted.discard(node_id)
-        return await self.start_node(node_id, counted=False, expect_handle=fresh.handle, lc=lc)
+        return await self.starter.start(lc, node_id, counted=False, expect_handle=fresh.handle)
+
+    async def start_now(self, node_id: str, *, counted: bool, expect_handle: str | None,
+                        why: str | None = None) -> bool:
+        """A person's start (Retry, Restart), on the serial queue: the last exit explains nothing
+        now, and `why` is the node's last decision (not the give-up the last pass made)."""
+        self.exits.forget(node_id)
+        if why is not None:
+            self.decisions.requested_start(node_id, why)
+        return await self.starter.start(self.kinds.of(node_id), node_id, counted=counted, expect_handle=expect_handle)
 
     # -- what views show --------------------------------------------------------------
 
     def next_attempt_at(self, record: Any) -> datetime | None:
         """When the backoff of a down node ends (wall time, for views); None when now or never."""
-        lc = self.lifecycle_of(record.id)
-        return self.observer.next_attempt_at(record, lc.kind, self.policy_for(lc), self.clock.now())
+        lc = self.kinds.of(record.id)
+        return self.observer.next_attempt_at(record, lc.kind, self.kinds.policy(lc), self.clock.now())
 
-    def starting(self, record: NodeRecord) -> str | None:
+    def starting(self, record: Any) -> str | None:
         """A start in progress (running, not answered yet) in the seed's words, else None."""
-        lc = self.lifecycle_of(record.id)
-        self.observer.probe = self.probe
-        return self.observer.starting(record, lc.kind, self.policy_for(lc))
+        lc = self.kinds.of(record.id)
+        return self.observer.starting(record, lc.kind, self.kinds.policy(lc))
 
-    def forget_exit(self, node_id: str) -> None:
-        self.exits.forget(node_id)
+    def wake_at(self, record: Any) -> datetime | None:
+        """When a sleeping node wakes (wall time, for views)."""
+        return self.holds.wake_at(record)
+
+    def last_decision(self, node_id: str) -> dict[str, Any] | None:
+        return self.decisions.last.get(node_id)
 
     def last_exit(self, node_id: str) -> str | None:
         return self.exits.words(node_id)
