@@ -25,6 +25,7 @@ backend itself (`cadre_desktop/keyrings/keyring_calls.py`). Messages never carry
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import secrets as _random
@@ -119,14 +120,7 @@ class _DaemonWorker(Executor):
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         future: Future[T] = Future()
-
-        def job() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as exc:  # handed to the caller, never lost
-                future.set_exception(exc)
+        job = functools.partial(_settle, future, functools.partial(fn, *args, **kwargs))
         with self._lock:
             if self._closed:
                 raise RuntimeError("the keyring worker is closed")
@@ -168,6 +162,17 @@ class _DaemonWorker(Executor):
                 self._jobs.put(None)
         if wait and self._started:
             self._thread.join()
+
+
+def _settle(future: Future[T], call: Callable[[], T]) -> None:
+    """A job of the keyring worker: `call`'s outcome, returned or raised, handed to `future`
+    (nothing is called when it was cancelled first)."""
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(call())
+    except BaseException as exc:  # handed to the caller, never lost
+        future.set_exception(exc)
 
 
 class SecretStore:
