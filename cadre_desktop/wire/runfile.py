@@ -12,6 +12,7 @@ only while at most `WAKE_AT_MAX` characters.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -57,13 +58,12 @@ def wake_time(value: object, *, zone_required: bool) -> datetime | None:
     its zone is None when `zone_required` (what a node writes), else taken as UTC (what the host reads)."""
     if not isinstance(value, str) or not value or len(value) > WAKE_AT_MAX:
         return None
-    try:
+    with contextlib.suppress(ValueError):
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if when.tzinfo is None:
+        if when.tzinfo is not None:
+            return when
         return None if zone_required else when.replace(tzinfo=UTC)
-    return when
+    return None
 
 
 def checked(body: Mapping[str, object]) -> RunDoc:

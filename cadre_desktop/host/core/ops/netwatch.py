@@ -22,6 +22,7 @@ from typing import Protocol
 
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
 from cadre_desktop.host.core.driver import NodeDriver
+from cadre_desktop.host.core.records.rowstore import Row
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +118,8 @@ class AddressWatcher:
         return True
 
 
-class Advertised(Protocol):
+class Advertised(Row, Protocol):
     """What `restart_stale` reads of a row of any kind (a hosted node's record, a lent node's donation)."""
-
-    @property
-    def id(self) -> str: ...
 
     @property
     def handle(self) -> str | None: ...
