@@ -246,9 +246,10 @@ def same_user(sock: socket.socket) -> bool:
     if peercred is None:
         return True
     try:
-        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i")))
+        cred: tuple[int, int, int] = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i")))
     except OSError:
         return False
+    _pid, uid, _gid = cred
     return uid == os.getuid()
 
 

@@ -374,7 +374,7 @@ _REPORTED_OTHERWISE = {
     "cli/doctor.py:check_desktop": "the failure is the check's result, shown to the person",
     "cli/doctor.py:check_caps": "the failure is the check's result, shown to the person",
     "cli/doctor.py:probe_notifications": "no service answering is the check's result, shown to the person",
-    "host/core/vault/secrets.py:_work": "the exception is handed to the caller's future",
+    "host/core/vault/secrets.py:_settle": "the exception is handed to the caller's future",
     "host/conditions/dbusprop.py:_attempt": "the error is the reading (unknown, why in words); Changes logs each change",
     "host/conditions/dbusprop.py:_on_message": "the error is the reading (unknown, why in words); Changes logs each change",
     "host/conditions/idle.py:__call__": "each way's error is in the unknown reading when no way answers",

@@ -357,7 +357,6 @@ async def test_the_status_fetch_tells_a_descriptor_shortage_from_a_silence(monke
 
     from cadre_desktop.errors import OutOfDescriptors
     from cadre_desktop.host.core.supervision.probe import HttpStatusFetcher
-    from cadre_desktop.net import httpclient
 
     fetcher = HttpStatusFetcher("127.0.0.1", 1.0)
     failure: list[OSError] = [OSError(errno.EMFILE, "Too many open files")]
@@ -365,7 +364,7 @@ async def test_the_status_fetch_tells_a_descriptor_shortage_from_a_silence(monke
     async def connect(*_args, **_kwargs):
         raise failure[0]
 
-    monkeypatch.setattr(httpclient.asyncio, "open_connection", connect)
+    monkeypatch.setattr("cadre_desktop.net.httpclient.asyncio.open_connection", connect)
     try:
         with pytest.raises(OutOfDescriptors):
             await fetcher(9)

@@ -124,7 +124,7 @@ async def test_a_call_cancelled_as_the_keyring_answers_ends_cancelled():
         def recording_submit(fn, *a):
             calls.append(submit(fn, *a))
             return calls[-1]
-        store._executor.submit = recording_submit  # type: ignore[method-assign]  # record every future it hands out
+        store._executor.submit = recording_submit  # type: ignore[method-assign, assignment]  # record every future it hands out
         task = asyncio.create_task(store.get("n1", SecretKind.CLAIM))
         await asyncio.sleep(0)
         deadline = time.monotonic() + 10

@@ -11,7 +11,7 @@ state the OS does not say reads unknown.
 from __future__ import annotations
 
 import sys
-from typing import Any, Protocol
+from typing import Protocol
 
 from cadre_desktop.host.conditions.dbusprop import Connect, Property, PropertyWatch, system_bus
 from cadre_desktop.host.conditions.polled import PolledSource, Worker
@@ -26,7 +26,7 @@ PSUTIL_SOURCE = "the OS's power state (psutil)"
 POLL_S = 30.0
 
 
-def upower_reading(value: Any) -> Reading:
+def upower_reading(value: object) -> Reading:
     """UPower's `OnBattery` (a boolean) as a reading."""
     if not isinstance(value, bool):
         raise TypeError(f"OnBattery is {type(value).__name__}, not a boolean")

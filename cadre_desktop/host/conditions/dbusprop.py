@@ -64,8 +64,9 @@ async def session_bus() -> MessageBus:
 
 
 async def call(bus: MessageBus, destination: str, path: str, interface: str, member: str,
-               signature: str = "", body: list[Any] | None = None, timeout_s: float = CALL_TIMEOUT_S) -> list[Any]:
-    """One method call, bounded; an error reply raises OSError with its name and message."""
+               signature: str = "", body: list[object] | None = None, timeout_s: float = CALL_TIMEOUT_S) -> list[Any]:
+    """One method call, bounded; an error reply raises OSError with its name and message. Its answer's
+    body is as dbus-fast gives it, of the types the member's signature says (a variant's `.value`)."""
     from dbus_fast import Message, MessageType
 
     async with asyncio.timeout(timeout_s):
@@ -83,7 +84,7 @@ class PropertyWatch:
     """A ConditionSource over one D-Bus property; `read` turns its value into a Reading
     (`source` is where it comes from, in words, e.g. "UPower over the system D-Bus")."""
 
-    def __init__(self, name: str, prop: Property, read: Callable[[Any], Reading], source: str, *,
+    def __init__(self, name: str, prop: Property, read: Callable[[object], Reading], source: str, *,
                  connect: Connect = system_bus, retry_s: float = 60.0, call_timeout_s: float = CALL_TIMEOUT_S,
                  clock: Clock | None = None) -> None:
         self.name = name

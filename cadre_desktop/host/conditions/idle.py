@@ -88,9 +88,9 @@ class XssLib:
     """XScreenSaverQueryInfo through ctypes (libX11.so.6, libXss.so.1; loaded at the first question)."""
 
     def __init__(self) -> None:
-        self._libs: tuple[Any, Any] | None = None
+        self._libs: tuple[ctypes.CDLL, ctypes.CDLL] | None = None
 
-    def _load(self) -> tuple[Any, Any]:
+    def _load(self) -> tuple[ctypes.CDLL, ctypes.CDLL]:
         if self._libs is None:
             x11, xss = ctypes.CDLL("libX11.so.6"), ctypes.CDLL("libXss.so.1")
             x11.XOpenDisplay.argtypes, x11.XOpenDisplay.restype = [ctypes.c_char_p], ctypes.c_void_p
@@ -160,7 +160,7 @@ class SessionBus:
         self._connect = connect
         self._bus: MessageBus | None = None
 
-    async def call(self, destination: str, path: str, interface: str, member: str) -> list[Any]:
+    async def call(self, destination: str, path: str, interface: str, member: str) -> list[object]:
         if self._bus is None or not self._bus.connected:
             async with asyncio.timeout(CALL_TIMEOUT_S):
                 self._bus = await self._connect()
@@ -172,7 +172,7 @@ class SessionBus:
             bus.disconnect()
 
 
-Caller = Callable[[str, str, str, str], Awaitable[list[Any]]]
+Caller = Callable[[str, str, str, str], Awaitable[list[object]]]
 
 
 class DbusIdle:

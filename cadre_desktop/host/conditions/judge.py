@@ -25,7 +25,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import tzinfo
+from typing import NotRequired, TypedDict
 
 from cadre_desktop.host.conditions.schedule import Schedule, local_zone
 from cadre_desktop.host.conditions.source import ConditionSource, Reading
@@ -57,9 +58,37 @@ CONDITIONS = (
 NO_SOURCE = Reading(None, "no source on this computer", "")
 
 
+class ConditionRow(TypedDict):
+    """One condition in `Judge.report`, in this key order (the schedule's with its `next_change`)."""
+
+    name: str
+    setting: str
+    enabled: bool
+    value: bool | None
+    sees: str
+    source: str
+    detail: str
+    does: str
+    next_change: NotRequired[str | None]
+
+
+class VerdictRow(TypedDict):
+    run: bool
+    reason: str | None
+    until: str | None
+
+
+class ConditionsReport(TypedDict):
+    """`Judge.report`: what `cadre-desktop conditions` and `GET /api/host/conditions` show."""
+
+    conditions: list[ConditionRow]
+    verdict: VerdictRow
+    pending_s: float | None
+
+
 class Judge:
     def __init__(self, settings: Settings, clock: Clock, sources: Sequence[ConditionSource],
-                 on_change: Callable[[], object] = lambda: None, zone: Any = local_zone,
+                 on_change: Callable[[], object] = lambda: None, zone: Callable[[], tzinfo] = local_zone,
                  make_sources: Callable[[Settings], Sequence[ConditionSource]] | None = None) -> None:
         self.clock = clock
         self.sources = {s.name: s for s in sources}
@@ -214,7 +243,7 @@ class Judge:
 
     # -- words --------------------------------------------------------------------------
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> ConditionsReport:
         """Each condition: what it sees, where from, what it does; and the verdict (`GET /api/host/conditions`)."""
         rows = [self._row(c) for c in CONDITIONS]
         rows.append(self._schedule_row())
@@ -226,7 +255,7 @@ class Judge:
             "pending_s": None if self.pending_at is None else max(0.0, self.pending_at - self.clock.monotonic()),
         }
 
-    def _row(self, c: Condition) -> dict[str, Any]:
+    def _row(self, c: Condition) -> ConditionRow:
         reading = self.reading(c.name)
         on = bool(getattr(self.settings, c.setting))
         sees = "unknown" if reading.value is None else (c.holds_words if reading.value else c.clear_words)
@@ -239,23 +268,24 @@ class Judge:
         return {"name": c.name, "setting": c.setting, "enabled": on, "value": reading.value, "sees": sees,
                 "source": reading.source, "detail": reading.detail, "does": does}
 
-    def _schedule_row(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"name": "schedule", "setting": "run_schedule", "enabled": self.schedule is not None}
+    def _schedule_row(self) -> ConditionRow:
         if self.schedule is None:
-            return {**row, "value": None, "sees": "no schedule: always", "source": "settings.json",
+            return {"name": "schedule", "setting": "run_schedule", "enabled": False, "value": None,
+                    "sees": "no schedule: always", "source": "settings.json",
                     "detail": "", "does": "nothing (run_schedule is null)"}
         moment = self.schedule.at(self.clock.now())
         sees = "inside the schedule" if moment.inside else "outside the schedule"
         if moment.next_change is not None:
             sees += f" until {self.schedule.words(moment.next_change)}"
-        return {**row, "value": not moment.inside, "sees": sees,
+        return {"name": "schedule", "setting": "run_schedule", "enabled": True, "value": not moment.inside,
+                "sees": sees,
                 "source": f"the clock, in {self.schedule.zone_words()}",
                 "detail": f"{len(self.schedule.windows)} window(s)",
                 "does": "lets the nodes run" if moment.inside else "holds the nodes",
                 "next_change": iso(moment.next_change) if moment.next_change else None}
 
 
-def _source_keys(settings: Settings) -> tuple[Any, ...]:
+def _source_keys(settings: Settings) -> tuple[object, ...]:
     """What the sources are made from: which conditions are on, and the idle threshold."""
     return tuple(getattr(settings, c.setting, None) for c in CONDITIONS) + (settings.in_use_idle_minutes,)
 

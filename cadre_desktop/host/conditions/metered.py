@@ -54,7 +54,7 @@ COST_ROAMING = 0x40000
 COST_APPROACHINGDATALIMIT = 0x80000
 
 
-def nm_reading(value: Any) -> Reading:
+def nm_reading(value: object) -> Reading:
     """NetworkManager's `Metered` (a uint32) as a reading."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"Metered is {type(value).__name__}, not a number")

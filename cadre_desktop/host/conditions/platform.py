@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from cadre_desktop.host.conditions.battery import battery_source
 from cadre_desktop.host.conditions.idle import idle_source
 from cadre_desktop.host.conditions.metered import metered_source
 from cadre_desktop.host.conditions.source import ConditionSource
+from cadre_desktop.jsontypes import JSONObject
 
 #: Each condition (a source's `name`), the setting that turns it on, and its default.
 CONDITIONS: dict[str, tuple[str, bool]] = {
@@ -67,10 +67,10 @@ def make_sources(settings: object, platform: str = sys.platform, env: Mapping[st
     return sources
 
 
-def describe(sources: Iterable[ConditionSource]) -> list[dict[str, Any]]:
+def describe(sources: Iterable[ConditionSource]) -> list[JSONObject]:
     """Each source's reading now, as JSON-ready data: `condition` (its name), `value` (true, false or
     null), `seen` ("yes", "no" or "unknown"), `source` (where from) and `detail` (in words)."""
-    rows = []
+    rows: list[JSONObject] = []
     for source in sources:
         reading = source.reading()
         seen = "unknown" if reading.value is None else "yes" if reading.value else "no"

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from pathlib import Path
-from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cadre_desktop.settings import DAYS, parse_hhmm
@@ -66,11 +65,12 @@ class Window:
     end_min: int
 
     @classmethod
-    def of(cls, raw: dict[str, Any]) -> Window:
+    def of(cls, raw: Mapping[str, object]) -> Window:
         start, end = parse_hhmm(raw["from"]), parse_hhmm(raw["to"], end=True)
-        if start is None or end is None:
+        days = raw["days"]
+        if start is None or end is None or not isinstance(days, Iterable):
             raise ValueError(f"not a checked window: {raw!r}")
-        return cls(frozenset(DAYS.index(d) for d in raw["days"]), start, end)
+        return cls(frozenset(DAYS.index(d) for d in days), start, end)
 
     def spans(self, day: date, zone: tzinfo) -> list[tuple[datetime, datetime]]:
         """Where this window lies if it opens on `day` (none when `day` is not one of its days), in UTC."""
@@ -97,7 +97,7 @@ class Moment:
 
 
 class Schedule:
-    def __init__(self, windows: list[dict[str, Any]], zone: Callable[[], tzinfo] = local_zone) -> None:
+    def __init__(self, windows: Sequence[Mapping[str, object]], zone: Callable[[], tzinfo] = local_zone) -> None:
         self.windows = [Window.of(w) for w in windows]
         self.zone = zone
 

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import re
 import secrets as _random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
 from cadre_desktop.errors import Invalid, MachineError
-from cadre_desktop.host.core.records.records import LIFE_KEYS, SupervisedRow, life_from_row
+from cadre_desktop.host.core.records.records import LIFE_KEYS, SupervisedRow, life_from_row, optional_str
 from cadre_desktop.host.core.records.rowstore import RowStore
+from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.wire.seed import (
     DEFAULT_PROFILE,
     MAX_BOOTSTRAP_NODES,
@@ -113,8 +113,8 @@ class Donation(SupervisedRow):
             "CADRE_SEED_TOKEN": seed_token,
         }
 
-    def to_row(self) -> dict[str, Any]:
-        row: dict[str, Any] = {
+    def to_row(self) -> JSONObject:
+        row: JSONObject = {
             "grant_id": self.grant_id,
             "party_id": self.party_id,
             "profile": self.profile,
@@ -135,7 +135,7 @@ _OWN_STR = ("awaiting_since", "seeded_at")
 _KNOWN = {"grant_id", "party_id", "profile", "status", "bootstrap_nodes", "owner_keys", *_OWN_STR, *LIFE_KEYS}
 
 
-def is_donation_id(value: Any) -> bool:
+def is_donation_id(value: object) -> bool:
     return isinstance(value, str) and DONATION_ID.fullmatch(value) is not None
 
 
@@ -143,16 +143,18 @@ def new_donation_id() -> str:
     return "grn_" + "".join(_random.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(12))
 
 
-def _string_list(donation_id: str, row: dict[str, Any], key: str) -> tuple[str, ...] | None:
+def _string_list(donation_id: str, row: Mapping[str, object], key: str) -> tuple[str, ...] | None:
     value = row.get(key)
     if value is None:
         return None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    items = value if isinstance(value, list) else None
+    strings = tuple(v for v in items or () if isinstance(v, str))
+    if items is None or len(strings) != len(items):
         raise ValueError(f"donation {donation_id!r}: {key} must be a list of strings")
-    return tuple(value)
+    return strings
 
 
-def donation_from_row(donation_id: str, row: Any) -> Donation:
+def donation_from_row(donation_id: str, row: object) -> Donation:
     """Build a donation from its JSON row; a row of the wrong shape raises ValueError."""
     if not is_donation_id(donation_id):
         raise ValueError(f"the donation id {donation_id[:80]!r} is not a valid donation id")
@@ -173,8 +175,8 @@ def donation_from_row(donation_id: str, row: Any) -> Donation:
         status=status,
         bootstrap_nodes=_string_list(donation_id, row, "bootstrap_nodes"),
         owner_keys=_string_list(donation_id, row, "owner_keys"),
-        awaiting_since=row.get("awaiting_since"),
-        seeded_at=row.get("seeded_at"),
+        awaiting_since=optional_str(row, "awaiting_since"),
+        seeded_at=optional_str(row, "seeded_at"),
         **life_from_row(f"donation {donation_id!r}", donation_id, row, _OWN_STR),
         extra={k: v for k, v in row.items() if k not in _KNOWN},
     )
@@ -194,7 +196,7 @@ class DonationStore(RowStore[Donation]):
 REQUEST_FIELDS = {"party_id", "profile", "bootstrap_nodes", "owner_keys"}
 
 
-def check_request(body: dict[str, Any]) -> DonationRequest:
+def check_request(body: Mapping[str, object]) -> DonationRequest:
     """Every field bounded and named in its error; unknown fields are refused."""
     unknown = sorted(set(body) - REQUEST_FIELDS)
     if unknown:
@@ -204,7 +206,7 @@ def check_request(body: dict[str, Any]) -> DonationRequest:
     if not is_id(party_id):
         raise FieldError("'party_id' must be 1 to 64 of A-Z a-z 0-9 . _ -, starting with a letter or digit")
     profile = body.get("profile", DEFAULT_PROFILE)
-    if profile not in PROFILES:
+    if not isinstance(profile, str) or profile not in PROFILES:
         raise FieldError(f"'profile' must be {PROFILE_WORDS}")
     nodes = body.get("bootstrap_nodes", [])
     if not isinstance(nodes, list) or len(nodes) > MAX_BOOTSTRAP_NODES:
@@ -222,7 +224,7 @@ def check_request(body: dict[str, Any]) -> DonationRequest:
     )
 
 
-def _each(field: str, items: list[Any], check: Callable[[Any], object]) -> None:
+def _each(field: str, items: Sequence[object], check: Callable[[object], object]) -> None:
     for index, item in enumerate(items):
         try:
             check(item)

@@ -34,7 +34,9 @@ from typing import Any
 from cadre_desktop.errors import Invalid
 from cadre_desktop.host.core.clock import parse_iso
 from cadre_desktop.host.core.ops.validate import clean_name
+from cadre_desktop.host.core.records.records import optional_str
 from cadre_desktop.host.core.records.rowstore import RowStore
+from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.text import url_host
 
 FILE_VERSION = 1
@@ -65,9 +67,9 @@ class Grant:
     creating: bool = False
     #: Its loans are ended and its keyring entry deleted (after a revoke or the expiry).
     closed_at: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JSONObject = field(default_factory=dict)
 
-    def replace(self, **changes: Any) -> Grant:
+    def replace(self, **changes: Any) -> Grant:  # any of its fields, each of its own type
         return dataclasses.replace(self, **changes)
 
     def state(self, now: datetime) -> GrantState:
@@ -82,8 +84,8 @@ class Grant:
             return GrantState.EXPIRED  # an unreadable expiry is taken as passed: refusing is safe
         return GrantState.ACTIVE
 
-    def to_row(self) -> dict[str, Any]:
-        row = {
+    def to_row(self) -> JSONObject:
+        row: JSONObject = {
             "label": self.label,
             "max_nodes": self.max_nodes,
             "token_sha256": self.token_sha256,
@@ -103,11 +105,11 @@ _KNOWN = {"label", "max_nodes", "token_sha256", "created_at", "updated_at", "exp
           "closed_at", "creating"}
 
 
-def is_grant_id(value: Any) -> bool:
+def is_grant_id(value: object) -> bool:
     return isinstance(value, str) and GRANT_ID.fullmatch(value) is not None
 
 
-def grant_from_row(grant_id: str, row: Any) -> Grant:
+def grant_from_row(grant_id: str, row: object) -> Grant:
     """Build a grant from its JSON row; a row of the wrong shape raises ValueError."""
     if not is_grant_id(grant_id):
         raise ValueError(f"the grant id {grant_id[:80]!r} is not a valid grant id")
@@ -132,9 +134,9 @@ def grant_from_row(grant_id: str, row: Any) -> Grant:
         token_sha256=digest,
         created_at=str(row.get("created_at") or ""),
         updated_at=str(row.get("updated_at") or ""),
-        expires_at=row.get("expires_at"),
-        revoked_at=row.get("revoked_at"),
-        closed_at=row.get("closed_at"),
+        expires_at=optional_str(row, "expires_at"),
+        revoked_at=optional_str(row, "revoked_at"),
+        closed_at=optional_str(row, "closed_at"),
         creating=bool(row.get("creating", False)),
         extra={k: v for k, v in row.items() if k not in _KNOWN},
     )
@@ -167,11 +169,11 @@ def grant_link(advertise_host: str, lend_port: int, grant_id: str, token: str) -
 
 # -- what a person may ask for ---------------------------------------------------------------
 
-def clean_label(label: Any, fallback: str) -> str:
+def clean_label(label: object, fallback: str) -> str:
     return clean_name(label, fallback, "grant's label") or fallback
 
 
-def check_max_nodes(value: Any, host_cap: int) -> int:
+def check_max_nodes(value: object, host_cap: int) -> int:
     if value is None:
         return min(DEFAULT_MAX_NODES, host_cap)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= host_cap:
@@ -182,7 +184,7 @@ def check_max_nodes(value: Any, host_cap: int) -> int:
     return value
 
 
-def expiry_after(now: datetime, expires_in_s: Any) -> datetime | None:
+def expiry_after(now: datetime, expires_in_s: object) -> datetime | None:
     if expires_in_s is None:
         return None
     if (not isinstance(expires_in_s, int) or isinstance(expires_in_s, bool)

@@ -178,7 +178,7 @@ def read_state(path: Path) -> tuple[dict[str, Handle], frozenset[str]]:
     if not isinstance(rows, dict):
         raise StorageError(f"the state file {path} has no 'handles' object; it was left as it is")
     try:
-        return {hid: handle_from_row(hid, row) for hid, row in rows.items()}, frozenset(stopped)
+        return {hid: handle_from_row(hid, row) for hid, row in rows.items()}, frozenset(n for n in stopped if isinstance(n, str))
     except ValueError as exc:
         raise StorageError(f"the state file {path} has a bad row: {exc}; it was left as it is") from None
 

@@ -10,18 +10,19 @@ whole before anything is written: one clear error, nothing changed.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from cadre_desktop.errors import Invalid
 from cadre_desktop.host.core.driver import CapsEnforcement, NodeCaps
 from cadre_desktop.host.core.records.records import NodeRecord
+from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.settings import Settings, check_cpu_percent, check_memory_mb
 
 #: What `PATCH /api/nodes/{id}` and `node set` may change.
 CAPS_FIELDS = frozenset({"cpu_percent", "memory_mb", "always_run"})
 
 
-def node_caps(record: Any, settings: Settings) -> NodeCaps:
+def node_caps(record: object, settings: Settings) -> NodeCaps:
     """The caps a start of this node gets: its own, else the host's. `record` may be None or a
     row of another kind (a lent node): it then gets the host's."""
     cpu = getattr(record, "cpu_percent", None)
@@ -33,13 +34,13 @@ def node_caps(record: Any, settings: Settings) -> NodeCaps:
     )
 
 
-def caps_view(caps: NodeCaps, enforcement: CapsEnforcement) -> dict[str, Any]:
+def caps_view(caps: NodeCaps, enforcement: CapsEnforcement) -> JSONObject:
     """What every view of a node carries as `caps`."""
     return {"cpu_percent": caps.cpu_percent, "memory_mb": caps.memory_mb, "low_priority": caps.low_priority,
             "enforced": enforcement.enforced, "how": enforcement.how}
 
 
-def check_caps_change(body: dict[str, Any]) -> dict[str, Any]:
+def check_caps_change(body: Mapping[str, object]) -> dict[str, object]:
     """The fields of a caps change, each checked; Invalid (naming the field) on the first bad
     one, before anything is changed. null for a cap means "the host's default"."""
     unknown = sorted(set(body) - CAPS_FIELDS)
@@ -59,6 +60,6 @@ def check_caps_change(body: dict[str, Any]) -> dict[str, Any]:
     return dict(body)
 
 
-def with_caps(record: NodeRecord, change: dict[str, Any]) -> NodeRecord:
+def with_caps(record: NodeRecord, change: Mapping[str, object]) -> NodeRecord:
     """The record with a checked caps change applied."""
     return record.replace(**change)

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.files.atomicfile import write_json_atomic
@@ -34,6 +33,7 @@ from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.events import LENDING_EVENTS, EventBus, EventKind, HostEvent
 from cadre_desktop.host.core.ops.views import NodeView, NodeViews
 from cadre_desktop.host.core.records.records import HELD, is_node_id
+from cadre_desktop.jsontypes import JSONObject, JSONValue
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +84,12 @@ class Track:
     starts: list[float] = field(default_factory=list)
     last_start: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"entries": _kept_apart(self.entries), "starts": [round(t, 3) for t in self.starts],
                 "last_start": self.last_start}
 
     @classmethod
-    def from_json(cls, row: Any) -> Track:
+    def from_json(cls, row: object) -> Track:
         if not isinstance(row, dict):
             raise ValueError("a node's history must be an object")
         entries = [(float(t), HistoryState(s)) for t, s in row.get("entries", [])]
@@ -130,7 +130,7 @@ class Window:
     #: Up time over the time that counts (not paused, not unknown); None when none counts.
     uptime_percent: float | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {"name": self.name, "start": _iso(self.start), "end": _iso(self.end),
                 "uptime_percent": self.uptime_percent, "restarts": len(self.restarts),
                 "restart_times": [_iso(t) for t in self.restarts],
@@ -319,7 +319,7 @@ class NodeHistory:
         now = self.now()
         return [window_of(track, name, length, now) for name, length in WINDOWS]
 
-    def to_json(self, node_id: str) -> dict[str, Any]:
+    def to_json(self, node_id: str) -> JSONObject:
         return {"node_id": node_id, "now": _iso(self.now()), "windows": [w.to_json() for w in self.windows(node_id)]}
 
     def entry_count(self, node_id: str) -> int:
@@ -327,17 +327,19 @@ class NodeHistory:
         return len(track.entries) + len(track.starts) if track else 0
 
 
-def _kept_apart(entries: list[tuple[float, HistoryState]]) -> list[list[Any]]:
+def _kept_apart(entries: list[tuple[float, HistoryState]]) -> list[JSONValue]:
     """The entries to the millisecond, each at least one after the one before it: a crash
     answered within a millisecond (its down entry and the next start's a few microseconds
     apart) stays a down span when the file is read back, not one of no length, which no
     view shows."""
-    out: list[list[Any]] = []
+    out: list[JSONValue] = []
+    last: float | None = None
     for t, state in entries:
         at = round(t, 3)
-        if out and at <= out[-1][0]:
-            at = round(out[-1][0] + 0.001, 3)
+        if last is not None and at <= last:
+            at = round(last + 0.001, 3)
         out.append([at, state.value])
+        last = at
     return out
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import Any
+from typing import Protocol
 
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
 from cadre_desktop.host.core.driver import NodeDriver
+from cadre_desktop.host.core.records.rowstore import Row
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,17 @@ class AddressWatcher:
         return True
 
 
-async def restart_stale(rows: Iterable[Any], supervised: Collection[Any], driver: NodeDriver,
+class Advertised(Row, Protocol):
+    """What `restart_stale` reads of a row of any kind (a hosted node's record, a lent node's donation)."""
+
+    @property
+    def handle(self) -> str | None: ...
+
+    @property
+    def status(self) -> object: ...
+
+
+async def restart_stale(rows: Iterable[Advertised], supervised: Collection[object], driver: NodeDriver,
                         restart: Callable[..., Awaitable[object]], new: str, what: str) -> None:
     """Restart, one at a time, each supervised row whose running child still advertises
     another address than `new` (a restart spends no budget). A restart that fails leaves

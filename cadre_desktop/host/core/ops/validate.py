@@ -7,7 +7,6 @@ about what is acceptable, and every refusal says what to do instead.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from cadre_desktop.errors import Invalid, NoSuchThing
 from cadre_desktop.host.core.records.records import is_node_id
@@ -16,7 +15,7 @@ MAX_NAME = 64
 MAX_INVITATION = 4096
 
 
-def clean_name(name: Any, fallback: str | None, what: str = "node name") -> str | None:
+def clean_name(name: object, fallback: str | None, what: str = "node name") -> str | None:
     """A node name (or a grant's label): one printable line of 1 to 64 characters, spaces trimmed.
 
     No name at all gives `fallback`; a blank one too, where there is a fallback.
@@ -35,7 +34,7 @@ def clean_name(name: Any, fallback: str | None, what: str = "node name") -> str 
     return text
 
 
-def clean_invitation(invitation: Any) -> str:
+def clean_invitation(invitation: object) -> str:
     if not isinstance(invitation, str) or not invitation.strip():
         raise Invalid("The invitation is empty. Paste the invitation text you were given.")
     text = invitation.strip()
@@ -46,7 +45,7 @@ def clean_invitation(invitation: Any) -> str:
     return text
 
 
-def require_node_id(node_id: Any) -> str:
+def require_node_id(node_id: object) -> str:
     """A node id of this host's form; anything else is simply not one of ours."""
     if not is_node_id(node_id):
         raise NoSuchThing(f"There is no node {str(node_id)[:80]!r} on this host.")

@@ -18,14 +18,14 @@ import re
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from cadre_desktop.errors import StorageError
 from cadre_desktop.files.readfile import read_bytes
+from cadre_desktop.jsontypes import JSONObject, JSONValue
 
 log = logging.getLogger(__name__)
 
-Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+Upgrade = Callable[[JSONObject], JSONObject]
 
 #: The temp files of `atomicfile.write_bytes_atomic`: `.<name>.<8 hex>.tmp`.
 _INTERRUPTED_WRITE = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
@@ -42,7 +42,7 @@ def read_versioned(
     current: int,
     upgrades: Mapping[int, Upgrade],
     max_bytes: int = MAX_BYTES,
-) -> tuple[dict[str, Any] | None, int | None]:
+) -> tuple[JSONObject | None, int | None]:
     """Return (document at `current` version, version found on disk) or (None, None) if absent.
 
     Only a regular file is read (never a FIFO, a device or a symbolic link: the
@@ -57,7 +57,7 @@ def read_versioned(
     if not raw.strip():
         raise StorageError(f"the {what} file {path} is empty; it was left as it is")
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc: JSONValue = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StorageError(
             f"the {what} file {path} is not valid JSON ({exc}); it was left as it is"

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any, Self, TypeGuard
+from typing import Any, Self, TypedDict, TypeGuard
+
+from cadre_desktop.jsontypes import JSONObject
 
 
 class NodeStatus(StrEnum):
@@ -58,8 +61,8 @@ class Hold:
     #: every node (Pause all, the run conditions) and releases it when that ends.
     scope: str = "node"
 
-    def to_row(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"by": self.by.value, "reason": self.reason, "at": self.at, "wake_at": self.wake_at}
+    def to_row(self) -> JSONObject:
+        row: JSONObject = {"by": self.by.value, "reason": self.reason, "at": self.at, "wake_at": self.wake_at}
         if self.scope != "node":
             row["scope"] = self.scope
         return row
@@ -73,17 +76,18 @@ class Hold:
 HOLD_SCOPES = ("node", "host")
 
 
-def hold_from_row(what: str, raw: Any) -> Hold | None:
+def hold_from_row(what: str, raw: object) -> Hold | None:
     """A hold from JSON; one of the wrong shape raises ValueError."""
     if raw is None:
         return None
-    ok = (isinstance(raw, dict) and raw.get("by") in {b.value for b in HeldBy} and isinstance(raw.get("reason"), str)
-          and isinstance(raw.get("at"), str) and isinstance(raw.get("wake_at"), (str, type(None)))
-          and raw.get("scope", "node") in HOLD_SCOPES)
-    if not ok:
-        raise ValueError(f"{what}: hold must hold by, reason, at and wake_at (and a scope of node or host)")
-    return Hold(by=HeldBy(raw["by"]), reason=raw["reason"], at=raw["at"], wake_at=raw.get("wake_at"),
-                scope=raw.get("scope", "node"))
+    if isinstance(raw, dict):
+        by, reason, at = raw.get("by"), raw.get("reason"), raw.get("at")
+        wake_at, scope = raw.get("wake_at"), raw.get("scope", "node")
+        if (isinstance(by, str) and by in {b.value for b in HeldBy} and isinstance(reason, str)
+                and isinstance(at, str) and (wake_at is None or isinstance(wake_at, str))
+                and isinstance(scope, str) and scope in HOLD_SCOPES):
+            return Hold(by=HeldBy(by), reason=reason, at=at, wake_at=wake_at, scope=scope)
+    raise ValueError(f"{what}: hold must hold by, reason, at and wake_at (and a scope of node or host)")
 
 
 class NodeMode(str, Enum):
@@ -119,7 +123,7 @@ class StartMark:
     last_exit: str | None = None
     answered: bool = False
 
-    def to_row(self) -> dict[str, Any]:
+    def to_row(self) -> JSONObject:
         return {"attempt": self.attempt, "at": self.at, "by": self.by, "failures": self.failures,
                 "last_exit": self.last_exit, "answered": self.answered}
 
@@ -139,20 +143,20 @@ def next_mark(prev: StartMark | None, attempt: int, now: str, by: str, *, counte
                      last_exit=words or (prev.last_exit if prev and failed_before else None))
 
 
-def mark_from_row(node_id: str, raw: Any) -> StartMark | None:
+def mark_from_row(node_id: str, raw: object) -> StartMark | None:
     """A start mark from JSON; one of the wrong shape raises ValueError."""
     if raw is None:
         return None
-    ok = (isinstance(raw, dict) and _whole(raw.get("attempt")) and isinstance(raw.get("at"), str)
-          and _whole(raw.get("failures", 0)) and isinstance(raw.get("by", ""), str)
-          and isinstance(raw.get("last_exit"), (str, type(None))) and isinstance(raw.get("answered", False), bool))
-    if not ok:
-        raise ValueError(f"node {node_id!r}: start must hold attempt, at, failures, by, last_exit and answered")
-    return StartMark(attempt=raw["attempt"], at=raw["at"], by=raw.get("by", ""), failures=raw.get("failures", 0),
-                     last_exit=raw.get("last_exit"), answered=raw.get("answered", False))
+    if isinstance(raw, dict):
+        attempt, at, failures = raw.get("attempt"), raw.get("at"), raw.get("failures", 0)
+        by, last_exit, answered = raw.get("by", ""), raw.get("last_exit"), raw.get("answered", False)
+        if (_whole(attempt) and isinstance(at, str) and _whole(failures) and isinstance(by, str)
+                and (last_exit is None or isinstance(last_exit, str)) and isinstance(answered, bool)):
+            return StartMark(attempt=attempt, at=at, by=by, failures=failures, last_exit=last_exit, answered=answered)
+    raise ValueError(f"node {node_id!r}: start must hold attempt, at, failures, by, last_exit and answered")
 
 
-def _whole(value: Any) -> bool:
+def _whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -179,9 +183,11 @@ class SupervisedRow:
     created_at: str = ""
     updated_at: str = ""
     #: A row's keys this build does not know, kept and written back as they were.
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JSONObject = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> Self:
+        # The changes are any of the dataclass's fields, each of its own type (checked by
+        # `dataclasses.replace` at run time; mypy's plugin checks only a direct call of it).
         return dataclasses.replace(self, **changes)
 
     @property
@@ -193,8 +199,8 @@ class SupervisedRow:
         """The start number the next start of this node gets."""
         return (self.start.attempt if self.start else 0) + 1
 
-    def life_row(self) -> dict[str, Any]:
-        row: dict[str, Any] = {
+    def life_row(self) -> JSONObject:
+        row: JSONObject = {
             "handle": self.handle,
             "api_port": self.api_port,
             "p2p_port": self.p2p_port,
@@ -220,7 +226,23 @@ LIFE_PORT = ("api_port", "p2p_port")
 LIFE_KEYS = frozenset({"respawn", "start", "hold", "created_at", "updated_at", *LIFE_STR, *LIFE_PORT})
 
 
-def life_from_row(what: str, row_id: str, row: dict[str, Any], strings: tuple[str, ...] = ()) -> dict[str, Any]:
+class LifeFields(TypedDict):
+    """The shared fields of a supervised row, as keyword arguments of its dataclass."""
+
+    handle: str | None
+    api_port: int | None
+    p2p_port: int | None
+    peer_id: str | None
+    error: str | None
+    respawn: RespawnInfo | None
+    start: StartMark | None
+    problem: str | None
+    hold: Hold | None
+    created_at: str
+    updated_at: str
+
+
+def life_from_row(what: str, row_id: str, row: Mapping[str, object], strings: tuple[str, ...] = ()) -> LifeFields:
     """The shared fields of a row (and its own optional `strings`, checked alike) as keyword
     arguments of its dataclass; a field of the wrong shape raises ValueError."""
     check_optional(what, row, LIFE_STR + strings, LIFE_PORT)
@@ -231,11 +253,11 @@ def life_from_row(what: str, row_id: str, row: dict[str, Any], strings: tuple[st
         # One unreadable start mark costs that run its grace, never the whole file (seed 003).
         problem = f"its start mark is unreadable ({exc}); its current start has no grace"
     return {
-        "handle": row.get("handle"),
-        "api_port": row.get("api_port"),
-        "p2p_port": row.get("p2p_port"),
-        "peer_id": row.get("peer_id"),
-        "error": row.get("error"),
+        "handle": optional_str(row, "handle"),
+        "api_port": _optional_int(row, "api_port"),
+        "p2p_port": _optional_int(row, "p2p_port"),
+        "peer_id": optional_str(row, "peer_id"),
+        "error": optional_str(row, "error"),
         "respawn": respawn_from_row(what, row.get("respawn")),
         "start": start,
         "problem": problem,
@@ -258,15 +280,15 @@ class NodeRecord(SupervisedRow):
     memory_mb: int | None = None
     always_run: bool = False
 
-    def to_row(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"name": self.name, "status": self.status.value, "mode": self.mode.value,
+    def to_row(self) -> JSONObject:
+        row: JSONObject = {"name": self.name, "status": self.status.value, "mode": self.mode.value,
                                "cadre": self.cadre, **self.life_row()}
         # Written only when set: a row without them is what an older build wrote and reads.
         row.update({k: v for k, v in self.caps_row().items() if v not in (None, False)})
         row.update(self.extra)
         return row
 
-    def caps_row(self) -> dict[str, Any]:
+    def caps_row(self) -> JSONObject:
         return {"cpu_percent": self.cpu_percent, "memory_mb": self.memory_mb, "always_run": self.always_run}
 
 
@@ -274,17 +296,26 @@ CAPS_KEYS = ("cpu_percent", "memory_mb", "always_run")
 _KNOWN = {"name", "status", "mode", "cadre", *LIFE_KEYS, *CAPS_KEYS}
 
 
-def caps_from_row(what: str, row: dict[str, Any]) -> dict[str, Any]:
+class CapsFields(TypedDict):
+    """A record's own caps, as keyword arguments of `NodeRecord`."""
+
+    cpu_percent: int | None
+    memory_mb: int | None
+    always_run: bool
+
+
+def caps_from_row(what: str, row: Mapping[str, object]) -> CapsFields:
     """A record's own caps; absent is None (the host's) and false. Only the shape is checked
     here: a row is never refused for a cap the settings' bounds would now refuse."""
     for key in ("cpu_percent", "memory_mb"):
         v = row.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise ValueError(f"{what}: {key} must be a positive whole number or null")
-    if not isinstance(row.get("always_run", False), bool):
+    always_run = row.get("always_run", False)
+    if not isinstance(always_run, bool):
         raise ValueError(f"{what}: always_run must be true or false")
-    return {"cpu_percent": row.get("cpu_percent"), "memory_mb": row.get("memory_mb"),
-            "always_run": row.get("always_run", False)}
+    return {"cpu_percent": _optional_int(row, "cpu_percent"), "memory_mb": _optional_int(row, "memory_mb"),
+            "always_run": always_run}
 
 
 #: What a node id may look like (the node program refuses any other). It names a
@@ -292,11 +323,11 @@ def caps_from_row(what: str, row: dict[str, Any]) -> dict[str, Any]:
 NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
-def is_node_id(node_id: Any) -> TypeGuard[str]:
+def is_node_id(node_id: object) -> TypeGuard[str]:
     return isinstance(node_id, str) and NODE_ID.fullmatch(node_id) is not None and ".." not in node_id
 
 
-def check_optional(what: str, row: dict[str, Any], strings: tuple[str, ...], ports: tuple[str, ...]) -> None:
+def check_optional(what: str, row: Mapping[str, object], strings: tuple[str, ...], ports: tuple[str, ...]) -> None:
     """The optional fields of a row (of any kind of supervised record): strings and port numbers, or null."""
     for key in strings:
         if row.get(key) is not None and not isinstance(row[key], str):
@@ -307,16 +338,29 @@ def check_optional(what: str, row: dict[str, Any], strings: tuple[str, ...], por
             raise ValueError(f"{what}: {key} must be a port number")
 
 
-def respawn_from_row(what: str, raw: Any) -> RespawnInfo | None:
+def optional_str(row: Mapping[str, object], key: str) -> str | None:
+    """A field `check_optional` passed as a string or null."""
+    v = row.get(key)
+    return v if isinstance(v, str) else None
+
+
+def _optional_int(row: Mapping[str, object], key: str) -> int | None:
+    """A field checked as a whole number or null (a port, a cap)."""
+    v = row.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def respawn_from_row(what: str, raw: object) -> RespawnInfo | None:
     if raw is None:
         return None
-    if (not isinstance(raw, dict) or not isinstance(raw.get("attempts"), int)
-            or not isinstance(raw.get("last_attempt_at"), str)):
-        raise ValueError(f"{what}: respawn must hold attempts and last_attempt_at")
-    return RespawnInfo(attempts=raw["attempts"], last_attempt_at=raw["last_attempt_at"])
+    if isinstance(raw, dict):
+        attempts, last_attempt_at = raw.get("attempts"), raw.get("last_attempt_at")
+        if isinstance(attempts, int) and isinstance(last_attempt_at, str):
+            return RespawnInfo(attempts=attempts, last_attempt_at=last_attempt_at)
+    raise ValueError(f"{what}: respawn must hold attempts and last_attempt_at")
 
 
-def record_from_row(node_id: str, row: Any) -> NodeRecord:
+def record_from_row(node_id: str, row: object) -> NodeRecord:
     """Build a record from its JSON row; a row of the wrong shape raises ValueError."""
     if not is_node_id(node_id):
         raise ValueError(f"the node id {node_id[:80]!r} is not a valid node id")
@@ -338,7 +382,7 @@ def record_from_row(node_id: str, row: Any) -> NodeRecord:
         name=name,
         status=status,
         mode=mode,
-        cadre=row.get("cadre"),
+        cadre=optional_str(row, "cadre"),
         **life_from_row(f"node {node_id!r}", node_id, row, ("cadre",)),
         **caps_from_row(f"node {node_id!r}", row),
         # Keys a newer build added are carried through untouched, never dropped.

@@ -32,12 +32,13 @@ import builtins
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from cadre_desktop.errors import StorageError
 from cadre_desktop.files.atomicfile import write_json_atomic
 from cadre_desktop.files.groupwriter import GroupWriter
 from cadre_desktop.host.core.records.jsondoc import Upgrade, keep_backup, read_versioned, remove_interrupted_writes
+from cadre_desktop.jsontypes import JSONObject
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class Row(Protocol):
     @property
     def created_at(self) -> str: ...
 
-    def to_row(self) -> dict[str, Any]: ...
+    def to_row(self) -> JSONObject: ...
 
 
 R = TypeVar("R", bound=Row)
@@ -67,8 +68,8 @@ class RowStore(Generic[R]):
         *,
         what: str,
         key: str,
-        parse: Callable[[str, Any], R],
-        is_id: Callable[[Any], bool],
+        parse: Callable[[str, object], R],
+        is_id: Callable[[object], bool],
         version: int,
         upgrades: Mapping[int, Upgrade],
         clears_interrupted_writes: bool = False,
@@ -148,18 +149,18 @@ class RowStore(Generic[R]):
         if found is not None and found < self._version:
             self._upgraded_from = found
         self._cache = cache
-        self._removing = dict(removing)
+        self._removing = {k: v for k, v in removing.items() if isinstance(v, str)}  # all are, checked above
         return cache
 
-    def _read_top(self, doc: dict[str, Any] | None, *, upgraded: bool) -> None:
+    def _read_top(self, doc: JSONObject | None, *, upgraded: bool) -> None:
         """Read the file's own fields beside its rows (None: there is no file yet); for subclasses."""
 
-    def _top(self) -> dict[str, Any]:
+    def _top(self) -> JSONObject:
         """The file's own fields to write beside its rows; for subclasses."""
         return {}
 
-    def _doc(self, rows: dict[str, R], removing: dict[str, str]) -> dict[str, Any]:
-        doc: dict[str, Any] = {
+    def _doc(self, rows: dict[str, R], removing: dict[str, str]) -> JSONObject:
+        doc: JSONObject = {
             "version": self._version,
             self._key: {row_id: row.to_row() for row_id, row in sorted(rows.items())},
             **self._top(),
@@ -168,7 +169,7 @@ class RowStore(Generic[R]):
             doc["removing"] = dict(sorted(removing.items()))
         return doc
 
-    def _writing(self, doc: dict[str, Any] | Callable[[], dict[str, Any]]) -> Callable[[], None]:
+    def _writing(self, doc: JSONObject | Callable[[], JSONObject]) -> Callable[[], None]:
         """The write of `doc`, or of the doc `doc()` makes on the writer's thread."""
         path = self.path
 

@@ -18,12 +18,12 @@ import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from cadre_desktop.errors import StorageError
 from cadre_desktop.host.core.records.jsondoc import Upgrade
 from cadre_desktop.host.core.records.records import NodeRecord, is_node_id, record_from_row
 from cadre_desktop.host.core.records.rowstore import RowStore
+from cadre_desktop.jsontypes import JSONObject
 
 FILE_VERSION = 2
 #: Keyring entries named `<home id>/<node id>/<kind>` (1: `<node id>/<kind>`, before home ids).
@@ -35,7 +35,7 @@ def new_home_id() -> str:
     return "h" + secrets.token_hex(8)
 
 
-def _upgrade_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
+def _upgrade_1_to_2(doc: JSONObject) -> JSONObject:
     doc["home_id"] = new_home_id()
     doc["keyring_layout"] = 1  # its entries are still under their old names
     return doc
@@ -66,7 +66,7 @@ class RecordStore(RowStore[NodeRecord]):
         self._home_id: str | None = None
         self._keyring_layout = KEYRING_LAYOUT
 
-    def _read_top(self, doc: dict[str, Any] | None, *, upgraded: bool) -> None:
+    def _read_top(self, doc: JSONObject | None, *, upgraded: bool) -> None:
         if doc is None:
             self._home_id, self._keyring_layout = new_home_id(), KEYRING_LAYOUT
             return
@@ -77,9 +77,9 @@ class RecordStore(RowStore[NodeRecord]):
             raise StorageError(f"the records file {self.path} has no valid 'home_id'; it was left as it is")
         if layout not in (1, KEYRING_LAYOUT):
             raise StorageError(f"the records file {self.path} has a bad 'keyring_layout'; it was left as it is")
-        self._home_id, self._keyring_layout = home_id, layout
+        self._home_id, self._keyring_layout = home_id, 1 if layout == 1 else KEYRING_LAYOUT
 
-    def _top(self) -> dict[str, Any]:
+    def _top(self) -> JSONObject:
         if self._version < 2:
             return {}
         return {"home_id": self._home_id, "keyring_layout": self._keyring_layout}

@@ -25,6 +25,7 @@ backend itself (`cadre_desktop/keyrings/keyring_calls.py`). Messages never carry
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import secrets as _random
@@ -32,7 +33,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar, TypeVarTuple
 
 from cadre_desktop.host.core.events import Listeners
 from cadre_desktop.keyrings.keyring_helper import IDLE_S, HelperCalls, isolate_by_default
@@ -56,6 +57,14 @@ __all__ = ["SERVICE", "KeyringLocked", "KeyringTimeout", "KeyringUnavailable", "
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
+Ts = TypeVarTuple("Ts")
+
+
+class _Pending(Protocol):
+    """A call under way: whether it has returned yet."""
+
+    def done(self) -> bool: ...
 
 #: How long one keyring call may take before the host stops waiting for it.
 KEYRING_TIMEOUT_S = 10.0
@@ -96,7 +105,8 @@ class _DaemonWorker(Executor):
     """
 
     def __init__(self, name: str, *, idle_s: float | None = None, on_idle: Callable[[], None] = lambda: None) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None] = queue.SimpleQueue()
+        #: Each job runs its call and hands the outcome to its future; None ends the worker.
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._started = False
         self._closed = False
@@ -108,18 +118,19 @@ class _DaemonWorker(Executor):
     def started(self) -> bool:
         return self._started
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        future: Future[T] = Future()
+        job = functools.partial(_settle, future, functools.partial(fn, *args, **kwargs))
         with self._lock:
             if self._closed:
                 raise RuntimeError("the keyring worker is closed")
             if not self._started:
                 self._thread.start()
                 self._started = True
-            self._jobs.put((future, fn, args, kwargs))
+            self._jobs.put(job)
         return future
 
-    def _next(self, busy: bool) -> tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None:
+    def _next(self, busy: bool) -> Callable[[], None] | None:
         """The next job; after a job, `on_idle` once when none comes within idle_s."""
         if busy and self._idle_s is not None:
             try:
@@ -142,13 +153,7 @@ class _DaemonWorker(Executor):
                 self._let_go()
                 return
             busy = True
-            future, fn, args, kwargs = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as exc:  # handed to the caller, never lost
-                future.set_exception(exc)
+            job()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
@@ -157,6 +162,17 @@ class _DaemonWorker(Executor):
                 self._jobs.put(None)
         if wait and self._started:
             self._thread.join()
+
+
+def _settle(future: Future[T], call: Callable[[], T]) -> None:
+    """A job of the keyring worker: `call`'s outcome, returned or raised, handed to `future`
+    (nothing is called when it was cancelled first)."""
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(call())
+    except BaseException as exc:  # handed to the caller, never lost
+        future.set_exception(exc)
 
 
 class SecretStore:
@@ -180,7 +196,7 @@ class SecretStore:
         self.timeout_s = timeout_s
         self.bind_home(home_id, owns, legacy=legacy)
         self._executor = _DaemonWorker("keyring", idle_s=idle_s, on_idle=self.calls.close)
-        self._hung: asyncio.Future[Any] | None = None
+        self._hung: _Pending | None = None
         self._answer_listeners: Listeners[None] = Listeners("keyring answered")
 
     def bind_home(self, home_id: str | None, owns: Callable[[str], bool] | None = None, *,
@@ -228,7 +244,7 @@ class SecretStore:
     def hung(self) -> bool:
         return self._hung is not None and not self._hung.done()
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _run(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         if self.hung:
             raise KeyringTimeout(_HELP_TIMEOUT.format(s=self.timeout_s))
         loop = asyncio.get_running_loop()
@@ -243,7 +259,7 @@ class SecretStore:
             future.add_done_callback(self._answered)
             raise KeyringTimeout(_HELP_TIMEOUT.format(s=self.timeout_s)) from None
 
-    def _answered(self, future: asyncio.Future[Any]) -> None:
+    def _answered(self, future: asyncio.Future[T]) -> None:
         if not future.cancelled():
             future.exception()  # retrieved, so asyncio does not log it as lost
         if future is self._hung:
