@@ -29,7 +29,21 @@ Reported per walk: the distinct functions passed, the distinct files, and the re
 file already left (walking the files of successive calls: each change of file to one that was
 visited earlier and then left counts one), with the ordered list of "module:function" (first
 entry of each). The same three figures are given for the walk's spine too: the walk without
-what the event bus's listeners do (ASIDE). The markers are the table MARKERS below
+what the event bus's listeners do (ASIDE), and for the reader's walk ("reader" in --json):
+
+- the causal path: the calls of cadre_desktop on the stack when the end marker is entered (each
+  call's caller is the nearest recorded frame below it, by the frame's identity: f_back), and
+  where the first of them is the first frame of a task, a callback or an `asyncio.to_thread`
+  function, the stack of the call that made it (Tracer.watch wraps the loop's create_task,
+  call_soon, call_soon_threadsafe, call_later, call_at and asyncio.to_thread while a walk is on),
+  and so on back to the start marker ("reaches_start" says whether it does);
+- the reader's walk: the path and, for each call on it, the calls it made itself, one level
+  down (its callees, and the tasks, callbacks and threads it made in its own frame), entered and
+  come back before the path went on from it (to its next call on the path, or to the making of
+  the task that carries the path on; the end call's own, up to the walk's end). Counted in call
+  order as the whole walk is (functions, files, returns); ">" marks the path in --list.
+
+The markers are the table MARKERS below
 ("module:qualname", wrapped before the host is made): when the code moves, change them there.
 """
 
@@ -51,7 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _walk_trace import Marker, Recording, Tracer
+from _walk_trace import Call, Marker, Recording, Tracer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,6 +134,45 @@ def file_walk(steps: Sequence[tuple[str, str]]) -> list[str]:
         if not out or out[-1] != file:
             out.append(file)
     return out
+
+
+def causal_path(calls: Sequence[Call], end: int) -> list[Call]:
+    """The end call and what it was made from, back to the walk's start: its callers (the frames on
+    the stack) and, at the first frame of a task, a callback or a thread, the calls that made it."""
+    path: list[Call] = []
+    at: int | None = end
+    while at is not None and all(c.index != at for c in path):
+        call = calls[at]
+        path.append(call)
+        at = call.parent if call.parent is not None else call.hop
+    return path[::-1]
+
+
+def reader_walk(calls: Sequence[Call], end: int, end_clock: int) -> tuple[list[Call], list[Call]]:
+    """(the causal path, the reader's walk): the path and, for each call on it, the calls it made
+    itself (one level down: its callees, and the tasks, callbacks and threads it made) that came
+    back before the path went on from it (to its next call, or to the task or callback that
+    carries it on), in the order they were entered. The end call's own callees count up to
+    `end_clock` (a walk that ends at a return)."""
+    path = causal_path(calls, end)
+    cut: dict[int, int] = {}
+    for here, there in zip(path, path[1:]):
+        went_on = there.entered if there.parent == here.index else there.hop_at
+        cut[here.index] = went_on if went_on is not None else there.entered
+    cut[path[-1].index] = end_clock
+    on_path = {c.index for c in path}
+    walk = list(path)
+    for call in calls:
+        if call.index in on_path:
+            continue
+        caller = call.parent if call.parent is not None else call.hop if call.hop_exact else None
+        if caller is None or caller not in cut:
+            continue
+        if call.parent is None and (call.hop_at is None or call.hop_at >= cut[caller]):
+            continue  # a task or callback made after the path went on
+        if call.entered < cut[caller] and call.returned is not None and call.returned < cut[caller]:
+            walk.append(call)
+    return path, sorted(walk, key=lambda c: c.entered)
 
 
 
@@ -225,11 +278,13 @@ async def run(tracer: Tracer, budget_s: float = 50.0) -> None:
     host = None
     try:
         async with asyncio.timeout(budget_s):
+            tracer.watch(asyncio.get_running_loop())
             host = _make_host(home)
             await host.start()
             await _walk_all(tracer, host, home, pids)
     finally:
         tracer.live = False
+        tracer.unwatch()
         try:
             if host is not None:
                 async with asyncio.timeout(20):
@@ -265,6 +320,22 @@ def figures(name: str, steps: Sequence[tuple[str, str]]) -> dict[str, Any]:
     }
 
 
+def reader_figures(name: str, rec: Recording) -> dict[str, Any]:
+    """The reader's walk of a recording (see reader_walk), counted as the whole walk is."""
+    if rec.end_call is None or rec.end_clock is None:
+        return {"functions": None, "files": None, "returns": None, "met": False, "reaches_start": False,
+                "path": [], "order": [], "sequence": [], "file_walk": [], "reentries": {}}
+    path, walk = reader_walk(rec.calls, rec.end_call, rec.end_clock)
+    steps = [(c.file, c.function) for c in walk]
+    out = figures(name, steps)
+    del out["calls"]
+    on_path = {c.index for c in path}
+    return {**out, "reaches_start": path[0].index == 0,
+            "path": [name_of((c.file, c.function)) for c in path],
+            "path_files": len(dict.fromkeys(c.file for c in path)),
+            "sequence": [("> " if c.index in on_path else "  ") + name_of((c.file, c.function)) for c in walk]}
+
+
 def result(tracer: Tracer) -> dict[str, Any]:
     walks: dict[str, Any] = {}
     for name, rec in tracer.walks.items():
@@ -275,6 +346,7 @@ def result(tracer: Tracer) -> dict[str, Any]:
             **figures(name, rec.steps),
             "sequence": [name_of(s) for s in rec.steps],
             "spine": figures(name, [s for s, aside in zip(rec.steps, rec.aside) if not aside]),
+            "reader": reader_figures(name, rec),
         }
     return walks
 
@@ -297,13 +369,20 @@ def show(walks: dict[str, Any], listing: bool) -> None:
 
     rows = []
     for name, w in walks.items():
-        spine = w["spine"]
+        spine, reader = w["spine"], w["reader"]
         rows.append([name, w["functions"], w["files"], w["returns"], spine["functions"], spine["files"], spine["returns"],
+                     reader["functions"], reader["files"], reader["returns"],
                      f"{w['target']['functions']} / {w['target']['returns']}", "met" if w["met"] else "not met",
+                     "met" if reader["met"] else "not met",
                      ", ".join(f"{f} {n}" for f, n in list(w["reentries"].items())[:3])])
-    print(table(["walk", "functions", "files", "returns", "spine fn", "files", "returns", "target fn / ret", "",
-                 "most returned to"], rows))
+    print(table(["walk", "functions", "files", "returns", "spine fn", "files", "returns", "reader fn", "files", "returns",
+                 "target fn / ret", "all", "reader", "most returned to"], rows))
     print("(spine: the same walk without what the event bus's listeners do; ASIDE in bench/walks.py)")
+    print("(reader: the causal path to the end marker, through the tasks and callbacks that carry it, and what each "
+          "call on it calls itself before the path goes on)")
+    for name, w in walks.items():
+        if not w["reader"]["reaches_start"]:
+            print(f"walks: the {name} walk's causal path does not reach its start marker (a hop not followed)")
     if not listing:
         return
     for name, w in walks.items():
@@ -314,6 +393,13 @@ def show(walks: dict[str, Any], listing: bool) -> None:
             print(f"  {i:3}. {'*' if fn in aside else ' '} {fn.removeprefix('cadre_desktop.')}")
         print("  files, call after call: " + " > ".join(w["file_walk"]))
         print("  the spine's files: " + " > ".join(w["spine"]["file_walk"]))
+    for name, w in walks.items():
+        r = w["reader"]
+        print(f"\n{name}, the reader's walk: {r['functions']} functions in {r['files']} files, {r['returns']} returns; "
+              f"the causal path {len(r['path'])} calls in {r.get('path_files')} files (> marks it, call order)")
+        for i, fn in enumerate(r["sequence"], 1):
+            print(f"  {i:3}. {fn[:2]}{fn[2:].removeprefix('cadre_desktop.')}")
+        print("  files, call after call: " + " > ".join(r["file_walk"]))
 
 
 def main() -> None:
