@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypedDict
 
@@ -20,6 +19,7 @@ from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import InstanceInfo, NodeDriver
 from cadre_desktop.host.core.ops.address import claim_url
+from cadre_desktop.host.core.records.lifecycle import Supervised
 from cadre_desktop.host.core.records.records import HELD, SUPERVISED, Hold, NodeRecord, NodeStatus, StartMark
 from cadre_desktop.host.core.records.store import RecordStore
 from cadre_desktop.jsontypes import JSONObject
@@ -223,13 +223,10 @@ class NodeViews:
         return f"{record.error}; {note}" if record.error else note
 
 
-class ViewedRow(Protocol):
-    """What the views' shared fields read of a row of either kind (a node's record, a lent node's donation)."""
+class ViewedRow(Supervised, Protocol):
+    """What the views' shared fields read of a row of either kind (a node's record, a lent node's
+    donation): a supervised row, its hold and its start mark."""
 
-    @property
-    def id(self) -> str: ...
-    @property
-    def status(self) -> Enum: ...
     @property
     def hold(self) -> Hold | None: ...
     @property
