@@ -34,6 +34,7 @@ from cadre_desktop.host.lending.grants import Grant, GrantStore
 from cadre_desktop.host.lending.kind import DONATED
 from cadre_desktop.host.lending.service import LendingService
 from cadre_desktop.host.lending.views import LendingViews
+from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
 
@@ -72,7 +73,7 @@ class Lending:
 
     def attach(self, *, hosted: Lifecycle[NodeRecord], supervisor: Supervisor, probe: Probe, gate: KeyringGate,
                driver: NodeDriver, nodes: NodeService, settings: Settings, advertise_host: Callable[[], str],
-               keep_home: Callable[[], None], caps: Callable[[], dict[str, object]] | None = None) -> None:
+               keep_home: Callable[[], None], caps: Callable[[], JSONObject] | None = None) -> None:
         """Join the host's supervision: same supervisor, probe, ports and keyring gate."""
         s = settings
         hosted.neighbours.append(self.lifecycle)

@@ -168,7 +168,7 @@ class FakeHost:
         view = self.get_node(node_id)
         caps = dict(view.caps or {"cpu_percent": None, "memory_mb": None, "low_priority": True,
                                   "enforced": True, "how": "fake"})
-        caps.update({k: v for k, v in checked.items() if k != "always_run"})
+        caps.update({k: v for k, v in checked.items() if k != "always_run" and (v is None or isinstance(v, int))})
         return self.put(replace(view, caps=caps))
 
     async def remove_node(self, node_id: str) -> bool:

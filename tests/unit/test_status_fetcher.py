@@ -29,8 +29,9 @@ def test_strings_of_a_status_answer_are_checked_or_escaped():
                            "extra": "ignored"})
     assert got["node_id"] is None and got["peer_id"] is None and got["version"] is None
     assert got["cadre"] == "Fam\\x1b]0;pwned\\x07\\x1b[2J"
-    assert got["cadre"].isprintable() and len(got["cadre"]) <= 64
-    assert got["error"].isprintable() and len(got["error"]) <= 300
+    cadre, error = got["cadre"], got["error"]
+    assert isinstance(cadre, str) and cadre.isprintable() and len(cadre) <= 64
+    assert isinstance(error, str) and error.isprintable() and len(error) <= 300
     assert "extra" not in got
     assert sanitize_status({"state": "rm -rf"})["state"] is None
 

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cadre_desktop.host.conditions.polled import FIRST_READ_S, Changes, first_read, why
 from cadre_desktop.host.conditions.source import Reading
@@ -64,7 +64,7 @@ async def session_bus() -> MessageBus:
 
 
 async def call(bus: MessageBus, destination: str, path: str, interface: str, member: str,
-               signature: str = "", body: list[object] | None = None, timeout_s: float = CALL_TIMEOUT_S) -> list[Any]:
+               signature: str = "", body: list[object] | None = None, timeout_s: float = CALL_TIMEOUT_S) -> list[object]:
     """One method call, bounded; an error reply raises OSError with its name and message. Its answer's
     body is as dbus-fast gives it, of the types the member's signature says (a variant's `.value`)."""
     from dbus_fast import Message, MessageType
@@ -199,13 +199,18 @@ class PropertyWatch:
             self._kick.set()
 
     async def _fetch(self, bus: MessageBus) -> Reading:
+        from dbus_fast import Variant
+
         # Signals that arrive before the owner is known are not trusted; the Get below reads them anyway.
         owner = await call(bus, DBUS, "/org/freedesktop/DBus", DBUS, "GetNameOwner", "s", [self.prop.service],
                            self._timeout_s)
         self._owner = str(owner[0])
         body = await call(bus, self.prop.service, self.prop.path, PROPERTIES, "Get", "ss",
                           [self.prop.interface, self.prop.name], self._timeout_s)
-        return self._read(body[0].value)
+        value = body[0]
+        if not isinstance(value, Variant):  # Get's reply is one variant (its signature is "v")
+            raise OSError(f"Get answered {type(value).__name__}, not a variant")
+        return self._read(value.value)
 
     def _on_message(self, msg: Message) -> None:
         from dbus_fast import MessageType

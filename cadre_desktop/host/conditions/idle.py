@@ -223,7 +223,8 @@ class WindowsTicks:
         class LastInputInfo(ctypes.Structure):
             _fields_ = [("cbSize", ctypes.c_uint), ("dwTime", ctypes.c_uint)]
 
-        windll: Any = getattr(ctypes, "windll")  # noqa: B009 (Windows only; absent elsewhere)
+        # Left untyped: ctypes has windll on Windows only, so mypy (run elsewhere) knows nothing of it.
+        windll: Any = getattr(ctypes, "windll")  # noqa: B009
         info = LastInputInfo(ctypes.sizeof(LastInputInfo), 0)
         if not windll.user32.GetLastInputInfo(ctypes.byref(info)):
             raise OSError("GetLastInputInfo failed")

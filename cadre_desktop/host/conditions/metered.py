@@ -97,7 +97,8 @@ class WindowsCost:
         import ctypes
         from ctypes import wintypes
 
-        windll: Any = getattr(ctypes, "windll")  # noqa: B009 (Windows only; absent elsewhere)
+        # Left untyped: ctypes has windll and WINFUNCTYPE on Windows only; mypy (run elsewhere) knows neither.
+        windll: Any = getattr(ctypes, "windll")  # noqa: B009
         functype: Any = getattr(ctypes, "WINFUNCTYPE")  # noqa: B009
         ole32 = windll.ole32
         initialised = ole32.CoInitializeEx(None, 0x0) in (0, 1)  # COINIT_MULTITHREADED; S_OK or S_FALSE

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, Unpack
 
 from cadre_desktop.errors import Invalid
 from cadre_desktop.host.core.clock import parse_iso
@@ -54,6 +54,21 @@ class GrantState(str, Enum):
     REVOKED = "revoked"
 
 
+class GrantChanges(TypedDict, total=False):
+    """What `Grant.replace` may change: any of its fields, each of its own type."""
+
+    label: str
+    max_nodes: int
+    token_sha256: str
+    created_at: str
+    updated_at: str
+    expires_at: str | None
+    revoked_at: str | None
+    creating: bool
+    closed_at: str | None
+    extra: JSONObject
+
+
 @dataclass(frozen=True)
 class Grant:
     id: str
@@ -69,7 +84,7 @@ class Grant:
     closed_at: str | None = None
     extra: JSONObject = field(default_factory=dict)
 
-    def replace(self, **changes: Any) -> Grant:  # any of its fields, each of its own type
+    def replace(self, **changes: Unpack[GrantChanges]) -> Grant:
         return dataclasses.replace(self, **changes)
 
     def state(self, now: datetime) -> GrantState:

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.ops.views import hold_fields, last_exit_words
 from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, Donation
 from cadre_desktop.host.lending.grants import Grant
+from cadre_desktop.jsontypes import JSONObject, JSONValue
 from cadre_desktop.text import url_host
 
 if TYPE_CHECKING:
@@ -70,8 +71,8 @@ class GrantView:
         """Words for an active grant that borrowers cannot reach, else None."""
         return unreachable_words(self.status, self.lend_api)
 
-    def to_json(self) -> dict[str, Any]:
-        view = asdict(self)
+    def to_json(self) -> JSONObject:
+        view: JSONObject = asdict(self)
         view["unreachable"] = self.unreachable
         return view
 
@@ -104,7 +105,7 @@ class DonationView:
     held_by: str | None
     hold_reason: str | None
     #: The supervisor's last decision about it: decision, at, ms, error.
-    last_decision: dict[str, Any] | None
+    last_decision: JSONObject | None
     #: False on a row without every input of its first start: it is not restarted.
     respawnable: bool
     created_at: str
@@ -113,9 +114,9 @@ class DonationView:
     started_at: str | None
     log_path: str
     #: What it may use and how the OS holds it to that: the host's caps (a lent node has none of its own).
-    caps: dict[str, Any] | None = None
+    caps: JSONObject | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
 
@@ -136,7 +137,7 @@ def donation_view(
     next_retry: datetime | None,
     log_path: str,
     supervisor: Supervisor | None = None,
-    caps: dict[str, Any] | None = None,
+    caps: JSONObject | None = None,
     unsaved: bool = False,
     save_problem: str | None = None,
 ) -> DonationView:
@@ -185,7 +186,7 @@ def _with_save_problem(error: str | None, save_problem: str | None) -> str | Non
     return f"{error}; {save_problem}" if error else save_problem
 
 
-def borrower_view(view: DonationView, donation: Donation, *, unsaved: bool = False) -> dict[str, Any]:
+def borrower_view(view: DonationView, donation: Donation, *, unsaved: bool = False) -> JSONObject:
     """The borrower's part of a lent node: no pid, port layout, log, or the owner's label (nor
     the owner's file paths: a row not saved is told without the reason's details)."""
     error = (donation.error or "").splitlines()[0][:300] if donation.error else None
@@ -217,7 +218,7 @@ def borrower_view(view: DonationView, donation: Donation, *, unsaved: bool = Fal
     }
 
 
-def borrower_grant(grant: Grant, now: datetime, donations: list[dict[str, Any]]) -> dict[str, Any]:
+def borrower_grant(grant: Grant, now: datetime, donations: list[JSONValue]) -> JSONObject:
     return {
         "id": grant.id,
         "label": grant.label,
@@ -232,7 +233,7 @@ class LendingViews:
     """Views read fresh from the stores, the driver and the supervisor, for every audience."""
 
     def __init__(self, service: LendingService, *, log_path: Callable[[str], str],
-                 caps: Callable[[], dict[str, Any]] | None = None,
+                 caps: Callable[[], JSONObject] | None = None,
                  lend_api: Callable[[], LendApiState] = lambda: NO_LEND_API) -> None:
         self.service = service
         self.log_path = log_path
@@ -263,7 +264,7 @@ class LendingViews:
     def donation(self, donation_id: str) -> DonationView:
         return self._view(self.service.require_donation(donation_id))
 
-    def _live(self, donation: Donation) -> tuple[Any, bool]:
+    def _live(self, donation: Donation) -> tuple[InstanceInfo | None, bool]:
         """The child the row names, or else a live child of the lent node the row does not
         name yet (the write after its start failed); and whether it is the latter."""
         handle = self.service.driver.get(donation.handle)
@@ -303,9 +304,9 @@ class LendingViews:
         self.service.require_donation(donation_id)
         return self.service.driver.log_tail(donation_id, lines, max_bytes=256 * 1024)
 
-    def for_borrower(self, donation: Donation) -> dict[str, Any]:
+    def for_borrower(self, donation: Donation) -> JSONObject:
         return borrower_view(self._view(donation), donation, unsaved=self._not_saved(donation))
 
-    def grant_for_borrower(self, grant: Grant) -> dict[str, Any]:
-        rows = [self.for_borrower(d) for d in self.service.donations.of_grant(grant.id)]
+    def grant_for_borrower(self, grant: Grant) -> JSONObject:
+        rows: list[JSONValue] = [self.for_borrower(d) for d in self.service.donations.of_grant(grant.id)]
         return borrower_grant(grant, self.service.now(), rows)

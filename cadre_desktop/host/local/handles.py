@@ -21,7 +21,6 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cadre_desktop.errors import StorageError
 from cadre_desktop.files.atomicfile import write_json_atomic
@@ -30,13 +29,14 @@ from cadre_desktop.host.core.driver import Exit
 from cadre_desktop.host.core.records.jsondoc import read_versioned
 from cadre_desktop.host.local.system import procs
 from cadre_desktop.host.local.system.linux import Adopted
+from cadre_desktop.jsontypes import JSONObject
 
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 2
 
 
-def _upgrade_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
+def _upgrade_1_to_2(doc: JSONObject) -> JSONObject:
     rows = doc.get("handles")
     if isinstance(rows, dict):
         for row in rows.values():
@@ -94,7 +94,7 @@ class Handle:
         """Forked from a loaded node program (a fork server), not started from scratch."""
         return isinstance(self.popen, Adopted)
 
-    def to_row(self) -> dict[str, Any]:
+    def to_row(self) -> JSONObject:
         return {
             "node_id": self.node_id,
             "pid": self.pid,
@@ -183,10 +183,10 @@ def read_state(path: Path) -> tuple[dict[str, Handle], frozenset[str]]:
         raise StorageError(f"the state file {path} has a bad row: {exc}; it was left as it is") from None
 
 
-def state_doc(handles: Iterable[Handle], stopped_cleanly: Iterable[str] = ()) -> dict[str, Any]:
-    doc: dict[str, Any] = {"version": STATE_VERSION, "handles": {h.id: h.to_row() for h in handles if h.alive}}
+def state_doc(handles: Iterable[Handle], stopped_cleanly: Iterable[str] = ()) -> JSONObject:
+    doc: JSONObject = {"version": STATE_VERSION, "handles": {h.id: h.to_row() for h in handles if h.alive}}
     if stopped_cleanly:
-        doc["stopped_cleanly"] = sorted(set(stopped_cleanly))
+        doc["stopped_cleanly"] = [*sorted(set(stopped_cleanly))]  # [*...]: a JSON list (sorted gives list[str])
     return doc
 
 
@@ -194,7 +194,7 @@ def write_state(path: Path, handles: Iterable[Handle], stopped_cleanly: Iterable
     write_state_doc(path, state_doc(handles, stopped_cleanly))
 
 
-def write_state_doc(path: Path, doc: dict[str, Any]) -> None:
+def write_state_doc(path: Path, doc: JSONObject) -> None:
     try:
         write_json_atomic(path, doc, compact=True)
     except OSError as exc:

@@ -29,11 +29,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from cadre_desktop.files.atomicfile import ensure_private_dir
 from cadre_desktop.host.local.system import procs
 from cadre_desktop.host.local.system.seam import ProcessOS
+from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.logs import logkeeper
 from cadre_desktop.net.fdlimit import call_with_reserve
 from cadre_desktop.paths import Paths
@@ -154,7 +154,7 @@ class LogKeeper:
 
     def _send(self, stream_id: str, kept: Kept, note: str | None = None) -> None:
         assert self._sock is not None
-        msg: dict[str, Any] = {"op": "watch", "id": stream_id, "node": kept.node_id, "log": kept.log_path,
+        msg: JSONObject = {"op": "watch", "id": stream_id, "node": kept.node_id, "log": kept.log_path,
                                "cap": kept.cap}
         if note:
             msg["note"] = note
@@ -283,12 +283,12 @@ class LogKeeper:
         self.streams.clear()
 
 
-def _connect(path: Path) -> tuple[socket.socket, int, list[tuple[dict[str, Any], int]]] | None:
+def _connect(path: Path) -> tuple[socket.socket, int, list[tuple[JSONObject, int]]] | None:
     """Blocking (run on a thread): the keeper at `path`, its pid and the streams it keeps."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(ATTACH_TIMEOUT_S)
     fds: list[int] = []
-    haves: list[tuple[dict[str, Any], int]] = []
+    haves: list[tuple[JSONObject, int]] = []
     try:
         sock.connect(str(path))
         sock.sendall(b'{"op": "hello"}\n')

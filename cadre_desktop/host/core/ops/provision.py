@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic
+from typing import Generic
 
 from cadre_desktop.host.core.driver import InstanceInfo
 from cadre_desktop.host.core.records.lifecycle import Lifecycle, R
@@ -53,7 +53,7 @@ class Provisioning(Generic[R]):
 
     async def create(self, record: R, kind: SecretKind, secret: str, *, unwind: Unwind,
                      gone: Callable[[], Exception], still_wanted: Callable[[R], None] = lambda row: None,
-                     **first_start: Any) -> Born[R]:
+                     **first_start: object) -> Born[R]:
         """Bring `record` (in its kind's creating status) to life; `first_start` are the fields
         the first child's write sets besides its handle and ports. `gone()` is the error for a row
         removed meanwhile; `still_wanted(row)` raises where the kind no longer wants it (a loan

@@ -13,14 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import InstanceInfo, NodeDriver
 from cadre_desktop.host.core.ops.address import claim_url
-from cadre_desktop.host.core.records.records import HELD, SUPERVISED, NodeRecord, NodeStatus
+from cadre_desktop.host.core.records.lifecycle import Supervised
+from cadre_desktop.host.core.records.records import HELD, SUPERVISED, Hold, NodeRecord, NodeStatus, StartMark
 from cadre_desktop.host.core.records.store import RecordStore
+from cadre_desktop.jsontypes import JSONObject
 
 if TYPE_CHECKING:
     from cadre_desktop.host.core.supervision.probe import Probe
@@ -53,7 +55,7 @@ class SupervisedView(Protocol):
     @property
     def waiting_for(self) -> str | None: ...
     @property
-    def last_decision(self) -> dict[str, Any] | None: ...
+    def last_decision(self) -> JSONObject | None: ...
     @property
     def created_at(self) -> str: ...
     @property
@@ -63,7 +65,7 @@ class SupervisedView(Protocol):
     @property
     def log_path(self) -> str: ...
 
-    def to_json(self) -> dict[str, Any]: ...
+    def to_json(self) -> JSONObject: ...
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ class NodeView:
     #: "keyring" while it waits for the keyring to start (no attempt is spent).
     waiting_for: str | None = None
     #: The supervisor's last verdict on it: decision, at, ms, error.
-    last_decision: dict[str, Any] | None = None
+    last_decision: JSONObject | None = None
     #: While sleeping: when it wakes (ISO-8601 UTC); else None.
     wake_at: str | None = None
     #: While paused, sleeping or done: who holds it ("person", "node", "conditions") and why (one line).
@@ -113,7 +115,7 @@ class NodeView:
     starting: str | None = None
     #: What it may use and how the OS holds it to that: cpu_percent, memory_mb,
     #: low_priority, enforced, how (host/core/ops/caps.py).
-    caps: dict[str, Any] | None = None
+    caps: JSONObject | None = None
     #: Runs whatever the run conditions say (a person's pause still stops it).
     always_run: bool = False
 
@@ -121,8 +123,8 @@ class NodeView:
         # A status given by its value ("joined") is taken as the member: typed end to end.
         object.__setattr__(self, "status", NodeStatus(self.status))
 
-    def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
+    def to_json(self) -> JSONObject:
+        doc: JSONObject = asdict(self)
         doc["status"] = self.status.value
         return doc
 
@@ -133,7 +135,7 @@ class NodeViews:
     def __init__(self, *, store: RecordStore, driver: NodeDriver, supervisor: Supervisor, probe: Probe,
                  clock: Clock, address: Callable[[], str],
                  log_path: Callable[[str], Path], claim_secret: Callable[[str], str | None],
-                 caps: Callable[[NodeRecord], dict[str, Any]] | None = None) -> None:
+                 caps: Callable[[NodeRecord], JSONObject] | None = None) -> None:
         self.store = store
         self.driver = driver
         self.supervisor = supervisor
@@ -221,7 +223,25 @@ class NodeViews:
         return f"{record.error}; {note}" if record.error else note
 
 
-def hold_fields(row: Any, supervisor: Supervisor | None) -> dict[str, Any]:
+class ViewedRow(Supervised, Protocol):
+    """What the views' shared fields read of a row of either kind (a node's record, a lent node's
+    donation): a supervised row, its hold and its start mark."""
+
+    @property
+    def hold(self) -> Hold | None: ...
+    @property
+    def start(self) -> StartMark | None: ...
+
+
+class HoldFields(TypedDict):
+    """A view's hold fields, as keyword arguments of its dataclass."""
+
+    wake_at: str | None
+    held_by: str | None
+    hold_reason: str | None
+
+
+def hold_fields(row: ViewedRow, supervisor: Supervisor | None) -> HoldFields:
     """A held node's (hosted or lent) `wake_at`, `held_by` and `hold_reason`, for its view."""
     held = {s.value for s in HELD}
     hold = row.hold if row.status.value in held else None
@@ -231,15 +251,14 @@ def hold_fields(row: Any, supervisor: Supervisor | None) -> dict[str, Any]:
     return {"wake_at": iso(wake) if wake is not None else None, "held_by": hold.by.value, "hold_reason": hold.reason}
 
 
-def last_exit_words(row: Any, running: bool, supervisor: Supervisor | None) -> str | None:
+def last_exit_words(row: ViewedRow, running: bool, supervisor: Supervisor | None) -> str | None:
     """What ended the last start of a node (hosted or lent), while it matters: down, or
     starting again after a failure. The supervisor's words for an exit it saw, else the
     start mark's (an exit an earlier host saw)."""
-    seen: str | None = supervisor.last_exit(row.id) if supervisor else None
+    seen = supervisor.last_exit(row.id) if supervisor else None
     if seen:
         return seen
     mark = row.start
     if mark is not None and mark.last_exit and (not running or not mark.answered):
-        words: str = mark.last_exit
-        return words
+        return mark.last_exit
     return None

@@ -25,15 +25,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from cadre_desktop.errors import StorageError
 from cadre_desktop.files.atomicfile import write_bytes_atomic
 from cadre_desktop.files.readfile import read_bytes
 from cadre_desktop.host.core.clock import Clock, iso, parse_iso
-from cadre_desktop.host.core.records.lifecycle import RecordKind
+from cadre_desktop.host.core.records.lifecycle import RecordKind, Supervised
 from cadre_desktop.host.core.records.records import HeldBy, Hold
 from cadre_desktop.host.core.supervision.holds import pause_end
+from cadre_desktop.jsontypes import JSONObject
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class HostPause:
     def reason(self) -> str:
         return PAUSE_REASON
 
-    def to_json(self, now: datetime) -> dict[str, Any]:
+    def to_json(self, now: datetime) -> JSONObject:
         left = None if self.until is None else max(0, int((self.until - now).total_seconds() * 1000))
         return {"paused": self.active(now), "since": iso(self.at), "until": iso(self.until) if self.until else None,
                 "left_ms": left, "reason": self.reason}
@@ -101,7 +102,7 @@ def load_pause(path: Path) -> HostPause | None:
 
 
 def save_pause(path: Path, pause: HostPause | None) -> None:
-    doc: dict[str, Any] = {"version": PAUSE_VERSION, "paused": pause is not None}
+    doc: JSONObject = {"version": PAUSE_VERSION, "paused": pause is not None}
     if pause is not None:
         doc.update(since=iso(pause.at), until=iso(pause.until) if pause.until else None)
     write_bytes_atomic(path, (json.dumps(doc, indent=2) + "\n").encode())
@@ -226,7 +227,7 @@ class HostHolds:
 
     # -- what each node should have ----------------------------------------------------------
 
-    def wanted(self, record: Any, kind: RecordKind) -> tuple[Enum, Hold] | None:
+    def wanted(self, record: Supervised, kind: RecordKind) -> tuple[Enum, Hold] | None:
         """The hold the host wants this node to have now (status and hold), else None."""
         holds = kind.holds
         if "paused" not in holds or "sleeping" not in holds:

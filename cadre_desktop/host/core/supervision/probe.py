@@ -45,9 +45,10 @@ from cadre_desktop import text
 from cadre_desktop.errors import CadreError, OutOfDescriptors
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
 from cadre_desktop.host.core.driver import NodeDriver
-from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle
+from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle, Supervised
 from cadre_desktop.host.core.records.records import SUPERVISED, NodeRecord, NodeStatus
 from cadre_desktop.host.core.supervision.decide import NodeNews
+from cadre_desktop.jsontypes import JSONObject, JSONValue
 from cadre_desktop.net import httpclient
 from cadre_desktop.net.fdlimit import is_shortage, shortage_words
 
@@ -65,13 +66,13 @@ AWAITING_STATES = frozenset({"unclaimed", "joining", "awaiting_seed"})
 WAIT_S = 25.0
 
 #: `fetch(port)` asks at once; `fetch(port, since, wait_s)` is a long-poll (only with `long_poll_s`).
-Fetch = Callable[..., Awaitable[dict[str, Any] | None]]
+Fetch = Callable[..., Awaitable[JSONObject | None]]
 NODE_STATES = {"unclaimed", "joining", "joined", "failed", "awaiting_seed", "seeded"}
 #: A /status answer is a few hundred bytes; anything past this is not one.
 MAX_STATUS_BYTES = 64 * 1024
 
 
-def sanitize_status(doc: dict[str, Any]) -> dict[str, Any]:
+def sanitize_status(doc: JSONObject) -> JSONObject:
     """Only what the host uses of a node's /status, every string checked.
 
     A node program is anyone's code, and its answer reaches a record, the log
@@ -80,7 +81,7 @@ def sanitize_status(doc: dict[str, Any]) -> dict[str, Any]:
     with unprintable characters written as escapes.
     """
     state = doc.get("state")
-    lent = {}
+    lent: JSONObject = {}
     if "donation_id" in doc:  # a lent node's (node contract §10): which donation, for which party
         lent = {"donation_id": text.clean(doc.get("donation_id"), 64), "party": text.clean(doc.get("party"), 64)}
     return {
@@ -94,7 +95,7 @@ def sanitize_status(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _for_a_person(value: Any, limit: int) -> str | None:
+def _for_a_person(value: JSONValue, limit: int) -> str | None:
     return text.escape(value, limit) if isinstance(value, str) and value else None
 
 
@@ -128,7 +129,7 @@ class HttpStatusFetcher:
         #: Long-polls on a connection of their own each (one idle connection per node waited on).
         self._waits = httpclient.Client()
 
-    async def __call__(self, port: int, since: str | None = None, wait_s: float = 0.0) -> dict[str, Any] | None:
+    async def __call__(self, port: int, since: str | None = None, wait_s: float = 0.0) -> JSONObject | None:
         client, target = self._client, "/status"
         if since is not None and wait_s > 0:
             client, target = self._waits, f"/status?wait={wait_s:g}&since={quote(since, safe='')}"
@@ -268,7 +269,7 @@ class Probe:
         grace = max(self.grace_s, 3 * self._period.get(handle_id or "", 0.0))
         return self.clock.monotonic() - last > grace
 
-    def period(self, record: Any) -> float:
+    def period(self, record: Supervised) -> float:
         """How far apart this record's child is asked: quick while news is awaited, slow once steady."""
         if record.handle not in self._answered:
             return min(self.interval_s, NEWS_S)
@@ -333,19 +334,18 @@ class Probe:
         plain = []
         for record in due:
             if self._waits_on(record):
-                self._start_wait(record)
+                self._start_wait(record.id, record.handle)
             else:
                 plain.append(self.probe_one(record))
         await asyncio.gather(*plain)
 
-    def _waits_on(self, record: Any) -> bool:
+    def _waits_on(self, record: Supervised) -> bool:
         """A child that answered and says it waits for news is waited on, not asked again and again."""
         return (self.long_poll_s > 0 and record.handle in self._answered and record.handle not in self._due
                 and self._said.get(record.handle) in AWAITING_STATES and record.status.value not in STEADY_STATES)
 
-    def _start_wait(self, record: Any) -> None:
-        handle_id = record.handle
-        task = asyncio.create_task(self._wait_on(record.id, handle_id), name=f"probe-wait-{record.id}")
+    def _start_wait(self, node_id: str, handle_id: str) -> None:
+        task = asyncio.create_task(self._wait_on(node_id, handle_id), name=f"probe-wait-{node_id}")
         self._waits[handle_id] = task
         task.add_done_callback(lambda t: self._wait_ended(handle_id, t))
 
@@ -407,16 +407,17 @@ class Probe:
         if handle_id in self._last_ok:
             self._last_ok[handle_id] = self.clock.monotonic()
 
-    def take(self, snapshot: NodeRecord, handle_id: str, status: dict[str, Any] | None) -> None:
+    def take(self, snapshot: NodeRecord, handle_id: str, status: JSONObject | None) -> None:
         """What one answer (or its absence) of this child means."""
-        if status is None or status.get("state") not in NODE_STATES:
+        state = status.get("state") if status is not None else None
+        if status is None or not isinstance(state, str) or state not in NODE_STATES:
             if self.unresponsive(handle_id) and self.driver.is_running(handle_id):
                 log.warning("node %s has not answered for %.0f s", snapshot.id, self.grace_s)
                 if self.on_news is not None:
                     self.on_news(snapshot.id)
             return
         self._last_ok[handle_id] = self.clock.monotonic()
-        self._said[handle_id] = status["state"]
+        self._said[handle_id] = state
         self._due.pop(handle_id, None)
         first_answer = handle_id not in self._answered
         self._answered.add(handle_id)
@@ -434,11 +435,12 @@ class Probe:
             lc.apply(snapshot.id, Change.ANSWERED, _spend_mark, handle=handle_id)
         lc.kind.on_status(lc, snapshot.id, handle_id, status)
 
-    def observe(self, node_id: str, handle_id: str, status: dict[str, Any], first_answer: bool) -> None:
+    def observe(self, node_id: str, handle_id: str, status: JSONObject, first_answer: bool) -> None:
         """Keep what a hosted node says of itself, about this very child; when the record does not
         say it yet (its first answer, a claim, a failed invitation, a new peer id), the supervisor
         is told, and its pass decides what to write (decide.py). The probe writes nothing."""
-        news = NodeNews(state=status.get("state"), cadre=_text(status.get("cadre"), 128),
+        state = status.get("state")  # one of NODE_STATES (`take`)
+        news = NodeNews(state=state if isinstance(state, str) else None, cadre=_text(status.get("cadre"), 128),
                         peer_id=_text(status.get("peer_id"), 128), error=_text(status.get("error"), 300))
         before = self._news.get(handle_id)
         self._news[handle_id] = news
@@ -469,6 +471,6 @@ def _spend_mark(record: NodeRecord) -> NodeRecord:
     return record.replace(start=dataclasses.replace(record.start, answered=True))
 
 
-def _text(value: Any, limit: int) -> str | None:
+def _text(value: JSONValue, limit: int) -> str | None:
     """A string a node sent, made safe for a record: one printable line, bounded; else None."""
     return text.one_line(value, limit) or None if isinstance(value, str) else None

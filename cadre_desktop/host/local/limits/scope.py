@@ -20,7 +20,7 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 from cadre_desktop.host.core.driver import NodeCaps
 
@@ -31,6 +31,9 @@ CALL_TIMEOUT_S = 5.0
 SYSTEMD = "org.freedesktop.systemd1"
 MANAGER_PATH = "/org/freedesktop/systemd1"
 MANAGER = "org.freedesktop.systemd1.Manager"
+
+#: A scope's property: (name, D-Bus signature, value), the value a string, a number or pids.
+ScopeProperty: TypeAlias = tuple[str, str, str | int | list[int]]
 
 
 def user_manager_address(env: dict[str, str] | None = None, uid: int | None = None) -> str | None:
@@ -47,9 +50,9 @@ def user_manager_address(env: dict[str, str] | None = None, uid: int | None = No
     return f"unix:path={bus}" if bus.exists() else None
 
 
-def scope_properties(node_id: str, pid: int, caps: NodeCaps) -> list[tuple[str, str, Any]]:
+def scope_properties(node_id: str, pid: int, caps: NodeCaps) -> list[ScopeProperty]:
     """The scope's properties as (name, D-Bus signature, value)."""
-    props: list[tuple[str, str, Any]] = [
+    props: list[ScopeProperty] = [
         ("Description", "s", f"cadre-desktop node {node_id}"),
         ("PIDs", "au", [pid]),
         ("CollectMode", "s", "inactive-or-failed"),
@@ -69,7 +72,7 @@ class ScopeOps:
     def __init__(self, address: str) -> None:
         self.address = address
 
-    async def _call(self, member: str, signature: str, body: list[Any]) -> None:
+    async def _call(self, member: str, signature: str, body: list[object]) -> None:
         from dbus_fast import Message, MessageType
         from dbus_fast.aio import MessageBus
 
@@ -84,10 +87,10 @@ class ScopeOps:
             name = reply.error_name if reply is not None else "no reply"
             raise OSError(f"systemd {member}: {name}: {reply.body[0] if reply and reply.body else ''}")
 
-    async def start(self, unit: str, props: list[tuple[str, str, Any]]) -> None:
+    async def start(self, unit: str, props: list[ScopeProperty]) -> None:
         from dbus_fast import Variant
 
-        body = [unit, "fail", [[name, Variant(sig, value)] for name, sig, value in props], []]
+        body: list[object] = [unit, "fail", [[name, Variant(sig, value)] for name, sig, value in props], []]
         await self._call("StartTransientUnit", "ssa(sv)a(sa(sv))", body)
 
     async def stop(self, unit: str) -> None:
