@@ -300,25 +300,28 @@ class NodeService:
 
         Its child is stopped cleanly on the serial queue; no attempt is spent, no notification
         sent, and the hold is in the record, so it outlives the host. Pausing a held node again
-        replaces its hold (a person's word wins over the node's own). The hold is the one asked
-        now (its end checked first); whether the node may be paused is checked on the queue,
-        where it counts, and once before it so a refusal does not wait for a pass.
+        replaces its hold (a person's word wins over the node's own). Its end is taken and checked
+        when asked; whether the node may be paused is checked on the queue, where it counts, and
+        once before it, so a refusal does not wait for a pass.
         """
-        hold = self._person_hold(for_ms, until)
+        wake_at = self._wake_at(for_ms, until)
         self._pausable(node_id)
 
         async def work() -> NodeRecord:
             record, lc = self._pausable(node_id)
-            status = lc.kind.holds["sleeping" if hold.wake_at else "paused"]
-            if await self.supervisor.hold_node(node_id, Change.PAUSE, status, hold, lc) is None:
+            status = lc.kind.holds["sleeping" if wake_at else "paused"]
+            if await self.supervisor.hold_node(node_id, Change.PAUSE, status, self._person_hold(wake_at), lc) is None:
                 raise InvalidState(f"Node {record.name} changed while it was being paused.")
             return self._require(node_id)
         return await self.supervisor.serialize(work)
 
-    def _person_hold(self, for_ms: int | None, until: datetime | None) -> Hold:
-        """A person's hold from now: no end, `for_ms` from now or until `until` (checked)."""
-        now = self.clock.now()
-        return person_hold(now, pause_end(now, for_ms, until))
+    def _wake_at(self, for_ms: int | None, until: datetime | None) -> datetime | None:
+        """When a pause asked now ends: None (no end), `for_ms` from now or `until` (checked)."""
+        return pause_end(self.clock.now(), for_ms, until)
+
+    def _person_hold(self, wake_at: datetime | None) -> Hold:
+        """A person's hold, from now (on the queue: when the node is held)."""
+        return person_hold(self.clock.now(), wake_at)
 
     def _pausable(self, node_id: str) -> tuple[NodeRecord, Lifecycle[NodeRecord]]:
         record, lc = self._row(node_id)
