@@ -44,8 +44,10 @@ from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.drivers import make_driver
 from cadre_desktop.host.lend_host import Lending
+from cadre_desktop.host.lending.donations import Donation
 from cadre_desktop.host.live_settings import Applied, LiveSettings
 from cadre_desktop.host.wiring import supervise
+from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
 
@@ -97,7 +99,7 @@ class Host:
         self._parts: Parts | None = None  # what `start` makes, once every file was read and found good
         self.lending: Lending | None = None  # grants, lent nodes, the lend API (host/lend_host.py); made then too
         self.control: ControlServer | None = None
-        self._tasks: list[asyncio.Future[Any]] = []
+        self._tasks: list[asyncio.Future[None]] = []
         self.history: NodeHistory | None = None  # each node's history (host/core/ops/history.py), from start on
         #: Pause all and the run conditions' verdict: the hold each node should have (host/core/supervision/host_holds.py).
         self.host_holds = HostHolds(paths.pause_file, self.clock)
@@ -259,7 +261,7 @@ class Host:
         """The caps of a node's next start: its record's, else the settings' (read at each start)."""
         return node_caps(self.store.get(node_id), self.settings)
 
-    def _caps_view(self, record: NodeRecord | None) -> dict[str, Any]:
+    def _caps_view(self, record: NodeRecord | None) -> dict[str, Any]:  # NodeViews and Lending type it apart
         """A view's `caps`: a node's next start's, and how the driver holds it to them."""
         caps = node_caps(record, self.settings)
         return caps_view(caps, self._running().driver.caps_enforcement(caps))
@@ -291,10 +293,9 @@ class Host:
     async def _prefetch_secrets(self, wait_s: float = 2.0) -> None:
         """Read every supervised node's secret ahead, off the serial queue.
 
-        The first pass waits for it at most `wait_s`: a keyring that is locked
-        or hangs (an unlock prompt at login) must not hold up the host. Nodes
-        whose secret has not arrived wait for it without spending their budget,
-        and start the moment it does.
+        The first pass waits for it at most `wait_s`: a keyring that is locked or hangs (an unlock prompt
+        at login) must not hold up the host. Nodes whose secret has not arrived wait for it without
+        spending their budget, and start the moment it does.
         """
         wanted = [(r.id, secret_kind(r)) for r in self.store.list()
                   if r.status in SUPERVISED or r.status is NodeStatus.ERROR]
@@ -317,9 +318,7 @@ class Host:
 
     async def stop(self, stop_nodes: bool | None = None) -> None:
         """Stop serving; stop the nodes too unless `keep_nodes_running_on_quit`."""
-        if stop_nodes is None:
-            stop_nodes = not self.settings.keep_nodes_running_on_quit
-        await self._teardown(stop_nodes=stop_nodes)
+        await self._teardown(stop_nodes=not self.settings.keep_nodes_running_on_quit if stop_nodes is None else stop_nodes)
 
     async def apply_settings(self, new: Settings) -> Applied:  # take new settings while running (host/live_settings.py)
         old, self.settings = self.settings, new
@@ -382,7 +381,7 @@ class Host:
 
     # -- reads --------------------------------------------------------------------
 
-    def _row_stores(self) -> list[RowStore[Any]]:  # the hosted nodes' records, the lent nodes' once read
+    def _row_stores(self) -> list[RowStore[NodeRecord] | RowStore[Donation]]:  # the hosted nodes', the lent nodes' once read
         return [self.store, *([self.lending.donations] if self.lending else [])]
 
     def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]:
@@ -401,7 +400,7 @@ class Host:
             raise NoSuchThing(f"There is no node {node_id!r} on this host.")
         return self.views.get(node_id)
 
-    def node_history(self, node_id: str) -> dict[str, Any]:
+    def node_history(self, node_id: str) -> JSONObject:
         """The node's last 24 hours and 7 days: spans of state, restarts, uptime (host/core/ops/history.py)."""
         self.get_node(node_id)
         if self.history is None:
@@ -437,12 +436,12 @@ class Host:
 
     # -- every node at once -------------------------------------------------------------
 
-    def pause_state(self) -> dict[str, Any]:
+    def pause_state(self) -> dict[str, object]:
         """Pause all as the front ends show it: {"paused": false}, or since, until, left_ms and reason."""
         pause = self.host_holds.paused()
         return pause.to_json(self.clock.now()) if pause else {"paused": False}
 
-    async def pause_all(self, *, for_ms: int | None = None, until: datetime | None = None) -> dict[str, Any]:
+    async def pause_all(self, *, for_ms: int | None = None, until: datetime | None = None) -> dict[str, object]:
         """Hold every node (Pause all): for `for_ms`, until `until`, or until `resume_all`; kept across a
         restart. Its pass has run when this returns: every child is stopped."""
         p = self._running()
@@ -450,12 +449,12 @@ class Host:
         await p.supervisor.reconcile()
         return self.pause_state()
 
-    def conditions_report(self) -> dict[str, Any]:
+    def conditions_report(self) -> dict[str, object]:
         """Each run condition: what it sees, where from, what it does; the verdict (`cadre-desktop conditions`)."""
         judge = self.judge or Judge(self.settings, self.clock, [])
         return {**judge.report(), "pause": self.pause_state(), "resumed": self.host_holds.resumed_words()}
 
-    async def resume_all(self) -> dict[str, Any]:
+    async def resume_all(self) -> dict[str, object]:
         """End Pause all; every node the host held runs again (the conditions too, until their next change)."""
         p = self._running()
         self.host_holds.resume_all()
@@ -483,7 +482,7 @@ class Host:
         log.info("node %s invited node %s into cadre %r", node_id, view.id, inviting.cadre)
         return view
 
-    async def set_node_caps(self, node_id: str, change: dict[str, Any]) -> NodeView:
+    async def set_node_caps(self, node_id: str, change: dict[str, object]) -> NodeView:
         """A node's own caps and `always_run` (`PATCH /api/nodes/{id}`, `node set`): checked whole,
         then written at once; the driver takes them at the node's next start (a Restart)."""
         checked = check_caps_change(change)

@@ -5,6 +5,7 @@ across a host restart."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from cadre_desktop.host.core.records.records import SUPERVISED, HeldBy, NodeStat
 from cadre_desktop.host.core.records.store import RecordStore
 from cadre_desktop.host.core.supervision.decide import Decision
 from cadre_desktop.host.core.supervision.runfile import MAX_BYTES
+from cadre_desktop.host.core.supervision.supervisor import secret_kind
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
 
@@ -100,6 +102,40 @@ async def test_a_sleeping_node_wakes_by_the_pass_timer_alone(rig):
     await rig.clock.run_for(1.5)
     await async_wait_until(lambda: rig.orch.spawns_of("n1"), what="woken at wake_at")
     assert rig.rec().status in SUPERVISED
+
+
+async def test_pause_and_resume_are_checked_again_on_the_queue(rig):
+    """Each is refused at once when it cannot be done, and checked again on the queue, where a
+    node that changed meanwhile (given up on, started) is refused in the same words."""
+    rig.node(live=True)
+    busy = asyncio.Event()
+
+    async def hold_the_queue():
+        await busy.wait()
+    queued = asyncio.create_task(rig.sup.serialize(hold_the_queue))
+    await asyncio.sleep(0)
+    pause = asyncio.create_task(rig.service.pause("n1"))
+    await asyncio.sleep(0)
+    rig.store.put(rig.present_rec().replace(status=NodeStatus.ERROR))  # given up on meanwhile
+    busy.set()
+    await queued
+    with pytest.raises(InvalidState, match=r"^Node .* is error and cannot be paused\. Use Retry\.$"):
+        await pause
+    assert rig.orch.stopped == []
+
+    rig.store.put(rig.present_rec().replace(status=NodeStatus.JOINED))
+    await rig.service.pause("n1")
+    assert await rig.gate.load("n1", secret_kind(rig.present_rec())) is not None  # read: no await before the queue
+    busy.clear()
+    queued = asyncio.create_task(rig.sup.serialize(hold_the_queue))
+    await asyncio.sleep(0)
+    resume = asyncio.create_task(rig.service.resume("n1"))
+    await asyncio.sleep(0)
+    rig.store.put(rig.present_rec().replace(status=NodeStatus.JOINED))  # started meanwhile
+    busy.set()
+    await queued
+    with pytest.raises(InvalidState, match=r"^Node .* is joined now\.$"):
+        await resume
 
 
 # -- resume: the seed's demand --------------------------------------------------------------

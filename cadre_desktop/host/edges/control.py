@@ -45,7 +45,7 @@ from cadre_desktop.host.core.ops.validate import clean_invitation, clean_name
 from cadre_desktop.host.core.records.jsondoc import read_versioned
 from cadre_desktop.host.core.records.records import is_node_id
 from cadre_desktop.host.edges import caps_control, host_control, lend_control
-from cadre_desktop.host.edges.control_body import BODY_TIMEOUT_S, MAX_BODY, MESSAGES, node_id_of, pause_body, read_body, refused
+from cadre_desktop.host.edges.control_body import BODY_TIMEOUT_S, MAX_BODY, MESSAGES, node_id_of, node_pause, read_body, refused
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.router import Handler, Router, json_answer
 from cadre_desktop.host.edges.served import ServedHost
@@ -300,8 +300,8 @@ class ControlServer:
 
     async def _pause_node(self, request: Request) -> Answer:
         """`{}` pauses with no end; `{"for_ms": N}` or `{"until": "<RFC 3339>"}` puts the node to sleep."""
-        for_ms, when = await pause_body(request)
-        view = await self.host.pause_node(node_id_of(request), for_ms=for_ms, until=when)
+        node_id, for_ms, until = await node_pause(request)
+        view = await self.host.pause_node(node_id, for_ms=for_ms, until=until)
         return json_answer(view.to_json())
 
     def _action(self, method: str) -> Handler:

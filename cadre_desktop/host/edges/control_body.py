@@ -93,3 +93,9 @@ async def pause_body(request: Request) -> tuple[int | None, datetime | None]:
         if when is None:
             raise Invalid("until must be an RFC 3339 time with its zone, e.g. 2026-01-01T07:00:00+01:00.")
     return for_ms, when
+
+
+async def node_pause(request: Request) -> tuple[str, int | None, datetime | None]:
+    """`POST /api/nodes/{id}/pause` read once: (node id, for_ms, until), the body checked first."""
+    for_ms, until = await pause_body(request)
+    return node_id_of(request), for_ms, until

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from cadre_desktop.host.core.events import HostEvent
 from cadre_desktop.host.core.ops.views import NodeView
+from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.paths import Paths
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class ServedHost(Protocol):
 
     async def reclaim_orphan(self, node_id: str) -> list[int]: ...
 
-    def node_history(self, node_id: str) -> dict[str, object]: ...
+    def node_history(self, node_id: str) -> JSONObject: ...
 
     async def set_node_caps(self, node_id: str, change: dict[str, object]) -> NodeView: ...
 

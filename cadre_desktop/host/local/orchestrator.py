@@ -360,10 +360,12 @@ class Orchestrator:
         A leader that is already gone is never signalled; what its group left
         is ended if it carries the node's environment.
         """
-        handle = self.get(handle_id)
-        if handle is None or not handle.alive:
-            return
-        deadline = asyncio.get_running_loop().time() + self.stop_timeout_s
+        handle = self._handles.get(handle_id or "")
+        if handle is not None and handle.alive:
+            await self._stop(handle, asyncio.get_running_loop().time() + self.stop_timeout_s)
+
+    async def _stop(self, handle: Handle, deadline: float) -> None:
+        """One live child's stop by `deadline`: the terminate and the wait, or what its group left."""
         if self._terminate(handle):
             await self._finish_stop(handle, deadline)
         else:

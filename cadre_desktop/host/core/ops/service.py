@@ -27,7 +27,7 @@ from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.ops.provision import Provisioning
 from cadre_desktop.host.core.ops.validate import clean_invitation, clean_name, require_node_id
 from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle, RecordKind
-from cadre_desktop.host.core.records.records import NodeMode, NodeRecord, NodeStatus
+from cadre_desktop.host.core.records.records import Hold, NodeMode, NodeRecord, NodeStatus
 from cadre_desktop.host.core.supervision.holds import pause_end, person_hold
 from cadre_desktop.host.core.supervision.kinds import Kinds
 from cadre_desktop.host.core.supervision.orphans import find_orphans
@@ -175,11 +175,16 @@ class NodeService:
 
     def _require(self, node_id: str) -> NodeRecord:
         """The record of any kind the supervisor keeps (a hosted node, a lent one)."""
+        return self._row(node_id)[0]
+
+    def _row(self, node_id: str) -> tuple[NodeRecord, Lifecycle[NodeRecord]]:
+        """The record of any kind the supervisor keeps, and the lifecycle that keeps it."""
         require_node_id(node_id)
-        record: NodeRecord | None = self.kinds.of(node_id).get(node_id)
+        lc: Lifecycle[NodeRecord] = self.kinds.of(node_id)
+        record = lc.get(node_id)
         if record is None:
             raise NoSuchThing(f"There is no node {node_id!r} on this host.")
-        return record
+        return record, lc
 
     def _kind(self, node_id: str) -> RecordKind:
         return self.kinds.of(node_id).kind
@@ -194,12 +199,17 @@ class NodeService:
 
     async def retry(self, node_id: str) -> NodeRecord:
         """Bring a node back from `error` (or `done`) with a fresh budget and start it now (a lent node too)."""
-        record, kind = self._require(node_id), self._kind(node_id)
-        if record.status is not kind.error and record.status is not kind.holds.get("done"):
-            raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
-                           f"{kind.noun} in error can be retried.")
+        record, _ = self._retryable(node_id)  # refused before the keyring is asked; checked again on the queue
         await self._load_secret(record)
         return await self._retry(node_id)
+
+    def _retryable(self, node_id: str) -> tuple[NodeRecord, Lifecycle[NodeRecord]]:
+        record, lc = self._row(node_id)
+        kind = lc.kind
+        if record.status is not kind.error and record.status is not kind.holds.get("done"):
+            raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
+                               f"{kind.noun} in error can be retried.")
+        return record, lc
 
     async def restart(self, node_id: str, *, only_if_running: bool = False) -> NodeRecord | None:
         """Stop and start a node again (a lent node too); a deliberate restart never spends its budget."""
@@ -268,11 +278,8 @@ class NodeService:
     async def _retry(self, node_id: str) -> NodeRecord:
         """Bring a node back from `error` with a fresh budget and start it now."""
         async def work() -> NodeRecord:
-            record, lc = self._require(node_id), self.kinds.of(node_id)
+            record, lc = self._retryable(node_id)
             kind = lc.kind
-            if record.status is not kind.error and record.status is not kind.holds.get("done"):
-                raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
-                               f"{kind.noun} in error can be retried.")
             if self.gate.cached(node_id, kind.secret_kind(record)) is None:
                 raise self._keyring_error(record)
             # A child left over from the give-up (it is normally stopped) must go first.
@@ -293,48 +300,60 @@ class NodeService:
 
         Its child is stopped cleanly on the serial queue; no attempt is spent, no notification
         sent, and the hold is in the record, so it outlives the host. Pausing a held node again
-        replaces its hold (a person's word wins over the node's own).
+        replaces its hold (a person's word wins over the node's own). Its end is taken and checked
+        when asked; whether the node may be paused is checked on the queue, where it counts, and
+        once before it, so a refusal does not wait for a pass.
         """
-        wake_at = pause_end(self.clock.now(), for_ms, until)
-        self._pausable(self._require(node_id))
+        wake_at = self._wake_at(for_ms, until)
+        self._pausable(node_id)
 
         async def work() -> NodeRecord:
-            record, lc = self._pausable(self._require(node_id)), self.kinds.of(node_id)
+            record, lc = self._pausable(node_id)
             status = lc.kind.holds["sleeping" if wake_at else "paused"]
-            held = await self.supervisor.hold_node(node_id, Change.PAUSE, status,
-                                                   person_hold(self.clock.now(), wake_at))
-            if held is None:
+            if await self.supervisor.hold_node(node_id, Change.PAUSE, status, self._person_hold(wake_at), lc) is None:
                 raise InvalidState(f"Node {record.name} changed while it was being paused.")
             return self._require(node_id)
         return await self.supervisor.serialize(work)
 
-    def _pausable(self, record: NodeRecord) -> NodeRecord:
-        kind = self._kind(record.id)
+    def _wake_at(self, for_ms: int | None, until: datetime | None) -> datetime | None:
+        """When a pause asked now ends: None (no end), `for_ms` from now or `until` (checked)."""
+        return pause_end(self.clock.now(), for_ms, until)
+
+    def _person_hold(self, wake_at: datetime | None) -> Hold:
+        """A person's hold, from now (on the queue: when the node is held)."""
+        return person_hold(self.clock.now(), wake_at)
+
+    def _pausable(self, node_id: str) -> tuple[NodeRecord, Lifecycle[NodeRecord]]:
+        record, lc = self._row(node_id)
+        kind = lc.kind
         if not kind.holds:
             raise InvalidState(f"A {kind.noun} cannot be paused; end its loan instead.")
         if record.status not in kind.supervised and record.status not in kind.held:
             hint = " Use Retry." if record.status is kind.error else ""
             raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value} and cannot "
                                f"be paused.{hint}")
-        return record
+        return record, lc
 
     async def resume(self, node_id: str) -> NodeRecord:
         """Someone has work for a held node (the seed's demand): start it now, its budget untouched."""
-        record, kind = self._require(node_id), self._kind(node_id)
-        if record.status not in kind.held:
-            raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}; only a "
-                               f"paused, sleeping or done {kind.noun} can be resumed.")
+        record, _ = self._resumable(node_id)  # refused before the keyring is asked; checked again on the queue
         await self._load_secret(record)
 
         async def work() -> NodeRecord:
-            current = self._require(node_id)
-            if current.status not in kind.held:
-                raise InvalidState(f"{kind.noun.capitalize()} {kind.label(current)} is {current.status.value} now.")
+            _, lc = self._resumable(node_id, now=True)
             await self.driver.stop_node(node_id)  # a child left over from the hold goes first
-            await self.supervisor.release_node(node_id, Change.RESUME)
+            await self.supervisor.release_node(node_id, Change.RESUME, lc)
             log.info("node %s resumed", node_id)
             return self._require(node_id)
         return await self.supervisor.serialize(work)
+
+    def _resumable(self, node_id: str, *, now: bool = False) -> tuple[NodeRecord, Lifecycle[NodeRecord]]:
+        record, lc = self._row(node_id)
+        kind = lc.kind
+        if record.status not in kind.held:
+            why = " now." if now else f"; only a paused, sleeping or done {kind.noun} can be resumed."
+            raise InvalidState(f"{kind.noun.capitalize()} {kind.label(record)} is {record.status.value}{why}")
+        return record, lc
 
     def _keyring_error(self, record: NodeRecord) -> SecretsError:
         record_kind = self._kind(record.id)
