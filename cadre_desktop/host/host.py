@@ -436,12 +436,12 @@ class Host:
 
     # -- every node at once -------------------------------------------------------------
 
-    def pause_state(self) -> dict[str, object]:
+    def pause_state(self) -> JSONObject:
         """Pause all as the front ends show it: {"paused": false}, or since, until, left_ms and reason."""
         pause = self.host_holds.paused()
         return pause.to_json(self.clock.now()) if pause else {"paused": False}
 
-    async def pause_all(self, *, for_ms: int | None = None, until: datetime | None = None) -> dict[str, object]:
+    async def pause_all(self, *, for_ms: int | None = None, until: datetime | None = None) -> JSONObject:
         """Hold every node (Pause all): for `for_ms`, until `until`, or until `resume_all`; kept across a
         restart. Its pass has run when this returns: every child is stopped."""
         p = self._running()
@@ -454,7 +454,7 @@ class Host:
         judge = self.judge or Judge(self.settings, self.clock, [])
         return {**judge.report(), "pause": self.pause_state(), "resumed": self.host_holds.resumed_words()}
 
-    async def resume_all(self) -> dict[str, object]:
+    async def resume_all(self) -> JSONObject:
         """End Pause all; every node the host held runs again (the conditions too, until their next change)."""
         p = self._running()
         self.host_holds.resume_all()
