@@ -169,55 +169,74 @@ class Supervisor:
             except StorageError as exc:
                 log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
             log.warning("node %s %s", event.node_id, words)
-            self.holds.exited(event)
+            if event.returncode == 0:  # only a clean exit may carry the node's own request (run.json)
+                self.holds.exited(event)
         self.passes.after_exit()
 
     # -- the pass -----------------------------------------------------------------
 
-    async def reconcile(self) -> list[str]:
-        """One pass over the records, queued behind any other pass, Retry or Restart."""
-        async with self._queue:
-            return await self._reconcile_once()
+    async def reconcile(self, trigger: str | None = None) -> list[str]:
+        """One pass over the records, queued behind any other pass, Retry or Restart; the ids it started.
 
-    async def _reconcile_once(self) -> list[str]:
+        A trigger's pass (`trigger`: "exit", "timer", ...; `passes.py`) that fails is logged and
+        the next trigger tries again; a pass called straight raises.
+        """
+        started: list[str] = []
+        async with self._queue:
+            try:
+                try:
+                    candidates = self._begin()
+                except StorageError as exc:
+                    log.error("supervisor cannot read the records: %s", exc.message)
+                    return started
+                waits: list[float] = []
+                for lc, record in candidates:
+                    if self.passes.stopped:
+                        break
+                    t0, verdict, error = time.perf_counter(), None, None
+                    try:
+                        verdict = self._verdict(lc, record)
+                        if verdict.news is not None or verdict.refused_hold is not None:
+                            self._take_news(lc, record, verdict)
+                        if verdict.decision is Decision.GATED:
+                            # Left as it is (nothing written or spent); a freed slot brings the pass that starts it.
+                            self.start_gate.leave()
+                            continue
+                        if await self._carry_out(lc, record, verdict):
+                            started.append(record.id)
+                            await breathe()
+                    except Exception as exc:
+                        # One bad record never ends the pass; the others may be down too.
+                        error = exc.message if isinstance(exc, CadreError) else f"{type(exc).__name__}: {exc}"
+                        log.error("supervising node %s failed: %s", record.id, error)
+                    self._looked(lc, record.id, verdict, (time.perf_counter() - t0) * 1000, error, waits)
+                gated = self.start_gate.until_free()
+                self.passes.arm(waits if gated is None else [*waits, gated])
+            except Exception:  # a failed pass must not end supervision; the next one retries
+                if trigger is None:
+                    raise
+                log.exception("supervisor pass (%s) failed", trigger)
+                return []
+        if started and trigger is not None:
+            log.info("%s pass started %s", trigger, ", ".join(started))
+        return started
+
+    def _begin(self) -> list[tuple[Lifecycle[Any], NodeRecord]]:
+        """A pass holds the queue: exits from now on need another pass, the start gate counts this
+        pass's starts, and the records it looks at are read (those that cannot be started again
+        from what they hold are left out, and said so once)."""
         self.passes.began()
         self.start_gate.pass_began()
-        started: list[str] = []
-        try:
-            candidates = self.kinds.supervised()
-        except StorageError as exc:
-            log.error("supervisor cannot read the records: %s", exc.message)
-            return started
-        waits: list[float] = []
-        for lc, record in candidates:
-            if self.passes.stopped:
-                break
-            if self.decisions.skip(lc, record):
-                continue
-            t0 = time.perf_counter()
-            verdict, error = None, None
-            try:
-                verdict = self._verdict(lc, record)
-                self._take_news(lc, record, verdict)
-                if verdict.decision is Decision.GATED:
-                    # Left as it is (nothing written or spent); a freed slot brings the pass that starts it.
-                    self.start_gate.leave()
-                    continue
-                if await self._carry_out(lc, record, verdict):
-                    started.append(record.id)
-                    await breathe()
-            except Exception as exc:
-                # One bad record never ends the pass; the others may be down too.
-                error = exc.message if isinstance(exc, CadreError) else f"{type(exc).__name__}: {exc}"
-                log.error("supervising node %s failed: %s", record.id, error)
-            due = self._due_after(lc, record.id, verdict)
-            if due is not None:
-                waits.append(due)
-            if verdict is not None and verdict.decision is not Decision.LEAVE or error:
-                self.decisions.note(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
-        gated = self.start_gate.until_free()
-        self.passes.arm(waits if gated is None else [*waits, gated])
-        return started
+        return [(lc, r) for lc, r in self.kinds.supervised() if not self.decisions.skip(lc, r)]
+
+    def _looked(self, lc: Lifecycle[Any], node_id: str, verdict: Verdict | None, ms: float, error: str | None,
+                waits: list[float]) -> None:
+        """A record looked at: when it next needs a look (into `waits`), and its verdict noted."""
+        due = self._due_after(lc, node_id, verdict)
+        if due is not None:
+            waits.append(due)
+        if verdict is not None and verdict.decision is not Decision.LEAVE or error:
+            self.decisions.note(node_id, verdict, ms, error)
 
     def _verdict(self, lc: Lifecycle[Any], record: NodeRecord, failure: StartFailure | None = None) -> Verdict:
         """What `decide()` says of the record, from what the observer sees (and a start that raised)."""
@@ -275,7 +294,8 @@ class Supervisor:
         elif d is Decision.INVITATION_FAILED:
             await self.give_up(record.id, verdict.reason or "invitation failed", change=Change.INVITATION_FAILED, lc=lc)
         elif d is Decision.HOLD and verdict.hold is not None:
-            await self.hold_node(record.id, Change.HOLD, *verdict.hold, lc=lc)
+            # The node's own hold: `decide()` gives it only to a node whose child is down, so nothing is stopped.
+            self.holds.hold(lc, record.id, Change.HOLD, *verdict.hold)
         elif d is Decision.HOST_HOLD and verdict.hold is not None:
             status, hold = verdict.hold
             await self.hold_node(record.id, Change.PAUSE, status, dataclasses.replace(hold, at=iso(self.clock.now())),
