@@ -23,7 +23,7 @@ from typing import Any
 
 from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.events import EventBus, EventKind
-from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle, RecordKind, StatusTaker
+from cadre_desktop.host.core.records.lifecycle import AnyLife, Change, RecordKind, StatusTaker
 from cadre_desktop.host.core.vault.secrets import SecretKind
 from cadre_desktop.host.lending.donations import DONATION_HELD, DONATION_SUPERVISED, Donation, DonationStatus
 from cadre_desktop.settings import Settings
@@ -92,10 +92,10 @@ def _text(value: Any, limit: int) -> str | None:
     return one_line(value, limit) or None if isinstance(value, str) else None
 
 
-def take_status(lc: Lifecycle[Donation], donation_id: str, handle_id: str, status: dict[str, Any]) -> None:
-    """What a lent node says of itself, about this very child only."""
+def take_status(lc: AnyLife, donation_id: str, handle_id: str, status: dict[str, Any]) -> None:
+    """What a lent node says of itself, about this very child only (each write in the turn of its read)."""
     record = lc.get(donation_id)
-    if record is None or record.handle != handle_id or record.status is D.ERROR:
+    if not isinstance(record, Donation) or record.handle != handle_id or record.status is D.ERROR:
         return
     if status.get("donation_id") != donation_id:
         log.warning("lent node %s answers as another node (%r); its answer is not taken",
@@ -106,7 +106,7 @@ def take_status(lc: Lifecycle[Donation], donation_id: str, handle_id: str, statu
     now = lc.clock.now()
     if state == "seeded" and record.status is not D.SEEDED:
         lc.apply(donation_id, Change.SEEDED, lambda r: r.replace(
-            status=D.SEEDED, peer_id=peer_id, seeded_at=r.seeded_at or iso(now)), handle=handle_id)
+            status=D.SEEDED, peer_id=peer_id, seeded_at=record.seeded_at or iso(now)), handle=handle_id)
     elif state == "awaiting_seed" and record.status is not D.AWAITING_SEED:
         if record.status is D.SEEDED:
             log.warning("lent node %s says it is not seeded any more; its party must seed it again", donation_id)

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import secrets as _random
 from datetime import datetime, timedelta
+from typing import cast
 
 from cadre_desktop.errors import Bug, InvalidState, NoSuchThing, SecretsError, StorageError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
@@ -176,7 +177,7 @@ class NodeService:
     def _require(self, node_id: str) -> NodeRecord:
         """The record of any kind the supervisor keeps (a hosted node, a lent one)."""
         require_node_id(node_id)
-        record: NodeRecord | None = self.kinds.of(node_id).get(node_id)
+        record = cast("NodeRecord | None", self.kinds.of(node_id).get(node_id))  # any kind's, read as a node's
         if record is None:
             raise NoSuchThing(f"There is no node {node_id!r} on this host.")
         return record

@@ -24,16 +24,17 @@ both.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from cadre_desktop.errors import Bug
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.events import EventBus, EventKind
-from cadre_desktop.host.core.records.records import HELD, SUPERVISED, NodeMode, NodeRecord, NodeStatus
+from cadre_desktop.host.core.records.records import HELD, SUPERVISED, Hold, NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
 from cadre_desktop.host.core.records.rowstore import RowStore
 from cadre_desktop.host.core.vault.secrets import SecretKind
+from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.settings import Settings
 
 S = NodeStatus
@@ -151,7 +152,7 @@ def _hosted_retry(record: NodeRecord, now: str) -> dict[str, Any]:
 
 #: What a kind may do with what one of its children answers on /status:
 #: (its lifecycle, the record's id, the child's handle, the answer).
-StatusTaker = Callable[["Lifecycle[Any]", str, str, dict[str, Any]], None]
+StatusTaker = Callable[["AnyLife", str, str, dict[str, Any]], None]
 
 
 class RecordKind(Protocol):
@@ -244,7 +245,8 @@ HOSTED: RecordKind = HostedKind()
 
 
 class Supervised(Protocol):
-    """What the lifecycle reads of a record of any kind (a node's record, a lent node's donation)."""
+    """What the lifecycle and the supervision read of a record of any kind (a node's record, a lent
+    node's donation): its id, status and times, and the fields of `records.SupervisedRow`."""
 
     @property
     def id(self) -> str: ...
@@ -264,12 +266,63 @@ class Supervised(Protocol):
     @property
     def p2p_port(self) -> int | None: ...
 
+    @property
+    def peer_id(self) -> str | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def respawn(self) -> RespawnInfo | None: ...
+
+    @property
+    def start(self) -> StartMark | None: ...
+
+    @property
+    def hold(self) -> Hold | None: ...
+
+    @property
+    def problem(self) -> str | None: ...
+
+    @property
+    def attempts(self) -> int: ...
+
+    @property
+    def next_start(self) -> int: ...
+
     def replace(self, **changes: Any) -> Self: ...
 
-    def to_row(self) -> dict[str, Any]: ...
+    def to_row(self) -> JSONObject: ...
 
 
 R = TypeVar("R", bound=Supervised)
+R_co = TypeVar("R_co", bound=Supervised, covariant=True)
+
+
+class Life(Protocol[R_co]):
+    """What the supervision room calls on one kind's lifecycle: read-only in the row, so a
+    `Lifecycle[NodeRecord]` and a `Lifecycle[Donation]` are both a `Life[Supervised]`."""
+
+    @property
+    def kind(self) -> RecordKind: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def get(self, node_id: str) -> R_co | None: ...
+
+    def rows(self) -> Sequence[R_co]: ...
+
+    def pending_removals(self) -> list[str]: ...
+
+    def apply(self, node_id: str, change: Change, update: Callable[[R_co], Supervised] = ..., *,
+              handle: str | None = None, detail: str = "", soon: bool = False) -> R_co | None: ...
+
+    def remembered_ports(self, node_id: str) -> set[int]: ...
+
+
+#: A lifecycle of any kind of record, as the supervision sees it.
+AnyLife = Life[Supervised]
 
 
 class Lifecycle(Generic[R]):
@@ -281,7 +334,7 @@ class Lifecycle(Generic[R]):
         self.clock = clock
         self.kind = kind
         #: The lifecycles of the other kinds on this host, whose ports this one keeps clear of.
-        self.neighbours: list[Lifecycle[Any]] = []
+        self.neighbours: list[AnyLife] = []
         #: Events in the order their transitions happened, each [ready, tell]: one whose write is
         #: not synced yet holds back those after it.
         self._told: deque[list[Any]] = deque()
@@ -289,11 +342,17 @@ class Lifecycle(Generic[R]):
     def get(self, node_id: str) -> R | None:
         return self.store.get(node_id)
 
+    def rows(self) -> list[R]:
+        return self.store.list()
+
+    def pending_removals(self) -> list[str]:
+        return self.store.pending_removals()
+
     def apply(
         self,
         node_id: str,
         change: Change,
-        update: Callable[[R], R] = lambda r: r,
+        update: Callable[[R], Supervised] = lambda r: r,
         *,
         handle: str | None = None,
         detail: str = "",
@@ -317,6 +376,8 @@ class Lifecycle(Generic[R]):
             self._tell(lambda: self.kind.announce(self.events, change, current, current, detail))
             return current
         changed = update(current)
+        if not isinstance(changed, type(current)):
+            raise Bug(f"{change.value} made node {node_id} another kind of record")
         if changed.status not in allowed_to:
             raise Bug(f"{change.value} may not leave node {node_id} {changed.status.value}")
         if changed != current:  # nothing new is announced but never written
@@ -375,6 +436,7 @@ class Lifecycle(Generic[R]):
 
         Those of every kind: a hosted node never takes a lent node's ports, nor the other way round.
         """
-        rows: list[Supervised] = [r for lc in (self, *self.neighbours) for r in lc.store.list()]
+        kinds: list[AnyLife] = [self, *self.neighbours]
+        rows: list[Supervised] = [r for lc in kinds for r in lc.rows()]
         return {p for r in rows if r.id != node_id for p in (r.api_port, r.p2p_port) if p}
 

@@ -26,8 +26,8 @@ from typing import Any
 from cadre_desktop.errors import CadreError, OutOfDescriptors, SecretsError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import DriverStatus, InstanceInfo, NodeDriver
-from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle
-from cadre_desktop.host.core.records.records import NodeRecord, RespawnInfo, StartMark, next_mark
+from cadre_desktop.host.core.records.lifecycle import AnyLife, Change, Supervised
+from cadre_desktop.host.core.records.records import RespawnInfo, StartMark, next_mark
 from cadre_desktop.host.core.supervision.decide import Observation, StartFailure, decide
 from cadre_desktop.host.core.supervision.exits import ExitBook
 from cadre_desktop.host.core.supervision.gate import StartGate
@@ -48,7 +48,7 @@ def new_host_token() -> str:
 class StartPlan:
     """What one start of a node needs, gathered before the driver is asked (`Starter._prepare`)."""
 
-    record: NodeRecord
+    record: Supervised
     attempt: int
     #: The node contract's environment for this start: its secret, its name, the host token.
     env: dict[str, str]
@@ -84,7 +84,7 @@ class Starter:
     def host_token(self, handle_id: str) -> str | None:
         return self.host_tokens.get(handle_id)
 
-    async def start(self, lc: Lifecycle[Any], node_id: str, *, counted: bool, expect_handle: str | None,
+    async def start(self, lc: AnyLife, node_id: str, *, counted: bool, expect_handle: str | None,
                     soon: bool = False) -> bool:
         """The one start of a node; True when a child was started and recorded.
 
@@ -106,7 +106,7 @@ class Starter:
             raise
         return await self._record(lc, plan, child, soon=soon)
 
-    def _prepare(self, lc: Lifecycle[Any], node_id: str, *, counted: bool, expect_handle: str | None,
+    def _prepare(self, lc: AnyLife, node_id: str, *, counted: bool, expect_handle: str | None,
                  soon: bool) -> StartPlan | None:
         """What a start needs, gathered in one place with no await: the record read again (None
         when it went, changed, or a live child of it was taken over instead), its secret (raises
@@ -127,7 +127,7 @@ class Starter:
         return self._plan(lc, record, secret, attempt, want_ports=want, mark=mark, words=words, now=now,
                           counted=counted)
 
-    def _adopted(self, lc: Lifecycle[Any], record: NodeRecord, *, soon: bool) -> bool:
+    def _adopted(self, lc: AnyLife, record: Supervised, *, soon: bool) -> bool:
         """A live child of the node that its record does not name: the record takes it (True)."""
         live = [h for h in self.driver.handles_for(record.id) if h.alive and h.id != record.handle]
         if not live:
@@ -138,7 +138,7 @@ class Starter:
         log.info("node %s: its record takes the running child pid %s", record.id, child.pid)
         return True
 
-    async def _record(self, lc: Lifecycle[Any], plan: StartPlan, child: InstanceInfo, *, soon: bool) -> bool:
+    async def _record(self, lc: AnyLife, plan: StartPlan, child: InstanceInfo, *, soon: bool) -> bool:
         """The started child into the record the start began from (read again), or let go."""
         record, node_id, now = plan.record, plan.record.id, plan.now
         change = Change.ADOPT if child.adopted else Change.STARTED
@@ -163,12 +163,12 @@ class Starter:
                  child.pid)
         return True
 
-    async def launch(self, lc: Lifecycle[Any], record: Any, secret: str, attempt: int, *,
+    async def launch(self, lc: AnyLife, record: Any, secret: str, attempt: int, *,
                      want_ports: tuple[int, int] | None = None) -> InstanceInfo:
         """A child of a record being created (its first start, `provision.py`), as `start` starts one."""
         return await self._launch(self._plan(lc, record, secret, attempt, want_ports=want_ports))
 
-    def _plan(self, lc: Lifecycle[Any], record: NodeRecord, secret: str, attempt: int, *,
+    def _plan(self, lc: AnyLife, record: Supervised, secret: str, attempt: int, *,
               want_ports: tuple[int, int] | None, mark: StartMark | None = None, words: str | None = None,
               now: str = "", counted: bool = False) -> StartPlan:
         """The record's secret and a fresh host token in its environment, clear of the ports the
@@ -187,7 +187,7 @@ class Starter:
             self.host_tokens[child.id] = plan.token
         return child
 
-    def spawned(self, lc: Lifecycle[Any], node_id: str, child: InstanceInfo, **fields: Any) -> Any:
+    def spawned(self, lc: AnyLife, node_id: str, child: InstanceInfo, **fields: Any) -> Any:
         """A record being created gets its first child (`launch`, attempt 1) and first start
         mark: the record written, or None when it went meanwhile."""
         mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
@@ -195,7 +195,7 @@ class Starter:
         return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
 
-    def _failed(self, lc: Lifecycle[Any], plan: StartPlan, exc: Exception) -> None:
+    def _failed(self, lc: AnyLife, plan: StartPlan, exc: Exception) -> None:
         """A start that raised: `decide()` says whether it counts; its failure goes into the record's mark."""
         record, now = plan.record, plan.now
         mark = plan.mark or StartMark(attempt=plan.attempt, at=now, by=self.supervisor_id)

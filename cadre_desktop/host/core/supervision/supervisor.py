@@ -43,8 +43,8 @@ from typing import Any, TypeVar
 from cadre_desktop.errors import CadreError, StorageError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import Exit, NodeDriver
-from cadre_desktop.host.core.records.lifecycle import HOSTED, Change, Lifecycle
-from cadre_desktop.host.core.records.records import Hold, NodeRecord, RespawnInfo, SupervisedRow
+from cadre_desktop.host.core.records.lifecycle import HOSTED, AnyLife, Change, Supervised
+from cadre_desktop.host.core.records.records import Hold, RespawnInfo
 from cadre_desktop.host.core.supervision import orphans
 from cadre_desktop.host.core.supervision.decide import Decision, StartFailure, Verdict, decide
 from cadre_desktop.host.core.supervision.exits import ExitBook
@@ -65,7 +65,7 @@ T = TypeVar("T")
 _CHANGING = (Decision.START, Decision.WAKE, Decision.HOST_RELEASE)
 
 
-def secret_kind(record: NodeRecord) -> SecretKind:
+def secret_kind(record: Supervised) -> SecretKind:
     return HOSTED.secret_kind(record)
 
 
@@ -102,7 +102,7 @@ class Supervisor:
 
     # -- kinds of records (lend_host.py, live_settings.py) ------------------------------
 
-    def watch(self, lifecycle: Lifecycle[Any]) -> None:
+    def watch(self, lifecycle: AnyLife) -> None:
         """Supervise another kind of record on the same passes, queue and timers."""
         self.kinds.watch(lifecycle)
 
@@ -221,7 +221,7 @@ class Supervisor:
             log.info("%s pass started %s", trigger, ", ".join(started))
         return started
 
-    def _begin(self) -> list[tuple[Lifecycle[Any], NodeRecord]]:
+    def _begin(self) -> list[tuple[AnyLife, Supervised]]:
         """A pass holds the queue: exits from now on need another pass, the start gate counts this
         pass's starts, and the records it looks at are read (those that cannot be started again
         from what they hold are left out, and said so once)."""
@@ -229,7 +229,7 @@ class Supervisor:
         self.start_gate.pass_began()
         return [(lc, r) for lc, r in self.kinds.supervised() if not self.decisions.skip(lc, r)]
 
-    def _looked(self, lc: Lifecycle[Any], node_id: str, verdict: Verdict | None, ms: float, error: str | None,
+    def _looked(self, lc: AnyLife, node_id: str, verdict: Verdict | None, ms: float, error: str | None,
                 waits: list[float]) -> None:
         """A record looked at: when it next needs a look (into `waits`), and its verdict noted."""
         due = self._due_after(lc, node_id, verdict)
@@ -238,14 +238,14 @@ class Supervisor:
         if verdict is not None and verdict.decision is not Decision.LEAVE or error:
             self.decisions.note(node_id, verdict, ms, error)
 
-    def _verdict(self, lc: Lifecycle[Any], record: NodeRecord, failure: StartFailure | None = None) -> Verdict:
+    def _verdict(self, lc: AnyLife, record: Supervised, failure: StartFailure | None = None) -> Verdict:
         """What `decide()` says of the record, from what the observer sees (and a start that raised)."""
         obs = self.observer.observe(record, lc.kind, uncounted=record.id in self._uncounted)
         if failure is not None:
             obs = dataclasses.replace(obs, start_failure=failure)
         return decide(record, obs, self.kinds.policy(lc), lc.kind.supervised, lc.kind.held)
 
-    def _due_after(self, lc: Lifecycle[Any], node_id: str, verdict: Verdict | None) -> float | None:
+    def _due_after(self, lc: AnyLife, node_id: str, verdict: Verdict | None) -> float | None:
         """When this node next needs a look. The verdict says it, unless a start (done or
         failed) changed the node: then its new start grace, or its new backoff."""
         if verdict is None or verdict.decision not in _CHANGING:
@@ -253,7 +253,7 @@ class Supervisor:
         fresh = lc.get(node_id)
         return None if fresh is None else self._verdict(lc, fresh).due_in_s
 
-    def _take_news(self, lc: Lifecycle[Any], record: NodeRecord, verdict: Verdict) -> None:
+    def _take_news(self, lc: AnyLife, record: Supervised, verdict: Verdict) -> None:
         """What the node said of itself, into its record, before its verdict is carried out."""
         if verdict.refused_hold is not None:
             log.warning("%s %s asked to be %s; this kind of node cannot be held, so it is restarted as usual",
@@ -266,7 +266,7 @@ class Supervisor:
                 and change == "joined" and record.status is not fields.get("status"):
             log.info("node %s joined cadre %r", record.id, fields.get("cadre"))
 
-    async def _carry_out(self, lc: Lifecycle[Any], record: NodeRecord, verdict: Verdict) -> bool:
+    async def _carry_out(self, lc: AnyLife, record: Supervised, verdict: Verdict) -> bool:
         """Do what the verdict says (`lc`: the record's kind, carried from the pass); True when a child was started."""
         d = verdict.decision
         if d is not Decision.WAIT_KEYRING:
@@ -313,7 +313,7 @@ class Supervisor:
                 lc.apply(record.id, Change.WAITING)
         return False
 
-    async def _start_raised(self, lc: Lifecycle[Any], node_id: str, exc: Exception) -> bool:
+    async def _start_raised(self, lc: AnyLife, node_id: str, exc: Exception) -> bool:
         """A pass's start raised (its failure is in the record): True when `decide()` gave the node up."""
         message = message_of(exc)
         current = lc.get(node_id)
@@ -330,7 +330,7 @@ class Supervisor:
     # -- effects ------------------------------------------------------------------
 
     async def give_up(self, node_id: str, reason: str, change: Change = Change.GIVE_UP,
-                      lc: Lifecycle[Any] | None = None) -> None:
+                      lc: AnyLife | None = None) -> None:
         """Stop trying (or a failed invitation): the record becomes `error` first, then the child is stopped.
 
         The write comes first because the stop raises an exit, and the pass it
@@ -356,7 +356,7 @@ class Supervisor:
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
 
     async def hold_node(self, node_id: str, change: Change, status: Enum, hold: Hold,
-                        lc: Lifecycle[Any] | None = None) -> SupervisedRow | None:
+                        lc: AnyLife | None = None) -> Supervised | None:
         """Hold a node (on the serial queue): its child stopped cleanly, then the hold written.
 
         The pass the stop's exit asks for waits for this queue, so it finds the record held and
@@ -369,7 +369,7 @@ class Supervisor:
             await self.driver.stop(record.handle)
         return self.holds.hold(lc, node_id, change, status, hold)
 
-    async def release_node(self, node_id: str, change: Change, lc: Lifecycle[Any] | None = None) -> bool:
+    async def release_node(self, node_id: str, change: Change, lc: AnyLife | None = None) -> bool:
         """Release a held node (on the serial queue) and start it now, uncounted, whatever its budget
         says (the seed's demand); True when a child was started. With its secret not in memory yet,
         the next pass starts it, still uncounted."""
