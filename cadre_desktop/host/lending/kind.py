@@ -88,7 +88,7 @@ def _cannot_start(donation: Donation) -> str | None:
     return "its row does not hold every input of its first start (an older build wrote it); end its loan"
 
 
-def _text(value: Any, limit: int) -> str | None:
+def _text(value: object, limit: int) -> str | None:
     return one_line(value, limit) or None if isinstance(value, str) else None
 
 
@@ -123,15 +123,15 @@ class DonatedKind:
     """A node this host runs for another cadre's party, under a grant."""
 
     noun = "lent node"
-    transitions: Mapping[Change, tuple[frozenset[Any], frozenset[Any]]] = DONATION_TRANSITIONS
-    supervised: frozenset[Any] = DONATION_SUPERVISED
-    probed: frozenset[Any] = DONATION_SUPERVISED | {D.PROVISIONING}
+    transitions: Mapping[Change, tuple[frozenset[Enum], frozenset[Enum]]] = DONATION_TRANSITIONS
+    supervised: frozenset[Enum] = DONATION_SUPERVISED
+    probed: frozenset[Enum] = DONATION_SUPERVISED | {D.PROVISIONING}
     creating: Enum = D.PROVISIONING
     error: Enum = D.ERROR
     removed_event = EventKind.DONATION_REMOVED
     on_status: StatusTaker | None = staticmethod(take_status)
     holds: Mapping[str, Enum] = _HOLDS
-    held: frozenset[Any] = frozenset(_HOLDS.values())
+    held: frozenset[Enum] = frozenset(_HOLDS.values())
 
     def announce(self, events: EventBus, change: Change, before: Any, after: Any, detail: str) -> None:
         _announce(events, change, before, after, detail)

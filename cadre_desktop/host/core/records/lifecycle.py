@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, Protocol, Self, TypeVar
 
@@ -165,10 +166,10 @@ class RecordKind(Protocol):
 
     #: Words for one record of this kind, in messages ("node", "lent node").
     noun: str
-    transitions: Mapping[Change, tuple[frozenset[Any], frozenset[Any]]]
+    transitions: Mapping[Change, tuple[frozenset[Enum], frozenset[Enum]]]
     #: What the supervisor keeps running, and what the probe reads (a superset).
-    supervised: frozenset[Any]
-    probed: frozenset[Any]
+    supervised: frozenset[Enum]
+    probed: frozenset[Enum]
     #: The status a record is created in (the code creating it owns it), and the given-up one.
     creating: Enum
     error: Enum
@@ -178,7 +179,7 @@ class RecordKind(Protocol):
     #: Its hold statuses by name ("paused", "sleeping", "done"); empty: this kind is never held.
     holds: Mapping[str, Enum]
     #: The same statuses, as a set.
-    held: frozenset[Any]
+    held: frozenset[Enum]
 
     def announce(self, events: EventBus, change: Change, before: Any, after: Any, detail: str) -> None:
         """Emit the events of one transition."""
@@ -213,15 +214,15 @@ class HostedKind:
     """A node this host runs for its own person's cadre."""
 
     noun = "node"
-    transitions: Mapping[Change, tuple[frozenset[Any], frozenset[Any]]] = TRANSITIONS
-    supervised: frozenset[Any] = SUPERVISED
-    probed: frozenset[Any] = SUPERVISED
+    transitions: Mapping[Change, tuple[frozenset[Enum], frozenset[Enum]]] = TRANSITIONS
+    supervised: frozenset[Enum] = SUPERVISED
+    probed: frozenset[Enum] = SUPERVISED
     creating: Enum = S.SPAWNING
     error: Enum = S.ERROR
     removed_event = EventKind.REMOVED
     on_status: StatusTaker | None = None
     holds: Mapping[str, Enum] = HOSTED_HOLDS
-    held: frozenset[Any] = frozenset(HOSTED_HOLDS.values())
+    held: frozenset[Enum] = frozenset(HOSTED_HOLDS.values())
 
     # The hosted nodes' own functions, called straight (no method in between).
     announce = staticmethod(_announce_hosted)
@@ -325,6 +326,14 @@ class Life(Protocol[R_co]):
 AnyLife = Life[Supervised]
 
 
+@dataclass
+class _Told:
+    """One transition's event: told once `ready` (its write synced)."""
+
+    ready: bool
+    tell: Callable[[], None]
+
+
 class Lifecycle(Generic[R]):
     """The one writer of one kind's records (`kind`), in `store`."""
 
@@ -335,9 +344,9 @@ class Lifecycle(Generic[R]):
         self.kind = kind
         #: The lifecycles of the other kinds on this host, whose ports this one keeps clear of.
         self.neighbours: list[AnyLife] = []
-        #: Events in the order their transitions happened, each [ready, tell]: one whose write is
-        #: not synced yet holds back those after it.
-        self._told: deque[list[Any]] = deque()
+        #: Events in the order their transitions happened: one whose write is not synced yet
+        #: holds back those after it.
+        self._told: deque[_Told] = deque()
 
     def get(self, node_id: str) -> R | None:
         return self.store.get(node_id)
@@ -390,21 +399,20 @@ class Lifecycle(Generic[R]):
         self._tell(lambda: self.kind.announce(self.events, change, current, changed, detail))
         return changed
 
-    def _tell(self, tell: Callable[[], None], *, ready: bool = True) -> list[Any]:
+    def _tell(self, tell: Callable[[], None], *, ready: bool = True) -> _Told:
         """Tell now, or once every earlier transition's write is synced (order kept)."""
-        told = [ready, tell]
+        told = _Told(ready, tell)
         self._told.append(told)
         self._drain()
         return told
 
-    def _ready(self, told: list[Any]) -> None:
-        told[0] = True
+    def _ready(self, told: _Told) -> None:
+        told.ready = True
         self._drain()
 
     def _drain(self) -> None:
-        while self._told and self._told[0][0]:
-            _, tell = self._told.popleft()
-            tell()
+        while self._told and self._told[0].ready:
+            self._told.popleft().tell()
 
     def create(self, record: R) -> None:
         """The first write of a node (status `spawning`); no event: nobody sees it yet."""

@@ -237,8 +237,8 @@ def exit_words(code: int | None, last_line: str | None) -> str:
     return words
 
 
-def decide(record: Supervised, obs: Observation, policy: Policy, supervised: frozenset[NodeStatus] = SUPERVISED,
-           held: frozenset[Any] = HELD) -> Verdict:
+def decide(record: Supervised, obs: Observation, policy: Policy, supervised: frozenset[Enum] = SUPERVISED,
+           held: frozenset[Enum] = HELD) -> Verdict:
     """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs);
     `held`: its hold statuses (paused, sleeping, done; a kind without holds has none)."""
     if obs.start_failure is not None:

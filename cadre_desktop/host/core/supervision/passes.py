@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
 
 from cadre_desktop.host.core.clock import Clock
 
@@ -52,12 +51,12 @@ class PassSchedule:
         #: Set by `stop`: no new pass, and a pass in flight drops the records it has not reached.
         self.stopped = False
         self._sweep: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
         self._exit_pass_queued = False
         self._exit_pass_wanted = False
         #: An exit pass is queued and has not begun: exits now ride on it (it has not looked yet).
         self._exit_pass_waiting = False
-        self._due_task: asyncio.Task[Any] | None = None
+        self._due_task: asyncio.Task[object] | None = None
         #: When (monotonic) the armed due pass fires; None when none is armed.
         self.due_at: float | None = None
 
@@ -85,7 +84,7 @@ class PassSchedule:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def kick(self, trigger: str) -> asyncio.Task[Any] | None:
+    def kick(self, trigger: str) -> asyncio.Task[object] | None:
         """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
         if self.stopped or self._sweep is None:
             return None
@@ -149,10 +148,10 @@ class PassSchedule:
                 await self._chores()
             await self._pass("timer")
 
-    def _spawn(self, work: Coroutine[Any, Any, object], name: str) -> asyncio.Task[Any]:
+    def _spawn(self, work: Coroutine[object, None, object], name: str) -> asyncio.Task[object]:
         return self._keep(asyncio.create_task(work, name=name))
 
-    def _keep(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+    def _keep(self, task: asyncio.Task[object]) -> asyncio.Task[object]:
         """A task of these passes, ended by `stop`."""
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

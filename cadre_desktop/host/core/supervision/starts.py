@@ -163,7 +163,7 @@ class Starter:
                  child.pid)
         return True
 
-    async def launch(self, lc: AnyLife, record: Any, secret: str, attempt: int, *,
+    async def launch(self, lc: AnyLife, record: Supervised, secret: str, attempt: int, *,
                      want_ports: tuple[int, int] | None = None) -> InstanceInfo:
         """A child of a record being created (its first start, `provision.py`), as `start` starts one."""
         return await self._launch(self._plan(lc, record, secret, attempt, want_ports=want_ports))

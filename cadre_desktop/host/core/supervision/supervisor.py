@@ -139,7 +139,7 @@ class Supervisor:
         async with self._queue:
             return await work()
 
-    def kick(self, trigger: str) -> asyncio.Task[Any] | None:
+    def kick(self, trigger: str) -> asyncio.Task[object] | None:
         """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
         return self.passes.kick(trigger)
 
@@ -396,17 +396,17 @@ class Supervisor:
 
     # -- what views show --------------------------------------------------------------
 
-    def next_attempt_at(self, record: Any) -> datetime | None:
+    def next_attempt_at(self, record: Supervised) -> datetime | None:
         """When the backoff of a down node ends (wall time, for views); None when now or never."""
         lc = self.kinds.of(record.id)
         return self.observer.next_attempt_at(record, lc.kind, self.kinds.policy(lc), self.clock.now())
 
-    def starting(self, record: Any) -> str | None:
+    def starting(self, record: Supervised) -> str | None:
         """A start in progress (running, not answered yet) in the seed's words, else None."""
         lc = self.kinds.of(record.id)
         return self.observer.starting(record, lc.kind, self.kinds.policy(lc))
 
-    def wake_at(self, record: Any) -> datetime | None:
+    def wake_at(self, record: Supervised) -> datetime | None:
         """When a sleeping node wakes (wall time, for views)."""
         return self.holds.wake_at(record)
 
