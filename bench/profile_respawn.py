@@ -32,7 +32,7 @@ STEPS = [
     ("kill", None),
     ("exit noticed", "Orchestrator._on_exit:enter"),
     ("exit listeners + state.json", "Orchestrator._on_exit:exit"),
-    ("pass begins", "Supervisor._reconcile_once:enter"),
+    ("pass begins", "Supervisor._begin:enter"),
     ("service.respawn", "NodeService.respawn:enter"),
     ("orchestrator.spawn", "Orchestrator.spawn:enter"),
     ("ports chosen", "Orchestrator._choose_ports:exit"),
@@ -77,7 +77,7 @@ def instrument(marks: dict[str, int]) -> None:
     from cadre_desktop.host.local.keeper import LogKeeper
 
     wrap(LogKeeper, "watch", "LogKeeper.watch")
-    wrap(Supervisor, "_reconcile_once", "Supervisor._reconcile_once")
+    wrap(Supervisor, "_begin", "Supervisor._begin")
     wrap(Starter, "start", "Starter.start")
 
 

@@ -11,12 +11,11 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from enum import Enum
-from typing import Any
 
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.driver import NodeDriver
-from cadre_desktop.host.core.records.lifecycle import Lifecycle, RecordKind
-from cadre_desktop.host.core.records.records import Hold, NodeRecord
+from cadre_desktop.host.core.records.lifecycle import AnyLife, RecordKind, Supervised
+from cadre_desktop.host.core.records.records import Hold
 from cadre_desktop.host.core.supervision.exits import ExitBook
 from cadre_desktop.host.core.supervision.gate import StartGate, machine_limit
 from cadre_desktop.host.core.supervision.holds import Holds
@@ -32,10 +31,10 @@ from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 from cadre_desktop.settings import Settings
 
 #: The hold the host wants a node to have now (host_holds.HostHolds.wanted).
-HostHold = Callable[[NodeRecord, RecordKind], "tuple[Enum, Hold] | None"]
+HostHold = Callable[[Supervised, RecordKind], "tuple[Enum, Hold] | None"]
 
 
-def supervise(*, lifecycle: Lifecycle[Any], driver: NodeDriver, gate: KeyringGate, settings: Settings, clock: Clock,
+def supervise(*, lifecycle: AnyLife, driver: NodeDriver, gate: KeyringGate, settings: Settings, clock: Clock,
               passes: PassSchedule, probe: Probe | None = None, run_files: RunFiles | None = None,
               on_sweep: Callable[[], Awaitable[object]] | None = None, host_hold: HostHold | None = None,
               start_limit: int | None = None) -> Supervisor:

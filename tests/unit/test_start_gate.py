@@ -62,13 +62,13 @@ async def test_many_ready_at_once_bring_one_pass_that_starts_the_waiting_in_orde
     gated.sup.start()
     await settle()
     passes = []
-    real = gated.sup._reconcile_once
+    real = gated.sup._begin
 
-    async def counting():
+    def counting():  # each pass begins once
         passes.append(1)
-        return await real()
+        return real()
 
-    gated.sup._reconcile_once = counting
+    gated.sup._begin = counting
     for node_id in ("n0", "n1", "n2"):
         answer(gated, node_id)
         await gated.probe.probe_one(gated.present_rec(node_id))

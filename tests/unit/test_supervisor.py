@@ -274,13 +274,13 @@ async def test_exit_storm_coalesces_into_one_queued_pass(rig):
     for i in range(10):
         rig.node(f"n{i}", live=True)
     passes = []
-    real = rig.sup._reconcile_once
+    real = rig.sup._begin
 
-    async def counting():
+    def counting():  # each pass begins once
         passes.append(1)
-        return await real()
+        return real()
 
-    rig.sup._reconcile_once = counting
+    rig.sup._begin = counting
     rig.sup._unsubscribe = rig.orch.subscribe(rig.sup._on_exit)
     for i in range(10):
         rig.orch.exit(rig.rec(f"n{i}").handle)

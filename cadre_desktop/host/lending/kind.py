@@ -23,7 +23,7 @@ from typing import Any
 
 from cadre_desktop.host.core.clock import iso
 from cadre_desktop.host.core.events import EventBus, EventKind
-from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle, RecordKind, StatusTaker
+from cadre_desktop.host.core.records.lifecycle import AnyLife, Change, RecordKind, StatusTaker
 from cadre_desktop.host.core.vault.secrets import SecretKind
 from cadre_desktop.host.lending.donations import DONATION_HELD, DONATION_SUPERVISED, Donation, DonationStatus
 from cadre_desktop.settings import Settings
@@ -88,14 +88,14 @@ def _cannot_start(donation: Donation) -> str | None:
     return "its row does not hold every input of its first start (an older build wrote it); end its loan"
 
 
-def _text(value: Any, limit: int) -> str | None:
+def _text(value: object, limit: int) -> str | None:
     return one_line(value, limit) or None if isinstance(value, str) else None
 
 
-def take_status(lc: Lifecycle[Donation], donation_id: str, handle_id: str, status: dict[str, Any]) -> None:
-    """What a lent node says of itself, about this very child only."""
+def take_status(lc: AnyLife, donation_id: str, handle_id: str, status: dict[str, Any]) -> None:
+    """What a lent node says of itself, about this very child only (each write in the turn of its read)."""
     record = lc.get(donation_id)
-    if record is None or record.handle != handle_id or record.status is D.ERROR:
+    if not isinstance(record, Donation) or record.handle != handle_id or record.status is D.ERROR:
         return
     if status.get("donation_id") != donation_id:
         log.warning("lent node %s answers as another node (%r); its answer is not taken",
@@ -106,7 +106,7 @@ def take_status(lc: Lifecycle[Donation], donation_id: str, handle_id: str, statu
     now = lc.clock.now()
     if state == "seeded" and record.status is not D.SEEDED:
         lc.apply(donation_id, Change.SEEDED, lambda r: r.replace(
-            status=D.SEEDED, peer_id=peer_id, seeded_at=r.seeded_at or iso(now)), handle=handle_id)
+            status=D.SEEDED, peer_id=peer_id, seeded_at=record.seeded_at or iso(now)), handle=handle_id)
     elif state == "awaiting_seed" and record.status is not D.AWAITING_SEED:
         if record.status is D.SEEDED:
             log.warning("lent node %s says it is not seeded any more; its party must seed it again", donation_id)
@@ -123,15 +123,15 @@ class DonatedKind:
     """A node this host runs for another cadre's party, under a grant."""
 
     noun = "lent node"
-    transitions: Mapping[Change, tuple[frozenset[Any], frozenset[Any]]] = DONATION_TRANSITIONS
-    supervised: frozenset[Any] = DONATION_SUPERVISED
-    probed: frozenset[Any] = DONATION_SUPERVISED | {D.PROVISIONING}
+    transitions: Mapping[Change, tuple[frozenset[Enum], frozenset[Enum]]] = DONATION_TRANSITIONS
+    supervised: frozenset[Enum] = DONATION_SUPERVISED
+    probed: frozenset[Enum] = DONATION_SUPERVISED | {D.PROVISIONING}
     creating: Enum = D.PROVISIONING
     error: Enum = D.ERROR
     removed_event = EventKind.DONATION_REMOVED
     on_status: StatusTaker | None = staticmethod(take_status)
     holds: Mapping[str, Enum] = _HOLDS
-    held: frozenset[Any] = frozenset(_HOLDS.values())
+    held: frozenset[Enum] = frozenset(_HOLDS.values())
 
     def announce(self, events: EventBus, change: Change, before: Any, after: Any, detail: str) -> None:
         _announce(events, change, before, after, detail)

@@ -20,13 +20,14 @@ import dataclasses
 import logging
 import secrets as _random
 from datetime import datetime, timedelta
+from typing import cast
 
 from cadre_desktop.errors import Bug, InvalidState, NoSuchThing, SecretsError, StorageError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.ops.provision import Provisioning
 from cadre_desktop.host.core.ops.validate import clean_invitation, clean_name, require_node_id
-from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle, RecordKind
+from cadre_desktop.host.core.records.lifecycle import AnyLife, Change, Lifecycle, RecordKind
 from cadre_desktop.host.core.records.records import Hold, NodeMode, NodeRecord, NodeStatus
 from cadre_desktop.host.core.supervision.holds import pause_end, person_hold
 from cadre_desktop.host.core.supervision.kinds import Kinds
@@ -177,11 +178,11 @@ class NodeService:
         """The record of any kind the supervisor keeps (a hosted node, a lent one)."""
         return self._row(node_id)[0]
 
-    def _row(self, node_id: str) -> tuple[NodeRecord, Lifecycle[NodeRecord]]:
+    def _row(self, node_id: str) -> tuple[NodeRecord, AnyLife]:
         """The record of any kind the supervisor keeps, and the lifecycle that keeps it."""
         require_node_id(node_id)
-        lc: Lifecycle[NodeRecord] = self.kinds.of(node_id)
-        record = lc.get(node_id)
+        lc = self.kinds.of(node_id)
+        record = cast("NodeRecord | None", lc.get(node_id))  # any kind's, read as a node's
         if record is None:
             raise NoSuchThing(f"There is no node {node_id!r} on this host.")
         return record, lc
@@ -203,7 +204,7 @@ class NodeService:
         await self._load_secret(record)
         return await self._retry(node_id)
 
-    def _retryable(self, node_id: str) -> tuple[NodeRecord, Lifecycle[NodeRecord]]:
+    def _retryable(self, node_id: str) -> tuple[NodeRecord, AnyLife]:
         record, lc = self._row(node_id)
         kind = lc.kind
         if record.status is not kind.error and record.status is not kind.holds.get("done"):
@@ -323,7 +324,7 @@ class NodeService:
         """A person's hold, from now (on the queue: when the node is held)."""
         return person_hold(self.clock.now(), wake_at)
 
-    def _pausable(self, node_id: str) -> tuple[NodeRecord, Lifecycle[NodeRecord]]:
+    def _pausable(self, node_id: str) -> tuple[NodeRecord, AnyLife]:
         record, lc = self._row(node_id)
         kind = lc.kind
         if not kind.holds:
@@ -347,7 +348,7 @@ class NodeService:
             return self._require(node_id)
         return await self.supervisor.serialize(work)
 
-    def _resumable(self, node_id: str, *, now: bool = False) -> tuple[NodeRecord, Lifecycle[NodeRecord]]:
+    def _resumable(self, node_id: str, *, now: bool = False) -> tuple[NodeRecord, AnyLife]:
         record, lc = self._row(node_id)
         kind = lc.kind
         if record.status not in kind.held:

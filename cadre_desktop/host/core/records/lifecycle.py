@@ -24,16 +24,18 @@ both.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from cadre_desktop.errors import Bug
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.events import EventBus, EventKind
-from cadre_desktop.host.core.records.records import HELD, SUPERVISED, NodeMode, NodeRecord, NodeStatus
+from cadre_desktop.host.core.records.records import HELD, SUPERVISED, Hold, NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
 from cadre_desktop.host.core.records.rowstore import RowStore
 from cadre_desktop.host.core.vault.secrets import SecretKind
+from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.settings import Settings
 
 S = NodeStatus
@@ -151,7 +153,7 @@ def _hosted_retry(record: NodeRecord, now: str) -> dict[str, Any]:
 
 #: What a kind may do with what one of its children answers on /status:
 #: (its lifecycle, the record's id, the child's handle, the answer).
-StatusTaker = Callable[["Lifecycle[Any]", str, str, dict[str, Any]], None]
+StatusTaker = Callable[["AnyLife", str, str, dict[str, Any]], None]
 
 
 class RecordKind(Protocol):
@@ -164,10 +166,10 @@ class RecordKind(Protocol):
 
     #: Words for one record of this kind, in messages ("node", "lent node").
     noun: str
-    transitions: Mapping[Change, tuple[frozenset[Any], frozenset[Any]]]
+    transitions: Mapping[Change, tuple[frozenset[Enum], frozenset[Enum]]]
     #: What the supervisor keeps running, and what the probe reads (a superset).
-    supervised: frozenset[Any]
-    probed: frozenset[Any]
+    supervised: frozenset[Enum]
+    probed: frozenset[Enum]
     #: The status a record is created in (the code creating it owns it), and the given-up one.
     creating: Enum
     error: Enum
@@ -177,7 +179,7 @@ class RecordKind(Protocol):
     #: Its hold statuses by name ("paused", "sleeping", "done"); empty: this kind is never held.
     holds: Mapping[str, Enum]
     #: The same statuses, as a set.
-    held: frozenset[Any]
+    held: frozenset[Enum]
 
     def announce(self, events: EventBus, change: Change, before: Any, after: Any, detail: str) -> None:
         """Emit the events of one transition."""
@@ -212,15 +214,15 @@ class HostedKind:
     """A node this host runs for its own person's cadre."""
 
     noun = "node"
-    transitions: Mapping[Change, tuple[frozenset[Any], frozenset[Any]]] = TRANSITIONS
-    supervised: frozenset[Any] = SUPERVISED
-    probed: frozenset[Any] = SUPERVISED
+    transitions: Mapping[Change, tuple[frozenset[Enum], frozenset[Enum]]] = TRANSITIONS
+    supervised: frozenset[Enum] = SUPERVISED
+    probed: frozenset[Enum] = SUPERVISED
     creating: Enum = S.SPAWNING
     error: Enum = S.ERROR
     removed_event = EventKind.REMOVED
     on_status: StatusTaker | None = None
     holds: Mapping[str, Enum] = HOSTED_HOLDS
-    held: frozenset[Any] = frozenset(HOSTED_HOLDS.values())
+    held: frozenset[Enum] = frozenset(HOSTED_HOLDS.values())
 
     # The hosted nodes' own functions, called straight (no method in between).
     announce = staticmethod(_announce_hosted)
@@ -244,7 +246,8 @@ HOSTED: RecordKind = HostedKind()
 
 
 class Supervised(Protocol):
-    """What the lifecycle reads of a record of any kind (a node's record, a lent node's donation)."""
+    """What the lifecycle and the supervision read of a record of any kind (a node's record, a lent
+    node's donation): its id, status and times, and the fields of `records.SupervisedRow`."""
 
     @property
     def id(self) -> str: ...
@@ -264,12 +267,71 @@ class Supervised(Protocol):
     @property
     def p2p_port(self) -> int | None: ...
 
+    @property
+    def peer_id(self) -> str | None: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def respawn(self) -> RespawnInfo | None: ...
+
+    @property
+    def start(self) -> StartMark | None: ...
+
+    @property
+    def hold(self) -> Hold | None: ...
+
+    @property
+    def problem(self) -> str | None: ...
+
+    @property
+    def attempts(self) -> int: ...
+
+    @property
+    def next_start(self) -> int: ...
+
     def replace(self, **changes: Any) -> Self: ...
 
-    def to_row(self) -> dict[str, Any]: ...
+    def to_row(self) -> JSONObject: ...
 
 
 R = TypeVar("R", bound=Supervised)
+R_co = TypeVar("R_co", bound=Supervised, covariant=True)
+
+
+class Life(Protocol[R_co]):
+    """What the supervision room calls on one kind's lifecycle: read-only in the row, so a
+    `Lifecycle[NodeRecord]` and a `Lifecycle[Donation]` are both a `Life[Supervised]`."""
+
+    @property
+    def kind(self) -> RecordKind: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def get(self, node_id: str) -> R_co | None: ...
+
+    def rows(self) -> Sequence[R_co]: ...
+
+    def pending_removals(self) -> list[str]: ...
+
+    def apply(self, node_id: str, change: Change, update: Callable[[R_co], Supervised] = ..., *,
+              handle: str | None = None, detail: str = "", soon: bool = False) -> R_co | None: ...
+
+    def remembered_ports(self, node_id: str) -> set[int]: ...
+
+
+#: A lifecycle of any kind of record, as the supervision sees it.
+AnyLife = Life[Supervised]
+
+
+@dataclass
+class _Told:
+    """One transition's event: told once `ready` (its write synced)."""
+
+    ready: bool
+    tell: Callable[[], None]
 
 
 class Lifecycle(Generic[R]):
@@ -281,19 +343,25 @@ class Lifecycle(Generic[R]):
         self.clock = clock
         self.kind = kind
         #: The lifecycles of the other kinds on this host, whose ports this one keeps clear of.
-        self.neighbours: list[Lifecycle[Any]] = []
-        #: Events in the order their transitions happened, each [ready, tell]: one whose write is
-        #: not synced yet holds back those after it.
-        self._told: deque[list[Any]] = deque()
+        self.neighbours: list[AnyLife] = []
+        #: Events in the order their transitions happened: one whose write is not synced yet
+        #: holds back those after it.
+        self._told: deque[_Told] = deque()
 
     def get(self, node_id: str) -> R | None:
         return self.store.get(node_id)
+
+    def rows(self) -> list[R]:
+        return self.store.list()
+
+    def pending_removals(self) -> list[str]:
+        return self.store.pending_removals()
 
     def apply(
         self,
         node_id: str,
         change: Change,
-        update: Callable[[R], R] = lambda r: r,
+        update: Callable[[R], Supervised] = lambda r: r,
         *,
         handle: str | None = None,
         detail: str = "",
@@ -317,6 +385,8 @@ class Lifecycle(Generic[R]):
             self._tell(lambda: self.kind.announce(self.events, change, current, current, detail))
             return current
         changed = update(current)
+        if not isinstance(changed, type(current)):
+            raise Bug(f"{change.value} made node {node_id} another kind of record")
         if changed.status not in allowed_to:
             raise Bug(f"{change.value} may not leave node {node_id} {changed.status.value}")
         if changed != current:  # nothing new is announced but never written
@@ -329,21 +399,20 @@ class Lifecycle(Generic[R]):
         self._tell(lambda: self.kind.announce(self.events, change, current, changed, detail))
         return changed
 
-    def _tell(self, tell: Callable[[], None], *, ready: bool = True) -> list[Any]:
+    def _tell(self, tell: Callable[[], None], *, ready: bool = True) -> _Told:
         """Tell now, or once every earlier transition's write is synced (order kept)."""
-        told = [ready, tell]
+        told = _Told(ready, tell)
         self._told.append(told)
         self._drain()
         return told
 
-    def _ready(self, told: list[Any]) -> None:
-        told[0] = True
+    def _ready(self, told: _Told) -> None:
+        told.ready = True
         self._drain()
 
     def _drain(self) -> None:
-        while self._told and self._told[0][0]:
-            _, tell = self._told.popleft()
-            tell()
+        while self._told and self._told[0].ready:
+            self._told.popleft().tell()
 
     def create(self, record: R) -> None:
         """The first write of a node (status `spawning`); no event: nobody sees it yet."""
@@ -375,6 +444,7 @@ class Lifecycle(Generic[R]):
 
         Those of every kind: a hosted node never takes a lent node's ports, nor the other way round.
         """
-        rows: list[Supervised] = [r for lc in (self, *self.neighbours) for r in lc.store.list()]
+        kinds: list[AnyLife] = [self, *self.neighbours]
+        rows: list[Supervised] = [r for lc in kinds for r in lc.rows()]
         return {p for r in rows if r.id != node_id for p in (r.api_port, r.p2p_port) if p}
 

@@ -52,7 +52,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cadre_desktop.host.core.driver import DriverStatus
-from cadre_desktop.host.core.records.lifecycle import HOSTED_HOLDS
+from cadre_desktop.host.core.records.lifecycle import HOSTED_HOLDS, Supervised
 from cadre_desktop.host.core.records.records import HELD, SUPERVISED, Hold, NodeRecord, NodeStatus, StartMark
 from cadre_desktop.settings import Settings
 
@@ -237,8 +237,8 @@ def exit_words(code: int | None, last_line: str | None) -> str:
     return words
 
 
-def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: frozenset[NodeStatus] = SUPERVISED,
-           held: frozenset[Any] = HELD) -> Verdict:
+def decide(record: Supervised, obs: Observation, policy: Policy, supervised: frozenset[Enum] = SUPERVISED,
+           held: frozenset[Enum] = HELD) -> Verdict:
     """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs);
     `held`: its hold statuses (paused, sleeping, done; a kind without holds has none)."""
     if obs.start_failure is not None:
@@ -256,13 +256,13 @@ def decide(record: NodeRecord, obs: Observation, policy: Policy, supervised: fro
     return _down(record, obs, policy)
 
 
-def _running(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
+def _running(record: Supervised, obs: Observation, policy: Policy) -> Verdict:
     verdict = _running_rules(record, obs, policy)
     news = _news(record, obs)
     return dataclasses.replace(verdict, news=news) if news is not None else verdict
 
 
-def _news(record: NodeRecord, obs: Observation) -> tuple[str, dict[str, Any]] | None:
+def _news(record: Supervised, obs: Observation) -> tuple[str, dict[str, Any]] | None:
     """The node's own word taken into its record: its first answer spends the start mark; a
     claim makes it joined with its cadre; a new peer id is kept. (change, fields) or None."""
     change: str | None = None
@@ -270,7 +270,7 @@ def _news(record: NodeRecord, obs: Observation) -> tuple[str, dict[str, Any]] | 
     if obs.first_answer and record.start is not None and not record.start.answered:
         change, fields["start"] = "answered", dataclasses.replace(record.start, answered=True)
     news = obs.news
-    if news is not None:
+    if news is not None and isinstance(record, NodeRecord):  # the probe has news of hosted nodes only
         peer = news.peer_id or record.peer_id
         if news.state == "joined" and (record.status is not NodeStatus.JOINED or record.cadre != news.cadre):
             change = "joined"
@@ -280,7 +280,7 @@ def _news(record: NodeRecord, obs: Observation) -> tuple[str, dict[str, Any]] | 
     return (change, fields) if change else None
 
 
-def _running_rules(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
+def _running_rules(record: Supervised, obs: Observation, policy: Policy) -> Verdict:
     if obs.news and obs.news.state == "failed" and record.status is NodeStatus.JOINING:
         return Verdict(Decision.INVITATION_FAILED, reason=f"invitation failed: {obs.news.error or 'no reason given'}")
     if obs.answered and obs.unresponsive:
@@ -297,7 +297,7 @@ def _running_rules(record: NodeRecord, obs: Observation, policy: Policy) -> Verd
     return Verdict(Decision.HEALTHY)
 
 
-def _held(record: NodeRecord, obs: Observation) -> Verdict:
+def _held(record: Supervised, obs: Observation) -> Verdict:
     """A held node is never started; a child of it still up is stopped; a sleeper wakes at its time."""
     if obs.status is DriverStatus.RUNNING:
         return Verdict(Decision.STOP_HELD, reason=f"it is {record.status}")
@@ -310,7 +310,7 @@ def _held(record: NodeRecord, obs: Observation) -> Verdict:
     return Verdict(Decision.HELD)
 
 
-def _held_by_host(record: NodeRecord, obs: Observation) -> Verdict:
+def _held_by_host(record: Supervised, obs: Observation) -> Verdict:
     """A node the host holds: released when the host wants it held no more, its hold replaced when
     the host wants another; its own wake_at is only words (the host's timers end it)."""
     wanted = obs.host_hold
@@ -324,7 +324,7 @@ def _held_by_host(record: NodeRecord, obs: Observation) -> Verdict:
     return Verdict(Decision.HELD)
 
 
-def _start_failed(record: NodeRecord, failure: StartFailure, policy: Policy) -> Verdict:
+def _start_failed(record: Supervised, failure: StartFailure, policy: Policy) -> Verdict:
     if not failure.recorded:
         return Verdict(Decision.START_FAILED, counted=not failure.machine, reason=failure.error)
     if record.attempts >= policy.max_attempts:
@@ -332,7 +332,7 @@ def _start_failed(record: NodeRecord, failure: StartFailure, policy: Policy) -> 
     return Verdict(Decision.LEAVE, reason=failure.message)
 
 
-def _down(record: NodeRecord, obs: Observation, policy: Policy) -> Verdict:
+def _down(record: Supervised, obs: Observation, policy: Policy) -> Verdict:
     if obs.node_hold is not None:
         state, hold = obs.node_hold
         status = obs.holdable.get(state)

@@ -19,13 +19,12 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
 
 from cadre_desktop.errors import Invalid
 from cadre_desktop.host.core.clock import Clock, iso, parse_iso
 from cadre_desktop.host.core.driver import Exit
-from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle
-from cadre_desktop.host.core.records.records import HeldBy, Hold, NodeRecord, SupervisedRow
+from cadre_desktop.host.core.records.lifecycle import AnyLife, Change, Supervised
+from cadre_desktop.host.core.records.records import HeldBy, Hold
 from cadre_desktop.host.core.supervision.runfile import RunFiles
 from cadre_desktop.host.core.timeline import Timeline
 
@@ -109,7 +108,7 @@ class Holds:
                     at=iso(self.clock.now()), wake_at=iso(asked.wake_at) if asked.wake_at else None)
         self._requests[event.node_id] = Request(event.handle_id, asked.state, hold)
 
-    def requested(self, record: NodeRecord) -> tuple[str, Hold] | None:
+    def requested(self, record: Supervised) -> tuple[str, Hold] | None:
         """What the node asked for at the exit of the record's current child, if anything."""
         request = self._requests.get(record.id)
         if request is None or request.handle_id != record.handle:
@@ -122,7 +121,7 @@ class Holds:
 
     # -- time -----------------------------------------------------------------------------
 
-    def wake_in_s(self, record: NodeRecord) -> float | None:
+    def wake_in_s(self, record: Supervised) -> float | None:
         """Seconds until a sleeping record's wake_at (never below 0); None when it has no end."""
         hold = record.hold
         if hold is None or hold.wake_at is None:
@@ -134,7 +133,7 @@ class Holds:
         elapsed = self.timeline.since(("hold", record.id), hold.at) or 0.0
         return max(0.0, length - elapsed)
 
-    def wake_at(self, record: NodeRecord) -> datetime | None:
+    def wake_at(self, record: Supervised) -> datetime | None:
         """When a sleeping record wakes, in wall time for views."""
         left = self.wake_in_s(record)
         if left is None:
@@ -143,18 +142,18 @@ class Holds:
 
     # -- transitions -----------------------------------------------------------------------
 
-    def hold(self, lc: Lifecycle[Any], node_id: str, change: Change, status: Enum, hold: Hold) -> SupervisedRow | None:
+    def hold(self, lc: AnyLife, node_id: str, change: Change, status: Enum, hold: Hold) -> Supervised | None:
         """Write a hold (Change.PAUSE for a person, Change.HOLD for the node): no attempt, no notification.
 
         The node's own hold spends its start mark, as an answer does: it ran, and said what it wants.
         """
         self._requests.pop(node_id, None)
 
-        def update(r: NodeRecord) -> NodeRecord:
+        def update(r: Supervised) -> Supervised:
             start = r.start
             if change is Change.HOLD and start is not None:
                 start = dataclasses.replace(start, answered=True)
-            changed: NodeRecord = r.replace(status=status, hold=hold, start=start)
+            changed: Supervised = r.replace(status=status, hold=hold, start=start)
             return changed
 
         held = lc.apply(node_id, change, update, detail=hold.reason)
@@ -163,11 +162,11 @@ class Holds:
             log.info("%s %s is %s: %s", lc.kind.noun, node_id, status.value, hold.reason)
         return held
 
-    def release(self, lc: Lifecycle[Any], node_id: str, change: Change) -> SupervisedRow | None:
+    def release(self, lc: AnyLife, node_id: str, change: Change) -> Supervised | None:
         """Take a record off its hold (Change.WAKE, RESUME or RETRY): back to what its kind's Retry gives."""
         self._requests.pop(node_id, None)
-        def update(r: NodeRecord) -> NodeRecord:
-            released: NodeRecord = r.replace(hold=None, error=None, **lc.kind.retry(r, iso(self.clock.now())))
+        def update(r: Supervised) -> Supervised:
+            released: Supervised = r.replace(hold=None, error=None, **lc.kind.retry(r, iso(self.clock.now())))
             return released
 
         return lc.apply(node_id, change, update)

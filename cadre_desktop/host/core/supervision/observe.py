@@ -12,8 +12,8 @@ from typing import Any
 
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import DriverStatus, InstanceInfo, NodeDriver
-from cadre_desktop.host.core.records.lifecycle import Lifecycle, RecordKind
-from cadre_desktop.host.core.records.records import Hold, NodeRecord
+from cadre_desktop.host.core.records.lifecycle import AnyLife, RecordKind, Supervised
+from cadre_desktop.host.core.records.records import Hold
 from cadre_desktop.host.core.supervision.decide import Decision, Observation, Policy, SecretState, Verdict, starting_words
 from cadre_desktop.host.core.supervision.exits import ExitBook
 from cadre_desktop.host.core.supervision.gate import StartGate
@@ -35,7 +35,7 @@ class DecisionBook:
         #: Records skipped, each reported once.
         self._skipped: set[str] = set()
 
-    def skip(self, lc: Lifecycle[Any], record: NodeRecord) -> bool:
+    def skip(self, lc: AnyLife, record: Supervised) -> bool:
         """A record that cannot be started again from what it holds is left alone, and said so once."""
         why = lc.kind.cannot_start(record)
         if why is None:
@@ -64,7 +64,7 @@ class DecisionBook:
 class Observer:
     def __init__(self, *, driver: NodeDriver, gate: KeyringGate, exits: ExitBook, timeline: Timeline,
                  holds: Holds, start_gate: StartGate, probe: Probe | None = None,
-                 host_hold: Callable[[NodeRecord, RecordKind], tuple[Enum, Hold] | None] | None = None) -> None:
+                 host_hold: Callable[[Supervised, RecordKind], tuple[Enum, Hold] | None] | None = None) -> None:
         self.driver = driver
         #: Whether one more child may start now (`gate.py`).
         self.start_gate = start_gate
@@ -77,12 +77,12 @@ class Observer:
         #: The hold the host wants a node to have (host_holds.HostHolds.wanted), when the host has any.
         self.host_hold = host_hold
 
-    def since_attempt_s(self, record: NodeRecord) -> float | None:
+    def since_attempt_s(self, record: Supervised) -> float | None:
         if not record.respawn:
             return None
         return self.timeline.since(("attempt", record.id), record.respawn.last_attempt_at)
 
-    def observe(self, record: NodeRecord, kind: RecordKind, *, uncounted: bool) -> Observation:
+    def observe(self, record: Supervised, kind: RecordKind, *, uncounted: bool) -> Observation:
         """Everything the decision needs. `uncounted`: its next start spends nothing (a clean quit, a release)."""
         handle = self.driver.get(record.handle)
         status = self.driver.status(record.handle)
@@ -121,7 +121,7 @@ class Observer:
                               and self.probe.is_ready(handle.id)),
         )
 
-    def next_attempt_at(self, record: NodeRecord, kind: RecordKind, policy: Policy, now: datetime) -> datetime | None:
+    def next_attempt_at(self, record: Supervised, kind: RecordKind, policy: Policy, now: datetime) -> datetime | None:
         """When the backoff of a down node ends (wall time, for views); None when now or never."""
         if record.status not in kind.supervised or not record.respawn or record.attempts >= policy.max_attempts:
             return None
@@ -131,7 +131,7 @@ class Observer:
         remaining = policy.backoff_s(record.attempts) - since
         return now + timedelta(seconds=remaining) if remaining > 0 else None
 
-    def starting(self, record: NodeRecord, kind: RecordKind, policy: Policy) -> str | None:
+    def starting(self, record: Supervised, kind: RecordKind, policy: Policy) -> str | None:
         """A start in progress (running, not answered yet) in the seed's words, else None."""
         handle = self.driver.get(record.handle)
         if record.status not in kind.supervised or handle is None or not handle.alive:
@@ -142,7 +142,7 @@ class Observer:
         grace = 0.0 if record.problem else policy.grace_s(mark.failures if mark else 0)
         return starting_words(self.started_s(record, handle), grace, mark)
 
-    def started_s(self, record: NodeRecord, handle: InstanceInfo | None) -> float | None:
+    def started_s(self, record: Supervised, handle: InstanceInfo | None) -> float | None:
         """How long the record's running child has been starting: from its start mark's time, across
         restarts too (seed 003); an unreadable mark gives it no grace; a child no mark names, from
         when this process first saw it."""

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 from cadre_desktop.errors import StorageError
 from cadre_desktop.host.core.driver import InstanceInfo, NodeDriver
-from cadre_desktop.host.core.records.lifecycle import Lifecycle
+from cadre_desktop.host.core.records.lifecycle import AnyLife
 
 log = logging.getLogger(__name__)
 
 
-def find_orphans(driver: NodeDriver, lifecycles: Iterable[Lifecycle[Any]]) -> list[InstanceInfo]:
+def find_orphans(driver: NodeDriver, lifecycles: Iterable[AnyLife]) -> list[InstanceInfo]:
     """Every live child whose node no record (of any kind) names, nor a removal in progress.
 
     A records file that cannot be read names nothing we can trust: then no child is an orphan.
@@ -27,8 +26,8 @@ def find_orphans(driver: NodeDriver, lifecycles: Iterable[Lifecycle[Any]]) -> li
     try:
         known: set[str] = set()
         for lc in lifecycles:
-            known.update(r.id for r in lc.store.list())
-            known.update(lc.store.pending_removals())
+            known.update(r.id for r in lc.rows())
+            known.update(lc.pending_removals())
     except StorageError as exc:
         log.error("cannot check for orphaned children: %s", exc.message)
         return []

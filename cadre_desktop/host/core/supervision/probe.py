@@ -38,14 +38,13 @@ import dataclasses
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 from urllib.parse import quote
 
 from cadre_desktop import text
 from cadre_desktop.errors import CadreError, OutOfDescriptors
 from cadre_desktop.host.core.clock import Clock, sleep_or_kick
 from cadre_desktop.host.core.driver import NodeDriver
-from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle, Supervised
+from cadre_desktop.host.core.records.lifecycle import AnyLife, Change, Lifecycle, Supervised
 from cadre_desktop.host.core.records.records import SUPERVISED, NodeRecord, NodeStatus
 from cadre_desktop.host.core.supervision.decide import NodeNews
 from cadre_desktop.jsontypes import JSONObject, JSONValue
@@ -154,7 +153,7 @@ class Probe:
     def __init__(
         self,
         *,
-        lifecycle: Lifecycle[Any],
+        lifecycle: Lifecycle[NodeRecord],
         driver: NodeDriver,
         clock: Clock,
         interval_s: float,
@@ -165,7 +164,7 @@ class Probe:
     ) -> None:
         self.lifecycle = lifecycle
         self.store = lifecycle.store
-        self.lifecycles: list[Lifecycle[Any]] = [lifecycle]
+        self.lifecycles: list[AnyLife] = [lifecycle]
         self.driver = driver
         self.clock = clock
         #: Told of news the supervisor must judge (a child stopped answering, an invitation failed).
@@ -205,13 +204,13 @@ class Probe:
         """Call `listener(handle_id)` at each child's first answer (when it becomes ready)."""
         self._on_answer.append(listener)
 
-    def watch(self, lifecycle: Lifecycle[Any]) -> None:
+    def watch(self, lifecycle: AnyLife) -> None:
         """Probe another kind of record too."""
         self.lifecycles.append(lifecycle)
 
-    def _lc(self, node_id: str) -> Lifecycle[Any]:
+    def _lc(self, node_id: str) -> AnyLife:
         for lc in self.lifecycles[1:]:
-            if lc.store.get(node_id) is not None:
+            if lc.get(node_id) is not None:
                 return lc
         return self.lifecycle
 
@@ -238,7 +237,8 @@ class Probe:
         if node_id in self._starting or self._task is None:
             return
         record = self._lc(node_id).get(node_id)
-        if record is None or not self.driver.is_running(record.handle) or self.is_ready(record.handle):
+        if record is None or record.handle is None or not self.driver.is_running(record.handle) or self.is_ready(
+                record.handle):
             return
         task = asyncio.create_task(self._watch_start(record.handle, node_id), name=f"probe-start-{node_id}")
         self._starting[node_id] = task
@@ -307,7 +307,7 @@ class Probe:
 
     async def probe_all(self) -> None:
         try:
-            records = [r for lc in self.lifecycles for r in lc.store.list() if r.status in lc.kind.probed and r.handle]
+            records = [r for lc in self.lifecycles for r in lc.rows() if r.status in lc.kind.probed and r.handle]
         except CadreError as exc:
             log.error("probe cannot read the records: %s", exc.message)
             return
@@ -323,7 +323,7 @@ class Probe:
             self._waits.pop(handle_id).cancel()
         now, due = self.clock.monotonic(), []
         for record in records:
-            if record.handle not in live or record.handle in self._waits:
+            if record.handle is None or record.handle not in live or record.handle in self._waits:
                 continue
             period = self._period[record.handle] = self.period(record)
             asked = self._asked.get(record.handle)
@@ -333,7 +333,7 @@ class Probe:
         self._forced = False
         plain = []
         for record in due:
-            if self._waits_on(record):
+            if record.handle is not None and self._waits_on(record):  # every due record has a handle
                 self._start_wait(record.id, record.handle)
             else:
                 plain.append(self.probe_one(record))
@@ -388,7 +388,7 @@ class Probe:
             if not held or record is None or not self.driver.is_running(handle_id) or not self._waits_on(record):
                 return
 
-    async def probe_one(self, snapshot: NodeRecord) -> None:
+    async def probe_one(self, snapshot: Supervised) -> None:
         handle = self.driver.get(snapshot.handle)
         if handle is None:
             return
@@ -407,7 +407,7 @@ class Probe:
         if handle_id in self._last_ok:
             self._last_ok[handle_id] = self.clock.monotonic()
 
-    def take(self, snapshot: NodeRecord, handle_id: str, status: JSONObject | None) -> None:
+    def take(self, snapshot: Supervised, handle_id: str, status: JSONObject | None) -> None:
         """What one answer (or its absence) of this child means."""
         state = status.get("state") if status is not None else None
         if status is None or not isinstance(state, str) or state not in NODE_STATES:
@@ -465,7 +465,7 @@ class Probe:
         return self._news.get(handle_id) if handle_id else None
 
 
-def _spend_mark(record: NodeRecord) -> NodeRecord:
+def _spend_mark(record: Supervised) -> Supervised:
     if record.start is None or record.start.answered:
         return record
     return record.replace(start=dataclasses.replace(record.start, answered=True))

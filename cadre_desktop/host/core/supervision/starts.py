@@ -20,13 +20,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets as _random
+from dataclasses import dataclass
 from typing import Any
 
 from cadre_desktop.errors import CadreError, OutOfDescriptors, SecretsError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import DriverStatus, InstanceInfo, NodeDriver
-from cadre_desktop.host.core.records.lifecycle import Change, Lifecycle
-from cadre_desktop.host.core.records.records import NodeRecord, RespawnInfo, StartMark, next_mark
+from cadre_desktop.host.core.records.lifecycle import AnyLife, Change, Supervised
+from cadre_desktop.host.core.records.records import RespawnInfo, StartMark, next_mark
 from cadre_desktop.host.core.supervision.decide import Observation, StartFailure, decide
 from cadre_desktop.host.core.supervision.exits import ExitBook
 from cadre_desktop.host.core.supervision.gate import StartGate
@@ -41,6 +42,25 @@ log = logging.getLogger(__name__)
 
 def new_host_token() -> str:
     return _random.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """What one start of a node needs, gathered before the driver is asked (`Starter._prepare`)."""
+
+    record: Supervised
+    attempt: int
+    #: The node contract's environment for this start: its secret, its name, the host token.
+    env: dict[str, str]
+    token: str
+    want_ports: tuple[int, int] | None
+    avoid_ports: set[int]
+    #: A pass's, Retry's or wake's start (not a record's first): its mark, the words it follows,
+    #: when it began and whether it spends an attempt.
+    mark: StartMark | None = None
+    words: str | None = None
+    now: str = ""
+    counted: bool = False
 
 
 class Starter:
@@ -64,7 +84,7 @@ class Starter:
     def host_token(self, handle_id: str) -> str | None:
         return self.host_tokens.get(handle_id)
 
-    async def start(self, lc: Lifecycle[Any], node_id: str, *, counted: bool, expect_handle: str | None,
+    async def start(self, lc: AnyLife, node_id: str, *, counted: bool, expect_handle: str | None,
                     soon: bool = False) -> bool:
         """The one start of a node; True when a child was started and recorded.
 
@@ -75,36 +95,59 @@ class Starter:
         which answers nobody: its record's write is not waited for (`Lifecycle.apply`),
         only its event is told after the write's sync.
         """
+        plan = self._prepare(lc, node_id, counted=counted, expect_handle=expect_handle, soon=soon)
+        if plan is None:
+            return False
+        try:
+            child = await self._launch(plan)
+        except Exception as exc:
+            if not self.passes.stopped:  # a host stopping cancelled it: the record stays as it was
+                self._failed(lc, plan, exc)
+            raise
+        return await self._record(lc, plan, child, soon=soon)
+
+    def _prepare(self, lc: AnyLife, node_id: str, *, counted: bool, expect_handle: str | None,
+                 soon: bool) -> StartPlan | None:
+        """What a start needs, gathered in one place with no await: the record read again (None
+        when it went, changed, or a live child of it was taken over instead), its secret (raises
+        while the keyring has not given it), its start mark (the last exit's words taken into
+        it), its environment and ports; the node's requests of an earlier run are dropped."""
         record = lc.get(node_id)
         if record is None or record.status not in lc.kind.supervised or record.handle != expect_handle:
-            return False
-        live = [h for h in self.driver.handles_for(node_id) if h.alive and h.id != record.handle]
-        if live:
-            child = live[-1]
-            lc.apply(node_id, Change.ADOPT, lambda r: r.replace(
-                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port), soon=soon)
-            log.info("node %s: its record takes the running child pid %s", node_id, child.pid)
-            return False
-        value = self.gate.cached(node_id, lc.kind.secret_kind(record))
-        if value is None:
+            return None
+        if self._adopted(lc, record, soon=soon):
+            return None
+        secret = self.gate.cached(node_id, lc.kind.secret_kind(record))
+        if secret is None:
             raise SecretsError(f"the secret of node {node_id} has not been read from the keyring yet")
         attempt, now = record.next_start, iso(self.clock.now())
         words = self.exits.take_for_start(node_id, record.handle)
-        mark = next_mark(record.start, attempt, now, self.supervisor_id, counted=counted, words=words)
         want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
-        try:
-            child = await self.launch(lc, record, value, attempt, want_ports=want)
-        except Exception as exc:
-            if not self.passes.stopped:  # a host stopping cancelled it: the record stays as it was
-                self._failed(lc, record, exc, mark=mark, words=words, now=now, counted=counted)
-            raise
-        change = Change.ADOPT if getattr(child, "adopted", False) else Change.STARTED
+        mark = next_mark(record.start, attempt, now, self.supervisor_id, counted=counted, words=words)
+        return self._plan(lc, record, secret, attempt, want_ports=want, mark=mark, words=words, now=now,
+                          counted=counted)
+
+    def _adopted(self, lc: AnyLife, record: Supervised, *, soon: bool) -> bool:
+        """A live child of the node that its record does not name: the record takes it (True)."""
+        live = [h for h in self.driver.handles_for(record.id) if h.alive and h.id != record.handle]
+        if not live:
+            return False
+        child = live[-1]
+        lc.apply(record.id, Change.ADOPT, lambda r: r.replace(
+            handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port), soon=soon)
+        log.info("node %s: its record takes the running child pid %s", record.id, child.pid)
+        return True
+
+    async def _record(self, lc: AnyLife, plan: StartPlan, child: InstanceInfo, *, soon: bool) -> bool:
+        """The started child into the record the start began from (read again), or let go."""
+        record, node_id, now = plan.record, plan.record.id, plan.now
+        change = Change.ADOPT if child.adopted else Change.STARTED
         fresh = lc.get(node_id)
         written = None
         if fresh is not None and fresh.handle == record.handle:
-            respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
+            respawn = RespawnInfo(record.attempts + 1, now) if plan.counted else record.respawn
             written = lc.apply(node_id, change, lambda r: r.replace(
-                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=mark,
+                handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, respawn=respawn, start=plan.mark,
                 problem=None), soon=soon)
         if written is None:
             await self._let_go(node_id, child)
@@ -114,27 +157,37 @@ class Starter:
         if change is Change.STARTED and not child.forked:
             self.start_gate.started(child.id)
         self.timeline.mark(("start", node_id), now)
-        if counted:
+        if plan.counted:
             self.timeline.mark(("attempt", node_id), now)
-        log.info("node %s started (attempt %d%s), pid %s", node_id, attempt, "" if counted else ", uncounted",
+        log.info("node %s started (attempt %d%s), pid %s", node_id, plan.attempt, "" if plan.counted else ", uncounted",
                  child.pid)
         return True
 
-    async def launch(self, lc: Lifecycle[Any], record: Any, secret: str, attempt: int, *,
+    async def launch(self, lc: AnyLife, record: Supervised, secret: str, attempt: int, *,
                      want_ports: tuple[int, int] | None = None) -> InstanceInfo:
-        """Every child is started here: the record's secret and a fresh host token in its
-        environment, clear of the ports the other records remember; the token is kept (in
-        memory only) for the child that got it. No request of an earlier run holds this one."""
+        """A child of a record being created (its first start, `provision.py`), as `start` starts one."""
+        return await self._launch(self._plan(lc, record, secret, attempt, want_ports=want_ports))
+
+    def _plan(self, lc: AnyLife, record: Supervised, secret: str, attempt: int, *,
+              want_ports: tuple[int, int] | None, mark: StartMark | None = None, words: str | None = None,
+              now: str = "", counted: bool = False) -> StartPlan:
+        """The record's secret and a fresh host token in its environment, clear of the ports the
+        other records remember. No request of an earlier run holds this start."""
         token = new_host_token()
-        env = lc.kind.secret_env(record, secret, token)
         self.holds.before_start(record.id)
-        child = await self.driver.start(record.id, attempt, env, want_ports=want_ports,
-                                        avoid_ports=lc.remembered_ports(record.id))
-        if not getattr(child, "adopted", False) and "CADRE_HOST_TOKEN" in env:
-            self.host_tokens[child.id] = token
+        return StartPlan(record=record, attempt=attempt, env=lc.kind.secret_env(record, secret, token), token=token,
+                         want_ports=want_ports, avoid_ports=lc.remembered_ports(record.id), mark=mark, words=words,
+                         now=now, counted=counted)
+
+    async def _launch(self, plan: StartPlan) -> InstanceInfo:
+        """Every child is started here; its host token is kept (in memory only) for the child that got it."""
+        child = await self.driver.start(plan.record.id, plan.attempt, plan.env, want_ports=plan.want_ports,
+                                        avoid_ports=plan.avoid_ports)
+        if not child.adopted and "CADRE_HOST_TOKEN" in plan.env:
+            self.host_tokens[child.id] = plan.token
         return child
 
-    def spawned(self, lc: Lifecycle[Any], node_id: str, child: InstanceInfo, **fields: Any) -> Any:
+    def spawned(self, lc: AnyLife, node_id: str, child: InstanceInfo, **fields: Any) -> Any:
         """A record being created gets its first child (`launch`, attempt 1) and first start
         mark: the record written, or None when it went meanwhile."""
         mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
@@ -142,16 +195,17 @@ class Starter:
         return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))
 
-    def _failed(self, lc: Lifecycle[Any], record: NodeRecord, exc: Exception, *, mark: StartMark,
-                words: str | None, now: str, counted: bool) -> None:
+    def _failed(self, lc: AnyLife, plan: StartPlan, exc: Exception) -> None:
         """A start that raised: `decide()` says whether it counts; its failure goes into the record's mark."""
+        record, now = plan.record, plan.now
+        mark = plan.mark or StartMark(attempt=plan.attempt, at=now, by=self.supervisor_id)
         error = exc.message if isinstance(exc, CadreError) else f"the node could not be started: {exc}"
         failure = StartFailure(error=error, message=message_of(exc), machine=isinstance(exc, OutOfDescriptors))
         verdict = decide(record, Observation(status=DriverStatus.FAILED, start_failure=failure), self.kinds.policy(lc),
                          lc.kind.supervised, lc.kind.held)
-        counted = counted and verdict.counted
+        counted = plan.counted and verdict.counted
         if not verdict.counted:
-            mark = next_mark(record.start, mark.attempt, now, self.supervisor_id, counted=False, words=words)
+            mark = next_mark(record.start, plan.attempt, now, self.supervisor_id, counted=False, words=plan.words)
         respawn = RespawnInfo(record.attempts + 1, now) if counted else record.respawn
         failed_mark = dataclasses.replace(mark, last_exit=f"could not be started: {error}")
         if lc.apply(record.id, Change.START_FAILED, lambda r: r.replace(

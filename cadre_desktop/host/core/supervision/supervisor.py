@@ -43,8 +43,8 @@ from typing import Any, TypeVar
 from cadre_desktop.errors import CadreError, StorageError, message_of
 from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import Exit, NodeDriver
-from cadre_desktop.host.core.records.lifecycle import HOSTED, Change, Lifecycle
-from cadre_desktop.host.core.records.records import Hold, NodeRecord, RespawnInfo, SupervisedRow
+from cadre_desktop.host.core.records.lifecycle import HOSTED, AnyLife, Change, Supervised
+from cadre_desktop.host.core.records.records import Hold, RespawnInfo
 from cadre_desktop.host.core.supervision import orphans
 from cadre_desktop.host.core.supervision.decide import Decision, StartFailure, Verdict, decide
 from cadre_desktop.host.core.supervision.exits import ExitBook
@@ -65,7 +65,7 @@ T = TypeVar("T")
 _CHANGING = (Decision.START, Decision.WAKE, Decision.HOST_RELEASE)
 
 
-def secret_kind(record: NodeRecord) -> SecretKind:
+def secret_kind(record: Supervised) -> SecretKind:
     return HOSTED.secret_kind(record)
 
 
@@ -102,7 +102,7 @@ class Supervisor:
 
     # -- kinds of records (lend_host.py, live_settings.py) ------------------------------
 
-    def watch(self, lifecycle: Lifecycle[Any]) -> None:
+    def watch(self, lifecycle: AnyLife) -> None:
         """Supervise another kind of record on the same passes, queue and timers."""
         self.kinds.watch(lifecycle)
 
@@ -139,7 +139,7 @@ class Supervisor:
         async with self._queue:
             return await work()
 
-    def kick(self, trigger: str) -> asyncio.Task[Any] | None:
+    def kick(self, trigger: str) -> asyncio.Task[object] | None:
         """Run a pass soon; before `start` (the start-up pass knows the clean-quit list) this does nothing."""
         return self.passes.kick(trigger)
 
@@ -169,64 +169,83 @@ class Supervisor:
             except StorageError as exc:
                 log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
             log.warning("node %s %s", event.node_id, words)
-            self.holds.exited(event)
+            if event.returncode == 0:  # only a clean exit may carry the node's own request (run.json)
+                self.holds.exited(event)
         self.passes.after_exit()
 
     # -- the pass -----------------------------------------------------------------
 
-    async def reconcile(self) -> list[str]:
-        """One pass over the records, queued behind any other pass, Retry or Restart."""
-        async with self._queue:
-            return await self._reconcile_once()
+    async def reconcile(self, trigger: str | None = None) -> list[str]:
+        """One pass over the records, queued behind any other pass, Retry or Restart; the ids it started.
 
-    async def _reconcile_once(self) -> list[str]:
-        self.passes.began()
-        self.start_gate.pass_began()
+        A trigger's pass (`trigger`: "exit", "timer", ...; `passes.py`) that fails is logged and
+        the next trigger tries again; a pass called straight raises.
+        """
         started: list[str] = []
-        try:
-            candidates = self.kinds.supervised()
-        except StorageError as exc:
-            log.error("supervisor cannot read the records: %s", exc.message)
-            return started
-        waits: list[float] = []
-        for lc, record in candidates:
-            if self.passes.stopped:
-                break
-            if self.decisions.skip(lc, record):
-                continue
-            t0 = time.perf_counter()
-            verdict, error = None, None
+        async with self._queue:
             try:
-                verdict = self._verdict(lc, record)
-                self._take_news(lc, record, verdict)
-                if verdict.decision is Decision.GATED:
-                    # Left as it is (nothing written or spent); a freed slot brings the pass that starts it.
-                    self.start_gate.leave()
-                    continue
-                if await self._carry_out(lc, record, verdict):
-                    started.append(record.id)
-                    await breathe()
-            except Exception as exc:
-                # One bad record never ends the pass; the others may be down too.
-                error = exc.message if isinstance(exc, CadreError) else f"{type(exc).__name__}: {exc}"
-                log.error("supervising node %s failed: %s", record.id, error)
-            due = self._due_after(lc, record.id, verdict)
-            if due is not None:
-                waits.append(due)
-            if verdict is not None and verdict.decision is not Decision.LEAVE or error:
-                self.decisions.note(record.id, verdict, (time.perf_counter() - t0) * 1000, error)
-        gated = self.start_gate.until_free()
-        self.passes.arm(waits if gated is None else [*waits, gated])
+                try:
+                    candidates = self._begin()
+                except StorageError as exc:
+                    log.error("supervisor cannot read the records: %s", exc.message)
+                    return started
+                waits: list[float] = []
+                for lc, record in candidates:
+                    if self.passes.stopped:
+                        break
+                    t0, verdict, error = time.perf_counter(), None, None
+                    try:
+                        verdict = self._verdict(lc, record)
+                        if verdict.news is not None or verdict.refused_hold is not None:
+                            self._take_news(lc, record, verdict)
+                        if verdict.decision is Decision.GATED:
+                            # Left as it is (nothing written or spent); a freed slot brings the pass that starts it.
+                            self.start_gate.leave()
+                            continue
+                        if await self._carry_out(lc, record, verdict):
+                            started.append(record.id)
+                            await breathe()
+                    except Exception as exc:
+                        # One bad record never ends the pass; the others may be down too.
+                        error = exc.message if isinstance(exc, CadreError) else f"{type(exc).__name__}: {exc}"
+                        log.error("supervising node %s failed: %s", record.id, error)
+                    self._looked(lc, record.id, verdict, (time.perf_counter() - t0) * 1000, error, waits)
+                gated = self.start_gate.until_free()
+                self.passes.arm(waits if gated is None else [*waits, gated])
+            except Exception:  # a failed pass must not end supervision; the next one retries
+                if trigger is None:
+                    raise
+                log.exception("supervisor pass (%s) failed", trigger)
+                return []
+        if started and trigger is not None:
+            log.info("%s pass started %s", trigger, ", ".join(started))
         return started
 
-    def _verdict(self, lc: Lifecycle[Any], record: NodeRecord, failure: StartFailure | None = None) -> Verdict:
+    def _begin(self) -> list[tuple[AnyLife, Supervised]]:
+        """A pass holds the queue: exits from now on need another pass, the start gate counts this
+        pass's starts, and the records it looks at are read (those that cannot be started again
+        from what they hold are left out, and said so once)."""
+        self.passes.began()
+        self.start_gate.pass_began()
+        return [(lc, r) for lc, r in self.kinds.supervised() if not self.decisions.skip(lc, r)]
+
+    def _looked(self, lc: AnyLife, node_id: str, verdict: Verdict | None, ms: float, error: str | None,
+                waits: list[float]) -> None:
+        """A record looked at: when it next needs a look (into `waits`), and its verdict noted."""
+        due = self._due_after(lc, node_id, verdict)
+        if due is not None:
+            waits.append(due)
+        if verdict is not None and verdict.decision is not Decision.LEAVE or error:
+            self.decisions.note(node_id, verdict, ms, error)
+
+    def _verdict(self, lc: AnyLife, record: Supervised, failure: StartFailure | None = None) -> Verdict:
         """What `decide()` says of the record, from what the observer sees (and a start that raised)."""
         obs = self.observer.observe(record, lc.kind, uncounted=record.id in self._uncounted)
         if failure is not None:
             obs = dataclasses.replace(obs, start_failure=failure)
         return decide(record, obs, self.kinds.policy(lc), lc.kind.supervised, lc.kind.held)
 
-    def _due_after(self, lc: Lifecycle[Any], node_id: str, verdict: Verdict | None) -> float | None:
+    def _due_after(self, lc: AnyLife, node_id: str, verdict: Verdict | None) -> float | None:
         """When this node next needs a look. The verdict says it, unless a start (done or
         failed) changed the node: then its new start grace, or its new backoff."""
         if verdict is None or verdict.decision not in _CHANGING:
@@ -234,7 +253,7 @@ class Supervisor:
         fresh = lc.get(node_id)
         return None if fresh is None else self._verdict(lc, fresh).due_in_s
 
-    def _take_news(self, lc: Lifecycle[Any], record: NodeRecord, verdict: Verdict) -> None:
+    def _take_news(self, lc: AnyLife, record: Supervised, verdict: Verdict) -> None:
         """What the node said of itself, into its record, before its verdict is carried out."""
         if verdict.refused_hold is not None:
             log.warning("%s %s asked to be %s; this kind of node cannot be held, so it is restarted as usual",
@@ -247,7 +266,7 @@ class Supervisor:
                 and change == "joined" and record.status is not fields.get("status"):
             log.info("node %s joined cadre %r", record.id, fields.get("cadre"))
 
-    async def _carry_out(self, lc: Lifecycle[Any], record: NodeRecord, verdict: Verdict) -> bool:
+    async def _carry_out(self, lc: AnyLife, record: Supervised, verdict: Verdict) -> bool:
         """Do what the verdict says (`lc`: the record's kind, carried from the pass); True when a child was started."""
         d = verdict.decision
         if d is not Decision.WAIT_KEYRING:
@@ -275,7 +294,8 @@ class Supervisor:
         elif d is Decision.INVITATION_FAILED:
             await self.give_up(record.id, verdict.reason or "invitation failed", change=Change.INVITATION_FAILED, lc=lc)
         elif d is Decision.HOLD and verdict.hold is not None:
-            await self.hold_node(record.id, Change.HOLD, *verdict.hold, lc=lc)
+            # The node's own hold: `decide()` gives it only to a node whose child is down, so nothing is stopped.
+            self.holds.hold(lc, record.id, Change.HOLD, *verdict.hold)
         elif d is Decision.HOST_HOLD and verdict.hold is not None:
             status, hold = verdict.hold
             await self.hold_node(record.id, Change.PAUSE, status, dataclasses.replace(hold, at=iso(self.clock.now())),
@@ -293,7 +313,7 @@ class Supervisor:
                 lc.apply(record.id, Change.WAITING)
         return False
 
-    async def _start_raised(self, lc: Lifecycle[Any], node_id: str, exc: Exception) -> bool:
+    async def _start_raised(self, lc: AnyLife, node_id: str, exc: Exception) -> bool:
         """A pass's start raised (its failure is in the record): True when `decide()` gave the node up."""
         message = message_of(exc)
         current = lc.get(node_id)
@@ -310,7 +330,7 @@ class Supervisor:
     # -- effects ------------------------------------------------------------------
 
     async def give_up(self, node_id: str, reason: str, change: Change = Change.GIVE_UP,
-                      lc: Lifecycle[Any] | None = None) -> None:
+                      lc: AnyLife | None = None) -> None:
         """Stop trying (or a failed invitation): the record becomes `error` first, then the child is stopped.
 
         The write comes first because the stop raises an exit, and the pass it
@@ -336,7 +356,7 @@ class Supervisor:
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
 
     async def hold_node(self, node_id: str, change: Change, status: Enum, hold: Hold,
-                        lc: Lifecycle[Any] | None = None) -> SupervisedRow | None:
+                        lc: AnyLife | None = None) -> Supervised | None:
         """Hold a node (on the serial queue): its child stopped cleanly, then the hold written.
 
         The pass the stop's exit asks for waits for this queue, so it finds the record held and
@@ -349,7 +369,7 @@ class Supervisor:
             await self.driver.stop(record.handle)
         return self.holds.hold(lc, node_id, change, status, hold)
 
-    async def release_node(self, node_id: str, change: Change, lc: Lifecycle[Any] | None = None) -> bool:
+    async def release_node(self, node_id: str, change: Change, lc: AnyLife | None = None) -> bool:
         """Release a held node (on the serial queue) and start it now, uncounted, whatever its budget
         says (the seed's demand); True when a child was started. With its secret not in memory yet,
         the next pass starts it, still uncounted."""
@@ -376,17 +396,17 @@ class Supervisor:
 
     # -- what views show --------------------------------------------------------------
 
-    def next_attempt_at(self, record: Any) -> datetime | None:
+    def next_attempt_at(self, record: Supervised) -> datetime | None:
         """When the backoff of a down node ends (wall time, for views); None when now or never."""
         lc = self.kinds.of(record.id)
         return self.observer.next_attempt_at(record, lc.kind, self.kinds.policy(lc), self.clock.now())
 
-    def starting(self, record: Any) -> str | None:
+    def starting(self, record: Supervised) -> str | None:
         """A start in progress (running, not answered yet) in the seed's words, else None."""
         lc = self.kinds.of(record.id)
         return self.observer.starting(record, lc.kind, self.kinds.policy(lc))
 
-    def wake_at(self, record: Any) -> datetime | None:
+    def wake_at(self, record: Supervised) -> datetime | None:
         """When a sleeping node wakes (wall time, for views)."""
         return self.holds.wake_at(record)
 
