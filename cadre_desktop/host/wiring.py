@@ -43,8 +43,8 @@ def supervise(*, lifecycle: AnyLife, driver: NodeDriver, gate: KeyringGate, sett
     `passes` is made first by the caller, since the probe's news asks it for a pass."""
     kinds = Kinds(lifecycle, settings)
     timeline = Timeline(clock)
-    holds = Holds(clock=clock, timeline=timeline, run_files=run_files)
-    exits = ExitBook(driver.log_tail, gate.redact)
+    holds = Holds(clock=clock, timeline=timeline)
+    exits = ExitBook(driver.log_tail, gate.redact, run_files=run_files, clock=clock)
     start_gate = StartGate(
         limit=start_limit if start_limit is not None else machine_limit(), monotonic=clock.monotonic,
         is_ready=lambda h: bool(probe and probe.is_ready(h)), is_running=driver.is_running, kick=passes.after_exit)
@@ -52,7 +52,7 @@ def supervise(*, lifecycle: AnyLife, driver: NodeDriver, gate: KeyringGate, sett
         probe.on_answer(start_gate.answered)
     observer = Observer(driver=driver, gate=gate, exits=exits, timeline=timeline, holds=holds, start_gate=start_gate,
                         probe=probe, host_hold=host_hold)
-    starter = Starter(driver=driver, gate=gate, clock=clock, kinds=kinds, exits=exits, holds=holds,
+    starter = Starter(driver=driver, gate=gate, clock=clock, kinds=kinds, exits=exits,
                       timeline=timeline, start_gate=start_gate, passes=passes,
                       supervisor_id=f"{socket.gethostname()}:{os.getpid()}")
     supervisor = Supervisor(kinds=kinds, driver=driver, gate=gate, clock=clock, passes=passes, observer=observer,

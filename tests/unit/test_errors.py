@@ -455,10 +455,9 @@ def exit_noter(error: Exception):
     def apply(*args, **kwargs):
         raise error
 
-    return SimpleNamespace(exits=SimpleNamespace(seen=lambda node_id, code, cause=None: "exited with code 1"),
+    return SimpleNamespace(exits=SimpleNamespace(seen=lambda event: "exited with code 1"),
                            kinds=SimpleNamespace(of=lambda node_id: SimpleNamespace(apply=apply)),
-                           passes=SimpleNamespace(stopped=False, after_exit=lambda: None),
-                           holds=SimpleNamespace(exited=lambda event: None))
+                           passes=SimpleNamespace(stopped=False, after_exit=lambda: None))
 
 
 def test_an_exit_whose_record_cannot_be_read_is_logged_and_supervision_goes_on(caplog):

@@ -311,7 +311,8 @@ class NodeService:
         async def work() -> NodeRecord:
             record, lc = self._pausable(node_id)
             status = lc.kind.holds["sleeping" if wake_at else "paused"]
-            if await self.supervisor.hold_node(node_id, Change.PAUSE, status, self._person_hold(wake_at), lc) is None:
+            if await self.supervisor.hold_node(node_id, Change.PAUSE, status, self._person_hold(wake_at), lc,
+                                               record) is None:
                 raise InvalidState(f"Node {record.name} changed while it was being paused.")
             return self._require(node_id)
         return await self.supervisor.serialize(work)

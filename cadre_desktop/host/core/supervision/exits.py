@@ -3,7 +3,10 @@
 The words ("exited with code 3: <its last line>", "never answered within 15 s")
 explain a node that is down, become the next start mark's `last_exit`, and
 give a give-up its reason; the code decides whether retrying can help.
-The node's own lines come from its log, secrets redacted, one line each.
+The node's own lines come from its log, secrets redacted, one line each. An exit
+with code 0 may carry the node's own request, its run.json (`runfile.py`), read
+here at the exit and kept with the words for the pass (whether its kind can be
+held so is `decide()`'s to say).
 
 The line quoted is the node's last *error* line of this run, not its last line:
 a node killed while answering probes ends its log with routine lines (an HTTP
@@ -17,8 +20,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.driver import Exit
+from cadre_desktop.host.core.records.lifecycle import Supervised
+from cadre_desktop.host.core.records.records import HeldBy, Hold
 from cadre_desktop.host.core.supervision.decide import exit_words
+from cadre_desktop.host.core.supervision.runfile import RunFiles
 from cadre_desktop.text import one_line
 
 #: How many of a node's last lines are searched for its reason.
@@ -60,21 +69,54 @@ def reason_line(lines: list[str]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Request:
+    """A hold a node asked for at the exit of one child, kept until a pass takes it."""
+
+    handle_id: str
+    #: The state it asked for by name ("paused", "sleeping", "done").
+    state: str
+    hold: Hold
+
+
 class ExitBook:
-    def __init__(self, log_tail: Callable[[str, int], list[str]], redact: Callable[[str, str], str]) -> None:
+    def __init__(self, log_tail: Callable[[str, int], list[str]], redact: Callable[[str, str], str], *,
+                 run_files: RunFiles | None = None, clock: Clock | None = None) -> None:
         #: The node's last lines (`log_tail(node_id, count)`), and the redaction of its secrets.
         self._log_tail, self._redact = log_tail, redact
+        #: Where each node's run.json is (None: this host reads none), and the clock its hold is dated by.
+        self.run_files, self.clock = run_files, clock or Clock()
         self._words: dict[str, str] = {}
         self._codes: dict[str, int | None] = {}
+        #: Per node, what it asked for (run.json) at the exit of its last child.
+        self._requests: dict[str, Request] = {}
         #: Per dead child whose exit no event reported, the words read from its log.
         self._unseen: dict[str, str] = {}
 
-    def seen(self, node_id: str, code: int | None, cause: str | None = None) -> str:
-        """A child ended on its own: its exit in words, kept until the next start. A `cause`
-        the driver knows (its memory cap killed it) is the words."""
-        words = self._words[node_id] = cause or self.from_log(node_id, code)
+    def seen(self, event: Exit) -> str:
+        """A child ended on its own: its exit in words and its code, and with code 0 what the node
+        asked for (its run.json), kept until the next start. A `cause` the driver knows (its memory
+        cap killed it) is the words."""
+        node_id, code = event.node_id, event.returncode
+        words = self._words[node_id] = event.cause or self.from_log(node_id, code)
         self._codes[node_id] = code
+        asked = self.run_files.read(node_id) if code == 0 and self.run_files is not None else None
+        if asked is not None:
+            hold = Hold(by=HeldBy.NODE, reason=asked.reason or f"the node asked to be {asked.state}",
+                        at=iso(self.clock.now()), wake_at=iso(asked.wake_at) if asked.wake_at else None)
+            self._requests[node_id] = Request(event.handle_id, asked.state, hold)
         return words
+
+    def requested(self, record: Supervised) -> tuple[str, Hold] | None:
+        """What the node asked for at the exit of the record's current child, if anything."""
+        request = self._requests.get(record.id)
+        if request is None or request.handle_id != record.handle:
+            return None
+        return request.state, request.hold
+
+    def refused(self, node_id: str) -> None:
+        """Its kind cannot be held as it asked (`decide()` said so): the request is dropped."""
+        self._requests.pop(node_id, None)
 
     def from_log(self, node_id: str, code: int | None) -> str:
         """An exit in words: its code or signal, and the node's last error line."""
@@ -112,7 +154,15 @@ class ExitBook:
         self._codes.pop(node_id, None)
         return self._words.pop(node_id, None)
 
+    def before_start(self, node_id: str) -> None:
+        """A start (a first one too): no request of an earlier run may hold this one, its run.json removed."""
+        self._requests.pop(node_id, None)
+        if self.run_files is not None:
+            self.run_files.clear(node_id)
+
     def forget(self, node_id: str) -> None:
-        """A deliberate start begins with a clean slate: the last exit explains nothing."""
+        """A deliberate start or a release begins with a clean slate: the last exit explains
+        nothing, and what the node asked for then is spent."""
         self._words.pop(node_id, None)
         self._codes.pop(node_id, None)
+        self._requests.pop(node_id, None)

@@ -9,36 +9,24 @@ and a Retry of a `done` node release it: the node comes back to the status its
 kind's Retry gives it, with its budget untouched.
 
 The supervisor decides (`decide.py`) and calls these on its serial queue; this
-module only writes the transitions and keeps the node's requests until the pass.
+module only writes the holds and their releases. What a node asked for at its
+exit is read with the exit's other facts (`exits.ExitBook`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
 from cadre_desktop.errors import Invalid
 from cadre_desktop.host.core.clock import Clock, iso, parse_iso
-from cadre_desktop.host.core.driver import Exit
 from cadre_desktop.host.core.records.lifecycle import AnyLife, Change, Supervised
 from cadre_desktop.host.core.records.records import HeldBy, Hold
-from cadre_desktop.host.core.supervision.runfile import RunFiles
 from cadre_desktop.host.core.timeline import Timeline
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Request:
-    """A hold a node asked for at the exit of one child, kept until a pass takes it."""
-
-    handle_id: str
-    #: The state it asked for by name ("paused", "sleeping", "done").
-    state: str
-    hold: Hold
 
 
 #: The longest a person may put a node to sleep for.
@@ -81,43 +69,9 @@ def person_hold(now: datetime, wake_at: datetime | None) -> Hold:
 
 
 class Holds:
-    def __init__(self, *, clock: Clock, timeline: Timeline, run_files: RunFiles | None = None) -> None:
+    def __init__(self, *, clock: Clock, timeline: Timeline) -> None:
         self.clock = clock
         self.timeline = timeline
-        #: Where each node's run.json is (None: this host reads none).
-        self.run_files = run_files
-        self._requests: dict[str, Request] = {}
-
-    # -- the node's own requests ---------------------------------------------------------
-
-    def before_start(self, node_id: str) -> None:
-        """A start: no request of an earlier run may hold this one."""
-        self._requests.pop(node_id, None)
-        if self.run_files is not None:
-            self.run_files.clear(node_id)
-
-    def exited(self, event: Exit) -> None:
-        """An exit with code 0 the host did not ask for: keep what the node asked for, if anything
-        (whether its kind can be held so is `decide()`'s to say)."""
-        if self.run_files is None or event.returncode != 0 or event.requested:
-            return
-        asked = self.run_files.read(event.node_id)
-        if asked is None:
-            return
-        hold = Hold(by=HeldBy.NODE, reason=asked.reason or f"the node asked to be {asked.state}",
-                    at=iso(self.clock.now()), wake_at=iso(asked.wake_at) if asked.wake_at else None)
-        self._requests[event.node_id] = Request(event.handle_id, asked.state, hold)
-
-    def requested(self, record: Supervised) -> tuple[str, Hold] | None:
-        """What the node asked for at the exit of the record's current child, if anything."""
-        request = self._requests.get(record.id)
-        if request is None or request.handle_id != record.handle:
-            return None
-        return request.state, request.hold
-
-    def refused(self, node_id: str) -> None:
-        """Its kind cannot be held as it asked (`decide()` said so): the request is dropped."""
-        self._requests.pop(node_id, None)
 
     # -- time -----------------------------------------------------------------------------
 
@@ -147,8 +101,6 @@ class Holds:
 
         The node's own hold spends its start mark, as an answer does: it ran, and said what it wants.
         """
-        self._requests.pop(node_id, None)
-
         def update(r: Supervised) -> Supervised:
             start = r.start
             if change is Change.HOLD and start is not None:
@@ -164,7 +116,6 @@ class Holds:
 
     def release(self, lc: AnyLife, node_id: str, change: Change) -> Supervised | None:
         """Take a record off its hold (Change.WAKE, RESUME or RETRY): back to what its kind's Retry gives."""
-        self._requests.pop(node_id, None)
         def update(r: Supervised) -> Supervised:
             released: Supervised = r.replace(hold=None, error=None, **lc.kind.retry(r, iso(self.clock.now())))
             return released

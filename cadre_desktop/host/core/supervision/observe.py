@@ -111,7 +111,7 @@ class Observer:
             secret=secret,
             stopped_cleanly=uncounted,
             last_exit=last_exit,
-            node_hold=self.holds.requested(record),
+            node_hold=self.exits.requested(record),
             holdable=kind.holds,
             gate_room=self.start_gate.has_room(),
             wake_in_s=self.holds.wake_in_s(record),

@@ -31,7 +31,6 @@ from cadre_desktop.host.core.records.records import RespawnInfo, StartMark, next
 from cadre_desktop.host.core.supervision.decide import Observation, StartFailure, decide
 from cadre_desktop.host.core.supervision.exits import ExitBook
 from cadre_desktop.host.core.supervision.gate import StartGate
-from cadre_desktop.host.core.supervision.holds import Holds
 from cadre_desktop.host.core.supervision.kinds import Kinds
 from cadre_desktop.host.core.supervision.passes import PassSchedule
 from cadre_desktop.host.core.timeline import Timeline
@@ -67,13 +66,13 @@ class Starter:
     """Starts a node's child and records it; keeps each child's host token (memory only)."""
 
     def __init__(self, *, driver: NodeDriver, gate: KeyringGate, clock: Clock, kinds: Kinds, exits: ExitBook,
-                 holds: Holds, timeline: Timeline, start_gate: StartGate, passes: PassSchedule,
+                 timeline: Timeline, start_gate: StartGate, passes: PassSchedule,
                  supervisor_id: str) -> None:
         self.driver, self.gate, self.clock = driver, gate, clock
         #: Each kind's numbers (a failed start is judged by `decide()` with them).
         self.kinds = kinds
-        #: What the start reads and marks: the last exit's words, a node's requests, its times, the gate's slots.
-        self.exits, self.holds, self.timeline, self.start_gate = exits, holds, timeline, start_gate
+        #: What the start reads and marks: the last exit's words and the node's requests, its times, the gate's slots.
+        self.exits, self.timeline, self.start_gate = exits, timeline, start_gate
         #: Its `stopped`: a start the host's stop cancelled leaves its record as it was.
         self.passes = passes
         #: Who starts (host:pid), in every start mark.
@@ -174,7 +173,7 @@ class Starter:
         """The record's secret and a fresh host token in its environment, clear of the ports the
         other records remember. No request of an earlier run holds this start."""
         token = new_host_token()
-        self.holds.before_start(record.id)
+        self.exits.before_start(record.id)
         return StartPlan(record=record, attempt=attempt, env=lc.kind.secret_env(record, secret, token), token=token,
                          want_ports=want_ports, avoid_ports=lc.remembered_ports(record.id), mark=mark, words=words,
                          now=now, counted=counted)

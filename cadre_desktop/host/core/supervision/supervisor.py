@@ -84,9 +84,10 @@ class Supervisor:
         self.observer = observer
         #: The one start of a node.
         self.starter = starter
-        #: Paused, sleeping and done nodes: their holds and releases, and what nodes asked for (run.json).
+        #: Paused, sleeping and done nodes: their holds and releases.
         self.holds = holds
-        #: The words for each node's last exit this process saw (or the reason it stopped it).
+        #: The words for each node's last exit this process saw (or the reason it stopped it), and
+        #: what the node asked for at it (run.json).
         self.exits = exits
         #: Per node, the last verdict: decision, when, how long it took, error.
         self.decisions = decisions
@@ -160,7 +161,7 @@ class Supervisor:
         if self.passes.stopped:
             return
         if not event.requested:
-            words = self.exits.seen(event.node_id, event.returncode, event.cause)
+            words = self.exits.seen(event)  # with code 0, what the node asked for (run.json) too
             try:
                 if self.kinds.of(event.node_id).apply(event.node_id, Change.EXITED, handle=event.handle_id,
                                                       detail=words) is None:
@@ -169,8 +170,6 @@ class Supervisor:
             except StorageError as exc:
                 log.error("node %s exited (%s); its record is unreadable: %s", event.node_id, words, exc.message)
             log.warning("node %s %s", event.node_id, words)
-            if event.returncode == 0:  # only a clean exit may carry the node's own request (run.json)
-                self.holds.exited(event)
         self.passes.after_exit()
 
     # -- the pass -----------------------------------------------------------------
@@ -258,7 +257,7 @@ class Supervisor:
         if verdict.refused_hold is not None:
             log.warning("%s %s asked to be %s; this kind of node cannot be held, so it is restarted as usual",
                         lc.kind.noun, record.id, verdict.refused_hold)
-            self.holds.refused(record.id)
+            self.exits.refused(record.id)
         if verdict.news is None:
             return
         change, fields = verdict.news
@@ -356,17 +355,18 @@ class Supervisor:
                 log.error("could not stop node %s while giving up: %s", node_id, exc)
 
     async def hold_node(self, node_id: str, change: Change, status: Enum, hold: Hold,
-                        lc: AnyLife | None = None) -> Supervised | None:
+                        lc: AnyLife | None = None, record: Supervised | None = None) -> Supervised | None:
         """Hold a node (on the serial queue): its child stopped cleanly, then the hold written.
 
-        The pass the stop's exit asks for waits for this queue, so it finds the record held and
+        `record`: the node as its caller just read it on the queue (else it is read here). The
+        pass the stop's exit asks for waits for this queue, so it finds the record held and
         starts nothing; the write's event comes after the child is gone, so every view shows the
         node down. No attempt is spent, and no notification is sent.
         """
         lc = lc or self.kinds.of(node_id)
-        record = lc.get(node_id)
-        if record is not None and record.handle and self.driver.is_running(record.handle):
-            await self.driver.stop(record.handle)
+        record = record if record is not None else lc.get(node_id)
+        if record is not None and record.handle:
+            await self.driver.stop(record.handle)  # returns at once for a child that is not running
         return self.holds.hold(lc, node_id, change, status, hold)
 
     async def release_node(self, node_id: str, change: Change, lc: AnyLife | None = None) -> bool:
