@@ -133,11 +133,10 @@ def test_every_kind_of_record_has_every_change_in_its_transition_table():
 
 
 def test_the_rule_table_names_every_decision():
-    from cadre_desktop.host.core.supervision import decide as decide_module
-    from cadre_desktop.host.core.supervision.decide import Decision
-    table = decide_module.__doc__
+    from cadre_desktop.host.core.supervision.decide import Decision, decide
+    table = decide.__doc__ or ""
     missing = [d.name for d in Decision if f"-> {d.name}" not in table]
-    assert not missing
+    assert not missing, f"decide()'s docstring, the rule table, does not give {missing}"
 
 
 # -- the four rules that live in decide() since the house v4 -------------------------------------

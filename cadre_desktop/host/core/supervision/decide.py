@@ -4,41 +4,7 @@ Pure on purpose: no store, no driver, no clock. Everything the decision
 depends on comes in as an `Observation`, so every rule is a line of a table
 and a unit test can pin each one. `Supervisor` carries the verdicts out.
 
-The rules, in the order they are checked:
-  a start raised, its failure not written -> START_FAILED (its mark says why; counted, unless the
-                                            machine is to blame: a descriptor shortage spends nothing)
-  a start raised, written, attempts spent -> GIVE_UP ("could not be started: ...")
-  a start raised, written                -> LEAVE (the failure is the pass's error; its backoff comes)
-  held by the host, the host wants none  -> HOST_RELEASE (Pause all or its condition ended: started, uncounted)
-  held by the host, it wants another     -> HOST_HOLD (the new hold written: another reason, or an end)
-  held by the host, as it wants, child up-> STOP_HELD; else HELD (its release comes from the host, not wake_at)
-  held (paused, sleeping, done), child up -> STOP_HELD (its hold stops it; nothing counted)
-  sleeping, its wake_at reached          -> WAKE (started again, uncounted, budget untouched), or
-                                            HOST_HOLD when the host holds every node now
-  held                                   -> HELD (sleeping: a look is due at wake_at)
-  not supervised, or no child yet        -> LEAVE (the code creating it owns it)
-  the host wants it held                 -> HOST_HOLD (Pause all, or a run condition: stopped, nothing counted)
-  running: what the node said of itself that its record lacks is written first, whatever the
-           verdict (its first answer spends the start mark; `joined` with its cadre; a new peer id)
-  running, joining, invitation failed    -> INVITATION_FAILED (error with its words, then stopped)
-  running, answered, stopped answering   -> HUNG (stop it; the crash path counts it)
-  running, not answered, past its grace  -> STALLED (a failed start: stop it)
-  running, not answered, inside grace    -> STARTING (nothing kills or restarts it)
-  running, attempts old enough           -> REFILL (the budget is full again)
-  running                                -> HEALTHY
-  down, exit 0 with a run.json hold      -> HOLD (paused, sleeping or done, as the node asked), when
-                                            its kind can be held so; else the rules below, the request
-                                            refused (`refused_hold`: said once, then dropped)
-  down, stopped cleanly by the last host -> START, uncounted, whatever budget or backoff said (the
-                                            secret and gate rules below still apply)
-  down, an exit retrying cannot fix      -> GIVE_UP at once, with the node's own words
-  down, budget spent                     -> GIVE_UP
-  down, inside backoff                   -> WAIT
-  down, secret not in memory yet         -> WAIT_KEYRING (no attempt counted)
-  down, secret absent from the keyring   -> GIVE_UP
-  down, the start gate full              -> GATED (left as it is: nothing written or spent; a freed
-                                            slot brings the pass that starts it)
-  down                                   -> START (counts one attempt)
+The rule table is `decide()`'s docstring: every rule of supervision, in the order checked.
 """
 
 from __future__ import annotations
@@ -239,8 +205,46 @@ def exit_words(code: int | None, last_line: str | None) -> str:
 
 def decide(record: Supervised, obs: Observation, policy: Policy, supervised: frozenset[Enum] = SUPERVISED,
            held: frozenset[Enum] = HELD) -> Verdict:
-    """`supervised`: the statuses of this kind of record that are kept running (lent nodes have theirs);
-    `held`: its hold statuses (paused, sleeping, done; a kind without holds has none)."""
+    """Every rule of supervision, as one table. `supervised`: the statuses of this kind of record that
+    are kept running (lent nodes have theirs); `held`: its hold statuses (paused, sleeping, done; a kind
+    without holds has none).
+
+    The rules, in the order they are checked:
+      a start raised, its failure not written -> START_FAILED (its mark says why; counted, unless the
+                                                machine is to blame: a descriptor shortage spends nothing)
+      a start raised, written, attempts spent -> GIVE_UP ("could not be started: ...")
+      a start raised, written                -> LEAVE (the failure is the pass's error; its backoff comes)
+      held by the host, the host wants none  -> HOST_RELEASE (Pause all or its condition ended: started, uncounted)
+      held by the host, it wants another     -> HOST_HOLD (the new hold written: another reason, or an end)
+      held by the host, as it wants, child up-> STOP_HELD; else HELD (its release comes from the host, not wake_at)
+      held (paused, sleeping, done), child up -> STOP_HELD (its hold stops it; nothing counted)
+      sleeping, its wake_at reached          -> WAKE (started again, uncounted, budget untouched), or
+                                                HOST_HOLD when the host holds every node now
+      held                                   -> HELD (sleeping: a look is due at wake_at)
+      not supervised, or no child yet        -> LEAVE (the code creating it owns it)
+      the host wants it held                 -> HOST_HOLD (Pause all, or a run condition: stopped, nothing counted)
+      running: what the node said of itself that its record lacks is written first, whatever the
+               verdict (its first answer spends the start mark; `joined` with its cadre; a new peer id)
+      running, joining, invitation failed    -> INVITATION_FAILED (error with its words, then stopped)
+      running, answered, stopped answering   -> HUNG (stop it; the crash path counts it)
+      running, not answered, past its grace  -> STALLED (a failed start: stop it)
+      running, not answered, inside grace    -> STARTING (nothing kills or restarts it)
+      running, attempts old enough           -> REFILL (the budget is full again)
+      running                                -> HEALTHY
+      down, exit 0 with a run.json hold      -> HOLD (paused, sleeping or done, as the node asked), when
+                                                its kind can be held so; else the rules below, the request
+                                                refused (`refused_hold`: said once, then dropped)
+      down, stopped cleanly by the last host -> START, uncounted, whatever budget or backoff said (the
+                                                secret and gate rules below still apply)
+      down, an exit retrying cannot fix      -> GIVE_UP at once, with the node's own words
+      down, budget spent                     -> GIVE_UP
+      down, inside backoff                   -> WAIT
+      down, secret not in memory yet         -> WAIT_KEYRING (no attempt counted)
+      down, secret absent from the keyring   -> GIVE_UP
+      down, the start gate full              -> GATED (left as it is: nothing written or spent; a freed
+                                                slot brings the pass that starts it)
+      down                                   -> START (counts one attempt)
+    """
     if obs.start_failure is not None:
         return _start_failed(record, obs.start_failure, policy)
     if record.status in held:
