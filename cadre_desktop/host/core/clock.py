@@ -38,6 +38,11 @@ def iso(dt: datetime) -> str:
     return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def stamp(clock: Clock) -> str:
+    """The clock's now as records and files write a time (`iso`)."""
+    return iso(clock.now())
+
+
 def parse_iso(text: str | None) -> datetime | None:
     """Parse a timestamp we wrote; anything unparsable is None (callers decide what that means)."""
     if not text or not isinstance(text, str):

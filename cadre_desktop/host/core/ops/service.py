@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import cast
 
 from cadre_desktop.errors import Bug, InvalidState, NoSuchThing, SecretsError, StorageError, message_of
-from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.clock import Clock, iso, stamp
 from cadre_desktop.host.core.driver import NodeDriver
 from cadre_desktop.host.core.ops.provision import Provisioning
 from cadre_desktop.host.core.ops.validate import clean_invitation, clean_name, require_node_id
@@ -285,7 +285,7 @@ class NodeService:
                 raise self._keyring_error(record)
             # A child left over from the give-up (it is normally stopped) must go first.
             await self.driver.stop_node(node_id)
-            fields = kind.retry(record, iso(self.clock.now()))  # the status it comes back in, and what goes with it
+            fields = kind.retry(record, stamp(self.clock))  # the status it comes back in, and what goes with it
             fresh = lc.apply(node_id, Change.RETRY, lambda r: r.replace(
                 error=None, respawn=None, hold=None,
                 start=dataclasses.replace(r.start, failures=0, answered=True) if r.start else None, **fields))

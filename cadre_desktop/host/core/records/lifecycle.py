@@ -30,7 +30,7 @@ from enum import Enum
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from cadre_desktop.errors import Bug
-from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.clock import Clock, stamp
 from cadre_desktop.host.core.events import EventBus, EventKind
 from cadre_desktop.host.core.records.records import HELD, SUPERVISED, Hold, NodeMode, NodeRecord, NodeStatus, RespawnInfo, StartMark
 from cadre_desktop.host.core.records.rowstore import RowStore
@@ -390,7 +390,7 @@ class Lifecycle(Generic[R]):
         if changed.status not in allowed_to:
             raise Bug(f"{change.value} may not leave node {node_id} {changed.status.value}")
         if changed != current:  # nothing new is announced but never written
-            changed = changed.replace(updated_at=iso(self.clock.now()))
+            changed = changed.replace(updated_at=stamp(self.clock))
             if (soon or change in GROUPED) and self.store.grouped:
                 told = self._tell(lambda: self.kind.announce(self.events, change, current, changed, detail), ready=False)
                 self.store.put_soon(changed, lambda error: self._ready(told))
@@ -427,7 +427,7 @@ class Lifecycle(Generic[R]):
         either (unless an earlier run left it behind, and views may show it).
         """
         record = self.store.get(node_id)
-        existed = self.store.mark_removed(node_id, iso(self.clock.now()))
+        existed = self.store.mark_removed(node_id, stamp(self.clock))
         if existed and (announce_unborn or record is None or record.status is not self.kind.creating):
             self._tell(lambda: self.events.emit(self.kind.removed_event, node_id))
         return existed

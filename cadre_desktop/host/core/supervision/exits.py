@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.clock import Clock, iso, stamp
 from cadre_desktop.host.core.driver import Exit
 from cadre_desktop.host.core.records.lifecycle import Supervised
 from cadre_desktop.host.core.records.records import HeldBy, Hold
@@ -103,7 +103,7 @@ class ExitBook:
         asked = self.run_files.read(node_id) if code == 0 and self.run_files is not None else None
         if asked is not None:
             hold = Hold(by=HeldBy.NODE, reason=asked.reason or f"the node asked to be {asked.state}",
-                        at=iso(self.clock.now()), wake_at=iso(asked.wake_at) if asked.wake_at else None)
+                        at=stamp(self.clock), wake_at=iso(asked.wake_at) if asked.wake_at else None)
             self._requests[node_id] = Request(event.handle_id, asked.state, hold)
         return words
 

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 from cadre_desktop.errors import Invalid
-from cadre_desktop.host.core.clock import Clock, iso, parse_iso
+from cadre_desktop.host.core.clock import Clock, iso, parse_iso, stamp
 from cadre_desktop.host.core.records.lifecycle import AnyLife, Change, Supervised
 from cadre_desktop.host.core.records.records import HeldBy, Hold
 from cadre_desktop.host.core.timeline import Timeline
@@ -117,7 +117,7 @@ class Holds:
     def release(self, lc: AnyLife, node_id: str, change: Change) -> Supervised | None:
         """Take a record off its hold (Change.WAKE, RESUME or RETRY): back to what its kind's Retry gives."""
         def update(r: Supervised) -> Supervised:
-            released: Supervised = r.replace(hold=None, error=None, **lc.kind.retry(r, iso(self.clock.now())))
+            released: Supervised = r.replace(hold=None, error=None, **lc.kind.retry(r, stamp(self.clock)))
             return released
 
         return lc.apply(node_id, change, update)

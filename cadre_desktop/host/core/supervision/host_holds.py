@@ -30,7 +30,7 @@ from typing import Protocol
 from cadre_desktop.errors import StorageError
 from cadre_desktop.files.atomicfile import write_bytes_atomic
 from cadre_desktop.files.readfile import read_bytes
-from cadre_desktop.host.core.clock import Clock, iso, parse_iso
+from cadre_desktop.host.core.clock import Clock, iso, parse_iso, stamp
 from cadre_desktop.host.core.records.lifecycle import RecordKind, Supervised
 from cadre_desktop.host.core.records.records import HeldBy, Hold
 from cadre_desktop.host.core.supervision.holds import pause_end
@@ -243,5 +243,5 @@ class HostHolds:
         if verdict is None:
             return None
         return holds["sleeping" if verdict.until else "paused"], Hold(
-            by=HeldBy.CONDITIONS, reason=verdict.reason, at=iso(self.clock.now()),
+            by=HeldBy.CONDITIONS, reason=verdict.reason, at=stamp(self.clock),
             wake_at=iso(verdict.until) if verdict.until else None, scope="host")

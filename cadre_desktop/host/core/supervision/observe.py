@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.clock import Clock, stamp
 from cadre_desktop.host.core.driver import DriverStatus, InstanceInfo, NodeDriver
 from cadre_desktop.host.core.records.lifecycle import AnyLife, RecordKind, Supervised
 from cadre_desktop.host.core.records.records import Hold
@@ -44,18 +44,18 @@ class DecisionBook:
         if record.id not in self._skipped:
             self._skipped.add(record.id)
             log.warning("%s %s is not supervised: %s", lc.kind.noun, record.id, why)
-        self.last[record.id] = {"decision": "skipped", "at": iso(self.clock.now()), "ms": 0.0, "error": why}
+        self.last[record.id] = {"decision": "skipped", "at": stamp(self.clock), "ms": 0.0, "error": why}
         return True
 
     def requested_start(self, node_id: str, why: str) -> None:
         """A person started the node (a Retry): that is its last decision now, not the give-up
         the last pass made (which would show until the next pass)."""
-        self.last[node_id] = {"decision": Decision.START.value, "at": iso(self.clock.now()), "ms": 0.0, "error": why}
+        self.last[node_id] = {"decision": Decision.START.value, "at": stamp(self.clock), "ms": 0.0, "error": why}
 
     def note(self, node_id: str, verdict: Verdict | None, ms: float, error: str | None) -> None:
         self.last[node_id] = {
             "decision": verdict.decision.value if verdict else "error",
-            "at": iso(self.clock.now()),
+            "at": stamp(self.clock),
             "ms": round(ms, 3),
             "error": error or (verdict.reason if verdict else None),
         }

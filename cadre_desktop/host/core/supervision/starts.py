@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cadre_desktop.errors import CadreError, OutOfDescriptors, SecretsError, message_of
-from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.clock import Clock, stamp
 from cadre_desktop.host.core.driver import DriverStatus, InstanceInfo, NodeDriver
 from cadre_desktop.host.core.records.lifecycle import AnyLife, Change, Supervised
 from cadre_desktop.host.core.records.records import RespawnInfo, StartMark, next_mark
@@ -119,7 +119,7 @@ class Starter:
         secret = self.gate.cached(node_id, lc.kind.secret_kind(record))
         if secret is None:
             raise SecretsError(f"the secret of node {node_id} has not been read from the keyring yet")
-        attempt, now = record.next_start, iso(self.clock.now())
+        attempt, now = record.next_start, stamp(self.clock)
         words = self.exits.take_for_start(node_id, record.handle)
         want = (record.api_port, record.p2p_port) if record.api_port and record.p2p_port else None
         mark = next_mark(record.start, attempt, now, self.supervisor_id, counted=counted, words=words)
@@ -189,7 +189,7 @@ class Starter:
     def spawned(self, lc: AnyLife, node_id: str, child: InstanceInfo, **fields: Any) -> Any:
         """A record being created gets its first child (`launch`, attempt 1) and first start
         mark: the record written, or None when it went meanwhile."""
-        mark = StartMark(attempt=child.attempt or 1, at=iso(self.clock.now()), by=self.supervisor_id)
+        mark = StartMark(attempt=child.attempt or 1, at=stamp(self.clock), by=self.supervisor_id)
         self.start_gate.started(child.id)
         return lc.apply(node_id, Change.SPAWNED, lambda r: r.replace(
             handle=child.id, api_port=child.api_port, p2p_port=child.p2p_port, start=mark, **fields))

@@ -41,7 +41,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from cadre_desktop.errors import CadreError, StorageError, message_of
-from cadre_desktop.host.core.clock import Clock, iso
+from cadre_desktop.host.core.clock import Clock, stamp
 from cadre_desktop.host.core.driver import Exit, NodeDriver
 from cadre_desktop.host.core.records.lifecycle import HOSTED, AnyLife, Change, Supervised
 from cadre_desktop.host.core.records.records import Hold, RespawnInfo
@@ -297,7 +297,7 @@ class Supervisor:
             self.holds.hold(lc, record.id, Change.HOLD, *verdict.hold)
         elif d is Decision.HOST_HOLD and verdict.hold is not None:
             status, hold = verdict.hold
-            await self.hold_node(record.id, Change.PAUSE, status, dataclasses.replace(hold, at=iso(self.clock.now())),
+            await self.hold_node(record.id, Change.PAUSE, status, dataclasses.replace(hold, at=stamp(self.clock)),
                                  lc=lc)
         elif d in (Decision.HOST_RELEASE, Decision.WAKE):
             return await self.release_node(record.id, Change.RESUME if d is Decision.HOST_RELEASE else Change.WAKE,
