@@ -20,7 +20,7 @@ from cadre_desktop.host.core.clock import Clock, iso
 from cadre_desktop.host.core.driver import InstanceInfo, NodeDriver
 from cadre_desktop.host.core.ops.address import claim_url
 from cadre_desktop.host.core.records.lifecycle import Supervised
-from cadre_desktop.host.core.records.records import HELD, SUPERVISED, Hold, NodeRecord, NodeStatus, StartMark
+from cadre_desktop.host.core.records.records import HELD, SUPERVISED, NodeRecord, NodeStatus
 from cadre_desktop.host.core.records.store import RecordStore
 from cadre_desktop.jsontypes import JSONObject
 
@@ -223,16 +223,6 @@ class NodeViews:
         return f"{record.error}; {note}" if record.error else note
 
 
-class ViewedRow(Supervised, Protocol):
-    """What the views' shared fields read of a row of either kind (a node's record, a lent node's
-    donation): a supervised row, its hold and its start mark."""
-
-    @property
-    def hold(self) -> Hold | None: ...
-    @property
-    def start(self) -> StartMark | None: ...
-
-
 class HoldFields(TypedDict):
     """A view's hold fields, as keyword arguments of its dataclass."""
 
@@ -241,7 +231,7 @@ class HoldFields(TypedDict):
     hold_reason: str | None
 
 
-def hold_fields(row: ViewedRow, supervisor: Supervisor | None) -> HoldFields:
+def hold_fields(row: Supervised, supervisor: Supervisor | None) -> HoldFields:
     """A held node's (hosted or lent) `wake_at`, `held_by` and `hold_reason`, for its view."""
     held = {s.value for s in HELD}
     hold = row.hold if row.status.value in held else None
@@ -251,7 +241,7 @@ def hold_fields(row: ViewedRow, supervisor: Supervisor | None) -> HoldFields:
     return {"wake_at": iso(wake) if wake is not None else None, "held_by": hold.by.value, "hold_reason": hold.reason}
 
 
-def last_exit_words(row: ViewedRow, running: bool, supervisor: Supervisor | None) -> str | None:
+def last_exit_words(row: Supervised, running: bool, supervisor: Supervisor | None) -> str | None:
     """What ended the last start of a node (hosted or lent), while it matters: down, or
     starting again after a failure. The supervisor's words for an exit it saw, else the
     start mark's (an exit an earlier host saw)."""
