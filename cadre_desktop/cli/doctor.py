@@ -167,16 +167,21 @@ def check_node_program(settings: Settings, timeout: float = NODE_START_TIMEOUT_S
             return fail(name, f"cannot start {settings.node_command[0]!r}: {exc.strerror or exc}. "
                         "Check 'node_command' in settings.json.")
         try:
-            return _until_it_answers(trial.child, ports[0], log_path, started, timeout)
+            return _until_it_answers(trial.child, trial.node_id, ports[0], log_path, started, timeout)
         finally:
             trial.end(grace_s=5.0)
 
 
-def _until_it_answers(child: subprocess.Popen[bytes], port: int, log_path: Path, started: float,
+def _until_it_answers(child: subprocess.Popen[bytes], node_id: str, port: int, log_path: Path, started: float,
                       timeout: float) -> CheckResult:
+    """Until the node started answers for itself (its /status names `node_id`): an answer on the
+    port from another program (a port taken after it was found free) is no answer of the node's."""
     name = "node program"
+    stranger = False
     while time.monotonic() < started + timeout:
         status = _status(port)
+        if status is not None and status.get("node_id") != node_id:
+            stranger, status = True, None
         if status is not None:
             took = time.monotonic() - started
             return ok(name, f"started and answered in {took:.1f} s "
@@ -188,7 +193,8 @@ def _until_it_answers(child: subprocess.Popen[bytes], port: int, log_path: Path,
             return fail(name, f"exited with code {code} before answering"
                         + (f": {tail}" if tail else "") + ". Check 'node_command' in settings.json.")
         time.sleep(0.1)
-    return fail(name, f"did not answer GET /status within {timeout:.0f} s")
+    return fail(name, f"did not answer GET /status within {timeout:.0f} s"
+                + (f" (another program answered on its port {port})" if stranger else ""))
 
 
 def check_host(paths: Paths) -> CheckResult:

@@ -78,8 +78,11 @@ class TrialStart:
         from cadre_desktop.host.local import launch
         from cadre_desktop.host.local.system.seam import for_this_os
 
+        #: The trial node's id: its /status names it (node contract), so an answer on its port
+        #: from any other program is told apart.
+        self.node_id = f"doctor-{secrets.token_hex(4)}"
         env = launch.node_env(
-            os.environ, node_id=f"doctor-{secrets.token_hex(4)}", work=work, bind_host="127.0.0.1",
+            os.environ, node_id=self.node_id, work=work, bind_host="127.0.0.1",
             ports=ports, advertise_host="127.0.0.1", attempt=0,
             secret_env={"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)},
         )

@@ -2,8 +2,10 @@
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 import pytest
@@ -30,7 +32,8 @@ FAKE_NODE = textwrap.dedent("""
             time.sleep(60)
     class Status(BaseHTTPRequestHandler):
         def do_GET(self):
-            body = json.dumps({"state": "unclaimed", "version": "9.9"}).encode()
+            body = json.dumps({"node_id": os.environ["CADRE_NODE_ID"], "state": "unclaimed",
+                               "version": "9.9"}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
@@ -201,6 +204,57 @@ def test_node_program_that_never_answers_fails_and_is_stopped(fake_node):
     result = doctor.check_node_program(fake_node("mute"), timeout=0.5)
     assert result.failed and "did not answer" in result.detail
     assert not psutil.pid_exists(fake_node.report()["pid"])
+
+
+def test_an_answer_from_another_program_on_the_trial_port_is_not_the_nodes(fake_node, tmp_path):
+    """A port found free and then taken by another program (another node, another test beside this
+    one) answers /status for someone else: doctor waits for its own node, and says what it saw."""
+    stranger = _Stranger()
+    try:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            result = doctor._until_it_answers(child, "doctor-mine", stranger.port, tmp_path / "none.log",
+                                              time.monotonic(), 0.5)
+        finally:
+            child.kill()
+            child.wait()
+    finally:
+        stranger.close()
+    assert stranger.asked, "the stranger was never asked: the check would pass on nothing"
+    assert result.failed and "did not answer" in result.detail
+    assert f"another program answered on its port {stranger.port}" in result.detail
+
+
+class _Stranger:
+    """A /status on 127.0.0.1 that answers for another node."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        outer = self
+        self.asked = 0
+
+        class Status(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.asked += 1
+                body = json.dumps({"node_id": "someone-else", "state": "unclaimed"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Status)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def test_missing_node_program_fails_pointing_at_settings(tmp_path):
