@@ -6,7 +6,9 @@ one reader of a log's end.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 from cadre_desktop import text
 from cadre_desktop.cli.terminal import EXIT_OK
@@ -31,6 +33,10 @@ def cmd_logs(args, paths: Paths) -> int:
         raise StorageError(f"cannot read {path}: {exc.strerror or exc}") from None
     write_text(data)
     if args.follow:
+        # "Until Ctrl-C" holds also when a script started us with SIGINT ignored (a POSIX shell
+        # does that to a background job), which Python would otherwise keep.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             logtail.follow(path, end, write_text)
         except KeyboardInterrupt:
