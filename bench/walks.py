@@ -12,7 +12,8 @@ starts off), adds one node and walks it through three paths:
   API's handler to the driver's stop returning (the child stopped);
 - hold: the node is asked (POST /host/run with its host token) to sleep for an hour: it
   writes run.json and exits with code 0; from the exit told to the supervisor to the
-  lifecycle's apply of the HOLD change returning (the hold written).
+  lifecycle's apply of the HOLD change entered (the one writer of every transition, whose own
+  steps are the same for all of them: as the crash ends at the driver's start entered).
 
 What is counted (bench/_walk_trace.py records it): every Python function entered (profile
 "call" events: sys.setprofile, threading.setprofile for the threads) whose file is under
@@ -76,7 +77,7 @@ MARKERS: dict[str, tuple[Marker, Marker]] = {
     "pause": (Marker("cadre_desktop.host.edges.control:ControlServer._pause_node"),
               Marker("cadre_desktop.host.local.orchestrator:Orchestrator.stop", "return")),
     "hold": (Marker("cadre_desktop.host.core.supervision.supervisor:Supervisor._on_exit"),
-             Marker("cadre_desktop.host.core.records.lifecycle:Lifecycle.apply", "return", ("change", "HOLD"))),
+             Marker("cadre_desktop.host.core.records.lifecycle:Lifecycle.apply", "enter", ("change", "HOLD"))),
 }
 
 #: Functions whose callees are set aside (counted apart, as "the spine" without them): the host's

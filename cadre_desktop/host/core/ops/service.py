@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import secrets as _random
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import cast
 
 from cadre_desktop.errors import Bug, InvalidState, NoSuchThing, SecretsError, StorageError, message_of
@@ -305,25 +306,28 @@ class NodeService:
         when asked; whether the node may be paused is checked on the queue, where it counts, and
         once before it, so a refusal does not wait for a pass.
         """
-        wake_at = self._wake_at(for_ms, until)
-        self._pausable(node_id)
+        wake_at = self._pause_end(node_id, for_ms, until)
 
         async def work() -> NodeRecord:
-            record, lc = self._pausable(node_id)
-            status = lc.kind.holds["sleeping" if wake_at else "paused"]
-            if await self.supervisor.hold_node(node_id, Change.PAUSE, status, self._person_hold(wake_at), lc,
-                                               record) is None:
+            record, lc, status, hold = self._person_hold(node_id, wake_at)
+            if await self.supervisor.hold_node(node_id, Change.PAUSE, status, hold, lc, record) is None:
                 raise InvalidState(f"Node {record.name} changed while it was being paused.")
             return self._require(node_id)
         return await self.supervisor.serialize(work)
 
-    def _wake_at(self, for_ms: int | None, until: datetime | None) -> datetime | None:
-        """When a pause asked now ends: None (no end), `for_ms` from now or `until` (checked)."""
-        return pause_end(self.clock.now(), for_ms, until)
+    def _pause_end(self, node_id: str, for_ms: int | None, until: datetime | None) -> datetime | None:
+        """A pause asked now, checked before it is queued: when it ends (None: no end, `for_ms`
+        from now or `until`), and whether the node may be paused at all (checked again on the queue)."""
+        wake_at = pause_end(self.clock.now(), for_ms, until)
+        self._pausable(node_id)
+        return wake_at
 
-    def _person_hold(self, wake_at: datetime | None) -> Hold:
-        """A person's hold, from now (on the queue: when the node is held)."""
-        return person_hold(self.clock.now(), wake_at)
+    def _person_hold(self, node_id: str, wake_at: datetime | None) -> tuple[NodeRecord, AnyLife, Enum, Hold]:
+        """On the queue, where it counts: the node re-read and checked, its held status, and the
+        person's hold from now (when the node is held)."""
+        record, lc = self._pausable(node_id)
+        status = lc.kind.holds["sleeping" if wake_at else "paused"]
+        return record, lc, status, person_hold(self.clock.now(), wake_at)
 
     def _pausable(self, node_id: str) -> tuple[NodeRecord, AnyLife]:
         record, lc = self._row(node_id)
