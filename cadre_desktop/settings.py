@@ -18,6 +18,7 @@ from typing import Any
 
 from cadre_desktop.errors import SettingsError
 from cadre_desktop.files.readfile import read_bytes
+from cadre_desktop.jsontypes import loads
 from cadre_desktop.text import clean, is_host
 
 
@@ -398,9 +399,11 @@ def load_settings(path: Path) -> Settings:
     if not raw.strip():
         raise SettingsError(f"{path}: the file is empty; write {{}} for all defaults, or delete it")
     try:
-        doc = json.loads(raw)
+        doc = loads(raw)
     except json.JSONDecodeError as exc:
         raise SettingsError(
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    except ValueError as exc:  # nested too deeply
+        raise SettingsError(f"{path}: not settings ({exc})") from None
     return parse_settings(doc, str(path))

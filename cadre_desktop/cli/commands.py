@@ -51,6 +51,7 @@ from cadre_desktop.cli.terminal import (
 )
 from cadre_desktop.errors import ApiError, CadreError, Invalid, InvalidState, MachineError
 from cadre_desktop.paths import Paths, resolve_paths
+from cadre_desktop.times import parse_time
 
 NODE_FLAG = "--node"  # the node program inside a bundle; see run_node()
 MAX_INVITATION_INPUT = 64 * 1024
@@ -65,10 +66,8 @@ SHOW_ORDER = (
 def local_time(stamp: str | None) -> str:
     if not stamp:
         return "-"
-    try:
-        return datetime.fromisoformat(stamp).astimezone().strftime("%H:%M:%S")
-    except ValueError:
-        return stamp
+    when = parse_time(stamp, zone="utc")
+    return one_line(stamp) if when is None else when.astimezone().strftime("%H:%M:%S")
 
 
 def node_table(nodes: list[dict]) -> str:

@@ -7,11 +7,11 @@ marks under each strip says where the node started again.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from cadre_desktop.cli.terminal import EXIT_OK, client, out, print_json
 from cadre_desktop.paths import Paths
+from cadre_desktop.times import parse_time
 
 WIDTH = 48
 #: Worst first: the state a slice shows when several meet in it.
@@ -22,7 +22,8 @@ LABELS = {"24h": "24 h", "7d": "7 d"}
 
 
 def _t(stamp: str) -> float:
-    return datetime.fromisoformat(stamp).timestamp()
+    when = parse_time(stamp, zone="utc")
+    return 0.0 if when is None else when.timestamp()
 
 
 def slices(window: dict[str, Any], width: int = WIDTH) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 from cadre_desktop.cli import lending
 from cadre_desktop.cli.terminal import EXIT_OK, PROG, client, clip, out, print_json, show, shown, table
 from cadre_desktop.paths import Paths
+from cadre_desktop.times import parse_time
 
 
 def until_arg(text: str, now: datetime | None = None) -> str:
@@ -31,13 +32,10 @@ def until_arg(text: str, now: datetime | None = None) -> str:
             # The next such time: tomorrow's, said in tomorrow's zone offset (a DST change between).
             when = (when.replace(tzinfo=None) + timedelta(days=1)).astimezone()
         return when.isoformat()
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a time: {text!r} (like 07:00, or 2026-01-01T07:00:00+01:00)") from None
-    if when.tzinfo is None:
-        when = when.astimezone()  # a date and time without a zone is local time
-    return when.isoformat()
+    if parse_time(text, zone="local") is None:  # a date and time without a zone is local time
+        raise argparse.ArgumentTypeError(f"not a time: {text!r} (like 07:00, or 2026-01-01T07:00:00+01:00)")
+    when = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    return (when if when.tzinfo is not None else when.astimezone()).isoformat()
 
 
 def add_when(parser: argparse.ArgumentParser) -> None:
@@ -77,7 +75,10 @@ def pause_words(pause: dict[str, Any], now: datetime | None = None) -> str:
     until = pause.get("until")
     if not until:
         return f"paused until you resume ({PROG} resume)"
-    end = datetime.fromisoformat(until.replace("Z", "+00:00")).astimezone()
+    end_utc = parse_time(until)
+    if end_utc is None:
+        return "paused (until an unreadable time)"
+    end = end_utc.astimezone()
     left = (end - (now or datetime.now().astimezone())).total_seconds()
     minutes = max(1, round(left / 60))
     length = f"{minutes} more minute{'s' if minutes != 1 else ''}" if minutes < 120 else f"{left / 3600:.1f} more hours"

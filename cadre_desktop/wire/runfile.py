@@ -12,15 +12,15 @@ only while at most `WAKE_AT_MAX` characters.
 
 from __future__ import annotations
 
-import contextlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TypedDict
 
 from cadre_desktop.errors import Invalid, NodeFault
+from cadre_desktop.jsontypes import loads
 from cadre_desktop.text import one_line
+from cadre_desktop.times import parse_time
 
 NAME = "run.json"
 STATES = ("paused", "sleeping", "done")
@@ -55,15 +55,9 @@ class BadRunFile(NodeFault):
 
 def wake_time(value: object, *, zone_required: bool) -> datetime | None:
     """A `wake_at` as a time, or None when it is not a bounded RFC 3339 string. A time without
-    its zone is None when `zone_required` (what a node writes), else taken as UTC (what the host reads)."""
-    if not isinstance(value, str) or not value or len(value) > WAKE_AT_MAX:
-        return None
-    with contextlib.suppress(ValueError):
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        if when.tzinfo is not None:
-            return when
-        return None if zone_required else when.replace(tzinfo=UTC)
-    return None
+    its zone is None when `zone_required` (what a node writes), else taken as UTC (what the host reads).
+    A time outside the calendar's window (`times.parse_time`) is None either way."""
+    return parse_time(value, zone="required" if zone_required else "utc")
 
 
 def checked(body: Mapping[str, object]) -> RunDoc:
@@ -91,7 +85,7 @@ def parse(raw: bytes) -> RunRequest:
     """A run.json's bytes as the host takes them (at most `MAX_BYTES`, read by the caller);
     anything but the contract's shape raises BadRunFile. A wake time is kept for sleeping only."""
     try:
-        doc: object = json.loads(raw.decode("utf-8"))
+        doc: object = loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise BadRunFile("it is not JSON") from None
     if not isinstance(doc, dict):

@@ -207,6 +207,24 @@ async def test_run_json_sleeping_wakes_at_its_wake_at(rig):
     assert rig.orch.spawns_of("n1") and rig.rec().status in SUPERVISED
 
 
+async def test_run_json_sleeping_wakes_by_the_pass_timer_alone(rig):
+    """Issue 39 (4): a node's own sleep of a few seconds slept until the next sweep (up to a
+    minute), since the pass that wrote its hold armed no timer for its wake."""
+    rig.node(live=True)
+    rig.sup.start()
+    await async_wait_until(lambda: "n1" in rig.sup.decisions.last, what="the start-up pass")
+    write_run(rig, {"state": "sleeping", "wake_at": iso(rig.clock.now() + timedelta(seconds=5)), "reason": "soon"})
+    rig.orch.exit(rig.present_rec("n1").handle, code=0)
+    await async_wait_until(lambda: rig.rec().status is NodeStatus.SLEEPING, what="the node's own hold")
+    await async_wait_until(lambda: rig.sup.passes.due_at is not None, what="the wake's timer")
+    assert rig.sup.passes.due_at == pytest.approx(rig.clock.monotonic() + 5, abs=0.01)
+    await rig.clock.run_for(4.9)
+    assert len(rig.orch.spawns_of("n1")) == 0
+    await rig.clock.run_for(0.2)
+    await async_wait_until(lambda: rig.orch.spawns_of("n1"), what="woken at wake_at, with no sweep")
+    assert rig.rec().status in SUPERVISED
+
+
 async def test_run_json_done_is_terminal_and_no_error(rig):
     rig.node(live=True)
     write_run(rig, {"state": "done", "wake_at": None, "reason": "migrated"})
@@ -252,7 +270,22 @@ def _fifo(folder):
     os.mkfifo(folder / "run.json")
 
 
-@pytest.mark.parametrize("plant", [_malformed, _oversized, _symlink, _fifo])
+def _nested(folder):
+    """Issue 39 (5): 3 KB of nested `[` raised RecursionError out of the exit handling."""
+    (folder / "run.json").write_text("[" * 3000)
+
+
+def _past_the_calendar(folder):
+    """Issue 39 (6): a wake whose UTC value is past year 9999 was taken, then overflowed."""
+    (folder / "run.json").write_text(json.dumps({"state": "sleeping", "wake_at": "9999-12-31T23:00:00-05:00"}))
+
+
+def _before_the_calendar(folder):
+    (folder / "run.json").write_text(json.dumps({"state": "sleeping", "wake_at": "0001-01-01T00:00:00+05:00"}))
+
+
+@pytest.mark.parametrize("plant", [_malformed, _oversized, _symlink, _fifo, _nested, _past_the_calendar,
+                                   _before_the_calendar])
 async def test_a_run_json_not_taken_is_one_warning_and_an_ordinary_exit_0(rig, plant, caplog):
     rig.node(live=True)
     folder = rig.work / "n1"

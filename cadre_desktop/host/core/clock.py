@@ -6,6 +6,8 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
+from cadre_desktop.times import parse_time
+
 
 class Clock:
     """Wall time for what must survive a restart (attempt timestamps), monotonic for waits."""
@@ -43,14 +45,7 @@ def stamp(clock: Clock) -> str:
     return iso(clock.now())
 
 
-def parse_iso(text: str | None) -> datetime | None:
-    """Parse a timestamp we wrote; anything unparsable is None (callers decide what that means)."""
-    if not text or not isinstance(text, str):
-        return None
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt
+def parse_iso(text: object) -> datetime | None:
+    """Parse a timestamp we wrote (without a zone: UTC); anything unparsable, or outside the
+    calendar's window (`times.parse_time`), is None (callers decide what that means)."""
+    return parse_time(text, zone="utc")

@@ -16,6 +16,7 @@ from cadre_desktop.host.core.ops.views import NodeView
 from cadre_desktop.host.core.records.records import HELD, NodeStatus
 from cadre_desktop.logs.logtail import tail_lines
 from cadre_desktop.text import url_host
+from cadre_desktop.times import parse_time
 from cadre_desktop.ui.tray.status import Phase, PhaseWords, duration_words, exit_line, is_down, is_starting
 
 LOG_BYTES_LINES = 400
@@ -168,11 +169,7 @@ def log_lines(path: str | Path, count: int = 8) -> list[LogLine]:
 
 def _local_stamp(text: str) -> datetime | None:
     """A node's own timestamp; without a zone it is the machine's local time (Python logging's way)."""
-    try:
-        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return at if at.tzinfo else at.astimezone()
+    return parse_time(text, zone="local")
 
 
 def log_words(lines: list[LogLine]) -> str:

@@ -8,12 +8,13 @@ plotting library for a strip.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QSizePolicy, QWidget
+
+from cadre_desktop.times import parse_time
 
 #: A state's colour; "none" (no host was running) is left in the bar's own grey.
 STATE_COLOURS = {
@@ -37,7 +38,8 @@ def _paint_rank(span: dict[str, Any]) -> int:
 
 
 def _t(stamp: str) -> float:
-    return datetime.fromisoformat(stamp).timestamp()
+    when = parse_time(stamp, zone="utc")
+    return 0.0 if when is None else when.timestamp()
 
 
 def uptime_words(window: dict[str, Any]) -> str:

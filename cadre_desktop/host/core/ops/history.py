@@ -17,7 +17,6 @@ aside (`.broken`) with a warning and a new one begun: it explains, it decides no
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +32,8 @@ from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.events import LENDING_EVENTS, EventBus, EventKind, HostEvent
 from cadre_desktop.host.core.ops.views import NodeView, NodeViews
 from cadre_desktop.host.core.records.records import HELD, is_node_id
-from cadre_desktop.jsontypes import JSONObject, JSONValue
+from cadre_desktop.jsontypes import JSONObject, JSONValue, loads
+from cadre_desktop.times import parse_time
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class NodeHistory:
             log.warning("cannot read the node history %s (%s); starting a new one", self.path, exc)
             return
         try:
-            doc = json.loads(raw)
+            doc = loads(raw)
             if not isinstance(doc, dict) or doc.get("version") != HISTORY_VERSION:
                 raise ValueError(f"not a version {HISTORY_VERSION} history")
             nodes = doc.get("nodes")
@@ -344,11 +344,8 @@ def _kept_apart(entries: list[tuple[float, HistoryState]]) -> list[JSONValue]:
 
 
 def _stamp(iso_time: str, default: float) -> float:
-    try:
-        when = datetime.fromisoformat(iso_time)
-    except ValueError:
-        return default
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    when = parse_time(iso_time, zone="utc")
+    return default if when is None else when.timestamp()
 
 
 def start_history(path: Path, clock: Clock, views: NodeViews, events: EventBus, node_ids: list[str],

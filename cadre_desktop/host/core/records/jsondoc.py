@@ -12,7 +12,6 @@ document, the original is kept as `<name>.v<n>.bak`.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from cadre_desktop.errors import StorageError
 from cadre_desktop.files.readfile import read_bytes
-from cadre_desktop.jsontypes import JSONObject, JSONValue
+from cadre_desktop.jsontypes import JSONObject, JSONValue, loads
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +56,8 @@ def read_versioned(
     if not raw.strip():
         raise StorageError(f"the {what} file {path} is empty; it was left as it is")
     try:
-        doc: JSONValue = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc: JSONValue = loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
         raise StorageError(
             f"the {what} file {path} is not valid JSON ({exc}); it was left as it is"
         ) from None

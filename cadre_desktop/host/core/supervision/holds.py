@@ -25,6 +25,7 @@ from cadre_desktop.host.core.clock import Clock, iso, parse_iso, stamp
 from cadre_desktop.host.core.records.lifecycle import AnyLife, Change, Supervised
 from cadre_desktop.host.core.records.records import HeldBy, Hold
 from cadre_desktop.host.core.timeline import Timeline
+from cadre_desktop.times import parse_time
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +35,9 @@ MAX_PAUSE_MS = 366 * 24 * 3600 * 1000
 
 
 def parse_rfc3339(text: object) -> datetime | None:
-    """An RFC 3339 time with its zone ("2026-01-01T07:00:00Z", "...+01:00"); anything else is None."""
-    if not isinstance(text, str) or not 0 < len(text) <= 64:
-        return None
-    try:
-        when = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else None
+    """An RFC 3339 time with its zone ("2026-01-01T07:00:00Z", "...+01:00") inside the calendar's
+    window (`times.parse_time`); anything else is None."""
+    return parse_time(text, zone="required")
 
 
 def pause_end(now: datetime, for_ms: int | None, until: datetime | None) -> datetime | None:

@@ -34,7 +34,7 @@ from cadre_desktop.host.core.clock import Clock, iso, parse_iso, stamp
 from cadre_desktop.host.core.records.lifecycle import RecordKind, Supervised
 from cadre_desktop.host.core.records.records import HeldBy, Hold
 from cadre_desktop.host.core.supervision.holds import pause_end
-from cadre_desktop.jsontypes import JSONObject
+from cadre_desktop.jsontypes import JSONObject, loads
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def load_pause(path: Path) -> HostPause | None:
     except OSError as exc:
         raise StorageError(f"{path} cannot be read: {exc}") from exc
     try:
-        doc = json.loads(raw)
+        doc = loads(raw)
         if not isinstance(doc, dict) or doc.get("version") != PAUSE_VERSION:
             raise ValueError(f"version must be {PAUSE_VERSION}")
         if doc.get("paused") is not True:

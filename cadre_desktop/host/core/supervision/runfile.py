@@ -54,6 +54,10 @@ class RunFiles:
             why = exc.strerror or str(exc)
         except BadRunFile as exc:
             why = str(exc)
+        except Exception as exc:  # a node's file costs at most its hold, never the exit's pass
+            log.warning("node %s exited with code 0 and a %s that could not be read (%s); it is restarted as "
+                        "usual", node_id, NAME, type(exc).__name__)
+            return None
         log.warning("node %s exited with code 0 and a %s that is not taken (%s); it is restarted as usual",
                     node_id, NAME, why)
         return None

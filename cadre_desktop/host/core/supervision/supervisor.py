@@ -61,8 +61,9 @@ from cadre_desktop.settings import Settings
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Verdicts after which the node changed (a start done or failed): its next look is read anew.
-_CHANGING = (Decision.START, Decision.WAKE, Decision.HOST_RELEASE)
+#: Verdicts after which the node changed (a start done or failed, its own hold written): its next
+#: look is read anew (a node that put itself to sleep wakes on its timer, not at the next sweep).
+_CHANGING = (Decision.START, Decision.WAKE, Decision.HOST_RELEASE, Decision.HOLD)
 
 
 def secret_kind(record: Supervised) -> SecretKind:
@@ -246,7 +247,8 @@ class Supervisor:
 
     def _due_after(self, lc: AnyLife, node_id: str, verdict: Verdict | None) -> float | None:
         """When this node next needs a look. The verdict says it, unless a start (done or
-        failed) changed the node: then its new start grace, or its new backoff."""
+        failed) or its own hold changed the node: then its new start grace, its new backoff, or
+        its wake."""
         if verdict is None or verdict.decision not in _CHANGING:
             return verdict.due_in_s if verdict is not None else None
         fresh = lc.get(node_id)
