@@ -438,8 +438,7 @@ class Host:
 
     def pause_state(self) -> JSONObject:
         """Pause all as the front ends show it: {"paused": false}, or since, until, left_ms and reason."""
-        pause = self.host_holds.paused()
-        return pause.to_json(self.clock.now()) if pause else {"paused": False}
+        return self.host_holds.state_json()
 
     async def pause_all(self, *, for_ms: int | None = None, until: datetime | None = None) -> JSONObject:
         """Hold every node (Pause all): for `for_ms`, until `until`, or until `resume_all`; kept across a

@@ -340,7 +340,9 @@ async def test_pause_with_no_body_a_length_or_an_end(api):
 
 
 @pytest.mark.parametrize("body", [{"for_ms": "30m"}, {"for_ms": True}, {"for_ms": 1.5}, {"until": "07:00"},
-                                  {"until": "2999-01-01T07:00:00"}, {"until": 5}, {"when": 1}, [1]])
+                                  {"until": "2999-01-01T07:00:00"}, {"until": 5}, {"when": 1}, [1],
+                                  # issue 39 (6): past the calendar in UTC, these answered 500
+                                  {"until": "9999-12-31T23:00:00-05:00"}, {"until": "0001-01-01T00:00:00+05:00"}])
 async def test_pause_refuses_what_it_cannot_read_with_400(api, body):
     api.host.put(make_view("n-1", "one", "joined"))
     got, answer = await api.call("POST", "/api/nodes/n-1/pause", json=body)

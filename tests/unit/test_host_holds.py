@@ -84,6 +84,38 @@ async def test_pause_all_for_a_while_ends_by_itself_at_its_time(rig):
     assert json.loads(rig.holds.path.read_text())["paused"] is False
 
 
+async def test_pause_all_ends_on_time_when_the_wall_clock_steps_back(rig):
+    """Issue 39 (7): the clock stepped back 10 minutes during a 5 s Pause all kept every node
+    asleep 10 more minutes; a pause's length is kept on the monotonic clock while the host runs."""
+    rig.node(live=True)
+    rig.sup.start()
+    await async_wait_until(lambda: "n1" in rig.sup.decisions.last, what="the start-up pass")
+    rig.holds.start()
+    rig.holds.pause_all(for_ms=5_000)
+    await rig.sup.reconcile()
+    assert rig.rec().status is NodeStatus.SLEEPING
+    rig.clock.jump_wall(-600)
+    await rig.clock.run_for(4.9)
+    assert rig.orch.spawned == [] and rig.holds.paused() is not None
+    assert rig.holds.state_json()["left_ms"] == pytest.approx(100, abs=5)
+    await rig.clock.run_for(0.2)
+    await async_wait_until(lambda: rig.orch.spawns_of("n1"), what="started again 5 s after the pause, not 10 min")
+    assert rig.holds.paused() is None and rig.holds.state_json() == {"paused": False}
+
+
+async def test_pause_all_ends_on_time_when_the_wall_clock_steps_forward(rig):
+    rig.node(live=True)
+    rig.sup.start()
+    await async_wait_until(lambda: "n1" in rig.sup.decisions.last, what="the start-up pass")
+    rig.holds.start()
+    rig.holds.pause_all(for_ms=60_000)
+    await rig.sup.reconcile()
+    rig.clock.jump_wall(3600)  # the wall clock says the end is long past: the length still counts
+    await rig.clock.run_for(1)
+    await rig.sup.reconcile()
+    assert rig.orch.spawned == [] and rig.holds.paused() is not None
+
+
 async def test_a_pause_in_the_past_is_one_clear_error_and_changes_nothing(rig):
     rig.node(live=True)
     with pytest.raises(InputError, match="in the past"):

@@ -57,10 +57,13 @@ class HostPause:
     def reason(self) -> str:
         return PAUSE_REASON
 
-    def to_json(self, now: datetime) -> JSONObject:
-        left = None if self.until is None else max(0, int((self.until - now).total_seconds() * 1000))
-        return {"paused": self.active(now), "since": iso(self.at), "until": iso(self.until) if self.until else None,
-                "left_ms": left, "reason": self.reason}
+    def to_json(self, now: datetime, left_s: float | None = None) -> JSONObject:
+        """As the front ends show it; `left_s`, when known, is what is left on the monotonic clock."""
+        if self.until is not None and left_s is None:
+            left_s = (self.until - now).total_seconds()
+        left = None if left_s is None else max(0, int(left_s * 1000))
+        return {"paused": self.active(now) if left is None else left > 0, "since": iso(self.at),
+                "until": iso(self.until) if self.until else None, "left_ms": left, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -123,13 +126,16 @@ class HostHolds:
         #: A person resumed everything: the conditions hold nobody until their next change.
         self._resumed_all = False
         self._timer: asyncio.Task[None] | None = None
+        #: Where the pause ends on the monotonic clock: its length counts while the host runs, so
+        #: a step of the wall clock neither keeps every node asleep nor wakes them early.
+        self._ends_mono: float | None = None
 
     def load(self) -> None:
-        """Read the pause a last host left (an ended one is forgotten)."""
+        """Read the pause a last host left (an ended one is forgotten): across a restart, its end is the wall clock's."""
         pause = load_pause(self.path)
         if pause is not None and not pause.active(self.clock.now()):
             pause = None
-        self.pause = pause
+        self._set(pause)
         if pause is not None:
             log.info("every node stays paused (%s)", f"until {iso(pause.until)}" if pause.until else "until resumed")
 
@@ -150,7 +156,7 @@ class HostHolds:
         end = pause_end(now, for_ms, until)
         pause = HostPause(at=now, until=end)
         save_pause(self.path, pause)
-        self.pause = pause
+        self._set(pause)
         self._resumed.clear()
         log.info("every node paused %s", f"until {iso(end)}" if end else "until resumed")
         self._arm()
@@ -161,7 +167,7 @@ class HostHolds:
         """End Pause all, and let every node run whatever the conditions say until their next change."""
         if self.pause is not None:
             save_pause(self.path, None)
-        self.pause = None
+        self._set(None)
         self._resumed.clear()
         self._resumed_all = True
         log.info("every node resumed")
@@ -187,15 +193,30 @@ class HostHolds:
         self.kick("conditions")
 
     def paused(self) -> HostPause | None:
-        """Pause all, while it lasts."""
+        """Pause all, while it lasts (its end on the monotonic clock)."""
         pause = self.pause
-        if pause is not None and not pause.active(self.clock.now()):
+        if pause is not None and (left := self._left_s()) is not None and left <= 0:
             self._ended()
             return None
         return pause
 
+    def state_json(self) -> JSONObject:
+        """Pause all as the front ends show it: {"paused": false}, or since, until, left_ms and reason."""
+        pause = self.paused()
+        return pause.to_json(self.clock.now(), self._left_s()) if pause else {"paused": False}
+
+    def _set(self, pause: HostPause | None) -> None:
+        self.pause = pause
+        self._ends_mono = None
+        if pause is not None and pause.until is not None:
+            self._ends_mono = self.clock.monotonic() + (pause.until - self.clock.now()).total_seconds()
+
+    def _left_s(self) -> float | None:
+        """Seconds left of a pause with an end (None: no pause, or no end)."""
+        return None if self._ends_mono is None else self._ends_mono - self.clock.monotonic()
+
     def _ended(self) -> None:
-        self.pause = None
+        self._set(None)
         try:
             save_pause(self.path, None)
         except OSError as exc:  # an ended pause in the file is forgotten at the next start anyway
@@ -207,15 +228,13 @@ class HostHolds:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        pause = self.pause
-        if pause is None or pause.until is None:
+        if self._ends_mono is None:
             return
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             return
-        deadline = self.clock.monotonic() + max(0.0, (pause.until - self.clock.now()).total_seconds())
-        self._timer = asyncio.ensure_future(self._end_at(deadline))
+        self._timer = asyncio.ensure_future(self._end_at(self._ends_mono))
 
     async def _end_at(self, deadline: float) -> None:
         left = deadline - self.clock.monotonic()
