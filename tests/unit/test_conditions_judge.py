@@ -114,6 +114,26 @@ async def test_a_change_back_inside_the_debounce_cancels_the_pending_one(rig):
     assert rig.judge.verdict() is not None and rig.changes == 1
 
 
+async def test_a_persons_change_of_the_schedule_is_taken_at_once_not_debounced():
+    """Issue 39 (8): a schedule removed in *When to run* waited out the 60 s debounce before the
+    node started; the debounce is for flapping sources, not for a person."""
+    r = await make(run_schedule=NIGHTS)
+    assert r.judge.verdict() is not None and r.changes == 1
+    await r.clock.run_for(5)
+    r.judge.use_settings(Settings())  # the schedule removed
+    assert r.judge.verdict() is None and r.judge.pending_at is None and r.changes == 2
+    await r.clock.run_for(5)
+    r.judge.use_settings(Settings(run_schedule=NIGHTS))  # and put back: held again at once
+    assert r.judge.verdict() is not None and r.changes == 3
+    await r.clock.run_for(5)
+    r.battery.set(True)  # a source right after: a new reason for a hold, taken at once
+    await r.clock.run_for(5)
+    r.judge.use_settings(Settings())
+    r.battery.set(False)  # a source's flip right after a person's: still debounced
+    assert r.judge.verdict() is not None and r.judge.pending_at is not None
+    await r.judge.stop()
+
+
 async def test_outside_the_schedule_holds_until_its_next_window_and_releases_then():
     r = await make(run_schedule=NIGHTS)
     verdict = r.judge.verdict()

@@ -8,7 +8,7 @@
   until Mon 22:00").
 * Debounced: a change between run and hold is taken at most once per `DEBOUNCE_S` (a node is
   not stopped and started more than once a minute by a flapping source); a change back inside
-  it cancels the pending one. A new reason for a hold already taken is taken at once (nothing
+  it cancels the pending one. A person's change of the settings is taken at once. A new reason for a hold already taken is taken at once (nothing
   starts or stops for it).
 * Every change taken is told (`on_change`): the host's holds (`host/core/supervision/host_holds.py`)
   spend a person's Resume and ask the supervisor for a pass, which holds or releases nodes on
@@ -132,14 +132,15 @@ class Judge:
                 log.exception("the %s condition source did not stop cleanly", source.name)
 
     def use_settings(self, settings: Settings) -> None:
-        """New settings (Preferences): judged again at once (the debounce still holds); a condition
+        """New settings (Preferences): judged again and taken at once, a person's word and not a
+        flapping source's, so no debounce (a schedule removed starts the nodes now); a condition
         turned on or off (or a new idle threshold) gets its sources made again, in the background."""
         before = _source_keys(self.settings)
         self.settings = settings
         self.schedule = Schedule(settings.run_schedule, self._zone) if settings.run_schedule else None
         if self.make_sources is not None and self._started and _source_keys(settings) != before:
             self._swapping = asyncio.get_running_loop().create_task(self._swap_sources(settings), name="conditions")
-        self.evaluate()
+        self.evaluate(by_person=True)
 
     async def _swap_sources(self, settings: Settings) -> None:
         assert self.make_sources is not None
@@ -155,7 +156,7 @@ class Judge:
                 await source.start(self._heard)
             except Exception:  # a source must never stop the host; it reads unknown
                 log.exception("the %s condition source could not start; it reads unknown", source.name)
-        self.evaluate()
+        self.evaluate(by_person=True)  # what the person's change turned on reads now
 
     def _heard(self, reading: Reading) -> None:
         self.evaluate()
@@ -193,8 +194,9 @@ class Judge:
         """The verdict taken: what the host's holds follow."""
         return self.taken
 
-    def evaluate(self) -> None:
-        """Judge now; take the change at once, or when the debounce allows; arm the next look."""
+    def evaluate(self, *, by_person: bool = False) -> None:
+        """Judge now; take the change at once, or when the debounce allows (`by_person`: a person's
+        change of the settings, taken at once); arm the next look."""
         if not self._started:
             return
         says = self.now_says()
@@ -202,7 +204,7 @@ class Judge:
         self.pending_at = None
         if says != self.taken:
             flip = (says is None) != (self.taken is None)
-            if flip and self._flipped_at is not None and mono - self._flipped_at < DEBOUNCE_S:
+            if flip and not by_person and self._flipped_at is not None and mono - self._flipped_at < DEBOUNCE_S:
                 self.pending_at = self._flipped_at + DEBOUNCE_S
                 log.info("run conditions: %s, taken in %.0f s (debounced)", _words(says),
                          self.pending_at - mono)
