@@ -238,3 +238,55 @@ def test_the_cli_strip_shows_a_crash_in_the_windows_last_second():
                                   {"state": "down", "start": end, "end": end},
                                   {"state": "starting", "start": end, "end": end}]}]}
     assert strip_lines(doc)[0] == "24 h |" + "█" * 47 + "░| 99.00 % up, 1 restart"
+
+
+def test_a_resume_after_pause_all_is_no_down_moment_and_no_restart(tmp_path):
+    """Regression (issue 39, item 12): the node released from a hold was read down (not running
+    yet) for the few milliseconds before its start, and its start counted as a restart."""
+    history, clock, views = made(tmp_path)
+    changed(history)  # up
+    clock.advance(600)
+    views.set(running=False, ready=False, status=NodeStatus.PAUSED)
+    history.on_event(HostEvent(EventKind.HELD, "n1", "paused by a person"))
+    clock.advance(300)
+    views.set(status=NodeStatus.JOINED)  # released: its child not started yet
+    history.on_event(HostEvent(EventKind.RESUMED, "n1", "resume"))
+    clock.advance(0.004)
+    views.set(running=True, ready=False, started_at="2026-01-01T00:15:00+00:00")
+    changed(history)
+    clock.advance(0.5)
+    views.set(ready=True)
+    changed(history)
+    clock.advance(60)
+    day = history.windows("n1")[0]
+    assert HistoryState.DOWN not in [s.state for s in day.spans], day.spans
+    assert day.restarts == (), "a resume after a hold counted as a restart"
+    assert day.uptime_percent == 100.0, "a planned start-up counted as not up"
+
+
+def test_a_new_nodes_start_up_is_not_counted_against_its_uptime(tmp_path):
+    """Regression (issue 39, item 12): a 2 s old node showed 78 % uptime (its first 0.44 s starting)."""
+    views = Views()
+    views.set(ready=False)
+    history, clock, _ = made(tmp_path, views=views)
+    changed(history)  # starting
+    clock.advance(0.44)
+    views.set(ready=True)
+    changed(history)
+    clock.advance(1.56)
+    assert history.windows("n1")[0].uptime_percent == 100.0
+
+
+def test_a_crashs_restart_still_counts_its_start_up_as_down_time_and_a_restart(tmp_path):
+    history, clock, views = made(tmp_path)
+    changed(history)  # up
+    clock.advance(90)
+    history.on_event(HostEvent(EventKind.EXITED, "n1", "exited with code 1"))
+    views.set(running=True, ready=False, started_at="2026-01-01T00:01:30+00:00")
+    clock.advance(5)
+    changed(history)
+    clock.advance(5)
+    views.set(ready=True)
+    changed(history)
+    day = history.windows("n1")[0]
+    assert len(day.restarts) == 1 and day.uptime_percent == 90.0, (day.restarts, day.uptime_percent)

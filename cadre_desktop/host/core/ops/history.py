@@ -59,6 +59,10 @@ class HistoryState(StrEnum):
 
 #: Neither up nor down: left out of the uptime percentage.
 NOT_COUNTED = frozenset({HistoryState.PAUSED, HistoryState.NONE})
+#: What a start may follow and be planned: a hold's end, a host's start (or the node's first
+#: start, after nothing). Such a start is no restart and its start-up no down time; a start
+#: after a crash (down) or a person's Restart (up) is a restart, its start-up part of the outage.
+PLANNED = frozenset({HistoryState.PAUSED, HistoryState.NONE})
 
 
 def state_of_view(view: NodeView) -> HistoryState:
@@ -158,10 +162,25 @@ def spans_of(entries: list[tuple[float, HistoryState]], start: float, end: float
 def window_of(track: Track, name: str, length: float, now: float) -> Window:
     start = now - length
     spans = spans_of(track.entries, start, now)
-    counted = sum(s.end - s.start for s in spans if s.state not in NOT_COUNTED)
-    up = sum(s.end - s.start for s in spans if s.state is HistoryState.UP)
-    uptime = round(100.0 * up / counted, 2) if counted > 0 else None
-    return Window(name, start, now, tuple(spans), tuple(t for t in track.starts if start <= t <= now), uptime)
+    return Window(name, start, now, tuple(spans), tuple(t for t in track.starts if start <= t <= now),
+                  uptime_of(track.entries, start, now))
+
+
+def uptime_of(entries: list[tuple[float, HistoryState]], start: float, end: float) -> float | None:
+    """Up time over the time that counts between `start` and `end` (None: none counts). Not
+    counted: holds, no host, and a planned start's start-up (`PLANNED`), judged on the whole
+    history so a window's cut does not change what a start followed."""
+    counted = up = 0.0
+    before: HistoryState | None = None
+    for i, (t, state) in enumerate(entries):
+        until = entries[i + 1][0] if i + 1 < len(entries) else end
+        length = max(0.0, min(until, end) - max(t, start))
+        planned = state is HistoryState.STARTING and (before is None or before in PLANNED)
+        if state not in NOT_COUNTED and not planned:
+            counted += length
+            up += length if state is HistoryState.UP else 0.0
+        before = state
+    return round(100.0 * up / counted, 2) if counted > 0 else None
 
 
 class NodeHistory:
@@ -262,7 +281,7 @@ class NodeHistory:
         elif event.kind is EventKind.EXITED:
             self.went_down(event.node_id)
         else:
-            self.observe(event.node_id)
+            self.observe(event.node_id, released=event.kind is EventKind.RESUMED)
 
     def went_down(self, node_id: str) -> None:
         """A child of the node ended on its own: down from now, whatever its view says by now.
@@ -281,19 +300,24 @@ class NodeHistory:
             track.trim(now)
             self.save_soon()
 
-    def observe(self, node_id: str) -> None:
-        """Re-read the node: one entry when its state changed, a mark when it started again."""
+    def observe(self, node_id: str, released: bool = False) -> None:
+        """Re-read the node: one entry when its state changed, a mark when it started again
+        (not after a planned state, `PLANNED`). A node just `released` from a hold is not down
+        while its child is not started yet: it stays held until that start."""
         view = self._view_of(node_id)
         if view is None:
             return
         track = self._tracks.setdefault(node_id, Track())
         now, state, changed = self.now(), state_of_view(view), False
-        if not track.entries or track.entries[-1][1] is not state:
+        before = track.entries[-1][1] if track.entries else None
+        if released and state is HistoryState.DOWN and before is HistoryState.PAUSED:
+            return
+        if before is not state:
             track.entries.append((now, state))
             changed = True
         started = view.started_at if view.running else None
         if started and started != track.last_start:
-            if track.last_start:
+            if track.last_start and before not in PLANNED:
                 track.starts.append(_stamp(started, now))
             track.last_start, changed = started, True
         if changed:
