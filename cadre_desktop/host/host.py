@@ -262,9 +262,9 @@ class Host:
         return node_caps(self.store.get(node_id), self.settings)
 
     def _caps_view(self, record: NodeRecord | None) -> dict[str, Any]:  # NodeViews and Lending type it apart
-        """A view's `caps`: a node's next start's, and how the driver holds it to them."""
+        """A view's `caps`: a node's next start's, and how the driver holds it to them (its child, as the OS does)."""
         caps = node_caps(record, self.settings)
-        return caps_view(caps, self._running().driver.caps_enforcement(caps))
+        return caps_view(caps, self._running().driver.caps_enforcement(caps, getattr(record, "id", None)))
 
     def _bind_keyring(self) -> None:
         """Key this home's keyring entries by its id; an upgraded records file is written

@@ -471,8 +471,8 @@ class Orchestrator:
         self.ports.low, self.ports.high = config.port_range
         self.stop_timeout_s = config.stop_timeout_s
 
-    def caps_enforcement(self, caps: NodeCaps) -> CapsEnforcement:
-        return self.caps.enforcement(caps)
+    def caps_enforcement(self, caps: NodeCaps, node_id: str | None = None) -> CapsEnforcement:
+        return self.caps.enforcement(caps, node_id)
 
     def close(self) -> None:
         """Stop watching; children keep running (a restarted host re-attaches)."""
