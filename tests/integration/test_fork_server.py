@@ -322,3 +322,28 @@ async def test_a_fork_server_naming_a_pid_it_did_not_make_is_refused_and_that_pr
         orch.close()
         victim.kill()
         victim.wait()
+
+
+async def test_a_fork_server_naming_one_of_the_hosts_own_nodes_is_refused(tmp_path, crowd, monkeypatch, caplog):
+    """That node is this host's child, in its own session, perhaps made after the request (a
+    start beside it): named as a new node, two nodes would hold one process, and the Remove of
+    one would kill the other's (issue 39, item 1)."""
+    monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.05)
+    pid_file = tmp_path / "victim.pid"
+    pid_file.write_text("1")
+    orch = make(tmp_path, _liar(tmp_path, pid_file))
+    await orch.init()
+    try:
+        server = await ready_standby(orch)
+        first = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})  # refused: cold
+        pid_file.write_text(str(first.pid))
+        await ready_standby(orch, other_than=server)
+        second = await orch.start("n2", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+        assert second.pid != first.pid, "two nodes hold one process"
+        refused = [r.getMessage() for r in caplog.records if f"named pid {first.pid}" in r.getMessage()]
+        assert refused and "already one of this host's nodes" in refused[0], refused
+        await orch.remove_node("n2")
+        assert not gone(first.pid), "the Remove of one node ended another's process"
+        await orch.stop_all()
+    finally:
+        orch.close()

@@ -44,11 +44,12 @@ class ForkServer(Protocol):
 
 
 def fork(server: ForkServer, env: dict[str, str], header: bytes, join: list[Path],
-         system: ProcessOS) -> tuple[subprocess.Popen[bytes], int] | None:
+         system: ProcessOS, held: frozenset[int] = frozenset()) -> tuple[subprocess.Popen[bytes], int] | None:
     """Ask a fork server for a node (blocking, up to FORK_S once sent; safe on any thread): the
     node's `CADRE_` variables and the write end of a new output pipe (its log header in it
     first) go over the socket, never argv. The node, already our child, and the pipe's read
-    end; None: no node came (the caller settles, and the start goes on cold)."""
+    end; None: no node came (the caller settles, and the start goes on cold). A pid it names is
+    proven first (`ProcessOS.not_forked`), and is none of the host's nodes already (`held`)."""
     request = json.dumps({"fork": {
         "env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)},
         "join": [str(path) for path in join]}}).encode() + b"\n"
@@ -81,7 +82,7 @@ def fork(server: ForkServer, env: dict[str, str], header: bytes, join: list[Path
         if out_write >= 0:
             os.close(out_write)
     word, _sp, rest = said.strip().partition(b" ")
-    why = system.not_forked(int(rest), server.popen.pid, since) if _a_pid(word, rest) else None
+    why = _refusal(system, int(rest), server.popen.pid, since, held) if _a_pid(word, rest) else None
     if _a_pid(word, rest) and why is None:
         args = [str(arg) for arg in server.popen.args] if isinstance(server.popen.args, list) else []
         return system.adopt(int(rest), args), out_read
@@ -98,6 +99,12 @@ def fork(server: ForkServer, env: dict[str, str], header: bytes, join: list[Path
     system.kill_group(server.popen.pid)
     os.close(out_read)
     return None
+
+
+def _refusal(system: ProcessOS, pid: int, server_pid: int, since: int | None, held: frozenset[int]) -> str | None:
+    if pid in held:
+        return "it is already one of this host's nodes"
+    return system.not_forked(pid, server_pid, since)
 
 
 def _a_pid(word: bytes, rest: bytes) -> bool:
