@@ -250,6 +250,7 @@ def test_a_resume_after_pause_all_is_no_down_moment_and_no_restart(tmp_path):
     history.on_event(HostEvent(EventKind.HELD, "n1", "paused by a person"))
     clock.advance(300)
     views.set(status=NodeStatus.JOINED)  # released: its child not started yet
+    changed(history)  # the release's events, as the lifecycle tells them: changed, then resumed
     history.on_event(HostEvent(EventKind.RESUMED, "n1", "resume"))
     clock.advance(0.004)
     views.set(running=True, ready=False, started_at="2026-01-01T00:15:00+00:00")
@@ -290,3 +291,48 @@ def test_a_crashs_restart_still_counts_its_start_up_as_down_time_and_a_restart(t
     changed(history)
     day = history.windows("n1")[0]
     assert len(day.restarts) == 1 and day.uptime_percent == 90.0, (day.restarts, day.uptime_percent)
+
+
+def test_a_nodes_own_hold_after_its_exit_0_is_no_down_moment(tmp_path):
+    """A node that asks to sleep exits with code 0 and is held a moment later (issue 39, item
+    12: a planned hold counted as down time); a crash's down before a later pause stays down."""
+    history, clock, views = made(tmp_path)
+    changed(history)  # up
+    clock.advance(600)
+    views.set(running=False, ready=False, exit_code=0)
+    changed(history)  # an exit's events: changed, then exited
+    history.on_event(HostEvent(EventKind.EXITED, "n1", "exited with code 0"))
+    clock.advance(0.01)
+    views.set(status=NodeStatus.SLEEPING)
+    changed(history)
+    history.on_event(HostEvent(EventKind.HELD, "n1", "nothing until then"))
+    clock.advance(60)
+    assert [s.state for s in history.windows("n1")[0].spans] == [HistoryState.UP, HistoryState.PAUSED]
+    views.set(status=NodeStatus.JOINED, running=True, ready=True, exit_code=None, started_at="later")
+    changed(history)
+    clock.advance(60)
+    views.set(running=False, ready=False, exit_code=1)
+    changed(history)
+    history.on_event(HostEvent(EventKind.EXITED, "n1", "exited with code 1"))
+    clock.advance(30)
+    views.set(status=NodeStatus.PAUSED)
+    changed(history)
+    history.on_event(HostEvent(EventKind.HELD, "n1", "paused by a person"))
+    clock.advance(10)
+    states = [s.state for s in history.windows("n1")[0].spans]
+    assert states[-2:] == [HistoryState.DOWN, HistoryState.PAUSED], states
+
+
+def test_a_start_that_fails_after_a_resume_is_down(tmp_path):
+    history, clock, views = made(tmp_path)
+    views.set(running=False, ready=False, status=NodeStatus.PAUSED)
+    changed(history)
+    clock.advance(60)
+    views.set(status=NodeStatus.JOINED)
+    changed(history)
+    history.on_event(HostEvent(EventKind.RESUMED, "n1", "resume"))
+    clock.advance(1)
+    views.set(last_error="could not be started: no such file")  # its start failed: down
+    changed(history)
+    clock.advance(60)
+    assert [s.state for s in history.windows("n1")[0].spans] == [HistoryState.PAUSED, HistoryState.DOWN]
