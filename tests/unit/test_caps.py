@@ -573,3 +573,13 @@ def test_doctor_says_caps_not_enforced_when_a_trial_group_cannot_be_made():
     ops.dirs.discard(CPU)
     said = caps.describe(way)
     assert said["enforced"] is False and "could not be made" in str(said["how"]), said
+
+
+def test_caps_set_while_a_capless_child_runs_are_not_enforced_until_its_next_start():
+    ops = v1_tree()
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops)
+    keeper, _ = keeper_for(way, NodeCaps())
+    keeper.place(FakeChild("n1", 11))
+    assert keeper.enforcement(NodeCaps(), "n1").enforced, "no cap: nothing to enforce"
+    said = keeper.enforcement(NodeCaps(memory_mb=128), "n1")  # `node set` while it runs
+    assert not said.enforced and "next start" in said.how, said

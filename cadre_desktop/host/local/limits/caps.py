@@ -235,8 +235,8 @@ class CapsKeeper:
         before: dict[str, int | None] = {}
         way = self.way
         self._held.pop(child.node_id, None)
-        if not (caps.memory_mb or caps.cpu_percent):
-            pass  # no group: a node with no cap is not put anywhere
+        if not (caps.memory_mb or caps.cpu_percent):  # no group: a node with no cap is not put anywhere
+            self._held[child.node_id] = Held(frozenset(), "its child was started without them (they apply from its next start)")
         elif way.tree is not None:
             ready = self._ready.pop(child.node_id, None)
             if ready is not None:  # made before the spawn; the pid again, in case it could not join
