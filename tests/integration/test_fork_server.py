@@ -17,7 +17,9 @@ import time
 import psutil
 import pytest
 
+from cadre_desktop.host.core.driver import NodeCaps
 from cadre_desktop.host.local import forks, proctree
+from cadre_desktop.host.local.limits import caps
 from cadre_desktop.host.local import standby as standby_module
 from cadre_desktop.host.local.handles import ExitEvent
 from tests.support.polling import async_wait_until
@@ -302,6 +304,10 @@ async def test_a_fork_server_naming_a_pid_it_did_not_make_is_refused_and_that_pr
     pid_file.write_text(str(victim.pid))
     before = _held(victim.pid)
     orch = make(tmp_path, _liar(tmp_path, pid_file))
+    # Caps a forked node gets (a CPU cap forks; a memory cap starts cold): adopted, the process
+    # would be reniced and moved into the node's cpu group, where this computer has one.
+    way = caps.choose(THIS_OS, "htest" + secrets.token_hex(6), scope_address=lambda: None)
+    orch.caps = caps.CapsKeeper(way, lambda _node_id: NodeCaps(cpu_percent=50, low_priority=True), system=THIS_OS)
     await orch.init()
     try:
         server = await ready_standby(orch)
