@@ -19,9 +19,9 @@ import pytest
 
 from cadre_desktop.host.core.driver import NodeCaps
 from cadre_desktop.host.local import forks, proctree
-from cadre_desktop.host.local.limits import caps
 from cadre_desktop.host.local import standby as standby_module
 from cadre_desktop.host.local.handles import ExitEvent
+from cadre_desktop.host.local.limits import caps
 from tests.support.polling import async_wait_until
 from tests.support.processes import THIS_OS
 from tests.support.warm import REFERENCE, gone, hanging, make, program, ready_standby, status
