@@ -53,3 +53,12 @@ async def test_host_log_numbers_a_start_by_the_attempt_the_views_show(rig, tmp_p
     started = [r.getMessage() for r in caplog.records if "n1 started" in r.getMessage()]
     assert view.attempts == 3 and started, started
     assert "attempt 3" in started[0] and "attempt 13" not in started[0], started
+
+
+async def test_a_clean_exit_is_no_last_error(rig, tmp_path):
+    rec = rig.node(live=True, attempts=1, ago_s=1)
+    rig.orch.logs["n1"] = ["bye"]
+    rig.sup._unsubscribe = rig.orch.subscribe(rig.sup._on_exit)
+    rig.orch.exit(rec.handle, code=0)
+    view = views_of(rig, tmp_path).get("n1")
+    assert not view.running and view.last_error is None, view.last_error

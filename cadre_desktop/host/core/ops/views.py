@@ -243,8 +243,9 @@ def hold_fields(row: Supervised, supervisor: Supervisor | None) -> HoldFields:
 
 def _backing_off(record: NodeRecord, running: bool, supervisor: Supervisor) -> str | None:
     """A supervised node down after a crash, waiting for its next start: the crash's words are
-    its last error (the Reason column, `node list`), not only its details' last exit."""
-    if running or record.status not in SUPERVISED:
+    its last error (the Reason column, `node list`), not only its details' last exit. A clean
+    exit (code 0: a hold it asked for, a quit) is no crash."""
+    if running or record.status not in SUPERVISED or supervisor.exit_code(record.id) == 0:
         return None
     return last_exit_words(record, running, supervisor)
 
