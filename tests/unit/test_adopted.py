@@ -166,3 +166,18 @@ def test_a_named_pid_that_is_not_our_child_gone_or_in_our_session_is_refused():
 def test_an_os_that_cannot_adopt_refuses_every_forked_pid():
     assert PosixOS().fork_mark() is None and WindowsOS().fork_mark() is None
     assert PosixOS().not_forked(os.getpid(), 0, None) and WindowsOS().not_forked(os.getpid(), 0, None)
+
+
+@linux_only
+def test_a_forked_node_that_already_ended_is_still_taken_so_its_exit_is_told():
+    system = LinuxOS()
+    since = system.fork_mark()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        os._exit(3)
+    from tests.support.polling import wait_until
+
+    wait_until(lambda: (pid, "Z") in forks.child_states(), timeout=10, what="the child ended, not reaped")
+    assert system.not_forked(pid, server_pid=0, since=since) is None
+    assert forks.Adopted(pid).wait(timeout=10) == 3, "its exit code was lost"

@@ -182,12 +182,12 @@ def not_forked(pid: int, server_pid: int, since: int | None) -> str | None:
         return f"it cannot be looked at ({exc.strerror or exc})"
     try:
         fields = procs.stat_fields(pid)
-        try:
-            ended = os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        try:  # WNOWAIT: a node that already ended stays a zombie, for `Adopted` to reap and tell
+            os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return "it is not this host's child" + _parent_words(fields)
-        if ended is not None or fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
-            return "it has already ended"
+        if fields is None or len(fields) < 20:
+            return "it cannot be read in the process table"
         return _born_words(pid, fields, since)
     finally:
         os.close(fd)
