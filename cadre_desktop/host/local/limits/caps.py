@@ -17,8 +17,9 @@ Nothing here ever fails a start: a cap that cannot be set is logged, the node
 runs, and its views say so: what a view says of a node is what the OS holds for its
 child (`Held`: after each placement its groups' own `cgroup.procs` are read back; a
 group that could not be made, a scope systemd refused, a job's limits refused), and
-doctor makes a trial group before it says caps are enforced (`describe`). A child the memory cap killed is told as such (`exit_cause`); Remove and
-Quit delete what was made for the node (`forget`, `clear`).
+doctor makes a trial group before it says caps are enforced (`describe`). A child the
+memory cap killed is told as such (`exit_cause`); Remove and Quit delete what was made
+for the node (`forget`, `clear`).
 """
 
 from __future__ import annotations
