@@ -201,9 +201,13 @@ def cmd_remove(args, paths: Paths) -> int:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            out(f"No node {args.id}; nothing to remove.")
-            return EXIT_OK
-        if not confirm(f"Remove {node_summary(node)}? Its process, work folder and claim secret are deleted."):
+            node = None
+        if node is None:  # no record: an orphaned process of it may still run (seed 000)
+            if not confirm(f"No record names {args.id}. Stop any orphaned process of it and delete its work folder, "
+                           "log and secrets?"):
+                out("Not removed.")
+                return EXIT_FAILED
+        elif not confirm(f"Remove {node_summary(node)}? Its process, work folder and claim secret are deleted."):
             out("Not removed.")
             return EXIT_FAILED
     result = api.remove_node(args.id)
@@ -212,7 +216,7 @@ def cmd_remove(args, paths: Paths) -> int:
         out(f"Removed {args.id}.")
     elif pids:
         out(f"No node {args.id}, but an orphaned process of it ran (pid {', '.join(map(str, pids))}): "
-            "it was stopped, and nothing was deleted.")
+            "it was stopped, and its work folder, log and secrets deleted.")
     else:
         out(f"No node {args.id}; nothing to remove.")
     return EXIT_OK

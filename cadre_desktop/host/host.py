@@ -191,7 +191,7 @@ class Host:
         # Lent nodes: the same supervisor, probe and gate, from the first pass.
         lending.attach(hosted=self.lifecycle, supervisor=p.supervisor, probe=p.probe, gate=p.gate, driver=driver, nodes=p.service,
                        settings=self.settings, advertise_host=lambda: self.advertise_host, keep_home=self.store.persist_home,
-                       caps=lambda: self._caps_view(None))
+                       caps=lambda donation_id: self._caps_view(None, donation_id))
         self.host_holds.kick = p.supervisor.kick
         self.host_holds.start()
         injected = self._condition_sources
@@ -261,10 +261,10 @@ class Host:
         """The caps of a node's next start: its record's, else the settings' (read at each start)."""
         return node_caps(self.store.get(node_id), self.settings)
 
-    def _caps_view(self, record: NodeRecord | None) -> dict[str, Any]:  # NodeViews and Lending type it apart
-        """A view's `caps`: a node's next start's, and how the driver holds it to them."""
+    def _caps_view(self, record: NodeRecord | None, node_id: str | None = None) -> dict[str, Any]:  # typed apart by their users
+        """A view's `caps`: a node's next start's, and how the driver holds it to them (its child, as the OS does)."""
         caps = node_caps(record, self.settings)
-        return caps_view(caps, self._running().driver.caps_enforcement(caps))
+        return caps_view(caps, self._running().driver.caps_enforcement(caps, node_id or getattr(record, "id", None)))
 
     def _bind_keyring(self) -> None:
         """Key this home's keyring entries by its id; an upgraded records file is written

@@ -73,7 +73,7 @@ class Lending:
 
     def attach(self, *, hosted: Lifecycle[NodeRecord], supervisor: Supervisor, probe: Probe, gate: KeyringGate,
                driver: NodeDriver, nodes: NodeService, settings: Settings, advertise_host: Callable[[], str],
-               keep_home: Callable[[], None], caps: Callable[[], JSONObject] | None = None) -> None:
+               keep_home: Callable[[], None], caps: Callable[[str], JSONObject] | None = None) -> None:
         """Join the host's supervision: same supervisor, probe, ports and keyring gate."""
         s = settings
         hosted.neighbours.append(self.lifecycle)

@@ -7,7 +7,8 @@ overwritten: the change is refused with the file's own error.
 
 `SettingsWatcher` follows settings.json while the app runs: an edit that parses
 is handed on as new settings; one that does not is refused, with its error,
-and the settings in use stay as they were.
+and the settings in use stay as they were. A settings folder that is not there yet (a new
+user's) is waited for from its nearest parent that is (`nearest_folder`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,13 @@ def save_changes(path: Path, changes: dict[str, Any]) -> Settings:
     return settings
 
 
+def nearest_folder(folder: Path) -> Path:
+    """`folder`, or while it is not there its nearest parent that is: the one a watch can be on."""
+    while not folder.is_dir() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
 class SettingsWatcher(QObject):
     #: settings.json changed and parses: the new settings.
     changed = Signal(object)
@@ -67,16 +75,26 @@ class SettingsWatcher(QObject):
         self._last_refusal = ""
         self._watcher = QFileSystemWatcher(self)
         # The folder too: an atomic replace (ours, an editor's) ends the watch on the file itself.
-        self._watcher.addPath(str(path.parent))
         self._watch_file()
         self._settle = QTimer(self)
         self._settle.setSingleShot(True)
         self._settle.setInterval(SETTLE_MS)
         self._settle.timeout.connect(self.check)
         self._watcher.fileChanged.connect(lambda _: self._settle.start())
-        self._watcher.directoryChanged.connect(lambda _: self._settle.start())
+        self._watcher.directoryChanged.connect(self._folder_changed)
+
+    def _folder_changed(self, _folder: str) -> None:
+        self._watch_file()  # a folder made meanwhile is watched at once, before its file is written
+        self._settle.start()
 
     def _watch_file(self) -> None:
+        """Watch the settings' folder (or, not there yet, its nearest parent: issue 39) and the file."""
+        folder = str(nearest_folder(self.path.parent))
+        for old in self._watcher.directories():
+            if old != folder:
+                self._watcher.removePath(old)
+        if folder not in self._watcher.directories():
+            self._watcher.addPath(folder)
         if self.path.exists() and str(self.path) not in self._watcher.files():
             self._watcher.addPath(str(self.path))
 

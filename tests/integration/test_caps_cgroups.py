@@ -173,3 +173,39 @@ def test_the_groups_are_where_this_host_may_write():
     own = cgroups.own_paths(Path("/proc/self/cgroup").read_text())
     for controller, root in way.tree.roots.items():
         assert root.is_dir() and str(root).endswith(own["" if way.tree.version == 2 else controller].rstrip("/"))
+
+
+async def test_a_node_whose_group_cannot_be_made_is_said_not_enforced_in_every_view(tmp_path):
+    """Regression (issue 39, item 3): the node's cgroup could not be made (its controller's group
+    was gone: "No such file or directory"), it ran in the host's own group, and `node show`, the
+    JSON, the window and doctor all said its caps were enforced. Here on this computer's real
+    cgroups, the group of each controller this host writes is one of ours, deleted before the start."""
+    home_id = "htest" + secrets.token_hex(6)
+    way = this_computers_way(home_id)
+    assert way.tree is not None
+    gone = {c: root / f"cadre-test-gone-{secrets.token_hex(4)}" for c, root in way.tree.roots.items()}
+    for path in dict.fromkeys(gone.values()):
+        path.mkdir()
+        path.rmdir()
+    broken = caps.Way("cgroup", tree=cgroups.CgroupTree(cgroups.CgroupOps(), way.tree.version, gone, home_id))
+    node_caps = NodeCaps(cpu_percent=50, memory_mb=256, low_priority=False)
+    keeper = caps.CapsKeeper(broken, lambda _node_id: node_caps, system=THIS_OS)
+    orch = Orchestrator(
+        paths=Paths(tmp_path, tmp_path, tmp_path / "logs"), node_command=[sys.executable, CAP_NODES, "busy"],
+        ports=PortAllocator(*port_range(tmp_path), bind_host="127.0.0.1"), bind_host="127.0.0.1",
+        advertise_host=lambda: "127.0.0.1", stop_timeout_s=2.0, caps=keeper,
+    )
+    await orch.init()
+    try:
+        handle = await orch.spawn("n1", {})
+        with open(f"/proc/{handle.pid}/cgroup", encoding="ascii") as fh:
+            assert broken.tree is not None and broken.tree.family not in fh.read(), "the node is in a group after all"
+        said = orch.caps_enforcement(node_caps, "n1")
+        assert said.enforced is False, said
+        assert "not enforced for this node" in said.how and "No such file or directory" in said.how, said
+        doctor = caps.describe(broken)
+        assert doctor["enforced"] is False and "could not be made" in str(doctor["how"]), doctor
+        assert caps.describe(way)["enforced"] is True, "doctor refuses a tree this host can write"
+    finally:
+        await orch.stop_all()
+        orch.close()

@@ -17,9 +17,11 @@ import time
 import psutil
 import pytest
 
+from cadre_desktop.host.core.driver import NodeCaps
 from cadre_desktop.host.local import forks, proctree
 from cadre_desktop.host.local import standby as standby_module
 from cadre_desktop.host.local.handles import ExitEvent
+from cadre_desktop.host.local.limits import caps
 from tests.support.polling import async_wait_until
 from tests.support.processes import THIS_OS
 from tests.support.warm import REFERENCE, gone, hanging, make, program, ready_standby, status
@@ -267,3 +269,87 @@ def test_a_forked_node_is_this_process_child_runs_as_the_node_and_writes_to_the_
     assert code == 0 and b"Traceback" not in err, err
     assert os.waitstatus_to_exitcode(status) == 2, output  # it ran as node n1: its folder is missing
     assert b"cadre-node: error" in output and b"Traceback" not in output, output
+
+
+def _liar(tmp_path, pid_file) -> list[str]:
+    """A node program whose fork server answers every request with the pid in `pid_file`: a
+    process it never made (issue 39, item 1)."""
+    return program(tmp_path, "liar", (
+        "    import socket\n"
+        "    channel = socket.socket(fileno=0)\n"
+        "    channel.sendall(b'ready fork clone\\n')\n"
+        "    while True:\n"
+        "        data = channel.recv(65536)\n"
+        "        if not data:\n"
+        "            sys.exit(0)\n"
+        "        if b'\\n' in data:\n"
+        f"            channel.sendall(b'forked ' + open({str(pid_file)!r}, 'rb').read().strip() + b'\\n')\n"))
+
+
+def _held(pid: int) -> tuple[int, str]:
+    """What a host could do to a process, as the OS holds it: its nice value and its cgroups."""
+    with open(f"/proc/{pid}/cgroup", encoding="ascii") as fh:
+        return psutil.Process(pid).nice(), fh.read()
+
+
+async def test_a_fork_server_naming_a_pid_it_did_not_make_is_refused_and_that_process_left_alone(
+        tmp_path, crowd, monkeypatch, caplog):
+    """Regression (issue 39, item 1): a node program answered `forked <pid>` with an unrelated
+    process's pid, and the host adopted it: reniced it, moved it into a node's group, killed it
+    at Remove. Here it is a process of this test's (this host's child, its own session, made
+    before the request): refused in words, the start goes on cold, the process untouched."""
+    monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.05)
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    pid_file = tmp_path / "victim.pid"
+    pid_file.write_text(str(victim.pid))
+    before = _held(victim.pid)
+    orch = make(tmp_path, _liar(tmp_path, pid_file))
+    # Caps a forked node gets (a CPU cap forks; a memory cap starts cold): adopted, the process
+    # would be reniced and moved into the node's cpu group, where this computer has one.
+    way = caps.choose(THIS_OS, "htest" + secrets.token_hex(6), scope_address=lambda: None)
+    orch.caps = caps.CapsKeeper(way, lambda _node_id: NodeCaps(cpu_percent=50, low_priority=True), system=THIS_OS)
+    await orch.init()
+    try:
+        server = await ready_standby(orch)
+        assert orch.standby is not None and orch.standby.ready is not None and orch.standby.ready.forks
+        handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+        assert handle.pid != victim.pid, "the host adopted a process the fork server did not make"
+        assert [h.pid for h in orch.list_nodes()] == [handle.pid]
+        refused = [r.getMessage() for r in caplog.records if f"pid {victim.pid}" in r.getMessage()]
+        assert refused and "refused" in refused[0] and "before" in refused[0], refused
+        await async_wait_until(lambda: gone(server), timeout=10, what="the lying fork server ended")
+        await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the cold start answering")
+        await orch.remove_node("n1")
+        assert victim.poll() is None, "the unrelated process was killed"
+        assert _held(victim.pid) == before, "the unrelated process was reniced or moved"
+        await orch.stop_all()
+        assert victim.poll() is None, "the unrelated process was killed at the host's stop"
+    finally:
+        orch.close()
+        victim.kill()
+        victim.wait()
+
+
+async def test_a_fork_server_naming_one_of_the_hosts_own_nodes_is_refused(tmp_path, crowd, monkeypatch, caplog):
+    """That node is this host's child, in its own session, perhaps made after the request (a
+    start beside it): named as a new node, two nodes would hold one process, and the Remove of
+    one would kill the other's (issue 39, item 1)."""
+    monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.05)
+    pid_file = tmp_path / "victim.pid"
+    pid_file.write_text("1")
+    orch = make(tmp_path, _liar(tmp_path, pid_file))
+    await orch.init()
+    try:
+        server = await ready_standby(orch)
+        first = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})  # refused: cold
+        pid_file.write_text(str(first.pid))
+        await ready_standby(orch, other_than=server)
+        second = await orch.start("n2", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+        assert second.pid != first.pid, "two nodes hold one process"
+        refused = [r.getMessage() for r in caplog.records if f"named pid {first.pid}" in r.getMessage()]
+        assert refused and "already one of this host's nodes" in refused[0], refused
+        await orch.remove_node("n2")
+        assert not gone(first.pid), "the Remove of one node ended another's process"
+        await orch.stop_all()
+    finally:
+        orch.close()

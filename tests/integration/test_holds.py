@@ -13,6 +13,7 @@ import psutil
 from tests.support.headless import added, fast_settings, running_node
 from tests.support.polling import wait_until
 from tests.support.processes import ended as gone
+from tests.support.secret_items import entry_name, secret_items
 
 
 def node_processes(home) -> list[psutil.Process]:
@@ -81,9 +82,13 @@ def test_the_reference_node_asked_to_sleep_3_s_is_not_restarted_early_and_is_rea
     host.stop()
 
 
-def test_a_quit_leaves_an_orphan_running_and_remove_reclaims_it_deleting_nothing(host_factory):
+def test_a_quit_leaves_an_orphan_running_and_remove_reclaims_it_and_deletes_its_data(host_factory, secret_service):
+    """Seed 000: "Run `node remove <id>` to stop it and delete its data." Remove of an orphan's
+    id stopped it and deleted nothing (issue 39, item 18): its folder, log and keyring entries go."""
     host = host_factory(fast_settings()).start()
     node = running_node(host, added(host)["id"])
+    secret_name = entry_name(host.home, node["id"])
+    assert secret_name in secret_items(secret_service)
     host.kill()  # the child outlives its host ...
     records = host.home / "hosted-nodes.json"
     doc = json.loads(records.read_text())
@@ -96,8 +101,12 @@ def test_a_quit_leaves_an_orphan_running_and_remove_reclaims_it_deleting_nothing
     assert again.stderr_path.read_text().count("is an orphan no record names; it is left running") == 1
 
     third = host_factory(home=host.home).start()
+    log_path = host.home / "logs" / f"node-{node['id']}.log"
+    assert (host.home / "nodes" / node["id"]).is_dir() and log_path.exists()
     status, body = third.api("DELETE", f"/api/nodes/{node['id']}")
     assert status == 200 and body == {"removed": node["id"], "existed": False, "orphan_pids": [node["pid"]]}
     wait_until(lambda: gone(node["pid"]), timeout=10, what="the orphan stopped")
-    assert (host.home / "nodes" / node["id"]).is_dir()  # no record owns it: nothing deleted
+    assert not (host.home / "nodes" / node["id"]).exists(), "the orphan's work folder was kept"
+    assert not log_path.exists(), "the orphan's log was kept"
+    assert secret_name not in secret_items(secret_service), "the orphan's claim secret was kept"
     third.stop()

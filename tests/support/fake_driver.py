@@ -71,6 +71,8 @@ class FakeOrchestrator:
         self.fork_starts = False
         #: Per node, the log lines log_tail returns.
         self.logs: dict[str, list[str]] = {}
+        #: Per node, why the OS does not hold its child to its caps (`caps_enforcement` says it).
+        self.unheld: dict[str, str] = {}
         #: Called at every stop with the handle id (to observe ordering).
         self.on_stop = None
         #: What `reconfigure` was last given; whether `stop_all` and `close` were called.
@@ -208,7 +210,9 @@ class FakeOrchestrator:
         self.closed = True
         self.listeners.clear()
 
-    def caps_enforcement(self, caps: NodeCaps) -> CapsEnforcement:
+    def caps_enforcement(self, caps: NodeCaps, node_id: str | None = None) -> CapsEnforcement:
+        if node_id in self.unheld:  # the OS did not hold this node's child to its caps
+            return CapsEnforcement(enforced=False, how=f"not enforced for this node: {self.unheld[node_id]}")
         return CapsEnforcement(enforced=not (caps.cpu_percent or caps.memory_mb), how="not enforced: a fake driver")
 
     def reconfigure(self, config):

@@ -110,3 +110,74 @@ def test_a_standby_clones_only_where_it_knows_the_call(monkeypatch):
     Uname.machine = "x86_64"
     monkeypatch.setenv(node_main.TWO_FORKS_VAR, "1")
     assert node_main._clone_parent() is None, "two forks asked for, a clone made"
+
+
+def _session_child(new_session: bool = True) -> int:
+    """A child of ours that leads a session of its own (as a forked node does), waiting to be killed."""
+    pid = os.fork()
+    if pid == 0:
+        if new_session:
+            os.setsid()
+        signal.pause()
+        os._exit(0)
+    return pid
+
+
+def _end(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+@linux_only
+def test_a_forked_pid_is_taken_only_when_it_is_our_new_child_leading_its_own_session():
+    """Issue 39, item 1: the pid a fork server names is proven before the host uses it."""
+    system = LinuxOS()
+    since = system.fork_mark()
+    assert since is not None
+    made = _session_child()
+    try:
+        from tests.support.polling import wait_until
+
+        wait_until(lambda: os.getsid(made) == made, timeout=10, what="the child in its own session")
+        assert system.not_forked(made, server_pid=os.getpid() + 10**6, since=since) is None
+        earlier = system.not_forked(made, server_pid=0, since=since + 10 * os.sysconf("SC_CLK_TCK"))
+        assert earlier is not None and "before the request" in earlier, earlier
+        assert "cannot be told" in (system.not_forked(made, server_pid=0, since=None) or ""), "no date, yet taken"
+    finally:
+        _end(made)
+
+
+@linux_only
+def test_a_named_pid_that_is_not_our_child_gone_or_in_our_session_is_refused():
+    system = LinuxOS()
+    since = system.fork_mark()
+    not_ours = system.not_forked(os.getppid(), server_pid=0, since=since)
+    assert not_ours is not None and "not this host's child" in not_ours, not_ours
+    assert "no pid" in (system.not_forked(1, server_pid=0, since=since) or "")
+    assert "no pid" in (system.not_forked(4242, server_pid=4242, since=since) or ""), "the fork server itself taken"
+    sessionless = _session_child(new_session=False)
+    try:
+        assert "no session" in (system.not_forked(sessionless, server_pid=0, since=since) or "")
+    finally:
+        _end(sessionless)
+    assert "no process" in (system.not_forked(sessionless, server_pid=0, since=since) or "")
+
+
+def test_an_os_that_cannot_adopt_refuses_every_forked_pid():
+    assert PosixOS().fork_mark() is None and WindowsOS().fork_mark() is None
+    assert PosixOS().not_forked(os.getpid(), 0, None) and WindowsOS().not_forked(os.getpid(), 0, None)
+
+
+@linux_only
+def test_a_forked_node_that_already_ended_is_still_taken_so_its_exit_is_told():
+    system = LinuxOS()
+    since = system.fork_mark()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        os._exit(3)
+    from tests.support.polling import wait_until
+
+    wait_until(lambda: (pid, "Z") in forks.child_states(), timeout=10, what="the child ended, not reaped")
+    assert system.not_forked(pid, server_pid=0, since=since) is None
+    assert forks.Adopted(pid).wait(timeout=10) == 3, "its exit code was lost"

@@ -497,3 +497,89 @@ def test_the_spawns_thread_lowers_a_childs_priority_right_after_its_exec_and_nev
         raise PermissionError("not ours")
     low_priority.lower = refused  # type: ignore[method-assign, assignment]
     low.lower_soon("n1")(4244)  # `place` says it; the start goes on
+
+
+# -- what the OS holds for each child (issue 39, item 3) ----------------------------------------
+
+def test_a_node_whose_group_cannot_be_made_is_said_not_enforced_and_why(caplog):
+    """Regression: the node's group could not be made ("No such file or directory" under the cpu
+    controller), it ran in the host's own group, and every view said its caps were enforced."""
+    ops = v1_tree()
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops)
+    ops.dirs.discard(CPU)  # the cpu controller's group went away under us
+    node_caps_ = NodeCaps(cpu_percent=20, memory_mb=256)
+    keeper, _ = keeper_for(way, node_caps_)
+    keeper.place(FakeChild("n1", 4242))
+    said = keeper.enforcement(node_caps_, "n1")
+    assert said.enforced is False, said
+    assert "memory and cpu caps not enforced for this node" in said.how and "no such directory" in said.how, said
+    assert keeper.enforcement(node_caps_, "n2").enforced, "another node, placed fine or never, is said the same"
+
+
+def test_a_child_its_groups_do_not_hold_is_said_not_enforced():
+    """What a view says is what the OS holds: the group's own `cgroup.procs`, read back."""
+    from tests.support.fake_caps import FakeCgroupOps
+
+    class Ignoring(FakeCgroupOps):
+        def write(self, path: Path, text: str) -> None:
+            if path.name == "cgroup.procs" and path.parent.parent.parent == CPU:
+                return  # the kernel took the write and put the pid nowhere
+            super().write(path, text)
+    base = v1_tree()
+    ops = Ignoring(base.mountinfo(), base.own_cgroups(), [str(d) for d in base.dirs])
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops)
+    node_caps_ = NodeCaps(cpu_percent=20, memory_mb=256)
+    keeper, _ = keeper_for(way, node_caps_)
+    keeper.place(FakeChild("n1", 4242))
+    said = keeper.enforcement(node_caps_, "n1")
+    assert not said.enforced and "cpu cap not enforced for this node" in said.how and "4242" in said.how, said
+    assert keeper.enforcement(NodeCaps(memory_mb=256), "n1").enforced, "the memory group holds it"
+
+
+def test_a_node_placed_in_its_groups_is_said_enforced_and_forgotten_at_remove():
+    ops = v1_tree()
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops)
+    node_caps_ = NodeCaps(cpu_percent=20, memory_mb=256)
+    keeper, _ = keeper_for(way, node_caps_)
+    keeper.place(FakeChild("n1", 4242))
+    assert keeper.enforcement(node_caps_, "n1").enforced
+    ops.dirs.discard(CPU)
+    keeper.place(FakeChild("n1", 4343))  # the next start could not be placed: said so
+    assert not keeper.enforcement(node_caps_, "n1").enforced
+    asyncio.run(keeper.forget("n1"))
+    assert keeper.enforcement(node_caps_, "n1").enforced, "a removed node's failure outlived it"
+
+
+def test_a_scope_systemd_refuses_is_said_not_enforced_for_that_node():
+    way = caps.choose(LINUX, "habc", scope_address=lambda: "unix:x", make_scope_ops=lambda _a: FakeScopeOps(fail=True))
+    node_caps_ = NodeCaps(memory_mb=256)
+    keeper, _ = keeper_for(way, node_caps_)
+
+    async def run() -> None:
+        keeper.place(FakeChild("n1", 77))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+    said = keeper.enforcement(node_caps_, "n1")
+    assert not said.enforced and "AccessDenied" in said.how, said
+
+
+def test_doctor_says_caps_not_enforced_when_a_trial_group_cannot_be_made():
+    ops = v1_tree()
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops)
+    assert caps.describe(way)["enforced"] is True
+    assert not any(p.name == "cadre-desktop-habc" for p in ops.dirs), "doctor's trial group was left behind"
+    ops.dirs.discard(CPU)
+    said = caps.describe(way)
+    assert said["enforced"] is False and "could not be made" in str(said["how"]), said
+
+
+def test_caps_set_while_a_capless_child_runs_are_not_enforced_until_its_next_start():
+    ops = v1_tree()
+    way = caps.choose(LINUX, "habc", scope_address=no_manager, cgroup_ops=ops)
+    keeper, _ = keeper_for(way, NodeCaps())
+    keeper.place(FakeChild("n1", 11))
+    assert keeper.enforcement(NodeCaps(), "n1").enforced, "no cap: nothing to enforce"
+    said = keeper.enforcement(NodeCaps(memory_mb=128), "n1")  # `node set` while it runs
+    assert not said.enforced and "next start" in said.how, said

@@ -131,10 +131,16 @@ async def test_a_hosts_views_carry_caps_and_set_node_caps_writes_the_record(tmp_
                 secrets=SecretStore(MemoryKeyring()), serve_control_api=False)
     host.store.put(NodeRecord(id="n1", name="one", status=NodeStatus.ERROR))
     views_of = host._make_supervision  # the parts over a fake driver, no process started
-    parts = views_of(FakeOrchestrator())
+    fake = FakeOrchestrator()
+    parts = views_of(fake)
     host._parts = parts
     assert parts.views.get("n1").caps == {"cpu_percent": 80, "memory_mb": 512, "low_priority": True,
                                           "enforced": False, "how": "not enforced: a fake driver"}
+    fake.unheld["n1"] = "its group could not be made"  # issue 39, item 3: the view asks for this node
+    unheld = parts.views.get("n1").caps
+    assert unheld is not None and unheld["enforced"] is False
+    assert unheld["how"] == "not enforced for this node: its group could not be made"
+    fake.unheld.clear()
     view = await host.set_node_caps("n1", {"memory_mb": 64, "always_run": True})
     assert view.caps is not None and view.caps["memory_mb"] == 64 and view.caps["cpu_percent"] == 80
     record = host.store.get("n1")

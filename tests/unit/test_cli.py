@@ -269,6 +269,27 @@ def test_remove_asks_on_a_terminal(capsys, served, monkeypatch, answer, removed)
     assert ("n-1" not in served.host.nodes) is removed
 
 
+@pytest.mark.parametrize("answer,reclaimed", [("y", True), ("", False)])
+def test_remove_of_an_orphans_id_on_a_terminal_asks_then_deletes_its_data(capsys, served, monkeypatch, answer,
+                                                                           reclaimed):
+    """Seed 000's "Run `node remove <id>`": on a terminal an id no record names was answered
+    "nothing to remove" before the host was asked, so its orphan ran on (issue 39, item 18)."""
+    served.host.orphans["n-9"] = [4321]
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(isatty=lambda: True))
+    asked = []
+
+    def ask(q):
+        asked.append(q)
+        return answer
+    monkeypatch.setattr("builtins.input", ask)
+    code, out, _ = run(capsys, "node", "remove", "n-9")
+    assert asked and "n-9" in asked[0] and "delete its work folder" in asked[0]
+    assert code == (0 if reclaimed else 1)
+    assert (("reclaim", "n-9") in served.host.calls) is reclaimed
+    if reclaimed:
+        assert "pid 4321" in out and "work folder, log and secrets deleted" in out
+
+
 # -- qr ----------------------------------------------------------------------------------------
 
 def zbar_decode(path: Path) -> str:

@@ -238,3 +238,101 @@ def test_the_cli_strip_shows_a_crash_in_the_windows_last_second():
                                   {"state": "down", "start": end, "end": end},
                                   {"state": "starting", "start": end, "end": end}]}]}
     assert strip_lines(doc)[0] == "24 h |" + "█" * 47 + "░| 99.00 % up, 1 restart"
+
+
+def test_a_resume_after_pause_all_is_no_down_moment_and_no_restart(tmp_path):
+    """Regression (issue 39, item 12): the node released from a hold was read down (not running
+    yet) for the few milliseconds before its start, and its start counted as a restart."""
+    history, clock, views = made(tmp_path)
+    changed(history)  # up
+    clock.advance(600)
+    views.set(running=False, ready=False, status=NodeStatus.PAUSED)
+    history.on_event(HostEvent(EventKind.HELD, "n1", "paused by a person"))
+    clock.advance(300)
+    views.set(status=NodeStatus.JOINED)  # released: its child not started yet
+    changed(history)  # the release's events, as the lifecycle tells them: changed, then resumed
+    history.on_event(HostEvent(EventKind.RESUMED, "n1", "resume"))
+    clock.advance(0.004)
+    views.set(running=True, ready=False, started_at="2026-01-01T00:15:00+00:00")
+    changed(history)
+    clock.advance(0.5)
+    views.set(ready=True)
+    changed(history)
+    clock.advance(60)
+    day = history.windows("n1")[0]
+    assert HistoryState.DOWN not in [s.state for s in day.spans], day.spans
+    assert day.restarts == (), "a resume after a hold counted as a restart"
+    assert day.uptime_percent == 100.0, "a planned start-up counted as not up"
+
+
+def test_a_new_nodes_start_up_is_not_counted_against_its_uptime(tmp_path):
+    """Regression (issue 39, item 12): a 2 s old node showed 78 % uptime (its first 0.44 s starting)."""
+    views = Views()
+    views.set(ready=False)
+    history, clock, _ = made(tmp_path, views=views)
+    changed(history)  # starting
+    clock.advance(0.44)
+    views.set(ready=True)
+    changed(history)
+    clock.advance(1.56)
+    assert history.windows("n1")[0].uptime_percent == 100.0
+
+
+def test_a_crashs_restart_still_counts_its_start_up_as_down_time_and_a_restart(tmp_path):
+    history, clock, views = made(tmp_path)
+    changed(history)  # up
+    clock.advance(90)
+    history.on_event(HostEvent(EventKind.EXITED, "n1", "exited with code 1"))
+    views.set(running=True, ready=False, started_at="2026-01-01T00:01:30+00:00")
+    clock.advance(5)
+    changed(history)
+    clock.advance(5)
+    views.set(ready=True)
+    changed(history)
+    day = history.windows("n1")[0]
+    assert len(day.restarts) == 1 and day.uptime_percent == 90.0, (day.restarts, day.uptime_percent)
+
+
+def test_a_nodes_own_hold_after_its_exit_0_is_no_down_moment(tmp_path):
+    """A node that asks to sleep exits with code 0 and is held a moment later (issue 39, item
+    12: a planned hold counted as down time); a crash's down before a later pause stays down."""
+    history, clock, views = made(tmp_path)
+    changed(history)  # up
+    clock.advance(600)
+    views.set(running=False, ready=False, exit_code=0)
+    changed(history)  # an exit's events: changed, then exited
+    history.on_event(HostEvent(EventKind.EXITED, "n1", "exited with code 0"))
+    clock.advance(0.01)
+    views.set(status=NodeStatus.SLEEPING)
+    changed(history)
+    history.on_event(HostEvent(EventKind.HELD, "n1", "nothing until then"))
+    clock.advance(60)
+    assert [s.state for s in history.windows("n1")[0].spans] == [HistoryState.UP, HistoryState.PAUSED]
+    views.set(status=NodeStatus.JOINED, running=True, ready=True, exit_code=None, started_at="later")
+    changed(history)
+    clock.advance(60)
+    views.set(running=False, ready=False, exit_code=1)
+    changed(history)
+    history.on_event(HostEvent(EventKind.EXITED, "n1", "exited with code 1"))
+    clock.advance(30)
+    views.set(status=NodeStatus.PAUSED)
+    changed(history)
+    history.on_event(HostEvent(EventKind.HELD, "n1", "paused by a person"))
+    clock.advance(10)
+    states = [s.state for s in history.windows("n1")[0].spans]
+    assert states[-2:] == [HistoryState.DOWN, HistoryState.PAUSED], states
+
+
+def test_a_start_that_fails_after_a_resume_is_down(tmp_path):
+    history, clock, views = made(tmp_path)
+    views.set(running=False, ready=False, status=NodeStatus.PAUSED)
+    changed(history)
+    clock.advance(60)
+    views.set(status=NodeStatus.JOINED)
+    changed(history)
+    history.on_event(HostEvent(EventKind.RESUMED, "n1", "resume"))
+    clock.advance(1)
+    views.set(last_error="could not be started: no such file")  # its start failed: down
+    changed(history)
+    clock.advance(60)
+    assert [s.state for s in history.windows("n1")[0].spans] == [HistoryState.PAUSED, HistoryState.DOWN]

@@ -10,6 +10,7 @@ import pytest
 from cadre_desktop.errors import OutOfDescriptors, SpawnError
 from cadre_desktop.host.core.events import EventKind
 from cadre_desktop.host.core.records.records import NodeMode, NodeStatus
+from cadre_desktop.host.core.vault.secrets import SERVICE
 from cadre_desktop.host.live_settings import LiveSettings
 from tests.support.polling import async_wait_until
 from tests.support.rig import Rig
@@ -389,13 +390,18 @@ async def test_nodes_stopped_on_a_clean_quit_start_again_without_counting_an_att
     await rig.sup.stop()
 
 
-async def test_remove_of_an_orphans_id_stops_it_and_deletes_nothing(rig):
+async def test_remove_of_an_orphans_id_stops_it_and_deletes_its_data(rig):
+    """Seed 000: "Run `node remove <id>` to stop it and delete its data" (issue 39, item 18)."""
     rig.node("kept", live=True)
     orphan = rig.orch.add_live("ghost")
+    rig.keyring.items[(SERVICE, "ghost/claim-secret")] = "secret-of-ghost"
     assert await rig.service.remove("ghost") is False  # no record: nothing of a record is touched
     assert await rig.service.reclaim_orphan("ghost") == [orphan.pid]
-    assert rig.orch.stopped == [orphan.id] and rig.orch.removed == []  # stopped, its folder not deleted
-    assert rig.orch.is_running(rig.rec("kept").handle)
+    assert rig.orch.removed == ["ghost"], "its work folder and log were not deleted"
+    assert not rig.orch.is_running(orphan.id), "the orphan still runs"
+    assert (SERVICE, "ghost/claim-secret") not in rig.keyring.items, "its claim secret was kept"
+    assert rig.store.pending_removals() == [], "its tombstone was left"
+    assert rig.orch.is_running(rig.rec("kept").handle) and (SERVICE, "kept/claim-secret") in rig.keyring.items
     assert await rig.service.reclaim_orphan("ghost") == []  # said once: nothing left to reclaim
     assert await rig.service.reclaim_orphan("kept") == []  # a record's child is never an orphan
 

@@ -189,8 +189,9 @@ class NodeDriver(Protocol):
         """Take new settings for the next starts (the node program, the port range, the stop grace)."""
         ...
 
-    def caps_enforcement(self, caps: NodeCaps) -> CapsEnforcement:
-        """How this driver holds a node to `caps` on this computer (what the views say)."""
+    def caps_enforcement(self, caps: NodeCaps, node_id: str | None = None) -> CapsEnforcement:
+        """How this driver holds a node to `caps` on this computer (what the views say); for
+        `node_id`, as the OS holds that node's child (a group that could not be made: not enforced)."""
         ...
 
     @property

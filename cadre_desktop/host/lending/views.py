@@ -233,7 +233,7 @@ class LendingViews:
     """Views read fresh from the stores, the driver and the supervisor, for every audience."""
 
     def __init__(self, service: LendingService, *, log_path: Callable[[str], str],
-                 caps: Callable[[], JSONObject] | None = None,
+                 caps: Callable[[str], JSONObject] | None = None,
                  lend_api: Callable[[], LendApiState] = lambda: NO_LEND_API) -> None:
         self.service = service
         self.log_path = log_path
@@ -294,7 +294,7 @@ class LendingViews:
         return donation_view(
             donation, grant=service.grants.get(donation.grant_id), handle=handle,
             advertise_host=service.advertise_host(), next_retry=next_retry, log_path=self.log_path(donation.id),
-            supervisor=supervisor, caps=self.caps() if self.caps else None,
+            supervisor=supervisor, caps=self.caps(donation.id) if self.caps else None,
             unsaved=unsaved,
             save_problem=self._save_problem() if unsaved or donation.id in service.donations.unsaved else None,
         )

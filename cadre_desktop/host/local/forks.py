@@ -5,7 +5,9 @@ server") makes each node of a crowd of warm starts the host's own child: a clone
 `CLONE_PARENT`, or two forks, the first child leaving at once, so the node is orphaned
 to the host, which made itself a subreaper for it (`ProcessOS.become_subreaper`). `fork`
 is one request; the node comes back as the host holds any child it started (pid, exit
-code, reaping: `ProcessOS.adopt`, `system/linux.py`'s `Adopted`). The fork server is
+code, reaping: `ProcessOS.adopt`, `system/linux.py`'s `Adopted`), once the pid it names is
+proven to be this host's own new child (`ProcessOS.not_forked`): a pid it did not make is
+refused in words, never adopted, and that process left alone. The fork server is
 any `ForkServer` (the pool's `standby.Standby`): this module never imports the pool.
 """
 
@@ -42,16 +44,17 @@ class ForkServer(Protocol):
 
 
 def fork(server: ForkServer, env: dict[str, str], header: bytes, join: list[Path],
-         system: ProcessOS) -> tuple[subprocess.Popen[bytes], int] | None:
+         system: ProcessOS, held: frozenset[int] = frozenset()) -> tuple[subprocess.Popen[bytes], int] | None:
     """Ask a fork server for a node (blocking, up to FORK_S once sent; safe on any thread): the
     node's `CADRE_` variables and the write end of a new output pipe (its log header in it
     first) go over the socket, never argv. The node, already our child, and the pipe's read
-    end; None: no node came (the caller settles, and the start goes on cold)."""
+    end; None: no node came (the caller settles, and the start goes on cold). A pid it names is
+    proven first (`ProcessOS.not_forked`), and is none of the host's nodes already (`held`)."""
     request = json.dumps({"fork": {
         "env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)},
         "join": [str(path) for path in join]}}).encode() + b"\n"
     out_read, out_write = call_with_reserve(os.pipe)
-    said = b""
+    said, since = b"", None
     try:
         os.write(out_write, header)
         with server.lock:
@@ -59,6 +62,7 @@ def fork(server: ForkServer, env: dict[str, str], header: bytes, join: list[Path
             if channel is None:
                 raise OSError("the fork server is gone")
             channel.settimeout(FORK_S)
+            since = system.fork_mark()
             channel.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out_write]))])
             os.close(out_write)
             out_write = -1
@@ -78,10 +82,16 @@ def fork(server: ForkServer, env: dict[str, str], header: bytes, join: list[Path
         if out_write >= 0:
             os.close(out_write)
     word, _sp, rest = said.strip().partition(b" ")
-    if word == b"forked" and rest.isdigit() and len(rest) < 12:
+    why = _refusal(system, int(rest), server.popen.pid, since, held) if _a_pid(word, rest) else None
+    if _a_pid(word, rest) and why is None:
         args = [str(arg) for arg in server.popen.args] if isinstance(server.popen.args, list) else []
         return system.adopt(int(rest), args), out_read
-    if said:
+    if why is not None:
+        # Never adopted, so never reniced, moved into a node's group or ended: that process is
+        # left alone (the kill below is of the fork server's own group).
+        log.warning("the fork server (pid %s) named pid %s as the node it made, refused: %s; it is ended, "
+                    "this start is cold and that process left alone", server.popen.pid, int(rest), why)
+    elif said:
         log.warning("the fork server (pid %s) refused a node: %s", server.popen.pid,
                     one_line(said.decode("utf-8", "replace"), 200))
     # Ended at once, with its group: a node it was still making (not yet in its own session)
@@ -89,3 +99,13 @@ def fork(server: ForkServer, env: dict[str, str], header: bytes, join: list[Path
     system.kill_group(server.popen.pid)
     os.close(out_read)
     return None
+
+
+def _refusal(system: ProcessOS, pid: int, server_pid: int, since: int | None, held: frozenset[int]) -> str | None:
+    if pid in held:
+        return "it is already one of this host's nodes"
+    return system.not_forked(pid, server_pid, since)
+
+
+def _a_pid(word: bytes, rest: bytes) -> bool:
+    return word == b"forked" and rest.isdigit() and len(rest) < 12

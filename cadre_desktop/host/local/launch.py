@@ -155,12 +155,14 @@ def _keep(keeper: LogKeeper, popen: subprocess.Popen[bytes], handle_id: str, nod
 
 
 def warm(claimed: Standby, env: dict[str, str], header: bytes, join: list[Path], *, log_path: Path, node_id: str,
-         log_cap: int, system: ProcessOS, kept: bool, started: Callable[[int], None]) -> Launched | None:
+         log_cap: int, system: ProcessOS, kept: bool, started: Callable[[int], None],
+         held: frozenset[int] = frozenset()) -> Launched | None:
     """A start from a claimed standby, on the start's thread: a fork of it (a fork server, its
     output kept for the keeper), or the standby itself told who it is; `started(pid)` then.
-    None: no node came of it, and the start goes on cold."""
+    None: no node came of it, and the start goes on cold. `held`: the pids of this host's
+    nodes, which no fork server may name as its new one."""
     if claimed.forking:
-        forked = forks.fork(claimed, env, header, join, system) if kept else None
+        forked = forks.fork(claimed, env, header, join, system, held=held) if kept else None
         if forked is None:
             return None
         started(forked[0].pid)

@@ -273,11 +273,12 @@ class Orchestrator:
         if pool is not None:
             pool.fill_soon()
         command, lower, header = list(self.node_command), self.caps.lower_soon(node_id), nodelogs.header(node_id)
+        held = frozenset(h.pid for h in self._handles.values() if h.alive)  # no fork server may name one of these
 
         def blocking() -> launch.Launched:  # on the start's thread: forked or handed over from the standby, else cold
             warm = None if claimed is None else launch.warm(
                 claimed, env, header, join, log_path=log_path, node_id=node_id, log_cap=cap, system=self.system,
-                kept=kept, started=lower)
+                kept=kept, started=lower, held=held)
             return warm or launch.launch(command, env, work, log_path=log_path, node_id=node_id, log_cap=cap, kept=kept,
                                          handle_id=handle_id, system=self.system, join=join, started=lower)
         launched = await self.spawner.run(node_id, blocking)
@@ -471,8 +472,8 @@ class Orchestrator:
         self.ports.low, self.ports.high = config.port_range
         self.stop_timeout_s = config.stop_timeout_s
 
-    def caps_enforcement(self, caps: NodeCaps) -> CapsEnforcement:
-        return self.caps.enforcement(caps)
+    def caps_enforcement(self, caps: NodeCaps, node_id: str | None = None) -> CapsEnforcement:
+        return self.caps.enforcement(caps, node_id)
 
     def close(self) -> None:
         """Stop watching; children keep running (a restarted host re-attaches)."""

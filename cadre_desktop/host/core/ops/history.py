@@ -59,6 +59,10 @@ class HistoryState(StrEnum):
 
 #: Neither up nor down: left out of the uptime percentage.
 NOT_COUNTED = frozenset({HistoryState.PAUSED, HistoryState.NONE})
+#: What a start may follow and be planned: a hold's end, a host's start (or the node's first
+#: start, after nothing). Such a start is no restart and its start-up no down time; a start
+#: after a crash (down) or a person's Restart (up) is a restart, its start-up part of the outage.
+PLANNED = frozenset({HistoryState.PAUSED, HistoryState.NONE})
 
 
 def state_of_view(view: NodeView) -> HistoryState:
@@ -83,6 +87,12 @@ class Track:
     entries: list[tuple[float, HistoryState]] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)
     last_start: str = ""
+    #: The last entry is down from an exit with code 0 (a node that may be asking for its own
+    #: hold): a hold right after it is the state from that exit on. Not kept in the file.
+    clean_exit: bool = field(default=False, compare=False)
+    #: The last entry is a down the last event's reading appended (a transition tells `changed`
+    #: first, then its own event: a resume's or an exit's may amend it). Not kept in the file.
+    fresh_down: bool = field(default=False, compare=False)
 
     def to_json(self) -> JSONObject:
         return {"entries": _kept_apart(self.entries), "starts": [round(t, 3) for t in self.starts],
@@ -158,10 +168,25 @@ def spans_of(entries: list[tuple[float, HistoryState]], start: float, end: float
 def window_of(track: Track, name: str, length: float, now: float) -> Window:
     start = now - length
     spans = spans_of(track.entries, start, now)
-    counted = sum(s.end - s.start for s in spans if s.state not in NOT_COUNTED)
-    up = sum(s.end - s.start for s in spans if s.state is HistoryState.UP)
-    uptime = round(100.0 * up / counted, 2) if counted > 0 else None
-    return Window(name, start, now, tuple(spans), tuple(t for t in track.starts if start <= t <= now), uptime)
+    return Window(name, start, now, tuple(spans), tuple(t for t in track.starts if start <= t <= now),
+                  uptime_of(track.entries, start, now))
+
+
+def uptime_of(entries: list[tuple[float, HistoryState]], start: float, end: float) -> float | None:
+    """Up time over the time that counts between `start` and `end` (None: none counts). Not
+    counted: holds, no host, and a planned start's start-up (`PLANNED`), judged on the whole
+    history so a window's cut does not change what a start followed."""
+    counted = up = 0.0
+    before: HistoryState | None = None
+    for i, (t, state) in enumerate(entries):
+        until = entries[i + 1][0] if i + 1 < len(entries) else end
+        length = max(0.0, min(until, end) - max(t, start))
+        planned = state is HistoryState.STARTING and (before is None or before in PLANNED)
+        if state not in NOT_COUNTED and not planned:
+            counted += length
+            up += length if state is HistoryState.UP else 0.0
+        before = state
+    return round(100.0 * up / counted, 2) if counted > 0 else None
 
 
 class NodeHistory:
@@ -261,8 +286,19 @@ class NodeHistory:
             self.forget(event.node_id)
         elif event.kind is EventKind.EXITED:
             self.went_down(event.node_id)
+        elif event.kind is EventKind.RESUMED:
+            self.released(event.node_id)
         else:
             self.observe(event.node_id)
+
+    def released(self, node_id: str) -> None:
+        """A hold ended (a resume, a wake): the down its own `changed` read (the child not started
+        yet) is no down, the node stays held until its start; a start that then fails is down."""
+        track = self._tracks.get(node_id)
+        if track is not None and track.fresh_down and len(track.entries) >= 2 and track.entries[-2][1] in PLANNED:
+            track.entries.pop()
+            self.save_soon()
+        self.observe(node_id, released=True)
 
     def went_down(self, node_id: str) -> None:
         """A child of the node ended on its own: down from now, whatever its view says by now.
@@ -272,28 +308,47 @@ class NodeHistory:
         crash answered within milliseconds would leave no trace. The next event reads the
         view again (starting, up), so the crash is a short down span and a restart.
         """
-        if self._view_of(node_id) is None:
+        view = self._view_of(node_id)
+        if view is None:
             return
         track = self._tracks.setdefault(node_id, Track())
+        clean = getattr(view, "exit_code", None) == 0
         if not track.entries or track.entries[-1][1] is not HistoryState.DOWN:
             now = self.now()
             track.entries.append((now, HistoryState.DOWN))
+            track.clean_exit = clean
             track.trim(now)
             self.save_soon()
+        elif track.fresh_down:  # the exit's own `changed` read it down just now
+            track.clean_exit = clean
+        track.fresh_down = False
 
-    def observe(self, node_id: str) -> None:
-        """Re-read the node: one entry when its state changed, a mark when it started again."""
+    def observe(self, node_id: str, released: bool = False) -> None:
+        """Re-read the node: one entry when its state changed, a mark when it started again
+        (not after a planned state, `PLANNED`). A node just `released` from a hold, or seen first
+        by a host that just started, is not down while its child is not started yet: it stays
+        held (or unknown) until that start."""
         view = self._view_of(node_id)
         if view is None:
             return
         track = self._tracks.setdefault(node_id, Track())
         now, state, changed = self.now(), state_of_view(view), False
-        if not track.entries or track.entries[-1][1] is not state:
-            track.entries.append((now, state))
+        before = track.entries[-1][1] if track.entries else None
+        track.fresh_down = False
+        if released and state is HistoryState.DOWN and before in PLANNED:
+            return
+        if state is HistoryState.PAUSED and before is HistoryState.DOWN and track.clean_exit:
+            track.entries[-1] = (track.entries[-1][0], state)  # a node's own hold: held from its exit 0 on
+            before = state
             changed = True
+        if state is not HistoryState.DOWN:
+            track.clean_exit = False
+        if before is not state:
+            track.entries.append((now, state))
+            track.fresh_down, changed = state is HistoryState.DOWN, True
         started = view.started_at if view.running else None
         if started and started != track.last_start:
-            if track.last_start:
+            if track.last_start and before not in PLANNED:
                 track.starts.append(_stamp(started, now))
             track.last_start, changed = started, True
         if changed:
@@ -360,5 +415,5 @@ def start_history(path: Path, clock: Clock, views: NodeViews, events: EventBus, 
     history.load()
     events.subscribe(history.on_event)
     for node_id in node_ids:
-        history.observe(node_id)
+        history.observe(node_id, released=True)  # a node stopped at the last Quit is not down until started
     return history

@@ -395,16 +395,19 @@ class NodeService:
         return existed
 
     async def reclaim_orphan(self, node_id: str) -> list[int]:
-        """Remove of an id no record names: stop its orphaned children (seed 000), and delete
-        nothing, since no record owns its folder or secrets. The pids stopped ([] for none)."""
+        """Remove of an id no record names whose child still runs (an orphan, seed 000: "Run
+        `node remove <id>` to stop it and delete its data"): it is stopped and its work folder,
+        log and keyring entries deleted, as a Remove does, from a tombstone first (a host that
+        dies meanwhile finishes it). The pids stopped ([] for none: then nothing is touched)."""
         require_node_id(node_id)
         found = [h for h in find_orphans(self.driver, self.kinds.lifecycles) if h.node_id == node_id]
         if not found:
             return []
-        await self.driver.stop_node(node_id)
         pids = [h.pid for h in found]
-        log.warning("node %s: no record names it; its orphaned child (pid %s) was stopped and nothing was deleted",
-                    node_id, ", ".join(map(str, pids)))
+        self.lifecycle.mark_orphan_removed(node_id)
+        await self._clean_up_removed(node_id)
+        log.warning("node %s: no record names it; its orphaned child (pid %s) was stopped, and its work folder, "
+                    "log and keyring entries deleted", node_id, ", ".join(map(str, pids)))
         return pids
 
     async def reap_stuck(self) -> list[str]:

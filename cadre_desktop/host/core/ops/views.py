@@ -176,7 +176,7 @@ class NodeViews:
             cadre=record.cadre,
             attempts=record.attempts,
             next_retry_at=self._next_retry(record, running),
-            last_error=self._save_problem(record, unsaved) or record.error,
+            last_error=self._save_problem(record, unsaved) or record.error or _backing_off(record, running, supervisor),
             claim_url=self._claim_url(record),
             advertise_host=handle.advertise_host if handle and running and handle.advertise_host else self.address(),
             created_at=record.created_at,
@@ -239,6 +239,15 @@ def hold_fields(row: Supervised, supervisor: Supervisor | None) -> HoldFields:
         return {"wake_at": None, "held_by": None, "hold_reason": None}
     wake = supervisor.wake_at(row) if row.status.value == NodeStatus.SLEEPING.value and supervisor else None
     return {"wake_at": iso(wake) if wake is not None else None, "held_by": hold.by.value, "hold_reason": hold.reason}
+
+
+def _backing_off(record: NodeRecord, running: bool, supervisor: Supervisor) -> str | None:
+    """A supervised node down after a crash, waiting for its next start: the crash's words are
+    its last error (the Reason column, `node list`), not only its details' last exit. A clean
+    exit (code 0: a hold it asked for, a quit) is no crash."""
+    if running or record.status not in SUPERVISED or supervisor.exit_code(record.id) == 0:
+        return None
+    return last_exit_words(record, running, supervisor)
 
 
 def last_exit_words(row: Supervised, running: bool, supervisor: Supervisor | None) -> str | None:

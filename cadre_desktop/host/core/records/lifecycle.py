@@ -432,6 +432,10 @@ class Lifecycle(Generic[R]):
             self._tell(lambda: self.events.emit(self.kind.removed_event, node_id))
         return existed
 
+    def mark_orphan_removed(self, node_id: str) -> None:
+        """An orphan's id (a live child no record names) to clean up as a removal: its tombstone."""
+        self.store.mark_orphan_removed(node_id, stamp(self.clock))
+
     def drop_unborn(self, node_id: str) -> None:
         """Delete a `spawning` row that never got anything (its secret was refused)."""
         self.store.remove(node_id)

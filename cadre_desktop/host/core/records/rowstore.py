@@ -292,6 +292,16 @@ class RowStore(Generic[R]):
         self._cache, self._removing = rows, removing
         return True
 
+    def mark_orphan_removed(self, row_id: str, when: str = "") -> None:
+        """A tombstone for an id no row names whose data is to go (an orphan's, seed 000), in one
+        write: a host that dies before the clean-up ends finishes it, as a row's removal."""
+        rows = self.load()
+        if row_id in rows or row_id in self._removing:
+            return
+        removing = {**self._removing, row_id: when}
+        self._save(rows, removing)
+        self._removing = removing
+
     def removal_done(self, row_id: str) -> None:
         """Drop the tombstone: what the row owned is gone."""
         rows = self.load()

@@ -3,7 +3,8 @@
 A host that re-attaches to what the last one left may find a child whose record is gone (a
 records file restored from a backup, a removal that died half-way). It is not this host's to
 stop: it is reported once at start and left running, also at Quit. A person reclaims it with
-Remove of its id, which stops it and deletes nothing a record does not own.
+Remove of its id, which stops it and deletes its data (its work folder, log and keyring
+entries: the seed's words), as a Remove of a record does.
 """
 
 from __future__ import annotations
@@ -42,5 +43,5 @@ def report(orphans: list[InstanceInfo], *, at_quit: bool = False) -> None:
                         "`cadre-desktop node remove %s` stops it.", handle.node_id, handle.pid, handle.node_id)
         else:
             log.warning("a child for node %s (pid %s) runs but no record names it; it is left running. "
-                        "`cadre-desktop node remove %s` stops it and deletes nothing else.",
+                        "`cadre-desktop node remove %s` stops it and deletes its data.",
                         handle.node_id, handle.pid, handle.node_id)

@@ -142,7 +142,7 @@ class Starter:
         record, node_id, now = plan.record, plan.record.id, plan.now
         change = Change.ADOPT if child.adopted else Change.STARTED
         fresh = lc.get(node_id)
-        written = None
+        written, respawn = None, None
         if fresh is not None and fresh.handle == record.handle:
             respawn = RespawnInfo(record.attempts + 1, now) if plan.counted else record.respawn
             written = lc.apply(node_id, change, lambda r: r.replace(
@@ -158,8 +158,9 @@ class Starter:
         self.timeline.mark(("start", node_id), now)
         if plan.counted:
             self.timeline.mark(("attempt", node_id), now)
-        log.info("node %s started (attempt %d%s), pid %s", node_id, plan.attempt, "" if plan.counted else ", uncounted",
-                 child.pid)
+        # The budget's attempt, as every view numbers it (`attempts`); the start's own number is not.
+        log.info("node %s started (%s), pid %s", node_id,
+                 f"attempt {respawn.attempts}" if plan.counted and respawn else "not counted as an attempt", child.pid)
         return True
 
     async def launch(self, lc: AnyLife, record: Supervised, secret: str, attempt: int, *,

@@ -14,8 +14,12 @@ this computer allows of those its OS seam offers (`ProcessOS.caps_ways`):
 below normal on Windows). Caps are read at each start from `caps_for` (the
 record's, else the settings'), so a change is taken at the node's next start.
 Nothing here ever fails a start: a cap that cannot be set is logged, the node
-runs. A child the memory cap killed is told as such (`exit_cause`); Remove and
-Quit delete what was made for the node (`forget`, `clear`).
+runs, and its views say so: what a view says of a node is what the OS holds for its
+child (`Held`: after each placement its groups' own `cgroup.procs` are read back; a
+group that could not be made, a scope systemd refused, a job's limits refused), and
+doctor makes a trial group before it says caps are enforced (`describe`). A child the
+memory cap killed is told as such (`exit_cause`); Remove and Quit delete what was made
+for the node (`forget`, `clear`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from cadre_desktop.host.core.driver import CapsEnforcement, NodeCaps
 from cadre_desktop.host.local.limits import cgroups, scope
 from cadre_desktop.host.local.limits.cgroups import CgroupOps, CgroupTree
 from cadre_desktop.host.local.system.seam import ProcessOS
+from cadre_desktop.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +118,29 @@ def enforcement(way: Way, caps: NodeCaps) -> CapsEnforcement:
     return CapsEnforcement(enforced=not (wanted - way.holds()), how=how)
 
 
+@dataclass(frozen=True)
+class Held:
+    """What the OS was seen to hold a node's last child to, once it was placed."""
+
+    #: The caps held: "memory", "cpu".
+    caps: frozenset[str]
+    #: Why the others are not (for "… not enforced for this node: …").
+    why_not: str = ""
+
+
+def held_enforcement(base: CapsEnforcement, caps: NodeCaps, held: Held | None) -> CapsEnforcement:
+    """`base` (how this computer holds caps), told for one node's child: a cap set and not held
+    for it is not enforced, and why."""
+    if held is None:
+        return base
+    wanted = [name for name, value in (("memory", caps.memory_mb), ("cpu", caps.cpu_percent)) if value]
+    missing = [name for name in wanted if name not in held.caps]
+    if not missing:
+        return base
+    what = " and ".join(missing) + (" caps" if len(missing) > 1 else " cap")
+    return CapsEnforcement(enforced=False, how=f"{base.how}; {what} not enforced for this node: {held.why_not}")
+
+
 @dataclass
 class _Placed:
     node_id: str
@@ -133,9 +161,18 @@ class CapsKeeper:
         self._placed: dict[str, _Placed] = {}
         #: node id -> the counters of its group made ready before its spawn (`before_spawn`).
         self._ready: dict[str, dict[str, int | None]] = {}
+        #: node id -> what the OS holds its last child to (none: nothing to hold, or not placed here).
+        self._held: dict[str, Held] = {}
 
-    def enforcement(self, caps: NodeCaps) -> CapsEnforcement:
-        return enforcement(self.way, caps)
+    def enforcement(self, caps: NodeCaps, node_id: str | None = None) -> CapsEnforcement:
+        """How `caps` are held here; for `node_id`, as the OS holds that node's child."""
+        base = enforcement(self.way, caps)
+        if node_id is None:
+            return base
+        refused = self.way.scopes.refused.get(node_id) if self.way.scopes is not None else None
+        if refused is not None:
+            return held_enforcement(base, caps, Held(frozenset(), refused))
+        return held_enforcement(base, caps, self._held.get(node_id))
 
     def lower_soon(self, node_id: str) -> Callable[[int], None]:
         """What the spawn's thread does to the child right after its exec: its background priority
@@ -186,8 +223,9 @@ class CapsKeeper:
         try:
             caps = self.caps_for(child.node_id)
             self._place(child, caps)
-        except Exception as exc:  # a start never fails for its caps: said in the log
+        except Exception as exc:  # a start never fails for its caps: said in the log, and by its views
             log.error("node %s: its caps could not be set, it runs without them: %s", child.node_id, exc)
+            self._held[child.node_id] = Held(frozenset(), one_line(f"its group could not be made: {exc}", 300))
 
     def _place(self, child: Child, caps: NodeCaps) -> None:
         if caps.low_priority:
@@ -197,18 +235,21 @@ class CapsKeeper:
                 log.warning("node %s: could not lower its priority: %s", child.node_id, exc)
         before: dict[str, int | None] = {}
         way = self.way
-        if not (caps.memory_mb or caps.cpu_percent):
-            pass  # no group: a node with no cap is not put anywhere
+        self._held.pop(child.node_id, None)
+        if not (caps.memory_mb or caps.cpu_percent):  # no group: a node with no cap is not put anywhere
+            self._held[child.node_id] = Held(frozenset(), "its child was started without them (they apply from its next start)")
         elif way.tree is not None:
             ready = self._ready.pop(child.node_id, None)
             if ready is not None:  # made before the spawn; the pid again, in case it could not join
                 way.tree.join(child.node_id, child.pid)
             before = ready if ready is not None else way.tree.place(child.node_id, child.pid, caps)
+            self._held[child.node_id] = _holding(way.tree, child)
         elif way.scopes is not None:
             way.scopes.place(child.node_id, child.pid, caps)
-        elif way.kind == "job":
-            self.system.limit_job(child._job_handle, memory_mb=caps.memory_mb, cpu_percent=caps.cpu_percent,
-                                  low_priority=caps.low_priority)
+        elif way.kind == "job" and not self.system.limit_job(
+                child._job_handle, memory_mb=caps.memory_mb, cpu_percent=caps.cpu_percent,
+                low_priority=caps.low_priority):
+            self._held[child.node_id] = Held(frozenset(), "its job object's limits were refused")
         self._placed[child.id] = _Placed(child.node_id, caps.memory_mb, before)
 
     def adopted(self, child: Child) -> None:
@@ -216,6 +257,7 @@ class CapsKeeper:
         counters, so its exit can be told."""
         tree = self.way.tree
         if tree is not None:
+            self._held[child.node_id] = _holding(tree, child)
             limit = tree.memory_limit_mb(child.node_id)
             if limit is not None:
                 self._placed[child.id] = _Placed(child.node_id, limit, tree.kill_counters(child.node_id))
@@ -240,6 +282,7 @@ class CapsKeeper:
         """Remove: the node's processes have ended; delete its group or scope."""
         for handle_id in [h for h, p in self._placed.items() if p.node_id == node_id]:
             del self._placed[handle_id]
+        self._held.pop(node_id, None)
         if self.way.scopes is not None:
             await self.way.scopes.remove(node_id)
         tree = self.way.tree
@@ -249,6 +292,7 @@ class CapsKeeper:
     async def clear(self) -> None:
         """Quit (stopping the nodes): every group and scope of this home is deleted."""
         self._placed.clear()
+        self._held.clear()
         if self.way.scopes is not None:
             await self.way.scopes.remove_all()
         tree = self.way.tree
@@ -273,7 +317,31 @@ def no_caps(system: ProcessOS) -> CapsKeeper:
                       lambda _node_id: NodeCaps(low_priority=False), system=system)
 
 
+def _holding(tree: CgroupTree, child: Child) -> Held:
+    """What the node's groups hold of its child, read back from the OS (their `cgroup.procs`)."""
+    held = tree.holding(child.node_id, child.pid)
+    missing = sorted(tree.controllers - held)
+    why = f"its child (pid {child.pid}) is not in its {' and '.join(missing)} group" if missing else ""
+    return Held(held, why)
+
+
 def describe(way: Way) -> dict[str, str | bool]:
-    """What doctor says: how caps are held on this computer."""
+    """What doctor says: how caps are held on this computer. A group is tried first (made,
+    limited, deleted), so a tree the host cannot write after all is said, with why."""
     full = enforcement(way, NodeCaps(cpu_percent=100, memory_mb=1024))
+    failed = _trial(way.tree) if way.tree is not None else None
+    if failed is not None:
+        return {"how": f"{full.how}; not enforced here: a node's group could not be made: {failed}",
+                "enforced": False}
     return {"how": full.how, "enforced": full.enforced}
+
+
+def _trial(tree: CgroupTree) -> str | None:
+    """Make a trial node group with limits, then delete it: None when that worked, else why."""
+    try:
+        tree.prepare("doctor-trial", NodeCaps(cpu_percent=100, memory_mb=1024))
+    except OSError as exc:
+        return one_line(str(exc), 300)
+    finally:
+        tree.remove_all()
+    return None

@@ -182,6 +182,17 @@ class CgroupTree:
         for path in self.procs_files(node_id):
             self.ops.write(path, str(pid))
 
+    def holding(self, node_id: str, pid: int) -> frozenset[str]:
+        """The controllers whose node group holds `pid` now, as the kernel lists it (`cgroup.procs`)."""
+        held = set()
+        for controller, path in self.node_dirs(node_id).items():
+            try:
+                if str(pid) in self.ops.read(path / "cgroup.procs").split():
+                    held.add(controller)
+            except OSError:
+                continue
+        return frozenset(held)
+
     def _limits_v2(self, path: Path, caps: NodeCaps) -> None:
         memory = str(caps.memory_mb << 20) if caps.memory_mb else "max"
         self.ops.write(path / "memory.max", memory)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from cadre_desktop.host.core.driver import NodeCaps
+from cadre_desktop.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +106,14 @@ class Scopes:
         self.family = family
         #: node id -> the unit of its last start.
         self.units: dict[str, str] = {}
+        #: node id -> why systemd did not make its last start's scope (its caps are not held).
+        self.refused: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def place(self, node_id: str, pid: int, caps: NodeCaps) -> None:
         unit = f"{self.family}-{node_id}-{pid}.scope"
         self.units[node_id] = unit
+        self.refused.pop(node_id, None)
         task = asyncio.get_running_loop().create_task(self._start(unit, node_id, pid, caps))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -117,18 +121,20 @@ class Scopes:
     async def _start(self, unit: str, node_id: str, pid: int, caps: NodeCaps) -> None:
         try:
             await self.ops.start(unit, scope_properties(node_id, pid, caps))
-        except (OSError, TimeoutError, ValueError) as exc:
+        except Exception as exc:  # a D-Bus library's own error too; the node still runs
             log.error("node %s: could not make its systemd scope, it runs without its caps: %s", node_id, exc)
-        except Exception as exc:  # a D-Bus library's own error; the node still runs
-            log.error("node %s: could not make its systemd scope, it runs without its caps: %s", node_id, exc)
+            if self.units.get(node_id) == unit:  # said by its views (`CapsKeeper.enforcement`)
+                self.refused[node_id] = one_line(f"systemd did not make its scope: {exc}", 300)
 
     async def remove(self, node_id: str) -> None:
         unit = self.units.pop(node_id, None)
+        self.refused.pop(node_id, None)
         if unit is not None:
             await self._stop(unit)
 
     async def remove_all(self) -> None:
         units, self.units = list(self.units.values()), {}
+        self.refused.clear()
         await asyncio.gather(*(self._stop(u) for u in units))
 
     async def _stop(self, unit: str) -> None:

@@ -17,6 +17,7 @@ import os
 import select
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from cadre_desktop.host.local.system import procs
@@ -137,6 +138,12 @@ class LinuxOS(PosixOS):
     def subreaping(self) -> bool:
         return bool(_subreaper)
 
+    def fork_mark(self) -> int | None:
+        return boot_ticks()
+
+    def not_forked(self, pid: int, server_pid: int, since: int | None) -> str | None:
+        return not_forked(pid, server_pid, since)
+
     def adopt(self, pid: int, args: Sequence[str]) -> subprocess.Popen[bytes]:
         return Adopted(pid, args)
 
@@ -144,6 +151,66 @@ class LinuxOS(PosixOS):
         stale, seen = stale_zombies(child_states(), seen)
         reap(stale)
         return stale, seen
+
+
+def boot_ticks() -> int | None:
+    """Now in the clock ticks since boot that /proc dates a process's start in (None: unknown)."""
+    try:
+        return time.clock_gettime_ns(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK") // 1_000_000_000
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def not_forked(pid: int, server_pid: int, since: int | None) -> str | None:
+    """Why `pid` cannot be the node a fork server just made for this host (None: it is).
+
+    A fork server names its node's pid, and the host would then renice it, move it into a
+    node's cgroup and kill it at Remove: a lying (or broken) node program must not get any
+    process of the machine so treated. The node contract makes a forked node this process's
+    own child (a clone with `CLONE_PARENT`, or orphaned to us as a subreaper, its middle
+    process reaped before the answer), the leader of a session of its own, made after the
+    request was sent (`since`, `boot_ticks`). A pidfd pins the process while it is looked at,
+    and the kernel's `waitid` on it is the proof of parenthood (a process not our child is
+    ECHILD), so a pid reused meanwhile is never taken for the one read."""
+    if pid <= 1 or pid in (os.getpid(), server_pid):
+        return "that is no pid a node of its may have"
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return "no process has that pid"
+    except OSError as exc:
+        return f"it cannot be looked at ({exc.strerror or exc})"
+    try:
+        fields = procs.stat_fields(pid)
+        try:  # WNOWAIT: a node that already ended stays a zombie, for `Adopted` to reap and tell
+            os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return "it is not this host's child" + _parent_words(fields)
+        if fields is None or len(fields) < 20:
+            return "it cannot be read in the process table"
+        return _born_words(pid, fields, since)
+    finally:
+        os.close(fd)
+
+
+def _parent_words(fields: list[str] | None) -> str:
+    return f" (its parent is pid {fields[1]})" if fields and len(fields) > 1 else ""
+
+
+def _born_words(pid: int, fields: list[str], since: int | None) -> str | None:
+    """A live child of ours: refused unless it leads its own session and was made after `since`."""
+    if fields[3] != str(pid):
+        return "it leads no session of its own"
+    if since is None:
+        return "when it was made cannot be told here"
+    try:
+        born = int(fields[19])
+    except ValueError:
+        return "when it was made cannot be read"
+    if born < since:
+        ticks = os.sysconf("SC_CLK_TCK")
+        return f"it was running before the request ({(since - born) / ticks:.2f} s before)"
+    return None
 
 
 def _watch_pidfd(loop: asyncio.AbstractEventLoop, pid: int, done: threading.Event,

@@ -308,6 +308,12 @@ class NoAdoption:
     def subreaping(self) -> bool:
         return False
 
+    def fork_mark(self) -> int | None:
+        return None
+
+    def not_forked(self, pid: int, server_pid: int, since: int | None) -> str | None:
+        return "this OS cannot adopt a fork server's node"
+
     def adopt(self, pid: int, args: Sequence[str]) -> subprocess.Popen[bytes]:
         raise OSError("this OS cannot adopt a fork server's node")
 

@@ -134,8 +134,18 @@ class ProcessOS(Protocol):
 
     def subreaping(self) -> bool: ...
 
+    def fork_mark(self) -> int | None:
+        """Now, as the process table dates a process's start (Linux: clock ticks since boot),
+        taken before a fork request for `not_forked`; None where unknown."""
+        ...
+
+    def not_forked(self, pid: int, server_pid: int, since: int | None) -> str | None:
+        """Why the `pid` a fork server named cannot be the node it made for us after `since`
+        (None: it is this host's own new child, so `adopt` may take it); in words."""
+        ...
+
     def adopt(self, pid: int, args: Sequence[str]) -> subprocess.Popen[bytes]:
-        """A node a fork server made, orphaned to us, as a child: pid, exit code, reaping."""
+        """A node a fork server made (proven by `not_forked` first), orphaned to us, as a child: pid, exit code, reaping."""
         ...
 
     def reap_stale(self, seen: set[int]) -> tuple[list[int], set[int]]:
