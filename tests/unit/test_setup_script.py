@@ -61,3 +61,56 @@ def test_missing_system_packages_are_named_and_installed_as_a_step(tmp_path):
     lines = run_setup(tmp_path, packages="libgl1 missing-libfoo")
     assert lines[0] == "[1/4] installing system packages (apt-get): missing-libfoo"
     assert re.fullmatch(r"\s+done: apt-get install \(\d+ s\)", lines[2]), lines
+
+
+#: Holds a POSIX lock on argv[1] (as apt and dpkg hold theirs) for argv[2] seconds.
+HOLD_LOCK = """import fcntl, sys, time
+fh = open(sys.argv[1], "w")
+fcntl.lockf(fh, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def install_with_apt_busy(tmp_path: Path, hold_s: float, wait_s: int) -> tuple[subprocess.CompletedProcess, int, Path]:
+    """ensure_debs of a missing package while another process holds an apt lock for `hold_s`;
+    what it said, the holder's pid, and the stand-in apt-get's record of its calls."""
+    import sys
+
+    bin_dir, calls, lock = tmp_path / "bin", tmp_path / "apt-calls", tmp_path / "lock-frontend"
+    bin_dir.mkdir()
+    for name, text in (("dpkg-query", DPKG_QUERY), ("apt-get", f'#!/bin/sh\necho "$@" >> {calls}\nexit 0\n')):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    lock.touch()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock), str(hold_s)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        script = f'set -euo pipefail; source {REPO / "scripts" / "_setup.sh"}; STEPS=4; TICK_S=1; ensure_debs missing-libfoo'
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                              env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path),
+                                   "APT_LOCKS": f"{tmp_path / 'no-such-lock'} {lock}", "APT_WAIT_S": str(wait_s)})
+    finally:
+        holder.kill()
+        holder.wait()
+    return done, holder.pid, calls
+
+
+def test_another_apt_holding_the_lock_is_waited_for_and_said(tmp_path):
+    """Regression (issue 39): on a fresh machine at boot (unattended upgrades), set-up failed at once."""
+    done, pid, calls = install_with_apt_busy(tmp_path, hold_s=2, wait_s=30)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert f"      waiting for another apt/dpkg (pid {pid}) to finish, up to 30 s …" in lines
+    assert any(re.fullmatch(r"\s+done: waiting for another apt/dpkg \(\d+ s\)", line) for line in lines), lines
+    assert lines.index(f"      waiting for another apt/dpkg (pid {pid}) to finish, up to 30 s …") < next(
+        i for i, line in enumerate(lines) if "done: apt-get install" in line)
+    update, install = calls.read_text().splitlines()
+    assert update.startswith("-o DPkg::Lock::Timeout=30 update") and "install" in install and "missing-libfoo" in install
+
+
+def test_an_apt_that_keeps_the_lock_past_the_wait_stops_set_up_in_words(tmp_path):
+    done, pid, calls = install_with_apt_busy(tmp_path, hold_s=60, wait_s=2)
+    assert done.returncode != 0
+    assert f"another apt/dpkg (pid {pid}) still holds its lock after 2 s" in done.stderr
+    assert not calls.exists()  # apt-get never ran into the lock
