@@ -141,8 +141,8 @@ class WhenToRunPage(QWidget):
         row = self.grid.rowCount() - 1
         self.grid.setCurrentCell(row, len(DAYS))
         self.grid.scrollToBottom()
-        if not window["days"]:
-            self.grid.editItem(self.grid.item(row, len(DAYS)))
+        if not window["days"] and (start := self.grid.item(row, len(DAYS))) is not None:
+            self.grid.editItem(start)
 
     def add_row(self, window: dict[str, Any]) -> None:
         row = self.grid.rowCount()
