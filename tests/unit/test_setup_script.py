@@ -114,3 +114,48 @@ def test_an_apt_that_keeps_the_lock_past_the_wait_stops_set_up_in_words(tmp_path
     assert done.returncode != 0
     assert f"another apt/dpkg (pid {pid}) still holds its lock after 2 s" in done.stderr
     assert not calls.exists()  # apt-get never ran into the lock
+
+
+def headless_run(tmp_path: Path, keyring_check: int, env: dict[str, str] | None = None,
+                 stdin: str = "") -> tuple[subprocess.CompletedProcess, Path]:
+    """`scripts/run --headless` in a copy of the repo whose .venv has stand-ins: its python
+    answers doctor's keyring check with `keyring_check` (3: it fails), its cadre-desktop records
+    that it ran. What it said, and the record."""
+    import shutil
+
+    root, ran = tmp_path / "root", tmp_path / "host-ran"
+    shutil.copytree(REPO / "scripts", root / "scripts")
+    venv_bin = root / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (root / ".venv" / ".installed-run").touch()
+    for name, text in (("python", f"#!/bin/sh\nexit {keyring_check}\n"),
+                       ("cadre-desktop", f'#!/bin/sh\necho "$@" > {ran}\n')):
+        (venv_bin / name).write_text(text)
+        (venv_bin / name).chmod(0o755)
+    done = subprocess.run(["bash", str(root / "scripts" / "run"), "--headless"], capture_output=True, text=True,
+                          timeout=60, input=stdin,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **(env or {})})
+    return done, ran
+
+
+def test_headless_run_with_no_keyring_and_no_choice_stops_and_says_what_to_install(tmp_path):
+    """Regression (issue 39): on a box with no Secret Service the host started, doctor failed the
+    keyring, and nothing said what to install."""
+    done, ran = headless_run(tmp_path, keyring_check=3)
+    assert done.returncode == 2 and not ran.exists()
+    assert "No keyring (Secret Service) answers on this machine" in done.stderr
+    assert "installs gnome-keyring and dbus" in done.stderr and "CADRE_HEADLESS_KEYRING=gnome-keyring" in done.stderr
+    assert "yourself in PYTHON_KEYRING_BACKEND" in done.stderr  # a file only by name
+
+
+def test_headless_run_with_a_keyring_or_one_named_by_hand_starts_the_host_at_once(tmp_path):
+    done, ran = headless_run(tmp_path / "a", keyring_check=0)
+    assert done.returncode == 0 and ran.read_text() == "--headless\n" and "keyring" not in done.stderr.lower()
+    named = {"PYTHON_KEYRING_BACKEND": "keyrings.alt.file.EncryptedKeyring"}
+    done, ran = headless_run(tmp_path / "b", keyring_check=3, env=named)  # chosen: never second-guessed
+    assert done.returncode == 0 and ran.read_text() == "--headless\n"
+
+
+def test_headless_run_refuses_an_empty_keyring_password(tmp_path):
+    done, ran = headless_run(tmp_path, keyring_check=3, env={"CADRE_HEADLESS_KEYRING": "gnome-keyring"}, stdin="\n")
+    assert done.returncode == 2 and not ran.exists() and "no password given" in done.stderr
