@@ -79,3 +79,74 @@ def test_doctor_on_a_box_with_no_session_bus_says_how_to_get_a_keyring(box):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.stdout.startswith("FAIL    keyring: No usable keyring"), done.stdout + done.stderr
     assert "`./scripts/run --headless` offers GNOME Keyring in a D-Bus session of its own" in done.stdout
+
+
+def _start_real_host(root: Path, env: dict[str, str], password: str) -> subprocess.Popen:
+    proc = subprocess.Popen(["bash", str(root / "scripts" / "run"), "--headless"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    assert proc.stdin is not None
+    proc.stdin.write(password.encode() + b"\n")
+    proc.stdin.close()
+    return proc
+
+
+def _stop_real_host(proc: subprocess.Popen, home: Path) -> None:
+    """SIGTERM to the session the script made (the host, dbus-run-session, its bus), as a service
+    manager stops it; then until the host itself has gone."""
+    import json
+    import os
+    import signal
+
+    import psutil
+
+    from tests.support.polling import wait_until
+
+    try:
+        host_pid = json.loads((home / "control.json").read_text())["pid"]
+    except (OSError, ValueError, KeyError):
+        host_pid = None
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+    if host_pid is not None:
+        wait_until(lambda: not psutil.pid_exists(host_pid) or psutil.Process(host_pid).status() == "zombie",
+                   timeout=30, interval=0.1, what="the host stopped")
+
+
+def test_the_real_host_keeps_a_nodes_secret_in_the_sessions_keyring_across_restarts(box, tmp_path):
+    import json
+
+    from tests.support.headless import control_request, fast_settings
+    from tests.support.polling import wait_until
+
+    root, env = box
+    (root / ".venv" / "bin" / "cadre-desktop").write_text(f'#!/bin/sh\nexec {sys.executable} -m cadre_desktop "$@"\n')
+    home = tmp_path / "cadre-home"
+    home.mkdir()
+    (home / "settings.json").write_text(json.dumps(fast_settings()))
+    env = {**env, "CADRE_HEADLESS_KEYRING": "gnome-keyring", "CADRE_DESKTOP_HOME": str(home)}
+
+    def node_when(node_id: str, ok) -> dict:
+        return wait_until(lambda: ok(v := control_request(home, "GET", f"/api/nodes/{node_id}")[1]) and v,
+                          timeout=60, interval=0.2, what="the node as expected")
+
+    proc = _start_real_host(root, env, "correct horse")
+    try:
+        wait_until(lambda: (home / "control.json").exists(), timeout=60, interval=0.1, what="the host's control API")
+        status, body = control_request(home, "POST", "/api/nodes", {"name": "Kitchen"})
+        assert status in (200, 201), body  # its claim secret went into the session's keyring
+        node_id = body["id"]
+        first = node_when(node_id, lambda v: v.get("ready") and v.get("claim_url"))
+    finally:
+        _stop_real_host(proc, home)
+    (home / "control.json").unlink(missing_ok=True)
+
+    proc = _start_real_host(root, env, "correct horse")  # the same password: the same keyring, the same secret
+    try:
+        wait_until(lambda: (home / "control.json").exists(), timeout=60, interval=0.1, what="the host again")
+        again = node_when(node_id, lambda v: v.get("ready") and v.get("claim_url"))
+        assert again["claim_url"] == first["claim_url"] and not again.get("waiting_for")
+    finally:
+        _stop_real_host(proc, home)
