@@ -12,13 +12,23 @@
 # keyring (~/.local/share/keyrings) at every start. A keyring in a file (keyrings.alt) is
 # used only when named by hand: PYTHON_KEYRING_BACKEND.
 
-# keyring_missing: doctor's keyring check (a throwaway secret stored and deleted) fails. A check
-# that cannot run at all says nothing: the host then says what is wrong itself.
+# keyring_missing: doctor's keyring check (a throwaway secret stored and deleted) finds no usable
+# keyring at all. One that is there but refuses (locked) is not missing: unlocking it is the way,
+# and the host and doctor say so. A check that cannot run at all says nothing either.
 keyring_missing() {
     local status=0
     "$VENV/bin/python" -c 'import sys
-from cadre_desktop.cli.doctor import check_keyring
-sys.exit(3 if check_keyring().failed else 0)' >/dev/null 2>&1 || status=$?
+from cadre_desktop.host.core.vault.secrets import SecretStore
+from cadre_desktop.keyrings.keyring_names import KeyringUnavailable
+store = SecretStore()
+try:
+    store.check_sync()
+except KeyringUnavailable:
+    sys.exit(3)
+except Exception:
+    pass
+finally:
+    store.close()' >/dev/null 2>&1 || status=$?
     [ "$status" -eq 3 ]
 }
 
