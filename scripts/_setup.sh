@@ -40,8 +40,45 @@ ensure_debs() {
     local sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     step "installing system packages (apt-get): ${missing[*]}"
-    quietly "apt-get update" $sudo apt-get update -q
-    quietly "apt-get install" env DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+    wait_for_apt || return 1
+    local lock=(-o "DPkg::Lock::Timeout=$APT_WAIT_S")  # apt waits too, for one that starts meanwhile
+    quietly "apt-get update" $sudo apt-get "${lock[@]}" update -q
+    quietly "apt-get install" env DEBIAN_FRONTEND=noninteractive $sudo apt-get "${lock[@]}" install -y -q \
+        --no-install-recommends "${missing[@]}"
+}
+
+#: How long to wait for another apt or dpkg (a fresh machine upgrades itself at boot), in seconds.
+APT_WAIT_S="${APT_WAIT_S:-600}"
+#: The locks apt and dpkg hold while they work.
+APT_LOCKS="${APT_LOCKS:-/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock /var/cache/apt/archives/lock}"
+
+# apt_lock_holder: the pid of a process that holds one of APT_LOCKS now (nothing when none),
+# from the kernel's own table of locks (/proc/locks; no fuser or lsof needed, no root).
+apt_lock_holder() {
+    local file inode
+    [ -r /proc/locks ] || return 0
+    for file in $APT_LOCKS; do
+        inode="$(stat -L -c %i "$file" 2>/dev/null)" || continue
+        awk -v inode="$inode" '$2 != "->" { n = split($6, id, ":"); if (id[n] == inode) { print $5; exit } }' /proc/locks
+    done | head -n 1
+}
+
+# wait_for_apt: while another apt or dpkg holds its lock, say so once and wait, APT_WAIT_S at most.
+wait_for_apt() {
+    local holder start=$SECONDS
+    holder="$(apt_lock_holder)"
+    [ -n "$holder" ] || return 0
+    echo "      waiting for another apt/dpkg (pid $holder) to finish, up to $APT_WAIT_S s …" >&2
+    while [ -n "$holder" ]; do
+        if ((SECONDS - start >= APT_WAIT_S)); then
+            echo "another apt/dpkg (pid $holder) still holds its lock after $APT_WAIT_S s; let it finish" \
+                 "(or end it), then run this again" >&2
+            return 1
+        fi
+        sleep 1
+        holder="$(apt_lock_holder)"
+    done
+    echo "      done: waiting for another apt/dpkg ($((SECONDS - start)) s)" >&2
 }
 
 # quietly WHAT COMMAND...: run COMMAND with its output in a log, saying "still WHAT (N s)"

@@ -89,14 +89,28 @@ def check_home_writable(paths: Paths) -> CheckResult:
     return ok("home folder", f"writable ({paths.data_dir})")
 
 
-def check_keyring(make_store: Callable[[], Any] | None = None) -> CheckResult:
+#: What a box with no desktop (no Secret Service on a session bus) can do, said after "no keyring".
+HEADLESS_KEYRING = (
+    " On a box with no desktop: `./scripts/run --headless` offers GNOME Keyring in a D-Bus session of"
+    " its own (it installs gnome-keyring and dbus and asks for the keyring's password); or install them"
+    " yourself and start the host as the README's \"A box with no desktop\" says. A keyring in a file"
+    " (keyrings.alt's) is used only when you name it in PYTHON_KEYRING_BACKEND, never by itself."
+)
+
+
+def keyring_advice(code: str, platform: str = sys.platform) -> str:
+    """What to do beyond the keyring's own words: on Linux, with no keyring at all, the headless way."""
+    return HEADLESS_KEYRING if code == "keyring_unavailable" and platform.startswith("linux") else ""
+
+
+def check_keyring(make_store: Callable[[], Any] | None = None, platform: str = sys.platform) -> CheckResult:
     from cadre_desktop.host.core.vault.secrets import SecretStore
 
     store = (make_store or SecretStore)()
     try:
         backend = store.check_sync()
     except CadreError as exc:
-        return fail("keyring", exc.message)
+        return fail("keyring", exc.message + keyring_advice(exc.code, platform))
     except Exception as exc:  # a backend failing in a way nobody planned for
         return fail("keyring", f"the keyring failed a test write: {type(exc).__name__}")
     finally:

@@ -36,7 +36,7 @@ from cadre_desktop.ui.lending.lent_ui import LentUi
 from cadre_desktop.ui.nodes.model import NodeTableModel
 from cadre_desktop.ui.settings_store import SettingsWatcher, save_changes
 from cadre_desktop.ui.tray.delivery import Delivery
-from cadre_desktop.ui.tray.icons import APP_ICON, TrayIcons
+from cadre_desktop.ui.tray.icons import ALERT_ICON, APP_ICON, TrayIcons
 from cadre_desktop.ui.tray.notify import Notifier
 from cadre_desktop.ui.tray.tray import QUITTING, STARTING, Tray
 
@@ -95,7 +95,7 @@ class Shell(QObject):
         self.tray = Tray(self.model, self.icons, self, lent=self.lent.model, pause_state=host.pause_state)
         if starting:
             self.tray.set_starting(STARTING)
-        self.delivery = Delivery(self.tray.icon, APP_ICON, parent=self)
+        self.delivery = Delivery(self.tray.icon, APP_ICON, parent=self, alert_icon=ALERT_ICON)
         self.notifier = Notifier(host, self.bridge, self.actions, self.delivery, settings, self)
         self.qr_dialogs: dict = {}
         self.preferences: QDialog | None = None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cadre_desktop.ui.tray.icons import ALERT_ICON
 from tests.support.e2e.bus import Dunst, Monitor, registered_items
 from tests.support.e2e.desktop import running_app, start_desktop
 from tests.support.headless import control_request, fast_settings
@@ -86,6 +87,7 @@ def test_give_up_reaches_the_service_with_retry_and_its_default_action_opens_the
         assert re.search(rf'string "exited with code 3: {STDERR_LINE}"', first), first
         assert 'string "retry"' in first and 'string "Retry"' in first and 'string "default"' in first
         assert 'string "urgency"' in first and "byte 2" in first
+        assert f'string "{ALERT_ICON.as_uri()}"' in first  # the red warning sign, not the app's icon
         until(lambda: dunst.displayed() == 1, "dunst showing it")
 
         # Retried from elsewhere (the CLI, the window): the notice is withdrawn.
@@ -160,3 +162,73 @@ def test_doctor_asks_the_notification_service_the_app_uses(desktop, tmp_path):
         assert "notification service answers, with buttons" in line(doctor())
     finally:
         dunst.stop()
+
+
+def _given_up_and_clicked(desktop, dunst, monitor, home: Path, log_path: Path) -> str:
+    """Add the node, wait for its give-up on screen, then click it (dunst's default action):
+    the window opens on the node. The node's id."""
+    until(lambda: (home / "control.json").exists(), "the control API")
+    until(lambda: desktop.tray_box().width >= 16, "the icon in trayer")
+    status, body = control_request(home, "POST", "/api/nodes", {"name": "Garage"})
+    assert status in (200, 201), body
+    node_id = body["id"]
+    until(lambda: give_ups(monitor), "the give-up notification")
+    until(lambda: dunst.displayed() == 1, "dunst showing it")
+    dunst.ctl("action", "0")  # clicked: the window opens on the node
+    until(lambda: f"window opened on node {node_id}" in log_path.read_text(errors="replace"),
+          "the window on that node")
+    return node_id
+
+
+@pytest.mark.parametrize("desktop", ["trayer"], indirect=True)
+def test_retry_pressed_after_a_click_retries_and_closes_the_notice_once_the_node_is_back(
+        desktop, dunst, monitor, tmp_path):
+    """Regression (issue 39): a click made desktop-notifier forget the notice, so its Retry
+    reached the app and did nothing, and the node coming back withdrew nothing."""
+    home, marker, log_path = tmp_path / "home", tmp_path / "broken", tmp_path / "app.log"
+    home.mkdir()
+    marker.touch()
+    (home / "settings.json").write_text(json.dumps(fast_settings(node_command=mendable_node(marker),
+                                                                 sweep_ms=250)))
+    with running_app(desktop, home, log_path):
+        node_id = _given_up_and_clicked(desktop, dunst, monitor, home, log_path)
+        before = starts(home, node_id)
+        marker.unlink()  # mended: the Retry brings it back
+        dunst.ctl("context")  # Retry picked in dunst's own menu, after the click
+        until(lambda: starts(home, node_id) > before, "the node started again by that Retry")
+        until(lambda: control_request(home, "GET", f"/api/nodes/{node_id}")[1].get("ready"), "the node back")
+        until(lambda: monitor.calls("CloseNotification"), "the notice withdrawn")
+        until(lambda: dunst.displayed() == 0, "nothing left on screen")
+
+
+@pytest.mark.parametrize("desktop", ["trayer"], indirect=True)
+def test_a_clicked_notice_closes_when_a_retry_elsewhere_brings_its_node_back(desktop, dunst, monitor, tmp_path):
+    """Regression (issue 39): after a click, the tray's (or the CLI's) Retry brought the node
+    back and the red notification stayed on screen."""
+    home, marker, log_path = tmp_path / "home", tmp_path / "broken", tmp_path / "app.log"
+    home.mkdir()
+    marker.touch()
+    (home / "settings.json").write_text(json.dumps(fast_settings(node_command=mendable_node(marker),
+                                                                 sweep_ms=250)))
+    with running_app(desktop, home, log_path):
+        node_id = _given_up_and_clicked(desktop, dunst, monitor, home, log_path)
+        marker.unlink()
+        assert control_request(home, "POST", f"/api/nodes/{node_id}/retry")[0] == 200  # the tray's Retry asks the same
+        until(lambda: control_request(home, "GET", f"/api/nodes/{node_id}")[1].get("ready"), "the node back")
+        until(lambda: monitor.calls("CloseNotification"), "the notice withdrawn")
+        until(lambda: dunst.displayed() == 0, "nothing left on screen")
+
+
+@pytest.mark.parametrize("desktop", ["trayer"], indirect=True)
+def test_a_clicked_notice_closes_when_the_app_quits(desktop, dunst, monitor, tmp_path):
+    """Regression (issue 39): a notice clicked once stayed on screen after the app quit (its
+    Retry dead with it)."""
+    home, log_path = tmp_path / "home", tmp_path / "app.log"
+    home.mkdir()
+    (home / "settings.json").write_text(json.dumps(fast_settings(node_command=BROKEN_NODE, sweep_ms=250)))
+    with running_app(desktop, home, log_path) as app:
+        _given_up_and_clicked(desktop, dunst, monitor, home, log_path)
+        app.terminate()  # SIGTERM: the app quits as from the tray's Quit
+        assert app.wait(timeout=60) == 0
+    until(lambda: monitor.calls("CloseNotification"), "the notice withdrawn at quit")
+    until(lambda: dunst.displayed() == 0, "nothing left on screen")

@@ -18,16 +18,17 @@ from tests.support.processes import end
 
 
 @contextmanager
-def bare_xvfb() -> Iterator[str]:
+def bare_xvfb(*extra: str) -> Iterator[str]:
     """An Xvfb with nothing on it; yields its DISPLAY, stopped at the end. `-noreset`: with no client
     kept connected (the source opens the display for each question), a server that resets after
-    its last client refuses the next one for a moment; a desktop always has clients."""
+    its last client refuses the next one for a moment; a desktop always has clients. `extra`:
+    more of Xvfb's arguments (`-auth FILE`)."""
     for tool in ("Xvfb", "xdotool"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"{tool} is missing; ./scripts/test installs it (xvfb, xdotool)")
     read, write = os.pipe()
     proc = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "640x480x24", "-nolisten", "tcp",
-                             "-noreset"],
+                             "-noreset", *extra],
                             pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.close(write)
     try:

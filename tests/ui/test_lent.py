@@ -215,3 +215,30 @@ def test_new_settings_reach_lent_nodes_and_lending(host, aio, tmp_path):
     assert refused.value.code == "host_full"
     link = aio.run(lending.link_of(grant.id))
     assert f":{LENDING[0]['lend_port']}/" in link, "the link names a port nothing listens on"
+
+
+@pytest.mark.parametrize("settings_doc", LENDING, indirect=True)
+def test_a_paused_lent_node_has_the_paused_dot_not_the_joined_green(shell, aio):
+    """Regression (issue 39): a held node was drawn with a joined node's green dot (lent nodes too)."""
+    from PySide6.QtCore import Qt
+
+    from cadre_desktop.host.core.records.records import NodeStatus
+    from cadre_desktop.ui.tray.status import HELD_COLOURS
+
+    _grant, donation_id = lend_one(shell, aio)
+    aio.wait(lambda: any(r[1].startswith("Seeded for") for r in lent_rows(shell)))
+    aio.run(shell.host.lending.pause(donation_id))
+    aio.wait(lambda: shell.host.lending.views.donation(donation_id).status == "paused")
+
+    def dot() -> str:
+        tree = shell.lent.view.tree
+        for i in range(tree.topLevelItemCount()):
+            grant = tree.topLevelItem(i)
+            for j in range(grant.childCount()):
+                child = grant.child(j)
+                if child.data(0, Qt.ItemDataRole.UserRole) == ("donation", donation_id):
+                    image = child.icon(1).pixmap(16, 16).toImage()
+                    return image.pixelColor(8, 8).name()
+        return ""
+
+    aio.wait(lambda: dot() == HELD_COLOURS[NodeStatus.PAUSED])

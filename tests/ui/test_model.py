@@ -7,9 +7,11 @@ import re
 import signal
 
 import pytest
+from PySide6.QtCore import Qt
 
+from cadre_desktop.host.core.records.records import NodeStatus
 from cadre_desktop.ui.nodes.model import ATTEMPTS, ERROR, NAME, STATUS
-from cadre_desktop.ui.tray.status import TrayState
+from cadre_desktop.ui.tray.status import COLOURS, HELD_COLOURS, TrayState
 from tests.support.claim_link import claim
 from tests.support.ui_shell import crashing_settings
 
@@ -77,3 +79,32 @@ def test_the_tick_runs_only_while_the_window_is_shown(shell, aio):
     assert shell.model._tick.isActive()
     shell.window.hide()
     assert not shell.model._tick.isActive()
+
+
+def _dot_colour(shell, node_id: str) -> str:
+    """The colour at the centre of the status dot the table draws."""
+    icon = shell.model.index(shell.model.row_of(node_id), STATUS).data(Qt.ItemDataRole.DecorationRole)
+    image = icon.pixmap(16, 16).toImage()
+    return image.pixelColor(image.width() // 2, image.height() // 2).name()
+
+
+def test_paused_and_sleeping_nodes_have_their_own_dot_not_the_joined_green(shell, aio):
+    """Regression (issue 39): a paused or sleeping node was drawn with a joined node's green dot."""
+    shell.actions.add("Kitchen")
+    shell.actions.add("Attic")
+    views = aio.wait(lambda: len(vs := [v for v in shell.model.views() if v.ready]) == 2 and vs)
+    kitchen, attic = (v.id for v in views)
+    for view in views:
+        assert claim(view.claim_url, "family")[0] == 200
+    aio.wait(lambda: all(cell(shell, n, STATUS) == "Joined family" for n in (kitchen, attic)))
+    green = _dot_colour(shell, kitchen)
+    assert green == COLOURS[TrayState.JOINED]
+
+    aio.run(shell.host.pause_node(kitchen))
+    aio.run(shell.host.pause_node(attic, for_ms=3_600_000))
+    aio.wait(lambda: shell.model.view(kitchen).status == "paused" and shell.model.view(attic).status == "sleeping")
+    paused, sleeping = _dot_colour(shell, kitchen), _dot_colour(shell, attic)
+    assert paused == HELD_COLOURS[NodeStatus.PAUSED] and sleeping == HELD_COLOURS[NodeStatus.SLEEPING]
+    assert len({green, paused, sleeping}) == 3
+    row = shell.model.row_of(attic)
+    assert shell.model.index(row, STATUS).data(Qt.ItemDataRole.ForegroundRole).name() == sleeping

@@ -130,3 +130,96 @@ def test_a_session_with_no_notification_service_keeps_no_connection_open(keyring
     finally:
         delivery.close()
         delivery.deleteLater()
+
+
+class _FakeInterface:
+    """org.freedesktop.Notifications as desktop-notifier's D-Bus backend holds it."""
+
+    def __init__(self) -> None:
+        self.on_action: list = []
+        self.on_closed: list = []
+        self.closed: list[int] = []
+
+    def on_action_invoked(self, fn) -> None:
+        self.on_action.append(fn)
+
+    def on_notification_closed(self, fn) -> None:
+        self.on_closed.append(fn)
+
+    async def call_close_notification(self, platform_id: int) -> None:
+        self.closed.append(platform_id)
+
+    def act(self, platform_id: int, action: str) -> None:
+        for fn in self.on_action:
+            fn(platform_id, action)
+
+
+class _FakeDbusNotifier:
+    """desktop-notifier on D-Bus: it forgets a notice at its first action, as the real one does."""
+
+    def __init__(self) -> None:
+        from bidict import bidict
+
+        self._backend = type("Backend", (), {})()
+        self._backend.interface = _FakeInterface()
+        self._backend._platform_to_interface_notification_identifier = bidict()
+        self.sent: list = []
+
+    @property
+    def ids(self):
+        return self._backend._platform_to_interface_notification_identifier
+
+    async def get_capabilities(self):
+        from desktop_notifier import Capability
+
+        return frozenset({Capability.TITLE, Capability.BUTTONS, Capability.ON_CLICKED})
+
+    async def send_notification(self, note) -> str:
+        self.sent.append(note)
+        platform_id = len(self.sent)
+        self.ids[platform_id] = f"n{platform_id}"
+        note.on_dispatched()
+        return f"n{platform_id}"
+
+    async def clear(self, identifier: str) -> None:
+        self.ids.inverse.pop(identifier, None)
+
+    def forget(self, platform_id: int) -> None:
+        self.ids.pop(platform_id, None)
+
+
+def test_a_notice_answers_every_action_after_a_click_and_is_closed_by_its_service_id(aio):
+    """Regression (issue 39): desktop-notifier forgot a notice at its first action (the click), so its
+    Retry did nothing and it could not be withdrawn; a give-up also carried the app's green icon."""
+    from cadre_desktop.ui.tray.delivery import DEFAULT, Delivery, Notice
+    from cadre_desktop.ui.tray.icons import ALERT_ICON, APP_ICON
+
+    fake = _FakeDbusNotifier()
+    delivery = Delivery(None, APP_ICON, make_notifier=lambda _icon: fake, alert_icon=ALERT_ICON)
+    acted: list[tuple[str, str]] = []
+    delivery.acted.connect(lambda key, action: acted.append((key, action)))
+    try:
+        notice = Notice("gave_up:n1", "n1", "Garage stopped", "exited", critical=True, actions=(("retry", "Retry"),))
+        assert aio.run(delivery.send(notice)) == "service"
+        note = fake.sent[0]
+        assert note.icon is not None and note.icon.path == ALERT_ICON  # the red warning sign
+        assert note.on_clicked is None and note.buttons[0].on_pressed is None  # heard on the bus instead
+
+        fake.forget(1)
+        fake._backend.interface.act(1, DEFAULT)  # the click: desktop-notifier forgot it
+        fake._backend.interface.act(1, "retry")  # then Retry on the same notice
+        fake._backend.interface.act(99, "retry")  # another app's notice: not ours
+        assert acted == [("gave_up:n1", DEFAULT), ("gave_up:n1", "retry")]
+
+        aio.run(delivery.withdraw("gave_up:n1"))  # its node is back
+        assert fake._backend.interface.closed == [1]
+
+        aio.run(delivery.send(Notice("claimed:n1", "n1", "Garage joined", "ok")))
+        assert fake.sent[1].icon is None  # not critical: the app's own icon
+        for fn in fake._backend.interface.on_closed:
+            fn(2, 2)  # dismissed by the person: nothing left to close
+        aio.run(delivery.withdraw_all())
+        assert fake._backend.interface.closed == [1]
+    finally:
+        delivery.close()
+        delivery.deleteLater()

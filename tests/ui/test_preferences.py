@@ -251,3 +251,45 @@ def test_a_bad_window_is_one_clear_error_naming_run_schedule_and_nothing_is_writ
     assert dialog.isVisible() and "run_schedule" in dialog.error.text() and words in dialog.error.text()
     assert (home / "settings.json").read_bytes() == before
     dialog.reject()
+
+
+def _row(grid, row: int) -> tuple[list[str], str, str]:
+    from PySide6.QtCore import Qt
+
+    from cadre_desktop.settings import DAYS
+
+    days = [d for c, d in enumerate(DAYS) if grid.item(row, c).checkState() == Qt.CheckState.Checked]
+    return days, grid.item(row, 7).text(), grid.item(row, 8).text()
+
+
+def test_the_schedule_grid_shows_all_seven_days_at_the_dialogs_default_size(shell, qtbot):
+    """Regression (issue 39): Monday to Thursday showed, the rest behind a scrollbar."""
+    dialog = shell.ask_preferences()
+    dialog.pages.setCurrentWidget(dialog.when)
+    qtbot.waitExposed(dialog)
+    grid = dialog.when.grid
+    dialog.when.scheduled.setChecked(True)
+    qtbot.waitUntil(lambda: grid.isVisible())
+    last = grid.columnCount() - 1
+    assert last == 8  # seven days, from, to
+    assert grid.columnViewportPosition(last) + grid.columnWidth(last) <= grid.viewport().width()
+    assert all(grid.columnWidth(c) > 0 and not grid.isColumnHidden(c) for c in range(last + 1))
+    assert not grid.horizontalScrollBar().isVisible()
+    dialog.reject()
+
+
+def test_add_window_adds_the_days_no_window_has_then_an_empty_window_to_edit(shell, qtbot):
+    """Regression (issue 39): *Add window* added a copy of the default row."""
+    dialog = shell.ask_preferences()
+    when = dialog.when
+    dialog.pages.setCurrentWidget(when)
+    qtbot.waitExposed(dialog)
+    when.scheduled.setChecked(True)
+    assert _row(when.grid, 0) == (["mon", "tue", "wed", "thu", "fri"], "22:00", "07:00")
+    when.add_window.click()
+    assert when.grid.rowCount() == 2
+    assert _row(when.grid, 1) == (["sat", "sun"], "00:00", "24:00")  # the weekend, all day
+    when.add_window.click()
+    assert _row(when.grid, 2) == ([], "", "")  # every day has a window: an empty one, to fill in
+    assert when.grid.currentRow() == 2 and when.grid.state() == when.grid.State.EditingState
+    dialog.reject()

@@ -450,3 +450,22 @@ def test_a_window_built_after_the_nodes_opens_on_one_of_them(shell, aio, qtbot):
     qtbot.waitExposed(shell.window)
     assert shell.window.selected_id() == view.id
     assert shell.window.details.title.text() == "Kitchen"
+
+
+def test_a_filter_that_matches_nothing_says_so_in_the_table(shell, aio, qtbot):
+    """Regression (issue 39): a filter matching no node showed an empty table with no word."""
+    window = shell.window
+    shell.actions.add("Kitchen")
+    aio.wait(lambda: shell.model.rowCount() == 1)
+    window.show()
+    qtbot.waitExposed(window)
+    note = window.table.no_match
+    assert not note.isVisible()
+    window.filter.setText("  garage  ")
+    assert window.proxy.rowCount() == 0
+    assert note.isVisible() and note.text() == "No node matches “garage”"
+    assert window.pages.currentWidget() is window.table_page  # the table stays, with the words over it
+    window.filter.setText("kit")
+    assert window.proxy.rowCount() == 1 and not note.isVisible()
+    window.filter.clear()
+    assert not note.isVisible()

@@ -116,6 +116,19 @@ def test_keyring_failure_fails_with_what_to_do(error, words):
     assert result.failed and words in result.detail and store.closed
 
 
+@pytest.mark.parametrize("platform, headless_words", [("linux", True), ("win32", False), ("darwin", False)])
+def test_no_keyring_on_linux_says_what_a_box_with_no_desktop_installs(platform, headless_words):
+    """Regression (issue 39): on a headless box doctor failed the keyring and said nothing of what to install."""
+    from cadre_desktop.keyrings.keyring_names import HELP_UNAVAILABLE, KeyringLocked, KeyringUnavailable
+
+    result = doctor.check_keyring(lambda: FakeStore(KeyringUnavailable(HELP_UNAVAILABLE)), platform=platform)
+    assert result.failed and result.detail.startswith(HELP_UNAVAILABLE)
+    assert ("./scripts/run --headless" in result.detail and "gnome-keyring and dbus" in result.detail
+            and "name it in PYTHON_KEYRING_BACKEND" in result.detail) is headless_words
+    locked = doctor.check_keyring(lambda: FakeStore(KeyringLocked("The keyring is locked.")), platform=platform)
+    assert "./scripts/run --headless" not in locked.detail  # a keyring that is there: unlock it, nothing to install
+
+
 def test_keyring_check_uses_the_configured_backend(monkeypatch, tmp_path):
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "tests.support.keyrings.FileKeyring")
     monkeypatch.setenv("CADRE_TEST_KEYRING_FILE", str(tmp_path / "keyring.json"))

@@ -142,3 +142,68 @@ async def test_no_way_at_all_is_unknown_and_start_does_not_raise():
         assert source.reading() == Reading(None, idle.SOURCE, "no way to read the idle time on this platform")
     finally:
         await source.stop()
+
+
+@pytest.mark.parametrize("display, parsed", [
+    (":0", ("", "0")), (":1.0", ("", "1")), ("unix:2", ("", "2")), ("localhost:10.0", ("localhost", "10")),
+    ("/private/tmp/com.apple.launchd.x/org.xquartz:0", ("/private/tmp/com.apple.launchd.x/org.xquartz", "0")),
+])
+def test_display_names_are_read_as_xlib_reads_them(display, parsed):
+    from cadre_desktop.host.conditions import xwire
+
+    assert xwire.parse_display(display) == parsed
+
+
+def test_a_display_name_that_is_none_is_an_os_error():
+    from cadre_desktop.host.conditions import xwire
+
+    with pytest.raises(OSError, match="cannot read the display name"):
+        xwire.parse_display("nonsense")
+
+
+def _auth_entry(family: int, address: bytes, number: bytes, name: bytes, data: bytes) -> bytes:
+    import struct
+
+    return struct.pack(">H", family) + b"".join(struct.pack(">H", len(f)) + f for f in (address, number, name, data))
+
+
+def test_the_cookie_is_this_displays_on_this_host_or_a_wildcards(tmp_path):
+    from cadre_desktop.host.conditions import xwire
+
+    auth = tmp_path / "Xauthority"
+    cookie = xwire.COOKIE
+    auth.write_bytes(_auth_entry(256, b"otherhost", b"0", cookie, b"theirs")
+                     + _auth_entry(256, b"here", b"1", cookie, b"display-one")
+                     + _auth_entry(256, b"here", b"0", b"XDM-AUTHORIZATION-1", b"not-a-cookie")
+                     + _auth_entry(256, b"here", b"0", cookie, b"ours")
+                     + _auth_entry(0xFFFF, b"", b"7", cookie, b"wild")
+                     + b"\x01\x00\x00")  # a cut-off entry at the end is ignored
+    assert xwire.read_cookie("0", auth, "here") == b"ours"
+    assert xwire.read_cookie("1", auth, "here") == b"display-one"
+    assert xwire.read_cookie("7", auth, "anywhere") == b"wild"
+    assert xwire.read_cookie("3", auth, "here") == b""
+    assert xwire.read_cookie("0", tmp_path / "missing", "here") == b""
+
+
+def test_without_libxss_the_x11_way_asks_the_x_protocol():
+    """Regression (issue 39): no libxss1 read unknown on an X server with the extension."""
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    asked: list[str] = []
+
+    def wire(display: str) -> int:
+        asked.append(display)
+        return 1234
+
+    way = idle.XssOrWire(idle.XssLib(load=missing), wire=wire)
+    assert way.idle_ms(":3") == 1234 and asked == [":3"]
+
+    class Installed(FakeXss):
+        def available(self) -> bool:
+            return True
+
+    def no_wire(display: str) -> int:
+        raise AssertionError("libXss is installed: the protocol is not asked")
+
+    assert idle.XssOrWire(Installed(77), wire=no_wire).idle_ms(":3") == 77

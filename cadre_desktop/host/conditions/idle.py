@@ -8,6 +8,7 @@ threshold. Where it comes from, each behind a seam tests replace:
   libX11.so.6; needs `DISPLAY`). The display is opened for each question and closed after it, on
   a worker thread: an X server that went away (a logout) is then a failed open, which reads
   unknown, rather than Xlib's I/O error handler, which ends the process, on a kept connection.
+  Where libXss is not installed, the same request goes over the X protocol itself (`xwire.py`).
 - Linux on Wayland (or an X11 desktop without the extension): GNOME's
   `org.gnome.Mutter.IdleMonitor.GetIdletime` or `org.freedesktop.ScreenSaver.GetSessionIdleTime`
   (KDE and others) on the session D-Bus. On a Wayland session these come first, since X11 there
@@ -31,6 +32,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from cadre_desktop.host.conditions import xwire
 from cadre_desktop.host.conditions.dbusprop import call, session_bus
 from cadre_desktop.host.conditions.polled import PolledSource, Worker, why
 from cadre_desktop.host.conditions.source import Reading
@@ -87,12 +89,21 @@ class XScreenSaverInfo(ctypes.Structure):
 class XssLib:
     """XScreenSaverQueryInfo through ctypes (libX11.so.6, libXss.so.1; loaded at the first question)."""
 
-    def __init__(self) -> None:
+    def __init__(self, load: Callable[[str], ctypes.CDLL] = ctypes.CDLL) -> None:
         self._libs: tuple[ctypes.CDLL, ctypes.CDLL] | None = None
+        self._loader = load
+
+    def available(self) -> bool:
+        """Both libraries load (libXss is a package of its own: libxss1)."""
+        try:
+            self._load()
+        except OSError:
+            return False
+        return True
 
     def _load(self) -> tuple[ctypes.CDLL, ctypes.CDLL]:
         if self._libs is None:
-            x11, xss = ctypes.CDLL("libX11.so.6"), ctypes.CDLL("libXss.so.1")
+            x11, xss = self._loader("libX11.so.6"), self._loader("libXss.so.1")
             x11.XOpenDisplay.argtypes, x11.XOpenDisplay.restype = [ctypes.c_char_p], ctypes.c_void_p
             x11.XDefaultRootWindow.argtypes, x11.XDefaultRootWindow.restype = [ctypes.c_void_p], ctypes.c_ulong
             x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
@@ -131,12 +142,32 @@ class XssQuery(Protocol):
     def idle_ms(self, display_name: str) -> int: ...
 
 
+class LoadableXss(XssQuery, Protocol):
+    def available(self) -> bool: ...
+
+
+class XssOrWire:
+    """libXss where it is installed, else the same question in the X protocol itself
+    (`xwire.idle_ms`): an X server that offers the extension answers either way (issue 39:
+    without libxss1 the idle time read unknown)."""
+
+    def __init__(self, lib: LoadableXss | None = None, wire: Callable[[str], int] = xwire.idle_ms) -> None:
+        self._lib: LoadableXss = lib or XssLib()
+        self._wire = wire
+        self._use_lib: bool | None = None
+
+    def idle_ms(self, display_name: str) -> int:
+        if self._use_lib is None:
+            self._use_lib = self._lib.available()
+        return self._lib.idle_ms(display_name) if self._use_lib else self._wire(display_name)
+
+
 class X11Idle:
     label = "the X11 screen-saver extension"
 
     def __init__(self, display: str | None, lib: XssQuery | None = None) -> None:
         self.display = display
-        self._lib: XssQuery = lib or XssLib()
+        self._lib: XssQuery = lib or XssOrWire()
         self._worker = Worker("x11-idle")
 
     async def idle_ms(self) -> int:

@@ -18,11 +18,11 @@ from cadre_desktop.host.lending.donations import DonationStatus
 from cadre_desktop.host.lending.grants import GrantState
 from cadre_desktop.host.lending.views import DonationView, GrantView
 from cadre_desktop.ui.actions import Actions
-from cadre_desktop.ui.lending.lent_core import LentModel, donation_state, donation_words
+from cadre_desktop.ui.lending.lent_core import LentModel, donation_colour, donation_words
 from cadre_desktop.ui.nodes.logview import LogView
 from cadre_desktop.ui.nodes.model import status_dot
 from cadre_desktop.ui.prefs import dialogs
-from cadre_desktop.ui.tray.status import COLOURS, first_line, uptime_words
+from cadre_desktop.ui.tray.status import first_line, uptime_words
 
 COLUMNS = ("Grant / party", "Status", "Nodes", "Expires", "Peer id", "Uptime", "Attempts", "Last error")
 NAME, STATUS, NODES, EXPIRES, PEER, UPTIME, ATTEMPTS, ERROR = range(len(COLUMNS))
@@ -132,7 +132,7 @@ class LentView(QWidget):
                 for d in self.model.donations(grant.id):
                     child = QTreeWidgetItem(self._donation_row(d))
                     child.setData(0, Qt.ItemDataRole.UserRole, ("donation", d.id))
-                    colour = COLOURS[donation_state(d)]
+                    colour = donation_colour(d)
                     child.setIcon(STATUS, status_dot(colour))
                     child.setForeground(STATUS, QColor(colour))
                     if d.last_error:

@@ -14,11 +14,12 @@ from datetime import datetime
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from cadre_desktop.errors import NoSuchThing
+from cadre_desktop.host.core.records.records import NodeStatus
 from cadre_desktop.host.lending.donations import DONATION_SUPERVISED, DonationStatus
 from cadre_desktop.host.lending.views import DonationView, GrantView
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.nodes.model import tick_while_shown
-from cadre_desktop.ui.tray.status import TrayState, seconds_until, utcnow
+from cadre_desktop.ui.tray.status import COLOURS, HELD_COLOURS, TrayState, seconds_until, utcnow
 
 
 def donation_state(v: DonationView) -> TrayState:
@@ -29,6 +30,17 @@ def donation_state(v: DonationView) -> TrayState:
     if v.status == DonationStatus.AWAITING_SEED:
         return TrayState.UNCLAIMED
     return TrayState.JOINED
+
+
+#: A held lent node's dot: a held hosted node's.
+_HELD_AS = {DonationStatus.PAUSED: NodeStatus.PAUSED, DonationStatus.SLEEPING: NodeStatus.SLEEPING,
+            DonationStatus.DONE: NodeStatus.DONE}
+
+
+def donation_colour(v: DonationView) -> str:
+    """The Lent tab's colour of a lent node: a hold's own when held, else its state's."""
+    held = next((node for lent, node in _HELD_AS.items() if v.status == lent), None)
+    return HELD_COLOURS[held] if held is not None else COLOURS[donation_state(v)]
 
 
 def donation_words(v: DonationView, now: datetime) -> str:

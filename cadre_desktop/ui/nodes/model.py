@@ -19,7 +19,7 @@ from cadre_desktop.host.core.clock import parse_iso
 from cadre_desktop.host.core.ops.views import NodeView
 from cadre_desktop.text import url_host
 from cadre_desktop.ui.bridge import HostBridge
-from cadre_desktop.ui.tray.status import COLOURS, first_line, node_state, retry_words, status_words, uptime_words, utcnow
+from cadre_desktop.ui.tray.status import first_line, node_colour, node_state, retry_words, status_words, uptime_words, utcnow
 
 COLUMNS = ("Name", "Status", "Uptime", "Attempts", "Cadre", "Address", "CPU", "Memory", "Reason")
 NAME, STATUS, UPTIME, ATTEMPTS, CADRE, ADDRESS, CPU, MEMORY, ERROR = range(len(COLUMNS))
@@ -182,9 +182,9 @@ class NodeTableModel(QAbstractTableModel):
                 return f"Advertised as {v.advertise_host}; API port {v.api_port}, P2P port {v.p2p_port}"
             return self.text(v, col) or None
         if role == Qt.ItemDataRole.DecorationRole and col == STATUS:
-            return status_dot(COLOURS[node_state(v)])
+            return status_dot(node_colour(v))
         if role == Qt.ItemDataRole.ForegroundRole and col == STATUS:
-            return QColor(COLOURS[node_state(v)])
+            return QColor(node_colour(v))
         if role == Qt.ItemDataRole.UserRole:
             return v.id
         if role == SORT_ROLE:

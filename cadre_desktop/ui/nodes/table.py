@@ -3,14 +3,15 @@
 Columns are as wide as their widest likely content from the start (a ticking
 countdown never makes them jump); the person may still drag them, and the last
 one (the reason) takes the rest. Tab enters and leaves the table in one step;
-arrows move between rows. Enter opens the row, Delete asks to remove it.
+arrows move between rows. Enter opens the row, Delete asks to remove it. A filter that hides
+every row says so in the table ("No node matches …").
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, QSortFilterProxyModel, Qt, Signal
 from PySide6.QtGui import QKeyEvent, QPalette
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QStyle, QStyledItemDelegate, QTableView, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QStyle, QStyledItemDelegate, QTableView, QWidget
 
 from cadre_desktop.ui.nodes.model import COLUMNS, SORT_ROLE, STATUS, WIDEST, NodeTableModel
 
@@ -84,6 +85,27 @@ class NodeTable(QTableView):
         header.setStretchLastSection(True)
         header.setSortIndicatorShown(True)
         self.set_widths()
+        self.no_match = QLabel(self.viewport())
+        self.no_match.setTextFormat(Qt.TextFormat.PlainText)  # the filter's text as typed, never markup
+        self.no_match.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.no_match.setWordWrap(True)
+        self.no_match.setEnabled(False)  # the palette's quieter text
+        self.no_match.hide()
+
+    def say_no_match(self, needle: str) -> None:
+        """Over the empty table: no row matches this filter ("" while any row shows)."""
+        needle = " ".join(needle.split())
+        if needle and self.model().rowCount() == 0:
+            shown = needle if len(needle) <= 60 else needle[:59] + "…"
+            self.no_match.setText(f"No node matches “{shown}”")
+            self.no_match.setGeometry(self.viewport().rect())
+            self.no_match.show()
+        else:
+            self.no_match.hide()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self.no_match.setGeometry(self.viewport().rect())
 
     def set_widths(self) -> None:
         metrics = self.fontMetrics()

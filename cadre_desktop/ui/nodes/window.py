@@ -284,6 +284,7 @@ class NodeWindow(QMainWindow):
 
     def update_buttons(self, *_) -> None:
         self.pages.setCurrentWidget(self.table_page if self.model.rowCount() else self.empty_page)
+        self.table.say_no_match(self.filter.text())
         node_id = self.selected_id()
         v = self.model.view(node_id) if node_id else None
         ready = v is not None and not self.runner.busy(v.id)

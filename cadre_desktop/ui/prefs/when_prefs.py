@@ -5,7 +5,8 @@ The keys are settings.json's (`pause_on_battery`, `pause_when_in_use`, `in_use_i
 when saved: a window with no day, a time that is not one, or a window from a time to the
 same time is one clear error naming `run_schedule`, and nothing is written. The schedule is
 a weekly grid: one row a window, a tick per day it opens on, its from and to (a `to` before
-its `from` ends the next day). Nodes with *Always run* (`node set --always-run`) pass over
+its `from` ends the next day), every day in view at the dialog's size; *Add window* adds the
+days no window has yet, then an empty window to fill in. Nodes with *Always run* (`node set --always-run`) pass over
 all of this; *Pause all* in the tray is not a setting.
 """
 
@@ -14,15 +15,41 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QGroupBox, QHBoxLayout, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractScrollArea,
+    QCheckBox,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from cadre_desktop.settings import DAYS, Settings
 from cadre_desktop.ui.prefs.caps_prefs import CapsBox
 
 #: The grid's columns: a day each, then from and to.
 COLUMNS = [d.capitalize() for d in DAYS] + ["From", "To"]
-#: A new row: the weeknights.
+#: The first row: the weeknights.
 NEW_WINDOW: dict[str, Any] = {"days": ["mon", "tue", "wed", "thu", "fri"], "from": "22:00", "to": "07:00"}
+#: The least width of the from and to columns.
+TIME_MIN_WIDTH = 64
+#: Windows in view without scrolling.
+SHOWN_ROWS = 3
+
+
+def next_window(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What *Add window* adds: the first row the weeknights; then the days no window opens on
+    yet, all day; once every day has one, an empty window to fill in (never a copy)."""
+    if not windows:
+        return NEW_WINDOW
+    taken = {d for w in windows for d in w["days"]}
+    free = [d for d in DAYS if d not in taken]
+    return {"days": free, "from": "00:00", "to": "24:00"} if free else {"days": [], "from": "", "to": ""}
 
 
 def _checkbox(text: str, tip: str) -> QCheckBox:
@@ -67,10 +94,20 @@ class WhenToRunPage(QWidget):
         self.grid = QTableWidget(0, len(COLUMNS))
         self.grid.setHorizontalHeaderLabels(COLUMNS)
         self.grid.verticalHeader().setVisible(False)
+        header = self.grid.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # a day: its name and its tick
+        header.setMinimumSectionSize(TIME_MIN_WIDTH // 2)
+        for col in (len(DAYS), len(DAYS) + 1):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Stretch)
+        # The grid asks for the width of every column, so the dialog opens with all seven days in view.
+        self.grid.setSizeAdjustPolicy(QAbstractScrollArea.SizeAdjustPolicy.AdjustToContents)
+        self.grid.setMinimumWidth(self._grid_width())
+        rows = self.grid.verticalHeader().defaultSectionSize() * SHOWN_ROWS
+        self.grid.setMinimumHeight(header.sizeHint().height() + rows + 2 * self.grid.frameWidth())
         self.grid.setToolTip("A row a window: the days it opens on, from and to (24-hour, like 22:00; "
                              "a to before its from ends the next day; to may be 24:00)")
         self.add_window = QPushButton("&Add window")
-        self.add_window.clicked.connect(lambda: self.add_row(NEW_WINDOW))
+        self.add_window.clicked.connect(self._add_next)
         self.remove_window = QPushButton("&Remove window")
         self.remove_window.clicked.connect(self._remove_row)
         buttons = QHBoxLayout()
@@ -90,6 +127,22 @@ class WhenToRunPage(QWidget):
             widget.setEnabled(on)
         if on and self.grid.rowCount() == 0:
             self.add_row(NEW_WINDOW)
+
+    def _grid_width(self) -> int:
+        header = self.grid.horizontalHeader()
+        days = sum(header.sectionSizeFromContents(c).width() for c in range(len(DAYS)))
+        frame = 2 * self.grid.frameWidth() + self.grid.verticalScrollBar().sizeHint().width()
+        return days + 2 * TIME_MIN_WIDTH + frame
+
+    def _add_next(self) -> None:
+        """*Add window*: the next useful window, selected, its from being edited when it is empty."""
+        window = next_window(self.windows())
+        self.add_row(window)
+        row = self.grid.rowCount() - 1
+        self.grid.setCurrentCell(row, len(DAYS))
+        self.grid.scrollToBottom()
+        if not window["days"] and (start := self.grid.item(row, len(DAYS))) is not None:
+            self.grid.editItem(start)
 
     def add_row(self, window: dict[str, Any]) -> None:
         row = self.grid.rowCount()

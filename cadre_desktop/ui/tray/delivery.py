@@ -8,10 +8,16 @@ Qt's balloon is the fallback where no service answers (no D-Bus session, an
 unbundled app on macOS): it has no buttons, and clicking it is the default action.
 
 One live notice per key: sending a key again replaces its notice, `withdraw`
-takes it away. A notice whose button was pressed stays live: the service may keep
-it on screen (dunst keeps a critical one), and desktop-notifier forgets it once
-acted on, so its D-Bus id is kept here to close it when its node is back. Every call to the service is bounded, and its work runs one at a
-time, so a withdraw never overtakes the send it withdraws.
+takes it away. On D-Bus a notice stays live until the service says it closed
+(`NotificationClosed`) or we close it: a click or a button leaves it on screen
+(dunst keeps a critical one), and desktop-notifier forgets a notice at its first
+action, so its clicks and buttons would die after one and it could no longer be
+closed. There the app hears `ActionInvoked` and `NotificationClosed` itself, by the
+service's own id, kept here; desktop-notifier only sends and closes. Elsewhere
+(macOS, Windows: a click takes the notice away) desktop-notifier's callbacks answer.
+A critical notice carries the alert icon, not the app's. Every call to the service
+is bounded, and its work runs one at a time, so a withdraw never overtakes the send
+it withdraws.
 """
 
 from __future__ import annotations
@@ -61,12 +67,15 @@ class Delivery(QObject):
     delivered = Signal(str, str)
 
     def __init__(self, tray: QSystemTrayIcon | None, app_icon: Path,
-                 make_notifier: Callable[[Path], object] = _desktop_notifier, parent: QObject | None = None) -> None:
+                 make_notifier: Callable[[Path], object] = _desktop_notifier, parent: QObject | None = None,
+                 alert_icon: Path | None = None) -> None:
         super().__init__(parent)
         self.tray, self.app_icon, self._make = tray, app_icon, make_notifier
+        self.alert_icon = alert_icon
         self._notifier: Any = None
         self._live: dict[str, str] = {}
         self._platform_ids: dict[str, int] = {}
+        self._watched: Any = None  # the D-Bus interface whose signals we hear ourselves
         self._balloon_key = ""
         self._lock = asyncio.Lock()
         if tray is not None:
@@ -87,20 +96,34 @@ class Delivery(QObject):
             log.info("no notification service (%s); using the tray's balloon", exc or type(exc).__name__)
             self.close()  # the next try makes a new connection: this one must not stay open beside it
             return None
+        self._watch(self._notifier)
         return self._notifier if Capability.TITLE in caps else None
 
+    def _watch(self, notifier) -> None:
+        """Hear the D-Bus service's answers ourselves, once per connection (desktop-notifier
+        answers a notice's first action only)."""
+        interface = getattr(getattr(notifier, "_backend", None), "interface", None)
+        if interface is None or interface is self._watched or not hasattr(interface, "on_action_invoked"):
+            return
+        interface.on_action_invoked(self._on_bus_action)
+        if hasattr(interface, "on_notification_closed"):
+            interface.on_notification_closed(self._on_bus_closed)
+        self._watched = interface
+
     async def _send_service(self, notifier, notice: Notice) -> bool:
-        from desktop_notifier import Button, Notification, Urgency
+        from desktop_notifier import Button, Icon, Notification, Urgency
 
         sent: list[bool] = []
+        ours = self._watched is not None  # D-Bus: its answers heard by _on_bus_action, not callbacks
         buttons = tuple(Button(title=label, identifier=action,
-                               on_pressed=functools.partial(self._act, notice.key, action))
+                               on_pressed=None if ours else functools.partial(self._act, notice.key, action))
                         for action, label in notice.actions)
         note = Notification(
             title=notice.title, message=notice.body, buttons=buttons,
             urgency=Urgency.Critical if notice.critical else Urgency.Normal,
-            on_clicked=lambda: self._act(notice.key, DEFAULT),
-            on_dismissed=lambda: self._forget(notice.key),
+            icon=Icon(path=self.alert_icon) if notice.critical and self.alert_icon else None,
+            on_clicked=None if ours else (lambda: self._act(notice.key, DEFAULT)),
+            on_dismissed=None if ours else (lambda: self._forget(notice.key)),
             on_dispatched=lambda: sent.append(True),
         )
         try:
@@ -135,14 +158,14 @@ class Delivery(QObject):
 
     async def withdraw_all(self) -> None:
         async with self._lock:
-            for key in list(self._live):
+            for key in {*self._live, *self._platform_ids}:
                 await self._withdraw(key)
 
     def close(self) -> None:
         """Close the service's connection (desktop-notifier keeps its bus open otherwise);
         a later notice opens a new one."""
         bus = getattr(getattr(self._notifier, "_backend", None), "bus", None)
-        self._notifier = None
+        self._notifier = self._watched = None
         if bus is not None:
             try:
                 bus.disconnect()
@@ -154,14 +177,14 @@ class Delivery(QObject):
         platform_id = self._platform_ids.pop(key, None)
         if self._balloon_key == key:
             self._balloon_key = ""
-        if identifier is None or self._notifier is None:
+        if (identifier is None and platform_id is None) or self._notifier is None:
             return
         try:
             async with asyncio.timeout(SERVICE_TIMEOUT_S):
-                if _platform_id(self._notifier, identifier) is None and platform_id is not None:
-                    await _close_by_platform_id(self._notifier, platform_id)  # acted on: forgotten there
-                else:
+                if identifier is not None and (platform_id is None or _platform_id(self._notifier, identifier)):
                     await self._notifier.clear(identifier)
+                elif platform_id is not None:
+                    await _close_by_platform_id(self._notifier, platform_id)  # acted on: forgotten there
         except Exception as exc:  # the service closed it already (a click, a dismiss)
             log.debug("withdrawing notice %s: %r", key, exc)
 
@@ -190,6 +213,22 @@ class Delivery(QObject):
     def _forget(self, key: str) -> None:
         self._live.pop(key, None)
         self._platform_ids.pop(key, None)
+
+    def _key_of(self, platform_id: int) -> str | None:
+        return next((k for k, p in self._platform_ids.items() if p == platform_id), None)
+
+    def _on_bus_action(self, platform_id: int, action: str) -> None:
+        """`ActionInvoked`: a click or a button, as often as the person presses; the notice
+        stays live (the service says when it closes it)."""
+        key = self._key_of(platform_id)
+        if key is not None:
+            self.acted.emit(key, action)
+
+    def _on_bus_closed(self, platform_id: int, reason: int) -> None:
+        """`NotificationClosed`: gone from the screen (dismissed, expired, or closed by us)."""
+        key = self._key_of(platform_id)
+        if key is not None:
+            self._forget(key)
 
 
 def _platform_id(notifier, identifier: str) -> int | None:

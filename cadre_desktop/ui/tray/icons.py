@@ -5,7 +5,8 @@ wheel or a bundle finds them): `<state>-light.svg` and `<state>-dark.svg` in
 colour for light and dark panels, `<state>-mono-light.svg` (dark strokes) and
 `<state>-mono-dark.svg` (light strokes) when the `monochrome_icon` setting is
 on. Shape and colour both differ per state, so the state reads without colour.
-`app.svg` is the application's own icon (windows, app menu, autostart entry).
+`app.svg` is the application's own icon (windows, app menu, autostart entry);
+`ALERT_ICON` (the red warning sign) a critical notification's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from cadre_desktop.ui.tray.status import TrayState
 
 ICON_DIR = Path(__file__).resolve().parent.parent / "icons"
 APP_ICON = ICON_DIR / "app.svg"
+#: A critical notification's icon (a give-up): the red warning sign, not the app's own icon.
+ALERT_ICON = ICON_DIR / "error-light.svg"
 
 
 def panel_is_dark() -> bool:

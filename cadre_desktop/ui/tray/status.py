@@ -46,6 +46,14 @@ COLOURS = {
     TrayState.ERROR: "#d93025",
 }
 
+#: A held node's own dot (kept down on purpose, not a failure, not running): grey when paused,
+#: blue-grey while it sleeps until its wake, a darker grey once done. Never a joined node's green.
+HELD_COLOURS = {
+    NodeStatus.PAUSED: "#8a8f98",
+    NodeStatus.SLEEPING: "#7a8cc2",
+    NodeStatus.DONE: "#5f6670",
+}
+
 SUMMARY = {
     TrayState.EMPTY: "no nodes yet",
     TrayState.PAUSED: "every node is paused",
@@ -116,6 +124,11 @@ _TRAY_STATES = {
 
 def node_state(view: NodeView) -> TrayState:
     return _TRAY_STATES.get(phase(view), TrayState.JOINED)
+
+
+def node_colour(view: NodeView) -> str:
+    """The table's colour of a node: its hold's own when held, else its state's."""
+    return HELD_COLOURS.get(view.status) or COLOURS[node_state(view)]
 
 
 def aggregate(views: Iterable[NodeView]) -> TrayState:
