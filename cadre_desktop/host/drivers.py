@@ -125,9 +125,24 @@ class TrialStart:
         return self.system.end_child(self.child, grace_s)
 
 
-def caps_words(home_id: str = "doctor") -> dict[str, str | bool]:
+def caps_words(home_id: str = "doctor", driver: str = "local") -> dict[str, str | bool]:
     """How this computer holds a node to its caps: "how" in words, and whether "enforced"."""
+    if driver == "systemd":
+        from cadre_desktop.host.systemd.units import caps_words as unit_words
+
+        return {"how": unit_words(NodeCaps(cpu_percent=1, memory_mb=1, low_priority=True)), "enforced": True}
     from cadre_desktop.host.local.limits import caps
     from cadre_desktop.host.local.system.seam import for_this_os
 
     return caps.describe(caps.choose(for_this_os(), home_id))
+
+
+def driver_checks(settings: Settings, address: str | None = None, user: str | None = None) -> list[tuple[str, bool | None, str]]:
+    """What doctor says of the driver: (check, fine (None: only for information), words)."""
+    if settings.driver != "systemd":
+        how = "a warm standby ready for each start" if settings.uses_warm_standby() else "started cold"
+        return [("driver", True, f"local: each node a child process of the host ({how})")]
+    from cadre_desktop.host.systemd.checks import linger_words, lingering, manager_address, manager_words
+
+    fine, words = manager_words(address or manager_address())
+    return [("driver", fine, f"systemd: {words}"), ("lingering", None, linger_words(lingering(user)))]

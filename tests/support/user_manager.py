@@ -28,6 +28,7 @@ reason to skip (tests/conftest.py says so on the run's last line).
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
@@ -201,7 +202,7 @@ class UserManager:
             for folder in sorted((p for p in self.cgroup(hierarchy).rglob("*") if p.is_dir()),
                                  key=lambda p: -len(p.parts)) + [self.cgroup(hierarchy)]:
                 try:  # killed processes leave their cgroup a moment later
-                    wait_until(lambda f=folder: _removed(f), timeout=10, interval=0.05, what=f"{folder} removed")
+                    wait_until(functools.partial(_removed, folder), timeout=10, interval=0.05, what=f"{folder} removed")
                 except AssertionError:
                     pass
 

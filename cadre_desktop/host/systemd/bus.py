@@ -89,15 +89,16 @@ class UserBus:
         self._listeners.append(listener)
 
     def _on_message(self, msg: Message) -> None:
-        if msg.member != "PropertiesChanged" or not (msg.path or "").startswith(UNIT_PATHS):
+        path = msg.path or ""
+        if msg.member != "PropertiesChanged" or not path.startswith(UNIT_PATHS):
             return
         try:
-            interface, changed = msg.body[0], {k: v.value for k, v in msg.body[1].items()}
+            interface, changed = str(msg.body[0]), {str(k): v.value for k, v in msg.body[1].items()}
         except (IndexError, AttributeError, TypeError):
             return
         for listener in list(self._listeners):
             try:
-                listener((msg.path, interface, changed))
+                listener((path, interface, changed))
             except Exception:  # one broken listener must not lose the change for the others
                 log.exception("a unit change listener failed")
 

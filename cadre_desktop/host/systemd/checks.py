@@ -1,7 +1,8 @@
 """What doctor (and the driver's factory) ask about this computer's systemd user manager.
 
-Where the manager is: the session bus (`DBUS_SESSION_BUS_ADDRESS`, else
-`$XDG_RUNTIME_DIR/bus`), and only where a user manager runs (`$XDG_RUNTIME_DIR/systemd`).
+Where the manager is: the user bus in its runtime folder (`$XDG_RUNTIME_DIR/bus`, which on a
+desktop is the session bus too), else `DBUS_SESSION_BUS_ADDRESS`; and only where a user
+manager runs (`$XDG_RUNTIME_DIR/systemd`).
 Whether the person's manager lingers (logind's `/var/lib/systemd/linger/<user>`): without
 it the manager, and every unit in it, ends when the person's last session does, so nodes
 left running at a Quit end at logout; with it they run until the computer stops.
@@ -24,10 +25,10 @@ def manager_address(env: Mapping[str, str] | None = None, uid: int | None = None
     runtime = Path(env.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}")
     if not (runtime / "systemd").is_dir():
         return None
-    if address := env.get("DBUS_SESSION_BUS_ADDRESS"):
-        return address
-    bus = runtime / "bus"
-    return f"unix:path={bus}" if bus.exists() else None
+    bus = runtime / "bus"  # the user bus the manager's own dbus.socket makes: the manager is on it
+    if bus.exists():
+        return f"unix:path={bus}"
+    return env.get("DBUS_SESSION_BUS_ADDRESS") or None
 
 
 def lingering(user: str | None = None, linger_dir: Path = LINGER_DIR) -> bool:
