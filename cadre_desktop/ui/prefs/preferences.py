@@ -35,7 +35,6 @@ from cadre_desktop.settings import Settings, default_node_command
 from cadre_desktop.ui.prefs.when_prefs import WhenToRunPage
 from cadre_desktop.ui.settings_store import save_changes
 
-
 #: The drivers offered (settings.DRIVERS), in words.
 DRIVER_CHOICES = (("local", "child processes of cadre-desktop"),
                   ("systemd", "systemd user units (start cold)"))
