@@ -102,19 +102,22 @@ def _node_pids(sup: Ours) -> list[int]:
 
 
 def idle_one(sup: Ours, nodes: int, idle_s: float, manager: UserManager | None) -> dict:
-    manager_before = _pss_mb(_tree(manager.proc.pid)) if manager and manager.proc else 0.0
+    manager_before = _pss_mb(_tree(manager.proc.pid)[:1]) if manager and manager.proc else 0.0
     sup.start()
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not all(_rig.status_ok(p) for p in sup.ports()):
             time.sleep(0.1)  # a benchmark's wait for its nodes, polled against a deadline
         time.sleep(2.0)  # settle: start-up work done
-        host = _tree(sup.host.proc.pid) if sup.host.proc else []
         node_procs = [p for pid in _node_pids(sup) for p in _tree(pid)]
+        # The host's own processes (a local driver's nodes are its children: counted as nodes).
+        in_nodes = {p.pid for p in node_procs}
+        host = [p for p in (_tree(sup.host.proc.pid) if sup.host.proc else []) if p.pid not in in_nodes]
         watched = host + node_procs + (_tree(manager.proc.pid) if manager and manager.proc else [])
         cpu_before = {id(p): _cpu_s([p]) for p in watched}
         time.sleep(idle_s)
-        cpu = {id(p): _cpu_s([p]) - cpu_before[id(p)] for p in watched}
+        # A process that ended meanwhile (a helper) counts nothing rather than minus its past.
+        cpu = {id(p): max(_cpu_s([p]) - cpu_before[id(p)], 0.0) for p in watched if p.is_running()}
         manager_procs = _tree(manager.proc.pid) if manager and manager.proc else []
         out = {
             "nodes": nodes,
@@ -126,6 +129,7 @@ def idle_one(sup: Ours, nodes: int, idle_s: float, manager: UserManager | None) 
             "nodes_cpu_percent_each": 100 * sum(cpu.get(id(p), 0.0) for p in node_procs) / idle_s / nodes,
         }
         if manager is not None:
+            # The manager alone (its first process), against itself before this phase's units started.
             out["manager_pss_mb_per_unit"] = (_pss_mb(manager_procs[:1]) - manager_before) / nodes
             out["manager_cpu_percent"] = 100 * sum(cpu.get(id(p), 0.0) for p in manager_procs[:1]) / idle_s
         return out
