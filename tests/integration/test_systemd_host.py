@@ -183,3 +183,29 @@ def test_no_secret_in_a_units_properties_environment_or_command_line(manager, un
             kill_unit(manager, unit)
             node = running_node(host, node["id"], not_pid=node["pid"])
     host.stop()
+
+
+# -- the driver alone ---------------------------------------------------------------------------------
+
+
+async def test_a_lost_connection_to_the_manager_tells_every_unit_ended_and_starts_fail_in_words(manager, tmp_path):
+    from cadre_desktop.errors import SpawnError
+    from cadre_desktop.host.systemd.driver import SystemdDriver
+    from tests.support.driver_contract import SystemdRig
+
+    rig = SystemdRig(tmp_path / "home", manager)
+    try:
+        driver = rig.new_driver()
+        await driver.init()
+        info = await rig.started("n1")
+        assert isinstance(driver, SystemdDriver)
+        connection = driver.bus._bus
+        assert connection is not None
+        connection.disconnect()  # as when the bus goes away: not the driver's own disconnect
+        exit_ = await rig.wait_exit(info)
+        assert (exit_.node_id, exit_.returncode, exit_.requested) == ("n1", None, False)
+        with pytest.raises(SpawnError) as err:
+            await driver.start("n1", 2, {"CADRE_CLAIM_SECRET": "x" * 24})
+        assert "not connected" in str(err.value)
+    finally:
+        rig.cleanup()

@@ -57,6 +57,9 @@ class UserBus:
         self.address = address
         self._bus: MessageBus | None = None
         self._listeners: list[Callable[[Change], None]] = []
+        #: Told when the connection is lost without `disconnect` (the manager or its bus went away).
+        self.on_lost: Callable[[], None] | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     @property
     def connected(self) -> bool:
@@ -79,11 +82,26 @@ class UserBus:
         except BaseException:
             self.disconnect()
             raise
+        self._watch = asyncio.get_running_loop().create_task(self._watch_lost(bus))
+
+    async def _watch_lost(self, bus: MessageBus) -> None:
+        try:
+            await bus.wait_for_disconnect()  # type: ignore[no-untyped-call]
+        except Exception as exc:  # the connection's own error is the news
+            log.debug("the user manager's bus: %s", exc)
+        if self._bus is bus:  # not our own disconnect
+            self._bus = None
+            log.error("lost the connection to the systemd user manager (%s)", self.address)
+            if self.on_lost is not None:
+                self.on_lost()
 
     def disconnect(self) -> None:
         bus, self._bus = self._bus, None
         if bus is not None:
             bus.disconnect()
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
 
     def listen(self, listener: Callable[[Change], None]) -> None:
         self._listeners.append(listener)

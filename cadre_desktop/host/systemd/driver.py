@@ -70,6 +70,7 @@ class SystemdDriver:
         self._closed = False
         self._save_error: str | None = None
         bus.listen(self._on_change)
+        bus.on_lost = self._lost
 
     @property
     def save_error(self) -> str | None:
@@ -294,6 +295,12 @@ class SystemdDriver:
                 row.came_up.set()
         elif state in ("inactive", "failed") and row.seen_live:
             self._ended(row, row.exit_code())
+
+    def _lost(self) -> None:
+        """The manager's bus went away: no end would be heard any more, so every live unit is told
+        as ended (its code unknown) and the supervisor's respawns say why they cannot start."""
+        for row in [u for u in self._units.values() if u.alive]:
+            self._ended(row, None)
 
     def _ended(self, row: Unit, code: int | None) -> None:
         if not row.alive:
