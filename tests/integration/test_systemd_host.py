@@ -80,9 +80,11 @@ def test_the_census_check_sees_a_process_moved_out_of_its_cgroup():
     """The proof above is proven to fail on a planted fault: one process of the census moved."""
     before = census()
     some = next(iter(before))
-    planted = {**before, some: ("0::/somewhere-else",)}
-    assert moved(before, planted, "cadre-rig-x") == {some: (before[some], ("0::/somewhere-else",))}
-    assert moved(before, {**before, some: ("0::/cadre-rig-x/app.slice",)}, "cadre-rig-x") == {}
+    started = before[some][0]
+    planted = {**before, some: (started, "0::/somewhere-else")}
+    assert moved(before, planted, "cadre-rig-x") == {some: (before[some], (started, "0::/somewhere-else"))}
+    assert moved(before, {**before, some: (started, "0::/cadre-rig-x/app.slice")}, "cadre-rig-x") == {}
+    assert moved(before, {**before, some: ("started 1", "0::/elsewhere")}, "cadre-rig-x") == {}, "a reused pid"
 
 
 # -- supervision through units --------------------------------------------------------------------

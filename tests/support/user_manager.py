@@ -89,18 +89,25 @@ def systemd_cgroups(pid: int) -> tuple[str, ...] | None:
 
 
 def census() -> dict[int, tuple[str, ...]]:
-    """Every process's systemd cgroups now."""
+    """Every process's systemd cgroups now, its start time first (a pid reused meanwhile is
+    another process, never taken for one the rig moved)."""
     seen = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and (lines := systemd_cgroups(int(entry.name))) is not None:
-            seen[int(entry.name)] = lines
+            try:
+                started = (entry / "stat").read_text().rsplit(")", 1)[1].split()[19]
+            except (OSError, IndexError):
+                continue
+            seen[int(entry.name)] = (f"started {started}", *lines)
     return seen
 
 
 def moved(before: dict[int, tuple[str, ...]], after: dict[int, tuple[str, ...]], ours: str) -> dict[int, tuple]:
-    """The processes of `before` still there whose cgroups changed, but for those now in the subtree `ours`."""
+    """The processes of `before` still there (the same start time) whose cgroups changed, but for those
+    now in the subtree `ours`."""
     return {pid: (lines, after[pid]) for pid, lines in before.items()
-            if pid in after and after[pid] != lines and not any(f"/{ours}" in line for line in after[pid])}
+            if pid in after and after[pid][:1] == lines[:1] and after[pid] != lines
+            and not any(f"/{ours}" in line for line in after[pid])}
 
 
 class UserManager:
