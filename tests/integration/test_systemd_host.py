@@ -211,3 +211,22 @@ async def test_a_lost_connection_to_the_manager_tells_every_unit_ended_and_start
         assert "not connected" in str(err.value)
     finally:
         rig.cleanup()
+
+
+async def test_a_node_program_that_cannot_be_executed_fails_its_start_and_leaves_no_unit(manager, tmp_path):
+    from cadre_desktop.errors import SpawnError
+    from tests.support.driver_contract import SystemdRig
+
+    rig = SystemdRig(tmp_path / "home", manager)
+    try:
+        driver = rig.new_driver()
+        await driver.init()
+        driver.reconfigure(rig.config(("/nonexistent/cadre-node",), rig.port_range))
+        with pytest.raises(SpawnError) as err:
+            await driver.start("n1", 1, {"CADRE_CLAIM_SECRET": "x" * 24})
+        assert "could not start the node program '/nonexistent/cadre-node'" in str(err.value)
+        assert driver.handles_for("n1") == [] and rig.exits == []
+        await rig.wait_running("n1", 0)
+        assert manager.units(f"cadre-{rig.home_id}-*") == []
+    finally:
+        rig.cleanup()

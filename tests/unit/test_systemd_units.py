@@ -145,3 +145,16 @@ def test_doctor_says_the_driver_and_for_systemd_the_manager_and_lingering(tmp_pa
     assert "started cold" in found[0].detail and "lingering is off" in found[1].detail
     refused = check_driver(Settings(driver="systemd"), lambda s: [("driver", False, "no manager")])
     assert refused[0].failed
+
+
+def test_settings_take_the_systemd_driver_and_its_config_says_nothing_of_warm_starts(tmp_path):
+    from cadre_desktop.host.drivers import driver_config
+    from cadre_desktop.host.local.config import LocalConfig
+    from cadre_desktop.settings import load_settings
+
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"driver": "systemd", "warm_standby": True, "stop_timeout_ms": 2500}))
+    settings = load_settings(path)
+    assert settings.driver == "systemd"
+    config = driver_config(settings)
+    assert not isinstance(config, LocalConfig) and config.stop_timeout_s == 2.5
