@@ -66,6 +66,8 @@ class SystemdDriver:
         #: node id -> the end of its start in flight.
         self._starting: dict[str, asyncio.Event] = {}
         self._oom_stops: dict[str, Callable[[], None]] = {}
+        #: Reads of a capped unit's cgroup in flight (kept, so none is collected half-way).
+        self._tasks: set[asyncio.Task[None]] = set()
         self._listeners: Listeners[Exit] = Listeners("exit")
         self._closed = False
         self._save_error: str | None = None
@@ -323,7 +325,9 @@ class SystemdDriver:
 
     def _watch_oom_soon(self, row: Unit) -> None:
         if row.memory_mb:
-            asyncio.get_running_loop().create_task(self._read_cgroup_and_watch(row))
+            task = asyncio.get_running_loop().create_task(self._read_cgroup_and_watch(row))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _read_cgroup_and_watch(self, row: Unit) -> None:
         if not row.control_group:
@@ -418,6 +422,8 @@ class SystemdDriver:
         """Stop watching; the units run on, the manager's, for the next host to re-attach."""
         self._closed = True
         self._listeners.clear()
+        for task in list(self._tasks):
+            task.cancel()
         for stop in self._oom_stops.values():
             stop()
         self._oom_stops.clear()
