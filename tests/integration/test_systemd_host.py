@@ -177,6 +177,9 @@ def test_no_secret_in_a_units_properties_environment_or_command_line(manager, un
         assert "CADRE_NODE_ID" in shown, "systemctl show printed no environment: the check would prove nothing"
         assert secret not in shown
         assert "CLAIM_SECRET" not in shown and "HOST_TOKEN" not in shown
+        transient = manager.runtime / "systemd" / "transient" / unit  # the file the manager keeps of the unit
+        assert "CADRE_NODE_ID" in transient.read_text(errors="replace")
+        assert secret not in transient.read_text(errors="replace")
         environ = Path(f"/proc/{node['pid']}/environ").read_bytes()
         cmdline = Path(f"/proc/{node['pid']}/cmdline").read_bytes()
         assert b"CADRE_NODE_ID" in environ
