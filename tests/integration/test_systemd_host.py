@@ -233,3 +233,24 @@ async def test_a_node_program_that_cannot_be_executed_fails_its_start_and_leaves
         assert manager.units(f"cadre-{rig.home_id}-*") == []
     finally:
         rig.cleanup()
+
+
+async def test_a_start_of_an_attempt_whose_unit_runs_unlisted_adopts_it(manager, tmp_path):
+    """A host that died right after asking for a unit, and a new host whose books do not list it yet."""
+    from cadre_desktop.host.systemd.driver import SystemdDriver
+    from tests.support.driver_contract import SystemdRig
+
+    rig = SystemdRig(tmp_path / "home", manager)
+    try:
+        first = rig.new_driver()
+        await first.init()
+        info = await rig.started("n1", attempt=7)
+        first.close()
+        second = rig.new_driver()
+        assert isinstance(second, SystemdDriver)
+        await second.bus.connect()  # no `init`: its books are empty
+        adopted = await second.start("n1", 7, {"CADRE_CLAIM_SECRET": "x" * 24})
+        assert adopted.adopted and adopted.id == info.id and adopted.pid == info.pid
+        assert rig.running("n1") == 1 and second.is_running(adopted.id)
+    finally:
+        rig.cleanup()

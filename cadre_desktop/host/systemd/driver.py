@@ -193,6 +193,8 @@ class SystemdDriver:
                                   advertise_host=row.advertise_host, attempt=attempt, secret_env=secret_env)
             await asyncio.to_thread(self._prepare, node_id, work, name)
             await self._run_unit(row, env, caps, work)
+        except _AlreadyRuns:
+            return await self._adopt_unlisted(row)
         except BaseException as exc:
             await self._let_go(row)
             if isinstance(exc, BusError | OSError | TimeoutError):
@@ -202,6 +204,18 @@ class SystemdDriver:
             await self._let_go(row)
             raise SpawnError("the host is shutting down")
         return self._track(row)
+
+    async def _adopt_unlisted(self, row: Unit) -> Unit:
+        """The unit of this attempt runs, though the books do not list it (started by a host that
+        died as this one's `init` listed the units): it is adopted, never a second one started."""
+        if self._by_path.get(row.path) is row:
+            del self._by_path[row.path]
+        self.ports.release(row.ports)
+        found = await self._attach(row.unit, row.path)
+        if found is None:
+            raise SpawnError(f"the unit {row.unit} of node {row.node_id} exists and could not be taken over")
+        found.adopted = True
+        return found
 
     def _prepare(self, node_id: str, work: Path, name: str) -> None:
         ensure_private_dir(work)
@@ -227,6 +241,8 @@ class SystemdDriver:
             except BusError as exc:
                 if exc.name != "org.freedesktop.systemd1.UnitExists":
                     raise
+                if (await self.bus.properties(row.path, UNIT)).get("ActiveState") in LIVE_STATES:
+                    raise _AlreadyRuns() from None
                 # A unit of this name ended and was not collected yet: reset it, and start once more.
                 await self._quietly("ResetFailedUnit", "s", [row.unit])
                 await self.bus.call("StartTransientUnit", START_SIGNATURE, [row.unit, "fail", props, []], fds=[read_end])
@@ -439,6 +455,10 @@ class SystemdDriver:
         self.node_command = list(config.node_command)
         self.ports.low, self.ports.high = config.port_range
         self.stop_timeout_s = config.stop_timeout_s
+
+
+class _AlreadyRuns(Exception):
+    """The unit a start asked for runs already (the same attempt): adopt it."""
 
 
 async def _within(event: asyncio.Event, seconds: float) -> bool:
