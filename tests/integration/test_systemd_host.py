@@ -254,3 +254,25 @@ async def test_a_start_of_an_attempt_whose_unit_runs_unlisted_adopts_it(manager,
         assert rig.running("n1") == 1 and second.is_running(adopted.id)
     finally:
         rig.cleanup()
+
+
+async def test_a_capped_unit_killed_by_sigkill_is_a_crash_not_its_memory_cap(manager, tmp_path):
+    """On cgroup v1 the kernel also signals the memory cap's eventfd when the cgroup goes: never a cap's kill."""
+    from cadre_desktop.host.core.driver import NodeCaps
+    from cadre_desktop.host.drivers import make_systemd_driver
+    from tests.support.driver_contract import SystemdRig
+
+    rig = SystemdRig(tmp_path / "home", manager)
+    rig.build = lambda: make_systemd_driver(  # type: ignore[method-assign]
+        rig.settings, rig.paths, lambda: "127.0.0.1", caps_for=lambda _n: NodeCaps(memory_mb=256),
+        home_id=rig.home_id, address=manager.address)
+    try:
+        driver = rig.new_driver()
+        await driver.init()
+        info = await rig.started("n1")
+        assert driver.caps_enforcement(NodeCaps(memory_mb=256)).how == "systemd unit (MemoryMax, Nice)"
+        code = await rig.crash(info)
+        exit_ = await rig.wait_exit(info)
+        assert (exit_.returncode, exit_.cause) == (code, None)
+    finally:
+        rig.cleanup()

@@ -340,7 +340,9 @@ class SystemdDriver:
         self._listeners.tell(Exit(row.id, row.node_id, row.pid, row.returncode, row.stop_requested, row.exit_cause()))
 
     def _watch_oom_soon(self, row: Unit) -> None:
-        if row.memory_mb:
+        if row.memory_mb and row.control_group:  # told with its start's changes: watched at once
+            self._watch_oom(row)
+        elif row.memory_mb:
             task = asyncio.get_running_loop().create_task(self._read_cgroup_and_watch(row))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
