@@ -133,6 +133,7 @@ class UserManager:
         return self.mounts[hierarchy] / self.name
 
     def start(self) -> UserManager:
+        reap_stale(self.mounts)
         self.runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.home.mkdir(parents=True, exist_ok=True)
         for hierarchy in self.mounts:
@@ -212,6 +213,19 @@ class UserManager:
                     wait_until(functools.partial(_removed, folder), timeout=10, interval=0.05, what=f"{folder} removed")
                 except AssertionError:
                     pass
+
+
+def reap_stale(mounts: dict[str, Path]) -> None:
+    """The subtrees of rigs whose test run is gone (killed before it could stop its manager): what
+    runs in them is ended and they are removed. A run still there (its pid alive) is left alone."""
+    for root in {mounts[h] for h in mounts}:
+        for folder in root.glob("cadre-rig-*-*"):
+            pid = folder.name.split("-")[2]
+            if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                continue
+            stale = UserManager.__new__(UserManager)
+            stale.name, stale.mounts, stale.proc = folder.name, mounts, None
+            stale._empty_subtree()
 
 
 def _removed(folder: Path) -> bool:
