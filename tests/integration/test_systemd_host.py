@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.support.headless import REPO, HeadlessHost, added, fast_settings, running_node
-from tests.support.polling import wait_until
+from tests.support.polling import async_wait_until, wait_until
 from tests.support.user_manager import UserManager, census, moved, session_manager
 
 HOG = [sys.executable, str(REPO / "tests" / "support" / "cap_nodes.py"), "hog"]
@@ -274,5 +274,35 @@ async def test_a_capped_unit_killed_by_sigkill_is_a_crash_not_its_memory_cap(man
         code = await rig.crash(info)
         exit_ = await rig.wait_exit(info)
         assert (exit_.returncode, exit_.cause) == (code, None)
+    finally:
+        rig.cleanup()
+
+
+async def test_a_unit_that_ignores_its_stop_is_killed_at_the_stop_timeout(manager, tmp_path):
+    """`StopUnit` is bounded by the host's stop timeout (2 s here), then `KillUnit` SIGKILL: well before the
+    manager's own kill (the timeout and 5 s)."""
+    import time
+
+    from cadre_desktop.host.core.driver import DriverStatus
+    from tests.support.driver_contract import SystemdRig
+
+    stubborn = (sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "print('ignoring SIGTERM', flush=True); time.sleep(600)")
+    rig = SystemdRig(tmp_path / "home", manager)
+    try:
+        driver = rig.new_driver()
+        await driver.init()
+        driver.reconfigure(rig.config(stubborn, rig.port_range))
+        info = await rig.start("n1", 1)
+        await async_wait_until(lambda: "ignoring SIGTERM" in driver.log_tail("n1"), timeout=15, what="SIGTERM ignored")
+        assert driver.is_running(info.id)
+        began = time.monotonic()
+        await driver.stop(info.id)
+        took = time.monotonic() - began
+        assert 1.9 <= took < 6.0, took
+        assert driver.status(info.id) is DriverStatus.STOPPED
+        exit_ = await rig.wait_exit(info)
+        assert exit_.requested and exit_.returncode == -9
+        await rig.wait_running("n1", 0)
     finally:
         rig.cleanup()
