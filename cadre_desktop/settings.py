@@ -75,7 +75,8 @@ class Settings:
     #: Keep one node program loaded in standby for the next start (docs/node-contract.md):
     #: null (the default) means on for the reference node and off for any other program.
     warm_standby: bool | None = None
-    #: What runs the nodes (host/drivers.py): `local`, child processes of this computer.
+    #: What runs the nodes (host/drivers.py): `local`, child processes of this computer;
+    #: `systemd`, transient units of the person's systemd user manager.
     driver: str = "local"
     #: Caps every node gets unless its own record says otherwise (`cadre-desktop node set`):
     #: CPU in percent of one core, memory in MB (null: no cap), the OS's background priority.
@@ -111,7 +112,7 @@ class Settings:
 
 
 #: The drivers this host can run nodes with (host/drivers.py builds each).
-DRIVERS = ("local",)
+DRIVERS = ("local", "systemd")
 
 #: A key's check: the value to keep and None, or None and what is wrong with it.
 Checked = tuple[Any, str | None]

@@ -99,3 +99,21 @@ def private_secret_service():
     """A Secret Service of the test's own, for tests that lock or break it (Linux only)."""
     with running_secret_service() as env:
         yield env
+
+
+def pytest_unconfigure(config):
+    """The tests' systemd user manager (tests/support/user_manager.py) stopped; where none could run,
+    the run's last line says so."""
+    from tests.support import user_manager
+
+    user_manager.stop_session_manager()
+    if user_manager.SKIPPED_WHY:
+        reporter = config.pluginmanager.getplugin("terminalreporter")
+        capture = config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            capture.suspend_global_capture()
+        line = f"systemd driver tests SKIPPED: {user_manager.SKIPPED_WHY}"
+        if reporter is not None:
+            reporter.write_line(line, yellow=True, bold=True)
+        else:
+            print(line)

@@ -231,7 +231,7 @@ def check_caps(settings: Settings, caps_words: Callable[[], dict[str, str | bool
     from cadre_desktop.host import drivers
 
     try:
-        seen = (caps_words or drivers.caps_words)()
+        seen = caps_words() if caps_words else drivers.caps_words(driver=settings.driver)
     except Exception as exc:  # a check reports, never crashes
         return CheckResult("caps", Outcome.WARN, f"could not tell how caps are enforced here: {exc}", False)
     defaults = (f"default cpu {settings.node_cpu_percent or 'not capped'}"
@@ -241,6 +241,18 @@ def check_caps(settings: Settings, caps_words: Callable[[], dict[str, str | bool
     if seen["enforced"]:
         return ok("caps", f"enforced by the OS: {seen['how']} ({defaults})", False)
     return CheckResult("caps", Outcome.WARN, f"{seen['how']} ({defaults})", False)
+
+
+def check_driver(settings: Settings, checks: Callable[[Settings], list[tuple[str, bool | None, str]]] | None = None,
+                 ) -> list[CheckResult]:
+    """Which driver runs the nodes and whether it can here (systemd: its user manager, and lingering)."""
+    from cadre_desktop.host import drivers
+
+    results = []
+    for name, fine, words in (checks or drivers.driver_checks)(settings):
+        results.append(CheckResult(name, Outcome.INFO, words, False) if fine is None else
+                       ok(name, words) if fine else fail(name, words))
+    return results
 
 
 def check_lend_api(paths: Paths, settings: Settings, is_free: Callable[[str, int], bool] | None = None,
@@ -372,6 +384,7 @@ def main(paths: Paths, out=None) -> int:
         check_keyring,
         lambda: check_ports(settings),
         lambda: check_node_program(settings),
+        lambda: check_driver(settings),
         lambda: check_caps(settings),
         lambda: check_host(paths),
         lambda: check_lend_api(paths, settings),

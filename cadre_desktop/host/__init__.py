@@ -2,7 +2,9 @@
 
 Four rooms, each a subpackage, imported only downwards: ``core`` (supervision: the
 records and their one writer, the decision, the serial queue, the probe, the keyring
-gate), ``local`` (the local-process driver behind the ``core.driver`` seam),
+gate), ``local`` (the local-process driver behind the ``core.driver`` seam), ``systemd``
+(the systemd user unit driver behind the same seam; it imports nothing of ``local``:
+``drivers.py`` hands it the port allocator and node logs they share),
 ``lending`` (grants and lent nodes, a second kind of record on the same core) and
 ``edges`` (the HTTP servers: the loopback control API and the lend API). The modules
 at this level compose them: ``host.py`` builds a `Host` (the object front ends call),

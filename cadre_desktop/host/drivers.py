@@ -4,8 +4,9 @@ The engine speaks to compute only through `core.driver.NodeDriver`; this is the 
 place that knows the drivers there are and builds the one the settings name (with its
 own kind of configuration, `driver_config`), and the one place `cli/doctor.py` asks
 what the driver would do on this computer (`free_port`, `trial_start`, `caps_words`).
-`docs/drivers.md` maps the seam onto others (a systemd user unit, a Kubernetes pod)
-that are not built until a machine to test them exists.
+The drivers: `local` (child processes, `host/local/`) and `systemd` (transient units of
+the person's user manager, `host/systemd/`); `docs/drivers.md` maps the seam onto a
+Kubernetes pod too, not built until a machine to test it exists.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from cadre_desktop.errors import InputError
+from cadre_desktop.errors import InputError, SpawnError
 from cadre_desktop.files.groupwriter import GroupWriter
 from cadre_desktop.host.core.driver import DriverConfig, NodeCaps, NodeDriver
 from cadre_desktop.paths import Paths
@@ -28,6 +29,9 @@ def driver_config(settings: Settings) -> DriverConfig:
     """What the settings' driver takes from them, at start and live."""
     from cadre_desktop.host.local.config import LocalConfig
 
+    if settings.driver == "systemd":  # a unit starts cold: no warm standby, no fork server
+        return DriverConfig(node_command=tuple(settings.node_command), port_range=settings.port_range,
+                            stop_timeout_s=settings.stop_timeout_ms / 1000)
     return LocalConfig(node_command=tuple(settings.node_command), port_range=settings.port_range,
                        stop_timeout_s=settings.stop_timeout_ms / 1000, warm_standby=settings.uses_warm_standby())
 
@@ -58,7 +62,32 @@ def make_driver(settings: Settings, paths: Paths, advertise_host: Callable[[], s
             advertise_host=advertise_host, stop_timeout_s=config.stop_timeout_s,
             warm_standby=settings.uses_warm_standby(), caps=keeper, writer=writer, system=system,
         )
+    if settings.driver == "systemd":
+        return make_systemd_driver(settings, paths, advertise_host, caps_for=caps_for, home_id=home_id)
     raise InputError(f"unknown driver {settings.driver!r}; known drivers: {', '.join(DRIVERS)}")
+
+
+def make_systemd_driver(settings: Settings, paths: Paths, advertise_host: Callable[[], str], *,
+                        caps_for: Callable[[str], NodeCaps] | None = None, home_id: str = "",
+                        address: str | None = None) -> NodeDriver:
+    """The systemd driver on the user manager at `address` (else the one of this session), with the
+    local driver's port allocator and node logs handed to it (it imports neither)."""
+    from cadre_desktop.host.local.nodelogs import NodeLogs
+    from cadre_desktop.host.local.ports import PortAllocator
+    from cadre_desktop.host.systemd.bus import UserBus
+    from cadre_desktop.host.systemd.checks import manager_address, manager_words
+    from cadre_desktop.host.systemd.driver import SystemdDriver
+
+    address = address or manager_address()
+    if address is None:
+        raise SpawnError(manager_words(None)[1])
+    config = driver_config(settings)
+    return SystemdDriver(
+        paths=paths, bus=UserBus(address), home_id=home_id or "home", node_command=list(config.node_command),
+        ports=PortAllocator(*config.port_range, bind_host=settings.bind_host), logs=NodeLogs(paths),
+        bind_host=settings.bind_host, advertise_host=advertise_host, stop_timeout_s=config.stop_timeout_s,
+        caps_for=caps_for,
+    )
 
 
 # -- what doctor asks -----------------------------------------------------------------------
@@ -96,9 +125,24 @@ class TrialStart:
         return self.system.end_child(self.child, grace_s)
 
 
-def caps_words(home_id: str = "doctor") -> dict[str, str | bool]:
+def caps_words(home_id: str = "doctor", driver: str = "local") -> dict[str, str | bool]:
     """How this computer holds a node to its caps: "how" in words, and whether "enforced"."""
+    if driver == "systemd":
+        from cadre_desktop.host.systemd.units import caps_words as unit_words
+
+        return {"how": unit_words(NodeCaps(cpu_percent=1, memory_mb=1, low_priority=True)), "enforced": True}
     from cadre_desktop.host.local.limits import caps
     from cadre_desktop.host.local.system.seam import for_this_os
 
     return caps.describe(caps.choose(for_this_os(), home_id))
+
+
+def driver_checks(settings: Settings, address: str | None = None, user: str | None = None) -> list[tuple[str, bool | None, str]]:
+    """What doctor says of the driver: (check, fine (None: only for information), words)."""
+    if settings.driver != "systemd":
+        how = "a warm standby ready for each start" if settings.uses_warm_standby() else "started cold"
+        return [("driver", True, f"local: each node a child process of the host ({how})")]
+    from cadre_desktop.host.systemd.checks import linger_words, lingering, manager_address, manager_words
+
+    fine, words = manager_words(address or manager_address())
+    return [("driver", fine, f"systemd: {words}"), ("lingering", None, linger_words(lingering(user)))]

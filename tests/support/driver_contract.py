@@ -13,6 +13,9 @@ exists outside the driver's own books.
   A crash is SIGKILL; what runs is read from the OS (psutil).
 - `FakeRig`: `tests/support/fake_driver.FakeOrchestrator` on one `FakeMachine`; a crash
   is its `exit()`.
+- `SystemdRig`: the systemd driver on the tests' own user manager (`user_manager.py`),
+  the real reference node in its units; a crash is `KillUnit` SIGKILL, what runs is what
+  the manager lists. Where no systemd is installed it skips, saying so.
 
 Every wait is a poll against a deadline (tests/support/polling.py).
 """
@@ -26,21 +29,24 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
 from cadre_desktop.host.core.driver import DriverConfig, DriverStatus, Exit, InstanceInfo, NodeDriver
-from cadre_desktop.host.drivers import driver_config, make_driver
+from cadre_desktop.host.drivers import driver_config, make_driver, make_systemd_driver
 from cadre_desktop.host.local import launch
+from cadre_desktop.host.systemd import units
+from cadre_desktop.host.systemd.driver import SystemdDriver
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings, parse_settings
 from tests.support import port_blocks
 from tests.support.fake_driver import FakeMachine, FakeOrchestrator
 from tests.support.node_scan import kill_node_processes, node_processes
-from tests.support.polling import async_wait_until
+from tests.support.polling import async_wait_until, wait_until
+from tests.support.user_manager import UserManager, session_manager
 
 #: A marker in the interpreter's options: the reference node refuses arguments of its own,
 #: and `-X` options are the interpreter's, seen in the process's command line.
@@ -278,7 +284,80 @@ class FakeRig(DriverRig):
                                what=f"a start of {node_id} in flight")
 
 
+class SystemdRig(LocalRig):
+    """The systemd driver built by `host/drivers.make_systemd_driver` on the tests' own user manager
+    (tests/support/user_manager.py), running the real reference node as units. A crash is
+    `KillUnit` SIGKILL of the unit's main process; what runs is what the manager lists."""
+
+    name = "systemd"
+
+    def __init__(self, home: Path, manager: UserManager) -> None:
+        super().__init__(home)
+        self.manager = manager
+        self.home_id = "h" + secrets.token_hex(8)
+
+    def build(self) -> NodeDriver:
+        return make_systemd_driver(self.settings, self.paths, lambda: "127.0.0.1", home_id=self.home_id,
+                                   address=self.manager.address)
+
+    def unit_of(self, info: InstanceInfo) -> str:
+        return units.unit_name(self.home_id, info.node_id, info.attempt)
+
+    async def crash(self, info: InstanceInfo) -> int | None:
+        done = await asyncio.to_thread(self.manager.systemctl, "kill", "--kill-whom=main", "--signal=SIGKILL",
+                                       self.unit_of(info))
+        assert done.returncode == 0, done.stderr
+        return -signal.SIGKILL
+
+    def crash_unwatched(self, info: InstanceInfo) -> None:
+        done = self.manager.systemctl("kill", "--kill-whom=main", "--signal=SIGKILL", self.unit_of(info))
+        assert done.returncode == 0, done.stderr
+        wait_until(lambda: self.running(info.node_id) == 0, timeout=WAIT_S, what=f"{self.unit_of(info)} gone")
+
+    def running(self, node_id: str) -> int:
+        out = self.manager.systemctl("list-units", "--state=active,activating,deactivating", "--plain",
+                                     "--no-legend", f"{units.family(self.home_id)}{node_id}-*").stdout
+        return sum(1 for line in out.splitlines() if line.strip())
+
+    def hold_starts(self) -> Callable[[], None]:
+        """Each unit is started, then its start waits (bounded) before it goes on."""
+        bus = cast(SystemdDriver, self.driver).bus
+        release, real = asyncio.Event(), bus.call
+        self._in_flight = set()
+
+        async def held(member: str, signature: str, body: list[object], fds: Sequence[int] = ()) -> list[Any]:
+            reply = await real(member, signature, body, fds)
+            if member == "StartTransientUnit":
+                parsed = units.parse_name(self.home_id, str(body[0]))
+                self._in_flight.add(parsed[0] if parsed else "")
+                async with asyncio.timeout(WAIT_S):
+                    await release.wait()
+            return reply
+
+        bus.call = held  # type: ignore[method-assign]
+
+        def undo() -> None:
+            bus.call = real  # type: ignore[method-assign]
+            release.set()
+        self._undo_hold = undo
+        return undo
+
+    def cleanup(self) -> None:
+        if undo := getattr(self, "_undo_hold", None):
+            undo()
+        for driver in self.drivers:
+            driver.close()
+        self.manager.systemctl("kill", "--signal=SIGKILL", f"{units.family(self.home_id)}*")
+        wait_until(lambda: not self.manager.units(f"{units.family(self.home_id)}*"), timeout=WAIT_S,
+                   what="the test's units gone")
+
+
+def systemd_rig(home: Path) -> DriverRig:
+    return SystemdRig(home, session_manager())
+
+
 RIGS: dict[str, Callable[[Path], DriverRig]] = {
     "local": LocalRig,
     "fake": lambda _home: FakeRig(),
+    "systemd": systemd_rig,
 }

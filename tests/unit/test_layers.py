@@ -47,6 +47,7 @@ def test_the_wire_format_imports_only_the_basics():
 ROOMS = {
     "host/core": set(),
     "host/local": {"cadre_desktop.host.core.driver", "cadre_desktop.host.core.events", "cadre_desktop.host.core.records.jsondoc"},
+    "host/systemd": {"cadre_desktop.host.core.driver", "cadre_desktop.host.core.events", "cadre_desktop.host.core.records.jsondoc"},
     "host/lending": {"cadre_desktop.host.core"},
     "host/edges": {"cadre_desktop.host.core", "cadre_desktop.host.lending"},
     "host/conditions": {"cadre_desktop.host.core"},

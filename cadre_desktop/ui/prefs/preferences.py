@@ -16,6 +16,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
@@ -33,6 +34,10 @@ from cadre_desktop.errors import CadreError, Invalid
 from cadre_desktop.settings import Settings, default_node_command
 from cadre_desktop.ui.prefs.when_prefs import WhenToRunPage
 from cadre_desktop.ui.settings_store import save_changes
+
+#: The drivers offered (settings.DRIVERS), in words.
+DRIVER_CHOICES = (("local", "child processes of cadre-desktop"),
+                  ("systemd", "systemd user units (start cold)"))
 
 
 def _checkbox(text: str, tip: str) -> QCheckBox:
@@ -103,12 +108,23 @@ class PreferencesDialog(QDialog):
         ports.addStretch(1)
         form.addRow("&Advertised address:", self.advertise)
         form.addRow("Node &program:", self.node_command)
+        form.addRow("&Run nodes as:", self._make_driver())
         ports_label = QLabel("P&ort range:")
         ports_label.setBuddy(self.port_low)
         form.addRow(ports_label, ports)
         network = QGroupBox("Nodes")
         network.setLayout(form)
         return network
+
+    def _make_driver(self) -> QComboBox:
+        """The driver (settings' `driver`): taken at the next start of cadre-desktop."""
+        self.driver = QComboBox()
+        for name, words in DRIVER_CHOICES:
+            self.driver.addItem(words, name)
+        self.driver.setToolTip("Child processes of cadre-desktop, or units of your systemd user manager "
+                               "(they start cold: no warm standby; they outlive the tray if you keep them "
+                               "running at Quit). Takes effect at the next start of cadre-desktop.")
+        return self.driver
 
     def _add_error_and_buttons(self, layout: QVBoxLayout) -> None:
         """Where a refusal is said (hidden until one comes), then *Save* and *Cancel*."""
@@ -146,6 +162,7 @@ class PreferencesDialog(QDialog):
         self.node_command.setText("" if default else shlex.join(s.node_command))
         self.port_low.setValue(s.port_range[0])
         self.port_high.setValue(s.port_range[1])
+        self.driver.setCurrentIndex(max(self.driver.findData(s.driver), 0))
         self.when.fill(s)
 
     def _autostart_on(self) -> bool:
@@ -173,6 +190,7 @@ class PreferencesDialog(QDialog):
             "advertise_host": self.advertise.text().strip() or None,
             "node_command": command,
             "port_range": [self.port_low.value(), self.port_high.value()],
+            "driver": self.driver.currentData(),
             **self.when.changes(),
         }
 
