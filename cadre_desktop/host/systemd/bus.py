@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from cadre_desktop.errors import MachineError
+
 if TYPE_CHECKING:
     from dbus_fast import Message
     from dbus_fast.aio import MessageBus
@@ -36,8 +38,11 @@ MATCH = (f"type='signal',sender='{SYSTEMD}',interface='{PROPERTIES}',member='Pro
 Change = tuple[str, str, dict[str, Any]]
 
 
-class BusError(OSError):
-    """A call the manager refused or did not answer; `name` is the D-Bus error's name."""
+class BusError(MachineError, OSError):
+    """A call the manager refused or did not answer; `name` is the D-Bus error's name. An OSError
+    too, so what catches the OS's failures of a start catches the manager's."""
+
+    code = "systemd_bus"
 
     def __init__(self, member: str, name: str, words: str) -> None:
         super().__init__(f"systemd {member}: {name}: {words}"[:300])

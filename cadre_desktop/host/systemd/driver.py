@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cadre_desktop.errors import SpawnError
+from cadre_desktop.errors import MachineError, SpawnError
 from cadre_desktop.files.atomicfile import ensure_private_dir
 from cadre_desktop.host.core.driver import CapsEnforcement, DriverConfig, DriverStatus, Exit, InitReport, NodeCaps, status_of
 from cadre_desktop.host.core.events import Listeners
@@ -106,7 +106,8 @@ class SystemdDriver:
         for node_id in {u.node_id for u in self._units.values()}:
             self.logs.trim(node_id)
 
-    def caps_enforcement(self, caps: NodeCaps) -> CapsEnforcement:
+    def caps_enforcement(self, caps: NodeCaps, node_id: str | None = None) -> CapsEnforcement:
+        """The unit's own properties hold the caps (systemd refuses a start it cannot cap)."""
         return CapsEnforcement(enforced=True, how=units.caps_words(caps))
 
     # -- start-up ---------------------------------------------------------------------------
@@ -242,7 +243,7 @@ class SystemdDriver:
                 if exc.name != "org.freedesktop.systemd1.UnitExists":
                     raise
                 if (await self.bus.properties(row.path, UNIT)).get("ActiveState") in LIVE_STATES:
-                    raise _AlreadyRuns() from None
+                    raise _AlreadyRuns("the unit runs already") from None
                 # A unit of this name ended and was not collected yet: reset it, and start once more.
                 await self._quietly("ResetFailedUnit", "s", [row.unit])
                 await self.bus.call("StartTransientUnit", START_SIGNATURE, [row.unit, "fail", props, []], fds=[read_end])
@@ -459,8 +460,10 @@ class SystemdDriver:
         self.stop_timeout_s = config.stop_timeout_s
 
 
-class _AlreadyRuns(Exception):
+class _AlreadyRuns(MachineError):
     """The unit a start asked for runs already (the same attempt): adopt it."""
+
+    code = "unit_already_runs"
 
 
 async def _within(event: asyncio.Event, seconds: float) -> bool:
