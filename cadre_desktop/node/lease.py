@@ -9,7 +9,9 @@ guards hold the line, because after a suspend the event loop's timers are late:
   still lies behind, the connection is reset unanswered and the node stops. A machine that
   wakes from a night asleep never answers a request it received after its deadline;
 * a watch task wakes at the deadline (at most every `MAX_NAP_S`, since the loop's clock may
-  not count a suspend) and stops the node the same way when nobody asks anything.
+  not count a suspend; each wake a stat of the lease file, read when it changed, so a host
+  that lost its lease can bring the deadline forward) and stops the node the same way when
+  nobody asks anything.
 
 The node then exits with `ExitCode.LEASE_EXPIRED`: its host, if it still holds the node,
 starts it again with a fresh deadline.
@@ -49,13 +51,15 @@ class LeaseWatch:
         self._on_expired = on_expired
         self._now_ns = now_ns
         self.expired = False
+        self._stamp: int | None = None
 
     @property
     def generation(self) -> int:
         return self.terms.generation
 
     def _reread(self) -> None:
-        """Take a later deadline of the same generation from `lease.json`; anything else is ignored."""
+        """Take the deadline of the same generation from `lease.json` (later or sooner: the host
+        may have lost its lease); another generation's, or a damaged file, is ignored."""
         try:
             with self._file.open("rb") as f:
                 data = f.read(wire_lease.MAX_LEASE_FILE + 1)
@@ -93,8 +97,23 @@ class LeaseWatch:
             return answer
         return guarded
 
+    def _changed(self) -> bool:
+        try:
+            stamp = self._file.stat().st_mtime_ns
+        except OSError:
+            stamp = None
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        return True
+
     async def watch(self) -> None:
-        """Until the lease runs out: then `on_expired` has been called and this returns."""
-        while self.may_serve():
+        """Until the lease runs out: then `on_expired` has been called and this returns. The lease
+        file is looked at on every wake (a stat), so a deadline the host brings forward holds too."""
+        while True:
+            if self._changed():
+                self._reread()
+            if not self.may_serve():
+                return
             left_s = (self.terms.deadline_ns - self._now_ns()) / 1e9
             await asyncio.sleep(min(max(left_s, 0.0), MAX_NAP_S))

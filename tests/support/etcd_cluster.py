@@ -8,6 +8,7 @@ folder, ports from the suite's port blocks. Quick Raft timings (heartbeat 50 ms,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +40,7 @@ class Cluster:
         for client in self.clients:
             with contextlib.suppress(Exception):
                 await client.close()
-        for member in self.members:
-            await member.stop(grace_s=5.0)
+        await asyncio.gather(*(member.stop(grace_s=1.0) for member in self.members))
 
 
 def computers(count: int) -> tuple[list[str], list[ec.EllipticCurvePrivateKey], list[bytes]]:
@@ -69,5 +69,4 @@ async def start_cluster(cluster: Cluster, within_s: float = 30.0) -> None:
     initial = [Peer(m.spec.name, m.spec.peer_url(True)) for m in cluster.members]
     for member in cluster.members:
         await member.start(initial)
-    for member in cluster.members:
-        await member.wait_ready(within_s)
+    await asyncio.gather(*(member.wait_ready(within_s) for member in cluster.members))

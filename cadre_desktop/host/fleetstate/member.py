@@ -29,7 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: How long a member may take to answer after its start (etcd opens its database, replays its log).
 READY_S = 30.0
+#: How long a member add or remove is asked again while etcd calls the cluster unhealthy.
+RECONFIG_S = 20.0
 #: Terminate → this grace → kill.
 STOP_GRACE_S = 10.0
 #: A log over this is moved to `etcd.log.1` at the next start.
@@ -267,27 +269,48 @@ class EtcdMember:
                 await _ends_within(exited, 5.0)
         return exited.result() if exited.done() else None
 
-    async def leave(self, cluster: FleetClient) -> None:
+    async def leave(self, cluster: FleetClient, within_s: float = RECONFIG_S) -> None:
         """Take this member out of its cluster (through `cluster`, a client of the others), stop it,
         and delete its data folder, which no cluster will take back."""
-        for member in await cluster.members():
-            if member.name == self.spec.name or self.spec.peer_url(self.tls is not None) in member.peer_urls:
-                await cluster.remove_member(member.id)
+        async def remove() -> None:
+            for member in await cluster.members():
+                if member.name == self.spec.name or self.spec.peer_url(self.tls is not None) in member.peer_urls:
+                    await cluster.remove_member(member.id)
+        await _reconfigure(remove, within_s)
         await self.stop()
         await asyncio.to_thread(shutil.rmtree, self.spec.data_dir, True)
 
 
-async def join_cluster(cluster: FleetClient, spec: MemberSpec, tls: bool) -> list[Peer]:
+async def join_cluster(cluster: FleetClient, spec: MemberSpec, tls: bool, within_s: float = RECONFIG_S) -> list[Peer]:
     """Add the member `spec` to the running cluster `cluster` talks to; the initial cluster it
     is to be started with (`EtcdMember.start(..., joining=True)`)."""
     url = spec.peer_url(tls)
-    await cluster.add_member([url])
+
+    async def add() -> None:
+        if not any(url in m.peer_urls for m in await cluster.members()):
+            await cluster.add_member([url])
+    await _reconfigure(add, within_s)
     peers = []
     for member in await cluster.members():
         name = member.name or (spec.name if url in member.peer_urls else "")
         if name and member.peer_urls:
             peers.append(Peer(name, url if name == spec.name else member.peer_urls[0]))
     return peers
+
+
+async def _reconfigure(change: Callable[[], Awaitable[None]], within_s: float) -> None:
+    """A member add or remove, asked again until `within_s`: etcd refuses one that could cost the
+    majority ("unhealthy cluster") until every other member has been connected for 5 s."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + within_s
+    while True:
+        try:
+            await change()
+            return
+        except StoreUnavailable:
+            if loop.time() >= until:
+                raise
+            await asyncio.sleep(0.5)
 
 
 async def _ends_within(exited: asyncio.Future[int | None], seconds: float) -> bool:
