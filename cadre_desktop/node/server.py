@@ -23,6 +23,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Callable
 
 from cadre_desktop.logs import logfilter
 from cadre_desktop.net.netguard import ConnectionGuard
@@ -54,10 +55,7 @@ async def serve(node: Node, started_at: float) -> None:
     logfilter.quiet_loop_errors(asyncio.get_running_loop(), log)
 
     guard = ConnectionGuard(per_source=MAX_PER_SOURCE, total=MAX_CONNECTIONS, idle_s=IDLE_S, name="node API")
-    handler: Handler = Api(node).answer
-    lease = LeaseWatch(config.lease, config.node_dir, stop.set) if config.lease is not None else None
-    if lease is not None:
-        handler = lease.guard(handler)
+    lease, handler = _leased(node, Api(node).answer, stop.set)
     http = node_server(handler, guard, max_body=MAX_BODY, body_timeout_s=config.tuning.body_timeout_s)
     p2p = None
     join_task: asyncio.Task[None] | None = None
@@ -108,6 +106,15 @@ async def serve(node: Node, started_at: float) -> None:
             p2p.close()
         await http.stop(SHUTDOWN_GRACE_S)
     log.info("stopped")
+
+
+def _leased(node: Node, handler: Handler, stop: Callable[[], None]) -> tuple[LeaseWatch | None, Handler]:
+    """The node's lease watch (a fleet's failover node only) and the handler it guards."""
+    lease = node.config.lease
+    if lease is None:
+        return None, handler
+    watch = LeaseWatch(lease, node.config.node_dir, stop)
+    return watch, watch.guard(handler)
 
 
 def _on_stop_signals(callback) -> None:

@@ -20,7 +20,7 @@ from cadre_desktop.host.fleetstate.member import Peer, join_cluster
 from cadre_desktop.host.fleetstate.shared import SharedState
 from cadre_desktop.host.fleetstate.takeover import Action, FleetView, TakeoverRules, decide_takeover
 from tests.support.etcd_cluster import Cluster, make_cluster
-from tests.support.polling import async_wait_until
+from tests.support.node_process import poll
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the member's TLS key needs memfd")
 
@@ -70,8 +70,8 @@ async def test_a_member_killed_leaves_a_majority_a_take_still_works_and_its_dama
     victim = etcd_cluster.members[0]
     assert victim.pid is not None
     os.kill(victim.pid, signal.SIGKILL)
-    await async_wait_until(lambda: not victim.running, timeout=10.0, what="the member's death")
-    await async_wait_until(lambda: answers(client), timeout=20.0, interval=0.1, what="a read from the majority")
+    await poll(lambda: not victim.running, deadline_s=10.0, what="the member's death")
+    await poll(lambda: answers(client), deadline_s=20.0, what="a read from the majority")
     took = await shared.take("n1", "computer-b", 1, holder="computer-a", mark_at=time.time())
     assert took.won and took.generation == 2
     assert (await shared.read_node("n1")).holder == "computer-b"
@@ -93,7 +93,7 @@ async def test_a_kept_lease_lives_on_and_one_not_renewed_expires_as_the_takeover
     assert (await a.take("study", "computer-a", 0, holder=None, mark_at=time.time())).won
     await a.set_failover("study", True)
     assert await a.mark_served("study", "computer-a", 1)
-    await async_wait_until(lambda: keeper.renewals >= 4, timeout=15.0, what="four renewals (past its 2 s)")
+    await poll(lambda: keeper.renewals >= 4, deadline_s=15.0, what="four renewals (past its 2 s)")
     assert keeper.deadline_ns > first and keeper.valid() and await b.lease_alive("computer-a")
 
     def seen(alive: bool) -> FleetView:
@@ -105,7 +105,7 @@ async def test_a_kept_lease_lives_on_and_one_not_renewed_expires_as_the_takeover
 
     async def gone() -> bool:
         return not await b.lease_alive("computer-a")
-    await async_wait_until(gone, timeout=15.0, interval=0.1, what="the lease to expire")
+    await poll(gone, deadline_s=15.0, what="the lease to expire")
     verdict = decide_takeover(await b.read_node("study"), seen(False), TakeoverRules(), time.time())
     assert verdict.action is Action.TAKE and verdict.holder == "computer-a" and verdict.failures == 0
     took = await b.take("study", "computer-b", verdict.expected, holder=verdict.holder, mark_at=time.time())
@@ -128,7 +128,7 @@ async def test_a_third_member_joins_a_running_cluster_and_leaves_it(tmp_path) ->
 
         async def named() -> list[str]:
             return sorted(m.name for m in await client.members())
-        await async_wait_until(lambda: _all_three(named), timeout=20.0, interval=0.1, what="three named members")
+        await poll(lambda: _all_three(named), deadline_s=20.0, what="three named members")
         assert (await SharedState(cluster.client(2)).take("n", "computer-c", 0, holder=None, mark_at=time.time())).won
         assert (await SharedState(client).read_node("n")).holder == "computer-c"
         await third.leave(client)

@@ -4,7 +4,6 @@ deadline stops serving by itself once it passes, unless its host moved it on."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -35,7 +34,7 @@ def watch(tmp_path: Path, deadline_s: float, boot: Boot, expired: list[int]) -> 
 
 
 def test_a_lease_serves_until_its_deadline_then_never_again(tmp_path: Path) -> None:
-    boot, expired = Boot(100 * S), []
+    boot, expired = Boot(100 * S), list[int]()
     lease = watch(tmp_path, 101, boot, expired)
     assert lease.may_serve()
     boot.ns = 101 * S
@@ -45,7 +44,7 @@ def test_a_lease_serves_until_its_deadline_then_never_again(tmp_path: Path) -> N
 
 
 def test_the_host_moves_the_deadline_on_with_the_lease_file_of_the_same_generation(tmp_path: Path) -> None:
-    boot, expired = Boot(100 * S), []
+    boot, expired = Boot(100 * S), list[int]()
     lease = watch(tmp_path, 101, boot, expired)
     (tmp_path / wire_lease.LEASE_FILE).write_bytes(render(LeaseTerms(7, 130 * S)))
     boot.ns = 120 * S
@@ -56,7 +55,7 @@ def test_the_host_moves_the_deadline_on_with_the_lease_file_of_the_same_generati
 
 
 def test_a_damaged_lease_file_leaves_the_deadline_as_it_was(tmp_path: Path) -> None:
-    boot, expired = Boot(100 * S), []
+    boot, expired = Boot(100 * S), list[int]()
     lease = watch(tmp_path, 101, boot, expired)
     (tmp_path / wire_lease.LEASE_FILE).write_bytes(b"{not json" + b" " * 600)
     boot.ns = 102 * S
@@ -64,7 +63,7 @@ def test_a_damaged_lease_file_leaves_the_deadline_as_it_was(tmp_path: Path) -> N
 
 
 async def test_a_request_past_the_deadline_gets_no_answer_at_all(tmp_path: Path) -> None:
-    boot, expired = Boot(100 * S), []
+    boot, expired = Boot(100 * S), list[int]()
     lease = watch(tmp_path, 101, boot, expired)
 
     async def answer(request: Request) -> Answer:
@@ -110,10 +109,9 @@ def test_the_lease_file_format_is_checked() -> None:
 
 def test_the_boot_clock_of_each_platform(monkeypatch: pytest.MonkeyPatch) -> None:
     for platform in ("linux", "darwin", "win32"):
-        monkeypatch.setattr(wire_lease.sys, "platform", platform)
+        monkeypatch.setattr("cadre_desktop.wire.lease.sys.platform", platform)
         first = boot_ns()
         assert isinstance(first, int) and boot_ns() >= first
-    monkeypatch.setattr(wire_lease.sys, "platform", sys.platform)
 
 
 def _in(seconds: float) -> dict[str, str]:

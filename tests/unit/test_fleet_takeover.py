@@ -9,15 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from cadre_desktop.host.fleetstate.shared import NodeShared, StartMark
-from cadre_desktop.host.fleetstate.takeover import (
-    THIRD_COMPUTER,
-    Action,
-    FleetView,
-    TakeoverRules,
-    decide_takeover,
-    mark_age_s,
-    start_grace,
-)
+from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER, Action, FleetView, TakeoverRules, decide_takeover, mark_age_s, start_grace
 from tests.support.clock import FakeClock
 
 RULES = TakeoverRules(start_grace_s=15.0, start_grace_max_s=120.0)
