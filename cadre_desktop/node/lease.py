@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from cadre_desktop.errors import Invalid
+from cadre_desktop.errors import Invalid, MachineError
 from cadre_desktop.wire import lease as wire_lease
 from cadre_desktop.wire.httpmsg import Answer, Request
 from cadre_desktop.wire.lease import LeaseTerms
@@ -37,8 +37,11 @@ MAX_NAP_S = 1.0
 Handler = Callable[[Request], Awaitable[Answer]]
 
 
-class LeaseExpired(ConnectionAbortedError):
-    """Raised in place of an answer: the HTTP server resets the connection, nothing is sent."""
+class LeaseExpired(MachineError, ConnectionAbortedError):
+    """Raised in place of an answer: the lease ran out (the computer slept, or its host lost the
+    lease). An OSError, so the HTTP server resets the connection and sends nothing."""
+
+    code = "lease_expired"
 
 
 class LeaseWatch:

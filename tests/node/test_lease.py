@@ -73,7 +73,7 @@ async def test_a_request_past_the_deadline_gets_no_answer_at_all(tmp_path: Path)
     request = Request("GET", "/status", {}, {}, "127.0.0.1", None)  # type: ignore[arg-type]
     with pytest.raises(LeaseExpired):
         await guarded(request)
-    assert isinstance(LeaseExpired(), OSError)  # the HTTP server resets the connection on an OSError
+    assert isinstance(LeaseExpired("gone"), OSError)  # the HTTP server resets the connection on an OSError
     with pytest.raises(LeaseExpired):
         await guarded(request)
 
