@@ -2,12 +2,14 @@
 
 `aetcd` is a maintained asyncio client of etcd's v3 API (gRPC). Three things it does not do
 are done here: TLS with the computer's own key (`_TlsClient` opens a secure channel where
-aetcd opens a plain one; the key stays in memory), several members behind one channel (a
-gRPC `ipv4:` target listing each member, round-robin over those that answer, keep-alive
-pings so a frozen member's connection is dropped), and a deadline on every call: gRPC's own
-per-call deadline plus `asyncio.timeout` around the whole call (the connection included), so
-no call outlives `timeout_s`. Whatever goes wrong (a timeout, a member gone, no leader, a
-refusal) is a `StoreUnavailable` naming the call, its words made one safe line.
+aetcd opens a plain one; the key stays in memory); several members behind one channel (a
+gRPC `ipv4:` target listing each member; gRPC's default `pick_first` keeps one member's
+connection and moves to the next listed when it breaks, keep-alive pings drop a frozen
+member's; `round_robin` left a closed channel's connection alive, retrying, after a lease
+renewal's stream); and a deadline on every call: gRPC's own per-call deadline plus
+`asyncio.timeout` around the whole call (the connection included), so no call outlives
+`timeout_s`. Whatever goes wrong (a timeout, a member gone, no leader, a refusal) is a
+`StoreUnavailable` naming the call, its words made one safe line.
 
 Reads are linearizable (they need a majority of the members): a read that succeeds proves
 the store has a majority now, which the take-over decision relies on.
@@ -33,8 +35,9 @@ T = TypeVar("T")
 
 #: The default bound on one call: a healthy store on a home network answers in milliseconds.
 CALL_TIMEOUT_S = 3.0
-#: gRPC keep-alive: etcd refuses pings more often than every 5 s (its --grpc-keepalive-min-time).
-KEEPALIVE_MS = 5000
+#: gRPC keep-alive: etcd refuses pings more often than every 5 s (its --grpc-keepalive-min-time);
+#: a frozen member's connection is dropped after these two, and the next member is tried.
+KEEPALIVE_MS = 10000
 KEEPALIVE_TIMEOUT_MS = 2000
 
 
@@ -68,13 +71,15 @@ def channel_target(endpoints: Sequence[Endpoint]) -> str:
 
 def channel_options(tls: FleetTls | None) -> list[tuple[str, Any]]:
     options: list[tuple[str, Any]] = [
-        ("grpc.lb_policy_name", "round_robin"),
         ("grpc.keepalive_time_ms", KEEPALIVE_MS),
         ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.initial_reconnect_backoff_ms", 200),
         ("grpc.max_reconnect_backoff_ms", 2000),
+        # Each channel its own connections: gRPC otherwise shares them process-wide by address,
+        # and one made for a closed client (another key, a cluster since gone) lingered, retrying.
+        ("grpc.use_local_subchannel_pool", 1),
     ]
     if tls is not None:
         options.append(("grpc.ssl_target_name_override", FLEET_NAME))
@@ -105,6 +110,19 @@ class _TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd ships no types
         self.maintenancestub = rpc.MaintenanceStub(self.channel)
         self._watcher = watcher.Watcher(rpc.WatchStub(self.channel), timeout=self._timeout, metadata=None)
         self._connected.set()
+
+    async def renew_once(self, lease_id: int) -> Any:
+        """One lease renewal on a stream of its own, ended after its one answer. (aetcd's
+        `refresh_lease` leaves the stream open until the call is collected; a channel closed
+        meanwhile kept a connection alive, retrying.)"""
+        await self.connect()
+        call = self.leasestub.LeaseKeepAlive([rpc.LeaseKeepAliveRequest(ID=lease_id)], timeout=self._timeout)
+        try:
+            async for reply in call:
+                return reply
+            return None
+        finally:
+            call.cancel()
 
 
 class FleetClient:
@@ -159,7 +177,7 @@ class FleetClient:
 
     async def refresh(self, lease_id: int) -> int:
         """Renew a lease: its time to live in seconds, 0 when etcd no longer has it (expired)."""
-        reply = await self._bounded("a lease renewal", self._client.refresh_lease(lease_id))
+        reply = await self._bounded("a lease renewal", self._client.renew_once(lease_id))
         return max(int(reply.TTL), 0) if reply is not None else 0
 
     async def revoke(self, lease_id: int) -> None:
