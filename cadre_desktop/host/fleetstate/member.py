@@ -93,8 +93,11 @@ class MemberSpec:
     #: `<home>/etcd`: the data folder (`data/`), the log and the certificates under it.
     root: Path
     cluster_token: str = "cadre-fleet"
-    heartbeat_ms: int = 100
-    election_ms: int = 1000
+    #: Raft's timings: five times etcd's defaults, for a home network's few members and a
+    #: machine that is mostly idle (bench/README.md, "The fleet's etcd at idle"): a leader lost
+    #: is replaced in about 5-10 s, well inside a 15 s lease, which etcd extends on a new leader.
+    heartbeat_ms: int = 500
+    election_ms: int = 5000
 
     @property
     def data_dir(self) -> Path:
@@ -140,9 +143,10 @@ def member_args(spec: MemberSpec, initial: Sequence[Peer], *, existing: bool, tl
 
 
 def _child_env() -> dict[str, str]:
-    """The member's environment: the PATH (and Windows' SYSTEMROOT), nothing of ours, no ETCD_* knob."""
+    """The member's environment: the PATH (and Windows' SYSTEMROOT), nothing of ours, no ETCD_* knob;
+    Go on one thread (`GOMAXPROCS=1`: a fifth less CPU at idle, and the fleet's load is tiny)."""
     keep = ("PATH", "SYSTEMROOT", "TZ")
-    return {k: v for k, v in os.environ.items() if k in keep}
+    return {**{k: v for k, v in os.environ.items() if k in keep}, "GOMAXPROCS": "1"}
 
 
 def _last_lines(path: Path, limit: int = 8) -> list[str]:
