@@ -11,8 +11,10 @@ import pytest
 
 from cadre_desktop.host.fleetstate.client import Endpoint, FleetClient
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
-from cadre_desktop.host.fleetstate.leases import LeaseKeeper, safety_ns
+from cadre_desktop.host.fleetstate.leases import LeaseKeeper, extend_node, node_terms, safety_ns
 from cadre_desktop.host.fleetstate.shared import SharedStateInvalid, StartMark, lease_key, node_key, node_prefix, parse_node
+from cadre_desktop.wire import lease as wire_lease
+from cadre_desktop.wire.lease import LeaseTerms
 
 S = 1_000_000_000
 
@@ -130,3 +132,15 @@ async def test_a_store_that_never_answers_is_unavailable_within_the_call_s_bound
             await client.get(b"/cadre/fleet/v1/x")
         assert time.monotonic() - started < 3.0
         await client.close()
+
+
+async def test_the_host_moves_a_node_s_deadline_in_the_node_s_own_format(tmp_path) -> None:
+    boot, store = Boot(), FakeStore()
+    keeper = LeaseKeeper(store, ttl_ms=15000, now_ns=boot)  # type: ignore[arg-type]
+    await keeper.start()
+    terms = node_terms(7, keeper)
+    extend_node(tmp_path, terms)
+    written = tmp_path / wire_lease.LEASE_FILE
+    assert wire_lease.parse(written.read_bytes()) == LeaseTerms(7, keeper.deadline_ns)
+    assert written.stat().st_mode & 0o777 == 0o600
+    await keeper.stop()

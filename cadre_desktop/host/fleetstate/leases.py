@@ -22,10 +22,13 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable
+from pathlib import Path
 
+from cadre_desktop.files.atomicfile import write_bytes_atomic
 from cadre_desktop.host.fleetstate.client import FleetClient
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
-from cadre_desktop.wire.lease import boot_ns
+from cadre_desktop.wire import lease as wire_lease
+from cadre_desktop.wire.lease import LeaseTerms, boot_ns
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,17 @@ RETRY_S = 0.25
 def safety_ns(ttl_ms: int) -> int:
     """The margin kept off a lease's end: a tenth of it, at least half a second, at most 3 s."""
     return int(min(max(ttl_ms / 10, 500), 3000) * 1_000_000)
+
+
+def node_terms(generation: int, keeper: LeaseKeeper) -> LeaseTerms:
+    """What a failover node at `generation` is started with, or moved on to: the keeper's deadline."""
+    return LeaseTerms(generation, keeper.deadline_ns)
+
+
+def extend_node(node_dir: Path, terms: LeaseTerms) -> None:
+    """Move a running failover node's deadline (node contract: `lease.json`, written whole and
+    atomically, 0600). Blocking (an fsync): call it on a thread, or the host's writer."""
+    write_bytes_atomic(node_dir / wire_lease.LEASE_FILE, wire_lease.render(terms))
 
 
 class LeaseKeeper:
