@@ -10,17 +10,21 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
+import aiohttp
 import pytest
 
 from cadre_desktop.host.fleetstate.client import FleetClient
 from cadre_desktop.host.fleetstate.errors import EtcdDataCorrupt, StoreUnavailable
-from cadre_desktop.host.fleetstate.leases import LeaseKeeper
+from cadre_desktop.host.fleetstate.leases import LeaseKeeper, extend_node, node_terms
 from cadre_desktop.host.fleetstate.member import Peer, join_cluster
 from cadre_desktop.host.fleetstate.shared import SharedState
 from cadre_desktop.host.fleetstate.takeover import Action, FleetView, TakeoverRules, decide_takeover
+from cadre_desktop.node.errors import ExitCode
+from cadre_desktop.wire.lease import boot_ns, env_of
 from tests.support.etcd_cluster import Cluster, make_cluster
-from tests.support.node_process import poll
+from tests.support.node_process import NodeLauncher, poll
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the member's TLS key needs memfd")
 
@@ -84,32 +88,60 @@ async def test_a_member_killed_leaves_a_majority_a_take_still_works_and_its_dama
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before and not victim.running
 
 
-async def test_a_kept_lease_lives_on_and_one_not_renewed_expires_as_the_takeover_decision_sees(
-        etcd_cluster: Cluster) -> None:
+async def test_a_kept_lease_lives_on_and_one_not_renewed_expires_its_node_stopping_first(
+        etcd_cluster: Cluster, tmp_path: Path) -> None:
+    """Computer a holds a failover node under its lease, moving the node's deadline on while it
+    renews; a freezes (no renewal): its node stops by itself before the lease expires in the
+    store, and only then does b's take-over decision see the lease gone and take the node."""
     a, b = SharedState(etcd_cluster.client(0)), SharedState(etcd_cluster.client(1))
     keeper = LeaseKeeper(a.client, ttl_ms=2000)
     await a.announce("computer-a", await keeper.start(), 2000)
     first = keeper.deadline_ns
     assert (await a.take("study", "computer-a", 0, holder=None, mark_at=time.time())).won
     await a.set_failover("study", True)
-    assert await a.mark_served("study", "computer-a", 1)
-    await poll(lambda: keeper.renewals >= 4, deadline_s=15.0, what="four renewals (past its 2 s)")
-    assert keeper.deadline_ns > first and keeper.valid() and await b.lease_alive("computer-a")
-
     def seen(alive: bool) -> FleetView:
         return FleetView(me="computer-b", members=3, quorum=True, room=True, holder_lease_alive=alive)
-    node = await b.read_node("study")
-    assert decide_takeover(node, seen(True), TakeoverRules(), time.time()).action is Action.NOTHING
+    async with aiohttp.ClientSession() as http:
+        nodes = NodeLauncher(tmp_path, http)
+        mover: asyncio.Task[None] | None = None
+        try:
+            node = await nodes.start("study", extra=env_of(node_terms(1, keeper)))
+            mover = asyncio.create_task(_move_deadline_on(node.node_dir, keeper))
+            assert (await node.status())["generation"] == 1
+            assert await a.mark_served("study", "computer-a", 1)
+            await poll(lambda: keeper.renewals >= 4, deadline_s=15.0, what="four renewals (past its 2 s)")
+            assert keeper.deadline_ns > first and keeper.valid() and await b.lease_alive("computer-a")
+            assert node.running and (await node.status())["generation"] == 1
+            shared = await b.read_node("study")
+            assert decide_takeover(shared, seen(True), TakeoverRules(), time.time()).action is Action.NOTHING
 
-    await keeper.stop(revoke=False)  # computer-a freezes: nothing renews its lease any more
+            mover.cancel()
+            frozen = keeper.deadline_ns  # the latest deadline the node can have been given
+            await keeper.stop(revoke=False)  # computer a freezes: nothing renews its lease any more
+            await poll(lambda: boot_ns() >= frozen, deadline_s=5.0, what="the node's deadline")
+            assert await b.lease_alive("computer-a"), "the node's deadline must come before its lease's end"
+            with pytest.raises(aiohttp.ClientError):
+                await node.get("/status", timeout=2.0)
+            assert await node.wait_exit(deadline_s=15.0) == ExitCode.LEASE_EXPIRED
 
-    async def gone() -> bool:
-        return not await b.lease_alive("computer-a")
-    await poll(gone, deadline_s=15.0, what="the lease to expire")
+            async def gone() -> bool:
+                return not await b.lease_alive("computer-a")
+            await poll(gone, deadline_s=15.0, what="the lease to expire")
+        finally:
+            if mover is not None:
+                mover.cancel()
+            await nodes.close()
     verdict = decide_takeover(await b.read_node("study"), seen(False), TakeoverRules(), time.time())
     assert verdict.action is Action.TAKE and verdict.holder == "computer-a" and verdict.failures == 0
     took = await b.take("study", "computer-b", verdict.expected, holder=verdict.holder, mark_at=time.time())
     assert took.won and took.generation == 2
+
+
+async def _move_deadline_on(node_dir: Path, keeper: LeaseKeeper) -> None:
+    """The host's part while it renews: the node's deadline moved to the lease's, four times a second."""
+    while True:
+        await asyncio.to_thread(extend_node, node_dir, node_terms(1, keeper))
+        await asyncio.sleep(0.25)
 
 
 async def test_a_third_member_joins_a_running_cluster_and_leaves_it(tmp_path) -> None:
