@@ -415,7 +415,7 @@ def _run() -> int:
             return ExitCode.INTERNAL
     finally:
         os.close(lock_fd)
-    _exit_at_once(ExitCode.OK)
+    _exit_at_once(ExitCode.LEASE_EXPIRED if node.lease_expired else ExitCode.OK)
     return ExitCode.OK  # not reached
 
 

@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cadre_desktop.errors import Invalid
 from cadre_desktop.node.cadre.donated import DonatedConfig, load_donated
 from cadre_desktop.node.errors import ConfigError
 from cadre_desktop.text import is_host
+from cadre_desktop.wire.lease import LeaseTerms, terms_from_env
 
 NODE_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MIN_SECRET_CHARS = 16
@@ -52,6 +54,8 @@ class NodeConfig:
     node_name: str | None = None
     #: The host's own credential for the owner endpoints, accepted from loopback only.
     host_token: str | None = None
+    #: A fleet's failover node: its generation and lease deadline (wire/lease.py), else None.
+    lease: LeaseTerms | None = None
 
     @property
     def mode(self) -> str:
@@ -123,7 +127,15 @@ def load_config(env: Mapping[str, str]) -> NodeConfig:
         donated=donated,
         node_name=_name(env),
         host_token=host_token,
+        lease=_lease(env),
     )
+
+
+def _lease(env: Mapping[str, str]) -> LeaseTerms | None:
+    try:
+        return terms_from_env(env)
+    except Invalid as err:
+        raise ConfigError(err.message) from None
 
 
 def _required(env: Mapping[str, str], name: str) -> str:

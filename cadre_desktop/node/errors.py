@@ -31,6 +31,7 @@ class ExitCode(enum.IntEnum):
     BIND = 3  # the API or P2P port could not be bound
     NODE_DIR = 4  # the work folder cannot be created, written or locked
     CORRUPT_FILE = 5  # the identity or state file is unreadable; left untouched
+    LEASE_EXPIRED = 6  # started with a lease deadline (a fleet's failover node) that passed
 
 
 class ConfigError(InputError):

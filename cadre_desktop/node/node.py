@@ -101,6 +101,8 @@ class Node:
         self._waiters = 0
         #: Set when the node stops: a request that would wait answers at once.
         self.stopping = False
+        #: Set by the server when the node stopped because its lease ran out (node/lease.py).
+        self.lease_expired = False
         #: Set by the server: ends the node as a stop signal does.
         self.on_stop: Callable[[], None] | None = None
         if config.donated is not None and store.state.seed is not None and not seeded_record(config.donated, store.state.seed):
@@ -130,7 +132,7 @@ class Node:
         return membership.cadre if membership else None
 
     def status(self) -> dict[str, Any]:
-        """The body of ``GET /status``: the contract's six fields, and a donated node's three."""
+        """The body of ``GET /status``: the contract's seven fields, and a donated node's three."""
         phase = self.phase
         status: dict[str, Any] = {
             "node_id": self.config.node_id,
@@ -139,6 +141,7 @@ class Node:
             "cadre": self.cadre,
             "error": self._join_failure if phase is Phase.FAILED else None,
             "version": self.version,
+            "generation": self.config.lease.generation if self.config.lease else None,
         }
         donated = self.config.donated
         if donated is not None:

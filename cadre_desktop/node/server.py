@@ -5,6 +5,9 @@ the API port, and only then does slow work (redeeming an invitation) begin, in a
 background task. So ``/status`` answers from the first moment the API listens, and
 a node that answers has both its ports.
 
+A node started with a lease (a fleet's failover node, `lease.py`) checks it on every request
+and stops by itself at its deadline; one already past it never listens.
+
 Stopping (SIGTERM or SIGINT) cancels the background task, closes the listeners and
 idle keep-alive connections, and gives requests in flight half a second. State is
 only ever written whole (see :mod:`state`), so stopping at any point leaves nothing
@@ -20,6 +23,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Callable
 
 from cadre_desktop.logs import logfilter
 from cadre_desktop.net.netguard import ConnectionGuard
@@ -27,6 +31,7 @@ from cadre_desktop.node.api import Api
 from cadre_desktop.node.cadre.joiner import redeem_invitation
 from cadre_desktop.node.errors import BindError
 from cadre_desktop.node.http1 import node_server
+from cadre_desktop.node.lease import Handler, LeaseWatch
 from cadre_desktop.node.node import Node, Phase
 from cadre_desktop.node.p2p import start_p2p_listener
 from cadre_desktop.wire.api import MAX_BODY
@@ -50,9 +55,15 @@ async def serve(node: Node, started_at: float) -> None:
     logfilter.quiet_loop_errors(asyncio.get_running_loop(), log)
 
     guard = ConnectionGuard(per_source=MAX_PER_SOURCE, total=MAX_CONNECTIONS, idle_s=IDLE_S, name="node API")
-    http = node_server(Api(node).answer, guard, max_body=MAX_BODY, body_timeout_s=config.tuning.body_timeout_s)
+    lease, handler = _leased(node, Api(node).answer, stop.set)
+    http = node_server(handler, guard, max_body=MAX_BODY, body_timeout_s=config.tuning.body_timeout_s)
     p2p = None
     join_task: asyncio.Task[None] | None = None
+    lease_task: asyncio.Task[None] | None = None
+    if lease is not None and not lease.may_serve():
+        node.lease_expired = True
+        log.warning("started past its lease deadline: not serving")
+        return
     try:
         p2p = await start_p2p_listener(config.api_host, config.p2p_port, node.peer_id)
         try:
@@ -71,6 +82,8 @@ async def serve(node: Node, started_at: float) -> None:
             node.phase.value,
             (time.monotonic() - started_at) * 1000,
         )
+        if lease is not None:
+            lease_task = asyncio.create_task(lease.watch(), name="lease-watch")
         if config.invitation is not None and node.phase is Phase.JOINING:
             join_task = asyncio.create_task(
                 redeem_invitation(node, config.invitation, config.tuning.join_timeout_s),
@@ -79,18 +92,29 @@ async def serve(node: Node, started_at: float) -> None:
         elif config.invitation is not None:
             log.info("already joined cadre %r; the invitation is not redeemed again", node.cadre)
         await stop.wait()
+        node.lease_expired = lease is not None and lease.expired
         log.info("stopping")
         node.stopping = True
         node.release_waiters()  # a long-poll of /status answers now, not at the end of the stop's grace
     finally:
-        if join_task is not None:
-            join_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await join_task
+        for task in (join_task, lease_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if p2p is not None:
             p2p.close()
         await http.stop(SHUTDOWN_GRACE_S)
     log.info("stopped")
+
+
+def _leased(node: Node, handler: Handler, stop: Callable[[], None]) -> tuple[LeaseWatch | None, Handler]:
+    """The node's lease watch (a fleet's failover node only) and the handler it guards."""
+    lease = node.config.lease
+    if lease is None:
+        return None, handler
+    watch = LeaseWatch(lease, node.config.node_dir, stop)
+    return watch, watch.guard(handler)
 
 
 def _on_stop_signals(callback) -> None:

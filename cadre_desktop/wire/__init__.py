@@ -5,6 +5,7 @@ travel (``keys``), the bounds and codes every API of the node's format answers w
 (``api``), a refusal and its HTTP status (``refusal``, ``http_status``), the
 throttle of wrong secrets (``ratelimit``), a node's ``run.json`` (``runfile``: its name,
 states and bounds, the node's strict check of a request and the host's check of the file),
+a fleet's failover node's generation and lease deadline on the boot clock (``lease``),
 and the HTTP/1.1 server both serve their APIs with (``http1`` on h11, its ``Request`` and
 ``Answer`` in ``httpmsg``). It imports only the
 basics (``cadre_desktop.errors``, ``text``, ``netguard``) and h11: nothing of ``host``,

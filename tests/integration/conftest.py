@@ -9,6 +9,7 @@ import psutil
 import pytest
 
 from tests.support.driver_contract import RIGS
+from tests.support.etcd_cluster import make_cluster, start_cluster
 from tests.support.headless import HeadlessHost
 
 
@@ -56,3 +57,14 @@ def cleanup():
                 kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+@pytest.fixture
+async def etcd_cluster(tmp_path):
+    """A real 3-member etcd cluster on 127.0.0.1, TLS on, one computer's folder each (tests/support/etcd_cluster.py)."""
+    cluster = make_cluster(tmp_path, 3)
+    try:
+        await start_cluster(cluster)
+        yield cluster
+    finally:
+        await cluster.close()

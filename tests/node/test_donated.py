@@ -17,7 +17,7 @@ from cadre_desktop.wire.keys import b64url
 from cadre_desktop.wire.seed import sign_seed
 from tests.support.node_process import NodeLauncher, NodeProcess
 
-DONATED_KEYS = {"node_id", "peer_id", "state", "cadre", "error", "version", "donation_id", "party", "profile"}
+DONATED_KEYS = {"node_id", "peer_id", "state", "cadre", "error", "version", "generation", "donation_id", "party", "profile"}
 
 
 class Owner:

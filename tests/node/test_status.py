@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.node_process import NodeLauncher, poll
 
-STATUS_KEYS = {"node_id", "peer_id", "state", "cadre", "error", "version"}
+STATUS_KEYS = {"node_id", "peer_id", "state", "cadre", "error", "version", "generation"}
 
 
 async def test_status_has_the_contract_fields(nodes: NodeLauncher) -> None:
@@ -27,6 +27,7 @@ async def test_status_has_the_contract_fields(nodes: NodeLauncher) -> None:
     assert body["cadre"] is None and body["error"] is None
     assert body["peer_id"].startswith("cn1") and len(body["peer_id"]) == 35
     assert body["version"]
+    assert body["generation"] is None  # a node outside a fleet's failover has none
 
 
 async def test_peer_id_is_kept_across_restarts(nodes: NodeLauncher) -> None:

@@ -51,6 +51,7 @@ ROOMS = {
     "host/lending": {"cadre_desktop.host.core"},
     "host/edges": {"cadre_desktop.host.core", "cadre_desktop.host.lending"},
     "host/conditions": {"cadre_desktop.host.core"},
+    "host/fleetstate": {"cadre_desktop.host.local.system"},
 }
 
 

@@ -1,0 +1,204 @@
+"""The fleet's etcd client: `aetcd` with every call bounded and its failures our errors.
+
+`aetcd` is a maintained asyncio client of etcd's v3 API (gRPC). Three things it does not do
+are done here: TLS with the computer's own key (`_TlsClient` opens a secure channel where
+aetcd opens a plain one; the key stays in memory); several members behind one channel (a
+gRPC `ipv4:` target listing each member; gRPC's default `pick_first` keeps one member's
+connection and moves to the next listed when it breaks, keep-alive pings drop a frozen
+member's; `round_robin` left a closed channel's connection alive, retrying, after a lease
+renewal's stream); and a deadline on every call: gRPC's own per-call deadline plus
+`asyncio.timeout` around the whole call (the connection included), so no call outlives
+`timeout_s`. Whatever goes wrong (a timeout, a member gone, no leader, a refusal) is a
+`StoreUnavailable` naming the call, its words made one safe line.
+
+Reads are linearizable (they need a majority of the members): a read that succeeds proves
+the store has a majority now, which the take-over decision relies on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import aetcd
+import grpc
+from aetcd import exceptions as aetcd_errors
+from aetcd import rpc, watcher
+
+from cadre_desktop.host.fleetstate.errors import StoreUnavailable
+from cadre_desktop.host.fleetstate.tls import FLEET_NAME, FleetTls
+from cadre_desktop.text import one_line
+
+T = TypeVar("T")
+
+#: The default bound on one call: a healthy store on a home network answers in milliseconds.
+CALL_TIMEOUT_S = 3.0
+#: gRPC keep-alive: etcd refuses pings more often than every 5 s (its --grpc-keepalive-min-time);
+#: a frozen member's connection is dropped after these two, and the next member is tried.
+KEEPALIVE_MS = 10000
+KEEPALIVE_TIMEOUT_MS = 2000
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """A member of the cluster as etcd lists it (its name is empty until it has started)."""
+
+    id: int
+    name: str
+    peer_urls: tuple[str, ...]
+    client_urls: tuple[str, ...]
+
+
+def channel_target(endpoints: Sequence[Endpoint]) -> str:
+    """One gRPC target for every member: `ipv4:a:1,b:2` (or `dns:` for a single host name)."""
+    if not endpoints:
+        raise ValueError("a fleet store needs at least one endpoint")
+    if len(endpoints) == 1 and not endpoints[0].host[:1].isdigit():
+        return f"dns:///{endpoints[0]}"
+    return "ipv4:" + ",".join(str(e) for e in endpoints)
+
+
+def channel_options(tls: FleetTls | None) -> list[tuple[str, Any]]:
+    options: list[tuple[str, Any]] = [
+        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 2000),
+        # Each channel its own connections: gRPC otherwise shares them process-wide by address,
+        # and one made for a closed client (another key, a cluster since gone) lingered, retrying.
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
+    if tls is not None:
+        options.append(("grpc.ssl_target_name_override", FLEET_NAME))
+    return options
+
+
+class _TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd ships no types
+    """aetcd's client on a channel we open: TLS (or plain, for a test's own store), several members."""
+
+    def __init__(self, endpoints: Sequence[Endpoint], tls: FleetTls | None, timeout_s: float) -> None:
+        super().__init__(timeout=timeout_s)
+        self._target = channel_target(endpoints)
+        self._tls = tls
+
+    async def connect(self) -> None:
+        if self._connected.is_set():
+            return
+        options = channel_options(self._tls)
+        if self._tls is None:
+            self.channel = grpc.aio.insecure_channel(self._target, options=options)
+        else:
+            creds = grpc.ssl_channel_credentials(root_certificates=self._tls.trusted_pem,
+                                                 private_key=self._tls.key_pem, certificate_chain=self._tls.cert_pem)
+            self.channel = grpc.aio.secure_channel(self._target, creds, options=options)
+        self.kvstub = rpc.KVStub(self.channel)
+        self.clusterstub = rpc.ClusterStub(self.channel)
+        self.leasestub = rpc.LeaseStub(self.channel)
+        self.maintenancestub = rpc.MaintenanceStub(self.channel)
+        self._watcher = watcher.Watcher(rpc.WatchStub(self.channel), timeout=self._timeout, metadata=None)
+        self._connected.set()
+
+    async def renew_once(self, lease_id: int) -> Any:
+        """One lease renewal on a stream of its own, ended after its one answer. (aetcd's
+        `refresh_lease` leaves the stream open until the call is collected; a channel closed
+        meanwhile kept a connection alive, retrying.)"""
+        await self.connect()
+        call = self.leasestub.LeaseKeepAlive([rpc.LeaseKeepAliveRequest(ID=lease_id)], timeout=self._timeout)
+        try:
+            async for reply in call:
+                return reply
+            return None
+        finally:
+            call.cancel()
+
+
+class FleetClient:
+    """The store's calls the fleet needs, each bounded by `timeout_s`."""
+
+    def __init__(self, endpoints: Sequence[Endpoint], tls: FleetTls | None, *,
+                 timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.endpoints = tuple(endpoints)
+        self.timeout_s = timeout_s
+        self._client = _TlsClient(self.endpoints, tls, timeout_s)
+        #: The comparisons and operations of a transaction (aetcd's builders).
+        self.ops = self._client.transactions
+
+    async def _bounded(self, what: str, call: Awaitable[T]) -> T:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await call
+        except TimeoutError:
+            raise StoreUnavailable(f"the fleet's store did not answer {what} within {self.timeout_s:g} s") from None
+        except (aetcd_errors.ClientError, grpc.RpcError) as err:
+            words = one_line(str(err) or type(err).__name__, 160)
+            raise StoreUnavailable(f"the fleet's store refused {what}: {words}") from None
+
+    async def close(self) -> None:
+        await self._bounded("a close", self._client.close())
+
+    async def get(self, key: bytes) -> bytes | None:
+        found = await self._bounded("a read", self._client.get(key))
+        return None if found is None else cast(bytes, found.value)
+
+    async def get_prefix(self, prefix: bytes) -> dict[bytes, bytes]:
+        """Every key under `prefix` at one revision."""
+        found = await self._bounded("a read", self._client.get_prefix(prefix))
+        return {cast(bytes, kv.key): cast(bytes, kv.value) for kv in found}
+
+    async def put(self, key: bytes, value: bytes, lease_id: int | None = None) -> None:
+        await self._bounded("a write", self._client.put(key, value, lease=lease_id))
+
+    async def delete(self, key: bytes) -> None:
+        await self._bounded("a delete", self._client.delete(key))
+
+    async def transaction(self, compare: Sequence[Any], success: Sequence[Any],
+                          failure: Sequence[Any] = ()) -> tuple[bool, list[Any]]:
+        """One etcd transaction: `success` if every comparison holds, else `failure`; atomic."""
+        done = await self._bounded("a transaction", self._client.transaction(
+            compare=list(compare), success=list(success), failure=list(failure)))
+        return bool(done[0]), list(done[1])
+
+    async def grant(self, ttl_s: int) -> int:
+        lease = await self._bounded("a lease grant", self._client.lease(ttl_s))
+        return int(lease.id)
+
+    async def refresh(self, lease_id: int) -> int:
+        """Renew a lease: its time to live in seconds, 0 when etcd no longer has it (expired)."""
+        reply = await self._bounded("a lease renewal", self._client.renew_once(lease_id))
+        return max(int(reply.TTL), 0) if reply is not None else 0
+
+    async def revoke(self, lease_id: int) -> None:
+        await self._bounded("a lease revoke", self._client.revoke_lease(lease_id))
+
+    async def members(self) -> list[MemberInfo]:
+        async def listed() -> list[MemberInfo]:
+            return [_member(m) async for m in self._client.members()]
+        return await self._bounded("the member list", listed())
+
+    async def add_member(self, peer_urls: Sequence[str]) -> MemberInfo:
+        return _member(await self._bounded("a member add", self._client.add_member(list(peer_urls))))
+
+    async def remove_member(self, member_id: int) -> None:
+        await self._bounded("a member remove", self._client.remove_member(member_id))
+
+    async def leader(self) -> int:
+        """The id of the member the answering member follows (0: none)."""
+        status = await self._bounded("a status", self._client.status())
+        return int(status.leader.id) if status.leader is not None else 0
+
+
+def _member(m: Any) -> MemberInfo:
+    return MemberInfo(int(m.id), str(m.name), tuple(str(u) for u in m.peer_urls), tuple(str(u) for u in m.client_urls))
