@@ -49,6 +49,7 @@ class FakeHost:
         self.fail_next: Exception | None = None
         #: No lending in a fake host: its routes answer that lending is not ready.
         self.lending = None
+        self.fleet = None  # no fleet either: its routes answer that it is not ready
         #: Pause all, as the Host says it (None: not paused).
         self.pause: dict | None = None
         self._counter = 0
