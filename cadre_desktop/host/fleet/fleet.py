@@ -146,7 +146,7 @@ class Fleet:
         """The link's server and the reachability checks, once (this computer is paired, or invites)."""
         await self._load_identity()
         if self.server is None:
-            server = LinkServer(context=self._server_context, pinned=self.doc.by_fingerprint,
+            server = LinkServer(context=self._server_context, pinned=lambda print_: self.doc.by_fingerprint(print_),
                                 handler=LinkApi(self._host, self), pair=self._answer_joiner,
                                 can_pair=lambda: self._invitations_open())
             await server.start(self.settings.bind_host, self.settings.fleet_port)
