@@ -4,7 +4,8 @@ Four rooms, each a subpackage, imported only downwards: ``core`` (supervision: t
 records and their one writer, the decision, the serial queue, the probe, the keyring
 gate), ``local`` (the local-process driver behind the ``core.driver`` seam),
 ``lending`` (grants and lent nodes, a second kind of record on the same core) and
-``edges`` (the HTTP servers: the loopback control API and the lend API). The modules
+``edges`` (the HTTP servers: the loopback control API and the lend API), and ``fleet``
+(the computers of one person, paired by a code, over a mutual-TLS link). The modules
 at this level compose them: ``host.py`` builds a `Host` (the object front ends call),
 ``drivers.py`` picks the driver, ``lend_host.py`` wires lending in, and
 ``live_settings.py`` applies new settings while running. Nothing here imports

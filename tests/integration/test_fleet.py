@@ -57,8 +57,10 @@ def test_three_computers_pair_by_code_and_act_on_each_others_nodes(three):
         for other in set(ids.values()) - {ids[h.home.name]}:
             wait_state(h, other, "online")
     for h in three:
-        listing = wait_until(lambda h=h: d if len((d := fleet_nodes(h))["nodes"]) == 3 else None,
-                             timeout=20, interval=0.2, what=f"every node on {h.home.name}")
+        def every_node(h=h):
+            doc = fleet_nodes(h)
+            return doc if len(doc["nodes"]) == 3 else None
+        listing = wait_until(every_node, timeout=20, interval=0.2, what=f"every node on {h.home.name}")
         where = {n["id"]: n["computer"]["id"] for n in listing["nodes"]}
         assert where == {nodes[name]: ids[name] for name in ids}, listing
         assert {n["computer"]["name"] for n in listing["nodes"]} == {"alpha", "bravo", "charlie"}
