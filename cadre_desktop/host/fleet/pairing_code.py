@@ -41,7 +41,7 @@ def parse_code(text: object) -> Code:
     if not isinstance(text, str) or len(text) > 40:
         raise Invalid("A pairing code looks like 7-ab3k-9qzp.")
     slot, _, rest = text.strip().lower().partition("-")
-    secret = "".join(ch for ch in rest if ch not in "- ")
+    slot, secret = slot.strip(), "".join(ch for ch in rest if ch not in "- ")
     if not slot.isdigit() or not 1 <= int(slot) <= 99 or len(secret) != SECRET_LEN or any(ch not in ALPHABET for ch in secret):
         raise Invalid("A pairing code looks like 7-ab3k-9qzp.")
     return Code(int(slot), secret)
