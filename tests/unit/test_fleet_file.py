@@ -74,3 +74,24 @@ def test_the_key_reaches_openssl_through_memory_or_a_file_gone_at_once(tmp_path,
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     load_into(ctx, identity, memfd=memfd)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_doctor_tells_each_paired_computers_state_key_and_clock(tmp_path):
+    from cadre_desktop.cli.doctor import Outcome, check_fleet
+    from cadre_desktop.paths import resolve_paths
+    from cadre_desktop.settings import Settings
+
+    doc = {"computers": [
+        {"id": "pc_me", "name": "desk", "self": True, "listening": True},
+        {"id": "pc_a", "name": "nas", "state": "online", "address": "10.0.0.2:28091", "fingerprint": "sha256:ab12",
+         "clock_offset_ms": 12.0},
+        {"id": "pc_b", "name": "laptop", "state": "unreachable", "unreachable_since": "2026-12-07T01:00:00+00:00",
+         "fingerprint": "sha256:cd34"},
+        {"id": "pc_c", "name": "box", "state": "online", "address": "10.0.0.4:28091", "fingerprint": "sha256:ef56",
+         "clock_offset_ms": -9000.0},
+    ]}
+    results = check_fleet(resolve_paths({"CADRE_DESKTOP_HOME": str(tmp_path)}), Settings(), fleet=lambda: doc)
+    assert [r.outcome for r in results] == [Outcome.OK, Outcome.OK, Outcome.WARN, Outcome.WARN]
+    assert "clock +12 ms" in results[1].detail and "sha256:ab12" in results[1].detail
+    assert "unreachable since 2026-12-07T01:00" in results[2].detail
+    assert "NTP" in results[3].detail and not any(r.failed for r in results)

@@ -262,7 +262,8 @@ class Fleet:
 
     def computers(self) -> dict[str, Any]:
         rows: list[JSONObject] = [{"id": self.self_id, "name": self.name, "address": self.address,
-                                   "state": "online", "self": True, "last_seen": self._clock.now().isoformat()}]
+                                   "state": "online", "self": True, "last_seen": self._clock.now().isoformat(),
+                                   "listening": self.server is not None and self.server.listening}]
         for c in self.doc.computers:
             state = self.reach.of(c.id)
             rows.append({"id": c.id, "name": c.name, "address": c.address, "state": state.state, "self": False,
