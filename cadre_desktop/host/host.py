@@ -223,7 +223,7 @@ class Host:
         lending = self.lending = Lending(paths=self.paths, events=self.events, clock=self.clock)
         lending.load()
         self.host_holds.load()
-        self.fleet = Fleet.read(FleetFile(self.paths.fleet_file), self.settings, self.secrets, self.clock, self, lambda: self.netwatch.current)
+        self.fleet = Fleet.read(FleetFile(self.paths.fleet_file), lambda: self.settings, self.secrets, self.clock, self, lambda: self.advertise_host)
         if self._serve_control_api:
             from cadre_desktop.host.edges.control import check_control_file
 

@@ -100,6 +100,10 @@ class FakeHost:
         self.get_node(node_id)
         return {"node_id": node_id, "windows": []}  # a fake host keeps no history
 
+    def log_tail(self, node_id: str, lines: int = 200) -> list[str]:
+        self.get_node(node_id)
+        return []  # nor logs
+
     async def invite_node(self, node_id: str, name: str | None = None) -> NodeView:
         self.get_node(node_id)
         raise InvalidState("this fake host invites no node")

@@ -44,10 +44,10 @@ LIST_S = 5.0
 
 
 class Fleet:
-    def __init__(self, *, file: FleetFile, settings: Settings, secrets: SecretStore, clock: Clock,
+    def __init__(self, *, file: FleetFile, settings: Callable[[], Settings], secrets: SecretStore, clock: Clock,
                  host: LocalNodes, advertise_host: Callable[[], str]) -> None:
         self._file = file
-        self.settings = settings
+        self._settings = settings  # read at each use: the host's, as preferences change them
         self._secrets = secrets
         self._clock = clock
         self._host = host
@@ -64,12 +64,16 @@ class Fleet:
         self._where: dict[str, str] = {}  # node id -> the computer id that hosted it when last listed
 
     @classmethod
-    def read(cls, file: FleetFile, settings: Settings, secrets: SecretStore, clock: Clock, host: LocalNodes,
+    def read(cls, file: FleetFile, settings: Callable[[], Settings], secrets: SecretStore, clock: Clock, host: LocalNodes,
              advertise_host: Callable[[], str]) -> Fleet:
         """The fleet as `fleet.json` says (the host's start reads it with its other files)."""
         fleet = cls(file=file, settings=settings, secrets=secrets, clock=clock, host=host, advertise_host=advertise_host)
         fleet.load()
         return fleet
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings()
 
     # -- life ------------------------------------------------------------------
 

@@ -85,7 +85,7 @@ class Peers:
         except (OSError, TimeoutError, ClientError) as exc:
             await self.forget(computer.id)
             raise LinkDown(f"{computer.name} ({computer.id}) cannot be reached over the fleet link "
-                           f"({type(exc).__name__}); nothing was done there.") from None
+                           f"({type(exc).__name__}); the action is not known done there.") from None
 
     async def ask_json(self, computer: Computer, method: str, target: str, body: Any = None, *,
                        timeout_s: float = ACT_S) -> tuple[int, Any]:
