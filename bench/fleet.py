@@ -77,12 +77,13 @@ def main() -> int:
             time.sleep(0.2)
         time.sleep(5)  # every peer checked once: the kept connections are up
         paired = idle_cpu(hosts, args.idle)
-        target = ids["bravo"][0]
         results = {
             "fleet list (3 computers)": timed(args.rounds, lambda: ok(c, "GET", "/api/nodes?scope=fleet")),
-            "remote restart (C -> B)": timed(args.rounds, lambda: ok(c, "POST", f"/api/nodes/{target}/restart")),
             "local list (C)": timed(args.rounds, lambda: ok(c, "GET", "/api/nodes")),
         }
+        if ids["bravo"]:
+            target = ids["bravo"][0]
+            results["remote restart (C -> B)"] = timed(args.rounds, lambda: ok(c, "POST", f"/api/nodes/{target}/restart"))
     finally:
         for h in hosts:
             if h.proc and h.proc.poll() is None:
