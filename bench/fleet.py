@@ -92,7 +92,7 @@ def main() -> int:
     print(table(["call (ms)", "p50", "p90", "max"], rows))
     idle_rows = [[h.home.name, before, after, (after - before)] for h, before, after in zip(hosts, unpaired, paired, strict=True)]
     print(table(["host", "idle CPU % unpaired", "paired", "link's cost"], idle_rows, digits=3))
-    path = write_result("fleet", {"nodes_per_computer": args.nodes, "rounds": args.rounds, "idle_s": args.idle,
+    path = write_result(f"fleet-{args.nodes}n", {"nodes_per_computer": args.nodes, "rounds": args.rounds, "idle_s": args.idle,
                                   "calls_ms": {k: summary(v) for k, v in results.items()},
                                   "idle_cpu_percent": {h.home.name: {"unpaired": u, "paired": p}
                                                        for h, u, p in zip(hosts, unpaired, paired, strict=True)}})
