@@ -121,3 +121,22 @@ async def test_a_computer_with_another_key_is_not_trusted_by_the_client(keys, tm
     finally:
         await peers.close()
         await server.stop()
+
+
+async def test_an_older_tls_is_refused_in_the_handshake(keys, tmp_path):
+    import ssl
+
+    host, side = FakeHost(tmp_path), FleetSide()
+    server, target, _ = await serving(keys, host, side)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            await asyncio.open_connection("127.0.0.1", int(target.address.rsplit(":", 1)[1]), ssl=ctx, server_hostname="")
+        async with asyncio.timeout(20):  # the server's side of the failed handshake may come a turn later
+            while not server.refusals:
+                await asyncio.sleep(0.01)
+        assert server.refusals == {"not a TLS 1.3 handshake (plain HTTP, or an older TLS)": 1}
+    finally:
+        await server.stop()

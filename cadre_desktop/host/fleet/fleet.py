@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from cadre_desktop.errors import Invalid, InvalidState, NoSuchThing, SecretsError
+from cadre_desktop.errors import Invalid, InvalidState, MachineError, NoSuchThing, SecretsError
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore
 from cadre_desktop.host.fleet import pairing
@@ -41,6 +41,10 @@ __all__ = ["Fleet", "FleetFile"]
 log = logging.getLogger(__name__)
 
 LIST_S = 5.0
+
+
+class FleetPortBusy(MachineError):
+    code = "fleet_port_busy"
 
 
 class Fleet:
@@ -88,8 +92,8 @@ class Fleet:
         if self.doc.computers:
             try:
                 await self._serve()
-            except (SecretsError, OSError) as exc:
-                log.error("fleet: the link is not served: %s", getattr(exc, "message", None) or exc)
+            except (SecretsError, FleetPortBusy) as exc:
+                log.error("fleet: the link is not served: %s", exc.message)
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -153,7 +157,11 @@ class Fleet:
             server = LinkServer(context=self._server_context, pinned=lambda print_: self.doc.by_fingerprint(print_),
                                 handler=LinkApi(self._host, self), pair=self._answer_joiner,
                                 can_pair=lambda: self._invitations_open())
-            await server.start(self.settings.bind_host, self.settings.fleet_port)
+            try:
+                await server.start(self.settings.bind_host, self.settings.fleet_port)
+            except OSError as exc:
+                raise FleetPortBusy(f"The fleet link cannot listen on {self.settings.bind_host}:{self.settings.fleet_port} "
+                                    f"({exc.strerror or exc}): free the port, or change 'fleet_port' in settings.json.") from None
             self.server = server
         if self._task is None:
             self._task = asyncio.ensure_future(self.reach.run())
