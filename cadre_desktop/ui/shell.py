@@ -32,6 +32,7 @@ from cadre_desktop.settings import Settings
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.errors import show_error
+from cadre_desktop.ui.fleet.pairing import FleetUi
 from cadre_desktop.ui.lending.lent_ui import LentUi
 from cadre_desktop.ui.nodes.model import NodeTableModel
 from cadre_desktop.ui.settings_store import SettingsWatcher, save_changes
@@ -90,6 +91,7 @@ class Shell(QObject):
         self.closed = False
         self.actions = Actions(host, lambda: self._window, self, engine_up=not starting)
         self.lent = LentUi(host, self.bridge, self.actions, lambda: self.window, self)  # the window's Lent tab
+        self.fleet = FleetUi(host, self.actions, self._dialog_parent, self)  # Add a computer…, Join computers…
         self.icons = TrayIcons(settings.monochrome_icon)
         self.autostart = autostart
         self.tray = Tray(self.model, self.icons, self, lent=self.lent.model, pause_state=host.pause_state)
@@ -121,7 +123,8 @@ class Shell(QObject):
             (self.tray.add_node, self.ask_add), (self.tray.join_node, self.ask_join),
             (self.tray.quit, self.ask_quit), (self.notifier.open_node, self.show_node),
             (self.actions.added, self._added), (self.tray.lend_nodes, self.lent.ask_lend),
-            (self.tray.open_lent, self.lent.show_lent), (self.notifier.open_lent, self.lent.show_lent),
+            (self.tray.open_lent, self.lent.show_lent), (self.tray.add_computer, self.fleet.ask_add_computer),
+            (self.tray.join_computers, self.fleet.ask_join_computers), (self.notifier.open_lent, self.lent.show_lent),
             (self.tray.pause_all, lambda body: self.actions.pause_all(body, done=lambda _: self.tray.update())),
             (self.tray.resume_all, lambda: self.actions.resume_all(done=lambda _: self.tray.update())),
         ):

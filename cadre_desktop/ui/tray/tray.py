@@ -79,6 +79,8 @@ class Tray(QObject):
     add_node = Signal()
     join_node = Signal()
     lend_nodes = Signal()
+    add_computer = Signal()
+    join_computers = Signal()
     open_lent = Signal()
     preferences = Signal()
     quit = Signal()
@@ -146,7 +148,8 @@ class Tray(QObject):
         #: What needs the engine: disabled while it starts.
         self.engine_actions: list[QAction] = []
         for text, signal in (("Add node…", self.add_node), ("Join with invitation…", self.join_node),
-                             ("Lend nodes…", self.lend_nodes)):
+                             ("Lend nodes…", self.lend_nodes), ("Add a computer…", self.add_computer),
+                             ("Join computers…", self.join_computers)):
             action = menu.addAction(text)
             action.triggered.connect(signal.emit)
             self.engine_actions.append(action)
