@@ -271,7 +271,7 @@ class Shell(QObject):
             self._quit_when_up = True
             self.tray.set_starting(QUITTING)
             return
-        running = sum(1 for v in self.model.views() if v.running)
+        running = sum(1 for v in self.model.local_views() if v.running)
         if not running or not self.settings.ask_on_quit:
             self.quit_requested.emit()
             return
@@ -297,7 +297,7 @@ class Shell(QObject):
         self.stopping = True
         self.notifier.mute()
         self.tray.menu.hide()
-        running = sum(1 for v in self.model.views() if v.running)
+        running = sum(1 for v in self.model.local_views() if v.running)
         stop_nodes = self.stop_nodes_on_quit
         if stop_nodes is None:
             stop_nodes = not self.settings.keep_nodes_running_on_quit

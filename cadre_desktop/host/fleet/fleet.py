@@ -12,6 +12,7 @@ paired with, and them to it: a fleet, not only pairs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from cadre_desktop.errors import Invalid, InvalidState, MachineError, NoSuchThing, SecretsError
 from cadre_desktop.host.core.clock import Clock
+from cadre_desktop.host.core.ops.views import NodeView
 from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore
 from cadre_desktop.host.fleet import pairing
 from cadre_desktop.host.fleet.computers import Computer, FleetDoc, FleetFile, check_address, check_name, is_computer_id, new_computer_id
@@ -66,6 +68,7 @@ class Fleet:
         self._task: asyncio.Task[None] | None = None
         self._save_lock = asyncio.Lock()
         self._where: dict[str, str] = {}  # node id -> the computer id that hosted it when last listed
+        self.remote: list[NodeView] = []  # the other computers' nodes as last listed (the tray's window shows them)
 
     @classmethod
     def read(cls, file: FleetFile, settings: Callable[[], Settings], secrets: SecretStore, clock: Clock, host: LocalNodes,
@@ -343,11 +346,52 @@ class Fleet:
             known = self._where.get(node_id)
         return self.doc.get(known) if known is not None else None
 
+    async def refresh_remote(self) -> list[NodeView]:
+        """The other computers' nodes, asked now (kept in `remote` for the window)."""
+        if not self.doc.computers:
+            self.remote = []
+            return []
+        listed = (await self.all_nodes())["nodes"]
+        ours = self.self_id
+        self.remote = [v for v in (as_view(n) for n in listed if (n.get("computer") or {}).get("id") != ours) if v]
+        return self.remote
+
+    def is_remote(self, node_id: str) -> bool:
+        return node_id in self._where and self.doc.get(self._where[node_id]) is not None
+
+    async def act(self, node_id: str, action: str) -> NodeView | None:
+        """A person's action (retry, restart, pause, resume, remove) on another computer's node, over the
+        link: its view after it, None after a remove; that computer's refusal raised in its words."""
+        computer = await self.host_of(node_id)
+        if computer is None:
+            raise NoSuchThing(f"No computer of the fleet hosts a node {node_id!r}.")
+        method, path = ("DELETE", f"/api/nodes/{node_id}") if action == "remove" else ("POST", f"/api/nodes/{node_id}/{action}")
+        status, doc = await self.forward(computer, method, path, None if action == "remove" else {})
+        if status != 200:
+            error = doc.get("error", {}) if isinstance(doc, dict) else {}
+            raise InvalidState(f"{computer.name}: {str(error.get('message', f'answered {status}'))[:300]}")
+        if action == "remove":
+            self._where.pop(node_id, None)
+            return None
+        view = as_view({**doc, "computer": computer.ref()}) if isinstance(doc, dict) else None
+        return view
+
     async def forward(self, computer: Computer, method: str, path: str, body: Any) -> tuple[int, Any]:
         """A node call on the computer that hosts the node; LinkDown (not done) when the link fails."""
         if computer.id != self.self_id and self._identity is None:
             await self._load_identity()
         return await self.peers.ask_json(computer, method, path, body)
+
+
+_VIEW_FIELDS = frozenset(f.name for f in dataclasses.fields(NodeView))
+
+
+def as_view(doc: dict[str, Any]) -> NodeView | None:
+    """Another computer's node as a view (its fields this version knows), None when it is not one."""
+    try:
+        return NodeView(**{k: v for k, v in doc.items() if k in _VIEW_FIELDS})
+    except (TypeError, ValueError):
+        return None
 
 
 def _row(c: Computer) -> dict[str, Any]:

@@ -8,6 +8,7 @@ selection survives.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,8 @@ WIDEST = ("Living room", "Waiting to be claimed", "23 h 59 min", "Attempts", "fa
 #: A value to sort by (numbers for numbers, urgency for status).
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 TICK_MS = 1000
+#: While shown, the other computers' nodes are asked for this often (host/fleet/fleet.py:refresh_remote).
+REMOTE_MS = 3000
 
 
 _DOTS: dict[str, QIcon] = {}
@@ -86,13 +89,48 @@ class NodeTableModel(QAbstractTableModel):
         self._tick = QTimer(self)
         self._tick.setInterval(TICK_MS)
         self._tick.timeout.connect(self.refresh)
+        #: The fleet's other computers' nodes (their computer named in each), grouped after this one's.
+        self._remote: list[NodeView] = []
+        self._remote_ids: frozenset[str] = frozenset()
+        self._asking: asyncio.Future | None = None
+        self._remote_tick = QTimer(self)
+        self._remote_tick.setInterval(REMOTE_MS)
+        self._remote_tick.timeout.connect(self.ask_remote)
         self.refresh()
 
     def set_ticking(self, on: bool) -> None:
         tick_while_shown(self._tick, on, self.refresh)
+        tick_while_shown(self._remote_tick, on, self.ask_remote)
+
+    def ask_remote(self) -> None:
+        """Ask the fleet for the other computers' nodes (never twice at once); refreshed when they come."""
+        fleet = getattr(self.host, "fleet", None)
+        if fleet is None or not fleet.doc.computers or (self._asking is not None and not self._asking.done()):
+            if fleet is None or not fleet.doc.computers:
+                self._remote, self._remote_ids = [], frozenset()
+            return
+        self._asking = asyncio.ensure_future(fleet.refresh_remote())
+        self._asking.add_done_callback(self._remote_came)
+
+    def _remote_came(self, task: asyncio.Future) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return  # a computer that does not answer is listed as such by the fleet; the rows stay as they were
+        self._remote = list(task.result())
+        self._remote_ids = frozenset(v.id for v in self._remote)
+        self.refresh()
+
+    def is_remote(self, node_id: str) -> bool:
+        return node_id in self._remote_ids
+
+    def local_views(self) -> list[NodeView]:
+        """This computer's nodes only (what Quit stops)."""
+        return [v for v in self._rows if not self.is_remote(v.id)]
 
     def stop(self) -> None:
         self._tick.stop()
+        self._remote_tick.stop()
+        if self._asking is not None:
+            self._asking.cancel()
         self.bridge.happened.disconnect(self._on_event)
 
     # -- reading ---------------------------------------------------------------------
@@ -114,7 +152,11 @@ class NodeTableModel(QAbstractTableModel):
 
     def refresh(self) -> None:
         self.now = utcnow()
-        fresh = sorted(self.host.list_nodes(), key=lambda v: (v.created_at, v.id))
+        local = self.host.list_nodes()
+        local_ids = {v.id for v in local}
+        remote = [v for v in self._remote if v.id not in local_ids]
+        fresh = sorted(local, key=lambda v: (v.created_at, v.id)) + sorted(
+            remote, key=lambda v: (str((v.computer or {}).get("name", "")), str((v.computer or {}).get("id", "")), v.created_at, v.id))
         by_id = {v.id: v for v in fresh}
         for row in reversed(range(len(self._rows))):
             if self._rows[row].id not in by_id:
@@ -137,8 +179,9 @@ class NodeTableModel(QAbstractTableModel):
         """CPU since the last tick and resident memory of each running child."""
         usage: dict[str, Usage] = {}
         live: dict[int, psutil.Process] = {}
+        remote = {v.id for v in self._remote}
         for v in self._rows:
-            if not (v.running and v.pid):
+            if not (v.running and v.pid) or v.id in remote:  # another computer's pid is not ours to sample
                 continue
             proc = self._procs.get(v.pid)
             try:
@@ -208,8 +251,8 @@ class NodeTableModel(QAbstractTableModel):
 
     def text(self, v: NodeView, col: int) -> str:
         usage = self._usage.get(v.id, Usage())
-        if col == NAME:
-            return v.name
+        if col == NAME:  # another computer's node says whose it is: the rows of each computer come together
+            return f"{v.name} · on {(v.computer or {}).get('name', '?')}" if self.is_remote(v.id) else v.name
         if col == STATUS:
             return status_words(v, self.now)
         if col == UPTIME:
