@@ -68,3 +68,11 @@ def test_a_retry_of_another_computers_node_goes_over_the_link(shell, aio, qtbot,
     task = shell.actions.retry("n-remote1")
     qtbot.waitUntil(task.done, timeout=10_000)
     assert link.acted == [("n-remote1", "retry")] and task.exception() is None
+
+
+def test_the_tray_counts_every_computer_and_its_nodes(shell, aio, qtbot, monkeypatch):
+    paired(shell, monkeypatch)
+    shell.model.refresh()  # paired now: the model follows the other computer without the window shown
+    qtbot.waitUntil(lambda: len(shell.model.views()) == 1, timeout=10_000)
+    shell.tray.update()
+    assert shell.tray.summary.text().startswith("2 computers, 1 node")

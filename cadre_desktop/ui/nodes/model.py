@@ -30,8 +30,10 @@ WIDEST = ("Living room", "Waiting to be claimed", "23 h 59 min", "Attempts", "fa
 #: A value to sort by (numbers for numbers, urgency for status).
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 TICK_MS = 1000
-#: While shown, the other computers' nodes are asked for this often (host/fleet/fleet.py:refresh_remote).
+#: The other computers' nodes are asked for this often while the window shows, and while it does not
+#: (the tray counts every computer's nodes) (host/fleet/fleet.py:refresh_remote).
 REMOTE_MS = 3000
+REMOTE_HIDDEN_MS = 15000
 
 
 _DOTS: dict[str, QIcon] = {}
@@ -94,20 +96,26 @@ class NodeTableModel(QAbstractTableModel):
         self._remote_ids: frozenset[str] = frozenset()
         self._asking: asyncio.Future | None = None
         self._remote_tick = QTimer(self)
-        self._remote_tick.setInterval(REMOTE_MS)
+        self._remote_tick.setInterval(REMOTE_HIDDEN_MS)
         self._remote_tick.timeout.connect(self.ask_remote)
         self.refresh()
 
     def set_ticking(self, on: bool) -> None:
         tick_while_shown(self._tick, on, self.refresh)
-        tick_while_shown(self._remote_tick, on, self.ask_remote)
+        self._remote_tick.setInterval(REMOTE_MS if on else REMOTE_HIDDEN_MS)
+        if on:
+            self.ask_remote()
 
     def ask_remote(self) -> None:
         """Ask the fleet for the other computers' nodes (never twice at once); refreshed when they come."""
         fleet = getattr(self.host, "fleet", None)
-        if fleet is None or not fleet.doc.computers or (self._asking is not None and not self._asking.done()):
-            if fleet is None or not fleet.doc.computers:
-                self._remote, self._remote_ids = [], frozenset()
+        if fleet is None or not fleet.doc.computers:
+            self._remote, self._remote_ids = [], frozenset()
+            self._remote_tick.stop()
+            return
+        if not self._remote_tick.isActive():
+            self._remote_tick.start()
+        if self._asking is not None and not self._asking.done():
             return
         self._asking = asyncio.ensure_future(fleet.refresh_remote())
         self._asking.add_done_callback(self._remote_came)
@@ -121,6 +129,11 @@ class NodeTableModel(QAbstractTableModel):
 
     def is_remote(self, node_id: str) -> bool:
         return node_id in self._remote_ids
+
+    def computers(self) -> int:
+        """How many computers the nodes shown are of: this one and every paired one."""
+        fleet = getattr(self.host, "fleet", None)
+        return 1 + (len(fleet.doc.computers) if fleet is not None else 0)
 
     def local_views(self) -> list[NodeView]:
         """This computer's nodes only (what Quit stops)."""
@@ -171,6 +184,8 @@ class NodeTableModel(QAbstractTableModel):
             self._rows.extend(new)
             self.endInsertRows()
         self._sample_usage()
+        if not self._remote_tick.isActive() and self.computers() > 1:  # paired meanwhile: follow the others too
+            self.ask_remote()
         if self._rows:
             self.dataChanged.emit(self.index(0, 0), self.index(len(self._rows) - 1, len(COLUMNS) - 1))
         self.refreshed.emit()

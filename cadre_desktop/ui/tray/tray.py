@@ -220,7 +220,8 @@ class Tray(QObject):
             self.icon.setToolTip(text.strip())
         if not self.menu.isVisible():
             self._update_menu(views)
-            summary = self.starting or summary_line(views)
+            computers = self.model.computers()
+            summary = self.starting or (f"{computers} computers, " if computers > 1 else "") + summary_line(views)
             self._set(self.summary, text=f"{paused[0].upper()}{paused[1:]} · {summary}" if paused else summary)
             self._set(self.pause_action, visible=not paused)
             self._set(self.resume_action, visible=bool(paused))
