@@ -95,3 +95,28 @@ def test_doctor_tells_each_paired_computers_state_key_and_clock(tmp_path):
     assert "clock +12 ms" in results[1].detail and "sha256:ab12" in results[1].detail
     assert "unreachable since 2026-12-07T01:00" in results[2].detail
     assert "NTP" in results[3].detail and not any(r.failed for r in results)
+
+
+async def test_this_computers_id_is_written_by_the_start_and_kept_across_starts(tmp_path):
+    from cadre_desktop.host.core.clock import Clock
+    from cadre_desktop.host.core.vault.secrets import SecretStore
+    from cadre_desktop.host.fleet.fleet import Fleet
+    from cadre_desktop.settings import Settings
+    from tests.support.fake_host import FakeHost
+    from tests.support.keyrings import MemoryKeyring
+
+    path = tmp_path / "fleet.json"
+
+    def fleet() -> Fleet:
+        made = Fleet(file=FleetFile(path), settings=Settings, secrets=SecretStore(MemoryKeyring()), clock=Clock(),
+                     host=FakeHost(tmp_path), advertise_host=lambda: "127.0.0.1")
+        made.load()
+        return made
+
+    first = fleet()
+    assert not path.exists()  # a start refused after the files are read leaves none written
+    await first.start()
+    assert FleetFile(path).load().self_id == first.self_id
+    second = fleet()
+    assert second.self_id == first.self_id and second.self_ref() == {"id": first.self_id, "name": second.name}
+    await first.stop()

@@ -59,6 +59,7 @@ class Fleet:
         self._host = host
         self._advertise = advertise_host
         self.doc = FleetDoc()
+        self._unsaved = False
         self._identity: Identity | None = None
         self._context: ssl.SSLContext | None = None
         self.invitations = Invitations()
@@ -85,13 +86,17 @@ class Fleet:
     # -- life ------------------------------------------------------------------
 
     def load(self) -> None:
-        """Read fleet.json (a bad one stops the host's start); give this computer its id once."""
+        """Read fleet.json (a bad one stops the host's start); this computer's id, given once (written
+        by `start`, so a start refused later leaves every file as it was)."""
         self.doc = self._file.load()
         if self.doc.self_id is None:
             self.doc = replace(self.doc, self_id=new_computer_id())
-            self._file.save(self.doc)
+            self._unsaved = True
 
     async def start(self) -> None:
+        if self._unsaved:
+            await self._save()
+            self._unsaved = False
         if self.doc.computers:
             try:
                 await self._serve()
