@@ -124,11 +124,19 @@ class Shell(QObject):
             (self.tray.quit, self.ask_quit), (self.notifier.open_node, self.show_node),
             (self.actions.added, self._added), (self.tray.lend_nodes, self.lent.ask_lend),
             (self.tray.open_lent, self.lent.show_lent), (self.tray.add_computer, self.fleet.ask_add_computer),
-            (self.tray.join_computers, self.fleet.ask_join_computers), (self.notifier.open_lent, self.lent.show_lent),
+            (self.tray.join_computers, self.fleet.ask_join_computers),
+            (self.model.remote_gave_up, self.notifier.remote_gave_up),
+            (self.model.remote_recovered, self.notifier.remote_recovered), (self.notifier.open_lent, self.lent.show_lent),
             (self.tray.pause_all, lambda body: self.actions.pause_all(body, done=lambda _: self.tray.update())),
             (self.tray.resume_all, lambda: self.actions.resume_all(done=lambda _: self.tray.update())),
         ):
             signal.connect(slot)
+        self._in_fleet()
+
+    def _in_fleet(self) -> None:
+        """Tell the fleet this host has a tray (it tells its own nodes' give-ups; host/fleet/fleet.py:notifies_for)."""
+        if getattr(self.host, "fleet", None) is not None:
+            self.host.fleet.has_tray = True
 
     # -- the window, built when first needed ------------------------------------------------
 
@@ -178,6 +186,7 @@ class Shell(QObject):
         if not self.starting or self.closed:
             return
         self.starting = False
+        self._in_fleet()
         self.actions.engine_up()
         self.model.refresh()
         self.lent.model.refresh()

@@ -10,7 +10,8 @@ from cadre_desktop.host.fleet.computers import Computer, FleetDoc
 from cadre_desktop.jsontypes import JSONObject
 from tests.support.fake_host import make_view
 
-NAS: JSONObject = {"id": "pc_nas234567890", "name": "nas"}
+NAS_ID = "pc_nas234567890"
+NAS: JSONObject = {"id": NAS_ID, "name": "nas"}
 
 
 class Link:
@@ -76,3 +77,29 @@ def test_the_tray_counts_every_computer_and_its_nodes(shell, aio, qtbot, monkeyp
     qtbot.waitUntil(lambda: len(shell.model.views()) == 1, timeout=10_000)
     shell.tray.update()
     assert shell.tray.summary.text().startswith("2 computers, 1 node")
+
+
+def test_another_computers_give_up_is_told_once_by_the_tray_that_tells_it(shell, aio, qtbot, monkeypatch):
+    link = paired(shell, monkeypatch)
+    fleet = shell.host.fleet
+    told: list[str] = []
+    shell.notifier.shown.connect(lambda node_id, title, body: told.append(title))
+    link.views = [replace(link.views[0], status=NodeStatus.JOINED)]
+    shell.model.ask_remote()
+    qtbot.waitUntil(lambda: len(shell.model.views()) == 1, timeout=10_000)
+    assert fleet.has_tray and fleet.notifies_for(NAS_ID)  # nas has no tray that answers: this one tells
+    link.views = [replace(link.views[0], status=NodeStatus.ERROR, last_error="gave up after 3 attempts")]
+    for _ in range(2):  # seen in error twice: told once
+        shell.model.ask_remote()
+        qtbot.waitUntil(lambda: shell.model._asking.done(), timeout=10_000)
+    qtbot.waitUntil(lambda: told == ["Attic stopped on nas"], timeout=10_000)
+
+
+def test_a_computer_with_its_own_tray_tells_its_own_give_ups(shell, monkeypatch):
+    paired(shell, monkeypatch)
+    fleet = shell.host.fleet
+    state = fleet.reach.of(NAS_ID)
+    state.state, state.tray = "online", True
+    assert not fleet.notifies_for(NAS_ID)
+    state.state = "unreachable"
+    assert fleet.notifies_for(NAS_ID)

@@ -70,6 +70,8 @@ class Fleet:
         self._save_lock = asyncio.Lock()
         self._where: dict[str, str] = {}  # node id -> the computer id that hosted it when last listed
         self.remote: list[NodeView] = []  # the other computers' nodes as last listed (the tray's window shows them)
+        #: This host runs in the tray app (set by its shell): it tells give-ups, its own and maybe others'.
+        self.has_tray = False
 
     @classmethod
     def read(cls, file: FleetFile, settings: Callable[[], Settings], secrets: SecretStore, clock: Clock, host: LocalNodes,
@@ -276,7 +278,19 @@ class Fleet:
         log.info("fleet: %s (%s) unpaired itself", computer.name, computer.id)
 
     def hello(self) -> JSONObject:
-        return {"id": self.self_id, "name": self.name, "time": self._clock.now().isoformat()}
+        return {"id": self.self_id, "name": self.name, "time": self._clock.now().isoformat(), "tray": self.has_tray}
+
+    def notifies_for(self, computer_id: str) -> bool:
+        """Whether this tray tells the give-ups of `computer_id`'s nodes, so the fleet tells each once: the
+        hosting computer's own tray when it has one and answers, else the online tray of the smallest id."""
+        if not self.has_tray or computer_id == self.self_id:
+            return False
+        host = self.reach.of(computer_id)
+        if host.state == "online" and host.tray:
+            return False
+        trays = [self.self_id] + [c.id for c in self.doc.computers
+                                  if c.id != computer_id and self.reach.of(c.id).state == "online" and self.reach.of(c.id).tray]
+        return min(trays) == self.self_id
 
     # -- what a person asks ----------------------------------------------------------
 

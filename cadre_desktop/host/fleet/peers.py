@@ -47,6 +47,8 @@ class PeerState:
     last_seen: str | None = None
     clock_offset_ms: float | None = None
     error: str | None = None
+    #: Its host runs the tray app (it tells its own nodes' give-ups: `Fleet.notifies_for`).
+    tray: bool = False
 
 
 class Peers:
@@ -136,6 +138,7 @@ class Reachability:
         else:
             state.state, state.since, state.error = ("asleep" if doc.get("going_to_sleep") else "online"), None, None
             state.last_seen = self._clock.now().isoformat()
+            state.tray = doc.get("tray") is True
             state.clock_offset_ms = _offset_ms(doc.get("time"), sent, time.time())
         if state.state != before:
             log.info("fleet: %s (%s) is %s", computer.name, computer.id, state.state)

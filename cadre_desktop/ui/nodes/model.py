@@ -18,6 +18,7 @@ from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
 
 from cadre_desktop.host.core.clock import parse_iso
 from cadre_desktop.host.core.ops.views import NodeView
+from cadre_desktop.host.core.records.records import NodeStatus
 from cadre_desktop.text import url_host
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.tray.status import COLOURS, first_line, node_state, retry_words, status_words, uptime_words, utcnow
@@ -78,6 +79,9 @@ def tick_while_shown(tick: QTimer, on: bool, refresh) -> None:
 class NodeTableModel(QAbstractTableModel):
     #: After every refresh: the views may have changed.
     refreshed = Signal()
+    #: Another computer's node this tray tells the fleet's give-up of (its view, its computer's name); one left it.
+    remote_gave_up = Signal(object, str)
+    remote_recovered = Signal(str)
 
     def __init__(self, host, bridge: HostBridge, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -123,9 +127,25 @@ class NodeTableModel(QAbstractTableModel):
     def _remote_came(self, task: asyncio.Future) -> None:
         if task.cancelled() or task.exception() is not None:
             return  # a computer that does not answer is listed as such by the fleet; the rows stay as they were
+        before = {v.id: v.status for v in self._remote}
         self._remote = list(task.result())
         self._remote_ids = frozenset(v.id for v in self._remote)
+        self._tell_give_ups(before)
         self.refresh()
+
+    def _tell_give_ups(self, before: dict[str, Any]) -> None:
+        """A remote node seen going to `error` (not one found so at first sight), told if this tray tells it."""
+        fleet = self.host.fleet
+        now = {v.id: v for v in self._remote}
+        for node_id, status in before.items():
+            view = now.get(node_id)
+            if status is NodeStatus.ERROR and (view is None or view.status is not NodeStatus.ERROR):
+                self.remote_recovered.emit(node_id)
+        for view in self._remote:
+            computer = view.computer or {}
+            if (view.status is NodeStatus.ERROR and view.id in before and before[view.id] is not NodeStatus.ERROR
+                    and fleet.notifies_for(str(computer.get("id", "")))):
+                self.remote_gave_up.emit(view, str(computer.get("name", "another computer")))
 
     def is_remote(self, node_id: str) -> bool:
         return node_id in self._remote_ids
