@@ -115,7 +115,10 @@ class Reachability:
 
     async def run(self) -> None:
         while True:
-            await self.check_all()
+            try:
+                await self.check_all()
+            except Exception:  # a bug in one round must not end every later check
+                log.exception("fleet: checking the paired computers failed")
             await self._clock.sleep(self.check_s)
 
     async def check_all(self) -> None:
