@@ -344,7 +344,9 @@ class Fleet:
         nodes: list[Any] = [view.to_json() for view in self._host.list_nodes()]
         missing: list[dict[str, Any]] = []
         peers = list(self.doc.computers)
-        answers = await asyncio.gather(*(self.peers.ask_json(c, "GET", "/api/nodes", timeout_s=LIST_S) for c in peers),
+        # One known not to answer gets a short while: a sleeping computer must not hold every listing up.
+        waits = [LIST_S if self.reach.of(c.id).state == "online" else 1.0 for c in peers]
+        answers = await asyncio.gather(*(self.peers.ask_json(c, "GET", "/api/nodes", timeout_s=w) for c, w in zip(peers, waits, strict=True)),
                                        return_exceptions=True)
         for computer, got in zip(peers, answers, strict=True):
             if isinstance(got, BaseException) or got[0] != 200 or not isinstance(got[1].get("nodes"), list):
