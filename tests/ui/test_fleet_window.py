@@ -73,7 +73,9 @@ def test_a_retry_of_another_computers_node_goes_over_the_link(shell, aio, qtbot,
 
 def test_the_tray_counts_every_computer_and_its_nodes(shell, aio, qtbot, monkeypatch):
     paired(shell, monkeypatch)
-    shell.model.refresh()  # paired now: the model follows the other computer without the window shown
+    # paired now: the model follows the other computer without the window shown (its slow tick)
+    assert shell.model._remote_tick.isActive()
+    shell.model.ask_remote()
     qtbot.waitUntil(lambda: len(shell.model.views()) == 1, timeout=10_000)
     shell.tray.update()
     assert shell.tray.summary.text().startswith("2 computers, 1 node")
@@ -103,3 +105,19 @@ def test_a_computer_with_its_own_tray_tells_its_own_give_ups(shell, monkeypatch)
     assert not fleet.notifies_for(NAS_ID)
     state.state = "unreachable"
     assert fleet.notifies_for(NAS_ID)
+
+
+def test_a_node_first_seen_given_up_is_told_only_when_it_gave_up_since_the_app_started(shell, aio, qtbot, monkeypatch):
+    from datetime import timedelta
+
+    from cadre_desktop.ui.tray.status import utcnow
+
+    link = paired(shell, monkeypatch)
+    told: list[str] = []
+    shell.notifier.shown.connect(lambda node_id, title, body: told.append(title))
+    old = replace(link.views[0], status=NodeStatus.ERROR)  # updated 2024: before this app started
+    new = replace(link.views[0], id="n-remote2", name="Shed", status=NodeStatus.ERROR,
+                  updated_at=(utcnow() + timedelta(seconds=1)).isoformat())
+    link.views = [old, new]
+    shell.model.ask_remote()
+    qtbot.waitUntil(lambda: told == ["Shed stopped on nas"], timeout=10_000)

@@ -98,10 +98,12 @@ class NodeTableModel(QAbstractTableModel):
         #: The fleet's other computers' nodes (their computer named in each), grouped after this one's.
         self._remote: list[NodeView] = []
         self._remote_ids: frozenset[str] = frozenset()
+        self._since = utcnow()  # a give-up from before this app started is old news, as for this computer's nodes
         self._asking: asyncio.Future | None = None
         self._remote_tick = QTimer(self)
         self._remote_tick.setInterval(REMOTE_HIDDEN_MS)
         self._remote_tick.timeout.connect(self.ask_remote)
+        self._remote_tick.start()  # unpaired, a look at fleet.json's rows in memory: no network, no task
         self.refresh()
 
     def set_ticking(self, on: bool) -> None:
@@ -115,10 +117,7 @@ class NodeTableModel(QAbstractTableModel):
         fleet = getattr(self.host, "fleet", None)
         if fleet is None or not fleet.doc.computers:
             self._remote, self._remote_ids = [], frozenset()
-            self._remote_tick.stop()
             return
-        if not self._remote_tick.isActive():
-            self._remote_tick.start()
         if self._asking is not None and not self._asking.done():
             return
         self._asking = asyncio.ensure_future(fleet.refresh_remote())
@@ -134,7 +133,8 @@ class NodeTableModel(QAbstractTableModel):
         self.refresh()
 
     def _tell_give_ups(self, before: dict[str, Any]) -> None:
-        """A remote node seen going to `error` (not one found so at first sight), told if this tray tells it."""
+        """A remote node seen going to `error` since the last listing (or first seen so, given up on since this
+        app started), told if this tray tells it."""
         fleet = self.host.fleet
         now = {v.id: v for v in self._remote}
         for node_id, status in before.items():
@@ -143,7 +143,8 @@ class NodeTableModel(QAbstractTableModel):
                 self.remote_recovered.emit(node_id)
         for view in self._remote:
             computer = view.computer or {}
-            if (view.status is NodeStatus.ERROR and view.id in before and before[view.id] is not NodeStatus.ERROR
+            fresh = view.id in before or (parse_iso(view.updated_at) or self._since) > self._since
+            if (view.status is NodeStatus.ERROR and before.get(view.id) is not NodeStatus.ERROR and fresh
                     and fleet.notifies_for(str(computer.get("id", "")))):
                 self.remote_gave_up.emit(view, str(computer.get("name", "another computer")))
 
@@ -204,8 +205,6 @@ class NodeTableModel(QAbstractTableModel):
             self._rows.extend(new)
             self.endInsertRows()
         self._sample_usage()
-        if not self._remote_tick.isActive() and self.computers() > 1:  # paired meanwhile: follow the others too
-            self.ask_remote()
         if self._rows:
             self.dataChanged.emit(self.index(0, 0), self.index(len(self._rows) - 1, len(COLUMNS) - 1))
         self.refreshed.emit()
