@@ -21,6 +21,7 @@ enable_asyncio_tls()
 class FleetSide:
     def __init__(self) -> None:
         self.unpaired: list[str] = []
+        self.sleeping: list[str] = []
 
     def hello(self):
         return {"id": "pc_server234567", "name": "server", "time": "2026-12-07T01:00:00+00:00"}
@@ -30,6 +31,9 @@ class FleetSide:
 
     async def unpaired_by(self, computer) -> None:
         self.unpaired.append(computer.id)
+
+    def peer_sleeping(self, computer) -> None:
+        self.sleeping.append(computer.id)
 
 
 def as_computer(identity, port: int) -> Computer:
@@ -69,6 +73,8 @@ async def test_a_pinned_computer_lists_and_acts_on_this_computers_nodes(keys, tm
         assert status == 200 and [n["id"] for n in doc["nodes"]] == [view.id]
         status, doc = await peers.ask_json(target, "POST", f"/api/nodes/{view.id}/restart", {})
         assert status == 200 and doc["id"] == view.id
+        status, doc = await peers.ask_json(target, "POST", "/fleet/sleeping", {})
+        assert status == 200 and side.sleeping == [keys[1].computer_id]
         status, doc = await peers.ask_json(target, "DELETE", "/fleet/pair")
         assert status == 200 and side.unpaired == [keys[1].computer_id]
     finally:
@@ -140,3 +146,29 @@ async def test_an_older_tls_is_refused_in_the_handshake(keys, tmp_path):
         assert server.refusals == {"not a TLS 1.3 handshake (plain HTTP, or an older TLS)": 1}
     finally:
         await server.stop()
+
+
+async def test_a_computer_that_said_it_sleeps_is_asleep_until_it_answers_again(keys):
+    from cadre_desktop.host.core.clock import Clock
+    from cadre_desktop.host.fleet.peers import Reachability
+
+    class Quiet(Peers):
+        answers = False
+
+        async def ask_json(self, computer, method, target, body=None, *, timeout_s=30.0):
+            if not self.answers:
+                raise LinkDown("gone")
+            return 200, {"id": computer.id, "time": "2026-12-07T01:00:00+00:00"}
+
+    peers = Quiet(lambda: keys[1])
+    nas = as_computer(keys[0], 9)
+    reach = Reachability(peers, lambda: (nas,), Clock())
+    reach.asleep(nas.id)
+    await reach.check_all()
+    assert reach.of(nas.id).state == "asleep" and reach.of(nas.id).since
+    peers.answers = True
+    await reach.check_all()
+    assert reach.of(nas.id).state == "online"
+    peers.answers = False
+    await reach.check_all()
+    assert reach.of(nas.id).state == "unreachable"

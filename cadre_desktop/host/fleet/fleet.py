@@ -277,6 +277,16 @@ class Fleet:
         await self._unpin(computer.id)
         log.info("fleet: %s (%s) unpaired itself", computer.name, computer.id)
 
+    def peer_sleeping(self, computer: Computer) -> None:
+        self.reach.asleep(computer.id)
+
+    async def announce_sleep(self) -> None:
+        """Tell every computer that answers that this one goes to sleep now (best effort, 1 s at most):
+        they show it `asleep` rather than unreachable until it answers again."""
+        online = [c for c in self.doc.computers if self.reach.of(c.id).state == "online"]
+        await asyncio.gather(*(self.peers.ask(c, "POST", "/fleet/sleeping", {}, timeout_s=1.0) for c in online),
+                             return_exceptions=True)
+
     def hello(self) -> JSONObject:
         return {"id": self.self_id, "name": self.name, "time": self._clock.now().isoformat(), "tray": self.has_tray}
 

@@ -4,7 +4,8 @@
 `DELETE /api/nodes/{id}`, `GET /api/nodes/{id}/history`, `GET /api/nodes/{id}/logs` (a node's
 QR is its view's `claim_url`); and the fleet's own: `GET /fleet/hello` (who, the time: the
 reachability check and the clock's difference), `POST /fleet/introduce` (the computer that paired
-us names a new member), `DELETE /fleet/pair` (the asker unpairs itself from us). Anything else is a
+us names a new member), `POST /fleet/sleeping` (the asker goes to sleep: shown `asleep`, not
+unreachable), `DELETE /fleet/pair` (the asker unpairs itself from us). Anything else is a
 404; errors are `{"error": {"code", "message"}}` as on the control API. Its answers are the control
 API's, so a forwarded call answers the CLI exactly as a local one.
 """
@@ -48,6 +49,7 @@ class FleetSide(Protocol):
     def hello(self) -> JSONObject: ...
     async def introduced(self, by: Computer, doc: object) -> None: ...
     async def unpaired_by(self, computer: Computer) -> None: ...
+    def peer_sleeping(self, computer: Computer) -> None: ...
 
 
 def answer(doc: object, status: int = 200) -> Answer:
@@ -85,6 +87,9 @@ class LinkApi:
             return answer(self.fleet.hello())
         if path == "/fleet/introduce" and method == "POST":
             await self.fleet.introduced(ASKER.get(), await request.json())
+            return answer({"ok": True})
+        if path == "/fleet/sleeping" and method == "POST":
+            self.fleet.peer_sleeping(ASKER.get())
             return answer({"ok": True})
         if path == "/fleet/pair" and method == "DELETE":
             await self.fleet.unpaired_by(ASKER.get())

@@ -113,6 +113,13 @@ class Reachability:
     def of(self, computer_id: str) -> PeerState:
         return self.states.setdefault(computer_id, PeerState())
 
+    def asleep(self, computer_id: str) -> None:
+        """It said it goes to sleep: `asleep` (not unreachable) until it answers again."""
+        state = self.of(computer_id)
+        if state.state != "asleep":
+            state.state, state.since = "asleep", self._clock.now().isoformat()
+            self._on_change(computer_id)
+
     async def run(self) -> None:
         while True:
             try:
