@@ -66,8 +66,11 @@ class Fleet:
         self.peers = Peers(self.identity)
         self.reach = Reachability(self.peers, lambda: self.doc.computers, clock)
         self.server: LinkServer | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Future[None] | None = None
+        self._starting: asyncio.Future[None] | None = None
         self._save_lock = asyncio.Lock()
+        self._serve_lock = asyncio.Lock()
+        self._identity_lock = asyncio.Lock()
         self._where: dict[str, str] = {}  # node id -> the computer id that hosted it when last listed
         self.remote: list[NodeView] = []  # the other computers' nodes as last listed (the tray's window shows them)
         #: This host runs in the tray app (set by its shell): it tells give-ups, its own and maybe others'.
@@ -99,17 +102,21 @@ class Fleet:
         if self._unsaved:
             await self._save()
             self._unsaved = False
-        if self.doc.computers:
-            try:
-                await self._serve()
-            except (SecretsError, FleetPortBusy) as exc:
-                log.error("fleet: the link is not served: %s", exc.message)
+        if self.doc.computers:  # on a task: a keyring that waits for its unlock must not hold the host's start
+            self._starting = asyncio.ensure_future(self._serve_or_say())
+
+    async def _serve_or_say(self) -> None:
+        try:
+            await self._serve()
+        except (SecretsError, FleetPortBusy) as exc:
+            log.error("fleet: the link is not served: %s", exc.message)
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        for task in (self._starting, self._task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._starting = self._task = None
         server, self.server = self.server, None
         if server is not None:
             await server.stop()
@@ -137,7 +144,11 @@ class Fleet:
         return self._identity
 
     async def _load_identity(self) -> Identity:
-        """This computer's key from the keyring (made and kept there the first time)."""
+        """This computer's key from the keyring (made and kept there the first time, once)."""
+        async with self._identity_lock:
+            return await self._identity_once()
+
+    async def _identity_once(self) -> Identity:
         if self._identity is not None:
             return self._identity
         key = await self._secrets.get(self.self_id, SecretKind.FLEET_KEY)
@@ -162,6 +173,10 @@ class Fleet:
 
     async def _serve(self) -> None:
         """The link's server and the reachability checks, once (this computer is paired, or invites)."""
+        async with self._serve_lock:  # an invite and the start's task at once make one key, one server
+            await self._serve_once()
+
+    async def _serve_once(self) -> None:
         await self._load_identity()
         if self.server is None:
             server = LinkServer(context=self._server_context, pinned=lambda print_: self.doc.by_fingerprint(print_),
