@@ -61,6 +61,11 @@ class Paths:
         return self.data_dir / "host-pause.json"
 
     @property
+    def fleet_file(self) -> Path:
+        """The paired computers of this computer's fleet (host/fleet/computers.py)."""
+        return self.data_dir / "fleet.json"
+
+    @property
     def first_run_marker(self) -> Path:
         """Present: the next tray start opens its window with the welcome (then deletes it)."""
         return self.config_dir / "first_run"
@@ -96,6 +101,7 @@ class Paths:
             "donations": str(self.donations_file),
             "history": str(self.history_file),
             "pause": str(self.pause_file),
+            "fleet": str(self.fleet_file),
             "nodes": str(self.nodes_dir),
         }
 

@@ -91,6 +91,10 @@ class Settings:
     in_use_idle_minutes: int = 3
     pause_on_metered_network: bool = True
     run_schedule: list[dict[str, Any]] | None = None
+    #: The fleet (host/fleet/): the port the fleet link serves on `bind_host` (off until this
+    #: computer is paired or invites), and this computer's name in the fleet (null: the host name).
+    fleet_port: int = 28091
+    computer_name: str | None = None
 
     def uses_warm_standby(self) -> bool:
         if self.warm_standby is None:
@@ -237,6 +241,12 @@ def check_run_schedule(v: Any) -> Checked:
     return windows, None
 
 
+def _computer_name(v: Any) -> Checked:
+    if not isinstance(v, str) or not v.strip() or len(v) > 64 or not v.isprintable():
+        return None, "must be a printable name of 1 to 64 characters"
+    return v.strip(), None
+
+
 def _port(v: Any) -> Checked:
     if not _is_int(v) or not 1024 <= v <= 65535:
         return None, "must be a port number from 1024 to 65535"
@@ -332,6 +342,8 @@ _CHECKS = {
     "in_use_idle_minutes": _whole(1, 24 * 60, "one day"),
     "pause_on_metered_network": _bool,
     "run_schedule": _nullable(check_run_schedule),
+    "fleet_port": _port,
+    "computer_name": _nullable(_computer_name),
 }
 
 KNOWN_KEYS = tuple(_CHECKS)

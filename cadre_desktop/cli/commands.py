@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from cadre_desktop import __version__, build_commit
-from cadre_desktop.cli import caps, lending, when
+from cadre_desktop.cli import caps, fleet, lending, when
 from cadre_desktop.cli.client import NoHost
 from cadre_desktop.cli.history import cmd_history
 from cadre_desktop.cli.logs import cmd_logs
@@ -120,6 +120,8 @@ def read_invitation() -> str:
 # -- node commands ------------------------------------------------------------------------
 
 def cmd_list(args, paths: Paths) -> int:
+    if args.all:
+        return fleet.cmd_list_all(args, paths)
     nodes = client(paths).list_nodes()
     if args.json:
         print_json({"nodes": nodes})
@@ -309,7 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     node = commands.add_parser("node", help="list, add and manage the hosted nodes")
     nodes = node.add_subparsers(dest="node_command", metavar="ACTION", required=True)
-    nodes.add_parser("list", parents=[as_json], help="every hosted node").set_defaults(func=cmd_list)
+    listing = nodes.add_parser("list", parents=[as_json], help="every hosted node")
+    listing.add_argument("--all", action="store_true", help="every computer's nodes (the fleet)")
+    listing.set_defaults(func=cmd_list)
     add = nodes.add_parser("add", parents=[as_json], help="a new node, waiting to be claimed")
     add.add_argument("--name")
     add.set_defaults(func=cmd_add)
@@ -343,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
                      ).set_defaults(func=cmd_history)
 
     lending.add_parsers(commands, as_json)  # grant and donation: lending
+    fleet.add_parsers(commands, as_json)  # the computers of this one's fleet
     when.add_parsers(commands, as_json)  # pause, resume, conditions: when nodes run
     commands.add_parser("doctor", help="check that this computer can host nodes").set_defaults(func=cmd_doctor)
     commands.add_parser("paths", parents=[as_json], help="where files are kept").set_defaults(func=cmd_paths)

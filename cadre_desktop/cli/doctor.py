@@ -291,6 +291,42 @@ def check_lend_api(paths: Paths, settings: Settings, is_free: Callable[[str, int
     return ok(name, f"{where} is free for lending", False)
 
 
+def check_fleet(paths: Paths, settings: Settings, fleet: Callable[[], dict] | None = None) -> list[CheckResult]:
+    """The fleet: its port, and each paired computer's reachability, pinned key and clock difference
+    (as the running host sees them). Informs only: a fleet is optional."""
+    from cadre_desktop.cli.client import ControlClient, NoHost
+    from cadre_desktop.errors import ApiError
+    from cadre_desktop.text import one_line
+
+    where = f"{settings.bind_host}:{settings.fleet_port}"
+    try:
+        doc = fleet() if fleet is not None else ControlClient.from_file(paths.control_file).request("GET", "/api/fleet")
+    except (NoHost, ApiError):
+        return [CheckResult("fleet", Outcome.SKIPPED, "no host is running for this home: the fleet is not checked", False)]
+    rows = [c for c in doc.get("computers", []) if isinstance(c, dict)]
+    me = next((c for c in rows if c.get("self")), {})
+    peers = [c for c in rows if not c.get("self")]
+    if not peers:
+        return [CheckResult("fleet", Outcome.INFO, f"not paired with another computer (the link would listen on {where})", False)]
+    port = ok("fleet port", f"listening on {where}", False) if me.get("listening") else \
+        CheckResult("fleet port", Outcome.WARN, f"the fleet link is not listening on {where}: see the host's log", False)
+    results = [port]
+    for c in peers:
+        name = f"computer {one_line(c.get('name'), 64)} ({one_line(c.get('id'), 20)})"
+        key = f"key {one_line(c.get('fingerprint'), 80)[:23]}…"
+        if c.get("state") != "online":
+            since = one_line(c.get("unreachable_since") or c.get("last_seen") or "start", 40)
+            results.append(CheckResult(name, Outcome.WARN, f"{one_line(c.get('state'), 20)} since {since}; {key}", False))
+            continue
+        offset = c.get("clock_offset_ms")
+        clock = f"clock {offset:+.0f} ms" if isinstance(offset, (int, float)) else "clock not known"
+        far = isinstance(offset, (int, float)) and abs(offset) > 2000
+        results.append(CheckResult(name, Outcome.WARN if far else Outcome.OK,
+                                   f"online at {one_line(c.get('address'), 80)}; {key}; {clock}"
+                                   + ("; set this computer's clock (NTP)" if far else ""), False))
+    return results
+
+
 def has_display(env: Mapping[str, str] | None = None, platform: str = sys.platform) -> bool:
     env = os.environ if env is None else env
     return platform in ("win32", "darwin") or bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
@@ -388,6 +424,7 @@ def main(paths: Paths, out=None) -> int:
         lambda: check_caps(settings),
         lambda: check_host(paths),
         lambda: check_lend_api(paths, settings),
+        lambda: check_fleet(paths, settings),
         check_desktop,
     ]
     for check in checks:

@@ -6,7 +6,8 @@ gate), ``local`` (the local-process driver behind the ``core.driver`` seam), ``s
 (the systemd user unit driver behind the same seam; it imports nothing of ``local``:
 ``drivers.py`` hands it the port allocator and node logs they share),
 ``lending`` (grants and lent nodes, a second kind of record on the same core) and
-``edges`` (the HTTP servers: the loopback control API and the lend API). The modules
+``edges`` (the HTTP servers: the loopback control API and the lend API), and ``fleet``
+(the computers of one person, paired by a code, over a mutual-TLS link). The modules
 at this level compose them: ``host.py`` builds a `Host` (the object front ends call),
 ``drivers.py`` picks the driver, ``lend_host.py`` wires lending in, and
 ``live_settings.py`` applies new settings while running. ``fleetstate`` (the fleet's shared

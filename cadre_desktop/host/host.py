@@ -43,6 +43,7 @@ from cadre_desktop.host.core.supervision.supervisor import Supervisor, secret_ki
 from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.drivers import make_driver
+from cadre_desktop.host.fleet.fleet import Fleet, FleetFile
 from cadre_desktop.host.lend_host import Lending
 from cadre_desktop.host.lending.donations import Donation
 from cadre_desktop.host.live_settings import Applied, LiveSettings
@@ -105,6 +106,7 @@ class Host:
         self.host_holds = HostHolds(paths.pause_file, self.clock)
         self._condition_sources = condition_sources  # the run conditions' sources, else this platform's
         self.judge: Judge | None = None
+        self.fleet: Fleet | None = None  # the computers paired with this one (host/fleet/), read at start
         self._started = False
 
     # The parts `start` made, None before it (front ends and tests read them).
@@ -138,15 +140,13 @@ class Host:
         return self._parts
 
     @property
-    def advertise_host(self) -> str:
-        """The address nodes are told to advertise now."""
+    def advertise_host(self) -> str:  # the address nodes are told to advertise now
         return self.netwatch.current
 
     # -- life ---------------------------------------------------------------------
 
     @property
-    def started(self) -> bool:
-        """`start` finished and `stop` has not begun: every operation may be called."""
+    def started(self) -> bool:  # `start` finished and `stop` has not begun: every operation may be called
         return self._started
 
     def take_home(self) -> None:
@@ -212,6 +212,7 @@ class Host:
 
             self.control = ControlServer(self, self.paths.control_file)
             await self.control.start()
+        await self.fleet.start() if self.fleet is not None else None
         self._started = True
         log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
 
@@ -222,6 +223,7 @@ class Host:
         lending = self.lending = Lending(paths=self.paths, events=self.events, clock=self.clock)
         lending.load()
         self.host_holds.load()
+        self.fleet = Fleet.read(FleetFile(self.paths.fleet_file), lambda: self.settings, self.secrets, self.clock, self, lambda: self.advertise_host)
         if self._serve_control_api:
             from cadre_desktop.host.edges.control import check_control_file
 
@@ -254,7 +256,7 @@ class Host:
             store=self.store, driver=driver, supervisor=supervisor, probe=probe,
             clock=self.clock, address=lambda: self.netwatch.current, log_path=self.paths.node_log,
             claim_secret=lambda node_id: gate.cached(node_id, SecretKind.CLAIM), caps=self._caps_view,
-        )
+            computer=lambda: self.fleet.self_ref() if self.fleet else None)
         return Parts(driver=driver, gate=gate, probe=probe, supervisor=supervisor, service=service, views=views)
 
     def _caps_for(self, node_id: str) -> NodeCaps:
@@ -325,8 +327,7 @@ class Host:
         return await LiveSettings(store=self.store, driver=self.driver, service=self.service, supervisor=self.supervisor,
                                   lending=self.lending, judge=self.judge, refresh=self.refresh).apply(old, new)
 
-    def refresh(self) -> None:
-        """Look at the network now (SIGHUP, or the OS said the network changed)."""
+    def refresh(self) -> None:  # look at the network now (SIGHUP, or the OS said the network changed)
         self.netwatch.check_soon()
 
     def _woke(self, slept_s: float) -> None:
@@ -347,6 +348,8 @@ class Host:
 
     async def _teardown(self, *, stop_nodes: bool) -> None:
         await self.netwatch.stop()
+        if self.fleet is not None:
+            await self.fleet.stop()
         if self.control is not None:
             await self.control.stop()
             self.control = None
@@ -384,11 +387,10 @@ class Host:
     def _row_stores(self) -> list[RowStore[NodeRecord] | RowStore[Donation]]:  # the hosted nodes', the lent nodes' once read
         return [self.store, *([self.lending.donations] if self.lending else [])]
 
-    def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]:
-        """Hear every engine event (the tray's bridge, the control API's event stream)."""
+    def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]:  # every engine event (the tray, the SSE)
         return self.events.subscribe(listener)
 
-    def list_nodes(self) -> list[NodeView]:
+    def list_nodes(self) -> list[NodeView]:  # this computer's (the fleet's: `fleet.all_nodes`)
         return self.views.list() if self.views is not None else []
 
     async def settled(self) -> None:  # once the records' writes asked so far are synced or failed

@@ -56,6 +56,8 @@ class SecretKind(str, Enum):
     #: (`<donation id>/seed-token`).
     GRANT_TOKEN = "grant-token"
     SEED_TOKEN = "seed-token"
+    #: The fleet: this computer's private key (`<home id>/<computer id>/fleet-key`), PEM.
+    FLEET_KEY = "fleet-key"
 
 
 def user_name(node_id: str, kind: SecretKind, home_id: str | None = None) -> str:

@@ -65,8 +65,11 @@ class _Conn:
 class Client:
     """Requests to any number of servers; see the module's docstring for its connections."""
 
-    def __init__(self, *, fresh_after_s: float = 0.0, max_body: int = MAX_BODY) -> None:
+    def __init__(self, *, fresh_after_s: float = 0.0, max_body: int = MAX_BODY, tls: object = None) -> None:
         self.fresh_after_s = fresh_after_s
+        #: An `ssl.SSLContext` to speak TLS with (the fleet link's), else plain HTTP; typed loosely so
+        #: this module, which the node shares, never imports ssl.
+        self.tls = tls
         self.max_body = max_body
         self._idle: dict[tuple[str, int], _Conn] = {}
         #: Connections opened in all (tests and the benchmarks read it).
@@ -85,7 +88,10 @@ class Client:
             with contextlib.suppress(_ClosedEarly, ConnectionError):
                 return await self._exchange(host, port, kept, method, target, head, body)
             # the server let the kept connection go before answering: once more, on a fresh one
-        reader, writer = await asyncio.open_connection(host, port)
+        if self.tls is None:
+            reader, writer = await asyncio.open_connection(host, port)
+        else:
+            reader, writer = await asyncio.open_connection(host, port, ssl=self.tls, server_hostname="")
         self.opened += 1
         try:
             return await self._exchange(host, port, _Conn(reader, writer), method, target, head, body)

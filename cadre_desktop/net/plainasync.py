@@ -41,3 +41,23 @@ def import_without_openssl() -> bool:
         for name in blocked:
             del sys.modules[name]
     return not any(name in sys.modules for name in _BLOCKED)
+
+
+def enable_asyncio_tls() -> None:
+    """Give asyncio its TLS transports back, in a process that imported it without OpenSSL.
+
+    Only the fleet needs TLS (`host/fleet/`): a computer that joins one pays OpenSSL's memory
+    from then on, one that never does never loads it. asyncio keeps the module it imported as
+    ``ssl`` in three of its modules; a None there means "no TLS support". Nothing to do when
+    asyncio came with ``ssl``.
+    """
+    import asyncio.base_events
+    import asyncio.selector_events
+    import asyncio.sslproto
+    import ssl
+
+    for module in (asyncio.base_events, asyncio.selector_events, asyncio.sslproto):
+        if getattr(module, "ssl", None) is None:
+            setattr(module, "ssl", ssl)  # noqa: B010 (asyncio's own name for it, set as it would have been)
+    if not hasattr(asyncio.sslproto, "SSLAgainErrors"):
+        setattr(asyncio.sslproto, "SSLAgainErrors", (ssl.SSLWantReadError, ssl.SSLSyscallError))  # noqa: B010

@@ -103,6 +103,13 @@ class Actions(QObject):
         except NoSuchThing:  # removed meanwhile: its id is all there is to name it by
             return node_id
 
+    def _on(self, node_id: str, action: str) -> Awaitable[Any]:
+        """A node action on this host, or on the computer of the fleet that hosts the node (over the link)."""
+        fleet = getattr(self.host, "fleet", None)
+        if fleet is not None and fleet.is_remote(node_id):
+            return fleet.act(node_id, action)
+        return getattr(self.host, f"{action}_node")(node_id)
+
     def add(self, name: str | None = None) -> asyncio.Task:
         return self.run("add a node", self.host.add_node(name), done=lambda v: self.added.emit(v.id))
 
@@ -115,13 +122,13 @@ class Actions(QObject):
                         self.host.invite_node(node_id, name), done=lambda v: self.added.emit(v.id))
 
     def retry(self, node_id: str) -> asyncio.Task:
-        return self.run(f"retry {self._name(node_id)}", self.host.retry_node(node_id), node_id)
+        return self.run(f"retry {self._name(node_id)}", self._on(node_id, 'retry'), node_id)
 
     def pause(self, node_id: str) -> asyncio.Task:
-        return self.run(f"pause {self._name(node_id)}", self.host.pause_node(node_id), node_id)
+        return self.run(f"pause {self._name(node_id)}", self._on(node_id, 'pause'), node_id)
 
     def resume(self, node_id: str) -> asyncio.Task:
-        return self.run(f"resume {self._name(node_id)}", self.host.resume_node(node_id), node_id)
+        return self.run(f"resume {self._name(node_id)}", self._on(node_id, 'resume'), node_id)
 
     def pause_all(self, body: dict, done: Callable[[Any], None] | None = None) -> asyncio.Task:
         """Pause all: `body` is {} (until resumed), {"for_ms": N} or {"until": aware datetime}."""
@@ -131,11 +138,11 @@ class Actions(QObject):
         return self.run("resume every node", self.host.resume_all(), done=done)
 
     def restart(self, node_id: str) -> asyncio.Task:
-        return self.run(f"restart {self._name(node_id)}", self.host.restart_node(node_id), node_id)
+        return self.run(f"restart {self._name(node_id)}", self._on(node_id, 'restart'), node_id)
 
     def regenerate(self, node_id: str) -> asyncio.Task:
         return self.run(f"make a new claim code for {self._name(node_id)}",
                         self.host.regenerate_node(node_id), node_id)
 
     def remove(self, node_id: str) -> asyncio.Task:
-        return self.run(f"remove {self._name(node_id)}", self.host.remove_node(node_id), node_id)
+        return self.run(f"remove {self._name(node_id)}", self._on(node_id, 'remove'), node_id)

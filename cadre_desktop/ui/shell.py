@@ -32,6 +32,7 @@ from cadre_desktop.settings import Settings
 from cadre_desktop.ui.actions import Actions
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.errors import show_error
+from cadre_desktop.ui.fleet.pairing import FleetUi
 from cadre_desktop.ui.lending.lent_ui import LentUi
 from cadre_desktop.ui.nodes.model import NodeTableModel
 from cadre_desktop.ui.settings_store import SettingsWatcher, save_changes
@@ -90,6 +91,7 @@ class Shell(QObject):
         self.closed = False
         self.actions = Actions(host, lambda: self._window, self, engine_up=not starting)
         self.lent = LentUi(host, self.bridge, self.actions, lambda: self.window, self)  # the window's Lent tab
+        self.fleet = FleetUi(host, self.actions, self._dialog_parent, self)  # Add a computer…, Join computers…
         self.icons = TrayIcons(settings.monochrome_icon)
         self.autostart = autostart
         self.tray = Tray(self.model, self.icons, self, lent=self.lent.model, pause_state=host.pause_state)
@@ -121,11 +123,20 @@ class Shell(QObject):
             (self.tray.add_node, self.ask_add), (self.tray.join_node, self.ask_join),
             (self.tray.quit, self.ask_quit), (self.notifier.open_node, self.show_node),
             (self.actions.added, self._added), (self.tray.lend_nodes, self.lent.ask_lend),
-            (self.tray.open_lent, self.lent.show_lent), (self.notifier.open_lent, self.lent.show_lent),
+            (self.tray.open_lent, self.lent.show_lent), (self.tray.add_computer, self.fleet.ask_add_computer),
+            (self.tray.join_computers, self.fleet.ask_join_computers),
+            (self.model.remote_gave_up, self.notifier.remote_gave_up),
+            (self.model.remote_recovered, self.notifier.remote_recovered), (self.notifier.open_lent, self.lent.show_lent),
             (self.tray.pause_all, lambda body: self.actions.pause_all(body, done=lambda _: self.tray.update())),
             (self.tray.resume_all, lambda: self.actions.resume_all(done=lambda _: self.tray.update())),
         ):
             signal.connect(slot)
+        self._in_fleet()
+
+    def _in_fleet(self) -> None:
+        """Tell the fleet this host has a tray (it tells its own nodes' give-ups; host/fleet/fleet.py:notifies_for)."""
+        if getattr(self.host, "fleet", None) is not None:
+            self.host.fleet.has_tray = True
 
     # -- the window, built when first needed ------------------------------------------------
 
@@ -175,6 +186,7 @@ class Shell(QObject):
         if not self.starting or self.closed:
             return
         self.starting = False
+        self._in_fleet()
         self.actions.engine_up()
         self.model.refresh()
         self.lent.model.refresh()
@@ -268,7 +280,7 @@ class Shell(QObject):
             self._quit_when_up = True
             self.tray.set_starting(QUITTING)
             return
-        running = sum(1 for v in self.model.views() if v.running)
+        running = sum(1 for v in self.model.local_views() if v.running)
         if not running or not self.settings.ask_on_quit:
             self.quit_requested.emit()
             return
@@ -294,7 +306,7 @@ class Shell(QObject):
         self.stopping = True
         self.notifier.mute()
         self.tray.menu.hide()
-        running = sum(1 for v in self.model.views() if v.running)
+        running = sum(1 for v in self.model.local_views() if v.running)
         stop_nodes = self.stop_nodes_on_quit
         if stop_nodes is None:
             stop_nodes = not self.settings.keep_nodes_running_on_quit

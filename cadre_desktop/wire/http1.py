@@ -166,6 +166,10 @@ class HttpServer:
         if pending:
             await asyncio.wait(pending)
 
+    async def serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve a connection accepted elsewhere (the fleet link's, once its TLS handshake let it in)."""
+        await self._connection(reader, writer)
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         transport = writer.transport
         conn = None if self.closing else self.guard.admit(transport)

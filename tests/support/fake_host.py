@@ -49,6 +49,7 @@ class FakeHost:
         self.fail_next: Exception | None = None
         #: No lending in a fake host: its routes answer that lending is not ready.
         self.lending = None
+        self.fleet = None  # no fleet either: its routes answer that it is not ready
         #: Pause all, as the Host says it (None: not paused).
         self.pause: dict | None = None
         self._counter = 0
@@ -98,6 +99,10 @@ class FakeHost:
     def node_history(self, node_id: str) -> dict:
         self.get_node(node_id)
         return {"node_id": node_id, "windows": []}  # a fake host keeps no history
+
+    def log_tail(self, node_id: str, lines: int = 200) -> list[str]:
+        self.get_node(node_id)
+        return []  # nor logs
 
     async def invite_node(self, node_id: str, name: str | None = None) -> NodeView:
         self.get_node(node_id)

@@ -21,7 +21,8 @@ SWITCHABLE_NODE = [sys.executable, "-c", (
     "    sys.exit('broken on purpose')\n"
     "runpy.run_module('cadre_desktop.node', run_name='__main__')\n")]
 
-FIXED = ["Open window", "Add node…", "Join with invitation…", "Lend nodes…", "Pause all", "Preferences…", "Quit"]
+FIXED = ["Open window", "Add node…", "Join with invitation…", "Lend nodes…", "Add a computer…", "Join computers…", "Pause all",
+         "Preferences…", "Quit"]
 
 
 def texts(menu) -> list[str]:

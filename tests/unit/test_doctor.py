@@ -362,7 +362,7 @@ def test_exit_code_follows_the_required_checks_only(monkeypatch, tmp_path, capsy
     assert doctor.main(home_paths(tmp_path)) == code
     lines = capsys.readouterr().out.splitlines()
     names = [line.split()[1].rstrip(":") for line in lines]
-    assert names == ["settings", "home", "keyring", "ports", "node", "driver", "caps", "host", "lend", "tray"]
+    assert names == ["settings", "home", "keyring", "ports", "node", "driver", "caps", "host", "lend", "fleet", "tray"]
     assert lines[-1].startswith("warn")
 
 

@@ -49,7 +49,8 @@ ROOMS = {
     "host/local": {"cadre_desktop.host.core.driver", "cadre_desktop.host.core.events", "cadre_desktop.host.core.records.jsondoc"},
     "host/systemd": {"cadre_desktop.host.core.driver", "cadre_desktop.host.core.events", "cadre_desktop.host.core.records.jsondoc"},
     "host/lending": {"cadre_desktop.host.core"},
-    "host/edges": {"cadre_desktop.host.core", "cadre_desktop.host.lending"},
+    "host/edges": {"cadre_desktop.host.core", "cadre_desktop.host.lending", "cadre_desktop.host.fleet"},
+    "host/fleet": {"cadre_desktop.host.core"},
     "host/conditions": {"cadre_desktop.host.core"},
     "host/fleetstate": {"cadre_desktop.host.local.system"},
 }

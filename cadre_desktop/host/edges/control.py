@@ -44,7 +44,7 @@ from cadre_desktop.host.core.events import LENDING_EVENTS, HostEvent
 from cadre_desktop.host.core.ops.validate import clean_invitation, clean_name
 from cadre_desktop.host.core.records.jsondoc import read_versioned
 from cadre_desktop.host.core.records.records import is_node_id
-from cadre_desktop.host.edges import caps_control, host_control, lend_control
+from cadre_desktop.host.edges import caps_control, fleet_control, host_control, lend_control
 from cadre_desktop.host.edges.control_body import BODY_TIMEOUT_S, MAX_BODY, MESSAGES, node_id_of, node_pause, read_body, refused
 from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.router import Handler, Router, json_answer
@@ -159,6 +159,7 @@ class ControlServer:
             *lend_control.routes(host),  # lending's routes live beside these
             *caps_control.routes(host),  # PATCH /api/nodes/{id}: a node's caps
             *host_control.routes(host),  # /api/host/pause, resume, conditions
+            *fleet_control.routes(host),  # /api/fleet...: the computers of this one's fleet
         ])
 
     @property
@@ -221,7 +222,8 @@ class ControlServer:
         if handler is None:
             status = 405 if allowed else 404
             raise refused(status, MESSAGES[status])
-        return await handler(request)
+        remote = await fleet_control.forwarded(self.host, request)  # a node another computer of the fleet hosts
+        return remote if remote is not None else await handler(request)
 
     async def _errors(self, request: Request, handler: Handler) -> Answer:
         try:
@@ -248,7 +250,7 @@ class ControlServer:
         site = headers.get("sec-fetch-site", "none").lower()
         if "origin" in headers or site != "none":
             raise refused(403, "Requests from web pages are refused.", "origin_refused")
-        if request.query_string:
+        if request.query_string and not fleet_control.takes_query(request):
             if _TOKENISH & {key.lower() for key in request.query}:
                 raise refused(400, "Send the token in the Authorization header, never in the URL.",
                                "token_in_url")
@@ -272,6 +274,8 @@ class ControlServer:
         )
 
     async def _list_nodes(self, request: Request) -> Answer:
+        if request.query_string:  # ?scope=fleet, the one the guard lets through
+            return await fleet_control.fleet_nodes(self.host)
         await self.host.settled()  # what a view shows is on disk, or its save error shown
         return json_answer({"nodes": [view.to_json() for view in self.host.list_nodes()]})
 

@@ -17,6 +17,7 @@ from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.paths import Paths
 
 if TYPE_CHECKING:
+    from cadre_desktop.host.fleet.fleet import Fleet
     from cadre_desktop.host.lend_host import Lending
 
 
@@ -28,6 +29,9 @@ class ServedHost(Protocol):
 
     @property
     def lending(self) -> Lending | None: ...
+
+    @property
+    def fleet(self) -> Fleet | None: ...
 
     def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]: ...
 

@@ -8,6 +8,7 @@ selection survives.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
 
 from cadre_desktop.host.core.clock import parse_iso
 from cadre_desktop.host.core.ops.views import NodeView
+from cadre_desktop.host.core.records.records import NodeStatus
 from cadre_desktop.text import url_host
 from cadre_desktop.ui.bridge import HostBridge
 from cadre_desktop.ui.tray.status import first_line, node_colour, node_state, retry_words, status_words, uptime_words, utcnow
@@ -29,6 +31,10 @@ WIDEST = ("Living room", "Waiting to be claimed", "23 h 59 min", "Attempts", "fa
 #: A value to sort by (numbers for numbers, urgency for status).
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 TICK_MS = 1000
+#: The other computers' nodes are asked for this often while the window shows, and while it does not
+#: (the tray counts every computer's nodes) (host/fleet/fleet.py:refresh_remote).
+REMOTE_MS = 3000
+REMOTE_HIDDEN_MS = 15000
 
 
 _DOTS: dict[str, QIcon] = {}
@@ -73,6 +79,9 @@ def tick_while_shown(tick: QTimer, on: bool, refresh) -> None:
 class NodeTableModel(QAbstractTableModel):
     #: After every refresh: the views may have changed.
     refreshed = Signal()
+    #: Another computer's node this tray tells the fleet's give-up of (its view, its computer's name); one left it.
+    remote_gave_up = Signal(object, str)
+    remote_recovered = Signal(str)
 
     def __init__(self, host, bridge: HostBridge, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -86,13 +95,76 @@ class NodeTableModel(QAbstractTableModel):
         self._tick = QTimer(self)
         self._tick.setInterval(TICK_MS)
         self._tick.timeout.connect(self.refresh)
+        #: The fleet's other computers' nodes (their computer named in each), grouped after this one's.
+        self._remote: list[NodeView] = []
+        self._remote_ids: frozenset[str] = frozenset()
+        self._since = utcnow()  # a give-up from before this app started is old news, as for this computer's nodes
+        self._asking: asyncio.Future | None = None
+        self._remote_tick = QTimer(self)
+        self._remote_tick.setInterval(REMOTE_HIDDEN_MS)
+        self._remote_tick.timeout.connect(self.ask_remote)
+        self._remote_tick.start()  # unpaired, a look at fleet.json's rows in memory: no network, no task
         self.refresh()
 
     def set_ticking(self, on: bool) -> None:
         tick_while_shown(self._tick, on, self.refresh)
+        self._remote_tick.setInterval(REMOTE_MS if on else REMOTE_HIDDEN_MS)
+        if on:
+            self.ask_remote()
+
+    def ask_remote(self) -> None:
+        """Ask the fleet for the other computers' nodes (never twice at once); refreshed when they come."""
+        fleet = getattr(self.host, "fleet", None)
+        if fleet is None or not fleet.doc.computers:
+            self._remote, self._remote_ids = [], frozenset()
+            return
+        if self._asking is not None and not self._asking.done():
+            return
+        self._asking = asyncio.ensure_future(fleet.refresh_remote())
+        self._asking.add_done_callback(self._remote_came)
+
+    def _remote_came(self, task: asyncio.Future) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return  # a computer that does not answer is listed as such by the fleet; the rows stay as they were
+        before = {v.id: v.status for v in self._remote}
+        self._remote = list(task.result())
+        self._remote_ids = frozenset(v.id for v in self._remote)
+        self._tell_give_ups(before)
+        self.refresh()
+
+    def _tell_give_ups(self, before: dict[str, Any]) -> None:
+        """A remote node seen going to `error` since the last listing (or first seen so, given up on since this
+        app started), told if this tray tells it."""
+        fleet = self.host.fleet
+        now = {v.id: v for v in self._remote}
+        for node_id, status in before.items():
+            view = now.get(node_id)
+            if status is NodeStatus.ERROR and (view is None or view.status is not NodeStatus.ERROR):
+                self.remote_recovered.emit(node_id)
+        for view in self._remote:
+            computer = view.computer or {}
+            fresh = view.id in before or (parse_iso(view.updated_at) or self._since) > self._since
+            if (view.status is NodeStatus.ERROR and before.get(view.id) is not NodeStatus.ERROR and fresh
+                    and fleet.notifies_for(str(computer.get("id", "")))):
+                self.remote_gave_up.emit(view, str(computer.get("name", "another computer")))
+
+    def is_remote(self, node_id: str) -> bool:
+        return node_id in self._remote_ids
+
+    def computers(self) -> int:
+        """How many computers the nodes shown are of: this one and every paired one."""
+        fleet = getattr(self.host, "fleet", None)
+        return 1 + (len(fleet.doc.computers) if fleet is not None else 0)
+
+    def local_views(self) -> list[NodeView]:
+        """This computer's nodes only (what Quit stops)."""
+        return [v for v in self._rows if not self.is_remote(v.id)]
 
     def stop(self) -> None:
         self._tick.stop()
+        self._remote_tick.stop()
+        if self._asking is not None:
+            self._asking.cancel()
         self.bridge.happened.disconnect(self._on_event)
 
     # -- reading ---------------------------------------------------------------------
@@ -114,7 +186,11 @@ class NodeTableModel(QAbstractTableModel):
 
     def refresh(self) -> None:
         self.now = utcnow()
-        fresh = sorted(self.host.list_nodes(), key=lambda v: (v.created_at, v.id))
+        local = self.host.list_nodes()
+        local_ids = {v.id for v in local}
+        remote = [v for v in self._remote if v.id not in local_ids]
+        fresh = sorted(local, key=lambda v: (v.created_at, v.id)) + sorted(
+            remote, key=lambda v: (str((v.computer or {}).get("name", "")), str((v.computer or {}).get("id", "")), v.created_at, v.id))
         by_id = {v.id: v for v in fresh}
         for row in reversed(range(len(self._rows))):
             if self._rows[row].id not in by_id:
@@ -137,8 +213,9 @@ class NodeTableModel(QAbstractTableModel):
         """CPU since the last tick and resident memory of each running child."""
         usage: dict[str, Usage] = {}
         live: dict[int, psutil.Process] = {}
+        remote = {v.id for v in self._remote}
         for v in self._rows:
-            if not (v.running and v.pid):
+            if not (v.running and v.pid) or v.id in remote:  # another computer's pid is not ours to sample
                 continue
             proc = self._procs.get(v.pid)
             try:
@@ -208,8 +285,8 @@ class NodeTableModel(QAbstractTableModel):
 
     def text(self, v: NodeView, col: int) -> str:
         usage = self._usage.get(v.id, Usage())
-        if col == NAME:
-            return v.name
+        if col == NAME:  # another computer's node says whose it is: the rows of each computer come together
+            return f"{v.name} · on {(v.computer or {}).get('name', '?')}" if self.is_remote(v.id) else v.name
         if col == STATUS:
             return status_words(v, self.now)
         if col == UPTIME:

@@ -162,6 +162,19 @@ class Notifier(QObject):
             key_of(GAVE_UP, node_id), node_id, f"{view.name} stopped", words, critical=True,
             actions=((RETRY, "Retry"),), balloon_body=f"{words}\nOpen cadre-desktop to retry it."))
 
+    def remote_gave_up(self, view, computer: str) -> None:
+        """Another computer's node given up on, told by this tray for the whole fleet (the model decides
+        which tray: `Fleet.notifies_for`)."""
+        if view.id in self._given_up:
+            return
+        self._given_up.add(view.id)
+        words = exit_line(view, view.last_error or "") or "It kept stopping."
+        self._notify(GAVE_UP, Notice(key_of(GAVE_UP, view.id), view.id, f"{view.name} stopped on {computer}", words,
+                                     critical=True, balloon_body=f"{words}\nOpen cadre-desktop to retry it."))
+
+    def remote_recovered(self, node_id: str) -> None:
+        self._recovered(node_id)
+
     def _on_claimed(self, node_id: str, cadre: str) -> None:
         view = self._view(node_id)
         if view is None:

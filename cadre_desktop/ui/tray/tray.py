@@ -79,6 +79,8 @@ class Tray(QObject):
     add_node = Signal()
     join_node = Signal()
     lend_nodes = Signal()
+    add_computer = Signal()
+    join_computers = Signal()
     open_lent = Signal()
     preferences = Signal()
     quit = Signal()
@@ -146,7 +148,8 @@ class Tray(QObject):
         #: What needs the engine: disabled while it starts.
         self.engine_actions: list[QAction] = []
         for text, signal in (("Add node…", self.add_node), ("Join with invitation…", self.join_node),
-                             ("Lend nodes…", self.lend_nodes)):
+                             ("Lend nodes…", self.lend_nodes), ("Add a computer…", self.add_computer),
+                             ("Join computers…", self.join_computers)):
             action = menu.addAction(text)
             action.triggered.connect(signal.emit)
             self.engine_actions.append(action)
@@ -217,7 +220,8 @@ class Tray(QObject):
             self.icon.setToolTip(text.strip())
         if not self.menu.isVisible():
             self._update_menu(views)
-            summary = self.starting or summary_line(views)
+            computers = self.model.computers()
+            summary = self.starting or (f"{computers} computers, " if computers > 1 else "") + summary_line(views)
             self._set(self.summary, text=f"{paused[0].upper()}{paused[1:]} · {summary}" if paused else summary)
             self._set(self.pause_action, visible=not paused)
             self._set(self.resume_action, visible=bool(paused))

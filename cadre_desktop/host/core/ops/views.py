@@ -118,6 +118,8 @@ class NodeView:
     caps: JSONObject | None = None
     #: Runs whatever the run conditions say (a person's pause still stops it).
     always_run: bool = False
+    #: The computer that hosts it (`{"id", "name"}`, the fleet's), None before this computer has a fleet id.
+    computer: JSONObject | None = None
 
     def __post_init__(self) -> None:
         # A status given by its value ("joined") is taken as the member: typed end to end.
@@ -135,7 +137,8 @@ class NodeViews:
     def __init__(self, *, store: RecordStore, driver: NodeDriver, supervisor: Supervisor, probe: Probe,
                  clock: Clock, address: Callable[[], str],
                  log_path: Callable[[str], Path], claim_secret: Callable[[str], str | None],
-                 caps: Callable[[NodeRecord], JSONObject] | None = None) -> None:
+                 caps: Callable[[NodeRecord], JSONObject] | None = None,
+                 computer: Callable[[], JSONObject | None] = lambda: None) -> None:
         self.store = store
         self.driver = driver
         self.supervisor = supervisor
@@ -146,6 +149,7 @@ class NodeViews:
         self.address = address
         self.log_path = log_path
         self.caps = caps
+        self.computer = computer  # this computer in the fleet (host/fleet/fleet.py:Fleet.self_ref)
 
     def list(self) -> list[NodeView]:
         return [self.of(r) for r in self.store.list()]
@@ -192,6 +196,7 @@ class NodeViews:
             starting=supervisor.starting(record) if running and not unsaved else None,
             caps=self.caps(record) if self.caps else None,
             always_run=record.always_run,
+            computer=self.computer(),
         )
 
     def _next_retry(self, record: NodeRecord, running: bool) -> str | None:

@@ -1,0 +1,89 @@
+"""Three real headless hosts on one machine pair into a fleet by code and act on each other's nodes.
+
+Each host has its own home, its own keyring (a file backend each) and its own fleet port on
+127.0.0.1; the nodes are the reference node (through the flaky wrapper, so one can be broken).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.support.fleet_hosts import computer, fleet_host, fleet_nodes, ok, self_id, wait_state
+from tests.support.headless import added, running_node
+from tests.support.polling import wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def three(tmp_path):
+    hosts = [fleet_host(tmp_path, name) for name in ("alpha", "bravo", "charlie")]
+    for h in hosts:
+        h.start()
+    yield hosts
+    for h in hosts:
+        if h.proc and h.proc.poll() is None:
+            h.stop()
+
+
+def pair_by_cli(inviter, joiner) -> None:
+    shown = inviter.cli("fleet", "invite", "--json")
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert set(doc) == {"code", "expires_at", "address"}
+    joined = joiner.cli("fleet", "join", doc["code"], doc["address"])
+    assert joined.returncode == 0, joined.stderr
+    assert doc["code"] not in joined.stdout + joined.stderr
+
+
+def pair_by_api(inviter, joiner) -> None:
+    doc = ok(inviter, "POST", "/api/fleet/invite", {}, status=201)
+    ok(joiner, "POST", "/api/fleet/join", {"code": doc["code"], "address": doc["address"]})
+
+
+def test_three_computers_pair_by_code_and_act_on_each_others_nodes(three):
+    a, b, c = three
+    ids = {h.home.name: self_id(h) for h in three}
+    nodes = {h.home.name: added(h, f"node of {h.home.name}")["id"] for h in three}
+    for h in three:
+        running_node(h, nodes[h.home.name])
+    pair_by_cli(a, b)
+    pair_by_api(a, c)
+    # a introduced c to b and b to c: every computer sees the other two online
+    for h in three:
+        for other in set(ids.values()) - {ids[h.home.name]}:
+            wait_state(h, other, "online")
+    for h in three:
+        def every_node(h=h):
+            doc = fleet_nodes(h)
+            return doc if len(doc["nodes"]) == 3 else None
+        listing = wait_until(every_node, timeout=20, interval=0.2, what=f"every node on {h.home.name}")
+        where = {n["id"]: n["computer"]["id"] for n in listing["nodes"]}
+        assert where == {nodes[name]: ids[name] for name in ids}, listing
+        assert {n["computer"]["name"] for n in listing["nodes"]} == {"alpha", "bravo", "charlie"}
+    # Retry from charlie on bravo's node, which bravo gave up on
+    node = nodes["bravo"]
+    (b.home / "nodes" / node / "crash").write_text("")
+    ok(b, "POST", f"/api/nodes/{node}/restart")
+    wait_until(lambda: b.node(node)["status"] == "error", timeout=60, interval=0.2, what="bravo's node given up")
+    (b.home / "nodes" / node / "crash").unlink()
+    retried = c.cli("node", "retry", node, "--json")
+    assert retried.returncode == 0, retried.stderr
+    assert json.loads(retried.stdout)["computer"]["id"] == ids["bravo"]
+    running_node(b, node)
+    # Remove from charlie of bravo's node
+    removed = c.cli("node", "remove", node, "--yes")
+    assert removed.returncode == 0, removed.stderr
+    wait_until(lambda: b.api("GET", f"/api/nodes/{node}")[0] == 404, timeout=30, what="bravo's node gone")
+    # bravo stopped: unreachable on alpha and charlie within 15 s, back online when it returns
+    b.stop()
+    stopped = time.monotonic()
+    for h in (a, c):
+        wait_state(h, ids["bravo"], "unreachable", timeout=15 - (time.monotonic() - stopped))
+    assert computer(a, ids["bravo"])["unreachable_since"]
+    b.start()
+    for h in (a, c):
+        wait_state(h, ids["bravo"], "online", timeout=20)

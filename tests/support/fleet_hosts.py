@@ -1,0 +1,48 @@
+"""Headless hosts of one fleet on this machine: each its own home, keyring file and fleet port on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.support import port_blocks
+from tests.support.headless import FLAKY_NODE, HeadlessHost, fast_settings
+from tests.support.polling import wait_until
+
+
+def keyring_env(home: Path) -> dict[str, str]:
+    """A keyring of its own for each home (tests/support/keyrings.py: FileKeyring)."""
+    return {"PYTHON_KEYRING_BACKEND": "tests.support.keyrings.FileKeyring",
+            "CADRE_TEST_KEYRING_FILE": str(home.parent / f"{home.name}-keyring.json")}
+
+
+def fleet_host(root: Path, name: str, **overrides) -> HeadlessHost:
+    home = root / name
+    settings = fast_settings(**{"fleet_port": port_blocks.take(1, 20000, 30000), "computer_name": name,
+                                "node_command": FLAKY_NODE, **overrides})
+    return HeadlessHost(home, keyring_env(home), settings)
+
+
+def ok(host: HeadlessHost, method: str, path: str, body: dict | None = None, status: int = 200) -> dict:
+    got, doc = host.api(method, path, body)
+    assert got == status, (got, doc)
+    return doc
+
+
+def computer(host: HeadlessHost, computer_id: str) -> dict:
+    return next(c for c in ok(host, "GET", "/api/fleet")["computers"] if c["id"] == computer_id)
+
+
+def self_id(host: HeadlessHost) -> str:
+    return next(c["id"] for c in ok(host, "GET", "/api/fleet")["computers"] if c["self"])
+
+
+def wait_state(host: HeadlessHost, computer_id: str, state: str, timeout: float = 15.0) -> dict:
+    return wait_until(lambda: (c := computer(host, computer_id))["state"] == state and c,
+                      timeout=timeout, interval=0.2, what=f"{computer_id} {state} on {host.home.name}")
+
+
+def fleet_nodes(host: HeadlessHost) -> dict:
+    result = host.cli("node", "list", "--all", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
