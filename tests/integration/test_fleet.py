@@ -87,3 +87,26 @@ def test_three_computers_pair_by_code_and_act_on_each_others_nodes(three):
     b.start()
     for h in (a, c):
         wait_state(h, ids["bravo"], "online", timeout=20)
+
+
+def test_rename_and_remove_from_the_command_line_unpair_both_sides(tmp_path):
+    a, c = fleet_host(tmp_path, "alpha"), fleet_host(tmp_path, "charlie")
+    for h in (a, c):
+        h.start()
+    try:
+        pair_by_cli(a, c)
+        cid, aid = self_id(c), self_id(a)
+        wait_state(a, cid, "online")
+        renamed = a.cli("fleet", "rename", cid, "Attic box")
+        assert renamed.returncode == 0, renamed.stderr
+        listed = json.loads(a.cli("fleet", "list", "--json").stdout)["computers"]
+        assert {(x["id"], x["name"], x["self"]) for x in listed} == {(aid, "alpha", True), (cid, "Attic box", False)}
+        assert set(listed[0]) >= {"id", "name", "address", "state", "self", "last_seen"}
+        removed = a.cli("fleet", "remove", cid)
+        assert removed.returncode == 0 and "unpinned this computer too" in removed.stdout, removed.stdout + removed.stderr
+        assert [x["id"] for x in ok(c, "GET", "/api/fleet")["computers"]] == [cid]
+        again = a.cli("fleet", "remove", cid)
+        assert again.returncode == 1 and "No computer" in again.stderr
+    finally:
+        for h in (a, c):
+            h.stop()

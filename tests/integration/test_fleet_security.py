@@ -126,6 +126,7 @@ def test_wrong_codes_are_refused_and_burn_the_code_after_three(pair, tmp_path):
         status, body = c.api("POST", "/api/fleet/join", {"code": doc["code"], "address": doc["address"]})
         assert status == 409, body  # burnt: even the right code is refused now
         assert len(ok(c, "GET", "/api/fleet")["computers"]) == 1
+        assert json.loads((c.home / "fleet.json").read_text())["self_cert"] is None  # nothing kept on the joiner
         assert len(ok(a, "GET", "/api/fleet")["computers"]) == 2
         for host in (a, c):
             assert doc["code"] not in host.stderr() and right not in host.stderr()

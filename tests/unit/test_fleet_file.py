@@ -120,3 +120,27 @@ async def test_this_computers_id_is_written_by_the_start_and_kept_across_starts(
     second = fleet()
     assert second.self_id == first.self_id and second.self_ref() == {"id": first.self_id, "name": second.name}
     await first.stop()
+
+
+async def test_a_join_that_fails_keeps_no_key_and_writes_no_certificate(tmp_path):
+    from cadre_desktop.host.core.clock import Clock
+    from cadre_desktop.host.core.vault.secrets import SecretStore
+    from cadre_desktop.host.fleet.fleet import Fleet
+    from cadre_desktop.host.fleet.peers import LinkDown
+    from cadre_desktop.net.netguard import bind_socket
+    from cadre_desktop.settings import Settings
+    from tests.support.fake_host import FakeHost
+    from tests.support.keyrings import MemoryKeyring
+
+    keyring = MemoryKeyring()
+    fleet = Fleet(file=FleetFile(tmp_path / "fleet.json"), settings=Settings, secrets=SecretStore(keyring),
+                  clock=Clock(), host=FakeHost(tmp_path), advertise_host=lambda: "127.0.0.1")
+    fleet.load()
+    await fleet.start()
+    closed = bind_socket("127.0.0.1", 0, reuse=False)
+    port = closed.getsockname()[1]
+    closed.close()  # nobody listens there
+    with pytest.raises(LinkDown):
+        await fleet.join("7-2222-2222", f"127.0.0.1:{port}")
+    assert keyring.items == {} and FleetFile(tmp_path / "fleet.json").load().self_cert is None
+    await fleet.stop()

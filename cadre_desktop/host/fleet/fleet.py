@@ -60,6 +60,7 @@ class Fleet:
         self._advertise = advertise_host
         self.doc = FleetDoc()
         self._unsaved = False
+        self._unkept = False  # a key made for an invite or a join, not kept until a pairing succeeds
         self._identity: Identity | None = None
         self._context: ssl.SSLContext | None = None
         self.invitations = Invitations()
@@ -160,11 +161,9 @@ class Fleet:
             from cadre_desktop.net.plainasync import enable_asyncio_tls
 
             enable_asyncio_tls()
-            made = await asyncio.to_thread(make_identity, self.self_id)
-            await self._secrets.set(self.self_id, SecretKind.FLEET_KEY, made.key)
-            self.doc = replace(self.doc, self_cert=made.cert)
-            await self._save()
-            key, cert = made.key, made.cert
+            # Kept (the keyring, fleet.json) at the first pairing only: a refused code changes nothing.
+            self._identity, self._unkept = await asyncio.to_thread(make_identity, self.self_id), True
+            return self._identity
         from cadre_desktop.net.plainasync import enable_asyncio_tls
 
         enable_asyncio_tls()
@@ -200,9 +199,18 @@ class Fleet:
         self.invitations.expire(self._clock.monotonic())
         return self.invitations.any_open
 
+    async def _keep_identity(self) -> None:
+        """This computer's new key into the keyring, its certificate into fleet.json: at its first pairing."""
+        if self._unkept and self._identity is not None:
+            await self._secrets.set(self.self_id, SecretKind.FLEET_KEY, self._identity.key)
+            self.doc = replace(self.doc, self_cert=self._identity.cert)
+            self._unkept = False
+
     async def _pin(self, computer: Computer) -> None:
-        if computer.id == self.self_id or computer.cert == self.doc.self_cert:
+        ours = self._identity.cert if self._identity is not None else self.doc.self_cert
+        if computer.id == self.self_id or computer.cert == ours:
             raise Invalid("A computer cannot pair with itself.")
+        await self._keep_identity()
         self.doc = self.doc.with_computer(computer)
         self._context = None  # the next handshake trusts the new set
         await self.peers.forget(computer.id)
