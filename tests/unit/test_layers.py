@@ -67,7 +67,7 @@ def room_violations(pkg: Path) -> list[str]:
         assert paths, f"{pkg / room} holds no module: the check would walk nothing"
         for path in paths:
             for name in {module for module, _ in imported(pkg, path, running_only=True)}:
-                if not name.startswith("cadre_desktop.host.") or name.startswith(own):
+                if not name.startswith("cadre_desktop.host.") or name == own or name.startswith(own + "."):
                     continue
                 if not any(name == a or name.startswith(a + ".") for a in allowed):
                     found.append(f"{path.relative_to(pkg)} imports {name}")
@@ -87,6 +87,16 @@ def test_the_room_check_sees_a_planted_upward_import(tmp_path):
     (pkg / "host/edges/typed.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cadre_desktop.host.host import Host\n")
     assert room_violations(pkg) == ["host/core/planted.py imports cadre_desktop.host.local"]
+
+
+def test_a_room_whose_name_starts_another_is_not_taken_for_it(tmp_path):
+    """`host/fleet` importing `host/fleetstate` is a crossing, not an import of its own room."""
+    pkg = tmp_path / "cadre_desktop"
+    for room in ROOMS:
+        (pkg / room).mkdir(parents=True)
+        (pkg / room / "__init__.py").write_text("")
+    (pkg / "host/fleet/planted.py").write_text("from cadre_desktop.host.fleetstate import shared\n")
+    assert room_violations(pkg) == ["host/fleet/planted.py imports cadre_desktop.host.fleetstate"]
 
 
 def test_every_room_says_what_it_holds_and_may_import():
