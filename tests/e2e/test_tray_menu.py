@@ -27,7 +27,8 @@ from tests.support.polling import wait_until
 pytestmark = pytest.mark.e2e
 NODES = 30
 BROKEN_NODE = [sys.executable, "-c", "import sys; sys.exit('no such device')"]
-FIXED = ["Open window", "Add node…", "Join with invitation…", "Lend nodes…", "Pause all", "Preferences…", "Quit"]
+FIXED = ["Open window", "Add node…", "Join with invitation…", "Lend nodes…", "Add a computer…", "Join computers…", "Pause all",
+         "Preferences…", "Quit"]
 QUIET_S = 3.0  # three ticks of the window's one-second refresh
 
 
