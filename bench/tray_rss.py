@@ -18,16 +18,19 @@ For each: RSS, PSS, USS, its anonymous (private dirty) and file-backed parts, th
 the Qt plugins and GL/EGL libraries it maps, CPU % over the window with its context switches
 (wake-ups) per minute, and the load average beside them.
 
-Why two page-cache states (`--cache`). Since Linux 6.18 a page fault on a file maps the whole
-page-cache folio around it (up to 2 MB), not 64 KB: a library read into the cache in big folios
-(written by an install, read by `cp`) shows up to its whole size as RSS at the first touch; one
-first read through page faults (after a reboot) is cached in small folios and shows only what is
-used. The memory is the page cache's either way (mapping it costs page tables only), but RSS
-differs by tens of MB for the same program. `cold` evicts, before each start, the page cache of
-the shared libraries the program maps (only pages no process maps can go: `posix_fadvise`
-DONTNEED, no root needed, nothing else touched), as after a reboot; `as-found` takes the cache as
-it is (what the issue's 94 MB was). Anonymous memory (private dirty) is the same in both: it is
-the part a program's own changes can move.
+Why page-cache states (`--cache`). Since Linux 6.18 a page fault on a file maps the whole
+page-cache folio around it (up to 2 MB), not 64 KB: a library cached in big folios (as writing
+a file leaves it: an install) shows up to its whole size as RSS at the first touch; one first
+read through page faults (after a reboot) is cached in small folios and shows only what is used.
+The memory is the page cache's either way (mapping it costs page tables only), but RSS differs
+by tens of MB for the same program. `installed`: PySide6 and shiboken6 written afresh into the
+run's folder (as pip, apt or an unpacked bundle leave them) and imported from there, the other
+libraries evicted; `cold`: the libraries a program maps evicted before its start (only pages no
+process maps can go: `posix_fadvise` DONTNEED; nothing else is touched), as after a reboot;
+`as-found`: the cache as it is, which depends on what ran before (the issue's 94 MB was a fresh
+install's, the footprint bench's 78.5 MB a cache read back through faults). Anonymous memory
+(private dirty) is the same in all three: it is the part a program's own changes can move.
+Syncthing Tray's libraries are the system's and Xvfb maps Mesa's: it runs `as-found` only.
 Writes bench/results/NAME.json.
 """
 
@@ -122,6 +125,7 @@ def memory_of(pid: int) -> dict:
                          if any(k in f.rsplit("/", 1)[1] for k in ("libGL", "libEGL", "dri", "LLVM", "glx"))],
         "fonts_mapped": [f for f in files if "/fonts/" in f or "fontconfig" in f and not f.endswith(".so.1.12.0")],
         "mapped_files": len(files),
+        "qt_from": sorted({f.split("/PySide6/", 1)[0] for f in files if "/PySide6/" in f}),
     }
 
 
@@ -139,6 +143,25 @@ def evict(files: list[str]) -> int:
         finally:
             os.close(fd)
     return done
+
+
+def written_afresh(target: Path) -> Path:
+    """PySide6 and shiboken6 copied into `target` by plain writes (the page cache then holds them in
+    big folios, as after an install); `target` goes first on the programs' PYTHONPATH."""
+    import PySide6
+    import shiboken6
+
+    for package in (PySide6, shiboken6):
+        source = Path(package.__file__).parent
+        for dirpath, _, names in os.walk(source):
+            into = target / source.name / Path(dirpath).relative_to(source)
+            into.mkdir(parents=True, exist_ok=True)
+            for name in names:
+                with open(os.path.join(dirpath, name), "rb") as src, open(into / name, "wb") as dst:
+                    while chunk := src.read(1 << 20):
+                        dst.write(chunk)
+                shutil.copymode(os.path.join(dirpath, name), into / name)
+    return target
 
 
 def libraries_under(*roots: Path) -> list[str]:
@@ -196,11 +219,12 @@ class Ours(Contender):
 
     def start(self, env: dict[str, str]) -> None:
         self.home.mkdir(parents=True)
+        env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(ROOT)) if p)}
         (self.home / "settings.json").write_text(json.dumps(settings(self.base)))
         not_a_first_run(self.home)
         log = open(self.work / "app.log", "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "cadre_desktop"], stdout=log, stderr=log, cwd=self.work,
-                                     env={**env, "CADRE_DESKTOP_HOME": str(self.home), "PYTHONPATH": str(ROOT),
+                                     env={**env, "CADRE_DESKTOP_HOME": str(self.home),
                                           "PYTHONPROFILEIMPORTTIME": "1"})
         deadline = time.monotonic() + 120
         while True:
@@ -349,25 +373,30 @@ def run(args: argparse.Namespace) -> dict:
         desktop.start(tray="trayer")
         env = desktop.env(**bus_env)
         for cache in args.cache.split(","):
+            run_env = dict(env)
+            if cache == "installed":
+                fresh = written_afresh(work / "site-installed")
+                run_env["PYTHONPATH"] = str(fresh)
             makers = []
             if "ours" in only:
                 makers.append(lambda d: Ours(d, args.nodes, base))
             if "floor" in only:
                 makers += [lambda d: Floor(d, "plain"), lambda d: Floor(d, "qasync")]
-            if "syncthingtray" in only and SyncthingTray.available():
+            if "syncthingtray" in only and SyncthingTray.available() and cache == "as-found":
                 makers.append(lambda d: SyncthingTray(d, base + 900))
             for make in makers:
                 folder = Path(tempfile.mkdtemp(dir=work))
                 contender = make(folder)
-                evicted = evict(contender.libraries()) if cache == "cold" else 0
+                evicted = evict(contender.libraries()) if cache in ("cold", "installed") else 0
                 print(f"  {contender.name}, page cache {cache} ({evicted} libraries evicted)", file=sys.stderr)
                 try:
-                    contender.start(env)
+                    contender.start(run_env)
                     measured = sample(contender, args.seconds, args.settle)
                 finally:
                     contender.stop()
                 result["runs"].append({"contender": contender.name, "cache": cache, **measured})
                 base += 50
+            shutil.rmtree(work / "site-installed", ignore_errors=True)
     finally:
         desktop.stop()
         session.stop()
@@ -390,7 +419,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--settle", type=float, default=SETTLE_S, help="seconds left alone before sampling")
-    parser.add_argument("--cache", default="as-found,cold", help="page-cache states: as-found, cold")
+    parser.add_argument("--cache", default="installed,cold,as-found", help="page-cache states: installed, cold, as-found")
     parser.add_argument("--only", default="ours,floor,syncthingtray")
     parser.add_argument("--name", default="tray-rss")
     parser.add_argument("--no-save", action="store_true")

@@ -291,3 +291,16 @@ def test_the_tray_loop_starts_no_thread_until_work_is_handed_to_it_and_then_one(
     finally:
         loop.close()
         asyncio.set_event_loop(None)
+
+
+def test_the_tray_app_loads_no_module_that_only_a_rare_path_needs():
+    """Issue 38: each of these was loaded at every start for one rare use: plistlib (and the XML parser
+    it brings) for a Mac's launch agent, difflib for a wrong setting's message, zoneinfo for a run
+    schedule, uuid (and platform) for a handle's id."""
+    rare = ("plistlib", "xml.parsers.expat", "difflib", "zoneinfo", "uuid")
+    code = ("import sys, cadre_desktop.ui.app, cadre_desktop.ui.shell, cadre_desktop.host.host; "
+            f"print(sorted(m for m in {rare!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "QT_QPA_PLATFORM": "offscreen"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"imported at start: {out.stdout.strip()}"
