@@ -1,7 +1,7 @@
 """The tray's memory the way a person's desktop sees it: a real X server, a real tray, the window never opened.
 
-    .venv/bin/python bench/tray_rss.py [--nodes 10] [--seconds 60] [--cache as-found,cold]
-                                       [--only ours,floor,syncthingtray] [--name tray-rss]
+    .venv/bin/python bench/tray_rss.py [--nodes 10] [--seconds 60] [--cache installed,cold,as-found]
+                                       [--only ours,floor,syncthingtray] [--baseline PATH] [--name tray-rss]
 
 One desktop for the whole run: a private D-Bus session with an unlocked gnome-keyring, Xvfb and
 `trayer` (an XEmbed tray, as tests/e2e use). On it, one after the other (so no two Qt programs
@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import _rig
@@ -152,6 +153,7 @@ def written_afresh(target: Path) -> Path:
     import shiboken6
 
     for package in (PySide6, shiboken6):
+        assert package.__file__ is not None
         source = Path(package.__file__).parent
         for dirpath, _, names in os.walk(source):
             into = target / source.name / Path(dirpath).relative_to(source)
@@ -165,7 +167,7 @@ def written_afresh(target: Path) -> Path:
 
 
 def libraries_under(*roots: Path) -> list[str]:
-    out = []
+    out: list[str] = []
     for root in roots:
         for dirpath, _, names in os.walk(root):
             out.extend(os.path.join(dirpath, n) for n in names if ".so" in n)
@@ -185,6 +187,13 @@ class Contender:
 
     def libraries(self) -> list[str]:
         """What `cold` evicts before the start: the shared libraries this program maps."""
+        return []
+
+    def modules(self) -> dict[str, int] | None:
+        return None
+
+    def helper_pids(self) -> list[int]:
+        """Processes beside it that are there for it (Syncthing for its tray)."""
         return []
 
     def stop(self) -> None:
@@ -208,9 +217,9 @@ def _python_libraries() -> list[str]:
 
 
 class Ours(Contender):
-    def __init__(self, work: Path, nodes: int, base: int) -> None:
-        self.name = f"cadre-desktop (tray), {nodes} nodes"
-        self.work, self.nodes, self.base = work, nodes, base
+    def __init__(self, work: Path, nodes: int, base: int, checkout: Path = ROOT) -> None:
+        self.name = f"cadre-desktop (tray), {nodes} nodes" + ("" if checkout == ROOT else f", {checkout}")
+        self.work, self.nodes, self.base, self.checkout = work, nodes, base, checkout
         self.home = work / "home"
         self.proc: subprocess.Popen | None = None
 
@@ -219,7 +228,7 @@ class Ours(Contender):
 
     def start(self, env: dict[str, str]) -> None:
         self.home.mkdir(parents=True)
-        env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(ROOT)) if p)}
+        env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(self.checkout)) if p)}
         (self.home / "settings.json").write_text(json.dumps(settings(self.base)))
         not_a_first_run(self.home)
         log = open(self.work / "app.log", "wb")
@@ -350,11 +359,11 @@ def sample(contender: Contender, seconds: float, settle: float) -> dict:
         "wakeups_per_min": 60 * (sw1 - sw0) / elapsed, "threads": proc.num_threads(),
         "loadavg_during": [load0, os.getloadavg()],
     })
-    modules = getattr(contender, "modules", None)
+    modules = contender.modules()
     if modules is not None:
-        result["modules_by_package"] = modules()
-        result["modules"] = sum(result["modules_by_package"].values())
-    helpers = getattr(contender, "helper_pids", lambda: [])()
+        result["modules_by_package"] = modules
+        result["modules"] = sum(modules.values())
+    helpers = contender.helper_pids()
     if helpers:
         result["helpers_rss_mb"] = {psutil.Process(p).name(): psutil.Process(p).memory_info().rss / 2**20
                                     for p in helpers}
@@ -377,16 +386,18 @@ def run(args: argparse.Namespace) -> dict:
             if cache == "installed":
                 fresh = written_afresh(work / "site-installed")
                 run_env["PYTHONPATH"] = str(fresh)
-            makers = []
+            makers: list[Callable[[Path, int], Contender]] = []
             if "ours" in only:
-                makers.append(lambda d: Ours(d, args.nodes, base))
+                makers.append(lambda d, port: Ours(d, args.nodes, port))
+                if args.baseline:
+                    makers.append(lambda d, port: Ours(d, args.nodes, port, args.baseline.resolve()))
             if "floor" in only:
-                makers += [lambda d: Floor(d, "plain"), lambda d: Floor(d, "qasync")]
+                makers += [lambda d, port: Floor(d, "plain"), lambda d, port: Floor(d, "qasync")]
             if "syncthingtray" in only and SyncthingTray.available() and cache == "as-found":
-                makers.append(lambda d: SyncthingTray(d, base + 900))
+                makers.append(lambda d, port: SyncthingTray(d, port + 900))
             for make in makers:
                 folder = Path(tempfile.mkdtemp(dir=work))
-                contender = make(folder)
+                contender = make(folder, base)
                 evicted = evict(contender.libraries()) if cache in ("cold", "installed") else 0
                 print(f"  {contender.name}, page cache {cache} ({evicted} libraries evicted)", file=sys.stderr)
                 try:
@@ -421,17 +432,20 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=SETTLE_S, help="seconds left alone before sampling")
     parser.add_argument("--cache", default="installed,cold,as-found", help="page-cache states: installed, cold, as-found")
     parser.add_argument("--only", default="ours,floor,syncthingtray")
+    parser.add_argument("--baseline", type=Path, help="another checkout whose tray app runs after ours, alike")
     parser.add_argument("--name", default="tray-rss")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
     _rig.compile_checkout()
+    if args.baseline:
+        _rig.compile_checkout(args.baseline.resolve())
     result = run(args)
     headers, rows = report(result)
     print(table(headers, rows))
     for r in result["runs"]:
         print(f"{r['contender']} ({r['cache']}): biggest mappings (name, RSS MB, size MB) {r['top_mappings_mb'][:8]}; "
               f"Qt plugins {r['qt_plugins']}; GL {r['gl_libraries']}")
-    ours = [r for r in result["runs"] if r["contender"].startswith("cadre-desktop")]
+    ours = [r for r in result["runs"] if r["contender"].startswith("cadre-desktop") and "/" not in r["contender"]]
     result["goals"] = [f"tray RSS ({r['cache']}) {r['rss_mb']:.1f} MB; goal <= {GOAL_TRAY_MB:g} MB  "
                        + ("MET" if r["rss_mb"] <= GOAL_TRAY_MB else "MISSED") for r in ours]
     for line in result["goals"]:
