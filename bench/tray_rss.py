@@ -1,7 +1,8 @@
 """The tray's memory the way a person's desktop sees it: a real X server, a real tray, the window never opened.
 
     .venv/bin/python bench/tray_rss.py [--nodes 10] [--seconds 60] [--cache installed,cold,as-found]
-                                       [--only ours,floor,syncthingtray] [--baseline PATH] [--name tray-rss]
+                                       [--only ours,floor,syncthingtray] [--baseline PATH] [--xdg-desktop GNOME]
+                                       [--name tray-rss]
 
 One desktop for the whole run: a private D-Bus session with an unlocked gnome-keyring, Xvfb and
 `trayer` (an XEmbed tray, as tests/e2e use). On it, one after the other (so no two Qt programs
@@ -377,10 +378,12 @@ def run(args: argparse.Namespace) -> dict:
     base = random.randrange(20000, 30000, 1000)
     only = set(args.only.split(","))
     result: dict = {"nodes": args.nodes, "seconds": args.seconds, "settle_s": args.settle,
-                    "kernel": os.uname().release, "loadavg_at_start": os.getloadavg(), "runs": []}
+                    "kernel": os.uname().release, "xdg_current_desktop": args.xdg_desktop, "loadavg_at_start": os.getloadavg(), "runs": []}
     try:
         desktop.start(tray="trayer")
         env = desktop.env(**bus_env)
+        if args.xdg_desktop:
+            env["XDG_CURRENT_DESKTOP"] = args.xdg_desktop  # GNOME: Qt loads its gtk3 platform theme, and GTK
         for cache in args.cache.split(","):
             run_env = dict(env)
             if cache == "installed":
@@ -432,6 +435,8 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=SETTLE_S, help="seconds left alone before sampling")
     parser.add_argument("--cache", default="installed,cold,as-found", help="page-cache states: installed, cold, as-found")
     parser.add_argument("--only", default="ours,floor,syncthingtray")
+    parser.add_argument("--xdg-desktop", default="",
+                        help="XDG_CURRENT_DESKTOP for the programs (GNOME: Qt's gtk3 theme loads GTK)")
     parser.add_argument("--baseline", type=Path, help="another checkout whose tray app runs after ours, alike")
     parser.add_argument("--name", default="tray-rss")
     parser.add_argument("--no-save", action="store_true")
