@@ -41,7 +41,7 @@ import _rig
 import psutil
 from _report import ROOT, markdown, table, write_result
 from _supervisors import Pm2, Supervised, Supervisord
-from idle import OurTray, api, rss_by_mapping
+from idle import OurTray, api, rss_by_mapping, task_switches
 
 from tests.support.headless import HeadlessHost
 
@@ -209,6 +209,7 @@ def measure(runs: list[Run | PeerRun], nodes: int, seconds: float) -> dict:
     found = {r.name: r.procs() for r in runs}
     before = {name: {role: cpu_seconds(ps) for role, ps in roles.items()} for name, roles in found.items()}
     woke = {name: wakeups_by_thread(roles["host"][0].pid) for name, roles in found.items()}
+    nodes_woke = {name: sum(task_switches(p.pid) for p in roles["node"]) for name, roles in found.items()}
     load = os.getloadavg()
     began = time.monotonic()
     time.sleep(seconds)
@@ -226,6 +227,8 @@ def measure(runs: list[Run | PeerRun], nodes: int, seconds: float) -> dict:
             "per_node_rss_mb": others_rss / nodes, "per_node_pss_mb": others_pss / nodes,
             "all_in_rss_mb": others_rss + mem["host"][0], "all_in_pss_mb": others_pss + mem["host"][1],
             "cpu_pct": cpu, "loadavg_during": [load, os.getloadavg()],
+            "nodes_wakeups_per_min": round(60 * (sum(task_switches(p.pid) for p in roles["node"])
+                                                 - nodes_woke[name]) / elapsed, 1),
             "host_wakeups_per_min": {thread: round(60 * (n - woke[name].get(thread, 0)) / elapsed, 1)
                                      for thread, n in wakeups_by_thread(roles["host"][0].pid).items()},
             "log_writer_rss_mb": [round(p.memory_info().rss / 2**20, 1)
@@ -399,7 +402,8 @@ def main() -> None:
         print("modules imported, by package: " + json.dumps(tray["modules_by_package"]))
     for name, r in result.get("hosts", {}).items():
         if "host_wakeups_per_min" in r:
-            print(f"{name}: wake-ups per minute by thread {r['host_wakeups_per_min']}")
+            print(f"{name}: wake-ups per minute by thread {r['host_wakeups_per_min']}; "
+                  f"all its nodes together {r.get('nodes_wakeups_per_min')}")
         if "syscalls_per_min" in r:
             print(f"{name}: syscalls per minute {r['syscalls_per_min']}")
     result["goals"] = goals(result, args.nodes)
