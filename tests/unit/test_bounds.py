@@ -126,7 +126,11 @@ async def test_a_connection_busy_with_a_long_request_keeps_no_sweep_waking_until
     guard = ConnectionGuard(per_source=4, total=8, idle_s=2)
     sweeps: list[bool] = []
     sweep = guard._sweep
-    guard._sweep = lambda: (sweeps.append(True), sweep())[-1]  # type: ignore[method-assign]
+
+    def counted() -> None:
+        sweeps.append(True)
+        sweep()
+    guard._sweep = counted  # type: ignore[method-assign]
     port = await served(guard, held)
     ask = asyncio.create_task(get(port))
     await async_wait_until(lambda: guard.open_connections == 1 and all(
