@@ -32,6 +32,8 @@ process maps can go: `posix_fadvise` DONTNEED; nothing else is touched), as afte
 install's, the footprint bench's 78.5 MB a cache read back through faults). Anonymous memory
 (private dirty) is the same in all three: it is the part a program's own changes can move.
 Syncthing Tray's libraries are the system's and Xvfb maps Mesa's: it runs `as-found` only.
+`--xdg-desktop GNOME` sets XDG_CURRENT_DESKTOP for the programs: Qt then loads its gtk3
+platform theme, and GTK 3 with it, as on a GNOME desktop.
 Writes bench/results/NAME.json.
 """
 
