@@ -373,6 +373,24 @@ def sample(contender: Contender, seconds: float, settle: float) -> dict:
     return result
 
 
+def warm_up(work: Path, env: dict[str, str]) -> None:
+    """One GTK program on the fresh X server first, as a desktop session has run before any tray: the
+    first GTK program on an X server probes its GL visuals (loading Mesa: libLLVM, swrast, ~47 MB
+    resident) and leaves the answer on the root window (GDK_VISUALS) for every later one."""
+    floor = Floor(work, "plain")
+    floor.start(env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and floor.proc is not None and floor.proc.poll() is None:
+        try:
+            if "libqgtk3" in Path(f"/proc/{floor.pid()}/maps").read_text():
+                time.sleep(2)  # its theme is up; GTK's probe runs as it starts
+                break
+        except OSError:
+            break
+        time.sleep(0.2)
+    floor.stop()
+
+
 def run(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="cadre-tray-rss-"))
     session, bus_env = _rig.start_secret_service()
@@ -386,6 +404,7 @@ def run(args: argparse.Namespace) -> dict:
         env = desktop.env(**bus_env)
         if args.xdg_desktop:
             env["XDG_CURRENT_DESKTOP"] = args.xdg_desktop  # GNOME: Qt loads its gtk3 platform theme, and GTK
+            warm_up(work, env)
         for cache in args.cache.split(","):
             run_env = dict(env)
             if cache == "installed":
