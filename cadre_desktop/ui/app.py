@@ -18,7 +18,9 @@ import logging
 import os
 import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
+import qasync
 from PySide6.QtGui import QColor, QIcon, QPalette
 from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -27,7 +29,6 @@ from cadre_desktop.errors import HostBusy
 from cadre_desktop.logs.logsetup import prepare_process, setup_logging
 from cadre_desktop.paths import Paths, resolve_paths
 from cadre_desktop.ui.errors import show_error
-from cadre_desktop.ui.loop import tray_loop
 from cadre_desktop.ui.single import InstanceServer, hand_off, instance_name
 from cadre_desktop.ui.tray.icons import APP_ICON
 
@@ -90,6 +91,15 @@ def run_gui(argv: list[str] | None = None) -> int:
     finally:
         loop.close()
         asyncio.set_event_loop(None)
+
+
+def tray_loop(app: QApplication) -> qasync.QEventLoop:
+    """The tray's event loop, its default executor the standard pool the headless host's loop has:
+    a thread started only when work waits for one. qasync's own starts ten QThreads at its first
+    use (the start's census) and keeps them for good (bench/README.md, issue 38)."""
+    loop = qasync.QEventLoop(app)
+    loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="cadre-loop"))
+    return loop
 
 
 async def _serve(paths: Paths, name: str) -> int:

@@ -278,7 +278,7 @@ def test_the_tray_loop_starts_no_thread_until_work_is_handed_to_it_and_then_one(
     """Issue 38: qasync's own default executor started ten QThreads at its first use and kept them."""
     import threading
 
-    from cadre_desktop.ui.loop import tray_loop
+    from cadre_desktop.ui.app import tray_loop
 
     me = psutil.Process()
     loop = tray_loop(qapp)
@@ -288,33 +288,6 @@ def test_the_tray_loop_starts_no_thread_until_work_is_handed_to_it_and_then_one(
                  for _ in range(3)]
         assert names[0].startswith("cadre-loop"), names
         assert me.num_threads() - before == 1  # one thread, reused: work one at a time needs no more
-    finally:
-        loop.close()
-        asyncio.set_event_loop(None)
-
-
-def test_a_cancelled_callback_takes_its_qt_timer_with_it_and_the_others_still_run(qapp):
-    """Issue 38: qasync kept the Qt timer of a cancelled callback, which woke the tray at its old due
-    time for nothing: one such wake-up after every long-poll and every bounded await ended early."""
-    from cadre_desktop.ui.loop import tray_loop
-
-    loop = tray_loop(qapp)
-    try:
-        ran: list[str] = []
-        handle = loop.call_later(30, ran.append, "late")
-        assert len(loop._timer._handles) == 1
-        handle.cancel()
-        assert loop._timer._handles == {}, "the cancelled callback's timer is still set"
-
-        async def bounded() -> None:
-            async with asyncio.timeout(30):  # its timer is set, then cancelled on the way out
-                loop.call_soon(ran.append, "first")
-                loop.call_soon(ran.append, "second")
-                await asyncio.sleep(0.01)
-
-        loop.run_until_complete(bounded())
-        assert ran == ["first", "second"]
-        assert loop._timer._handles == {}, "the timeout's timer outlived its cancel"
     finally:
         loop.close()
         asyncio.set_event_loop(None)
