@@ -16,7 +16,10 @@ everything it started):
   memory         RSS and PSS of each; per node = all but the host, divided by N;
                  all in = everything, the host included
   host CPU       % of one core, user + system, over the sampling window; and the
-                 log writers' and the nodes' CPU beside it
+                 log writers' and the nodes' CPU beside it, with the load average of the window
+  wake-ups       context switches a minute of each of the host's threads and of all its nodes
+                 together (what the load does not move); `--strace`: the host's system calls
+                 over a further window of the same length
 
 `--tray N` also starts the tray app (under Xvfb with trayer, as bench/idle.py does)
 with N nodes, window never opened (its home is not a first run: see `not_a_first_run`;
