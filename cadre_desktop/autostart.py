@@ -18,7 +18,6 @@ one exists but starts something else (another Python, another home).
 from __future__ import annotations
 
 import os
-import plistlib
 import shutil
 import subprocess
 import sys
@@ -217,9 +216,13 @@ class LaunchAgent(_LoginFile):
         return doc
 
     def content(self) -> bytes:
+        import plistlib  # here: it brings the XML parser, which only a Mac's launch agent needs
+
         return plistlib.dumps(self.plist())
 
     def status(self) -> bool | str:
+        import plistlib
+
         try:
             found = plistlib.loads(self.path.read_bytes())
         except FileNotFoundError:

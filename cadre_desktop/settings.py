@@ -7,7 +7,6 @@ the file, so a typo is never silently ignored.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import sys
@@ -352,6 +351,8 @@ KNOWN_KEYS = tuple(_CHECKS)
 def did_you_mean(key: str) -> str:
     """" (did you mean 'sweep_ms'?)" for the nearest known key, else a pointer to the list
     (thirty keys in a dialog hide the one that was meant)."""
+    import difflib  # only for a wrong key's message
+
     near = difflib.get_close_matches(key if isinstance(key, str) else "", KNOWN_KEYS, n=1, cutoff=0.6)
     if near:
         return f"; did you mean {near[0]!r}?"

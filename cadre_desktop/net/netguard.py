@@ -148,21 +148,33 @@ class ConnectionGuard:
 
     # -- idle connections ------------------------------------------------------------
 
-    def _schedule_sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+    # The sweep wakes the loop only when an idle connection is due: a timer for the oldest idle
+    # one's end, none while every connection is busy (a long-poll the host holds on every node all
+    # day woke each node four times per `idle_s` for nothing: bench/README.md, issue 38). Whenever a
+    # connection is idle a sweep is set for no later than its end: one becoming idle with none set
+    # is the only idle one, so its end is the soonest.
+
+    def _schedule_sweep(self, loop: asyncio.AbstractEventLoop, due: float | None = None) -> None:
         if self._sweeper is None:
-            self._sweeper = loop.call_later(max(0.2, self.idle_s / 4), self._sweep)
+            wait = self.idle_s if due is None else due - loop.time()
+            self._sweeper = loop.call_later(max(0.2, wait), self._sweep)
 
     def _sweep(self) -> None:
         self._sweeper = None
         loop = asyncio.get_running_loop()
         cutoff = loop.time() - self.idle_s
+        soonest: float | None = None
         for mine in list(self._by_source.values()):
             for transport, conn in list(mine.items()):
-                if not conn.busy and conn.idle_since <= cutoff:
+                if conn.busy:
+                    continue
+                if conn.idle_since <= cutoff:
                     self._drop(conn)
                     transport.abort()
-        if self._count:
-            self._schedule_sweep(loop)
+                elif soonest is None or conn.idle_since < soonest:
+                    soonest = conn.idle_since
+        if soonest is not None:
+            self._schedule_sweep(loop, soonest + self.idle_s)
 
     def close(self) -> None:
         """The server stops: idle connections are closed now.
@@ -189,8 +201,11 @@ class ConnectionGuard:
 
     def done(self, conn: Conn) -> None:
         """The answer is written: `conn` is idle from now (unless another request runs)."""
+        loop = asyncio.get_running_loop()
         conn.busy = max(0, conn.busy - 1)
-        conn.idle_since = asyncio.get_running_loop().time()
+        conn.idle_since = loop.time()
+        if not conn.busy and conn.transport in self._by_source.get(conn.source, {}):
+            self._schedule_sweep(loop)
 
 
 def bind_socket(host: str, port: int, *, reuse: bool = True,

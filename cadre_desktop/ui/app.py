@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import qasync
 from PySide6.QtGui import QColor, QIcon, QPalette
@@ -82,7 +83,7 @@ def run_gui(argv: list[str] | None = None) -> int:
     if hand_off(name):
         log.info("%s already runs for %s; asked it to show its window", APP_NAME, paths.data_dir)
         return 0
-    loop = qasync.QEventLoop(app)
+    loop = tray_loop(app)
     asyncio.set_event_loop(loop)
     prepare_process(loop)
     try:
@@ -90,6 +91,15 @@ def run_gui(argv: list[str] | None = None) -> int:
     finally:
         loop.close()
         asyncio.set_event_loop(None)
+
+
+def tray_loop(app: QApplication) -> qasync.QEventLoop:
+    """The tray's event loop, its default executor the standard pool the headless host's loop has:
+    a thread started only when work waits for one. qasync's own starts ten QThreads at its first
+    use (the start's census) and keeps them for good (bench/README.md, issue 38)."""
+    loop = qasync.QEventLoop(app)
+    loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="cadre-loop"))
+    return loop
 
 
 async def _serve(paths: Paths, name: str) -> int:

@@ -272,3 +272,35 @@ def test_disabled_text_is_dimmed_where_a_dark_theme_left_it_as_enabled(qapp):
     assert disabled != QColor("#eeeeee") and 0x70 < disabled.lightness() < 0xc0
     assert dark.color(QPalette.ColorGroup.Active, QPalette.ColorRole.ButtonText) == QColor("#eeeeee")
     assert not mend_disabled_colours(dark)  # a theme that dims them is left alone
+
+
+def test_the_tray_loop_starts_no_thread_until_work_is_handed_to_it_and_then_one(qapp):
+    """Issue 38: qasync's own default executor started ten QThreads at its first use and kept them."""
+    import threading
+
+    from cadre_desktop.ui.app import tray_loop
+
+    me = psutil.Process()
+    loop = tray_loop(qapp)
+    try:
+        before = me.num_threads()  # the OS's count: QThreads are no Python threads until they run Python
+        names = [loop.run_until_complete(asyncio.to_thread(lambda: threading.current_thread().name))
+                 for _ in range(3)]
+        assert names[0].startswith("cadre-loop"), names
+        assert me.num_threads() - before == 1  # one thread, reused: work one at a time needs no more
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+def test_the_tray_app_loads_no_module_that_only_a_rare_path_needs():
+    """Issue 38: each of these was loaded at every start for one rare use: plistlib (and the XML parser
+    it brings) for a Mac's launch agent, difflib for a wrong setting's message, zoneinfo for a run
+    schedule, uuid (and platform) for a handle's id."""
+    rare = ("plistlib", "xml.parsers.expat", "difflib", "zoneinfo", "uuid")
+    code = ("import sys, cadre_desktop.ui.app, cadre_desktop.ui.shell, cadre_desktop.host.host; "
+            f"print(sorted(m for m in {rare!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "QT_QPA_PLATFORM": "offscreen"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"imported at start: {out.stdout.strip()}"

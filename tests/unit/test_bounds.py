@@ -115,6 +115,33 @@ async def test_idle_and_half_sent_connections_are_closed_after_the_idle_time(ser
     assert await closed(quiet_reader) and await closed(half_reader)
 
 
+async def test_a_connection_busy_with_a_long_request_keeps_no_sweep_waking_until_it_is_idle(served):
+    """Issue 38: the sweep ran every idle_s / 4 while any connection was open, so the long-poll the
+    host holds on every node woke each node four times per idle time all day for nothing."""
+    release = asyncio.Event()
+
+    async def held(request):
+        await release.wait()
+        return text("news")
+    guard = ConnectionGuard(per_source=4, total=8, idle_s=2)
+    sweeps: list[bool] = []
+    sweep = guard._sweep
+
+    def counted() -> None:
+        sweeps.append(True)
+        sweep()
+    guard._sweep = counted  # type: ignore[method-assign]
+    port = await served(guard, held)
+    ask = asyncio.create_task(get(port))
+    await async_wait_until(lambda: guard.open_connections == 1 and all(
+        c.busy for m in guard._by_source.values() for c in m.values()), what="the request held")
+    await async_wait_until(lambda: sweeps, timeout=30, what="the sweep set at its connection")
+    assert guard._sweeper is None, "a sweep is still set while the only connection is busy"
+    release.set()
+    assert b"news" in await ask
+    await async_wait_until(lambda: guard.open_connections == 0, timeout=10, what="its connection let go")
+
+
 def streamed(ended: asyncio.Event, chunk: bytes):
     """A handler whose answer streams `chunk` until its client is gone (then `ended` is set)."""
     async def handler(request):

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from pathlib import Path
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cadre_desktop.settings import DAYS, parse_hhmm
 
@@ -32,6 +31,8 @@ _SPAN_DAYS = 8
 def local_zone() -> tzinfo:
     """This computer's time zone now: $TZ, else /etc/localtime (both zoneinfo, DST and all), else the
     fixed offset the OS gives now (read again at each look, so a change of it is followed)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # here: a home with no schedule never loads it
+
     name = os.environ.get("TZ", "").lstrip(":")
     if name:
         try:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import uuid
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -237,7 +237,7 @@ class Orchestrator:
         except Exception:
             self._restore(dropped)
             raise
-        handle_id = f"{node_id}.{uuid.uuid4().hex[:8]}"
+        handle_id = f"{node_id}.{secrets.token_hex(4)}"
         try:
             ensure_private_dir(work)
             env = launch.node_env(os.environ, node_id=node_id, work=work, bind_host=self.bind_host, ports=ports,

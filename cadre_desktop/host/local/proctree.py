@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
+import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -154,7 +154,7 @@ def handle_for(member: Member, system: ProcessOS) -> Handle | None:
     except (KeyError, ValueError, psutil.Error):
         return None
     return Handle(
-        id=f"{member.node_id}.{uuid.uuid4().hex[:8]}", node_id=member.node_id, pid=member.pid,
+        id=f"{member.node_id}.{secrets.token_hex(4)}", node_id=member.node_id, pid=member.pid,
         identity=member.info.identity, api_port=ports[0], p2p_port=ports[1],
         started_at=started.isoformat(timespec="milliseconds"),
         advertise_host=env.get("CADRE_ADVERTISE_HOST", ""),
