@@ -23,9 +23,8 @@ from tests.support.polling import wait_until
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture
-def pair(tmp_path):
-    a, b = fleet_host(tmp_path, "alpha"), fleet_host(tmp_path, "bravo")
+def paired(folder):
+    a, b = fleet_host(folder, "alpha"), fleet_host(folder, "bravo")
     a.start()
     b.start()
     doc = ok(a, "POST", "/api/fleet/invite", {}, status=201)
@@ -35,6 +34,18 @@ def pair(tmp_path):
     for h in (a, b):
         if h.proc and h.proc.poll() is None:
             h.stop()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """A pair of its own, for a test that changes it (a key removed, a code opened)."""
+    yield from paired(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_pair(tmp_path_factory):
+    """One pair for the tests that only knock at its door (each counts refusals of its own words)."""
+    yield from paired(tmp_path_factory.mktemp("fleet-pair"))
 
 
 def fleet_port(host) -> int:
@@ -69,14 +80,14 @@ def stolen_identity(host) -> Identity:
     return Identity(fleet["self_id"], fleet["self_cert"], key)
 
 
-def test_a_paired_computers_key_is_let_in(pair):
-    a, b = pair
+def test_a_paired_computers_key_is_let_in(shared_pair):
+    a, b = shared_pair
     got = ask(fleet_port(a), stolen_identity(b), alpha_cert(a))
     assert got.startswith(b"HTTP/1.1 200"), got
 
 
-def test_an_unpaired_client_is_refused_in_the_handshake_and_logged_once(pair):
-    a, _ = pair
+def test_an_unpaired_client_is_refused_in_the_handshake_and_logged_once(shared_pair):
+    a, _ = shared_pair
     stranger = make_identity("pc_stranger2345")
     assert ask(fleet_port(a), stranger, alpha_cert(a)) == b""
     wait_until(lambda: refusals(a, "does not pin") == 1, timeout=10, what="one refusal logged")
@@ -100,8 +111,8 @@ def test_a_removed_computers_key_is_refused(pair):
     assert kept.computer_id not in {c["id"] for c in ok(a, "GET", "/api/fleet")["computers"]}
 
 
-def test_plain_http_on_the_fleet_port_is_refused_and_logged_once(pair):
-    a, _ = pair
+def test_plain_http_on_the_fleet_port_is_refused_and_logged_once(shared_pair):
+    a, _ = shared_pair
     with socket.create_connection(("127.0.0.1", fleet_port(a)), timeout=10) as raw:
         raw.sendall(b"GET /api/nodes HTTP/1.1\r\nHost: x\r\n\r\n")
         try:

@@ -172,3 +172,18 @@ async def test_a_computer_that_said_it_sleeps_is_asleep_until_it_answers_again(k
     peers.answers = False
     await reach.check_all()
     assert reach.of(nas.id).state == "unreachable"
+
+
+def test_a_computer_just_paired_is_online_at_once_not_at_the_next_check(keys):
+    """It spoke to us as it paired: shown online now (it was unreachable until the next 4 s check)."""
+    from cadre_desktop.host.core.clock import Clock
+    from cadre_desktop.host.fleet.peers import Reachability
+
+    told: list[str] = []
+    nas = as_computer(keys[0], 9)
+    reach = Reachability(Peers(lambda: keys[1]), lambda: (nas,), Clock(), on_change=told.append)
+    assert reach.of(nas.id).state == "unreachable"
+    reach.heard(nas.id)
+    assert reach.of(nas.id).state == "online" and reach.of(nas.id).last_seen and told == [nas.id]
+    reach.heard(nas.id)
+    assert told == [nas.id]  # no change, no news

@@ -251,6 +251,7 @@ class Fleet:
             computer = _computer(theirs, self._clock)
             introduced = [c for c in self.doc.computers if c.id != computer.id]
             await self._pin(computer)
+            self.reach.heard(computer.id)
             for other in introduced:  # the fleet's others learn of it, and it of them (in our answer)
                 asyncio.ensure_future(self._introduce(other, computer))
             return theirs
@@ -277,6 +278,7 @@ class Fleet:
         theirs = await pairing.join(code, where, self._identity_doc(False))
         inviter = _computer(theirs, self._clock)
         await self._pin(inviter)
+        self.reach.heard(inviter.id)
         await self.introduced(inviter, {"computers": theirs.get("introduce", [])})
         await self._serve()
         return {"paired": inviter.ref(), "computers": self.computers()["computers"]}

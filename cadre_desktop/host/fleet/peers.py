@@ -120,6 +120,14 @@ class Reachability:
             state.state, state.since = "asleep", self._clock.now().isoformat()
             self._on_change(computer_id)
 
+    def heard(self, computer_id: str) -> None:
+        """It just paired with us (it spoke, over the link): `online` now, not at the next check."""
+        state = self.of(computer_id)
+        state.last_seen = self._clock.now().isoformat()
+        if state.state != "online":
+            state.state, state.since, state.error = "online", None, None
+            self._on_change(computer_id)
+
     async def run(self) -> None:
         while True:
             try:
