@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -75,6 +75,8 @@ class Fleet:
         self.remote: list[NodeView] = []  # the other computers' nodes as last listed (the tray's window shows them)
         #: This host runs in the tray app (set by its shell): it tells give-ups, its own and maybe others'.
         self.has_tray = False
+        #: The fleet's shared state's link calls (`/fleet/run/...`, host/fleetrun/run_api.py), once wired.
+        self.run_api: Callable[[Any, Computer], Awaitable[Any]] | None = None
 
     @classmethod
     def read(cls, file: FleetFile, settings: Callable[[], Settings], secrets: SecretStore, clock: Clock, host: LocalNodes,
@@ -142,6 +144,10 @@ class Fleet:
         if self._identity is None:
             raise InvalidState("This computer has no fleet key loaded yet.")
         return self._identity
+
+    async def load_identity(self) -> Identity:
+        """This computer's fleet key and certificate (from the keyring; host/fleetrun's etcd TLS)."""
+        return await self._load_identity()
 
     async def _load_identity(self) -> Identity:
         """This computer's key from the keyring (made and kept there the first time, once)."""
@@ -427,6 +433,11 @@ class Fleet:
         if computer.id != self.self_id and self._identity is None:
             await self._load_identity()
         return await self.peers.ask_json(computer, method, path, body)
+
+    async def forward_within(self, computer: Computer, method: str, path: str, body: Any, timeout_s: float) -> tuple[int, Any]:
+        """`forward` with its own bound (a move's arrival takes longer than a node call)."""
+        await self._load_identity()
+        return await self.peers.ask_json(computer, method, path, body, timeout_s=timeout_s)
 
 
 _VIEW_FIELDS = frozenset(f.name for f in dataclasses.fields(NodeView))
