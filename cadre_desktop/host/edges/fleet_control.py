@@ -49,7 +49,9 @@ async def fleet_nodes(host: ServedHost) -> Answer:
 
 def routes(host: ServedHost) -> list[RouteDef]:
     async def computers(request: Request) -> Answer:
-        return json_answer(_fleet(host).computers())
+        run = host.fleetrun  # the fleet's store as this computer sees it (host/fleetrun/store.py)
+        store = {"state": run.store.state, "why": run.store.why} if run is not None else None
+        return json_answer({**_fleet(host).computers(), "store": store})
 
     async def invite(request: Request) -> Answer:
         await read_body(request, set())

@@ -200,7 +200,8 @@ class Mover:
         folder = self.local.node_dir(record.id)
         await asyncio.to_thread(write_bundle, folder, files)
         try:
-            await self.local.adopt(record, secret, status)
+            # A claimed node comes up `joining` (its first start may leave it only so) until it answers `joined`.
+            await self.local.adopt(record, secret, NodeStatus.JOINING if status is NodeStatus.JOINED else status)
         except BaseException:
             if self.local.record(record.id) is None:
                 await asyncio.to_thread(_remove_tree, folder)

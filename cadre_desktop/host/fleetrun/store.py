@@ -249,8 +249,8 @@ class FleetStore:
 
     async def _drop_departed(self, paired: set[str]) -> None:
         """Members of computers no longer paired leave the cluster (this side removes them)."""
-        gone = self._known - paired
-        self._known = paired | {self._self_id()}
+        gone = self._known - paired - {self._self_id()}
+        self._known = set(paired)
         if not gone or self.client is None:
             return
         for member in await self.client.members():
