@@ -37,7 +37,7 @@ from cadre_desktop.host.core.ops.views import NodeView
 from cadre_desktop.host.core.records.records import NodeMode, NodeRecord, NodeStatus, caps_from_row
 from cadre_desktop.host.fleet.computers import Computer
 from cadre_desktop.host.fleetrun.bundle import check_bundle, read_bundle, write_bundle
-from cadre_desktop.host.fleetstate.shared import NodeShared, SharedState
+from cadre_desktop.host.fleetstate.shared import NodeShared, TakeResult
 from cadre_desktop.text import clean
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,15 @@ ASK_S = 20.0
 Ask = Callable[[Computer, str, str, Any, float], Awaitable[tuple[int, Any]]]
 
 
+class Taker(Protocol):
+    """The one transaction a move makes (`SharedState.take`)."""
+
+    async def take(self, node: str, computer: str, expected: int, *, holder: str | None, mark_at: float,
+                   failures: int = 0, last_exit: str | None = None) -> TakeResult: ...
+
+
 class Store(Protocol):
-    def store(self) -> SharedState: ...
+    def store(self) -> Taker: ...
     async def refresh(self, node: str) -> NodeShared: ...
 
 
