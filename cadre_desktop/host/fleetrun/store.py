@@ -16,8 +16,8 @@ computer is paired, keeps its etcd member running and a bounded client of the fl
   from us is removed from the cluster (`remove_member`); a computer left with no paired
   computer that was in a larger cluster leaves it (`EtcdMember.leave`);
 - `fleet_etcd_endpoints` points at an existing cluster instead: no member, a client only;
-- each pass reads every node's shared state (one bounded read) into `nodes`, what the
-  views show; a store that answers slowly or not at all changes nothing locally: `why` says
+- every `READ_S` a pass reads every node's shared state (one bounded read) into `nodes`, what
+  the views show; a store that answers slowly or not at all changes nothing locally: `why` says
   so and the views carry it.
 """
 
@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 CLIENT_OFFSET, PEER_OFFSET = 1, 2
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+#: How often the nodes' shared state is read for the views (a move or arrival reads its node at once).
+READ_S = 5.0
 #: Ask = (computer, method, path, body, timeout) -> (status, doc); the fleet link's client.
 Ask = Callable[[Computer, str, str, Any, float], Awaitable[tuple[int, Any]]]
 
@@ -100,6 +102,7 @@ class FleetStore:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._tls: FleetTls | None = None
+        self._read_at: float | None = None
 
     # -- life ------------------------------------------------------------------
 
@@ -276,6 +279,10 @@ class FleetStore:
 
     async def _read_nodes(self) -> None:
         assert self.client is not None
+        now = asyncio.get_running_loop().time()
+        if self._read_at is not None and now - self._read_at < READ_S and self.state == "ready":
+            return
+        self._read_at = now
         found = await self.client.get_prefix(PREFIX + b"nodes/")
         ids = {k[len(PREFIX) + 6:].split(b"/", 1)[0].decode("ascii", "replace") for k in found}
         nodes = {}
