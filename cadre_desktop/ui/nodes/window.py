@@ -105,6 +105,7 @@ class NodeWindow(QMainWindow):
     restart_button: QPushButton
     pause_button: QPushButton
     remove_button: QPushButton
+    move_button: QPushButton
     log_button: QPushButton
     copy_button: QPushButton
     invite_button: QPushButton
@@ -339,8 +340,7 @@ class NodeWindow(QMainWindow):
         return [c for c in (fleet.doc.computers if fleet is not None else ()) if c.id != here]
 
     def ask_move(self, node_id: str) -> None:
-        v = self.model.view(node_id)
-        computers = self._other_computers(v)
+        computers = self._other_computers(v := self.model.view(node_id))
         labels = [f"{c.name} ({c.id})" for c in computers]
         if v is None or not labels or self.runner.busy(node_id):
             return
