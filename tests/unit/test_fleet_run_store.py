@@ -95,3 +95,53 @@ def test_a_computer_may_join_the_cluster_only_on_its_own_address(tmp_path: Path)
     nas = Computer(id="bbbbbbbb", name="nas", address="192.168.1.9:28500", fingerprint="f" * 64, cert="", paired_at="")
     with pytest.raises(InvalidState, match="own address"):
         asyncio.run(store(tmp_path, [nas]).join_asked(nas, "https://10.0.0.1:2380"))
+
+
+def answering(answers: dict[str, object]):
+    async def ask(computer, method, path, body, timeout_s):
+        got = answers[computer.id]
+        if isinstance(got, Exception):
+            raise got
+        return got
+    return ask
+
+
+def no_cluster() -> tuple[int, dict]:
+    return 400, {"error": {"code": "fleet_no_cluster", "message": "no cluster here"}}
+
+
+def pc(cid: str) -> Computer:
+    return Computer(id=cid, name=cid, address="127.0.0.1:28500", fingerprint="f" * 64, cert="", paired_at="")
+
+
+def test_the_smallest_fresh_computer_makes_the_cluster_only_when_every_other_says_it_has_none(tmp_path: Path) -> None:
+    from cadre_desktop.host.fleet.peers import LinkDown
+
+    s = store(tmp_path, [])
+    spec = s._spec()
+    s._ask = answering({"bbbbbbbb": no_cluster(), "cccccccc": no_cluster()})
+    assert asyncio.run(s._join(spec, [pc("bbbbbbbb"), pc("cccccccc")])) is None  # aaaaaaaa makes it
+    s._ask = answering({"bbbbbbbb": no_cluster(), "cccccccc": LinkDown("cccccccc cannot be reached")})
+    with pytest.raises(StoreUnavailable, match="waits to be added"):  # one not heard from: no second cluster
+        asyncio.run(s._join(spec, [pc("bbbbbbbb"), pc("cccccccc")]))
+    s._self_id = lambda: "zzzzzzzz"
+    s._ask = answering({"bbbbbbbb": no_cluster()})
+    with pytest.raises(StoreUnavailable, match="waits to be added"):  # the smaller one makes it, not this one
+        asyncio.run(s._join(spec, [pc("bbbbbbbb")]))
+
+
+def test_a_computer_with_a_cluster_gives_the_joiner_its_initial_cluster(tmp_path: Path) -> None:
+    s = store(tmp_path, [])
+    initial = [{"name": "bbbbbbbb", "peer_url": "https://127.0.0.1:28502"}, {"name": "aaaaaaaa", "peer_url": "https://127.0.0.1:28093"}]
+    s._ask = answering({"bbbbbbbb": (200, {"initial": initial})})
+    peers = asyncio.run(s._join(s._spec(), [pc("bbbbbbbb")]))
+    assert [(p.name, p.peer_url) for p in peers] == [("bbbbbbbb", "https://127.0.0.1:28502"), ("aaaaaaaa", "https://127.0.0.1:28093")]
+
+
+def test_a_computer_without_a_running_member_says_it_has_no_cluster(tmp_path: Path) -> None:
+    from cadre_desktop.host.fleetrun.store import NoCluster
+
+    nas = pc("bbbbbbbb")
+    with pytest.raises(NoCluster) as err:
+        asyncio.run(store(tmp_path, [nas]).join_asked(nas, "https://127.0.0.1:28502"))
+    assert err.value.code == "fleet_no_cluster"

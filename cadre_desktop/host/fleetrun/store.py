@@ -7,10 +7,11 @@ computer is paired, keeps its etcd member running and a bounded client of the fl
   + 2 for peers, its data under `Paths.etcd_dir`; TLS from the fleet identity's key (in
   memory), its certificate signed by that key (it chains to the certificate the other
   computers pinned), trusting exactly the pinned certificates;
-- a member with data restarts on it; one without asks a paired computer to add it
-  (`POST /fleet/run/etcd/join`, answered by `join_asked`): that computer adds it with
-  `join_cluster`, or, when it has no cluster either and its id is the smaller, makes one
-  first (the first pairing makes a cluster; two fresh computers never make two);
+- a member with data restarts on it; one without asks each paired computer to add it
+  (`POST /fleet/run/etcd/join`, answered by `join_asked`): one whose member runs adds it with
+  `join_cluster`; when every one answers it has no cluster and this computer's id is the
+  smallest, this one makes the cluster (the first pairing makes a cluster; two fresh
+  computers never make two, and one that cannot hear from all of them makes none);
 - a crash is restarted after a backoff (1 s doubling to 30 s); a change of the pinned set
   restarts the member (etcd reads its trusted certificates at start); a computer unpaired
   from us is removed from the cluster (`remove_member`); a computer left with no paired
@@ -49,6 +50,7 @@ CLIENT_OFFSET, PEER_OFFSET = 1, 2
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 #: How often the nodes' shared state is read for the views (a move or arrival reads its node at once).
 READ_S = 5.0
+NO_CLUSTER = "fleet_no_cluster"
 #: Ask = (computer, method, path, body, timeout) -> (status, doc); the fleet link's client.
 Ask = Callable[[Computer, str, str, Any, float], Awaitable[tuple[int, Any]]]
 
@@ -77,6 +79,12 @@ def fleet_tls(identity: Identity, host: str, pinned: Sequence[str]) -> FleetTls:
         raise InvalidState("This computer's fleet key is not a P-256 key.")
     own = certificate_for(key, identity.computer_id, [host])
     return FleetTls.of(key, own, [identity.cert.encode(), *(c.encode() for c in pinned)])
+
+
+class NoCluster(InvalidState):
+    """Asked to add a member, this computer has no cluster running (it may be the one to make it)."""
+
+    code = NO_CLUSTER
 
 
 class FleetStore:
@@ -181,19 +189,24 @@ class FleetStore:
             tls = self._tls = await asyncio.to_thread(fleet_tls, identity, spec.host, [c.cert for c in computers])
             member = EtcdMember(spec, self._system(), etcd_command(self._settings().etcd_command), tls)
             self._say("starting", "this computer's etcd member is starting")
-            if await asyncio.to_thread(check_data_dir, spec.data_dir) is DataState.EXISTING:
+            initial = None
+            if await asyncio.to_thread(check_data_dir, spec.data_dir) is not DataState.EXISTING:
+                initial = await self._join(spec, computers)
+            if initial is None:  # a member on its data (etcd ignores the cluster flags), or a new cluster
                 await member.start([Peer(spec.name, spec.peer_url(True))])
             else:
-                await member.start(await self._join(spec, computers), joining=True)
+                await member.start(initial, joining=True)
             self.member, self._trust = member, trust
             await member.wait_ready()
         assert self._tls is not None
         await self._use_client([spec.endpoint, *(peer_endpoint(c) for c in computers)], self._tls)
         await self._drop_departed({c.id for c in computers})
 
-    async def _join(self, spec: MemberSpec, computers: list[Computer]) -> list[Peer]:
-        """Ask each paired computer in turn to add this member; the initial cluster to start with."""
-        said = []
+    async def _join(self, spec: MemberSpec, computers: list[Computer]) -> list[Peer] | None:
+        """Ask each paired computer in turn to add this member: the initial cluster to start with, or
+        None when this computer is to make the cluster (every paired computer answered that it has none,
+        and this one's id is the smallest: two fresh computers never make two clusters)."""
+        said, none_here = [], 0
         for computer in computers:
             try:
                 status, doc = await self._ask(computer, "POST", "/fleet/run/etcd/join",
@@ -205,35 +218,31 @@ class FleetStore:
             if status == 200 and isinstance(peers, list) and peers:
                 return [Peer(str(p["name"]), str(p["peer_url"])) for p in peers[:9] if isinstance(p, dict)]
             error = doc.get("error", {}) if isinstance(doc, dict) else {}
+            none_here += error.get("code") == NO_CLUSTER
             said.append(f"{computer.name}: {error.get('message', status)}")
+        if none_here == len(computers) and all(self._self_id() < c.id for c in computers):
+            log.info("fleet store: no paired computer has a cluster yet; this one makes it")
+            return None
         raise StoreUnavailable("this computer's etcd member waits to be added to the fleet's cluster ("
                                + "; ".join(said)[:200] + ")")
 
     async def join_asked(self, asker: Computer, peer_url: object) -> list[dict[str, str]]:
-        """A paired computer asks to be added to the cluster (its member's peer URL); the initial cluster."""
-        host, _ = split_address(asker.address)
-        if not isinstance(peer_url, str) or peer_url != f"https://{host}:{member_ports(split_address(asker.address)[1])[1]}":
+        """A paired computer asks to be added to the cluster (its member's peer URL); the initial cluster.
+        Without a member running here, `NoCluster` (the asker makes one if it is the one to)."""
+        host, port = split_address(asker.address)
+        if not isinstance(peer_url, str) or peer_url != f"https://{host}:{member_ports(port)[1]}":
             raise InvalidState("A member joins on its own address and peer port only.")
-        async with self._lock:
-            if self.member is None or not self.member.running:
-                if self._self_id() > asker.id or await asyncio.to_thread(check_data_dir, self._spec().data_dir) is DataState.EXISTING:
-                    raise InvalidState("This computer's etcd member is not running yet; ask again.")
-                identity = await self._identity()
-                spec = self._spec()
-                computers = list(self._computers())
-                tls = self._tls = await asyncio.to_thread(fleet_tls, identity, spec.host, [c.cert for c in computers])
-                member = EtcdMember(spec, self._system(), etcd_command(self._settings().etcd_command), tls)
-                await member.start([Peer(spec.name, spec.peer_url(True))])
-                self.member, self._trust = member, tuple(sorted(c.cert for c in computers))
-                await member.wait_ready()
-                log.info("fleet store: a new cluster was made here for %s to join", asker.id)
-            own = self.member.client(timeout_s=5.0)
-            try:
-                joined = MemberSpec(name=asker.id, host=host, client_port=0, peer_port=0, root=self._root)
-                peers = await join_cluster(own, _with_url(joined, peer_url), True)
-            finally:
-                with contextlib.suppress(StoreUnavailable):
-                    await own.close()
+        member = self.member
+        if member is None or not member.running:
+            raise NoCluster("This computer's etcd member is not running: it has no cluster to add a member to.")
+        own = member.client(timeout_s=5.0)
+        try:
+            joined = MemberSpec(name=asker.id, host=host, client_port=member_ports(port)[0],
+                                peer_port=member_ports(port)[1], root=self._root)
+            peers = await join_cluster(own, joined, True)
+        finally:
+            with contextlib.suppress(StoreUnavailable):
+                await own.close()
         log.info("fleet store: %s's etcd member was added to the cluster", asker.id)
         return [{"name": p.name, "peer_url": p.peer_url} for p in peers]
 
@@ -307,7 +316,3 @@ class FleetStore:
                 "failover": bool(shared and shared.failover), "fleet_note": None}
 
 
-def _with_url(spec: MemberSpec, peer_url: str) -> MemberSpec:
-    host_port = peer_url.split("://", 1)[1]
-    host, port = split_address(host_port)
-    return MemberSpec(name=spec.name, host=host, client_port=port - 1, peer_port=port, root=spec.root)
