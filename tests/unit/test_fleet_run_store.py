@@ -135,7 +135,7 @@ def test_a_computer_with_a_cluster_gives_the_joiner_its_initial_cluster(tmp_path
     initial = [{"name": "bbbbbbbb", "peer_url": "https://127.0.0.1:28502"}, {"name": "aaaaaaaa", "peer_url": "https://127.0.0.1:28093"}]
     s._ask = answering({"bbbbbbbb": (200, {"initial": initial})})
     peers = asyncio.run(s._join(s._spec(), [pc("bbbbbbbb")]))
-    assert [(p.name, p.peer_url) for p in peers] == [("bbbbbbbb", "https://127.0.0.1:28502"), ("aaaaaaaa", "https://127.0.0.1:28093")]
+    assert peers is not None and [(p.name, p.peer_url) for p in peers] == [("bbbbbbbb", "https://127.0.0.1:28502"), ("aaaaaaaa", "https://127.0.0.1:28093")]
 
 
 def test_a_computer_without_a_running_member_says_it_has_no_cluster(tmp_path: Path) -> None:
