@@ -84,6 +84,16 @@ def test_a_claimed_node_moves_from_alpha_to_bravo_with_its_peer_id_and_claim(thr
     assert node["id"] not in {n["id"] for n in ok(a, "GET", "/api/nodes")["nodes"]}
     assert not (a.home / "nodes" / node["id"]).exists()
     assert claimed["pid"] is not None and not _alive(claimed["pid"])
+    # Charlie leaves the fleet (alpha and bravo unpair it): its member leaves the cluster, its store is
+    # off, and the node on bravo runs on, held at generation 1 by the two left.
+    for h in (a, b):
+        ok(h, "DELETE", f"/api/fleet/computers/{ids['charlie']}")
+    wait_until(lambda: (ok(c, "GET", "/api/fleet")["store"] or {}).get("state") == "off", timeout=30, interval=0.5,
+               what="charlie's store off")
+    assert not (c.home / "etcd" / "data").exists()
+    for h in (a, b):
+        store_ready(h)
+    assert running_node(b, node["id"])["pid"] == there["pid"]
 
 
 def _alive(pid: int) -> bool:

@@ -145,3 +145,13 @@ def test_a_computer_without_a_running_member_says_it_has_no_cluster(tmp_path: Pa
     with pytest.raises(NoCluster) as err:
         asyncio.run(store(tmp_path, [nas]).join_asked(nas, "https://127.0.0.1:28502"))
     assert err.value.code == "fleet_no_cluster"
+
+
+def test_a_member_the_cluster_removed_is_told_by_etcd_s_own_words(tmp_path: Path) -> None:
+    from cadre_desktop.host.fleetrun.store import _was_removed
+
+    log = tmp_path / "etcd.log"
+    log.write_text('{"level":"warn","msg":"server error","error":"the member has been permanently removed from the cluster"}\n')
+    assert _was_removed(log)
+    log.write_text('{"level":"warn","msg":"lost TCP streaming connection with remote peer"}\n')
+    assert not _was_removed(log) and not _was_removed(tmp_path / "none.log")

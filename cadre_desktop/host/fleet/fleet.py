@@ -77,6 +77,8 @@ class Fleet:
         self.has_tray = False
         #: The fleet's shared state's link calls (`/fleet/run/...`, host/fleetrun/run_api.py), once wired.
         self.run_api: Callable[[Any, Computer], Awaitable[Any]] | None = None
+        #: Computers that unpaired themselves from this one (host/fleetrun leaves their etcd members be).
+        self.unpaired_by_them: set[str] = set()
 
     @classmethod
     def read(cls, file: FleetFile, settings: Callable[[], Settings], secrets: SecretStore, clock: Clock, host: LocalNodes,
@@ -295,6 +297,7 @@ class Fleet:
                 log.info("fleet: %s introduced %s (%s)", by.id, computer.name, computer.id)
 
     async def unpaired_by(self, computer: Computer) -> None:
+        self.unpaired_by_them.add(computer.id)  # the fleet's etcd: that side removes our member, we not theirs
         await self._unpin(computer.id)
         log.info("fleet: %s (%s) unpaired itself", computer.name, computer.id)
 

@@ -40,7 +40,7 @@ class FleetRun:
 
         store = FleetStore(settings=settings, root=paths.etcd_dir, system=for_this_os, self_id=lambda: fleet.self_id,
                            computers=lambda: fleet.doc.computers, identity=fleet.load_identity, ask=ask,
-                           advertise=advertise)
+                           advertise=advertise, unpaired_by_them=lambda: fleet.unpaired_by_them)
 
         async def secret(node_id: str) -> str | None:
             return await secrets.get(node_id, SecretKind.CLAIM)

@@ -15,7 +15,9 @@ computer is paired, keeps its etcd member running and a bounded client of the fl
 - a crash is restarted after a backoff (1 s doubling to 30 s); a change of the pinned set
   restarts the member (etcd reads its trusted certificates at start); a computer unpaired
   from us is removed from the cluster (`remove_member`); a computer left with no paired
-  computer that was in a larger cluster leaves it (`EtcdMember.leave`);
+  computer that was in a larger cluster leaves it (`EtcdMember.leave`); a member the cluster
+  removed (etcd says so in its log, and that its data must go) is started afresh and asks to
+  join again, through the computers still paired with it;
 - `fleet_etcd_endpoints` points at an existing cluster instead: no member, a client only;
 - every `READ_S` a pass reads every node's shared state (one bounded read) into `nodes`, what
   the views show; a store that answers slowly or not at all changes nothing locally: `why` says
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,10 +96,10 @@ class FleetStore:
     def __init__(self, *, settings: Callable[[], Settings], root: Path, system: Callable[[], ProcessOS],
                  self_id: Callable[[], str], computers: Callable[[], Sequence[Computer]],
                  identity: Callable[[], Awaitable[Identity]], ask: Ask, advertise: Callable[[], str],
-                 tick_s: float = 1.0) -> None:
+                 tick_s: float = 1.0, unpaired_by_them: Callable[[], set[str]] = set) -> None:
         self._settings, self._root, self._system = settings, root, system
         self._self_id, self._computers, self._identity, self._ask = self_id, computers, identity, ask
-        self._advertise, self._tick_s = advertise, tick_s
+        self._advertise, self._tick_s, self._unpaired_by_them = advertise, tick_s, unpaired_by_them
         self.state = "off"
         self.why: str | None = "this computer is in no fleet"
         self.member: EtcdMember | None = None
@@ -182,6 +185,10 @@ class FleetStore:
                 await self.member.stop()
             else:
                 log.warning("fleet store: the etcd member ended; it is started again")
+                if await asyncio.to_thread(_was_removed, self.member.spec.log_file):
+                    # etcd's own word: its data folder is of no use to any cluster now; it joins afresh.
+                    log.warning("fleet store: the cluster removed this computer's member; it asks to join again")
+                    await asyncio.to_thread(shutil.rmtree, self.member.spec.data_dir, True)
                 self._failures += 1
                 await asyncio.sleep(BACKOFF_S[min(self._failures - 1, len(BACKOFF_S) - 1)])
             self.member = None
@@ -260,8 +267,9 @@ class FleetStore:
                 await client.close()
 
     async def _drop_departed(self, paired: set[str]) -> None:
-        """Members of computers no longer paired leave the cluster (this side removes them)."""
-        gone = self._known - paired - {self._self_id()}
+        """Members of computers this one unpaired leave the cluster (this side removes them; one that
+        unpaired itself from us removes ours, and its own is no business of ours)."""
+        gone = self._known - paired - {self._self_id()} - self._unpaired_by_them()
         self._known = set(paired)
         if not gone or self.client is None:
             return
@@ -281,6 +289,8 @@ class FleetStore:
                 await member.leave(member.client(timeout_s=5.0))
             else:
                 await member.stop()
+                if await asyncio.to_thread(_was_removed, member.spec.log_file):  # removed by the others
+                    await asyncio.to_thread(shutil.rmtree, member.spec.data_dir, True)
             self.member = None
             await self._close_client()
         self.nodes = {}
@@ -316,3 +326,15 @@ class FleetStore:
                 "failover": bool(shared and shared.failover), "fleet_note": None}
 
 
+#: What etcd logs when its member was removed from its cluster (its data folder must then go).
+REMOVED_WORDS = "the member has been permanently removed from the cluster"
+
+
+def _was_removed(log_file: Path) -> bool:
+    """Whether the member's log ends by saying the cluster removed it (the last 16 KiB read)."""
+    try:
+        with log_file.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 16384))
+            return REMOVED_WORDS.encode() in f.read()
+    except OSError:
+        return False
