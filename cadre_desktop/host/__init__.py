@@ -11,7 +11,9 @@ gate), ``local`` (the local-process driver behind the ``core.driver`` seam), ``s
 at this level compose them: ``host.py`` builds a `Host` (the object front ends call),
 ``drivers.py`` picks the driver, ``lend_host.py`` wires lending in, and
 ``live_settings.py`` applies new settings while running. ``fleetstate`` (the fleet's shared
-state on etcd, not yet wired in) imports only the local driver's OS seam. Nothing here imports
+state on etcd) imports only the local driver's OS seam; ``fleetrun`` wires it into the host
+(the supervised etcd member, the store's cache for the views, planned moves) over ``core``,
+``fleet`` and ``fleetstate``. Nothing here imports
 ``cadre_desktop.node``, ``ui`` or ``cli``; what the engine shares with the node is in
 ``cadre_desktop.wire``.
 """

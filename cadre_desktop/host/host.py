@@ -44,6 +44,7 @@ from cadre_desktop.host.core.vault.keyring_gate import KeyringGate
 from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore, move_legacy_entries
 from cadre_desktop.host.drivers import make_driver
 from cadre_desktop.host.fleet.fleet import Fleet, FleetFile
+from cadre_desktop.host.fleetrun.run import FleetRun
 from cadre_desktop.host.lend_host import Lending
 from cadre_desktop.host.lending.donations import Donation
 from cadre_desktop.host.live_settings import Applied, LiveSettings
@@ -107,6 +108,7 @@ class Host:
         self._condition_sources = condition_sources  # the run conditions' sources, else this platform's
         self.judge: Judge | None = None
         self.fleet: Fleet | None = None  # the computers paired with this one (host/fleet/), read at start
+        self.fleetrun: FleetRun | None = None  # its etcd member, shared state and moves (host/fleetrun/), from start
         self._started = False
 
     # The parts `start` made, None before it (front ends and tests read them).
@@ -213,6 +215,10 @@ class Host:
             self.control = ControlServer(self, self.paths.control_file)
             await self.control.start()
         await self.fleet.start() if self.fleet is not None else None
+        self.fleetrun = FleetRun.wire(fleet=self.fleet, settings=lambda: self.settings, paths=self.paths, secrets=self.secrets,
+                                      service=p.service, views=p.views, get_node=self.get_node, pause=self.pause_node,
+                                      resume=self.resume_node, advertise=lambda: self.advertise_host) if self.fleet else None
+        self.fleetrun.start() if self.fleetrun is not None else None  # a task of its own: the start never waits on etcd
         self._started = True
         log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
 
@@ -269,8 +275,7 @@ class Host:
         return caps_view(caps, self._running().driver.caps_enforcement(caps, node_id or getattr(record, "id", None)))
 
     def _bind_keyring(self) -> None:
-        """Key this home's keyring entries by its id; an upgraded records file is written
-        first, so the id is on disk before any entry is named after it."""
+        """Key this home's keyring entries by its id; an upgraded records file is written first (the id on disk before any entry)."""
         self.store.save_upgrade()
         lending = self.lending
         owns = self.store.knows if lending is None else lending.owns_or(self.store.knows)
@@ -286,21 +291,16 @@ class Host:
             moved = await move_legacy_entries(self.secrets, ids)
             self.store.keyring_moved()
         except CadreError as exc:
-            log.warning("keyring entries keep their old names for now (%s); they are read there "
-                        "and moved at the next start", exc.message)
+            log.warning("keyring entries keep their old names for now (%s); they are read there and moved at the next start", exc.message)
             return
         self.secrets.legacy = False
         log.info("moved %d keyring entr%s to names keyed by this home", moved, "y" if moved == 1 else "ies")
 
     async def _prefetch_secrets(self, wait_s: float = 2.0) -> None:
-        """Read every supervised node's secret ahead, off the serial queue.
-
-        The first pass waits for it at most `wait_s`: a keyring that is locked or hangs (an unlock prompt
-        at login) must not hold up the host. Nodes whose secret has not arrived wait for it without
-        spending their budget, and start the moment it does.
-        """
-        wanted = [(r.id, secret_kind(r)) for r in self.store.list()
-                  if r.status in SUPERVISED or r.status is NodeStatus.ERROR]
+        """Read every supervised node's secret ahead, off the serial queue. The first pass waits for it at most `wait_s`: a
+        keyring that is locked or hangs (an unlock prompt at login) must not hold up the host. Nodes whose secret has not
+        arrived wait for it without spending their budget, and start the moment it does."""
+        wanted = [(r.id, secret_kind(r)) for r in self.store.list() if r.status in SUPERVISED or r.status is NodeStatus.ERROR]
         if not wanted:
             return
         task = asyncio.ensure_future(self._running().gate.prefetch(wanted))
@@ -348,8 +348,8 @@ class Host:
 
     async def _teardown(self, *, stop_nodes: bool) -> None:
         await self.netwatch.stop()
-        if self.fleet is not None:
-            await self.fleet.stop()
+        for fleet_part in (self.fleetrun, self.fleet):
+            await fleet_part.stop() if fleet_part is not None else None
         if self.control is not None:
             await self.control.stop()
             self.control = None
@@ -443,8 +443,7 @@ class Host:
         return self.host_holds.state_json()
 
     async def pause_all(self, *, for_ms: int | None = None, until: datetime | None = None) -> JSONObject:
-        """Hold every node (Pause all): for `for_ms`, until `until`, or until `resume_all`; kept across a
-        restart. Its pass has run when this returns: every child is stopped."""
+        """Hold every node (Pause all) for `for_ms`, until `until`, or until `resume_all`; kept across a restart; every child stopped."""
         p = self._running()
         self.host_holds.pause_all(for_ms, until)
         await p.supervisor.reconcile()

@@ -144,5 +144,9 @@ class Actions(QObject):
         return self.run(f"make a new claim code for {self._name(node_id)}",
                         self.host.regenerate_node(node_id), node_id)
 
+    def move(self, node_id: str, to: str) -> asyncio.Task:
+        """Move the node to computer `to` (host/fleetrun: here, or on the computer that hosts it)."""
+        return self.run(f"move {self._name(node_id)}", self.host.fleetrun.move(node_id, to), node_id)
+
     def remove(self, node_id: str) -> asyncio.Task:
         return self.run(f"remove {self._name(node_id)}", self._on(node_id, 'remove'), node_id)

@@ -50,6 +50,7 @@ class FakeHost:
         #: No lending in a fake host: its routes answer that lending is not ready.
         self.lending = None
         self.fleet = None  # no fleet either: its routes answer that it is not ready
+        self.fleetrun = None  # nor the fleet's shared state (host/fleetrun/): a move answers so
         #: Pause all, as the Host says it (None: not paused).
         self.pause: dict | None = None
         self._counter = 0

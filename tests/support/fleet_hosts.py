@@ -18,7 +18,7 @@ def keyring_env(home: Path) -> dict[str, str]:
 
 def fleet_host(root: Path, name: str, **overrides) -> HeadlessHost:
     home = root / name
-    settings = fast_settings(**{"fleet_port": port_blocks.take(1, 20000, 30000), "computer_name": name,
+    settings = fast_settings(**{"fleet_port": port_blocks.take(3, 20000, 30000), "computer_name": name,
                                 "node_command": FLAKY_NODE, **overrides})
     return HeadlessHost(home, keyring_env(home), settings)
 

@@ -53,6 +53,8 @@ ROOMS = {
     "host/fleet": {"cadre_desktop.host.core"},
     "host/conditions": {"cadre_desktop.host.core"},
     "host/fleetstate": {"cadre_desktop.host.local.system"},
+    "host/fleetrun": {"cadre_desktop.host.core", "cadre_desktop.host.fleet", "cadre_desktop.host.fleetstate",
+                      "cadre_desktop.host.local.system"},
 }
 
 

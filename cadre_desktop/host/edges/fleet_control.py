@@ -49,7 +49,9 @@ async def fleet_nodes(host: ServedHost) -> Answer:
 
 def routes(host: ServedHost) -> list[RouteDef]:
     async def computers(request: Request) -> Answer:
-        return json_answer(_fleet(host).computers())
+        run = host.fleetrun  # the fleet's store as this computer sees it (host/fleetrun/store.py)
+        store = {"state": run.store.state, "why": run.store.why} if run is not None else None
+        return json_answer({**_fleet(host).computers(), "store": store})
 
     async def invite(request: Request) -> Answer:
         await read_body(request, set())
@@ -72,8 +74,18 @@ def routes(host: ServedHost) -> list[RouteDef]:
         await read_body(request, set())
         return json_answer(await _fleet(host).remove(request.match_info["id"]))
 
+    async def move(request: Request) -> Answer:
+        body = await read_body(request, {"to"})
+        to, run = body.get("to"), host.fleetrun
+        if not isinstance(to, str) or not to.strip():
+            raise refused(400, "A move takes {\"to\": \"<computer id>\"}.")
+        if run is None:
+            raise InvalidState("The host has not started its fleet yet; try again in a moment.")
+        return json_answer(await run.move(request.match_info["id"], to.strip()[:64]))
+
     return [("GET", "/api/fleet", computers), ("POST", "/api/fleet/invite", invite), ("POST", "/api/fleet/join", join),
-            ("PATCH", "/api/fleet/computers/{id}", rename), ("DELETE", "/api/fleet/computers/{id}", remove)]
+            ("PATCH", "/api/fleet/computers/{id}", rename), ("DELETE", "/api/fleet/computers/{id}", remove),
+            ("POST", "/api/nodes/{id}/move", move)]
 
 
 async def forwarded(host: ServedHost, request: Request) -> Answer | None:

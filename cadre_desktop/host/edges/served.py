@@ -18,6 +18,7 @@ from cadre_desktop.paths import Paths
 
 if TYPE_CHECKING:
     from cadre_desktop.host.fleet.fleet import Fleet
+    from cadre_desktop.host.fleetrun.run import FleetRun
     from cadre_desktop.host.lend_host import Lending
 
 
@@ -32,6 +33,9 @@ class ServedHost(Protocol):
 
     @property
     def fleet(self) -> Fleet | None: ...
+
+    @property
+    def fleetrun(self) -> FleetRun | None: ...
 
     def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]: ...
 

@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -76,6 +76,10 @@ class Fleet:
         self.remote: list[NodeView] = []  # the other computers' nodes as last listed (the tray's window shows them)
         #: This host runs in the tray app (set by its shell): it tells give-ups, its own and maybe others'.
         self.has_tray = False
+        #: The fleet's shared state's link calls (`/fleet/run/...`, host/fleetrun/run_api.py), once wired.
+        self.run_api: Callable[[Any, Computer], Awaitable[Any]] | None = None
+        #: Computers that unpaired themselves from this one (host/fleetrun leaves their etcd members be).
+        self.unpaired_by_them: set[str] = set()
 
     @classmethod
     def read(cls, file: FleetFile, settings: Callable[[], Settings], secrets: SecretStore, clock: Clock, host: LocalNodes,
@@ -143,6 +147,10 @@ class Fleet:
         if self._identity is None:
             raise InvalidState("This computer has no fleet key loaded yet.")
         return self._identity
+
+    async def load_identity(self) -> Identity:
+        """This computer's fleet key and certificate (from the keyring; host/fleetrun's etcd TLS)."""
+        return await self._load_identity()
 
     async def _load_identity(self) -> Identity:
         """This computer's key from the keyring (made and kept there the first time, once)."""
@@ -299,6 +307,7 @@ class Fleet:
                 log.info("fleet: %s introduced %s (%s)", by.id, computer.name, computer.id)
 
     async def unpaired_by(self, computer: Computer) -> None:
+        self.unpaired_by_them.add(computer.id)  # the fleet's etcd: that side removes our member, we not theirs
         await self._unpin(computer.id)
         log.info("fleet: %s (%s) unpaired itself", computer.name, computer.id)
 
@@ -437,6 +446,11 @@ class Fleet:
         if computer.id != self.self_id and self._identity is None:
             await self._load_identity()
         return await self.peers.ask_json(computer, method, path, body)
+
+    async def forward_within(self, computer: Computer, method: str, path: str, body: Any, timeout_s: float) -> tuple[int, Any]:
+        """`forward` with its own bound (a move's arrival takes longer than a node call)."""
+        await self._load_identity()
+        return await self.peers.ask_json(computer, method, path, body, timeout_s=timeout_s)
 
 
 _VIEW_FIELDS = frozenset(f.name for f in dataclasses.fields(NodeView))

@@ -94,6 +94,10 @@ class LinkApi:
         if path == "/fleet/pair" and method == "DELETE":
             await self.fleet.unpaired_by(ASKER.get())
             return answer({"unpaired": True})
+        run_api = getattr(self.fleet, "run_api", None)  # the fleet's shared state's calls (host/fleetrun)
+        if path.startswith("/fleet/run/") and run_api is not None:
+            answered: Answer = await run_api(request, ASKER.get())
+            return answered
         if path == "/api/nodes" and method == "GET":
             await self.host.settled()
             return answer({"nodes": [view.to_json() for view in self.host.list_nodes()]})

@@ -72,6 +72,7 @@ BUTTONS = (  # attribute, text with its mnemonic, tooltip
     ("restart_button", "Re&start", "Stop and start the node; does not count as a failed attempt (Ctrl+R)"),
     ("pause_button", "&Pause", "Stop the node and keep it stopped until you resume it; spends nothing"),
     ("remove_button", "Re&move…", "Remove the node and its work folder (Delete)"),
+    ("move_button", "Mo&ve to…", "Move the node to another computer of the fleet, with its identity and claim"),
     ("log_button", "View &log", "Show the selected node's whole log"),
     ("copy_button", "&Copy claim link", "Copy the claim link; it holds the claim secret"),
     ("invite_button", "Add a&nother node…", "Start a new node that joins this node's cadre; no token to copy"),
@@ -104,6 +105,7 @@ class NodeWindow(QMainWindow):
     restart_button: QPushButton
     pause_button: QPushButton
     remove_button: QPushButton
+    move_button: QPushButton
     log_button: QPushButton
     copy_button: QPushButton
     invite_button: QPushButton
@@ -179,8 +181,8 @@ class NodeWindow(QMainWindow):
     def _make_pages(self, split: QSplitter) -> None:
         """The table page (panes and the selected node's buttons) and the empty page that explains."""
         node_row = QHBoxLayout()
-        for button in (self.qr_button, self.retry_button, self.restart_button, self.pause_button, self.remove_button,
-                       self.log_button, self.copy_button, self.invite_button):
+        for button in (self.qr_button, self.retry_button, self.restart_button, self.pause_button, self.move_button,
+                       self.remove_button, self.log_button, self.copy_button, self.invite_button):
             node_row.addWidget(button)
         node_row.addStretch(1)
         table_page = QWidget()
@@ -235,6 +237,7 @@ class NodeWindow(QMainWindow):
         self.restart_button.clicked.connect(lambda: self._with_selected(actions.restart))
         self.pause_button.clicked.connect(lambda: self._with_selected(self._pause_or_resume))
         self.remove_button.clicked.connect(lambda: self._with_selected(self.ask_remove))
+        self.move_button.clicked.connect(lambda: self._with_selected(self.ask_move))
         self.copy_button.clicked.connect(self._copy_link)
         self.invite_button.clicked.connect(lambda: self._with_selected(self.ask_invite))
         self.log_button.toggled.connect(self.log.setVisible)
@@ -298,6 +301,8 @@ class NodeWindow(QMainWindow):
         self.pause_button.setText("Res&ume" if held else "&Pause")
         self.pause_button.setToolTip("Start the node now; its attempts are untouched" if held else BUTTON_TIPS["pause_button"])
         self.remove_button.setEnabled(ready)
+        self.move_button.setVisible(bool(others := self._other_computers(v)))  # a computer in no fleet has nowhere to move a node
+        self.move_button.setEnabled(ready and bool(others) and bool(v and v.ready) and status in (NodeStatus.UNCLAIMED, NodeStatus.JOINED))
         self.copy_button.setEnabled(ready and bool(claim_url))
         self.invite_button.setEnabled(ready and status == NodeStatus.JOINED)
         cadre = v.cadre if v is not None and v.status == NodeStatus.JOINED and v.cadre else None
@@ -329,6 +334,19 @@ class NodeWindow(QMainWindow):
                                         f'A new node joins "{v.cadre}". Its name (optional):')
         if ok:
             self.runner.invite(node_id, name.strip() or None)
+
+    def _other_computers(self, v) -> list:  # where a node could move: every paired computer but the one hosting it
+        fleet, here = getattr(self.host, "fleet", None), (v.computer or {}).get("id") if v is not None else None
+        return [c for c in (fleet.doc.computers if fleet is not None else ()) if c.id != here]
+
+    def ask_move(self, node_id: str) -> None:
+        computers = self._other_computers(v := self.model.view(node_id))
+        labels = [f"{c.name} ({c.id})" for c in computers]
+        if v is None or not labels or self.runner.busy(node_id):
+            return
+        chosen, ok = QInputDialog.getItem(self, "Move to…", f"Move {v.name} to:", labels, 0, False)
+        if ok and chosen in labels:
+            self.runner.move(node_id, computers[labels.index(chosen)].id)
 
     def ask_remove(self, node_id: str) -> None:
         v = self.model.view(node_id)

@@ -126,6 +126,24 @@ class NodeService:
         log.info("node %s added (%s), pid %s", node_id, status.value, born.child.pid)
         return born.record
 
+    async def adopt(self, record: NodeRecord, secret: str, status: NodeStatus) -> NodeRecord:
+        """A node that arrives from another computer (a move, host/fleetrun/moves.py): its own id, name,
+        cadre and caps, its claim secret to the keyring, its work folder already written; started here
+        as an add starts one, or nothing of it left (its folder included) when that fails."""
+        require_node_id(record.id)
+        if self.store.get(record.id) is not None or record.id in self.store.pending_removals():
+            raise InvalidState(f"A node {record.id} is on this computer already.")
+        self._creating.add(record.id)
+        try:
+            born = await self.provisioning.create(
+                record.replace(status=NodeStatus.SPAWNING), SecretKind.CLAIM, secret, status=status,
+                unwind=lambda row_id, stored: self._unwind_create(row_id, stored=stored),
+                gone=lambda: InvalidState(f"Node {record.id} was removed while it arrived."))
+        finally:
+            self._creating.discard(record.id)
+        log.info("node %s arrived from another computer, pid %s", record.id, born.child.pid)
+        return born.record
+
     async def _unwind_create(self, node_id: str, *, stored: bool = True, left_over: bool = False) -> None:
         """Undo a half-done add: no record, no child, no work folder, no keyring entry.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.core.clock import Clock, iso
@@ -120,6 +120,11 @@ class NodeView:
     always_run: bool = False
     #: The computer that hosts it (`{"id", "name"}`, the fleet's), None before this computer has a fleet id.
     computer: JSONObject | None = None
+    #: The fleet's shared state (host/fleetrun/): its generation (its fencing token; None without
+    #: the fleet's store), whether it may fail over, and why the store's word is unknown now.
+    generation: int | None = None
+    failover: bool = False
+    fleet_note: str | None = None
 
     def __post_init__(self) -> None:
         # A status given by its value ("joined") is taken as the member: typed end to end.
@@ -138,7 +143,8 @@ class NodeViews:
                  clock: Clock, address: Callable[[], str],
                  log_path: Callable[[str], Path], claim_secret: Callable[[str], str | None],
                  caps: Callable[[NodeRecord], JSONObject] | None = None,
-                 computer: Callable[[], JSONObject | None] = lambda: None) -> None:
+                 computer: Callable[[], JSONObject | None] = lambda: None,
+                 shared: Callable[[str], dict[str, Any]] | None = None) -> None:
         self.store = store
         self.driver = driver
         self.supervisor = supervisor
@@ -150,6 +156,7 @@ class NodeViews:
         self.log_path = log_path
         self.caps = caps
         self.computer = computer  # this computer in the fleet (host/fleet/fleet.py:Fleet.self_ref)
+        self.shared = shared  # a node's generation, failover, fleet_note (host/fleetrun/store.py:FleetStore.view_of)
 
     def list(self) -> list[NodeView]:
         return [self.of(r) for r in self.store.list()]
@@ -197,6 +204,7 @@ class NodeViews:
             caps=self.caps(record) if self.caps else None,
             always_run=record.always_run,
             computer=self.computer(),
+            **(self.shared(record.id) if self.shared is not None else {}),
         )
 
     def _next_retry(self, record: NodeRecord, running: bool) -> str | None:

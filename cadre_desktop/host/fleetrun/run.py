@@ -1,0 +1,77 @@
+"""The fleet's shared state composed for one host: the store, the mover and their link calls.
+
+`FleetRun.wire` is the one place that knows the host's parts by name: the host calls it once
+its supervision and its fleet exist, then `start` (a task: the host's start never waits on
+etcd) and `stop` at quit. Every collaborator below is handed what it needs as a callable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from cadre_desktop.errors import NoSuchThing
+from cadre_desktop.host.core.ops.service import NodeService
+from cadre_desktop.host.core.ops.views import NodeView, NodeViews
+from cadre_desktop.host.core.records.records import NodeRecord
+from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore
+from cadre_desktop.host.fleet.computers import Computer
+from cadre_desktop.host.fleet.fleet import Fleet
+from cadre_desktop.host.fleetrun.moves import LocalSide, Mover
+from cadre_desktop.host.fleetrun.run_api import RunApi
+from cadre_desktop.host.fleetrun.store import FleetStore
+from cadre_desktop.host.local.system.seam import for_this_os
+from cadre_desktop.paths import Paths
+from cadre_desktop.settings import Settings
+
+
+class FleetRun:
+    def __init__(self, store: FleetStore, mover: Mover, fleet: Fleet) -> None:
+        self.store, self.mover, self.fleet = store, mover, fleet
+
+    @classmethod
+    def wire(cls, *, fleet: Fleet, settings: Callable[[], Settings], paths: Paths, secrets: SecretStore,
+             service: NodeService, views: NodeViews, get_node: Callable[[str], NodeView],
+             pause: Callable[[str], Awaitable[object]], resume: Callable[[str], Awaitable[object]],
+             advertise: Callable[[], str]) -> FleetRun:
+        async def ask(computer: Computer, method: str, path: str, body: Any, timeout_s: float) -> tuple[int, Any]:
+            return await fleet.forward_within(computer, method, path, body, timeout_s)
+
+        store = FleetStore(settings=settings, root=paths.etcd_dir, system=for_this_os, self_id=lambda: fleet.self_id,
+                           computers=lambda: fleet.doc.computers, identity=fleet.load_identity, ask=ask,
+                           advertise=advertise, unpaired_by_them=lambda: fleet.unpaired_by_them)
+
+        async def secret(node_id: str) -> str | None:
+            return await secrets.get(node_id, SecretKind.CLAIM)
+
+        def record(node_id: str) -> NodeRecord | None:
+            return service.store.get(node_id)
+        local = LocalSide(view=get_node, record=record, secret=secret, pause=pause, resume=resume,
+                          remove=service.remove, node_dir=paths.node_dir, adopt=service.adopt, now=time.time)
+        mover = Mover(me=lambda: fleet.self_id, computers=lambda: fleet.doc.computers, local=local, store=store, ask=ask)
+        views.shared = store.view_of
+        fleet.run_api = RunApi(store, mover)
+        return cls(store, mover, fleet)
+
+    def start(self) -> None:
+        self.store.start()
+
+    async def stop(self) -> None:
+        await self.store.stop()
+
+    async def move(self, node_id: str, to: str) -> dict[str, Any]:
+        """`node move ID --to COMPUTER`: here, or on the computer that hosts the node (over the link)."""
+        if self.mover.local.record(node_id) is not None:
+            return await self.mover.move(node_id, to)
+        computer = await self.fleet.host_of(node_id)
+        if computer is None:
+            raise NoSuchThing(f"No computer of the fleet hosts a node {node_id!r}.")
+        status, doc = await self.fleet.forward_within(computer, "POST", "/fleet/run/move/out",
+                                                      {"node": node_id, "to": to}, 60.0)
+        if status != 200:
+            error = doc.get("error", {}) if isinstance(doc, dict) else {}
+            from cadre_desktop.errors import InvalidState
+
+            raise InvalidState(f"{computer.name}: {str(error.get('message', f'answered {status}'))[:300]}")
+        return doc if isinstance(doc, dict) else {}
