@@ -116,7 +116,7 @@ def test_only_the_http_edges_and_their_clients_speak_in_api_errors():
     clients that read their answers."""
     allowed = {"errors.py", "host/edges/control.py", "host/edges/control_body.py", "host/edges/lend_api.py", "host/edges/http_status.py",
                "host/edges/lend_wire.py", "node/api.py", "wire/http1.py", "wire/api.py", "wire/http_status.py", "cli/client.py", "cli/commands.py",
-               "cli/doctor.py", "host/fleet/link_api.py"}
+               "cli/doctor.py", "host/fleet/link_api.py", "host/fleetrun/run_api.py"}
     for path in sources():
         name = path.relative_to(PKG).as_posix()
         if name in allowed:

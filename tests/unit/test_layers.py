@@ -119,6 +119,13 @@ def test_importing_the_engine_loads_no_qt():
     assert loaded_after(script, ("PySide6", "qasync")) == []
 
 
+def test_the_host_loads_no_grpc_aetcd_or_cryptography_until_a_fleet_store_is_asked():
+    """A host in no fleet (most): the fleet's etcd client (gRPC, about 12 MB) and `cryptography`
+    load with the first store client or certificate, never with the Host (seen: they did, once the
+    fleet's store was wired in)."""
+    assert loaded_after("import cadre_desktop.host.host", ("grpc", "aetcd", "cryptography")) == []
+
+
 def test_the_engine_loads_no_aiohttp():
     """The control API and the lend API serve on wire/http1.py (h11), and the probe, invitations
     and seeds ask with httpclient.py: importing every module of host/, wire/ and the basics

@@ -22,34 +22,17 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-import aetcd
-import grpc
-from aetcd import exceptions as aetcd_errors
-from aetcd import rpc, watcher
-
+from cadre_desktop.host.fleetstate.endpoints import Endpoint, channel_options, channel_target
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
-from cadre_desktop.host.fleetstate.tls import FLEET_NAME, FleetTls
+from cadre_desktop.host.fleetstate.tls import FleetTls
 from cadre_desktop.text import one_line
+
+__all__ = ["CALL_TIMEOUT_S", "Endpoint", "FleetClient", "MemberInfo", "channel_options", "channel_target"]
 
 T = TypeVar("T")
 
 #: The default bound on one call: a healthy store on a home network answers in milliseconds.
 CALL_TIMEOUT_S = 3.0
-#: gRPC keep-alive: etcd refuses pings more often than every 5 s (its --grpc-keepalive-min-time);
-#: a frozen member's connection is dropped after these two, and the next member is tried.
-KEEPALIVE_MS = 10000
-KEEPALIVE_TIMEOUT_MS = 2000
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
 @dataclass(frozen=True)
 class MemberInfo:
     """A member of the cluster as etcd lists it (its name is empty until it has started)."""
@@ -60,71 +43,6 @@ class MemberInfo:
     client_urls: tuple[str, ...]
 
 
-def channel_target(endpoints: Sequence[Endpoint]) -> str:
-    """One gRPC target for every member: `ipv4:a:1,b:2` (or `dns:` for a single host name)."""
-    if not endpoints:
-        raise ValueError("a fleet store needs at least one endpoint")
-    if len(endpoints) == 1 and not endpoints[0].host[:1].isdigit():
-        return f"dns:///{endpoints[0]}"
-    return "ipv4:" + ",".join(str(e) for e in endpoints)
-
-
-def channel_options(tls: FleetTls | None) -> list[tuple[str, Any]]:
-    options: list[tuple[str, Any]] = [
-        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
-        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
-        ("grpc.initial_reconnect_backoff_ms", 200),
-        ("grpc.max_reconnect_backoff_ms", 2000),
-        # Each channel its own connections: gRPC otherwise shares them process-wide by address,
-        # and one made for a closed client (another key, a cluster since gone) lingered, retrying.
-        ("grpc.use_local_subchannel_pool", 1),
-    ]
-    if tls is not None:
-        options.append(("grpc.ssl_target_name_override", FLEET_NAME))
-    return options
-
-
-class _TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd ships no types
-    """aetcd's client on a channel we open: TLS (or plain, for a test's own store), several members."""
-
-    def __init__(self, endpoints: Sequence[Endpoint], tls: FleetTls | None, timeout_s: float) -> None:
-        super().__init__(timeout=timeout_s)
-        self._target = channel_target(endpoints)
-        self._tls = tls
-
-    async def connect(self) -> None:
-        if self._connected.is_set():
-            return
-        options = channel_options(self._tls)
-        if self._tls is None:
-            self.channel = grpc.aio.insecure_channel(self._target, options=options)
-        else:
-            creds = grpc.ssl_channel_credentials(root_certificates=self._tls.trusted_pem,
-                                                 private_key=self._tls.key_pem, certificate_chain=self._tls.cert_pem)
-            self.channel = grpc.aio.secure_channel(self._target, creds, options=options)
-        self.kvstub = rpc.KVStub(self.channel)
-        self.clusterstub = rpc.ClusterStub(self.channel)
-        self.leasestub = rpc.LeaseStub(self.channel)
-        self.maintenancestub = rpc.MaintenanceStub(self.channel)
-        self._watcher = watcher.Watcher(rpc.WatchStub(self.channel), timeout=self._timeout, metadata=None)
-        self._connected.set()
-
-    async def renew_once(self, lease_id: int) -> Any:
-        """One lease renewal on a stream of its own, ended after its one answer. (aetcd's
-        `refresh_lease` leaves the stream open until the call is collected; a channel closed
-        meanwhile kept a connection alive, retrying.)"""
-        await self.connect()
-        call = self.leasestub.LeaseKeepAlive([rpc.LeaseKeepAliveRequest(ID=lease_id)], timeout=self._timeout)
-        try:
-            async for reply in call:
-                return reply
-            return None
-        finally:
-            call.cancel()
-
-
 class FleetClient:
     """The store's calls the fleet needs, each bounded by `timeout_s`."""
 
@@ -132,7 +50,11 @@ class FleetClient:
                  timeout_s: float = CALL_TIMEOUT_S) -> None:
         self.endpoints = tuple(endpoints)
         self.timeout_s = timeout_s
-        self._client = _TlsClient(self.endpoints, tls, timeout_s)
+        # gRPC and aetcd load here, with the first client: a host in no fleet never loads them.
+        from cadre_desktop.host.fleetstate.grpc_client import ERRORS, TlsClient
+
+        self._errors = ERRORS
+        self._client = TlsClient(self.endpoints, tls, timeout_s)
         #: The comparisons and operations of a transaction (aetcd's builders).
         self.ops = self._client.transactions
 
@@ -142,7 +64,7 @@ class FleetClient:
                 return await call
         except TimeoutError:
             raise StoreUnavailable(f"the fleet's store did not answer {what} within {self.timeout_s:g} s") from None
-        except (aetcd_errors.ClientError, grpc.RpcError) as err:
+        except self._errors as err:
             words = one_line(str(err) or type(err).__name__, 160)
             raise StoreUnavailable(f"the fleet's store refused {what}: {words}") from None
 

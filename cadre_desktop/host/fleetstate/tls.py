@@ -27,11 +27,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from typing import TYPE_CHECKING, TypeAlias
 
 from cadre_desktop.host.fleetstate.errors import TlsUnavailable
 
@@ -42,13 +38,21 @@ VALID_DAYS = 3650
 #: Where the member finds its key: its stdin, which is the memfd (`key_stream`).
 KEY_PATH = "/proc/self/fd/0"
 
-PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+if TYPE_CHECKING:  # cryptography loads where a certificate is made or read, never at import
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+    PrivateKey: TypeAlias = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 
 def certificate_for(key: PrivateKey, computer_id: str, addresses: Sequence[str] = ("127.0.0.1",),
                     now: datetime.datetime | None = None) -> bytes:
     """The computer's own certificate (PEM): signed by `key`, for server and client use, naming
     `FLEET_NAME`, `localhost` and each of `addresses` (IP addresses or host names)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
     now = now or datetime.datetime.now(datetime.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, computer_id)])
     alt: list[x509.GeneralName] = [x509.DNSName(FLEET_NAME), x509.DNSName("localhost")]
@@ -78,6 +82,9 @@ def certificate_for(key: PrivateKey, computer_id: str, addresses: Sequence[str] 
 
 def public_key_pem(cert_pem: bytes) -> bytes:
     """The public key a certificate carries (for matching it against a pinned key)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
     cert = x509.load_pem_x509_certificate(cert_pem)
     return cert.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
@@ -93,6 +100,8 @@ class FleetTls:
 
     @classmethod
     def of(cls, key: PrivateKey, cert_pem: bytes, pinned: Sequence[bytes]) -> FleetTls:
+        from cryptography.hazmat.primitives import serialization
+
         key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption())
         trusted = [cert_pem, *(c for c in pinned if c != cert_pem)]

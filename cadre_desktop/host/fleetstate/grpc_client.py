@@ -1,0 +1,57 @@
+"""aetcd's client on a channel of ours (TLS from the fleet's keys, several members): imported only
+when a fleet store is first asked (`client.FleetClient`), so a host in no fleet loads no gRPC."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import aetcd
+import grpc
+from aetcd import exceptions as aetcd_errors
+from aetcd import rpc, watcher
+
+from cadre_desktop.host.fleetstate.endpoints import Endpoint, channel_options, channel_target
+from cadre_desktop.host.fleetstate.tls import FleetTls
+
+#: What a call of the store raises when the store refuses it or cannot be reached.
+ERRORS: tuple[type[BaseException], ...] = (aetcd_errors.ClientError, grpc.RpcError)
+
+
+class TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd ships no types
+    """aetcd's client on a channel we open: TLS (or plain, for a test's own store), several members."""
+
+    def __init__(self, endpoints: Sequence[Endpoint], tls: FleetTls | None, timeout_s: float) -> None:
+        super().__init__(timeout=timeout_s)
+        self._target = channel_target(endpoints)
+        self._tls = tls
+
+    async def connect(self) -> None:
+        if self._connected.is_set():
+            return
+        options = channel_options(self._tls)
+        if self._tls is None:
+            self.channel = grpc.aio.insecure_channel(self._target, options=options)
+        else:
+            creds = grpc.ssl_channel_credentials(root_certificates=self._tls.trusted_pem,
+                                                 private_key=self._tls.key_pem, certificate_chain=self._tls.cert_pem)
+            self.channel = grpc.aio.secure_channel(self._target, creds, options=options)
+        self.kvstub = rpc.KVStub(self.channel)
+        self.clusterstub = rpc.ClusterStub(self.channel)
+        self.leasestub = rpc.LeaseStub(self.channel)
+        self.maintenancestub = rpc.MaintenanceStub(self.channel)
+        self._watcher = watcher.Watcher(rpc.WatchStub(self.channel), timeout=self._timeout, metadata=None)
+        self._connected.set()
+
+    async def renew_once(self, lease_id: int) -> Any:
+        """One lease renewal on a stream of its own, ended after its one answer. (aetcd's
+        `refresh_lease` leaves the stream open until the call is collected; a channel closed
+        meanwhile kept a connection alive, retrying.)"""
+        await self.connect()
+        call = self.leasestub.LeaseKeepAlive([rpc.LeaseKeepAliveRequest(ID=lease_id)], timeout=self._timeout)
+        try:
+            async for reply in call:
+                return reply
+            return None
+        finally:
+            call.cancel()
