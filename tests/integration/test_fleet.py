@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.support.fleet_hosts import computer, fleet_host, fleet_nodes, ok, self_id, wait_state
+from tests.support.fleet_hosts import computer, fleet_host, fleet_nodes, ok, pair_by_api, running_hosts, self_id, wait_state
 from tests.support.headless import added, running_node
 from tests.support.polling import wait_until
 
@@ -20,13 +20,8 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture
 def three(tmp_path):
-    hosts = [fleet_host(tmp_path, name) for name in ("alpha", "bravo", "charlie")]
-    for h in hosts:
-        h.start()
-    yield hosts
-    for h in hosts:
-        if h.proc and h.proc.poll() is None:
-            h.stop()
+    with running_hosts(tmp_path, "alpha", "bravo", "charlie") as hosts:
+        yield hosts
 
 
 def pair_by_cli(inviter, joiner) -> None:
@@ -37,11 +32,6 @@ def pair_by_cli(inviter, joiner) -> None:
     joined = joiner.cli("fleet", "join", doc["code"], doc["address"])
     assert joined.returncode == 0, joined.stderr
     assert doc["code"] not in joined.stdout + joined.stderr
-
-
-def pair_by_api(inviter, joiner) -> None:
-    doc = ok(inviter, "POST", "/api/fleet/invite", {}, status=201)
-    ok(joiner, "POST", "/api/fleet/join", {"code": doc["code"], "address": doc["address"]})
 
 
 def test_three_computers_pair_by_code_and_act_on_each_others_nodes(three):

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.support.fleet_hosts import fleet_host, ok, self_id, wait_state
+from tests.support.fleet_hosts import ok, pair_by_api, running_hosts, self_id, wait_state
 from tests.support.headless import added, running_node
 from tests.support.host_calls import claim, claim_secret_of, post_json
 from tests.support.polling import wait_until
@@ -19,18 +19,8 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture
 def three(tmp_path):
-    hosts = [fleet_host(tmp_path, name) for name in ("alpha", "bravo", "charlie")]
-    for h in hosts:
-        h.start()
-    yield hosts
-    for h in hosts:
-        if h.proc and h.proc.poll() is None:
-            h.stop()
-
-
-def pair(inviter, joiner) -> None:
-    doc = ok(inviter, "POST", "/api/fleet/invite", {}, status=201)
-    ok(joiner, "POST", "/api/fleet/join", {"code": doc["code"], "address": doc["address"]})
+    with running_hosts(tmp_path, "alpha", "bravo", "charlie") as hosts:
+        yield hosts
 
 
 def store_ready(host) -> dict:
@@ -55,8 +45,8 @@ def test_a_claimed_node_moves_from_alpha_to_bravo_with_its_peer_id_and_claim(thr
     claimed = wait_until(lambda: (v := a.node(node["id"]))["status"] == "joined" and v["peer_id"] and v,
                          timeout=20, interval=0.1, what="the node claimed on alpha")
     assert claimed["generation"] is None and claimed["failover"] is False  # not in the fleet's store yet
-    pair(a, b)
-    pair(a, c)
+    pair_by_api(a, b)
+    pair_by_api(a, c)
     for h in three:
         for other in set(ids.values()) - {ids[h.home.name]}:
             wait_state(h, other, "online", timeout=30)

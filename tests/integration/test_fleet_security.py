@@ -17,23 +17,17 @@ from cadre_desktop.host.fleet.identity import Identity, client_context, make_ide
 from cadre_desktop.host.fleet.link import read_frame, write_frame
 from cadre_desktop.host.fleet.pairing_code import parse_code
 from cadre_desktop.host.fleet.pake import JoinerSession
-from tests.support.fleet_hosts import fleet_host, ok, self_id, wait_state
+from tests.support.fleet_hosts import fleet_host, ok, pair_by_api, running_hosts, self_id, wait_state
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def paired(folder):
-    a, b = fleet_host(folder, "alpha"), fleet_host(folder, "bravo")
-    a.start()
-    b.start()
-    doc = ok(a, "POST", "/api/fleet/invite", {}, status=201)
-    ok(b, "POST", "/api/fleet/join", {"code": doc["code"], "address": doc["address"]})
-    wait_state(a, self_id(b), "online")
-    yield a, b
-    for h in (a, b):
-        if h.proc and h.proc.poll() is None:
-            h.stop()
+    with running_hosts(folder, "alpha", "bravo") as (a, b):
+        pair_by_api(a, b)
+        wait_state(a, self_id(b), "online")
+        yield a, b
 
 
 @pytest.fixture

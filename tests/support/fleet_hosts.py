@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support import port_blocks
@@ -46,3 +48,23 @@ def fleet_nodes(host: HeadlessHost) -> dict:
     result = host.cli("node", "list", "--all", "--json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+@contextlib.contextmanager
+def running_hosts(root: Path, *names: str) -> Iterator[list[HeadlessHost]]:
+    """One started host per name, each stopped at the end if it still runs."""
+    hosts = [fleet_host(root, name) for name in names]
+    try:
+        for h in hosts:
+            h.start()
+        yield hosts
+    finally:
+        for h in hosts:
+            if h.proc and h.proc.poll() is None:
+                h.stop()
+
+
+def pair_by_api(inviter: HeadlessHost, joiner: HeadlessHost) -> None:
+    """`joiner` pairs with `inviter` by a code the inviter's control API made."""
+    doc = ok(inviter, "POST", "/api/fleet/invite", {}, status=201)
+    ok(joiner, "POST", "/api/fleet/join", {"code": doc["code"], "address": doc["address"]})
