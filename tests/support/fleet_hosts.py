@@ -40,8 +40,12 @@ def self_id(host: HeadlessHost) -> str:
 
 
 def wait_state(host: HeadlessHost, computer_id: str, state: str, timeout: float = 15.0) -> dict:
-    return wait_until(lambda: (c := computer(host, computer_id))["state"] == state and c,
-                      timeout=timeout, interval=0.2, what=f"{computer_id} {state} on {host.home.name}")
+    """Until `host` lists `computer_id` in `state` (a computer introduced by another is listed a
+    moment after that one's pairing: waited for too, never a StopIteration)."""
+    def listed_so() -> dict | None:
+        found = [c for c in ok(host, "GET", "/api/fleet")["computers"] if c["id"] == computer_id]
+        return found[0] if found and found[0]["state"] == state else None
+    return wait_until(listed_so, timeout=timeout, interval=0.2, what=f"{computer_id} {state} on {host.home.name}")
 
 
 def fleet_nodes(host: HeadlessHost) -> dict:

@@ -155,3 +155,41 @@ def test_a_member_the_cluster_removed_is_told_by_etcd_s_own_words(tmp_path: Path
     assert _was_removed(log)
     log.write_text('{"level":"warn","msg":"lost TCP streaming connection with remote peer"}\n')
     assert not _was_removed(log) and not _was_removed(tmp_path / "none.log")
+
+
+def test_a_computer_left_alone_that_cannot_leave_its_cluster_still_stops_and_deletes_its_data(tmp_path: Path) -> None:
+    """Seen in the three-host move test: charlie, unpaired by both others (who unpin it at once),
+    asked its own cut-off member to take itself out, was refused ("unhealthy cluster") forever and
+    never went off; its data is of no use to it once no computer is paired with it."""
+    data = tmp_path / "etcd" / "data"
+    (data / "member").mkdir(parents=True)
+
+    class Spec:
+        data_dir = data
+
+    class Cluster:
+        closed = False
+
+        async def members(self):
+            return [object(), object()]  # its own view: still a cluster of two
+
+        async def close(self):
+            Cluster.closed = True
+
+    class CutOff:
+        spec, running, stopped = Spec(), True, False
+
+        def client(self, timeout_s: float = 2.0):
+            return Cluster()
+
+        async def leave(self, cluster, within_s: float = 20.0):
+            raise StoreUnavailable("the fleet's store refused a member remove: etcdserver: unhealthy cluster")
+
+        async def stop(self):
+            CutOff.stopped = True
+
+    s = store(tmp_path, [])
+    s.member = CutOff()  # type: ignore[assignment]
+    asyncio.run(s._alone())
+    assert CutOff.stopped and not data.exists() and Cluster.closed
+    assert s.member is None and s.state == "off"

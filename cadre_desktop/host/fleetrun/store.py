@@ -49,6 +49,10 @@ from cadre_desktop.text import one_line
 
 log = logging.getLogger(__name__)
 
+#: How long a computer left alone tries to take its member out of the cluster (etcd refuses a
+#: change for 5 s after its members connect) before it deletes its data anyway.
+LEAVE_S = 10.0
+
 CLIENT_OFFSET, PEER_OFFSET = 1, 2
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 #: How often the nodes' shared state is read for the views (a move or arrival reads its node at once).
@@ -193,12 +197,16 @@ class FleetStore:
                 await asyncio.sleep(BACKOFF_S[min(self._failures - 1, len(BACKOFF_S) - 1)])
             self.member = None
         if self.member is None:
-            tls = self._tls = await asyncio.to_thread(fleet_tls, identity, spec.host, [c.cert for c in computers])
-            member = EtcdMember(spec, self._system(), etcd_command(self._settings().etcd_command), tls)
             self._say("starting", "this computer's etcd member is starting")
             initial = None
             if await asyncio.to_thread(check_data_dir, spec.data_dir) is not DataState.EXISTING:
                 initial = await self._join(spec, computers)
+                # The join waits on the others (seconds); a computer introduced meanwhile is trusted
+                # from the start, or this member would refuse that computer's member until a restart.
+                computers = list(self._computers())
+                trust = tuple(sorted(c.cert for c in computers))
+            tls = self._tls = await asyncio.to_thread(fleet_tls, identity, spec.host, [c.cert for c in computers])
+            member = EtcdMember(spec, self._system(), etcd_command(self._settings().etcd_command), tls)
             if initial is None:  # a member on its data (etcd ignores the cluster flags), or a new cluster
                 await member.start([Peer(spec.name, spec.peer_url(True))])
             else:
@@ -283,10 +291,16 @@ class FleetStore:
         member = self.member
         if member is not None:
             shared_with_others = False
-            with contextlib.suppress(StoreUnavailable):
-                shared_with_others = len(await member.client().members()) > 1 if member.running else False
+            if member.running:
+                asker = member.client()
+                try:
+                    with contextlib.suppress(StoreUnavailable):
+                        shared_with_others = len(await asker.members()) > 1
+                finally:
+                    with contextlib.suppress(StoreUnavailable):
+                        await asker.close()
             if shared_with_others:
-                await member.leave(member.client(timeout_s=5.0))
+                await self._leave(member)
             else:
                 await member.stop()
                 if await asyncio.to_thread(_was_removed, member.spec.log_file):  # removed by the others
@@ -295,6 +309,23 @@ class FleetStore:
             await self._close_client()
         self.nodes = {}
         self._say("off", "this computer is in no fleet")
+
+    async def _leave(self, member: EtcdMember) -> None:
+        """Leave the cluster this member shared. The others may refuse it or no longer hear it (they
+        unpinned this computer as they unpaired it, and remove its member on their side:
+        `_drop_departed`): with no computer paired, its data is of no use to it, so it is stopped and
+        its data deleted either way."""
+        cluster = member.client(timeout_s=5.0)
+        try:
+            await member.leave(cluster, within_s=LEAVE_S)
+        except CadreError as exc:
+            log.info("fleet store: this member could not take itself out of the cluster (%s); the others "
+                     "remove it on their side, and its data here is deleted", exc.message)
+            await member.stop()
+            await asyncio.to_thread(shutil.rmtree, member.spec.data_dir, True)
+        finally:
+            with contextlib.suppress(StoreUnavailable):
+                await cluster.close()
 
     async def _read_nodes(self) -> None:
         assert self.client is not None
