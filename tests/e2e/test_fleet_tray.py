@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.support import port_blocks
-from tests.support.e2e.bus import Dunst, Monitor
+from tests.support.e2e.bus import Monitor
 from tests.support.e2e.desktop import running_app
 from tests.support.fleet_hosts import fleet_host
 from tests.support.headless import control_request, fast_settings
@@ -21,21 +21,6 @@ from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 BROKEN_NODE = [sys.executable, "-c", "import sys; sys.stderr.write('no disk\\n'); sys.exit(3)"]
-
-
-@pytest.fixture
-def dunst(desktop, tmp_path):
-    dunst = Dunst(tmp_path, desktop.env())
-    yield dunst
-    dunst.stop()
-
-
-@pytest.fixture
-def monitor(desktop, tmp_path, dunst):
-    monitor = Monitor(desktop.bus_env["DBUS_SESSION_BUS_ADDRESS"], tmp_path / "bus.log",
-                      "type='method_call',interface='org.freedesktop.Notifications'")
-    yield monitor
-    monitor.stop()
 
 
 def told(monitor: Monitor) -> list[str]:

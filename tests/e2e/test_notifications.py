@@ -40,22 +40,6 @@ def desktop(request, tmp_path, secret_service):
     desktop.stop()
 
 
-@pytest.fixture
-def dunst(desktop, tmp_path):
-    dunst = Dunst(tmp_path, desktop.env())
-    yield dunst
-    dunst.stop()
-
-
-@pytest.fixture
-def monitor(desktop, tmp_path, dunst):
-    monitor = Monitor(desktop.bus_env["DBUS_SESSION_BUS_ADDRESS"], tmp_path / "bus.log",
-                      "type='method_call',interface='org.freedesktop.Notifications'")
-    yield monitor
-    print(monitor.text()[-4000:])
-    monitor.stop()
-
-
 def starts(home: Path, node_id: str) -> int:
     path = home / "logs" / f"node-{node_id}.log"
     return path.read_text(errors="replace").count("--- cadre-desktop: starting node") if path.exists() else 0
