@@ -1,5 +1,6 @@
 """A private bus that stands for the system D-Bus, and the system services the run conditions
-read from it: a fake UPower (`OnBattery`) and a fake NetworkManager (`Metered`), served with
+read from it: a fake UPower (`OnBattery`), a fake NetworkManager (`Metered`) and a fake logind (its sleep
+signal and delay locks, for the fleet), served with
 dbus-fast's ServiceInterface, flipped by the test, each change sent as PropertiesChanged.
 
 The bus is `dbus-daemon` with a system-like configuration written into the test's folder (type
@@ -12,6 +13,9 @@ its function's name, hence the D-Bus names.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import select
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -19,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 from dbus_fast.constants import PropertyAccess
 from dbus_fast.service import ServiceInterface, dbus_property
@@ -113,3 +118,61 @@ async def serve_upower(address: str, on_battery: bool) -> tuple[MessageBus, Fake
 async def serve_network_manager(address: str, metered: int) -> tuple[MessageBus, FakeNetworkManager]:
     nm = FakeNetworkManager(metered)
     return await serve(address, "org.freedesktop.NetworkManager", "/org/freedesktop/NetworkManager", nm), nm
+
+
+class FakeLogind:
+    """logind's Manager as the fleet's sleep watch uses it: `Inhibit` (each asked recorded, a pipe's
+    write end handed over, its closing seen on the read end) and the `PrepareForSleep` signal."""
+
+    def __init__(self, bus: MessageBus) -> None:
+        self.bus = bus
+        self.inhibits: list[tuple[str, str, str, str]] = []
+        self._ends: list[int] = []  # the read ends, one per lock handed over
+        self._tasks: set[asyncio.Future] = set()
+        bus.add_message_handler(self._on_message)
+
+    def _on_message(self, msg: Message) -> bool | None:
+        if msg.message_type != MessageType.METHOD_CALL or msg.interface != LOGIN1_MANAGER or msg.member != "Inhibit":
+            return None
+        self.inhibits.append((msg.body[0], msg.body[1], msg.body[2], msg.body[3]))
+        task = asyncio.ensure_future(self._answer(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _answer(self, msg: Message) -> None:
+        read_end, write_end = os.pipe()
+        self._ends.append(read_end)
+        try:
+            await self.bus.send(Message.new_method_return(msg, "h", [0], unix_fds=[write_end]))
+        finally:
+            os.close(write_end)  # sent: the caller's copy is the only one left, as logind's
+
+    def held(self) -> list[bool]:
+        """For each lock handed over: whether its caller still holds it (its descriptor open)."""
+        return [_still_open(fd) for fd in self._ends]
+
+    async def prepare_for_sleep(self, going: bool) -> None:
+        await self.bus.send(Message.new_signal("/org/freedesktop/login1", LOGIN1_MANAGER, "PrepareForSleep", "b", [going]))
+
+    def close(self) -> None:
+        for fd in self._ends:
+            os.close(fd)
+        self._ends.clear()
+        self.bus.disconnect()
+
+
+def _still_open(read_end: int) -> bool:
+    readable, _, _ = select.select([read_end], [], [], 0)
+    if not readable:
+        return True
+    return os.read(read_end, 1) != b""  # EOF: every write end closed
+
+
+LOGIN1_MANAGER = "org.freedesktop.login1.Manager"
+
+
+async def serve_logind(address: str) -> FakeLogind:
+    bus = await MessageBus(bus_address=address, negotiate_unix_fd=True).connect()
+    await bus.request_name("org.freedesktop.login1")
+    return FakeLogind(bus)

@@ -31,6 +31,7 @@ from cadre_desktop.host.fleet.link import LinkServer
 from cadre_desktop.host.fleet.link_api import LinkApi, LocalNodes
 from cadre_desktop.host.fleet.pairing_code import VALID_S, CodeRefused, Invitations, parse_code
 from cadre_desktop.host.fleet.peers import LinkDown, Peers, Reachability
+from cadre_desktop.host.fleet.sleepwatch import SleepWatch
 from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.settings import Settings
 from cadre_desktop.text import url_host
@@ -80,6 +81,11 @@ class Fleet:
         self.run_api: Callable[[Any, Computer], Awaitable[Any]] | None = None
         #: Computers that unpaired themselves from this one (host/fleetrun leaves their etcd members be).
         self.unpaired_by_them: set[str] = set()
+        #: logind's sleep signals (host/fleet/sleepwatch.py): the others told before a sleep, checked at the wake.
+        self.sleepwatch = SleepWatch(going=self.announce_sleep, woke=self.woke, paired=lambda: bool(self.doc.computers))
+        self._watching: asyncio.Future[None] | None = None
+        #: Said it goes to sleep (until the wake): `/fleet/hello` answers so, and the others keep it `asleep`.
+        self.going_to_sleep = False
 
     @classmethod
     def read(cls, file: FleetFile, settings: Callable[[], Settings], secrets: SecretStore, clock: Clock, host: LocalNodes,
@@ -117,11 +123,12 @@ class Fleet:
             log.error("fleet: the link is not served: %s", exc.message)
 
     async def stop(self) -> None:
-        for task in (self._starting, self._task):
+        for task in (self._starting, self._task, self._watching):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-        self._starting = self._task = None
+        self._starting = self._task = self._watching = None
+        await self.sleepwatch.stop()
         server, self.server = self.server, None
         if server is not None:
             await server.stop()
@@ -197,6 +204,8 @@ class Fleet:
             self.server = server
         if self._task is None:
             self._task = asyncio.ensure_future(self.reach.run())
+        if self._watching is None:  # on a task: a system bus that does not answer holds nothing up
+            self._watching = asyncio.ensure_future(self.sleepwatch.start())
 
     def _server_context(self) -> ssl.SSLContext:
         if self._context is None:
@@ -223,6 +232,8 @@ class Fleet:
         self._context = None  # the next handshake trusts the new set
         await self.peers.forget(computer.id)
         await self._save()
+        if self._watching is not None and self._watching.done():
+            await self.sleepwatch.paired_now()
 
     async def _unpin(self, computer_id: str) -> Computer | None:
         computer = self.doc.get(computer_id)
@@ -317,12 +328,19 @@ class Fleet:
     async def announce_sleep(self) -> None:
         """Tell every computer that answers that this one goes to sleep now (best effort, 1 s at most):
         they show it `asleep` rather than unreachable until it answers again."""
+        self.going_to_sleep = True
         online = [c for c in self.doc.computers if self.reach.of(c.id).state == "online"]
         await asyncio.gather(*(self.peers.ask(c, "POST", "/fleet/sleeping", {}, timeout_s=1.0) for c in online),
                              return_exceptions=True)
 
+    async def woke(self) -> None:
+        """Back from sleep: awake again for the others' checks, and every peer checked now (not in `CHECK_S`)."""
+        self.going_to_sleep = False
+        await self.reach.check_all()
+
     def hello(self) -> JSONObject:
-        return {"id": self.self_id, "name": self.name, "time": self._clock.now().isoformat(), "tray": self.has_tray}
+        return {"id": self.self_id, "name": self.name, "time": self._clock.now().isoformat(), "tray": self.has_tray,
+                "going_to_sleep": self.going_to_sleep}
 
     def notifies_for(self, computer_id: str) -> bool:
         """Whether this tray tells the give-ups of `computer_id`'s nodes, so the fleet tells each once: the
