@@ -89,3 +89,30 @@ def one_line(value: Any, limit: int = 200) -> str:
     text = value if isinstance(value, str) else str(value)
     cleaned = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
     return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+
+
+#: A node's log as the control API and the fleet link answer it: its last lines, each and all bounded.
+LOG_LINES = 200
+LOG_LINE_CHARS = 2000
+LOG_TOTAL_CHARS = 256 * 1024
+
+
+def log_lines(value: Any, max_lines: int = LOG_LINES, *, line_chars: int = LOG_LINE_CHARS,
+              total_chars: int = LOG_TOTAL_CHARS) -> list[str]:
+    """Lines of a log (ours or another computer's answer: hostile either way) made fit to show: the last
+    `max_lines` strings of a list (anything else dropped), each printable (escapes) and cut at
+    `line_chars`, and at most `total_chars` in all (the oldest dropped first)."""
+    if not isinstance(value, list):
+        return []
+    kept: list[str] = []
+    total = 0
+    for line in reversed(value[-max_lines:]):
+        if not isinstance(line, str):
+            continue
+        shown = escape(line[: line_chars * 4].rstrip("\r\n"), line_chars, keep="\t")
+        total += len(shown) + 1
+        if total > total_chars:
+            break
+        kept.append(shown)
+    kept.reverse()
+    return kept

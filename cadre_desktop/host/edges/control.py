@@ -50,7 +50,7 @@ from cadre_desktop.host.edges.http_status import status_of
 from cadre_desktop.host.edges.router import Handler, Router, json_answer
 from cadre_desktop.host.edges.served import ServedHost
 from cadre_desktop.net.netguard import ConnectionGuard, bind_socket
-from cadre_desktop.text import url_host
+from cadre_desktop.text import LOG_LINES, log_lines, url_host
 from cadre_desktop.wire.http1 import HttpServer
 from cadre_desktop.wire.httpmsg import Answer, Request
 
@@ -156,6 +156,7 @@ class ControlServer:
             ("POST", "/api/nodes/{id}/invite", self._invite_node),
             ("GET", "/api/events", self._events),
             ("GET", "/api/nodes/{id}/history", self._node_history),
+            ("GET", "/api/nodes/{id}/logs", self._node_logs),
             *lend_control.routes(host),  # lending's routes live beside these
             *caps_control.routes(host),  # PATCH /api/nodes/{id}: a node's caps
             *host_control.routes(host),  # /api/host/pause, resume, conditions
@@ -389,3 +390,11 @@ class ControlServer:
     async def _node_history(self, request: Request) -> Answer:
         """The node's last 24 hours and 7 days (host/core/ops/history.py)."""
         return json_answer(self.host.node_history(node_id_of(request)))
+
+    async def _node_logs(self, request: Request) -> Answer:
+        """The node's last lines (`text.LOG_LINES`, bounded and printable); another computer's node is
+        answered by that computer (`fleet_control.forwarded`)."""
+        node_id = node_id_of(request)
+        self.host.get_node(node_id)  # an unknown node is a 404 before any file is read
+        lines = await asyncio.to_thread(self.host.log_tail, node_id, LOG_LINES)
+        return json_answer({"lines": log_lines(lines)})

@@ -11,7 +11,7 @@ Registered by `ControlServer` (behind its guards):
 * `GET /api/nodes?scope=fleet`: every computer's nodes, each with `computer` (the one query
   parameter the control API takes).
 
-`forwarded` answers a node call (`/api/nodes/{id}` and its actions) for a node this computer does
+`forwarded` answers a node call (`/api/nodes/{id}`, its actions, history and logs) for a node this computer does
 not host but a paired one does, over the fleet link, with that computer's own answer. A link that
 fails before the answer is a 503 `computer_unreachable`: the action is not done, never said done.
 """
@@ -26,9 +26,10 @@ from cadre_desktop.host.edges.router import RouteDef, json_answer
 from cadre_desktop.host.edges.served import ServedHost
 from cadre_desktop.host.fleet.fleet import Fleet
 from cadre_desktop.host.fleet.peers import LinkDown
+from cadre_desktop.text import log_lines
 from cadre_desktop.wire.httpmsg import Answer, Request
 
-_FORWARDED = re.compile(r"^/api/nodes/([A-Za-z0-9_-]{1,64})(?:/(retry|restart|pause|resume|history))?$")
+_FORWARDED = re.compile(r"^/api/nodes/([A-Za-z0-9_-]{1,64})(?:/(retry|restart|pause|resume|history|logs))?$")
 
 
 def _fleet(host: ServedHost) -> Fleet:
@@ -110,4 +111,6 @@ async def forwarded(host: ServedHost, request: Request) -> Answer | None:
         return json_answer({"error": {"code": exc.code, "message": "Not done: " + exc.message}}, 503)
     if isinstance(doc, dict) and isinstance(doc.get("id"), str):
         doc["computer"] = computer.ref()
+    if match.group(2) == "logs" and status == 200:  # another computer's lines: bounded and printable here too
+        doc = {"lines": log_lines(doc.get("lines") if isinstance(doc, dict) else None), "computer": computer.ref()}
     return json_answer(doc, status)

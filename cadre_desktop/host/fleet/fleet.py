@@ -34,7 +34,7 @@ from cadre_desktop.host.fleet.peers import LinkDown, Peers, Reachability
 from cadre_desktop.host.fleet.sleepwatch import SleepWatch
 from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.settings import Settings
-from cadre_desktop.text import url_host
+from cadre_desktop.text import LOG_LINES, log_lines, one_line, url_host
 
 if TYPE_CHECKING:
     import ssl
@@ -458,6 +458,18 @@ class Fleet:
             return None
         view = as_view({**doc, "computer": computer.ref()}) if isinstance(doc, dict) else None
         return view
+
+    async def log_tail(self, node_id: str, lines: int = LOG_LINES) -> list[str]:
+        """Another computer's node's last lines (bounded, printable), over the link (the window's log pane);
+        LinkDown when that computer cannot be reached, its refusal raised in its words."""
+        computer = await self.host_of(node_id)
+        if computer is None:
+            raise NoSuchThing(f"No computer of the fleet hosts a node {node_id!r}.")
+        status, doc = await self.forward(computer, "GET", f"/api/nodes/{node_id}/logs", None)
+        if status != 200 or not isinstance(doc, dict):
+            error = doc.get("error", {}) if isinstance(doc, dict) else {}
+            raise InvalidState(f"{computer.name}: {one_line(error.get('message', f'answered {status}'), 300)}")
+        return log_lines(doc.get("lines"), lines)
 
     async def forward(self, computer: Computer, method: str, path: str, body: Any) -> tuple[int, Any]:
         """A node call on the computer that hosts the node; LinkDown (not done) when the link fails."""

@@ -12,6 +12,7 @@ API's, so a forwarded call answers the CLI exactly as a local one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from cadre_desktop.host.core.ops.views import NodeView
 from cadre_desktop.host.fleet.computers import Computer
 from cadre_desktop.host.fleet.link import ASKER
 from cadre_desktop.jsontypes import JSONObject
+from cadre_desktop.text import LOG_LINES, log_lines
 from cadre_desktop.wire.httpmsg import Answer, Request
 
 _NODE = re.compile(r"^/api/nodes/([A-Za-z0-9_-]{1,64})(?:/(retry|restart|pause|resume|history|logs))?$")
@@ -133,7 +135,9 @@ class LinkApi:
             return answer(host.node_history(node_id))
 
         async def logs() -> Answer:
-            return answer({"lines": host.log_tail(node_id, 200)})
+            host.get_node(node_id)  # an unknown node is a 404 before any file is read
+            lines = await asyncio.to_thread(host.log_tail, node_id, LOG_LINES)
+            return answer({"lines": log_lines(lines)})
 
         return {("GET", None): get, ("DELETE", None): remove, ("POST", "pause"): pause,
                 ("POST", "retry"): lambda: view(host.retry_node), ("POST", "restart"): lambda: view(host.restart_node),
