@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import urllib.parse
 
-from cadre_desktop.cli.terminal import EXIT_OK, PROG, client, clip, out, print_json, shown, table
+from cadre_desktop.cli.terminal import EXIT_OK, PROG, Usage, client, clip, out, print_json, shown, table
 from cadre_desktop.paths import Paths
 
 
@@ -36,8 +36,15 @@ def cmd_invite(args, paths: Paths) -> int:
     return EXIT_OK
 
 
+#: The code carries no address (a slot and a secret only): the joiner is told where to find it.
+NO_ADDRESS = (f"Give the inviting computer's address too: '{PROG} fleet invite' shows it with the code "
+              f"({PROG} fleet join CODE ADDRESS).")
+
+
 def cmd_join(args, paths: Paths) -> int:
-    body = {"code": args.code, **({"address": args.address} if args.address else {})}
+    if not args.address:
+        raise Usage(NO_ADDRESS)
+    body = {"code": args.code, "address": args.address}
     doc = client(paths).request("POST", "/api/fleet/join", body, timeout=60.0)
     if args.json:
         print_json(doc)

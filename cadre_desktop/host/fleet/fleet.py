@@ -288,8 +288,8 @@ class Fleet:
         """Pair with the computer that showed `code_text`; the computers now paired."""
         code = parse_code(code_text)
         if address is None:
-            raise Invalid("Give the inviting computer's address too (it is shown with its code): "
-                          "cadre-desktop fleet join CODE ADDRESS.")
+            raise Invalid("Give the inviting computer's address too: 'cadre-desktop fleet invite' (or Add a computer…) "
+                          "shows it with the code (cadre-desktop fleet join CODE ADDRESS).")
         where = check_address(address) or check_address(f"{address}:{self.settings.fleet_port}")
         if where is None:
             raise Invalid("The address is host or host:port.")
