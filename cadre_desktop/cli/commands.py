@@ -337,8 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     remove = nodes.add_parser("remove", parents=[node_id], help="stop a node and delete its folder and secrets")
     remove.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     remove.set_defaults(func=cmd_remove)
-    logs = nodes.add_parser("logs", parents=[node_id], help="a node's log (works without a running host; "
-                            "another computer's node through the running host)")
+    logs = nodes.add_parser("logs", parents=[node_id], help="a node's log (no host needed; another computer's: through the host)")
     add_log_options(logs)
     logs.set_defaults(func=cmd_logs, ask_host=True)
     nodes.add_parser("watch", parents=[as_json], help="print host events as they happen, until Ctrl-C"

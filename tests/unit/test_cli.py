@@ -591,3 +591,22 @@ def test_conditions_print_each_condition_and_the_verdict(capsys, served):
                             "pause": {"paused": False}, "resumed": None})
     assert "on_battery" in text and "UPower" in text and "Verdict: the nodes are held (on battery)." in text
     assert "taken in 12 s" in text
+
+
+def test_logs_of_a_node_with_no_log_here_are_asked_of_the_running_host_bounded_and_escaped(capsys, served, monkeypatch):
+    served.put(make_view("n-1", "Attic"))
+    hostile = [f"line {i}" for i in range(5000)] + ["\x1b]0;pwned\x07 last " + "x" * 10_000]
+    monkeypatch.setattr(served.host, "log_tail", lambda node_id, lines=200: hostile[-lines:])
+    code, out, _ = run(capsys, "node", "logs", "n-1", "-n", "2")
+    assert code == 0
+    shown = out.splitlines()
+    assert shown[0] == "line 4999" and len(shown) == 2
+    assert "\x1b" not in out and "\x07" not in out and shown[1].startswith("\\x1b]0;pwned\\x07 last ") and len(shown[1]) <= 2000
+    code, out, _ = run(capsys, "node", "logs", "n-1", "-n", "100000")  # at most the API's 200 lines
+    assert code == 0 and len(out.splitlines()) == 200
+
+
+def test_fleet_join_without_the_address_says_where_to_find_it_and_needs_no_host(capsys, home):
+    code, out, err = run(capsys, "fleet", "join", "7-ab3k-9qzp")
+    assert code == 2 and "fleet invite" in err and "ADDRESS" in err
+    assert "7-ab3k-9qzp" not in out + err

@@ -70,3 +70,13 @@ def test_settings_accept_exactly_the_addresses_the_node_accepts(value):
 ])
 def test_an_ipv6_literal_is_bracketed_where_a_url_or_host_header_names_it(host, written):
     assert text.url_host(host) == written
+
+
+def test_log_lines_keep_the_last_lines_each_and_all_bounded_and_printable():
+    lines = [f"l{i}" for i in range(1000)] + [7, None, "\x1b[2Jbad\r\n", "y" * 9000]
+    kept = text.log_lines(lines, 5, line_chars=100, total_chars=10_000)
+    assert kept[:2] == ["l999", "\\x1b[2Jbad"] and len(kept) == 3  # the last 5 entries, 7 and None dropped
+    assert len(kept[2]) == 100 and kept[2].endswith("…")
+    assert all(line.isprintable() for line in kept)
+    assert text.log_lines(["a" * 50] * 10, 10, total_chars=120) == ["a" * 50] * 2  # the oldest dropped first
+    assert text.log_lines("not a list") == [] and text.log_lines({"lines": []}) == []

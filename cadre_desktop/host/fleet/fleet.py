@@ -4,15 +4,15 @@ What the Host, the control API and the CLI call: `invite` (a code, 10 minutes, s
 `join` (pair by a code), `computers` (`fleet list`), `rename`, `remove` (unpinned here at once,
 unpaired there when it answers), `all_nodes` (every computer's nodes, each with its `computer`)
 and `forward` (a node call for a node another computer hosts, over the link; a link that drops
-is "not done"). It owns the link's server (on `bind_host:fleet_port` once this computer is paired
-or invites) and the reachability task. The inviter introduces a joiner to the computers it is
-paired with, and them to it: a fleet, not only pairs.
+is "not done"), `log_tail` (another computer's node's log). It owns the link's server (on
+`bind_host:fleet_port` once this computer is paired or invites), the reachability task and the sleep
+watch (host/fleet/sleepwatch.py: the others told before a sleep, `asleep`; checked at the wake).
+The inviter introduces a joiner to the computers it is paired with, and them to it: a fleet.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -28,7 +28,7 @@ from cadre_desktop.host.fleet import pairing
 from cadre_desktop.host.fleet.computers import Computer, FleetDoc, FleetFile, check_address, check_name, is_computer_id, new_computer_id
 from cadre_desktop.host.fleet.identity import Identity, make_identity, server_context
 from cadre_desktop.host.fleet.link import LinkServer
-from cadre_desktop.host.fleet.link_api import LinkApi, LocalNodes
+from cadre_desktop.host.fleet.link_api import LinkApi, LocalNodes, as_view
 from cadre_desktop.host.fleet.pairing_code import VALID_S, CodeRefused, Invitations, parse_code
 from cadre_desktop.host.fleet.peers import LinkDown, Peers, Reachability
 from cadre_desktop.host.fleet.sleepwatch import SleepWatch
@@ -39,7 +39,7 @@ from cadre_desktop.text import LOG_LINES, log_lines, one_line, url_host
 if TYPE_CHECKING:
     import ssl
 
-__all__ = ["Fleet", "FleetFile"]
+__all__ = ["Fleet", "FleetFile", "as_view"]
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +84,7 @@ class Fleet:
         #: logind's sleep signals (host/fleet/sleepwatch.py): the others told before a sleep, checked at the wake.
         self.sleepwatch = SleepWatch(going=self.announce_sleep, woke=self.woke, paired=lambda: bool(self.doc.computers))
         self._watching: asyncio.Future[None] | None = None
-        #: Said it goes to sleep (until the wake): `/fleet/hello` answers so, and the others keep it `asleep`.
-        self.going_to_sleep = False
+        self.going_to_sleep = False  # said so (until the wake): `/fleet/hello` answers so, the others keep it asleep
 
     @classmethod
     def read(cls, file: FleetFile, settings: Callable[[], Settings], secrets: SecretStore, clock: Clock, host: LocalNodes,
@@ -232,8 +231,7 @@ class Fleet:
         self._context = None  # the next handshake trusts the new set
         await self.peers.forget(computer.id)
         await self._save()
-        if self._watching is not None and self._watching.done():
-            await self.sleepwatch.paired_now()
+        await self.sleepwatch.paired_now()  # watching (started with the server): the delay lock from now on
 
     async def _unpin(self, computer_id: str) -> Computer | None:
         computer = self.doc.get(computer_id)
@@ -451,8 +449,7 @@ class Fleet:
         method, path = ("DELETE", f"/api/nodes/{node_id}") if action == "remove" else ("POST", f"/api/nodes/{node_id}/{action}")
         status, doc = await self.forward(computer, method, path, None if action == "remove" else {})
         if status != 200:
-            error = doc.get("error", {}) if isinstance(doc, dict) else {}
-            raise InvalidState(f"{computer.name}: {str(error.get('message', f'answered {status}'))[:300]}")
+            raise InvalidState(f"{computer.name}: {_refusal(doc, status)}")
         if action == "remove":
             self._where.pop(node_id, None)
             return None
@@ -460,15 +457,13 @@ class Fleet:
         return view
 
     async def log_tail(self, node_id: str, lines: int = LOG_LINES) -> list[str]:
-        """Another computer's node's last lines (bounded, printable), over the link (the window's log pane);
-        LinkDown when that computer cannot be reached, its refusal raised in its words."""
-        computer = await self.host_of(node_id)
-        if computer is None:
+        """Another computer's node's last lines (bounded, printable) for the window's log pane; LinkDown when
+        that computer cannot be reached, its refusal raised in its words."""
+        if (computer := await self.host_of(node_id)) is None:
             raise NoSuchThing(f"No computer of the fleet hosts a node {node_id!r}.")
         status, doc = await self.forward(computer, "GET", f"/api/nodes/{node_id}/logs", None)
         if status != 200 or not isinstance(doc, dict):
-            error = doc.get("error", {}) if isinstance(doc, dict) else {}
-            raise InvalidState(f"{computer.name}: {one_line(error.get('message', f'answered {status}'), 300)}")
+            raise InvalidState(f"{computer.name}: {_refusal(doc, status)}")
         return log_lines(doc.get("lines"), lines)
 
     async def forward(self, computer: Computer, method: str, path: str, body: Any) -> tuple[int, Any]:
@@ -483,15 +478,9 @@ class Fleet:
         return await self.peers.ask_json(computer, method, path, body, timeout_s=timeout_s)
 
 
-_VIEW_FIELDS = frozenset(f.name for f in dataclasses.fields(NodeView))
-
-
-def as_view(doc: dict[str, Any]) -> NodeView | None:
-    """Another computer's node as a view (its fields this version knows), None when it is not one."""
-    try:
-        return NodeView(**{k: v for k, v in doc.items() if k in _VIEW_FIELDS})
-    except (TypeError, ValueError):
-        return None
+def _refusal(doc: Any, status: int) -> str:
+    error = doc.get("error") if isinstance(doc, dict) else None
+    return one_line(error.get("message", f"answered {status}") if isinstance(error, dict) else f"answered {status}", 300)
 
 
 def _row(c: Computer) -> dict[str, Any]:

@@ -13,6 +13,7 @@ API's, so a forwarded call answers the CLI exactly as a local one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -52,6 +53,17 @@ class FleetSide(Protocol):
     async def introduced(self, by: Computer, doc: object) -> None: ...
     async def unpaired_by(self, computer: Computer) -> None: ...
     def peer_sleeping(self, computer: Computer) -> None: ...
+
+
+_VIEW_FIELDS = frozenset(f.name for f in dataclasses.fields(NodeView))
+
+
+def as_view(doc: dict[str, Any]) -> NodeView | None:
+    """Another computer's node as a view (its fields this version knows), None when it is not one."""
+    try:
+        return NodeView(**{k: v for k, v in doc.items() if k in _VIEW_FIELDS})
+    except (TypeError, ValueError):
+        return None
 
 
 def answer(doc: object, status: int = 200) -> Answer:

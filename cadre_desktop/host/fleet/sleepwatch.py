@@ -86,7 +86,8 @@ class SleepWatch:
             async with asyncio.timeout(CALL_S):
                 bus = await self._connect()
         except Exception as exc:  # no system bus here, or it refused us
-            self._say_not(f"no system bus ({_why(exc)})")
+            self.why_not = f"no system bus ({_why(exc)})"
+            log.info("fleet: %s: the other computers are not told when this one sleeps", self.why_not)
             return
         try:
             await _call(bus, DBUS, "/org/freedesktop/DBus", DBUS, "AddMatch", "s",
@@ -94,17 +95,14 @@ class SleepWatch:
             await _call(bus, DBUS, "/org/freedesktop/DBus", DBUS, "GetNameOwner", "s", [LOGIN1])
         except Exception as exc:  # no logind (a container, another init), or a policy that refuses the rule
             bus.disconnect()
-            self._say_not(f"logind is not on the system bus ({_why(exc)})")
+            self.why_not = f"logind is not on the system bus ({_why(exc)})"
+            log.info("fleet: %s: the other computers are not told when this one sleeps", self.why_not)
             return
         self._bus, self.why_not = bus, None
         bus.add_message_handler(self._on_message)
         if self._paired():
             await self._take_lock()
         log.info("fleet: sleep is watched (logind); the other computers are told before this one sleeps")
-
-    def _say_not(self, why: str) -> None:
-        self.why_not = why
-        log.info("fleet: %s: the other computers are not told when this one sleeps", why)
 
     async def stop(self) -> None:
         tasks = list(self._tasks)
