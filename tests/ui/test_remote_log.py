@@ -7,9 +7,10 @@ from dataclasses import replace
 
 from cadre_desktop.host.fleet.computers import Computer, FleetDoc
 from cadre_desktop.host.fleet.peers import LinkDown
+from cadre_desktop.jsontypes import JSONObject
 from tests.support.fake_host import make_view
 
-NAS = {"id": "pc_nas234567890", "name": "nas"}
+NAS: JSONObject = {"id": "pc_nas234567890", "name": "nas"}
 
 
 class RemoteLog:
@@ -31,7 +32,7 @@ class RemoteLog:
 def paired_with_a_remote_node(shell, monkeypatch) -> RemoteLog:
     fleet = shell.host.fleet
     monkeypatch.setattr(fleet, "doc", FleetDoc(fleet.doc.self_id, fleet.doc.self_cert, (
-        Computer(NAS["id"], "nas", "127.0.0.1:9", "sha256:00", fleet.doc.self_cert or "x", "2026-12-07T01:00:00+00:00"),)))
+        Computer("pc_nas234567890", "nas", "127.0.0.1:9", "sha256:00", fleet.doc.self_cert or "x", "2026-12-07T01:00:00+00:00"),)))
     remote = [replace(make_view("n-remote1", "Attic", "joined"), computer=NAS)]
 
     async def refresh_remote():
