@@ -166,3 +166,28 @@ async def test_a_signal_of_another_interface_or_not_a_boolean_is_ignored():
         watch._on_message(msg)
     assert not watch._tasks and said.told == [] and watch.holds_lock
     await watch.stop()
+
+
+async def test_the_fleet_says_it_goes_to_sleep_in_its_hello_and_checks_every_peer_at_the_wake(tmp_path, monkeypatch):
+    from cadre_desktop.host.core.clock import Clock
+    from cadre_desktop.host.core.vault.secrets import SecretStore
+    from cadre_desktop.host.fleet.computers import FleetFile
+    from cadre_desktop.host.fleet.fleet import Fleet
+    from cadre_desktop.settings import Settings
+    from tests.support.fake_host import FakeHost
+    from tests.support.keyrings import MemoryKeyring
+
+    fleet = Fleet(file=FleetFile(tmp_path / "fleet.json"), settings=Settings, secrets=SecretStore(MemoryKeyring()),
+                  clock=Clock(), host=FakeHost(tmp_path), advertise_host=lambda: "127.0.0.1")
+    fleet.load()
+    checked: list[str] = []
+
+    async def check_all() -> None:
+        checked.append("all")
+
+    monkeypatch.setattr(fleet.reach, "check_all", check_all)
+    assert fleet.hello()["going_to_sleep"] is False
+    await fleet.announce_sleep()  # no computer online: nobody asked, but its hello says so from now on
+    assert fleet.hello()["going_to_sleep"] is True
+    await fleet.woke()
+    assert fleet.hello()["going_to_sleep"] is False and checked == ["all"]
