@@ -152,6 +152,8 @@ async def test_unpaired_no_lock_is_held_and_nothing_is_announced():
     paired[0] = True  # paired later: the lock from then on
     await watch.paired_now()
     assert watch.holds_lock
+    watch.unpaired()  # the last computer unpaired: given back
+    assert not watch.holds_lock and bus.calls.count("Inhibit") == 1
     await watch.stop()
 
 

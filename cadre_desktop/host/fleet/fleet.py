@@ -240,6 +240,7 @@ class Fleet:
             self._context = None
             await self.peers.forget(computer_id)
             await self._save()
+            self.sleepwatch.unpaired() if not self.doc.computers else None  # no fleet to tell: no lock held
         return computer
 
     async def _save(self) -> None:

@@ -120,6 +120,10 @@ class SleepWatch:
         if self._bus is not None and self._lock_fd is None:
             await self._take_lock()
 
+    def unpaired(self) -> None:
+        """The last computer was unpaired: the lock is given back (taken again at the next pairing)."""
+        self._release()
+
     async def _take_lock(self) -> None:
         bus = self._bus
         if bus is None:
