@@ -62,6 +62,7 @@ class SleepWatch:
         self.announce_s = announce_s
         self._bus: MessageBus | None = None
         self._lock_fd: int | None = None
+        self._taking = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         #: Why nothing is watched (None while watching, or before `start`): for the log and doctor.
         self.why_not: str | None = None
@@ -125,6 +126,11 @@ class SleepWatch:
         self._release()
 
     async def _take_lock(self) -> None:
+        async with self._taking:  # a pairing and the start (or a wake) at once take one lock, not two
+            if self._lock_fd is None:
+                await self._take_lock_once()
+
+    async def _take_lock_once(self) -> None:
         bus = self._bus
         if bus is None:
             return
