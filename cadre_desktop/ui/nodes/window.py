@@ -272,8 +272,8 @@ class NodeWindow(QMainWindow):
         return True
 
     def _select_first_if_none(self, *_) -> None:
-        if self.selected_id() is None and self.proxy.rowCount():
-            self.table.selectRow(0)
+        if self.selected_id() is None and (row := self.table.first_node_row()) is not None:
+            self.table.selectRow(row)
 
     def _filter(self, text: str) -> None:
         self.proxy.set_filter(text)
@@ -286,7 +286,7 @@ class NodeWindow(QMainWindow):
             act(node_id)
 
     def update_buttons(self, *_) -> None:
-        self.pages.setCurrentWidget(self.table_page if self.model.rowCount() else self.empty_page)
+        self.pages.setCurrentWidget(self.table_page if self.model.node_count() else self.empty_page)
         self.table.say_no_match(self.filter.text())
         node_id = self.selected_id()
         v = self.model.view(node_id) if node_id else None
