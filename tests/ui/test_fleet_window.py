@@ -141,6 +141,7 @@ def three(shell, monkeypatch) -> Link:
     monkeypatch.setattr(fleet, "doc", FleetDoc(fleet.doc.self_id, fleet.doc.self_cert, rows))
     for cid in (NAS_ID, TWIN_ID, BOX_ID):
         fleet.reach.heard(cid)
+    fleet.reach.of(NAS_ID).load = {"cpu_percent": 12.3, "memory_percent": 40.0}  # as its hello said
     link.views = [replace(link.views[0], status=NodeStatus.JOINED),
                   replace(make_view("n-remote2", "Zed", "joined"), computer=NAS, pid=999998)]
     monkeypatch.setattr(fleet, "is_remote", lambda node_id: node_id.startswith("n-remote"))
@@ -180,7 +181,7 @@ def test_each_computer_has_a_header_row_with_its_state_and_nodes(shell, aio, qtb
     me = shell.host.fleet.name
     rows = shown(shell.window)
     assert rows[0].startswith(f"This computer · {me} · 1 node: ") and rows[1] == "Kitchen"
-    assert rows[2:] == ["box · online · no nodes", "nas (pc_nas23) · online · 2 nodes: 2 running",
+    assert rows[2:] == ["box · online · no nodes", "nas (pc_nas23) · online · 2 nodes: 2 running · CPU 12 %, memory 40 %",
                         "Attic · on nas (pc_nas23)", "Zed · on nas (pc_nas23)", "nas (pc_twin3) · online · no nodes"]
     proxy, model = shell.window.proxy, shell.model
     header = proxy.index(0, 0)

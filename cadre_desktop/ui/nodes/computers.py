@@ -14,6 +14,7 @@ from typing import Any
 
 from cadre_desktop.host.core.clock import parse_iso
 from cadre_desktop.host.core.ops.views import NodeView
+from cadre_desktop.host.fleet import load
 from cadre_desktop.ui.tray.status import summary_line
 
 #: The states in which a computer cannot be asked anything (its rows are its last known state, greyed).
@@ -55,7 +56,7 @@ def groups_of(fleet: Any) -> list[Group]:
     if not paired:
         return []
     named = labels([(fleet.self_id, fleet.name)] + [(c.id, c.name) for c in paired])
-    here = Group(fleet.self_id, named[fleet.self_id], is_self=True, address=fleet.address)
+    here = Group(fleet.self_id, named[fleet.self_id], is_self=True, address=fleet.address, load=load.here())
     others = []
     for c in paired:
         state = fleet.reach.of(c.id)
