@@ -266,7 +266,7 @@ def test_an_unreachable_computers_nodes_stay_greyed_and_an_action_on_them_is_ref
     assert cell.data(Qt.ItemDataRole.ForegroundRole).name() == GREY
     assert f"nas (pc_nas23) · unreachable since {hhmm}" in shown(shell.window)[2]
     shell.window.select("n-remote1")
-    assert f"Computer: nas (pc_nas23) ({NAS_ID}) · unreachable since {hhmm}" in shell.window.details.text()
+    assert f"Computer: nas ({NAS_ID}) · unreachable since {hhmm}" in shell.window.details.text()
     task = shell.actions.retry("n-remote1")
     qtbot.waitUntil(task.done, timeout=10_000)
     assert link.acted == []
@@ -297,7 +297,7 @@ def test_the_details_name_the_nodes_computer(shell, aio, qtbot, monkeypatch):
     window.select(local.id)
     assert f"Computer: This computer ({shell.host.fleet.name})" in window.details.text()
     window.select("n-remote2")
-    assert f"Computer: nas (pc_nas23) ({NAS_ID}) · online" in window.details.text()
+    assert f"Computer: nas ({NAS_ID}) · online" in window.details.text()
 
 
 def test_the_tray_counts_every_computer_names_their_nodes_and_says_which_cannot_be_reached(shell, aio, qtbot, monkeypatch):
@@ -318,3 +318,35 @@ def test_the_tray_counts_every_computer_names_their_nodes_and_says_which_cannot_
     shell.model.refresh()
     shell.tray.update()
     assert shell.tray.summary.text().endswith("1 needs you; 1 computer unreachable")
+
+
+def test_the_arrows_step_over_a_computers_header_to_the_next_node(shell, aio, qtbot, monkeypatch):
+    from PySide6.QtCore import Qt
+
+    three(shell, monkeypatch)
+    local = added(shell, aio, "Kitchen")
+    listed(shell, qtbot, 3)
+    window = shell.window
+    window.present()
+    window.select(local.id)
+    window.table.setFocus()
+    qtbot.keyClick(window.table, Qt.Key.Key_Down)  # over "box · no nodes" and nas's header
+    assert window.selected_id() == "n-remote1"
+    qtbot.keyClick(window.table, Qt.Key.Key_Up)
+    assert window.selected_id() == local.id
+    qtbot.keyClick(window.table, Qt.Key.Key_Up)  # only this computer's header above: stays
+    assert window.selected_id() == local.id
+
+
+def test_a_computer_renamed_moves_its_group_and_the_selection_follows_its_node(shell, aio, qtbot, monkeypatch):
+    three(shell, monkeypatch)
+    listed(shell, qtbot, 2)
+    window = shell.window
+    window.select("n-remote2")
+    fleet = shell.host.fleet
+    renamed = tuple(replace(c, name="zulu") if c.id == NAS_ID else c for c in fleet.doc.computers)
+    monkeypatch.setattr(fleet, "doc", FleetDoc(fleet.doc.self_id, fleet.doc.self_cert, renamed))
+    shell.model.refresh()
+    assert [r.split(" · ")[0] for r in shown(window)][1:] == ["box", "nas", "zulu", "Attic", "Zed"]
+    assert window.selected_id() == "n-remote2"
+    assert shell.model.label(shell.model.view("n-remote2")) == "Zed · on zulu"

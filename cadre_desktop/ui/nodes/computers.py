@@ -36,6 +36,8 @@ class Group:
     #: {"cpu_percent", "memory_percent"} as it said (host/fleet/load.py), or None.
     load: dict[str, Any] | None = None
     address: str = ""
+    #: Its name as it calls itself (the details add its whole id).
+    name: str = ""
 
     @property
     def away(self) -> bool:
@@ -56,12 +58,12 @@ def groups_of(fleet: Any) -> list[Group]:
     if not paired:
         return []
     named = labels([(fleet.self_id, fleet.name)] + [(c.id, c.name) for c in paired])
-    here = Group(fleet.self_id, named[fleet.self_id], is_self=True, address=fleet.address, load=load.here())
+    here = Group(fleet.self_id, named[fleet.self_id], is_self=True, address=fleet.address, load=load.here(), name=fleet.name)
     others = []
     for c in paired:
         state = fleet.reach.of(c.id)
         others.append(Group(c.id, named[c.id], state=state.state, since=state.since, last_seen=state.last_seen,
-                            load=getattr(state, "load", None), address=c.address))
+                            load=getattr(state, "load", None), address=c.address, name=c.name))
     return [here] + sorted(others, key=lambda g: (g.label.casefold(), g.id))
 
 

@@ -109,8 +109,8 @@ class DetailsPane(QScrollArea):
         if group is None:
             return ""
         if group.is_self:
-            return f"This computer ({group.label})"
-        return f"{group.label} ({group.id}) · {computers.state_words(group, self.model.now)}"
+            return f"This computer ({group.name or group.label})"
+        return f"{group.name or group.label} ({group.id}) · {computers.state_words(group, self.model.now)}"
 
     def _history(self, node_id: str) -> dict | None:
         read = getattr(self.model.host, "node_history", None)

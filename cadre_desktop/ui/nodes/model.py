@@ -69,6 +69,17 @@ def status_dot(colour: str) -> QIcon:
     return _DOTS[colour]
 
 
+_BOLD: list[QFont] = []
+
+
+def _bold() -> QFont:
+    if not _BOLD:
+        font = QFont()
+        font.setBold(True)
+        _BOLD.append(font)
+    return _BOLD[0]
+
+
 def _key(row: NodeView | Group) -> tuple[str, str]:
     return ("c" if isinstance(row, Group) else "n", row.id)
 
@@ -312,7 +323,7 @@ class NodeTableModel(QAbstractTableModel):
                 self.endRemoveRows()
         order = {k: i for i, k in enumerate(want)}
         keys = [_key(r) for r in self._rows]
-        if keys != sorted(keys, key=order.__getitem__):  # a computer renamed: its group moves
+        if any(order[a] > order[b] for a, b in zip(keys, keys[1:])):  # a computer renamed: its group moves
             self.layoutAboutToBeChanged.emit()
             old = self.persistentIndexList()
             self._rows.sort(key=lambda r: order[_key(r)])
@@ -378,9 +389,7 @@ class NodeTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             return computers.header_tip(group, self.now)
         if role == Qt.ItemDataRole.FontRole:
-            font = QFont()
-            font.setBold(True)
-            return font
+            return _bold()
         if role == Qt.ItemDataRole.ForegroundRole and group.away:
             return QColor(GREY)
         if role == HEADER_ROLE:

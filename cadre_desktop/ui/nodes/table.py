@@ -167,6 +167,19 @@ class NodeTable(QTableView):
         scrollbar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self)
         return columns + reason + scrollbar + 2 * self.frameWidth()
 
+    def moveCursor(self, action: QAbstractItemView.CursorAction, modifiers: Qt.KeyboardModifier) -> QModelIndex:  # noqa: N802
+        """The arrows, Page and Home/End step over a computer's header to the next node that way."""
+        index = super().moveCursor(action, modifiers)
+        proxy = self.model()
+        if not index.isValid() or not index.data(HEADER_ROLE):
+            return index
+        Move = QAbstractItemView.CursorAction  # noqa: N806
+        step = -1 if action in (Move.MoveUp, Move.MovePageUp, Move.MoveEnd) else 1
+        row = index.row()
+        while 0 <= row < proxy.rowCount() and proxy.index(row, 0).data(HEADER_ROLE):
+            row += step
+        return proxy.index(row, index.column()) if 0 <= row < proxy.rowCount() else self.currentIndex()
+
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
         key = event.key()
         if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.currentIndex().isValid():
