@@ -247,7 +247,7 @@ def test_an_unreachable_computers_nodes_stay_greyed_and_an_action_on_them_is_ref
 
     from PySide6.QtCore import Qt
 
-    from cadre_desktop.ui.nodes.model import GREY, STATUS
+    from cadre_desktop.ui.nodes.model import GREY, STATUS, UPTIME
     from cadre_desktop.ui.tray.status import utcnow
 
     link = three(shell, monkeypatch)
@@ -262,8 +262,9 @@ def test_an_unreachable_computers_nodes_stay_greyed_and_an_action_on_them_is_ref
     hhmm = f"{since.astimezone():%H:%M}"
     row = shell.model.row_of("n-remote1")
     cell = shell.model.index(row, STATUS)
-    assert str(cell.data()).startswith("Joined") and " · last seen " in str(cell.data())
-    assert cell.data(Qt.ItemDataRole.ForegroundRole).name() == GREY
+    assert cell.data() == "Joined" and cell.data(Qt.ItemDataRole.ForegroundRole).name() == GREY  # as last known
+    seen = str(shell.model.index(row, UPTIME).data())
+    assert seen.startswith("last seen ") and len(seen) == len("last seen 14:05")
     assert f"nas (pc_nas23) · unreachable since {hhmm}" in shown(shell.window)[2]
     shell.window.select("n-remote1")
     assert f"Computer: nas ({NAS_ID}) · unreachable since {hhmm}" in shell.window.details.text()

@@ -95,10 +95,11 @@ def load_words(load: dict[str, Any] | None) -> str:
 
 
 def nodes_words(views: list[NodeView], group: Group) -> str:
-    """"4 nodes: 3 running, 1 needs you"; "no nodes"; "no nodes known" of a computer never heard."""
+    """"4 nodes: 3 running, 1 needs you" (", as last seen" of one that cannot be reached); "no nodes";
+    "no nodes known" of one not heard since this app started."""
     if not views:
         return "no nodes known" if group.away else "no nodes"
-    return summary_line(views)
+    return summary_line(views) + (", as last seen" if group.away else "")
 
 
 def header_text(group: Group, views: list[NodeView], now: datetime) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QIcon, QPainter, QPen, QPixmap
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QIcon, QPainter, QPalette, QPen, QPixmap
 
 from cadre_desktop.host.core.clock import parse_iso
 from cadre_desktop.host.core.ops.views import NodeView
@@ -392,6 +392,8 @@ class NodeTableModel(QAbstractTableModel):
             return _bold()
         if role == Qt.ItemDataRole.ForegroundRole and group.away:
             return QColor(GREY)
+        if role == Qt.ItemDataRole.BackgroundRole:
+            return QGuiApplication.palette().color(QPalette.ColorGroup.Active, QPalette.ColorRole.AlternateBase)
         if role == HEADER_ROLE:
             return True
         return None
@@ -431,7 +433,7 @@ class NodeTableModel(QAbstractTableModel):
         if col == STATUS:
             return f"{9 - node_state(v).rank}{self.text(v, col)}"
         if col == UPTIME:
-            started = parse_iso(v.started_at) if v.running else None
+            started = parse_iso(v.started_at) if v.running and self.last_seen(v) is None else None
             return (self.now - started).total_seconds() if started else -1.0
         if col == ATTEMPTS:
             return float(v.attempts)
@@ -449,10 +451,10 @@ class NodeTableModel(QAbstractTableModel):
             group = self._groups.get(self.computer_id(v))
             return f"{v.name} · on {group.label if group else (v.computer or {}).get('name', '?')}"
         if col == STATUS:
+            return status_words(v, self.now)
+        if col == UPTIME:  # of a computer that cannot be reached: when its state was last seen, not a guess
             seen = self.last_seen(v)
-            return status_words(v, self.now) + (f" · last seen {seen}" if seen else "")
-        if col == UPTIME:
-            return uptime_words(v, self.now)
+            return f"last seen {seen}" if seen else uptime_words(v, self.now)
         if col == ATTEMPTS:
             return retry_words(v, self.now)
         if col == ERROR:

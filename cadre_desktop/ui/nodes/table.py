@@ -17,11 +17,13 @@ from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, QSortFil
 from PySide6.QtGui import QKeyEvent, QPalette
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QStyle, QStyledItemDelegate, QTableView, QWidget
 
-from cadre_desktop.ui.nodes.model import COLUMNS, HEADER_ROLE, SORT_ROLE, STATUS, WIDEST, NodeTableModel
+from cadre_desktop.ui.nodes.model import COLUMNS, HEADER_ROLE, NAME, SORT_ROLE, STATUS, WIDEST, NodeTableModel
 
 PADDING = 28
 #: The reason column (the last, it takes the rest) is at least this wide at the default size.
 REASON_AT_LEAST = "exited with code 1: cannot open"
+#: The name column is at least this wide once another computer's nodes show.
+FLEET_WIDEST_NAME = "Living room · on nas"
 
 
 class NodeProxy(QSortFilterProxyModel):
@@ -128,6 +130,9 @@ class NodeTable(QTableView):
         self.clearSpans()
         for row in rows:
             self.setSpan(row, 0, 1, len(COLUMNS))
+        if rows and not self._spanned:  # a fleet's names say their computer ("Attic · on nas")
+            wide = self.fontMetrics().horizontalAdvance(FLEET_WIDEST_NAME) + PADDING
+            self.setColumnWidth(NAME, max(self.columnWidth(NAME), wide))
         self._spanned = bool(rows)
 
     def say_no_match(self, needle: str) -> None:
