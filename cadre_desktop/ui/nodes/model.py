@@ -260,6 +260,11 @@ class NodeTableModel(QAbstractTableModel):
         got = self._rows[row] if 0 <= row < len(self._rows) else None
         return got if isinstance(got, Group) else None
 
+    @property
+    def grouped(self) -> bool:
+        """The rows come in groups, one per computer (a fleet)."""
+        return bool(self._rank)
+
     def placement(self, row: int) -> tuple[int, int]:
         """Where a row's group comes (this computer first) and whether it is the header (0) or a node (1):
         the proxy sorts within each computer by it (ui/nodes/table.py)."""

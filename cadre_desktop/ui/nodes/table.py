@@ -56,12 +56,18 @@ class NodeProxy(QSortFilterProxyModel):
     def lessThan(self, left: QModelIndex | QPersistentModelIndex, right: QModelIndex | QPersistentModelIndex) -> bool:  # noqa: N802
         """Within one computer by the column's key; across computers (and a header before its nodes) in
         the computers' order, whichever way the column sorts (Qt turns a descending sort's answers round)."""
-        at_left, at_right = self._model.placement(left.row()), self._model.placement(right.row())
-        if at_left != at_right or at_left[1] == 0:
-            if self.sortOrder() == Qt.SortOrder.DescendingOrder:
-                return at_right < at_left
-            return at_left < at_right
-        return super().lessThan(left, right)
+        model = self._model
+        if model.grouped:
+            at_left, at_right = model.placement(left.row()), model.placement(right.row())
+            if at_left != at_right or at_left[1] == 0:
+                if self.sortOrder() == Qt.SortOrder.DescendingOrder:
+                    return at_right < at_left
+                return at_left < at_right
+        v_left, v_right = model.view_at(left.row()), model.view_at(right.row())
+        if v_left is None or v_right is None:
+            return False
+        col = left.column()  # the column's sort key, read here rather than through a QVariant each
+        return model.sort_key(v_left, col) < model.sort_key(v_right, col)
 
     def set_filter(self, text: str) -> None:
         """Plain text, kept as typed: Qt's fixed-string filter stores it as an escaped pattern
