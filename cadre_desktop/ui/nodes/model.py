@@ -320,7 +320,11 @@ class NodeTableModel(QAbstractTableModel):
     def _place(self, fresh: list[NodeView | Group]) -> None:
         """The rows become `fresh`, each kept row where it was to Qt (removed, moved, inserted as such),
         so the selection follows its node."""
-        want = {_key(r): r for r in fresh}
+        want = {_key(r): r for r in fresh}  # a node two computers list (mid-move) shows once
+        fresh = list(want.values())
+        if len(fresh) == len(self._rows) and all(_key(a) == _key(b) for a, b in zip(fresh, self._rows)):
+            self._rows = list(fresh)  # the usual tick: the same rows, fresh views
+            return
         for row in reversed(range(len(self._rows))):
             if _key(self._rows[row]) not in want:
                 self.beginRemoveRows(QModelIndex(), row, row)
