@@ -194,7 +194,7 @@ def test_each_computer_has_a_header_row_with_its_state_and_nodes(shell, aio, qtb
 def test_a_computers_state_is_said_since_when_in_local_time(shell):
     from datetime import UTC, datetime, timedelta
 
-    from cadre_desktop.ui.nodes.computers import Group, clock_words, state_words
+    from cadre_desktop.ui.nodes.computers import Group, away_words, clock_words, state_words
 
     now = datetime(2026, 12, 7, 15, 0, tzinfo=UTC)
     at = now - timedelta(minutes=55)
@@ -203,6 +203,8 @@ def test_a_computers_state_is_said_since_when_in_local_time(shell):
     assert state_words(Group("pc_a", "nas", state="asleep", since=at.isoformat()), now) == f"asleep since {local:%H:%M}"
     assert state_words(Group("pc_a", "nas", state="unreachable", since=at.isoformat()), now) == \
         f"unreachable since {local:%H:%M}"
+    assert away_words(Group("pc_a", "nas", state="asleep", since=at.isoformat()), now) == \
+        f"Not done: nas is asleep (since {local:%H:%M})."
     days_ago = (now - timedelta(days=3)).astimezone()
     assert clock_words(days_ago.isoformat(), now) == f"{days_ago.day} {days_ago:%b %H:%M}"
 
