@@ -365,7 +365,7 @@ def test_the_rows_follow_computers_gaining_and_losing_nodes_and_the_selection_st
     link = three(shell, monkeypatch)
     listed(shell, qtbot, 2)
     shell.window.select("n-remote1")  # Attic on nas: never removed below
-    twin = {"id": TWIN_ID, "name": "nas"}
+    twin: JSONObject = {"id": TWIN_ID, "name": "nas"}
     pool = [replace(make_view(f"n-remote{i}", f"Node {i}", "joined"), computer=(NAS, twin)[i % 2],
                     created_at=f"2026-12-07T0{i % 10}:00:00+00:00") for i in range(3, 15)]
     rng = random.Random(35)
@@ -376,8 +376,8 @@ def test_the_rows_follow_computers_gaining_and_losing_nodes_and_the_selection_st
         model = shell.model
         got = [(bool(model.index(r, 0).data(HEADER_ROLE)), model.index(r, 0).data(Qt.ItemDataRole.UserRole))
                for r in range(model.rowCount())]
-        want_nas = sorted((v for v in link.views if v.computer["id"] == NAS_ID), key=lambda v: (v.created_at, v.id))
-        want_twin = sorted((v for v in link.views if v.computer["id"] == TWIN_ID), key=lambda v: (v.created_at, v.id))
+        want_nas = sorted((v for v in link.views if (v.computer or {})["id"] == NAS_ID), key=lambda v: (v.created_at, v.id))
+        want_twin = sorted((v for v in link.views if (v.computer or {})["id"] == TWIN_ID), key=lambda v: (v.created_at, v.id))
         assert got == [(True, None), (True, None), (True, None), *((False, v.id) for v in want_nas),
                        (True, None), *((False, v.id) for v in want_twin)]
         assert shell.window.selected_id() == "n-remote1"

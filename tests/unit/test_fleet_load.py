@@ -25,3 +25,14 @@ def test_another_computers_load_is_kept_only_as_numbers_within_bounds():
 
 def test_a_figure_out_of_bounds_here_is_clamped_not_sent_as_is():
     assert load._bounded(5000.0) == load.MAX and load._bounded(-3) == 0.0 and load._bounded(math.nan) is None
+
+
+def test_fleet_list_shows_each_computers_load_and_a_dash_where_none_was_said():
+    from cadre_desktop.cli.fleet import computers_table, load_words
+
+    assert load_words({"cpu_percent": 12.3, "memory_percent": 40.0}) == "CPU 12 %, memory 40 %"
+    assert load_words({"cpu_percent": None, "memory_percent": 7}) == "memory 7 %"
+    assert load_words(None) == "-" and load_words({"cpu_percent": True}) == "-" and load_words("high") == "-"
+    text = computers_table([{"id": "pc_nas234567890", "name": "nas", "state": "online", "address": "10.0.0.2:28091",
+                             "last_seen": "2026-12-07T12:00:00+00:00", "load": {"cpu_percent": 3, "memory_percent": 51}}])
+    assert "LOAD" in text.splitlines()[0] and text.splitlines()[1].rstrip().endswith("CPU 3 %, memory 51 %")
