@@ -135,6 +135,7 @@ def three(shell, monkeypatch) -> Link:
     """Paired with nas (Attic, Zed), a second computer also named nas (no nodes) and box (no nodes)."""
     link = paired(shell, monkeypatch)
     fleet = shell.host.fleet
+    monkeypatch.setattr(type(fleet), "name", property(lambda self: "desk"))  # whatever this machine is called
     rows = fleet.doc.computers + tuple(
         Computer(cid, name, "127.0.0.1:9", f"sha256:0{i}", "y", "2026-12-07T01:00:00+00:00")
         for i, (cid, name) in enumerate(((TWIN_ID, "nas"), (BOX_ID, "box")), start=1))
@@ -240,6 +241,8 @@ def test_the_filter_looks_across_computers_and_keeps_the_headers_of_those_with_m
     window.filter.setText("kitchen")
     assert [r.split(" · ")[0] for r in shown(window)] == ["This computer", "Kitchen"]
     assert window.selected_id() == shell.model.views()[0].id  # the first node, never its header
+    window.filter.setText(shell.host.fleet.name)  # a computer's name: its nodes (this one's name none)
+    assert [r.split(" · ")[0] for r in shown(window)][:2] == ["This computer", "Kitchen"]
     window.filter.setText("nothing like it")
     assert shown(window) == [] and not window.table.no_match.isHidden()
 

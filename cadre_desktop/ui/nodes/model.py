@@ -208,6 +208,11 @@ class NodeTableModel(QAbstractTableModel):
         """A node's name as the tray and the window say it: "Attic · on nas" for another computer's."""
         return self.text(v, NAME)
 
+    def computer_label(self, v: NodeView) -> str:
+        """The name of a node's computer as its header says it ("" for a lone computer's)."""
+        group = self._groups.get(self.computer_id(v))
+        return group.label if group is not None else ""
+
     def unreachable(self) -> int:
         """How many paired computers cannot be reached now (asleep ones are away on purpose)."""
         return sum(1 for g in self._groups.values() if not g.is_self and g.state == "unreachable")

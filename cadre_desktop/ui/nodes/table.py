@@ -27,7 +27,7 @@ FLEET_WIDEST_NAME = "Living room · on nas"
 
 
 class NodeProxy(QSortFilterProxyModel):
-    """Sorts by each column's sort key; the filter matches any column's text and the node's id."""
+    """Sorts by each column's sort key; the filter matches any column's text, the node's id and its computer's name."""
 
     def __init__(self, model: NodeTableModel, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -50,7 +50,7 @@ class NodeProxy(QSortFilterProxyModel):
         v = model.view_at(row)
         if v is None:
             return False
-        haystack = [v.id] + [model.text(v, col) for col in range(len(COLUMNS))]
+        haystack = [v.id, model.computer_label(v)] + [model.text(v, col) for col in range(len(COLUMNS))]
         return any(needle in text.casefold() for text in haystack)
 
     def lessThan(self, left: QModelIndex | QPersistentModelIndex, right: QModelIndex | QPersistentModelIndex) -> bool:  # noqa: N802
