@@ -384,3 +384,18 @@ def test_the_rows_follow_computers_gaining_and_losing_nodes_and_the_selection_st
         assert got == [(True, None), (True, None), (True, None), *((False, v.id) for v in want_nas),
                        (True, None), *((False, v.id) for v in want_twin)]
         assert shell.window.selected_id() == "n-remote1"
+
+
+def test_remove_of_another_computers_node_asks_in_its_computers_words(shell, qtbot, monkeypatch):
+    from cadre_desktop.ui.prefs import dialogs
+
+    link = three(shell, monkeypatch)
+    listed(shell, qtbot, 2)
+    asked: list = []
+    monkeypatch.setattr(dialogs, "confirm", lambda *a, **k: asked.append((a, k)))
+    shell.window.select("n-remote2")
+    shell.window.remove_button.click()
+    (parent, title, text, yes, then), options = asked[0]
+    assert text == "Remove Zed · on nas (pc_nas23)?" and "work folder (on nas (pc_nas23))" in options["detail"]
+    then()
+    qtbot.waitUntil(lambda: link.acted == [("n-remote2", "remove")], timeout=10_000)

@@ -352,10 +352,10 @@ class NodeWindow(QMainWindow):
         v = self.model.view(node_id)
         if v is None or self.runner.busy(node_id):
             return
+        folder = f"on {self.model.computer_label(v)}" if self.model.is_remote(node_id) else self.host.paths.node_dir(node_id)
         dialogs.confirm(
-            self, "Remove node", f"Remove {v.name}?", "Remove",
-            lambda: self.runner.remove(node_id),
-            detail=(f"Its program is stopped, and its work folder ({self.host.paths.node_dir(node_id)}), "
+            self, "Remove node", f"Remove {self.model.label(v)}?", "Remove", lambda: self.runner.remove(node_id),
+            detail=(f"Its program is stopped, and its work folder ({folder}), "
                     "which holds the identity its cadre knows, is deleted with its claim secret. "
                     "This cannot be undone."),
         )
