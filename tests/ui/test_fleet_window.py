@@ -162,6 +162,15 @@ def shown(window) -> list[str]:
     return [str(proxy.index(r, NAME).data()) for r in range(proxy.rowCount())]
 
 
+def spans_follow_headers(window) -> bool:
+    """Every header row spans the table, and no node row does (after a sort, a filter)."""
+    from cadre_desktop.ui.nodes.model import HEADER_ROLE
+
+    proxy = window.proxy
+    return all((window.table.columnSpan(r, 0) == len(COLUMNS)) == bool(proxy.index(r, 0).data(HEADER_ROLE))
+               for r in range(proxy.rowCount()))
+
+
 def test_a_lone_computers_window_has_no_header_rows(shell, aio):
     from cadre_desktop.ui.nodes.model import HEADER_ROLE
 
@@ -229,6 +238,7 @@ def test_sorting_sorts_the_nodes_within_each_computer(shell, aio, qtbot, monkeyp
     assert nodes() == ["Kitchen", "Bedroom", "Zed · on nas (pc_nas23)", "Attic · on nas (pc_nas23)"]
     assert heads() == ["This computer", "box", "nas (pc_nas23)", "nas (pc_twin3)"]
     assert shown(shell.window)[0].startswith("This computer") and shown(shell.window)[3].startswith("box")
+    assert spans_follow_headers(shell.window)
 
 
 def test_the_filter_looks_across_computers_and_keeps_the_headers_of_those_with_matches(shell, aio, qtbot, monkeypatch):
@@ -238,11 +248,15 @@ def test_the_filter_looks_across_computers_and_keeps_the_headers_of_those_with_m
     window = shell.window
     window.filter.setText("zed")
     assert [r.split(" · ")[0] for r in shown(window)] == ["nas (pc_nas23)", "Zed"]
+    assert spans_follow_headers(window)
     window.filter.setText("kitchen")
     assert [r.split(" · ")[0] for r in shown(window)] == ["This computer", "Kitchen"]
     assert window.selected_id() == shell.model.views()[0].id  # the first node, never its header
     window.filter.setText(shell.host.fleet.name)  # a computer's name: its nodes (this one's name none)
     assert [r.split(" · ")[0] for r in shown(window)][:2] == ["This computer", "Kitchen"]
+    assert spans_follow_headers(window)
+    window.filter.setText("")
+    assert spans_follow_headers(window) and len(shown(window)) == 7  # 4 computers, 3 nodes
     window.filter.setText("nothing like it")
     assert shown(window) == [] and not window.table.no_match.isHidden()
 
