@@ -368,7 +368,7 @@ def test_a_computer_renamed_moves_its_group_and_the_selection_follows_its_node(s
     monkeypatch.setattr(fleet, "doc", FleetDoc(fleet.doc.self_id, fleet.doc.self_cert, renamed))
     shell.model.refresh()
     assert [r.split(" · ")[0] for r in shown(window)][1:] == ["box", "nas", "zulu", "Attic", "Zed"]
-    assert window.selected_id() == "n-remote2"
+    assert window.selected_id() == "n-remote2" and spans_follow_headers(window)
     assert shell.model.label(shell.model.view("n-remote2")) == "Zed · on zulu"
 
 
