@@ -338,6 +338,7 @@ def test_the_tray_counts_every_computer_names_their_nodes_and_says_which_cannot_
     shell.model.refresh()
     shell.tray.update()
     assert shell.tray.summary.text().endswith("1 needs you; 1 computer unreachable")
+    assert shell.tray.icon.toolTip().endswith("\n1 computer of the fleet cannot be reached")
 
 
 def test_the_arrows_step_over_a_computers_header_to_the_next_node(shell, aio, qtbot, monkeypatch):

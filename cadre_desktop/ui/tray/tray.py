@@ -212,7 +212,9 @@ class Tray(QObject):
         if state != self._state:
             self._state = state
             self.icon.setIcon(self.icons.icon(state))
-        text = tooltip(views, now, self.model.label) + (f"\nLent to other cadres: {len(lent)}" if lent else "")
+        away = self.model.unreachable()
+        text = tooltip(views, now, self.model.label) + (f"\nLent to other cadres: {len(lent)}" if lent else "") + (
+            f"\n{away} computer{'s' if away != 1 else ''} of the fleet cannot be reached" if away else "")
         if paused:
             text = f"cadre-desktop: every node is {paused} (Pause all)\n" + text.partition("\n")[2]
         if self.starting:
@@ -221,7 +223,7 @@ class Tray(QObject):
             self.icon.setToolTip(text.strip())
         if not self.menu.isVisible():
             self._update_menu(views)
-            summary = self.starting or fleet_summary(self.model.computers(), self.model.unreachable(), summary_line(views))
+            summary = self.starting or fleet_summary(self.model.computers(), away, summary_line(views))
             self._set(self.summary, text=f"{paused[0].upper()}{paused[1:]} · {summary}" if paused else summary)
             self._set(self.pause_action, visible=not paused)
             self._set(self.resume_action, visible=bool(paused))
