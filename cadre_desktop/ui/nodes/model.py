@@ -228,12 +228,6 @@ class NodeTableModel(QAbstractTableModel):
         v = self.view(node_id)
         return self._groups.get(self.computer_id(v)) if v is not None else None
 
-    def away_words(self, node_id: str) -> str | None:
-        """"Not done: nas cannot be reached (since 14:05)." for a node of a computer that cannot be
-        reached now, else None (ui/actions.py refuses the action in these words)."""
-        group = self.group_of(node_id)
-        return computers.away_words(group, utcnow()) if group is not None and group.away else None
-
     def last_seen(self, v: NodeView) -> str | None:
         """When the last known state of an unreachable computer's node was seen; None when it can be reached."""
         group = self._groups.get(self.computer_id(v))
