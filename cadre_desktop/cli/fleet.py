@@ -19,11 +19,19 @@ def _path(computer_id: str) -> str:
     return "/api/fleet/computers/" + urllib.parse.quote(computer_id, safe="")
 
 
+def load_words(load: object) -> str:
+    """"CPU 12 %, memory 40 %" as the computer said it (`host/fleet/load.py`), "-" when it did not."""
+    figures = load if isinstance(load, dict) else {}
+    parts = [f"{label} {value:.0f} %" for key, label in (("cpu_percent", "CPU"), ("memory_percent", "memory"))
+             if isinstance(value := figures.get(key), (int, float)) and not isinstance(value, bool) and 0 <= value <= 1000]
+    return ", ".join(parts) or "-"
+
+
 def computers_table(computers: list[dict]) -> str:
     rows = [(clip(c.get("name"), 24) + (" (this one)" if c.get("self") else ""), shown(c.get("id")),
              shown(c.get("state")) + (f" since {c['unreachable_since']}" if c.get("unreachable_since") else ""),
-             shown(c.get("address")), shown(c.get("last_seen"))) for c in computers]
-    return table(("NAME", "ID", "STATE", "ADDRESS", "LAST SEEN"), rows)
+             shown(c.get("address")), shown(c.get("last_seen")), load_words(c.get("load"))) for c in computers]
+    return table(("NAME", "ID", "STATE", "ADDRESS", "LAST SEEN", "LOAD"), rows)
 
 
 def cmd_invite(args, paths: Paths) -> int:

@@ -7,19 +7,26 @@ is `quiet`: the notifier says nothing about what the person just asked for.
 
 While the engine starts (the tray app shows its icon first), an action waits for it:
 `engine_up` lets what was asked meanwhile run, in the order it was asked.
+
+An action on a node of another computer of the fleet goes over the link; one whose computer
+cannot be reached is not done, and says so ("Not done: nas cannot be reached (since 14:05).").
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QWidget
 
 from cadre_desktop.errors import NoSuchThing
+from cadre_desktop.host.fleet.peers import LinkDown
 from cadre_desktop.ui.errors import show_error
+from cadre_desktop.ui.nodes.computers import Group, away_words
+from cadre_desktop.ui.tray.status import utcnow
 
 
 class Actions(QObject):
@@ -40,6 +47,8 @@ class Actions(QObject):
         self._tasks: set[asyncio.Task] = set()
         self._busy: dict[str, int] = {}
         self._closed = False
+        #: The computer of a node as the window shows it (its state: online, asleep, unreachable); the shell's model.
+        self.where: Callable[[str], Group | None] = lambda _node_id: None
 
     # -- running ------------------------------------------------------------------
 
@@ -107,8 +116,22 @@ class Actions(QObject):
         """A node action on this host, or on the computer of the fleet that hosts the node (over the link)."""
         fleet = getattr(self.host, "fleet", None)
         if fleet is not None and fleet.is_remote(node_id):
-            return fleet.act(node_id, action)
+            return self._over_the_link(fleet, node_id, action)
         return getattr(self.host, f"{action}_node")(node_id)
+
+    async def _over_the_link(self, fleet, node_id: str, action: str) -> Any:
+        """Refused at once, in words, when the node's computer is known not to answer; the same words
+        when the link fails on the way (the action is not known done)."""
+        group = self.where(node_id)
+        if group is not None and group.away and group.since:  # known not to answer (not merely not asked yet)
+            raise LinkDown(away_words(group, utcnow()))
+        try:
+            return await fleet.act(node_id, action)
+        except LinkDown:
+            if group is None:
+                raise
+            now = utcnow()
+            raise LinkDown(away_words(replace(group, state="unreachable", since=group.since or now.isoformat()), now)) from None
 
     def add(self, name: str | None = None) -> asyncio.Task:
         return self.run("add a node", self.host.add_node(name), done=lambda v: self.added.emit(v.id))

@@ -90,6 +90,7 @@ class Shell(QObject):
         self._window: NodeWindow | None = None
         self.closed = False
         self.actions = Actions(host, lambda: self._window, self, engine_up=not starting)
+        self.actions.where = self.model.group_of  # a node of a computer that cannot be reached: refused in words
         self.lent = LentUi(host, self.bridge, self.actions, lambda: self.window, self)  # the window's Lent tab
         self.fleet = FleetUi(host, self.actions, self._dialog_parent, self)  # Add a computer…, Join computers…
         self.icons = TrayIcons(settings.monochrome_icon)

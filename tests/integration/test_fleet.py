@@ -54,6 +54,9 @@ def test_three_computers_pair_by_code_and_act_on_each_others_nodes(three):
         where = {n["id"]: n["computer"]["id"] for n in listing["nodes"]}
         assert where == {nodes[name]: ids[name] for name in ids}, listing
         assert {n["computer"]["name"] for n in listing["nodes"]} == {"alpha", "bravo", "charlie"}
+    # each says how busy it is when asked who it is (the window's header of each computer shows it)
+    load = wait_until(lambda: computer(a, ids["bravo"]).get("load"), timeout=20, interval=0.2, what="bravo's load on alpha")
+    assert set(load) == {"cpu_percent", "memory_percent"} and any(v is not None for v in load.values())
     # Retry from charlie on bravo's node, which bravo gave up on
     node = nodes["bravo"]
     (b.home / "nodes" / node / "crash").write_text("")

@@ -24,7 +24,7 @@ from cadre_desktop.errors import Invalid, InvalidState, MachineError, NoSuchThin
 from cadre_desktop.host.core.clock import Clock
 from cadre_desktop.host.core.ops.views import NodeView
 from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore
-from cadre_desktop.host.fleet import pairing
+from cadre_desktop.host.fleet import load, pairing
 from cadre_desktop.host.fleet.computers import Computer, FleetDoc, FleetFile, check_address, check_name, is_computer_id, new_computer_id
 from cadre_desktop.host.fleet.identity import Identity, make_identity, server_context
 from cadre_desktop.host.fleet.link import LinkServer
@@ -339,7 +339,8 @@ class Fleet:
 
     def hello(self) -> JSONObject:
         return {"id": self.self_id, "name": self.name, "time": self._clock.now().isoformat(), "tray": self.has_tray,
-                "going_to_sleep": self.going_to_sleep}
+                "going_to_sleep": self.going_to_sleep,
+                "load": load.here()}
 
     def notifies_for(self, computer_id: str) -> bool:
         """Whether this tray tells the give-ups of `computer_id`'s nodes, so the fleet tells each once: the
@@ -358,13 +359,13 @@ class Fleet:
     def computers(self) -> dict[str, Any]:
         rows: list[JSONObject] = [{"id": self.self_id, "name": self.name, "address": self.address,
                                    "state": "online", "self": True, "last_seen": self._clock.now().isoformat(),
-                                   "listening": self.server is not None and self.server.listening}]
+                                   "listening": self.server is not None and self.server.listening, "load": load.here()}]
         for c in self.doc.computers:
             state = self.reach.of(c.id)
             rows.append({"id": c.id, "name": c.name, "address": c.address, "state": state.state, "self": False,
                          "last_seen": state.last_seen, "unreachable_since": state.since,
                          "clock_offset_ms": state.clock_offset_ms, "fingerprint": c.fingerprint,
-                         "paired_at": c.paired_at})
+                         "paired_at": c.paired_at, "load": state.load})
         return {"computers": rows}
 
     def _peer(self, computer_id: str) -> Computer:

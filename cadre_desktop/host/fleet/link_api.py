@@ -2,8 +2,8 @@
 
 `GET /api/nodes`, `GET /api/nodes/{id}`, `POST /api/nodes/{id}/retry|restart|pause|resume`,
 `DELETE /api/nodes/{id}`, `GET /api/nodes/{id}/history`, `GET /api/nodes/{id}/logs` (a node's
-QR is its view's `claim_url`); and the fleet's own: `GET /fleet/hello` (who, the time: the
-reachability check and the clock's difference), `POST /fleet/introduce` (the computer that paired
+QR is its view's `claim_url`); and the fleet's own: `GET /fleet/hello` (who, the time, how busy:
+the reachability check, the clock's difference, `load.py`), `POST /fleet/introduce` (the computer that paired
 us names a new member), `POST /fleet/sleeping` (the asker goes to sleep: shown `asleep`, not
 unreachable), `DELETE /fleet/pair` (the asker unpairs itself from us). Anything else is a
 404; errors are `{"error": {"code", "message"}}` as on the control API. Its answers are the control

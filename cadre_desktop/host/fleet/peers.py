@@ -21,8 +21,10 @@ from typing import Any
 
 from cadre_desktop.errors import MachineError
 from cadre_desktop.host.core.clock import Clock
+from cadre_desktop.host.fleet import load
 from cadre_desktop.host.fleet.computers import Computer, split_address
 from cadre_desktop.host.fleet.identity import Identity, client_context
+from cadre_desktop.jsontypes import JSONObject
 from cadre_desktop.net.httpclient import Client, ClientError, Response
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,8 @@ class PeerState:
     error: str | None = None
     #: Its host runs the tray app (it tells its own nodes' give-ups: `Fleet.notifies_for`).
     tray: bool = False
+    #: How busy it said it is at its last answer (`load.checked`), None when it did not say.
+    load: JSONObject | None = None
 
 
 class Peers:
@@ -157,6 +161,7 @@ class Reachability:
             state.state, state.since, state.error = ("asleep" if doc.get("going_to_sleep") else "online"), None, None
             state.last_seen = self._clock.now().isoformat()
             state.tray = doc.get("tray") is True
+            state.load = load.checked(doc.get("load"))
             state.clock_offset_ms = _offset_ms(doc.get("time"), sent, time.time())
         if state.state != before:
             log.info("fleet: %s (%s) is %s", computer.name, computer.id, state.state)

@@ -1,4 +1,4 @@
-"""The details pane: everything the window knows about the selected node, in words."""
+"""The details pane: everything the window knows about the selected node, in words (in a fleet, its computer too)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QScrollArea, QVBoxLay
 
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.core.ops.views import NodeView
+from cadre_desktop.ui.nodes import computers
 from cadre_desktop.ui.nodes.explain import (
     address_words,
     caps_words,
@@ -22,8 +23,8 @@ from cadre_desktop.ui.nodes.explain import (
 from cadre_desktop.ui.nodes.history_strip import HistoryStrip
 from cadre_desktop.ui.nodes.model import NodeTableModel
 
-ROWS = (("status", "Status"), ("reason", "Reason"), ("exit", "Exit code"), ("decision", "Last decision"),
-        ("next", "Next step"), ("address", "Address"), ("peer", "Peer id"), ("node", "Node id"),
+ROWS = (("computer", "Computer"), ("status", "Status"), ("reason", "Reason"), ("exit", "Exit code"),
+        ("decision", "Last decision"), ("next", "Next step"), ("address", "Address"), ("peer", "Peer id"), ("node", "Node id"),
         ("caps", "Caps"), ("log", "Last log lines"))
 
 
@@ -45,7 +46,7 @@ class DetailsPane(QScrollArea):
         font.setPointSizeF(font.pointSizeF() * 1.2)
         self.title.setFont(font)
         outer.addWidget(self.title)
-        form = QFormLayout()
+        form = self.form = QFormLayout()
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         self.fields: dict[str, QLabel] = {}
         for key, label in ROWS:
@@ -60,6 +61,7 @@ class DetailsPane(QScrollArea):
         #: The last 24 hours and 7 days (host/core/ops/history.py), under the decision.
         self.history = HistoryStrip()
         form.insertRow(ROWS.index(("decision", "Last decision")) + 1, "History:", self.history)
+        form.setRowVisible(self.fields["computer"], False)  # shown in a fleet only
         outer.addLayout(form)
         outer.addStretch(1)
         self.setWidget(body)
@@ -94,9 +96,21 @@ class DetailsPane(QScrollArea):
             "log": log_words(log_lines(v.log_path)),
         }
         self._set(self.title, v.name)
+        computer = self._computer(v)
+        self.form.setRowVisible(self.fields["computer"], bool(computer))  # a lone computer's pane as it was
+        values["computer"] = computer
         for key, text in values.items():
             self._set(self.fields[key], text)
         self.history.set_history(self._history(v.id))
+
+    def _computer(self, v: NodeView) -> str:
+        """"This computer (desktop)", "nas (pc_…) · unreachable since 14:05"; "" in no fleet."""
+        group = self.model.group_of(v.id)
+        if group is None:
+            return ""
+        if group.is_self:
+            return f"This computer ({group.name or group.label})"
+        return f"{group.name or group.label} ({group.id}) · {computers.state_words(group, self.model.now)}"
 
     def _history(self, node_id: str) -> dict | None:
         read = getattr(self.model.host, "node_history", None)
@@ -112,4 +126,5 @@ class DetailsPane(QScrollArea):
 
     def text(self) -> str:
         """What the pane says, as plain text (for tests and copying)."""
-        return "\n".join([self.title.text()] + [f"{label}: {self.fields[key].text()}" for key, label in ROWS])
+        return "\n".join([self.title.text()] + [f"{label}: {self.fields[key].text()}" for key, label in ROWS
+                                                 if key != "computer" or self.fields[key].text()])

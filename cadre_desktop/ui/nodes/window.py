@@ -272,8 +272,8 @@ class NodeWindow(QMainWindow):
         return True
 
     def _select_first_if_none(self, *_) -> None:
-        if self.selected_id() is None and self.proxy.rowCount():
-            self.table.selectRow(0)
+        if self.selected_id() is None and (row := self.table.first_node_row()) is not None:
+            self.table.selectRow(row)
 
     def _filter(self, text: str) -> None:
         self.proxy.set_filter(text)
@@ -286,7 +286,7 @@ class NodeWindow(QMainWindow):
             act(node_id)
 
     def update_buttons(self, *_) -> None:
-        self.pages.setCurrentWidget(self.table_page if self.model.rowCount() else self.empty_page)
+        self.pages.setCurrentWidget(self.table_page if self.model.node_count() else self.empty_page)
         self.table.say_no_match(self.filter.text())
         node_id = self.selected_id()
         v = self.model.view(node_id) if node_id else None
@@ -352,10 +352,10 @@ class NodeWindow(QMainWindow):
         v = self.model.view(node_id)
         if v is None or self.runner.busy(node_id):
             return
+        folder = f"on {self.model.computer_label(v)}" if self.model.is_remote(node_id) else self.host.paths.node_dir(node_id)
         dialogs.confirm(
-            self, "Remove node", f"Remove {v.name}?", "Remove",
-            lambda: self.runner.remove(node_id),
-            detail=(f"Its program is stopped, and its work folder ({self.host.paths.node_dir(node_id)}), "
+            self, "Remove node", f"Remove {self.model.label(v)}?", "Remove", lambda: self.runner.remove(node_id),
+            detail=(f"Its program is stopped, and its work folder ({folder}), "
                     "which holds the identity its cadre knows, is deleted with its claim secret. "
                     "This cannot be undone."),
         )

@@ -6,7 +6,7 @@ the tests all say the same thing. No Qt here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -203,6 +203,14 @@ def summary_line(views: list[NodeView]) -> str:
     return f"{len(views)} node{'s' if len(views) != 1 else ''}: {', '.join(parts)}"
 
 
+def fleet_summary(computers: int, unreachable: int, nodes: str) -> str:
+    """"3 computers, 14 nodes: 12 running, 1 needs you; 1 computer unreachable" (a lone computer: `nodes`)."""
+    if computers <= 1:
+        return nodes
+    away = f"; {unreachable} computer{'s' if unreachable != 1 else ''} unreachable" if unreachable else ""
+    return f"{computers} computers, {nodes[0].lower()}{nodes[1:]}{away}"
+
+
 def attention_first(views: list[NodeView]) -> list[NodeView]:
     """Nodes that need the person first, then the rest by urgency; ties keep their order."""
     return sorted(views, key=lambda v: (not needs_attention(v), -node_state(v).rank))
@@ -232,13 +240,14 @@ def first_line(text: str | None, width: int = 120) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def tooltip(views: list[NodeView], now: datetime) -> str:
+def tooltip(views: list[NodeView], now: datetime, name: Callable[[NodeView], str] = lambda v: v.name) -> str:
+    """The tray's tooltip: the state, then the five worst nodes (`name`: a fleet's names them with their computer)."""
     state = aggregate(views)
     if not views:
         return "cadre-desktop: no nodes yet. Open the window to add one."
     lines = [f"cadre-desktop: {SUMMARY[state]}"]
     worst = sorted(views, key=lambda v: -node_state(v).rank)
-    lines += [f"{v.name}: {status_words(v, now)}" for v in worst[:5]]
+    lines += [f"{name(v)}: {status_words(v, now)}" for v in worst[:5]]
     if len(views) > 5:
         lines.append(f"… and {len(views) - 5} more")
     return "\n".join(lines)

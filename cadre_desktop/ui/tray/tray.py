@@ -39,6 +39,7 @@ from cadre_desktop.ui.tray.status import (
     TrayState,
     aggregate,
     attention_first,
+    fleet_summary,
     gave_up,
     menu_words,
     next_morning,
@@ -211,7 +212,9 @@ class Tray(QObject):
         if state != self._state:
             self._state = state
             self.icon.setIcon(self.icons.icon(state))
-        text = tooltip(views, now) + (f"\nLent to other cadres: {len(lent)}" if lent else "")
+        away = self.model.unreachable()
+        text = tooltip(views, now, self.model.label) + (f"\nLent to other cadres: {len(lent)}" if lent else "") + (
+            f"\n{away} computer{'s' if away != 1 else ''} of the fleet cannot be reached" if away else "")
         if paused:
             text = f"cadre-desktop: every node is {paused} (Pause all)\n" + text.partition("\n")[2]
         if self.starting:
@@ -220,8 +223,7 @@ class Tray(QObject):
             self.icon.setToolTip(text.strip())
         if not self.menu.isVisible():
             self._update_menu(views)
-            computers = self.model.computers()
-            summary = self.starting or (f"{computers} computers, " if computers > 1 else "") + summary_line(views)
+            summary = self.starting or fleet_summary(self.model.computers(), away, summary_line(views))
             self._set(self.summary, text=f"{paused[0].upper()}{paused[1:]} · {summary}" if paused else summary)
             self._set(self.pause_action, visible=not paused)
             self._set(self.resume_action, visible=bool(paused))
@@ -246,13 +248,14 @@ class Tray(QObject):
                 self._set(node, visible=False)
                 self._set(retry, visible=False)
                 continue
-            self._set(node, text=_escaped(f"{v.name}: {menu_words(v)}"), visible=True)
+            name = self.model.label(v)  # another computer's node named with its computer
+            self._set(node, text=_escaped(f"{name}: {menu_words(v)}"), visible=True)
             self._held_slots.discard(slot)
             if gave_up(v):
-                self._set(retry, text=_escaped(f"Retry {v.name}"), visible=True)
+                self._set(retry, text=_escaped(f"Retry {name}"), visible=True)
             elif v.status in HELD:
                 self._held_slots.add(slot)
-                self._set(retry, text=_escaped(f"Resume {v.name}"), visible=True)
+                self._set(retry, text=_escaped(f"Resume {name}"), visible=True)
             else:
                 self._set(retry, visible=False)
         more = len(views) > NODE_SLOTS
