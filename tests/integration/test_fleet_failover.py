@@ -89,12 +89,14 @@ def test_a_frozen_computers_failover_node_serves_on_another_and_never_twice(tmp_
             store_ready(h)
         turned = b.cli("node", "set", node["id"], "--failover", "on", "--json")
         assert turned.returncode == 0, turned.stderr
-        held = wait_until(lambda: (v := b.node(node["id"]))["ready"] and v["failover"] and v["generation"]
-                          and v["pid"] != claimed["pid"] and v, timeout=30, interval=0.2,
-                          what="the node restarted under its lease on bravo")
+        def restarted() -> dict | None:
+            v = b.node(node["id"])
+            return v if v["ready"] and v["failover"] and v["generation"] and v["pid"] != claimed["pid"] else None
+        held = wait_until(restarted, timeout=30, interval=0.2, what="the node restarted under its lease on bravo")
         for h in (a, c):
-            wait_until(lambda h=h: (h.home / "replicas" / node["id"] / "replica.bin").is_file(), timeout=30,
-                       interval=0.2, what=f"the replica on {h.home.name}")
+            replica = h.home / "replicas" / node["id"] / "replica.bin"
+            wait_until(replica.is_file, timeout=30, interval=0.2, what=f"the replica on {h.home.name}")
+            assert replica.stat().st_mode & 0o077 == 0 and b"family" not in replica.read_bytes()  # 0600, encrypted
         # Bravo shut asleep: its host, its node and its etcd member frozen.
         frozen = processes_of(b)
         assert len(frozen) >= 3, frozen

@@ -59,6 +59,8 @@ LOST_LEASE = "stopped: this computer lost its lease"
 #: How long a lost holder is given to stop the node when asked over the link.
 STOP_ASK_S = 2.0
 SERVE_S = 60.0
+#: How often the deadline watch looks (cheap: no I/O unless a renewal came or a deadline nears).
+WATCH_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Failover:
         self._seen_marks: dict[str, tuple[int, float]] = {}
         self._taking: set[str] = set()
         self._task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
         self._bg: set[asyncio.Task[Any]] = set()
 
     @property
@@ -98,19 +101,49 @@ class Failover:
 
     # -- life ----------------------------------------------------------------------
 
+    @property
+    def guard_s(self) -> float:
+        """How near this computer's deadline its failover nodes are stopped (when renewals fail)."""
+        return max(0.75, self.period_s / 2)
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="fleet-failover")
+            self._watch_task = asyncio.create_task(self._watch(), name="fleet-failover-watch")
+
+    async def _watch(self) -> None:
+        """Between passes: each renewal moves the held nodes' deadlines on at once, and a deadline
+        that nears stops them (a pass can be slow: a store that does not answer takes its timeout)."""
+        extended: int | None = None
+        while True:
+            await asyncio.sleep(WATCH_S)
+            try:
+                keeper = self.keeper
+                left = self.left_s()
+                if left is None or left < self.guard_s:
+                    if self._held_here(None):
+                        await self._guard(None)
+                elif keeper is not None and keeper.renewed_ns != extended:
+                    extended = keeper.renewed_ns
+                    for record in self._held_here(None):
+                        shared = self.store.nodes[record.id]
+                        if record.id not in self.stopped:
+                            await asyncio.to_thread(extend_node, self.local.node_dir(record.id),
+                                                    node_terms(shared.generation, keeper))
+            except (CadreError, OSError) as exc:
+                log.info("failover: the deadline watch: %s", getattr(exc, "message", exc))
 
     async def stop(self) -> None:
-        for task in [self._task, *self._bg]:
+        for task in [self._task, self._watch_task, *self._bg]:
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, CadreError):
                     await task
-        self._task = None
+        self._task = self._watch_task = None
         if self.keeper is not None:
-            await self.keeper.stop()
+            # A lease revoked while a failover node still runs here would let another computer take it
+            # at once, and the node would serve twice until the host stops it: then it expires instead.
+            await self.keeper.stop(revoke=not self._held_here(None))
             self.keeper = None
 
     async def _run(self) -> None:
@@ -192,7 +225,7 @@ class Failover:
     async def _guard(self, nodes: dict[str, NodeShared] | None) -> None:
         """Failover nodes held here stop before this computer's deadline when renewals fail."""
         left = self.left_s()
-        if left is not None and left > self.period_s + 0.5:
+        if left is not None and left >= self.guard_s:
             return
         for record in self._held_here(nodes):
             if record.id in self.stopped:
@@ -220,7 +253,8 @@ class Failover:
                 continue
             terms = node_terms(shared.generation, keeper)
             await asyncio.to_thread(extend_node, self.local.node_dir(record.id), terms)
-            if self.stopped.pop(record.id, None) == LOST_LEASE:
+            if self.stopped.get(record.id) == LOST_LEASE and (self.left_s() or 0) >= 2 * self.guard_s:
+                self.stopped.pop(record.id, None)
                 log.info("failover: node %s is held here under a valid lease again; it runs again", record.id)
                 with contextlib.suppress(CadreError):
                     await self.local.resume(record.id)
@@ -359,8 +393,8 @@ class Failover:
 
     async def _take_over(self, nodes: dict[str, NodeShared]) -> None:
         me, left = self._me(), self.left_s()
-        if left is None or left <= 0:
-            return
+        if left is None or left <= 2 * self.guard_s:
+            return  # a node taken now would stop again at once
         wanted = [s for s in nodes.values() if s.failover and s.holder not in (None, me)
                   and self.local.record(s.node) is None and s.node not in self._taking and self.replicas.has(s.node)]
         if not wanted:

@@ -67,6 +67,12 @@ def member_ports(fleet_port: int) -> tuple[int, int]:
     return fleet_port + CLIENT_OFFSET, fleet_port + PEER_OFFSET
 
 
+def election_for(lease_ms: int) -> int:
+    """etcd's election timeout for a fleet lease: a third of it, between 1 and 5 s. etcd grants no
+    lease shorter than 1.5 election timeouts, and a leader lost must be replaced well inside a lease."""
+    return max(1000, min(5000, lease_ms // 3))
+
+
 def peer_endpoint(computer: Computer) -> Endpoint:
     host, port = split_address(computer.address)
     return Endpoint(host, member_ports(port)[0])
@@ -177,8 +183,10 @@ class FleetStore:
 
     def _spec(self) -> MemberSpec:
         client_port, peer_port = member_ports(self._settings().fleet_port)
+        election_ms = election_for(self._settings().fleet_lease_ms)
         return MemberSpec(name=self._self_id(), host=self._advertise(), client_port=client_port,
-                          peer_port=peer_port, root=self._root)
+                          peer_port=peer_port, root=self._root, election_ms=election_ms,
+                          heartbeat_ms=max(100, election_ms // 10))
 
     async def _keep_member(self, identity: Identity, computers: list[Computer]) -> None:
         spec = self._spec()
