@@ -121,3 +121,15 @@ def test_a_node_first_seen_given_up_is_told_only_when_it_gave_up_since_the_app_s
     link.views = [old, new]
     shell.model.ask_remote()
     qtbot.waitUntil(lambda: told == ["Shed stopped on nas"], timeout=10_000)
+
+
+def test_a_two_computer_fleet_s_details_say_failover_needs_a_third(shell, aio, qtbot, monkeypatch):
+    from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER
+
+    paired(shell, monkeypatch)
+    local = added(shell, aio, "Study")
+    window = shell.window
+    window.select(local.id)
+    aio.wait(lambda: shell.model.refresh() or THIRD_COMPUTER in window.details.fields["fleet"].text())
+    check = window.details.failover
+    assert not check.isChecked() and not check.isEnabled() and THIRD_COMPUTER in check.toolTip()
