@@ -452,7 +452,8 @@ class Failover:
             raise
         await self.replicas.drop(node_id)
         self.hooks.failed_over(node_id, replica.record.name, self._name_of(holder), self._name_of(me),
-                               f"{self._name_of(holder)}'s lease expired")
+                               f"{self._name_of(holder)} lost its lease (asleep, off or cut off) by"
+                               f" {time.strftime('%H:%M')}")
         self._spawn(self._until_served(node_id, taken.generation))
 
     async def _until_served(self, node_id: str, generation: int) -> None:

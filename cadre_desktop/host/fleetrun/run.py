@@ -7,6 +7,7 @@ etcd) and `stop` at quit. Every collaborator below is handed what it needs as a 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,7 +16,7 @@ from cadre_desktop.errors import NoSuchThing
 from cadre_desktop.host.core.events import EventBus, EventKind
 from cadre_desktop.host.core.ops.service import NodeService
 from cadre_desktop.host.core.ops.views import NodeView, NodeViews
-from cadre_desktop.host.core.records.records import NodeRecord
+from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
 from cadre_desktop.host.core.supervision.starts import Starter
 from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore
 from cadre_desktop.host.fleet.computers import Computer
@@ -53,8 +54,12 @@ class FleetRun:
 
         def record(node_id: str) -> NodeRecord | None:
             return service.store.get(node_id)
+        async def moved_in(record: NodeRecord, secret: str, status: NodeStatus) -> NodeRecord:
+            adopted = await service.adopt(record, secret, status)
+            events.emit(EventKind.MOVED, record.id, "moved here from another computer of the fleet")
+            return adopted
         local = LocalSide(view=get_node, record=record, secret=secret, pause=pause, resume=resume,
-                          remove=service.remove, node_dir=paths.node_dir, adopt=service.adopt, now=time.time)
+                          remove=service.remove, node_dir=paths.node_dir, adopt=moved_in, now=time.time)
         mover = Mover(me=lambda: fleet.self_id, computers=lambda: fleet.doc.computers, local=local, store=store, ask=ask)
         def failed_over(node_id: str, name: str, source: str, target: str, why: str) -> None:
             """A failover node was taken over here: one event, for the tray to tell once."""
@@ -62,7 +67,8 @@ class FleetRun:
         hooks = Hooks(records=service.store.list, restart=restart, moving=lambda node_id: node_id in mover._moving,
                       failed_over=failed_over)
         failover = Failover(settings=settings, me=lambda: fleet.self_id, computers=lambda: fleet.doc.computers,
-                            store=store, local=local, hooks=hooks, replicas=Replicas(paths.data_dir / "replicas", secrets),
+                            store=store, local=dataclasses.replace(local, adopt=service.adopt), hooks=hooks,
+                            replicas=Replicas(paths.data_dir / "replicas", secrets),
                             ask=ask)
         starter.extra_env = failover.lease_env
 
