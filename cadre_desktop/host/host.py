@@ -349,8 +349,6 @@ class Host:
 
     async def _teardown(self, *, stop_nodes: bool) -> None:
         await self.netwatch.stop()
-        for fleet_part in (self.fleetrun, self.fleet):
-            await fleet_part.stop() if fleet_part is not None else None
         if self.control is not None:
             await self.control.stop()
             self.control = None
@@ -360,6 +358,8 @@ class Host:
         for part in (self.lending, self.probe, self.supervisor):  # the supervisor before the driver: its stops respawn nothing
             if part is not None:
                 await part.stop()
+        for fleet_part in (self.fleetrun, self.fleet):  # after the supervisor: a failover node past its lease respawns not
+            await fleet_part.stop() if fleet_part is not None else None
         if self.gate is not None:
             await self.gate.close()
         for task in self._tasks:
