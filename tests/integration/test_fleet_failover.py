@@ -78,6 +78,8 @@ def test_a_frozen_computers_failover_node_serves_on_another_and_never_twice(tmp_
                              timeout=20, interval=0.1, what="the node claimed on bravo")
         pair_by_api(a, b)
         wait_state(b, ids["alpha"], "online", timeout=30)
+        for h in (a, b):
+            store_ready(h)  # a cluster of two, settled before the third member joins it
         # Two computers: refused in words, nothing changed.
         refused = b.cli("node", "set", node["id"], "--failover", "on")
         assert refused.returncode != 0 and THIRD_COMPUTER in refused.stderr + refused.stdout, refused

@@ -124,6 +124,8 @@ class FleetStore:
         self._lock = asyncio.Lock()
         self._tls: FleetTls | None = None
         self._read_at: float | None = None
+        #: The member was started to join a cluster and has not answered yet.
+        self._fresh_join = False
 
     # -- life ------------------------------------------------------------------
 
@@ -197,7 +199,12 @@ class FleetStore:
                 await self.member.stop()
             else:
                 log.warning("fleet store: the etcd member ended; it is started again")
-                if await asyncio.to_thread(_was_removed, self.member.spec.log_file):
+                if self._fresh_join:
+                    # A first start on a cluster that ended before it answered (etcd's discovery failed:
+                    # a peer restarting meanwhile) leaves a data folder with no log: it joins afresh.
+                    log.warning("fleet store: the etcd member ended before it first answered; it joins again")
+                    await asyncio.to_thread(shutil.rmtree, self.member.spec.data_dir, True)
+                elif await asyncio.to_thread(_was_removed, self.member.spec.log_file):
                     # etcd's own word: its data folder is of no use to any cluster now; it joins afresh.
                     log.warning("fleet store: the cluster removed this computer's member; it asks to join again")
                     await asyncio.to_thread(shutil.rmtree, self.member.spec.data_dir, True)
@@ -219,8 +226,9 @@ class FleetStore:
                 await member.start([Peer(spec.name, spec.peer_url(True))])
             else:
                 await member.start(initial, joining=True)
-            self.member, self._trust = member, trust
+            self.member, self._trust, self._fresh_join = member, trust, initial is not None
             await member.wait_ready()
+            self._fresh_join = False
         assert self._tls is not None
         await self._use_client([spec.endpoint, *(peer_endpoint(c) for c in computers)], self._tls)
         await self._drop_departed({c.id for c in computers})
