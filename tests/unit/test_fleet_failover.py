@@ -124,3 +124,14 @@ def test_a_failover_node_held_here_starts_under_the_lease_and_any_other_without(
 def test_etcd_s_election_timeout_follows_the_lease() -> None:
     assert election_for(15000) == 5000 and election_for(3000) == 1000 and election_for(6000) == 2000
     assert election_for(600_000) == 5000
+
+
+def test_a_replica_is_dropped_only_by_the_computer_that_sent_it(tmp_path: Path) -> None:
+    replicas = Replicas(tmp_path / "replicas", DictSecrets())  # type: ignore[arg-type]
+
+    async def go() -> tuple[bool, bool]:
+        await replicas.keep("pc_c", replica_doc("n1"))  # the node's new holder sent it
+        by_old_holder = await replicas.drop("n1", source="pc_b")
+        by_sender = await replicas.drop("n1", source="pc_c")
+        return by_old_holder, by_sender
+    assert asyncio.run(go()) == (False, True) and not replicas.has("n1")

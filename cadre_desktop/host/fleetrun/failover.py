@@ -375,9 +375,9 @@ class Failover:
     async def replica_in(self, source: Computer, doc: object) -> dict[str, Any]:
         return {"kept": await self.replicas.keep(source.id, doc)}
 
-    async def replica_drop(self, doc: object) -> dict[str, Any]:
+    async def replica_drop(self, source: Computer, doc: object) -> dict[str, Any]:
         node_id = doc.get("node") if isinstance(doc, dict) else None
-        return {"dropped": isinstance(node_id, str) and await self.replicas.drop(node_id)}
+        return {"dropped": isinstance(node_id, str) and await self.replicas.drop(node_id, source=source.id)}
 
     async def stop_asked(self, doc: object) -> dict[str, Any]:
         """Another computer takes a node over from this one: the copy here stops now, if it is here."""

@@ -136,11 +136,21 @@ class Replicas:
             await self.drop(node_id)
             return None
 
-    async def drop(self, node_id: str) -> bool:
+    async def drop(self, node_id: str, *, source: str | None = None) -> bool:
+        """Drop the replica of `node_id`; with `source`, only one that computer sent (a computer that
+        held the node before does not drop the replica its new holder sent)."""
         try:
             folder = self.folder(node_id)
         except Invalid:
             return False
+        if source is not None:
+            def sent_by() -> str:
+                try:
+                    return (folder / SOURCE_FILE).read_text("ascii", "replace")[:128]
+                except OSError:
+                    return ""
+            if await asyncio.to_thread(sent_by) != source:
+                return False
         existed = folder.exists()
         await asyncio.to_thread(shutil.rmtree, folder, True)
         return existed

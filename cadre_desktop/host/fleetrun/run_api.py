@@ -60,7 +60,7 @@ class RunApi:
         if path == "/fleet/run/replica":
             return answer(await self.failover.replica_in(asker, await request.json()))
         if path == "/fleet/run/replica/drop":
-            return answer(await self.failover.replica_drop(await request.json()))
+            return answer(await self.failover.replica_drop(asker, await request.json()))
         if path == "/fleet/run/failover/stop":
             return answer(await self.failover.stop_asked(await request.json()))
         return error_answer(404, "not_found", "The fleet link has no such call.")
