@@ -199,7 +199,7 @@ class FleetStore:
                 await self.member.stop()
             else:
                 log.warning("fleet store: the etcd member ended; it is started again")
-                if self._fresh_join:
+                if self._fresh_join and not await asyncio.to_thread(_has_log, self.member.spec.data_dir):
                     # A first start on a cluster that ended before it answered (etcd's discovery failed:
                     # a peer restarting meanwhile) leaves a data folder with no log: it joins afresh.
                     log.warning("fleet store: the etcd member ended before it first answered; it joins again")
@@ -375,6 +375,12 @@ class FleetStore:
 
 #: What etcd logs when its member was removed from its cluster (its data folder must then go).
 REMOVED_WORDS = "the member has been permanently removed from the cluster"
+
+
+def _has_log(data_dir: Path) -> bool:
+    """Whether a member's data folder holds a write-ahead log with anything in it."""
+    wal = data_dir / "member" / "wal"
+    return wal.is_dir() and any(w.stat().st_size > 0 for w in wal.glob("*.wal"))
 
 
 def _was_removed(log_file: Path) -> bool:
