@@ -1,5 +1,9 @@
-"""`cadre-desktop node set ID [--cpu N] [--memory MB] [--always-run|--no-always-run]`, and a node's
-caps in words for `node show`.
+"""`cadre-desktop node set ID [--cpu N] [--memory MB] [--always-run|--no-always-run] [--failover on|off]`,
+and a node's caps in words for `node show`.
+
+`--failover on|off` is a client of `POST /api/nodes/{id}/failover` (`{"on": true|false}`): with it on,
+another computer of the fleet takes the node over when this one loses its lease (asleep,
+unplugged, cut off). The host refuses it in words outside a fleet of three computers or more.
 
 A client of `PATCH /api/nodes/{id}`: the host checks the values (one clear error,
 nothing changed) and answers the node's view. `default` for `--cpu` or `--memory`
@@ -11,9 +15,13 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+from urllib.parse import quote
 
 from cadre_desktop.cli.terminal import EXIT_OK, Usage, client, out, print_json, shown
 from cadre_desktop.paths import Paths
+
+#: Turning failover on writes the fleet's store and restarts the node under its lease.
+FAILOVER_TIMEOUT_S = 60.0
 
 
 def _amount(text: str) -> int | None:
@@ -34,14 +42,26 @@ def add_parser(nodes: Any, as_json: argparse.ArgumentParser, node_id: argparse.A
                      help="memory cap in MB (at least 32), or 'default' for the host's")
     cmd.add_argument("--always-run", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                      help="run whatever the run conditions say (a person's pause still stops it)")
+    cmd.add_argument("--failover", choices=("on", "off"), default=argparse.SUPPRESS,
+                     help="keep it running on another computer of the fleet when this one is lost")
     cmd.set_defaults(func=cmd_set)
 
 
 def cmd_set(args: argparse.Namespace, paths: Paths) -> int:
     names = {"cpu": "cpu_percent", "memory": "memory_mb", "always_run": "always_run"}
     change = {field: getattr(args, flag) for flag, field in names.items() if hasattr(args, flag)}
-    if not change:
-        raise Usage("node set: give --cpu, --memory or --always-run/--no-always-run")
+    failover = getattr(args, "failover", None)
+    if not change and failover is None:
+        raise Usage("node set: give --cpu, --memory, --always-run/--no-always-run or --failover on|off")
+    if failover is not None:
+        done = client(paths).request("POST", f"/api/nodes/{quote(args.id, safe='')}/failover",
+                                     {"on": failover == "on"}, timeout=FAILOVER_TIMEOUT_S)
+        if args.json and not change:
+            print_json(done)
+            return EXIT_OK
+        out(f"Failover is {failover} for {shown(args.id)} (generation {shown(done.get('generation'))})")
+        if not change:
+            return EXIT_OK
     node = client(paths).set_node_caps(args.id, change)
     if args.json:
         print_json(node)

@@ -217,7 +217,8 @@ class Host:
         await self.fleet.start() if self.fleet is not None else None
         self.fleetrun = FleetRun.wire(fleet=self.fleet, settings=lambda: self.settings, paths=self.paths, secrets=self.secrets,
                                       service=p.service, views=p.views, get_node=self.get_node, pause=self.pause_node,
-                                      resume=self.resume_node, advertise=lambda: self.advertise_host) if self.fleet else None
+                                      resume=self.resume_node, advertise=lambda: self.advertise_host, restart=self.restart_node,
+                                      starter=p.supervisor.starter, events=self.events) if self.fleet else None
         self.fleetrun.start() if self.fleetrun is not None else None  # a task of its own: the start never waits on etcd
         self._started = True
         log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))
@@ -348,8 +349,6 @@ class Host:
 
     async def _teardown(self, *, stop_nodes: bool) -> None:
         await self.netwatch.stop()
-        for fleet_part in (self.fleetrun, self.fleet):
-            await fleet_part.stop() if fleet_part is not None else None
         if self.control is not None:
             await self.control.stop()
             self.control = None
@@ -359,6 +358,8 @@ class Host:
         for part in (self.lending, self.probe, self.supervisor):  # the supervisor before the driver: its stops respawn nothing
             if part is not None:
                 await part.stop()
+        for fleet_part in (self.fleetrun, self.fleet):  # after the supervisor: a failover node past its lease respawns not
+            await fleet_part.stop() if fleet_part is not None else None
         if self.gate is not None:
             await self.gate.close()
         for task in self._tasks:

@@ -58,6 +58,9 @@ class SecretKind(str, Enum):
     SEED_TOKEN = "seed-token"
     #: The fleet: this computer's private key (`<home id>/<computer id>/fleet-key`), PEM.
     FLEET_KEY = "fleet-key"
+    #: Failover: the key this computer's replicas of other computers' nodes are encrypted with
+    #: (`<home id>/replicas/replica-key`), Fernet.
+    REPLICA_KEY = "replica-key"
 
 
 def user_name(node_id: str, kind: SecretKind, home_id: str | None = None) -> str:

@@ -22,6 +22,8 @@ class HostBridge(QObject):
     donation_gave_up = Signal(str, str)
     #: node id, the cadre it joined
     claimed = Signal(str, str)
+    #: node id, the sentence told once ("Study moved to nas: laptop's lease expired")
+    failed_over = Signal(str, str)
     #: the machine woke from sleep: seconds it slept
     woke = Signal(float)
     #: after any event, these and host-wide ones (a wake from sleep, a new address): (kind, node id)
@@ -42,6 +44,8 @@ class HostBridge(QObject):
             self.donation_gave_up.emit(event.node_id, event.detail)
         elif kind is EventKind.CLAIMED:
             self.claimed.emit(event.node_id, event.detail)
+        elif kind is EventKind.FAILED_OVER:
+            self.failed_over.emit(event.node_id, event.detail)
         elif kind is EventKind.WOKE:
             self.woke.emit(float(event.detail or 0))
         elif kind in self._per_node:

@@ -55,9 +55,9 @@ def fleet_nodes(host: HeadlessHost) -> dict:
 
 
 @contextlib.contextmanager
-def running_hosts(root: Path, *names: str) -> Iterator[list[HeadlessHost]]:
-    """One started host per name, each stopped at the end if it still runs."""
-    hosts = [fleet_host(root, name) for name in names]
+def running_hosts(root: Path, *names: str, **overrides) -> Iterator[list[HeadlessHost]]:
+    """One started host per name (`overrides`: settings of each), each stopped at the end if it still runs."""
+    hosts = [fleet_host(root, name, **overrides) for name in names]
     try:
         for h in hosts:
             h.start()

@@ -414,3 +414,15 @@ def test_remove_of_another_computers_node_asks_in_its_computers_words(shell, qtb
     assert text == "Remove Zed · on nas (pc_nas23)?" and "work folder (on nas (pc_nas23))" in options["detail"]
     then()
     qtbot.waitUntil(lambda: link.acted == [("n-remote2", "remove")], timeout=10_000)
+
+
+def test_a_two_computer_fleet_s_details_say_failover_needs_a_third(shell, aio, qtbot, monkeypatch):
+    from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER
+
+    paired(shell, monkeypatch)
+    local = added(shell, aio, "Study")
+    window = shell.window
+    window.select(local.id)
+    aio.wait(lambda: shell.model.refresh() or THIRD_COMPUTER in window.details.fields["fleet"].text())
+    check = window.details.failover
+    assert not check.isChecked() and not check.isEnabled() and THIRD_COMPUTER in check.toolTip()

@@ -85,3 +85,19 @@ def test_a_crash_second_in_a_day_of_up_and_one_in_the_windows_last_second_are_pa
     seen = [c for c, _ in runs(image, int(bar.center().y()), int(bar.left()), int(bar.right()))]
     down = STATE_COLOURS["down"]
     assert seen.count(down) == 2 and seen[-1] == down, seen
+
+
+def test_a_failover_here_is_a_mark_on_the_bar_and_a_line_of_the_tooltip(qtbot):
+    from cadre_desktop.ui.nodes.history_strip import ARRIVAL_COLOURS, HistoryStrip
+
+    strip = HistoryStrip()
+    qtbot.addWidget(strip)
+    day = window("24h", 24, [("up", 24, 0)], uptime=100.0)
+    day["arrivals"] = [{"at": stamp(6), "kind": "failed_over", "words": "Study moved to nas: laptop lost its lease"}]
+    strip.set_history({"windows": [day]})
+    strip.resize(600, strip.sizeHint().height())
+    image = strip.grab().toImage()
+    bar = strip.bar_rect(0)
+    marks = runs(image, int(bar.top()) + 1, int(bar.left()), int(bar.right()))
+    assert ARRIVAL_COLOURS["failed_over"] in [c for c, _ in marks]
+    assert "taken over here at 06:00 UTC: Study moved to nas" in strip.toolTip()

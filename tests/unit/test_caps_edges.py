@@ -97,7 +97,7 @@ def test_node_set_default_gives_back_the_hosts_cap(served, capsys):
     (["--memory", "16"], 1, "memory_mb must be a whole number of MB from 32"),
     (["--cpu", "0"], 1, "cpu_percent must be a whole number from 1"),
     (["--cpu", "lots"], 2, "not a whole number"),
-    ([], 2, "give --cpu, --memory or --always-run"),
+    ([], 2, "give --cpu, --memory, --always-run"),
 ])
 def test_node_set_with_bad_input_fails_clearly_and_changes_nothing(served, capsys, argv, code, words):
     got, _out, err = run(capsys, "node", "set", "n1", *argv)

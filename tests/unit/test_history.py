@@ -336,3 +336,16 @@ def test_a_start_that_fails_after_a_resume_is_down(tmp_path):
     changed(history)
     clock.advance(60)
     assert [s.state for s in history.windows("n1")[0].spans] == [HistoryState.PAUSED, HistoryState.DOWN]
+
+
+def test_a_failover_and_a_move_here_are_marks_with_their_words_kept_across_a_restart(tmp_path):
+    history, clock, views = made(tmp_path)
+    history.on_event(HostEvent(EventKind.FAILED_OVER, "n1", "Kitchen moved to nas: laptop lost its lease\x1b[2J at 14:02"))
+    clock.advance(60)
+    history.on_event(HostEvent(EventKind.MOVED, "n1", "moved here from another computer of the fleet"))
+    clock.advance(60)
+    history.host_stopped()
+    again, _, _ = made(tmp_path, clock, views)
+    doc = again.to_json("n1")["windows"][0]
+    assert [a["kind"] for a in doc["arrivals"]] == ["failed_over", "moved"]
+    assert doc["arrivals"][0]["words"].startswith("Kitchen moved to nas") and "\x1b" not in doc["arrivals"][0]["words"]

@@ -25,6 +25,11 @@ class EventKind(str, Enum):
     HELD = "held"
     #: A held node was started again (detail: "wake", "resume" or "retry").
     RESUMED = "resumed"
+    #: A failover node was taken over by this computer from one that lost its lease (detail: the
+    #: sentence a person is told once, "Study moved to nas: laptop's lease expired"). Not an alarm.
+    FAILED_OVER = "failed_over"
+    #: A node moved here from another computer by a planned move (detail: words). No notification.
+    MOVED = "moved"
     #: The machine woke from sleep (node_id is empty; detail is the seconds slept).
     WOKE = "woke"
     #: The address nodes advertise changed (node_id empty; detail is the new address).

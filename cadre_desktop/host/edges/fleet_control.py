@@ -8,6 +8,8 @@ Registered by `ControlServer` (behind its guards):
 * `POST /api/fleet/join` with `{"code", "address"}`: pairs by the code (its text kept out of any
   logged failure);
 * `PATCH /api/fleet/computers/{id}` with `{"name"}`, `DELETE /api/fleet/computers/{id}`;
+* `POST /api/nodes/{id}/move` with `{"to"}`, `POST /api/nodes/{id}/failover` with `{"on": bool}`
+  (refused in words outside a fleet of three computers);
 * `GET /api/nodes?scope=fleet`: every computer's nodes, each with `computer` (the one query
   parameter the control API takes).
 
@@ -84,9 +86,18 @@ def routes(host: ServedHost) -> list[RouteDef]:
             raise InvalidState("The host has not started its fleet yet; try again in a moment.")
         return json_answer(await run.move(request.match_info["id"], to.strip()[:64]))
 
+    async def failover(request: Request) -> Answer:
+        body = await read_body(request, {"on"})
+        on, run = body.get("on"), host.fleetrun
+        if not isinstance(on, bool):
+            raise refused(400, "Failover takes {\"on\": true} or {\"on\": false}.")
+        if run is None:
+            raise InvalidState("This computer is in no fleet: failover needs three computers paired.")
+        return json_answer(await run.failover.set(request.match_info["id"], on))
+
     return [("GET", "/api/fleet", computers), ("POST", "/api/fleet/invite", invite), ("POST", "/api/fleet/join", join),
             ("PATCH", "/api/fleet/computers/{id}", rename), ("DELETE", "/api/fleet/computers/{id}", remove),
-            ("POST", "/api/nodes/{id}/move", move)]
+            ("POST", "/api/nodes/{id}/move", move), ("POST", "/api/nodes/{id}/failover", failover)]
 
 
 async def forwarded(host: ServedHost, request: Request) -> Answer | None:

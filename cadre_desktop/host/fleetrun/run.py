@@ -7,34 +7,41 @@ etcd) and `stop` at quit. Every collaborator below is handed what it needs as a 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cadre_desktop.errors import NoSuchThing
+from cadre_desktop.host.core.events import EventBus, EventKind
 from cadre_desktop.host.core.ops.service import NodeService
 from cadre_desktop.host.core.ops.views import NodeView, NodeViews
-from cadre_desktop.host.core.records.records import NodeRecord
+from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
+from cadre_desktop.host.core.supervision.starts import Starter
 from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore
 from cadre_desktop.host.fleet.computers import Computer
 from cadre_desktop.host.fleet.fleet import Fleet
+from cadre_desktop.host.fleetrun.failover import Failover, Hooks
 from cadre_desktop.host.fleetrun.moves import LocalSide, Mover
+from cadre_desktop.host.fleetrun.replicas import Replicas
 from cadre_desktop.host.fleetrun.run_api import RunApi
 from cadre_desktop.host.fleetrun.store import FleetStore
 from cadre_desktop.host.local.system.seam import for_this_os
 from cadre_desktop.paths import Paths
 from cadre_desktop.settings import Settings
+from cadre_desktop.text import one_line
 
 
 class FleetRun:
-    def __init__(self, store: FleetStore, mover: Mover, fleet: Fleet) -> None:
-        self.store, self.mover, self.fleet = store, mover, fleet
+    def __init__(self, store: FleetStore, mover: Mover, fleet: Fleet, failover: Failover) -> None:
+        self.store, self.mover, self.fleet, self.failover = store, mover, fleet, failover
 
     @classmethod
     def wire(cls, *, fleet: Fleet, settings: Callable[[], Settings], paths: Paths, secrets: SecretStore,
              service: NodeService, views: NodeViews, get_node: Callable[[str], NodeView],
              pause: Callable[[str], Awaitable[object]], resume: Callable[[str], Awaitable[object]],
-             advertise: Callable[[], str]) -> FleetRun:
+             advertise: Callable[[], str], restart: Callable[[str], Awaitable[object]],
+             starter: Starter, events: EventBus) -> FleetRun:
         async def ask(computer: Computer, method: str, path: str, body: Any, timeout_s: float) -> tuple[int, Any]:
             return await fleet.forward_within(computer, method, path, body, timeout_s)
 
@@ -47,17 +54,40 @@ class FleetRun:
 
         def record(node_id: str) -> NodeRecord | None:
             return service.store.get(node_id)
+        async def moved_in(record: NodeRecord, secret: str, status: NodeStatus) -> NodeRecord:
+            adopted = await service.adopt(record, secret, status)
+            events.emit(EventKind.MOVED, record.id, "moved here from another computer of the fleet")
+            return adopted
         local = LocalSide(view=get_node, record=record, secret=secret, pause=pause, resume=resume,
-                          remove=service.remove, node_dir=paths.node_dir, adopt=service.adopt, now=time.time)
+                          remove=service.remove, node_dir=paths.node_dir, adopt=moved_in, now=time.time)
         mover = Mover(me=lambda: fleet.self_id, computers=lambda: fleet.doc.computers, local=local, store=store, ask=ask)
-        views.shared = store.view_of
-        fleet.run_api = RunApi(store, mover)
-        return cls(store, mover, fleet)
+        def failed_over(node_id: str, name: str, source: str, target: str, why: str) -> None:
+            """A failover node was taken over here: one event, for the tray to tell once."""
+            events.emit(EventKind.FAILED_OVER, node_id, one_line(f"{name} moved to {target}: {why}", 300))
+        hooks = Hooks(records=service.store.list, restart=restart, moving=lambda node_id: node_id in mover._moving,
+                      failed_over=failed_over)
+        failover = Failover(settings=settings, me=lambda: fleet.self_id, computers=lambda: fleet.doc.computers,
+                            store=store, local=dataclasses.replace(local, adopt=service.adopt), hooks=hooks,
+                            replicas=Replicas(paths.data_dir / "replicas", secrets),
+                            ask=ask)
+        starter.extra_env = failover.lease_env
+
+        def view_of(node_id: str) -> dict[str, Any]:
+            shown = store.view_of(node_id)
+            why = failover.stopped.get(node_id)
+            if why is not None and shown.get("failover"):
+                shown["fleet_note"] = why
+            return shown
+        views.shared = view_of
+        fleet.run_api = RunApi(store, mover, failover)
+        return cls(store, mover, fleet, failover)
 
     def start(self) -> None:
         self.store.start()
+        self.failover.start()
 
     async def stop(self) -> None:
+        await self.failover.stop()
         await self.store.stop()
 
     async def move(self, node_id: str, to: str) -> dict[str, Any]:

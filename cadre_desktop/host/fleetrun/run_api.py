@@ -3,7 +3,9 @@
 `POST /fleet/run/etcd/join` (add the asker's etcd member to the cluster: `FleetStore.join_asked`),
 `POST /fleet/run/move/check`, `POST /fleet/run/move/in`, `POST /fleet/run/move/drop` (the target's
 side of a move: `Mover`), `POST /fleet/run/move/out` (move a node this computer hosts, asked by
-another computer's person: `{"node", "to"}`). The link has already checked the asker's pinned key
+another computer's person: `{"node", "to"}`), `POST /fleet/run/replica` and
+`/fleet/run/replica/drop` (a failover node's replica kept or dropped here), `POST
+/fleet/run/failover/stop` (another computer takes a node over: the copy here stops). The link has already checked the asker's pinned key
 and bounded the request; errors are `{"error": {"code", "message"}}` as everywhere.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 from cadre_desktop.errors import ApiError, CadreError, InputError, NoSuchThing
 from cadre_desktop.host.fleet.computers import Computer
 from cadre_desktop.host.fleet.link_api import answer, error_answer
+from cadre_desktop.host.fleetrun.failover import Failover
 from cadre_desktop.host.fleetrun.moves import Mover
 from cadre_desktop.host.fleetrun.store import FleetStore
 from cadre_desktop.wire.httpmsg import Answer, Request
@@ -24,9 +27,10 @@ def _status(exc: CadreError) -> int:
 
 
 class RunApi:
-    def __init__(self, store: FleetStore, mover: Mover) -> None:
+    def __init__(self, store: FleetStore, mover: Mover, failover: Failover) -> None:
         self.store = store
         self.mover = mover
+        self.failover = failover
 
     async def __call__(self, request: Request, asker: Computer) -> Answer:
         try:
@@ -53,4 +57,10 @@ class RunApi:
         if path == "/fleet/run/move/out":
             body = await request.json()
             return answer(await self.mover.move(str(body.get("node", ""))[:64], str(body.get("to", ""))[:64]))
+        if path == "/fleet/run/replica":
+            return answer(await self.failover.replica_in(asker, await request.json()))
+        if path == "/fleet/run/replica/drop":
+            return answer(await self.failover.replica_drop(asker, await request.json()))
+        if path == "/fleet/run/failover/stop":
+            return answer(await self.failover.stop_asked(await request.json()))
         return error_answer(404, "not_found", "The fleet link has no such call.")

@@ -67,6 +67,12 @@ def member_ports(fleet_port: int) -> tuple[int, int]:
     return fleet_port + CLIENT_OFFSET, fleet_port + PEER_OFFSET
 
 
+def election_for(lease_ms: int) -> int:
+    """etcd's election timeout for a fleet lease: a third of it, between 1 and 5 s. etcd grants no
+    lease shorter than 1.5 election timeouts, and a leader lost must be replaced well inside a lease."""
+    return max(1000, min(5000, lease_ms // 3))
+
+
 def peer_endpoint(computer: Computer) -> Endpoint:
     host, port = split_address(computer.address)
     return Endpoint(host, member_ports(port)[0])
@@ -118,6 +124,8 @@ class FleetStore:
         self._lock = asyncio.Lock()
         self._tls: FleetTls | None = None
         self._read_at: float | None = None
+        #: The member was started to join a cluster and has not answered yet.
+        self._fresh_join = False
 
     # -- life ------------------------------------------------------------------
 
@@ -177,8 +185,10 @@ class FleetStore:
 
     def _spec(self) -> MemberSpec:
         client_port, peer_port = member_ports(self._settings().fleet_port)
+        election_ms = election_for(self._settings().fleet_lease_ms)
         return MemberSpec(name=self._self_id(), host=self._advertise(), client_port=client_port,
-                          peer_port=peer_port, root=self._root)
+                          peer_port=peer_port, root=self._root, election_ms=election_ms,
+                          heartbeat_ms=max(100, election_ms // 10))
 
     async def _keep_member(self, identity: Identity, computers: list[Computer]) -> None:
         spec = self._spec()
@@ -189,7 +199,12 @@ class FleetStore:
                 await self.member.stop()
             else:
                 log.warning("fleet store: the etcd member ended; it is started again")
-                if await asyncio.to_thread(_was_removed, self.member.spec.log_file):
+                if self._fresh_join and not await asyncio.to_thread(_has_log, self.member.spec.data_dir):
+                    # A first start on a cluster that ended before it answered (etcd's discovery failed:
+                    # a peer restarting meanwhile) leaves a data folder with no log: it joins afresh.
+                    log.warning("fleet store: the etcd member ended before it first answered; it joins again")
+                    await asyncio.to_thread(shutil.rmtree, self.member.spec.data_dir, True)
+                elif await asyncio.to_thread(_was_removed, self.member.spec.log_file):
                     # etcd's own word: its data folder is of no use to any cluster now; it joins afresh.
                     log.warning("fleet store: the cluster removed this computer's member; it asks to join again")
                     await asyncio.to_thread(shutil.rmtree, self.member.spec.data_dir, True)
@@ -211,8 +226,9 @@ class FleetStore:
                 await member.start([Peer(spec.name, spec.peer_url(True))])
             else:
                 await member.start(initial, joining=True)
-            self.member, self._trust = member, trust
+            self.member, self._trust, self._fresh_join = member, trust, initial is not None
             await member.wait_ready()
+            self._fresh_join = False
         assert self._tls is not None
         await self._use_client([spec.endpoint, *(peer_endpoint(c) for c in computers)], self._tls)
         await self._drop_departed({c.id for c in computers})
@@ -359,6 +375,12 @@ class FleetStore:
 
 #: What etcd logs when its member was removed from its cluster (its data folder must then go).
 REMOVED_WORDS = "the member has been permanently removed from the cluster"
+
+
+def _has_log(data_dir: Path) -> bool:
+    """Whether a member's data folder holds a write-ahead log with anything in it."""
+    wal = data_dir / "member" / "wal"
+    return wal.is_dir() and any(w.stat().st_size > 0 for w in wal.glob("*.wal"))
 
 
 def _was_removed(log_file: Path) -> bool:

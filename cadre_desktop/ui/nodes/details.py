@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontDatabase
-from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QFormLayout, QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from cadre_desktop.errors import CadreError
 from cadre_desktop.host.core.ops.views import NodeView
+from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER
 from cadre_desktop.ui.nodes import computers
 from cadre_desktop.ui.nodes.explain import (
     address_words,
@@ -25,7 +28,7 @@ from cadre_desktop.ui.nodes.model import NodeTableModel
 
 ROWS = (("computer", "Computer"), ("status", "Status"), ("reason", "Reason"), ("exit", "Exit code"),
         ("decision", "Last decision"), ("next", "Next step"), ("address", "Address"), ("peer", "Peer id"), ("node", "Node id"),
-        ("caps", "Caps"), ("log", "Last log lines"))
+        ("caps", "Caps"), ("fleet", "Fleet"), ("log", "Last log lines"))
 
 
 class DetailsPane(QScrollArea):
@@ -33,6 +36,7 @@ class DetailsPane(QScrollArea):
         super().__init__(parent)
         self.model = model
         self.node_id: str | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         # Lines wrap to the pane's width rather than scrolling sideways.
@@ -62,6 +66,10 @@ class DetailsPane(QScrollArea):
         self.history = HistoryStrip()
         form.insertRow(ROWS.index(("decision", "Last decision")) + 1, "History:", self.history)
         form.setRowVisible(self.fields["computer"], False)  # shown in a fleet only
+        #: Failover (host/fleetrun/failover.py): the node runs on another computer when this one is lost.
+        self.failover = QCheckBox("Keep running on another computer")
+        self.failover.clicked.connect(self._failover_clicked)
+        form.insertRow(ROWS.index(("fleet", "Fleet")) + 1, "Failover:", self.failover)
         outer.addLayout(form)
         outer.addStretch(1)
         self.setWidget(body)
@@ -93,6 +101,7 @@ class DetailsPane(QScrollArea):
             "peer": v.peer_id or "—",
             "node": v.id,
             "caps": caps_words(v),
+            "fleet": self._fleet_words(v),
             "log": log_words(log_lines(v.log_path)),
         }
         self._set(self.title, v.name)
@@ -102,6 +111,47 @@ class DetailsPane(QScrollArea):
         for key, text in values.items():
             self._set(self.fields[key], text)
         self.history.set_history(self._history(v.id))
+        refusal = self._refusal()
+        self.failover.setEnabled(refusal is None or v.failover)
+        if self.failover.isChecked() != v.failover:
+            self.failover.setChecked(v.failover)
+        self.failover.setToolTip(refusal or "Another computer of the fleet takes the node over when this one"
+                                 " sleeps, loses power or its network")
+
+    def _run(self):  # the host's failover, when it has a fleet (host/fleetrun/run.py)
+        run = getattr(self.model.host, "fleetrun", None)
+        return getattr(run, "failover", None)
+
+    def _refusal(self) -> str | None:
+        failover = self._run()
+        return "This computer is in no fleet." if failover is None else failover.refusal()
+
+    def _fleet_words(self, v: NodeView) -> str:
+        parts = []
+        if v.computer:
+            parts.append(f"on {v.computer.get('name')}")
+        if v.generation:
+            parts.append(f"generation {v.generation}")
+        if v.fleet_note:
+            parts.append(v.fleet_note)
+        fleet = getattr(self.model.host, "fleet", None)
+        if fleet is not None and len(fleet.doc.computers) == 1:
+            parts.append(f"for failover, {THIRD_COMPUTER}")
+        return ", ".join(str(p) for p in parts) or "—"
+
+    def _failover_clicked(self, on: bool) -> None:
+        failover, node_id = self._run(), self.node_id
+        if failover is None or node_id is None:
+            return
+        async def set_it() -> None:
+            try:
+                await failover.set(node_id, on)
+            except CadreError as exc:
+                self._set(self.fields["fleet"], exc.message)
+                self.failover.setChecked(not on)
+        task = asyncio.ensure_future(set_it())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _computer(self, v: NodeView) -> str:
         """"This computer (desktop)", "nas (pc_…) · unreachable since 14:05"; "" in no fleet."""

@@ -26,6 +26,9 @@ STATE_COLOURS = {
 }
 #: The order spans are painted in: the worst last, so it is what a pixel they share shows.
 PAINT_ORDER = ("none", "up", "paused", "starting", "down", "gave-up")
+#: A mark at the top of the bar where the node came here from another computer.
+ARRIVAL_COLOURS = {"moved": "#1a73e8", "failed_over": "#8430ce"}
+ARRIVAL_WORDS = {"moved": "moved here", "failed_over": "taken over here"}
 EMPTY = "#d9dce1"
 RESTART = "#202124"
 LABELS = {"24h": "24 h", "7d": "7 d"}
@@ -58,9 +61,12 @@ class HistoryStrip(QWidget):
         windows = list((doc or {}).get("windows") or [])
         if windows != self.windows:
             self.windows = windows
+            arrivals = {(a.get("at"), a.get("kind"), a.get("words")) for w in windows for a in w.get("arrivals", [])}
             self.setToolTip("\n".join(
-                f"{LABELS.get(w['name'], w['name'])}: {uptime_words(w)} up, {w['restarts']} restart"
-                f"{'s' if w['restarts'] != 1 else ''}" for w in windows))
+                [f"{LABELS.get(w['name'], w['name'])}: {uptime_words(w)} up, {w['restarts']} restart"
+                 f"{'s' if w['restarts'] != 1 else ''}" for w in windows]
+                + [f"{ARRIVAL_WORDS.get(str(k), 'moved here')} at {str(at)[11:16]} UTC: {str(words)[:200]}"
+                   for at, k, words in sorted(arrivals, key=str)]))
             self.updateGeometry()
             self.update()
 
@@ -95,6 +101,10 @@ class HistoryStrip(QWidget):
                 x0 = min(bar.left() + (_t(span["start"]) - start) * scale, bar.right() - 1)
                 x1 = bar.left() + (_t(span["end"]) - start) * scale
                 painter.fillRect(QRectF(x0, bar.top(), max(1.0, x1 - x0), bar.height()), QColor(colour))
+            for arrival in window.get("arrivals", []):
+                x = bar.left() + (_t(arrival.get("at", "")) - start) * scale
+                mark = QColor(ARRIVAL_COLOURS.get(arrival.get("kind"), RESTART))
+                painter.fillRect(QRectF(min(x, bar.right() - 3), bar.top(), 3, bar.height() / 2), mark)
             for stamp in window.get("restart_times", []):
                 x = bar.left() + (_t(stamp) - start) * scale
                 painter.fillRect(QRectF(min(x, bar.right() - 2), bar.top(), 2, bar.height() / 4), QColor(RESTART))

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 SETTLE_MS = 15_000
 RETRY = "retry"
 GAVE_UP, CLAIMED, BATCH = "gave_up", "claimed", "gave_up:several"
+FAILED_OVER = "failed_over"
 CLOSE_TIMEOUT_S = 3.0
 
 
@@ -68,6 +69,7 @@ class Notifier(QObject):
         bridge.donation_gave_up.connect(self._on_gave_up)  # a lent node: told like a hosted one
         bridge.happened.connect(self._on_lending)
         bridge.claimed.connect(self._on_claimed)
+        bridge.failed_over.connect(self._on_failed_over)
         bridge.changed.connect(self._on_changed)
         bridge.removed.connect(self._on_removed)
         delivery.acted.connect(self._on_acted)
@@ -182,6 +184,12 @@ class Notifier(QObject):
         title = f"{view.name} was claimed" if view.mode == "claim" else f"{view.name} joined its cadre"
         body = f"It joined the cadre {cadre}." if cadre else "It joined its cadre."
         self._notify(CLAIMED, Notice(key_of(CLAIMED, node_id), node_id, title, body))
+
+    def _on_failed_over(self, node_id: str, words: str) -> None:
+        """A failover node taken over by this computer: told once, not an alarm."""
+        view = self._view(node_id)
+        title = f"{view.name} moved" if view is not None else "A node moved"
+        self._notify(FAILED_OVER, Notice(key_of(FAILED_OVER, node_id), node_id, title, words or title))
 
     # -- saying it -----------------------------------------------------------------------------
 

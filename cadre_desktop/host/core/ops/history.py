@@ -33,6 +33,7 @@ from cadre_desktop.host.core.events import LENDING_EVENTS, EventBus, EventKind, 
 from cadre_desktop.host.core.ops.views import NodeView, NodeViews
 from cadre_desktop.host.core.records.records import HELD, is_node_id
 from cadre_desktop.jsontypes import JSONObject, JSONValue, loads
+from cadre_desktop.text import one_line
 from cadre_desktop.times import parse_time
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ class HistoryState(StrEnum):
     NONE = "none"
 
 
+#: How a node came to this computer from another: a planned move, a failover.
+ARRIVALS = frozenset({"moved", "failed_over"})
 #: Neither up nor down: left out of the uptime percentage.
 NOT_COUNTED = frozenset({HistoryState.PAUSED, HistoryState.NONE})
 #: What a start may follow and be planned: a hold's end, a host's start (or the node's first
@@ -87,6 +90,8 @@ class Track:
     entries: list[tuple[float, HistoryState]] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)
     last_start: str = ""
+    #: When the node came to this computer from another: (epoch seconds, kind, words); kinds in `ARRIVALS`.
+    arrivals: list[tuple[float, str, str]] = field(default_factory=list)
     #: The last entry is down from an exit with code 0 (a node that may be asking for its own
     #: hold): a hold right after it is the state from that exit on. Not kept in the file.
     clean_exit: bool = field(default=False, compare=False)
@@ -96,7 +101,7 @@ class Track:
 
     def to_json(self) -> JSONObject:
         return {"entries": _kept_apart(self.entries), "starts": [round(t, 3) for t in self.starts],
-                "last_start": self.last_start}
+                "last_start": self.last_start, "arrivals": [[round(t, 3), k, w] for t, k, w in self.arrivals]}
 
     @classmethod
     def from_json(cls, row: object) -> Track:
@@ -107,7 +112,9 @@ class Track:
         last_start = row.get("last_start", "")
         if not isinstance(last_start, str):
             raise ValueError("last_start must be text")
-        return cls(entries, starts, last_start[:64])
+        arrivals = [(float(t), k, one_line(str(w), 200)) for t, k, w in row.get("arrivals", [])[-MAX_ENTRIES:]
+                    if k in ARRIVALS]
+        return cls(entries, starts, last_start[:64], arrivals)
 
     def trim(self, now: float) -> None:
         """Keep the last `KEEP_S` (the entry before the cut starts the window) and at most
@@ -119,6 +126,7 @@ class Track:
             self.entries = [(cut, self.entries[first][1])] + self.entries[first + 1:]
         self.entries = self.entries[-MAX_ENTRIES:]
         self.starts = [t for t in self.starts if t > cut][-MAX_ENTRIES:]
+        self.arrivals = [a for a in self.arrivals if a[0] > cut][-MAX_ENTRIES:]
 
 
 @dataclass(frozen=True)
@@ -139,12 +147,15 @@ class Window:
     restarts: tuple[float, ...]
     #: Up time over the time that counts (not paused, not unknown); None when none counts.
     uptime_percent: float | None
+    #: Arrivals from another computer in the window: (epoch seconds, kind, words).
+    arrivals: tuple[tuple[float, str, str], ...] = ()
 
     def to_json(self) -> JSONObject:
         return {"name": self.name, "start": _iso(self.start), "end": _iso(self.end),
                 "uptime_percent": self.uptime_percent, "restarts": len(self.restarts),
                 "restart_times": [_iso(t) for t in self.restarts],
-                "spans": [{"state": s.state.value, "start": _iso(s.start), "end": _iso(s.end)} for s in self.spans]}
+                "spans": [{"state": s.state.value, "start": _iso(s.start), "end": _iso(s.end)} for s in self.spans],
+                "arrivals": [{"at": _iso(t), "kind": k, "words": w} for t, k, w in self.arrivals]}
 
 
 def _iso(t: float) -> str:
@@ -169,7 +180,7 @@ def window_of(track: Track, name: str, length: float, now: float) -> Window:
     start = now - length
     spans = spans_of(track.entries, start, now)
     return Window(name, start, now, tuple(spans), tuple(t for t in track.starts if start <= t <= now),
-                  uptime_of(track.entries, start, now))
+                  uptime_of(track.entries, start, now), tuple(a for a in track.arrivals if start <= a[0] <= now))
 
 
 def uptime_of(entries: list[tuple[float, HistoryState]], start: float, end: float) -> float | None:
@@ -288,8 +299,19 @@ class NodeHistory:
             self.went_down(event.node_id)
         elif event.kind is EventKind.RESUMED:
             self.released(event.node_id)
+        elif event.kind in (EventKind.FAILED_OVER, EventKind.MOVED):
+            self.arrived(event.node_id, event.kind.value, event.detail)
         else:
             self.observe(event.node_id)
+
+    def arrived(self, node_id: str, kind: str, words: str) -> None:
+        """The node came here from another computer (a failover, a move): a mark with its words."""
+        track = self._tracks.setdefault(node_id, Track())
+        now = self.now()
+        track.arrivals.append((now, kind if kind in ARRIVALS else "moved", one_line(words, 200)))
+        track.trim(now)
+        self.save_soon()
+        self.observe(node_id)
 
     def released(self, node_id: str) -> None:
         """A hold ended (a resume, a wake): the down its own `changed` read (the child not started

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets as _random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,8 @@ class Starter:
         self.supervisor_id = supervisor_id
         #: Per child this process started, the host token it was given (memory only).
         self.host_tokens: dict[str, str] = {}
+        #: More of a start's environment, per node: a failover node's lease (host/fleetrun/failover.py).
+        self.extra_env: Callable[[str], dict[str, str]] = _no_env
 
     def host_token(self, handle_id: str) -> str | None:
         return self.host_tokens.get(handle_id)
@@ -175,7 +178,8 @@ class Starter:
         other records remember. No request of an earlier run holds this start."""
         token = new_host_token()
         self.exits.before_start(record.id)
-        return StartPlan(record=record, attempt=attempt, env=lc.kind.secret_env(record, secret, token), token=token,
+        env = {**lc.kind.secret_env(record, secret, token), **self.extra_env(record.id)}
+        return StartPlan(record=record, attempt=attempt, env=env, token=token,
                          want_ports=want_ports, avoid_ports=lc.remembered_ports(record.id), mark=mark, words=words,
                          now=now, counted=counted)
 
@@ -221,3 +225,7 @@ class Starter:
             await self.driver.stop(child.id)
         except Exception as exc:  # the record names no such child; the next start's drop ends it anyway
             log.error("could not stop the child of node %s that is no longer wanted: %s", node_id, exc)
+
+
+def _no_env(_node_id: str) -> dict[str, str]:
+    return {}

@@ -1,0 +1,478 @@
+"""Failover: this computer's lease, the failover nodes it holds, and taking over those another lost.
+
+One task (`Failover.start`, stopped at quit) runs a pass every `period_s` (a third of
+`fleet_lease_ms`, at most the store's `READ_S`) once the fleet's store is ready:
+
+1. **The lease.** A `LeaseKeeper` (ttl `fleet_lease_ms`) on the store's client, announced
+   (`SharedState.announce`); a lost lease (expired: the computer slept or was cut off) gets a
+   new one. Revoked at quit.
+2. **Holding.** Every node of this computer whose shared state says failover on: held here,
+   its deadline is moved on (`extend_node`, `lease.json`) at every pass; held by another
+   computer (it was taken over while this one was away), the copy here is dropped (record,
+   work folder, keyring: `remove`) without being started. When this computer's deadline is
+   nearer than a pass (renewals fail, the lease is lost, the store does not answer), every
+   failover node held here is stopped by the host (a person's pause: no respawn, no
+   notification), "stopped: this computer lost its lease"; after a wake nothing restarts
+   until the store answers and a valid lease holds them again (then they are resumed).
+   A node with failover on is started with `node_terms` (`lease_env`, the start's
+   environment, the warm path's too).
+3. **Replicas** (`replicas.py`): each failover node held here is pushed to every paired
+   computer when its bundle changes; dropped there when failover goes off or the node goes.
+4. **Taking over.** For each failover node held elsewhere whose replica is here:
+   `decide_takeover` with what this computer sees; on TAKE, the lost holder is asked to stop
+   it (bounded, best effort), `SharedState.take` compares what was read, and a won take
+   starts the node here from its replica at the new generation (`mark_served` once it
+   answers). A lost race does nothing. The computer with room is the alive computer (its
+   lease key present) with the smallest id, other than the holder: two computers rarely race,
+   and a race stays safe (one transaction wins).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cadre_desktop.errors import CadreError, InvalidState, NoSuchThing
+from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
+from cadre_desktop.host.fleet.computers import Computer
+from cadre_desktop.host.fleetrun.bundle import read_bundle, write_bundle
+from cadre_desktop.host.fleetrun.moves import Ask, LocalSide, _node_doc, _remove_tree
+from cadre_desktop.host.fleetrun.replicas import PUSH_S, Replicas
+from cadre_desktop.host.fleetrun.store import READ_S, FleetStore
+from cadre_desktop.host.fleetstate.errors import StoreUnavailable
+from cadre_desktop.host.fleetstate.leases import LeaseKeeper, extend_node, node_terms
+from cadre_desktop.host.fleetstate.shared import PREFIX, NodeShared, parse_node
+from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER, Action, FleetView, TakeoverRules, decide_takeover
+from cadre_desktop.settings import Settings
+from cadre_desktop.wire.lease import boot_ns, env_of
+
+log = logging.getLogger(__name__)
+
+LOST_LEASE = "stopped: this computer lost its lease"
+#: How long a lost holder is given to stop the node when asked over the link.
+STOP_ASK_S = 2.0
+SERVE_S = 60.0
+#: How often the deadline watch looks (cheap: no I/O unless a renewal came or a deadline nears).
+WATCH_S = 0.2
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What failover needs of its host beyond a move's `LocalSide`."""
+
+    records: Callable[[], Sequence[NodeRecord]]
+    restart: Callable[[str], Awaitable[object]]
+    moving: Callable[[str], bool]
+    #: (node id, node name, from computer, to computer, why): a failover happened (history, one event).
+    failed_over: Callable[[str, str, str, str, str], None]
+
+
+class Failover:
+    def __init__(self, *, settings: Callable[[], Settings], me: Callable[[], str],
+                 computers: Callable[[], Sequence[Computer]], store: FleetStore, local: LocalSide,
+                 hooks: Hooks, replicas: Replicas, ask: Ask) -> None:
+        self._settings, self._me, self._computers = settings, me, computers
+        self.store, self.local, self.hooks, self.replicas, self._ask = store, local, hooks, replicas, ask
+        self.keeper: LeaseKeeper | None = None
+        #: Failover nodes this host stopped itself, and why (shown in their views).
+        self.stopped: dict[str, str] = {}
+        self._pushed: dict[str, str] = {}
+        self._pushed_at: dict[str, float] = {}
+        self._seen_marks: dict[str, tuple[int, float]] = {}
+        self._taking: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._bg: set[asyncio.Task[Any]] = set()
+
+    @property
+    def ttl_ms(self) -> int:
+        return self._settings().fleet_lease_ms
+
+    @property
+    def period_s(self) -> float:
+        return min(self.ttl_ms / 3000, READ_S)
+
+    # -- life ----------------------------------------------------------------------
+
+    @property
+    def guard_s(self) -> float:
+        """How near this computer's deadline its failover nodes are stopped (when renewals fail)."""
+        return max(0.75, self.period_s / 2)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="fleet-failover")
+            self._watch_task = asyncio.create_task(self._watch(), name="fleet-failover-watch")
+
+    async def _watch(self) -> None:
+        """Between passes: each renewal moves the held nodes' deadlines on at once, and a deadline
+        that nears stops them (a pass can be slow: a store that does not answer takes its timeout)."""
+        extended: int | None = None
+        while True:
+            await asyncio.sleep(WATCH_S)
+            try:
+                keeper = self.keeper
+                left = self.left_s()
+                if left is None or left < self.guard_s:
+                    if self._held_here(None):
+                        await self._guard(None)
+                elif keeper is not None and keeper.renewed_ns != extended:
+                    extended = keeper.renewed_ns
+                    for record in self._held_here(None):
+                        shared = self.store.nodes[record.id]
+                        if record.id not in self.stopped:
+                            await asyncio.to_thread(extend_node, self.local.node_dir(record.id),
+                                                    node_terms(shared.generation, keeper))
+            except (CadreError, OSError) as exc:
+                log.info("failover: the deadline watch: %s", getattr(exc, "message", exc))
+
+    async def stop(self) -> None:
+        for task in [self._task, self._watch_task, *self._bg]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, CadreError):
+                    await task
+        self._task = self._watch_task = None
+        if self.keeper is not None:
+            # A lease revoked while a failover node still runs here would let another computer take it
+            # at once, and the node would serve twice until the host stops it: then it expires instead.
+            await self.keeper.stop(revoke=not self._held_here(None))
+            self.keeper = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.one_pass()
+            except CadreError as exc:
+                log.info("failover: a pass failed (%s)", exc.message)
+            except OSError as exc:
+                log.warning("failover: a pass failed (%s)", exc)
+            await asyncio.sleep(self.period_s)
+
+    # -- the lease -------------------------------------------------------------------
+
+    def left_s(self) -> float | None:
+        keeper = self.keeper
+        if keeper is None or keeper.lost or keeper.renewed_ns is None:
+            return None
+        return (keeper.deadline_ns - boot_ns()) / 1e9
+
+    def lease_env(self, node_id: str) -> dict[str, str]:
+        """The start's lease variables for a node with failover on held here (empty for any other)."""
+        shared = self.store.nodes.get(node_id)
+        if shared is None or not shared.failover or shared.holder != self._me() or shared.generation < 1:
+            return {}
+        keeper = self.keeper
+        deadline = keeper.deadline_ns if keeper is not None and keeper.valid() else 1
+        return env_of(node_terms(shared.generation, keeper) if deadline > 1 and keeper is not None
+                      else node_terms_past(shared.generation))
+
+    async def _ensure_lease(self) -> None:
+        client = self.store.client
+        keeper = self.keeper
+        if keeper is not None and not keeper.lost and keeper.client is client:
+            return
+        if keeper is not None:
+            await keeper.stop(revoke=False)
+        if client is None:
+            self.keeper = None
+            return
+        keeper = LeaseKeeper(client, self.ttl_ms)
+        lease_id = await keeper.start()
+        self.keeper = keeper
+        await self.store.store().announce(self._me(), lease_id, self.ttl_ms)
+        log.info("failover: this computer's lease %x (%d ms)", lease_id, self.ttl_ms)
+
+    # -- one pass --------------------------------------------------------------------
+
+    async def one_pass(self) -> None:
+        if self.store.state != "ready" or self.store.client is None:
+            await self._guard(None)
+            return
+        try:
+            await self._ensure_lease()
+            nodes = await self._read()
+        except StoreUnavailable:
+            await self._guard(None)
+            raise
+        await self._guard(nodes)
+        await self._hold(nodes)
+        await self._replicate(nodes)
+        await self._take_over(nodes)
+
+    async def _read(self) -> dict[str, NodeShared]:
+        found = await self.store.store().client.get_prefix(PREFIX + b"nodes/")
+        ids = {k[len(PREFIX) + 6:].split(b"/", 1)[0].decode("ascii", "replace") for k in found}
+        nodes = {}
+        for node in ids:
+            with contextlib.suppress(CadreError, ValueError):
+                nodes[node] = parse_node(node, found)
+        self.store.nodes = nodes
+        return nodes
+
+    def _held_here(self, nodes: dict[str, NodeShared] | None) -> list[NodeRecord]:
+        me, known = self._me(), nodes if nodes is not None else self.store.nodes
+        return [r for r in self.hooks.records()
+                if (s := known.get(r.id)) is not None and s.failover and s.holder == me]
+
+    async def _guard(self, nodes: dict[str, NodeShared] | None) -> None:
+        """Failover nodes held here stop before this computer's deadline when renewals fail."""
+        left = self.left_s()
+        if left is not None and left >= self.guard_s:
+            return
+        for record in self._held_here(nodes):
+            if record.id in self.stopped:
+                continue
+            self.stopped[record.id] = LOST_LEASE
+            log.warning("failover: node %s stops here: this computer's lease could expire before it is renewed",
+                        record.id)
+            with contextlib.suppress(CadreError):
+                await self.local.pause(record.id)
+
+    async def _hold(self, nodes: dict[str, NodeShared]) -> None:
+        me, keeper = self._me(), self.keeper
+        for record in list(self.hooks.records()):
+            shared = nodes.get(record.id)
+            if shared is None or not shared.failover or self.hooks.moving(record.id):
+                continue
+            if shared.holder != me and record.id not in self._taking:
+                holder = self._name_of(shared.holder)
+                log.warning("failover: node %s is held by %s now; the copy here is dropped", record.id, holder)
+                self.stopped[record.id] = f"held by {holder} now"
+                with contextlib.suppress(CadreError):
+                    await self.local.remove(record.id)
+                continue
+            if shared.holder != me or keeper is None or not keeper.valid():
+                continue
+            terms = node_terms(shared.generation, keeper)
+            await asyncio.to_thread(extend_node, self.local.node_dir(record.id), terms)
+            if self.stopped.get(record.id) == LOST_LEASE and (self.left_s() or 0) >= 2 * self.guard_s:
+                self.stopped.pop(record.id, None)
+                log.info("failover: node %s is held here under a valid lease again; it runs again", record.id)
+                with contextlib.suppress(CadreError):
+                    await self.local.resume(record.id)
+
+    def _name_of(self, computer_id: str | None) -> str:
+        for computer in self._computers():
+            if computer.id == computer_id:
+                return computer.name
+        return computer_id or "another computer"
+
+    # -- on and off ------------------------------------------------------------------
+
+    def refusal(self) -> str | None:
+        """Why failover cannot be turned on here, in words; None when it can."""
+        computers = self._computers()
+        if not computers and not self._settings().fleet_etcd_endpoints:
+            return "This computer is in no fleet: pair it with two others first (cadre-desktop fleet invite)."
+        if len(computers) + 1 < 3:
+            return f"Failover needs three computers: {THIRD_COMPUTER}."
+        return None
+
+    async def set(self, node_id: str, on: bool) -> dict[str, Any]:
+        record = self.local.record(node_id)
+        if record is None:
+            raise NoSuchThing(f"No node {node_id!r} on this computer.")
+        if on and (why := self.refusal()) is not None:
+            raise InvalidState(why)
+        state = self.store.store()
+        shared = await self.store.refresh(node_id)
+        me = self._me()
+        if shared.holder not in (None, me):
+            raise InvalidState(f"The fleet's store says {self._name_of(shared.holder)} holds node {record.name}.")
+        await state.set_failover(node_id, on)
+        if on and shared.generation == 0:
+            taken = await state.take(node_id, me, 0, holder=None, mark_at=time.time())
+            if not taken.won:
+                raise InvalidState(f"Node {record.name} changed in the fleet's store meanwhile; try again.")
+            await state.mark_served(node_id, me, taken.generation)
+        shared = await self.store.refresh(node_id)
+        if on:
+            await self._ensure_lease()
+        # The running copy is started again so it runs under (or no longer under) the lease's deadline.
+        with contextlib.suppress(CadreError):
+            await self.hooks.restart(node_id)
+        if on:
+            self._pushed.pop(node_id, None)
+            self._pushed_at.pop(node_id, None)
+            self._spawn(self._replicate(self.store.nodes))
+        else:
+            self._spawn(self._drop_everywhere(node_id))
+        return {"node": node_id, "failover": on, "generation": shared.generation}
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        async def run() -> None:
+            with contextlib.suppress(CadreError, OSError):
+                await work
+        task = asyncio.ensure_future(run())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    # -- replicas --------------------------------------------------------------------
+
+    async def _replicate(self, nodes: dict[str, NodeShared]) -> None:
+        held = {r.id: r for r in self._held_here(nodes)}
+        for node_id in [n for n in self._pushed if n not in held]:
+            self._pushed.pop(node_id, None)
+            self._pushed_at.pop(node_id, None)
+            await self._drop_everywhere(node_id)
+        now = time.monotonic()
+        for node_id, record in held.items():
+            if node_id in self._pushed and now - self._pushed_at.get(node_id, 0.0) < PUSH_S:
+                continue
+            await self._push(record, nodes[node_id])
+        paired = {c.id for c in self._computers()}
+        await self.replicas.drop_unpaired(lambda source: source in paired)
+
+    async def _push(self, record: NodeRecord, shared: NodeShared) -> None:
+        try:
+            view = self.local.view(record.id)
+        except CadreError:
+            return
+        status = view.status if view.status in (NodeStatus.UNCLAIMED, NodeStatus.JOINED) else \
+            NodeStatus.JOINED if record.status in (NodeStatus.JOINED, NodeStatus.JOINING) else None
+        secret = await self.local.secret(record.id)
+        if status is None or secret is None:
+            return
+        try:
+            files = await asyncio.to_thread(read_bundle, self.local.node_dir(record.id))
+        except (CadreError, OSError) as exc:
+            log.info("failover: node %s's files are not replicated (%s)", record.id, exc)
+            return
+        node = {**_node_doc(record, view), "status": status.value}
+        digest = hashlib.sha256(json.dumps([node, files], sort_keys=True).encode()).hexdigest()
+        self._pushed_at[record.id] = time.monotonic()
+        if self._pushed.get(record.id) == digest:
+            return
+        body = {"node": node, "secret": secret, "files": files, "generation": shared.generation}
+        every = True
+        for computer in self._computers():
+            try:
+                code, _ = await self._ask(computer, "POST", "/fleet/run/replica", body, 10.0)
+                every = every and code == 200
+            except CadreError as exc:
+                every = False
+                log.info("failover: the replica of %s did not reach %s (%s)", record.id, computer.id, exc.message)
+        if every:
+            self._pushed[record.id] = digest
+        else:
+            self._pushed_at[record.id] = 0.0  # tried again at the next pass
+
+    async def _drop_everywhere(self, node_id: str) -> None:
+        for computer in self._computers():
+            with contextlib.suppress(CadreError):
+                await self._ask(computer, "POST", "/fleet/run/replica/drop", {"node": node_id}, 5.0)
+
+    # -- the others' side (the fleet link) -------------------------------------------
+
+    async def replica_in(self, source: Computer, doc: object) -> dict[str, Any]:
+        return {"kept": await self.replicas.keep(source.id, doc)}
+
+    async def replica_drop(self, source: Computer, doc: object) -> dict[str, Any]:
+        node_id = doc.get("node") if isinstance(doc, dict) else None
+        return {"dropped": isinstance(node_id, str) and await self.replicas.drop(node_id, source=source.id)}
+
+    async def stop_asked(self, doc: object) -> dict[str, Any]:
+        """Another computer takes a node over from this one: the copy here stops now, if it is here."""
+        node_id = doc.get("node") if isinstance(doc, dict) else None
+        if not isinstance(node_id, str) or self.local.record(node_id) is None:
+            return {"stopped": False}
+        self.stopped[node_id] = "another computer takes it over"
+        with contextlib.suppress(CadreError):
+            await self.local.pause(node_id)
+        return {"stopped": True}
+
+    # -- taking over -----------------------------------------------------------------
+
+    async def _take_over(self, nodes: dict[str, NodeShared]) -> None:
+        me, left = self._me(), self.left_s()
+        if left is None or left <= 2 * self.guard_s:
+            return  # a node taken now would stop again at once
+        wanted = [s for s in nodes.values() if s.failover and s.holder not in (None, me)
+                  and self.local.record(s.node) is None and s.node not in self._taking and self.replicas.has(s.node)]
+        if not wanted:
+            return
+        state = self.store.store()
+        alive = {me}
+        for computer in self._computers():
+            if await state.lease_alive(computer.id):
+                alive.add(computer.id)
+        now = time.time()
+        for shared in wanted:
+            mark = shared.mark
+            if mark is not None:
+                seen = self._seen_marks.get(shared.node)
+                if seen is None or seen[0] != mark.generation:
+                    self._seen_marks[shared.node] = seen = (mark.generation, now)
+            chosen = min(alive - {shared.holder or ""})
+            view = FleetView(me=me, members=len(self._computers()) + 1, quorum=True, room=chosen == me,
+                             holder_lease_alive=shared.holder in alive, own_lease_left_s=left,
+                             mark_seen_at=self._seen_marks[shared.node][1] if mark is not None else None)
+            rules = TakeoverRules(start_grace_s=self.ttl_ms / 1000)
+            verdict = decide_takeover(shared, view, rules, now)
+            if verdict.action is Action.TAKE:
+                await self._take(shared, verdict.expected, verdict.holder, verdict.reason, verdict.failures,
+                                 verdict.last_exit)
+
+    async def _take(self, shared: NodeShared, expected: int, holder: str | None, why: str, failures: int,
+                    last_exit: str | None) -> None:
+        node_id, me = shared.node, self._me()
+        replica = await self.replicas.read(node_id)
+        if replica is None:
+            return
+        lost = next((c for c in self._computers() if c.id == holder), None)
+        if lost is not None:
+            with contextlib.suppress(CadreError):
+                await self._ask(lost, "POST", "/fleet/run/failover/stop", {"node": node_id}, STOP_ASK_S)
+        taken = await self.store.store().take(node_id, me, expected, holder=holder, mark_at=time.time(),
+                                               failures=failures, last_exit=last_exit)
+        if not taken.won:
+            log.info("failover: another computer took node %s first", node_id)
+            return
+        log.warning("failover: node %s is taken over from %s at generation %d (%s)", node_id, holder,
+                    taken.generation, why)
+        self._taking.add(node_id)
+        self.store.nodes[node_id] = NodeShared(node=node_id, holder=me, generation=taken.generation,
+                                               mark=shared.mark, served=shared.served, failover=True)
+        folder = self.local.node_dir(node_id)
+        try:
+            await asyncio.to_thread(_remove_tree, folder)  # what an earlier copy left here is not this node's
+            await asyncio.to_thread(write_bundle, folder, replica.files)
+            status = NodeStatus.JOINING if replica.status is NodeStatus.JOINED else replica.status
+            await self.local.adopt(replica.record, replica.secret, status)
+        except BaseException:
+            self._taking.discard(node_id)
+            raise
+        await self.replicas.drop(node_id)
+        self.hooks.failed_over(node_id, replica.record.name, self._name_of(holder), self._name_of(me),
+                               f"{self._name_of(holder)} lost its lease (asleep, off or cut off) by"
+                               f" {time.strftime('%H:%M')}")
+        self._spawn(self._until_served(node_id, taken.generation))
+
+    async def _until_served(self, node_id: str, generation: int) -> None:
+        loop = asyncio.get_running_loop()
+        until = loop.time() + SERVE_S
+        try:
+            while loop.time() < until:
+                with contextlib.suppress(CadreError):
+                    view = self.local.view(node_id)
+                    if view.running and view.ready:
+                        await self.store.store().mark_served(node_id, self._me(), generation)
+                        return
+                await asyncio.sleep(0.25)
+        finally:
+            self._taking.discard(node_id)
+
+
+def node_terms_past(generation: int) -> Any:
+    """Terms whose deadline has passed: a failover node started without a valid lease stops at once."""
+    from cadre_desktop.wire.lease import LeaseTerms
+
+    return LeaseTerms(generation, 1)

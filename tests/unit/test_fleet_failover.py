@@ -1,0 +1,137 @@
+"""Failover's parts without etcd or a host (host/fleetrun/failover.py, replicas.py): a replica kept
+encrypted 0600 and read back, hostile replicas refused, replicas of an unpaired computer dropped,
+failover refused in words outside a fleet of three, a failover node's start given its lease, and
+etcd's election timeout following the lease."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from cadre_desktop.errors import Invalid
+from cadre_desktop.host.core.vault.secrets import SecretKind
+from cadre_desktop.host.fleet.computers import Computer
+from cadre_desktop.host.fleetrun.failover import Failover
+from cadre_desktop.host.fleetrun.replicas import REPLICA_FILE, Replicas
+from cadre_desktop.host.fleetrun.store import election_for
+from cadre_desktop.host.fleetstate.shared import NodeShared
+from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER
+from cadre_desktop.settings import Settings
+from cadre_desktop.wire.lease import DEADLINE_VAR, GENERATION_VAR
+
+
+class DictSecrets:
+    """A keyring in memory."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[str, SecretKind], str] = {}
+
+    async def get(self, node_id: str, kind: SecretKind) -> str | None:
+        return self.kept.get((node_id, kind))
+
+    async def set(self, node_id: str, kind: SecretKind, value: str) -> None:
+        self.kept[(node_id, kind)] = value
+
+
+def replica_doc(node_id: str = "n1", **over: Any) -> dict[str, Any]:
+    node = {"id": node_id, "name": "Study", "cadre": "family", "status": "joined",
+            "created_at": "2026-12-07T12:00:00Z"}
+    doc = {"node": node, "secret": "s3cret-claim", "generation": 2,
+           "files": {"identity.json": base64.b64encode(b'{"peer":"p1"}').decode()}}
+    doc.update(over)
+    return doc
+
+
+def computer(cid: str) -> Computer:
+    return Computer(id=cid, name=cid.upper(), address="127.0.0.1:1", fingerprint="f", cert="c", paired_at="t")
+
+
+def test_a_replica_is_kept_encrypted_0600_and_read_back(tmp_path: Path) -> None:
+    secrets = DictSecrets()
+    replicas = Replicas(tmp_path / "replicas", secrets)  # type: ignore[arg-type]
+
+    async def go() -> Any:
+        assert await replicas.keep("pc_b", replica_doc()) == "n1"
+        return await replicas.read("n1")
+    replica = asyncio.run(go())
+    sealed = tmp_path / "replicas" / "n1" / REPLICA_FILE
+    assert sealed.stat().st_mode & 0o777 == 0o600
+    raw = sealed.read_bytes()
+    assert b"s3cret-claim" not in raw and b"Study" not in raw
+    assert (replica.record.id, replica.record.name, replica.secret, replica.generation, replica.source) == \
+        ("n1", "Study", "s3cret-claim", 2, "pc_b")
+    assert replica.files == {"identity.json": b'{"peer":"p1"}'}
+    assert (("replicas", SecretKind.REPLICA_KEY)) in secrets.kept  # the key in the keyring, not in a file
+    assert not any(secrets.kept[("replicas", SecretKind.REPLICA_KEY)].encode() in p.read_bytes()
+                   for p in (tmp_path / "replicas").rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("doc", [
+    None, [], {"node": {}}, replica_doc(secret="two\nlines"), replica_doc(generation="2"),
+    replica_doc(files={"../escape": "AAAA"}), replica_doc(files={"a": "not base64!"}),
+    replica_doc(files={"big": base64.b64encode(os.urandom(50 * 1024)).decode()}),
+    replica_doc(node_id="../../etc"),
+])
+def test_a_hostile_replica_is_refused_and_nothing_is_written(tmp_path: Path, doc: Any) -> None:
+    replicas = Replicas(tmp_path / "replicas", DictSecrets())  # type: ignore[arg-type]
+    with pytest.raises(Invalid):
+        asyncio.run(replicas.keep("pc_b", doc))
+    assert not (tmp_path / "replicas").exists() or not any((tmp_path / "replicas").iterdir())
+
+
+def test_a_replica_whose_computer_is_no_longer_paired_is_dropped(tmp_path: Path) -> None:
+    replicas = Replicas(tmp_path / "replicas", DictSecrets())  # type: ignore[arg-type]
+
+    async def go() -> None:
+        await replicas.keep("pc_b", replica_doc("n1"))
+        await replicas.keep("pc_c", replica_doc("n2"))
+        await replicas.drop_unpaired(lambda source: source == "pc_c")
+    asyncio.run(go())
+    assert not replicas.has("n1") and replicas.has("n2")
+
+
+def failover(computers: list[Computer], nodes: dict[str, NodeShared] | None = None, **settings: Any) -> Failover:
+    store = SimpleNamespace(nodes=nodes or {}, state="ready", client=None)
+    return Failover(settings=lambda: Settings(**settings), me=lambda: "pc_a", computers=lambda: computers,
+                    store=store, local=None, hooks=None, replicas=None, ask=None)  # type: ignore[arg-type]
+
+
+def test_failover_is_refused_in_words_outside_a_fleet_of_three() -> None:
+    assert "in no fleet" in (failover([]).refusal() or "")
+    assert THIRD_COMPUTER in (failover([computer("pc_b")]).refusal() or "")
+    assert failover([computer("pc_b"), computer("pc_c")]).refusal() is None
+
+
+def test_a_failover_node_held_here_starts_under_the_lease_and_any_other_without() -> None:
+    nodes = {"held": NodeShared("held", holder="pc_a", generation=4, failover=True),
+             "off": NodeShared("off", holder="pc_a", generation=4, failover=False),
+             "theirs": NodeShared("theirs", holder="pc_b", generation=4, failover=True)}
+    f = failover([computer("pc_b"), computer("pc_c")], nodes)
+    f.keeper = SimpleNamespace(deadline_ns=10**18, valid=lambda: True, lost=False, renewed_ns=1)  # type: ignore[assignment]
+    assert f.lease_env("held") == {GENERATION_VAR: "4", DEADLINE_VAR: str(10**18)}
+    assert f.lease_env("off") == {} and f.lease_env("theirs") == {} and f.lease_env("unknown") == {}
+    f.keeper = None
+    # No valid lease: a deadline already past, so the node never serves without one.
+    assert f.lease_env("held") == {GENERATION_VAR: "4", DEADLINE_VAR: "1"}
+
+
+def test_etcd_s_election_timeout_follows_the_lease() -> None:
+    assert election_for(15000) == 5000 and election_for(3000) == 1000 and election_for(6000) == 2000
+    assert election_for(600_000) == 5000
+
+
+def test_a_replica_is_dropped_only_by_the_computer_that_sent_it(tmp_path: Path) -> None:
+    replicas = Replicas(tmp_path / "replicas", DictSecrets())  # type: ignore[arg-type]
+
+    async def go() -> tuple[bool, bool]:
+        await replicas.keep("pc_c", replica_doc("n1"))  # the node's new holder sent it
+        by_old_holder = await replicas.drop("n1", source="pc_b")
+        by_sender = await replicas.drop("n1", source="pc_c")
+        return by_old_holder, by_sender
+    assert asyncio.run(go()) == (False, True) and not replicas.has("n1")
