@@ -96,10 +96,12 @@ def test_a_replica_whose_computer_is_no_longer_paired_is_dropped(tmp_path: Path)
     assert not replicas.has("n1") and replicas.has("n2")
 
 
-def failover(computers: list[Computer], nodes: dict[str, NodeShared] | None = None, **settings: Any) -> Failover:
+def failover(computers: list[Computer], nodes: dict[str, NodeShared] | None = None, root: Path | None = None,
+             **settings: Any) -> Failover:
     store = SimpleNamespace(nodes=nodes or {}, state="ready", client=None)
+    local = SimpleNamespace(node_dir=lambda node_id: (root or Path("/nonexistent")) / node_id)
     return Failover(settings=lambda: Settings(**settings), me=lambda: "pc_a", computers=lambda: computers,
-                    store=store, local=None, hooks=None, replicas=None, ask=None)  # type: ignore[arg-type]
+                    store=store, local=local, hooks=None, replicas=None, ask=None)  # type: ignore[arg-type]
 
 
 def test_failover_is_refused_in_words_outside_a_fleet_of_three() -> None:
@@ -115,7 +117,9 @@ def test_a_failover_node_held_here_starts_under_the_lease_and_any_other_without(
     f = failover([computer("pc_b"), computer("pc_c")], nodes)
     f.keeper = SimpleNamespace(deadline_ns=10**18, valid=lambda: True, lost=False, renewed_ns=1)  # type: ignore[assignment]
     assert f.lease_env("held") == {GENERATION_VAR: "4", DEADLINE_VAR: str(10**18)}
-    assert f.lease_env("off") == {} and f.lease_env("theirs") == {} and f.lease_env("unknown") == {}
+    assert f.lease_env("off") == {} and f.lease_env("unknown") == {}
+    # Another computer holds it: a copy started here anyway never serves.
+    assert f.lease_env("theirs") == {GENERATION_VAR: "4", DEADLINE_VAR: "1"}
     f.keeper = None
     # No valid lease: a deadline already past, so the node never serves without one.
     assert f.lease_env("held") == {GENERATION_VAR: "4", DEADLINE_VAR: "1"}
@@ -135,3 +139,20 @@ def test_a_replica_is_dropped_only_by_the_computer_that_sent_it(tmp_path: Path) 
         by_sender = await replicas.drop("n1", source="pc_c")
         return by_old_holder, by_sender
     assert asyncio.run(go()) == (False, True) and not replicas.has("n1")
+
+
+def test_a_restarted_host_starts_a_failover_node_under_its_last_lease_file_before_the_store_answers(
+        tmp_path: Path) -> None:
+    """Regression (found by the never-twice checker): a host restarted after a kill -9 started its
+    failover node with no lease terms before its store had been read, and that copy kept answering
+    while another computer held the node at a higher generation."""
+    from cadre_desktop.wire.lease import LEASE_FILE, LeaseTerms, render
+
+    (tmp_path / "held").mkdir()
+    (tmp_path / "held" / LEASE_FILE).write_bytes(render(LeaseTerms(3, 123456789)))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / LEASE_FILE).write_bytes(b"{not json")
+    f = failover([computer("pc_b"), computer("pc_c")], {}, root=tmp_path)
+    assert f.lease_env("held") == {GENERATION_VAR: "3", DEADLINE_VAR: "123456789"}
+    assert f.lease_env("broken")[DEADLINE_VAR] == "1"
+    assert f.lease_env("plain") == {}  # never a failover node here: started as always

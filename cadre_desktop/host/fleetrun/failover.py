@@ -167,12 +167,33 @@ class Failover:
     def lease_env(self, node_id: str) -> dict[str, str]:
         """The start's lease variables for a node with failover on held here (empty for any other)."""
         shared = self.store.nodes.get(node_id)
-        if shared is None or not shared.failover or shared.holder != self._me() or shared.generation < 1:
+        if shared is None:
+            # The store not read yet (a host restarted after a crash or a kill): a node that ran here
+            # under a lease keeps the terms its last `lease.json` gave, never none (never twice: a
+            # copy started with no terms would serve with no deadline while another holds it).
+            kept = self._kept_terms(node_id)
+            return env_of(kept) if kept is not None else {}
+        if not shared.failover or shared.generation < 1:
             return {}
+        if shared.holder != self._me():
+            return env_of(node_terms_past(shared.generation))
         keeper = self.keeper
         deadline = keeper.deadline_ns if keeper is not None and keeper.valid() else 1
         return env_of(node_terms(shared.generation, keeper) if deadline > 1 and keeper is not None
                       else node_terms_past(shared.generation))
+
+    def _kept_terms(self, node_id: str) -> Any:
+        """The terms of the node's `lease.json` here (a tiny file, read as the start is made), or None."""
+        from cadre_desktop.errors import Invalid
+        from cadre_desktop.wire.lease import LEASE_FILE, MAX_LEASE_FILE, parse
+
+        try:
+            with open(self.local.node_dir(node_id) / LEASE_FILE, "rb") as f:
+                return parse(f.read(MAX_LEASE_FILE + 1))
+        except FileNotFoundError:
+            return None
+        except (OSError, Invalid):
+            return node_terms_past(1)  # a damaged lease file: never serve on it
 
     async def _ensure_lease(self) -> None:
         client = self.store.client
