@@ -8,8 +8,8 @@ the respawn path by wrapping the engine's methods: kill -> exit noticed ->
 exit pass begins -> service.respawn -> orchestrator.spawn -> Popen -> the child's
 own stamp -> spawn returns -> record written. Prints the p50 of every step. With
 --pyinstrument, also profiles the loop (statistical, 1 ms interval) and prints
-the tree. Writes nothing to bench/results: this is a tool for finding causes,
-not a benchmark.
+the tree. Writes the p50 (and p90) of every step, with the load at both ends,
+to bench/results/profile-respawn-<child>.json (`--name` to choose another name).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import _rig
+from _report import load, summary, write_result
 
 STEPS = [
     ("kill", None),
@@ -36,7 +37,11 @@ STEPS = [
     ("service.respawn", "NodeService.respawn:enter"),
     ("orchestrator.spawn", "Orchestrator.spawn:enter"),
     ("ports chosen", "Orchestrator._choose_ports:exit"),
+    ("start's thread picks it up", "spawner._run:enter"),
+    ("Popen called", "procs.spawn:enter"),
     ("child stamp", "stamp"),
+    ("Popen returns", "procs.spawn:exit"),
+    ("start's thread done", "spawner._run:exit"),
     ("output handed to the log keeper", "LogKeeper.watch:exit"),
     ("launch returns", "Orchestrator._launch:exit"),
     ("spawn returns", "Orchestrator.spawn:exit"),
@@ -78,10 +83,15 @@ def instrument(marks: dict[str, int]) -> None:
 
     wrap(LogKeeper, "watch", "LogKeeper.watch")
     wrap(Supervisor, "_begin", "Supervisor._begin")
+    from cadre_desktop.host.local import spawner
+    from cadre_desktop.host.local.system import procs
+
+    wrap(spawner, "_run", "spawner._run")
+    wrap(procs, "spawn", "procs.spawn")
     wrap(Starter, "start", "Starter.start")
 
 
-async def run(rounds: int, child: str, profile: bool) -> None:
+async def run(rounds: int, child: str, profile: bool) -> dict:
     from cadre_desktop.host.host import Host
     from cadre_desktop.paths import resolve_paths
     from cadre_desktop.settings import Settings
@@ -134,14 +144,17 @@ async def run(rounds: int, child: str, profile: bool) -> None:
         shutil.rmtree(home, ignore_errors=True)
     print(f"respawn path, ms after the kill, p50 of {rounds} ({child} child)")
     prev = 0.0
+    steps: dict[str, dict] = {}
     for label, _ in STEPS[1:]:
         values = [r[label] for r in rows if label in r]
         if values:
+            steps[label] = summary(values)
             p50 = statistics.median(values)
-            print(f"  {label:<30}{p50:>9.2f}   (+{p50 - prev:.2f})")
+            print(f"  {label:<34}{p50:>9.2f}   (+{p50 - prev:.2f})")
             prev = p50
     if profiler is not None:
         print(profiler.output_text(unicode=False, color=False, show_all=True, short_mode=False))
+    return {"rounds": rounds, "child": child, "ms_after_kill": steps}
 
 
 def main() -> None:
@@ -149,14 +162,18 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=30)
     parser.add_argument("--child", choices=("node", "sleep"), default="sleep")
     parser.add_argument("--pyinstrument", action="store_true")
+    parser.add_argument("--name", help="results file name (default profile-respawn-<child>)")
     args = parser.parse_args()
+    at_start = load()
     _rig.compile_checkout()  # nodes run with bytecode, as from an installed copy
     session, env = _rig.start_secret_service()
     os.environ.update(env)
     try:
-        asyncio.run(run(args.n, args.child, args.pyinstrument))
+        result = asyncio.run(run(args.n, args.child, args.pyinstrument))
     finally:
         session.stop()
+    result["loadavg_at_start"] = at_start
+    print(f"wrote {write_result(args.name or f'profile-respawn-{args.child}', result)}")
 
 
 if __name__ == "__main__":
