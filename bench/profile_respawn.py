@@ -43,9 +43,12 @@ STEPS = [
     ("Popen returns", "procs.spawn:exit"),
     ("start's thread done", "spawner._run:exit"),
     ("output handed to the log keeper", "LogKeeper.watch:exit"),
+    ("warm: launch.warm called", "launch.warm:enter"),
+    ("warm: fork server answered", "forks.fork:exit"),
     ("launch returns", "Orchestrator._launch:exit"),
     ("spawn returns", "Orchestrator.spawn:exit"),
     ("respawn returns", "NodeService.respawn:exit"),
+    ("the new child answers /status", "answering"),
 ]
 
 
@@ -87,11 +90,33 @@ def instrument(marks: dict[str, int]) -> None:
     from cadre_desktop.host.local.system import procs
 
     wrap(spawner, "_run", "spawner._run")
+    from cadre_desktop.host.local import forks, launch
+
+    wrap(launch, "warm", "launch.warm")
+    wrap(forks, "fork", "forks.fork")
     wrap(procs, "spawn", "procs.spawn")
     wrap(Starter, "start", "Starter.start")
 
 
-async def run(rounds: int, child: str, profile: bool) -> dict:
+def _pid(host, node_id: str) -> int:
+    return next(h.pid for h in host.driver.handles_for(node_id) if h.alive)
+
+
+def _answered(port: int, marks: dict[str, int], old_pid: int) -> None:
+    """On a thread: the first 200 from the new child (the old one is dead by then)."""
+    while os.path.exists(f"/proc/{old_pid}/cmdline"):
+        try:
+            if open(f"/proc/{old_pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        except OSError:
+            break
+        time.sleep(0.0002)
+    t = _rig.wait_status(port, 30)
+    if t is not None:
+        marks["answering"] = t
+
+
+async def run(rounds: int, child: str, profile: bool, warm: bool = False) -> dict:
     from cadre_desktop.host.host import Host
     from cadre_desktop.paths import resolve_paths
     from cadre_desktop.settings import Settings
@@ -105,6 +130,7 @@ async def run(rounds: int, child: str, profile: bool) -> dict:
         node_command=[str(stamp), str(stamps), *program], bind_host="127.0.0.1", advertise_host="127.0.0.1",
         port_range=(port, port + 1), respawn_backoff_base_ms=1, respawn_backoff_max_ms=1,
         respawn_max_attempts=1_000_000, probe_interval_ms=60_000 if child == "sleep" else 5_000,
+        warm_standby=warm,
     )
     host = Host(resolve_paths({"CADRE_DESKTOP_HOME": str(home)}), settings, serve_control_api=False)
     await host.start()
@@ -124,12 +150,19 @@ async def run(rounds: int, child: str, profile: bool) -> dict:
         for _ in range(rounds):
             await asyncio.sleep(0.3)
             before = _rig.read_stamps(stamps)
+            old = _pid(host, view.id) if warm else before[-1][0]
             marks.clear()
+            answered = None
+            if child == "node":
+                assert view.api_port is not None
+                answered = asyncio.create_task(asyncio.to_thread(_answered, view.api_port, marks, old))
             marks["kill"] = time.monotonic_ns()
-            os.kill(before[-1][0], signal.SIGKILL)
+            os.kill(old, signal.SIGKILL)
             deadline = time.monotonic() + 10
             while "NodeService.respawn:exit" not in marks and time.monotonic() < deadline:
                 await asyncio.sleep(0.001)
+            if answered is not None:
+                await answered
             after = _rig.read_stamps(stamps)
             if len(after) > len(before):
                 marks["stamp"] = after[len(before)][1]
@@ -154,7 +187,7 @@ async def run(rounds: int, child: str, profile: bool) -> dict:
             prev = p50
     if profiler is not None:
         print(profiler.output_text(unicode=False, color=False, show_all=True, short_mode=False))
-    return {"rounds": rounds, "child": child, "ms_after_kill": steps}
+    return {"rounds": rounds, "child": child, "warm_standby": warm, "ms_after_kill": steps}
 
 
 def main() -> None:
@@ -162,6 +195,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=30)
     parser.add_argument("--child", choices=("node", "sleep"), default="sleep")
     parser.add_argument("--pyinstrument", action="store_true")
+    parser.add_argument("--warm", action="store_true", help="warm starts on (a fork server's fork per respawn)")
     parser.add_argument("--name", help="results file name (default profile-respawn-<child>)")
     args = parser.parse_args()
     at_start = load()
@@ -169,7 +203,7 @@ def main() -> None:
     session, env = _rig.start_secret_service()
     os.environ.update(env)
     try:
-        result = asyncio.run(run(args.n, args.child, args.pyinstrument))
+        result = asyncio.run(run(args.n, args.child, args.pyinstrument, args.warm))
     finally:
         session.stop()
     result["loadavg_at_start"] = at_start
