@@ -75,8 +75,19 @@ def markdown(headers: list[str], rows: list[list], digits: int = 2) -> str:
     return "\n".join(out)
 
 
+def load() -> list[float] | None:
+    """The machine's load average (1, 5, 15 min), or None where the system has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def write_result(name: str, result: dict) -> Path:
+    """Write `bench/results/<name>.json`, always with the machine, the date and the load at the
+    time (`loadavg_at_write`; a benchmark adds `loadavg_at_start` itself where it has one)."""
     result.setdefault("machine", machine())
+    result.setdefault("loadavg_at_write", load())
     result.setdefault("date", time.strftime("%Y-%m-%d %H:%M:%S %z"))
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import signal
 import statistics
 import sys
@@ -24,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _report import load, write_result  # noqa: E402
 
 from cadre_desktop.host.local.orchestrator import Orchestrator  # noqa: E402
 from cadre_desktop.host.local.ports import PortAllocator  # noqa: E402
@@ -75,14 +75,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=50)
     args = parser.parse_args()
+    at_start = load()
     result = asyncio.run(run(args.n))
-    result["machine"] = f"{platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    result["loadavg_at_start"] = at_start
     print(f"{'measure':<24}{'min':>8}{'p50':>8}{'p90':>8}{'max':>8}   (ms, {args.n} rounds)")
     for key in ("kill_to_exit_event_ms", "spawn_call_ms"):
         s = result[key]
         print(f"{key:<24}{s['min']:>8.2f}{s['p50']:>8.2f}{s['p90']:>8.2f}{s['max']:>8.2f}")
-    out = ROOT / "bench" / "results" / "exit_latency.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {write_result('exit_latency', result)}")
 
 
 if __name__ == "__main__":

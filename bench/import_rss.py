@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _report import load, write_result
+
 HERE = Path(__file__).resolve().parents[1]
 SETS = {
     "python alone": [],
@@ -57,6 +59,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=7, help="rounds (the median is reported)")
     parser.add_argument("--name", default="import_rss", help="the result file's name (bench/results/NAME.json)")
     args = parser.parse_args()
+    at_start = load()
     checkouts = {"after": HERE, **({"before": args.baseline.resolve()} if args.baseline else {})}
     samples: dict[str, dict[str, list[dict[str, object]]]] = {c: {s: [] for s in SETS} for c in checkouts}
     for round_ in range(args.n):
@@ -77,7 +80,8 @@ def main() -> None:
             rows[label] = row
             print(f"{name:42} {label:8} {row['rss_mb']:7.1f} {row['uss_mb']:7.1f} {row['modules']:8d} {row['aiohttp']}")
         report["sets"][name] = rows  # type: ignore[index]
-    (HERE / "bench" / "results" / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    report["loadavg_at_start"] = at_start
+    print(f"wrote {write_result(args.name, report)}")
 
 
 if __name__ == "__main__":
