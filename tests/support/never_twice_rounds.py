@@ -85,6 +85,6 @@ def run_rounds(hosts: Sequence[HeadlessHost], node_id: str, faults: Sequence[str
         took = time.monotonic() - started
         on = served.home.name if isinstance(served, HeadlessHost) else None
         done.append(Round(number, fault, target.home.name, round(took, 2) if on else None, on))
-        say(f"round {number}: {fault} of {target.home.name} -> serving on {on} after {took:.1f} s; "
+        say(f"round {number} (t={started:.1f}): {fault} of {target.home.name} -> serving on {on} after {took:.1f} s; "
             f"generations seen {ledger.generations()}, violations {len(ledger.violations())}")
     return done
