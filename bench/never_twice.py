@@ -57,7 +57,7 @@ def main() -> None:
     rounds = []
     ledger = Ledger()
     with tempfile.TemporaryDirectory() as tmp, fleet_with_failover_node(Path(tmp), args.lease_ms) as (hosts, node_id):
-        prober = Prober(lambda: set().union(*(listed_ports(h.home, node_id) for h in hosts)), ledger,
+        prober = Prober(lambda: set().union(*(listed_ports(h.home, node_id) for h in hosts)), ledger, node_id=node_id,
                         max_s=args.rounds * (args.lease_ms / 1000 + 120)).start()
         try:
             rounds = run_rounds(hosts, node_id, faults, args.lease_ms, ledger)

@@ -35,7 +35,7 @@ def test_five_rounds_of_faults_and_no_copy_answers_after_a_newer_generation(tmp_
     print(f"never twice: seed {seed}, faults {faults}")
     with fleet_with_failover_node(tmp_path, LEASE_MS) as (hosts, node_id):
         ledger = Ledger()
-        prober = Prober(lambda: set().union(*(listed_ports(h.home, node_id) for h in hosts)), ledger,
+        prober = Prober(lambda: set().union(*(listed_ports(h.home, node_id) for h in hosts)), ledger, node_id=node_id,
                         max_s=280).start()
         try:
             rounds = run_rounds(hosts, node_id, faults, LEASE_MS, ledger)

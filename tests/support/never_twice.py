@@ -98,13 +98,16 @@ class Ledger:
         return sorted({a.generation for a in self.snapshot()})
 
 
-def generation_of(body: bytes) -> int | None:
-    """The generation of a /status body: an int >= 0 (None before failover counts as 0); None if unreadable."""
+def generation_of(body: bytes, node_id: str | None = None) -> int | None:
+    """The generation of a /status body: an int >= 0 (None before failover counts as 0); None if unreadable
+    or, with `node_id`, another node's (a freed port taken by some other node on the machine)."""
     try:
         doc = json.loads(body[:65536])
     except ValueError:
         return None
     if not isinstance(doc, dict):
+        return None
+    if node_id is not None and doc.get("node_id") != node_id:
         return None
     value = doc.get("generation")
     if value is None:
@@ -140,8 +143,8 @@ class Prober:
     """A thread polling every copy's /status until `stop` (or `max_s`, whichever is first)."""
 
     def __init__(self, ports: Callable[[], Iterable[int]], ledger: Ledger, *, interval: float = 0.05,
-                 discover_every: float = 0.5, max_s: float = 3600.0) -> None:
-        self.ports_of, self.ledger, self.interval = ports, ledger, interval
+                 discover_every: float = 0.5, max_s: float = 3600.0, node_id: str | None = None) -> None:
+        self.ports_of, self.ledger, self.interval, self.node_id = ports, ledger, interval, node_id
         self.discover_every, self.max_s = discover_every, max_s
         self.known: set[int] = set()
         self.asked = 0
@@ -168,7 +171,7 @@ class Prober:
                 sent = time.monotonic()
                 status, body = ask_status(port)
                 self.asked += 1
-                if status == 200 and (generation := generation_of(body)) is not None:
+                if status == 200 and (generation := generation_of(body, self.node_id)) is not None:
                     self.ledger.record(Answer(port, generation, sent, time.monotonic()))
             self._stop.wait(self.interval)
 

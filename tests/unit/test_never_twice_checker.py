@@ -26,6 +26,8 @@ def test_a_copy_from_before_failover_counts_as_generation_zero():
     assert generation_of(b'{"generation": null}') == 0
     assert generation_of(b'{"generation": 4}') == 4
     assert generation_of(b'{"generation": true}') is None and generation_of(b"not json") is None
+    assert generation_of(b'{"node_id": "a", "generation": 2}', "a") == 2
+    assert generation_of(b'{"node_id": "b", "generation": 2}', "a") is None  # another node on a freed port
     assert generation_of(b'{"generation": -1}') is None and generation_of(b"[1]") is None
 
 
