@@ -7,6 +7,8 @@ import functools
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
+
 from tests.support.fleet_hosts import pair_by_api, running_hosts, self_id, wait_state
 from tests.support.headless import HeadlessHost, added, running_node
 from tests.support.host_calls import claim
@@ -14,8 +16,30 @@ from tests.support.never_twice_rounds import local_ready, store_ready
 from tests.support.polling import wait_until
 
 
+def end_strays(root: Path) -> list[int]:
+    """Kill what a kill -9'd host left running under `root` (its etcd member, its nodes): the pids ended."""
+    ended = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any(str(root) in part for part in proc.info["cmdline"] or ()):
+                proc.kill()
+                ended.append(proc.pid)
+        except psutil.Error:
+            pass
+    return ended
+
+
 @contextlib.contextmanager
 def fleet_with_failover_node(root: Path, lease_ms: int) -> Iterator[tuple[list[HeadlessHost], str]]:
+    try:
+        with _fleet(root, lease_ms) as got:
+            yield got
+    finally:
+        end_strays(root)
+
+
+@contextlib.contextmanager
+def _fleet(root: Path, lease_ms: int) -> Iterator[tuple[list[HeadlessHost], str]]:
     with running_hosts(root, "alpha", "bravo", "charlie", fleet_lease_ms=lease_ms) as hosts:
         a, b, c = hosts
         ids = {h.home.name: self_id(h) for h in hosts}
