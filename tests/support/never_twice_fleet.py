@@ -1,0 +1,62 @@
+"""A fleet of three real headless hosts with one claimed failover node on bravo, for the never-twice rounds."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+
+from tests.support.fleet_hosts import pair_by_api, running_hosts, self_id, wait_state
+from tests.support.headless import HeadlessHost, added, running_node
+from tests.support.host_calls import claim
+from tests.support.never_twice_rounds import local_ready, store_ready
+from tests.support.polling import wait_until
+
+
+def end_strays(root: Path) -> list[int]:
+    """Kill what a kill -9'd host left running under `root` (its etcd member, its nodes): the pids ended."""
+    ended = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any(str(root) in part for part in proc.info["cmdline"] or ()):
+                proc.kill()
+                ended.append(proc.pid)
+        except psutil.Error:
+            pass
+    return ended
+
+
+@contextlib.contextmanager
+def fleet_with_failover_node(root: Path, lease_ms: int) -> Iterator[tuple[list[HeadlessHost], str]]:
+    try:
+        with _fleet(root, lease_ms) as got:
+            yield got
+    finally:
+        end_strays(root)
+
+
+@contextlib.contextmanager
+def _fleet(root: Path, lease_ms: int) -> Iterator[tuple[list[HeadlessHost], str]]:
+    with running_hosts(root, "alpha", "bravo", "charlie", fleet_lease_ms=lease_ms) as hosts:
+        a, b, c = hosts
+        ids = {h.home.name: self_id(h) for h in hosts}
+        node = added(b, "Study")
+        assert claim(running_node(b, node["id"]), "family")[0] == 200
+        pair_by_api(a, b)
+        pair_by_api(a, c)
+        for h in hosts:
+            for other in set(ids.values()) - {ids[h.home.name]}:
+                wait_state(h, other, "online", timeout=30)
+        for h in hosts:
+            wait_until(functools.partial(store_ready, h), timeout=90, interval=0.5, what=f"the store ready on {h.home.name}")
+        turned = b.cli("node", "set", node["id"], "--failover", "on", "--json")
+        assert turned.returncode == 0, turned.stderr
+        wait_until(lambda: (v := local_ready(b, node["id"])) and v["failover"] and v["generation"], timeout=30,
+                   interval=0.2, what="the node under its lease on bravo")
+        for h in (a, c):
+            replica = h.home / "replicas" / node["id"] / "replica.bin"
+            wait_until(replica.is_file, timeout=30, interval=0.2, what=f"the replica on {h.home.name}")
+        yield hosts, node["id"]
