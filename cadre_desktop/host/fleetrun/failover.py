@@ -13,18 +13,17 @@ One task (`Failover.start`, stopped at quit) runs a pass every `period_s` (a thi
    nearer than a pass (renewals fail, the lease is lost, the store does not answer), every
    failover node held here is stopped by the host (a person's pause: no respawn, no
    notification), "stopped: this computer lost its lease"; after a wake nothing restarts
-   until the store answers and a valid lease holds them again (then they are resumed).
-   A node with failover on is started with `node_terms` (`lease_env`, the start's
-   environment, the warm path's too).
+   until the store answers and a valid lease holds them again (then they are resumed). A
+   failover node starts under `node_terms` (`lease_env`; before the store answers, its last
+   `lease.json`'s), the warm path too.
 3. **Replicas** (`replicas.py`): each failover node held here is pushed to every paired
    computer when its bundle changes; dropped there when failover goes off or the node goes.
 4. **Taking over.** For each failover node held elsewhere whose replica is here:
    `decide_takeover` with what this computer sees; on TAKE, the lost holder is asked to stop
    it (bounded, best effort), `SharedState.take` compares what was read, and a won take
    starts the node here from its replica at the new generation (`mark_served` once it
-   answers). A lost race does nothing. The computer with room is the alive computer (its
-   lease key present) with the smallest id, other than the holder: two computers rarely race,
-   and a race stays safe (one transaction wins).
+   answers). A lost race does nothing. The computer with room: the alive one (its lease key
+   present) of the smallest id but the holder, or after two lease times any with the replica.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cadre_desktop.errors import CadreError, InvalidState, NoSuchThing
+from cadre_desktop.errors import CadreError, Invalid, InvalidState, NoSuchThing
 from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
 from cadre_desktop.host.fleet.computers import Computer
 from cadre_desktop.host.fleetrun.bundle import read_bundle, write_bundle
@@ -51,7 +50,7 @@ from cadre_desktop.host.fleetstate.leases import LeaseKeeper, extend_node, node_
 from cadre_desktop.host.fleetstate.shared import PREFIX, NodeShared, parse_node
 from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER, Action, FleetView, TakeoverRules, decide_takeover
 from cadre_desktop.settings import Settings
-from cadre_desktop.wire.lease import boot_ns, env_of
+from cadre_desktop.wire.lease import LEASE_FILE, MAX_LEASE_FILE, boot_ns, env_of, parse
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +85,7 @@ class Failover:
         self._pushed: dict[str, str] = {}
         self._pushed_at: dict[str, float] = {}
         self._seen_marks: dict[str, tuple[int, float]] = {}
+        self._dead_since: dict[str, float] = {}
         self._taking: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
@@ -184,9 +184,6 @@ class Failover:
 
     def _kept_terms(self, node_id: str) -> Any:
         """The terms of the node's `lease.json` here (a tiny file, read as the start is made), or None."""
-        from cadre_desktop.errors import Invalid
-        from cadre_desktop.wire.lease import LEASE_FILE, MAX_LEASE_FILE, parse
-
         try:
             with open(self.local.node_dir(node_id) / LEASE_FILE, "rb") as f:
                 return parse(f.read(MAX_LEASE_FILE + 1))
@@ -433,7 +430,11 @@ class Failover:
                 if seen is None or seen[0] != mark.generation:
                     self._seen_marks[shared.node] = seen = (mark.generation, now)
             chosen = min(alive - {shared.holder or ""})
-            view = FleetView(me=me, members=len(self._computers()) + 1, quorum=True, room=chosen == me,
+            dead_since = self._dead_since.setdefault(shared.node, now) if shared.holder not in alive else \
+                self._dead_since.pop(shared.node, now)
+            # The first choice may hold no replica: after two lease times any computer with one takes.
+            room = chosen == me or now - dead_since >= 2 * self.ttl_ms / 1000
+            view = FleetView(me=me, members=len(self._computers()) + 1, quorum=True, room=room,
                              holder_lease_alive=shared.holder in alive, own_lease_left_s=left,
                              mark_seen_at=self._seen_marks[shared.node][1] if mark is not None else None)
             rules = TakeoverRules(start_grace_s=self.ttl_ms / 1000)
