@@ -64,15 +64,11 @@ class LeaseWatch:
         """Take the deadline of the same generation from `lease.json` (later or sooner: the host
         may have lost its lease); another generation's, or a damaged file, is ignored."""
         try:
-            with self._file.open("rb") as f:
-                data = f.read(wire_lease.MAX_LEASE_FILE + 1)
-            found = wire_lease.parse(data)
-        except FileNotFoundError:
-            return
+            found = wire_lease.read(self._file.parent)
         except (OSError, Invalid) as err:
             log.warning("the lease file is unusable (%s); the deadline stays", err)
             return
-        if found.generation == self.terms.generation:
+        if found is not None and found.generation == self.terms.generation:
             self.terms = found
 
     def may_serve(self) -> bool:

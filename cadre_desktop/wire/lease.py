@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from cadre_desktop.errors import Invalid
 
@@ -103,3 +104,13 @@ def parse(data: bytes) -> LeaseTerms:
     if not isinstance(doc, dict) or doc.get("version") != LEASE_FILE_VERSION:
         raise Invalid(f"{LEASE_FILE} is not version {LEASE_FILE_VERSION} of its format")
     return LeaseTerms(_number(doc.get("generation"), "generation", 1), _number(doc.get("deadline_ns"), "deadline_ns", 0))
+
+
+def read(node_dir: Path) -> LeaseTerms | None:
+    """The node's `lease.json` in `node_dir`, checked (`parse`); None when there is none. Raises
+    Invalid for a damaged one and OSError for one that cannot be read (a blocking read of a tiny file)."""
+    try:
+        with (node_dir / LEASE_FILE).open("rb") as f:
+            return parse(f.read(MAX_LEASE_FILE + 1))
+    except FileNotFoundError:
+        return None

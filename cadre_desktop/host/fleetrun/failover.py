@@ -50,7 +50,8 @@ from cadre_desktop.host.fleetstate.leases import LeaseKeeper, extend_node, node_
 from cadre_desktop.host.fleetstate.shared import PREFIX, NodeShared, parse_node
 from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER, Action, FleetView, TakeoverRules, decide_takeover
 from cadre_desktop.settings import Settings
-from cadre_desktop.wire.lease import LEASE_FILE, MAX_LEASE_FILE, boot_ns, env_of, parse
+from cadre_desktop.wire.lease import LeaseTerms, boot_ns, env_of
+from cadre_desktop.wire.lease import read as read_lease
 
 log = logging.getLogger(__name__)
 
@@ -182,13 +183,10 @@ class Failover:
         return env_of(node_terms(shared.generation, keeper) if deadline > 1 and keeper is not None
                       else node_terms_past(shared.generation))
 
-    def _kept_terms(self, node_id: str) -> Any:
+    def _kept_terms(self, node_id: str) -> LeaseTerms | None:
         """The terms of the node's `lease.json` here (a tiny file, read as the start is made), or None."""
         try:
-            with open(self.local.node_dir(node_id) / LEASE_FILE, "rb") as f:
-                return parse(f.read(MAX_LEASE_FILE + 1))
-        except FileNotFoundError:
-            return None
+            return read_lease(self.local.node_dir(node_id))
         except (OSError, Invalid):
             return node_terms_past(1)  # a damaged lease file: never serve on it
 
@@ -430,10 +428,11 @@ class Failover:
                 if seen is None or seen[0] != mark.generation:
                     self._seen_marks[shared.node] = seen = (mark.generation, now)
             chosen = min(alive - {shared.holder or ""})
-            dead_since = self._dead_since.setdefault(shared.node, now) if shared.holder not in alive else \
-                self._dead_since.pop(shared.node, now)
+            if shared.holder in alive:
+                self._dead_since.pop(shared.node, None)
             # The first choice may hold no replica: after two lease times any computer with one takes.
-            room = chosen == me or now - dead_since >= 2 * self.ttl_ms / 1000
+            lost_for = now - self._dead_since.setdefault(shared.node, now) if shared.holder not in alive else 0.0
+            room = chosen == me or lost_for >= 2 * self.ttl_ms / 1000
             view = FleetView(me=me, members=len(self._computers()) + 1, quorum=True, room=room,
                              holder_lease_alive=shared.holder in alive, own_lease_left_s=left,
                              mark_seen_at=self._seen_marks[shared.node][1] if mark is not None else None)
@@ -493,8 +492,6 @@ class Failover:
             self._taking.discard(node_id)
 
 
-def node_terms_past(generation: int) -> Any:
+def node_terms_past(generation: int) -> LeaseTerms:
     """Terms whose deadline has passed: a failover node started without a valid lease stops at once."""
-    from cadre_desktop.wire.lease import LeaseTerms
-
     return LeaseTerms(generation, 1)
