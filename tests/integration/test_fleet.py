@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.support.fleet_hosts import computer, fleet_host, fleet_nodes, ok, pair_by_api, running_hosts, self_id, wait_state
+from tests.support.fleet_hosts import all_online, computer, fleet_host, fleet_nodes, ok, pair_by_api, running_hosts, self_id, wait_state
 from tests.support.headless import added, running_node
 from tests.support.polling import wait_until
 
@@ -43,9 +43,7 @@ def test_three_computers_pair_by_code_and_act_on_each_others_nodes(three):
     pair_by_cli(a, b)
     pair_by_api(a, c)
     # a introduced c to b and b to c: every computer sees the other two online
-    for h in three:
-        for other in set(ids.values()) - {ids[h.home.name]}:
-            wait_state(h, other, "online")
+    all_online(three, ids)
     for h in three:
         def every_node(h=h):
             doc = fleet_nodes(h)

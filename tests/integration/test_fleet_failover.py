@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER
-from tests.support.fleet_hosts import ok, pair_by_api, running_hosts, self_id, wait_state
+from tests.support.fleet_hosts import all_online, ok, pair_by_api, running_hosts, self_id, wait_state
 from tests.support.headless import HeadlessHost, added, running_node
 from tests.support.host_calls import claim
 from tests.support.node_scan import node_processes
@@ -84,9 +84,7 @@ def test_a_frozen_computers_failover_node_serves_on_another_and_never_twice(tmp_
         refused = b.cli("node", "set", node["id"], "--failover", "on")
         assert refused.returncode != 0 and THIRD_COMPUTER in refused.stderr + refused.stdout, refused
         pair_by_api(a, c)
-        for h in hosts:
-            for other in set(ids.values()) - {ids[h.home.name]}:
-                wait_state(h, other, "online", timeout=30)
+        all_online(hosts, ids, timeout=30)
         for h in hosts:
             store_ready(h)
         turned = b.cli("node", "set", node["id"], "--failover", "on", "--json")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.support.fleet_hosts import ok, pair_by_api, running_hosts, self_id, wait_state
+from tests.support.fleet_hosts import all_online, ok, pair_by_api, running_hosts, self_id
 from tests.support.headless import added, running_node
 from tests.support.host_calls import claim, claim_secret_of, post_json
 from tests.support.polling import wait_until
@@ -47,9 +47,7 @@ def test_a_claimed_node_moves_from_alpha_to_bravo_with_its_peer_id_and_claim(thr
     assert claimed["generation"] is None and claimed["failover"] is False  # not in the fleet's store yet
     pair_by_api(a, b)
     pair_by_api(a, c)
-    for h in three:
-        for other in set(ids.values()) - {ids[h.home.name]}:
-            wait_state(h, other, "online", timeout=30)
+    all_online(three, ids, timeout=30)
     for h in three:
         store_ready(h)
         assert (h.home / "etcd" / "data" / "member").is_dir()

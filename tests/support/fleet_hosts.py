@@ -48,6 +48,13 @@ def wait_state(host: HeadlessHost, computer_id: str, state: str, timeout: float 
     return wait_until(listed_so, timeout=timeout, interval=0.2, what=f"{computer_id} {state} on {host.home.name}")
 
 
+def all_online(hosts: list[HeadlessHost], ids: dict[str, str], timeout: float = 15.0) -> None:
+    """Until every host lists every other computer of `ids` (home name -> computer id) online."""
+    for h in hosts:
+        for other in set(ids.values()) - {ids[h.home.name]}:
+            wait_state(h, other, "online", timeout=timeout)
+
+
 def fleet_nodes(host: HeadlessHost) -> dict:
     result = host.cli("node", "list", "--all", "--json")
     assert result.returncode == 0, result.stderr

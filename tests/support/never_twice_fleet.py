@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.support.fleet_hosts import pair_by_api, running_hosts, self_id, wait_state
+from tests.support.fleet_hosts import all_online, pair_by_api, running_hosts, self_id
 from tests.support.headless import HeadlessHost, added, running_node
 from tests.support.host_calls import claim
 from tests.support.never_twice_rounds import local_ready, store_ready
@@ -47,9 +47,7 @@ def _fleet(root: Path, lease_ms: int) -> Iterator[tuple[list[HeadlessHost], str]
         assert claim(running_node(b, node["id"]), "family")[0] == 200
         pair_by_api(a, b)
         pair_by_api(a, c)
-        for h in hosts:
-            for other in set(ids.values()) - {ids[h.home.name]}:
-                wait_state(h, other, "online", timeout=30)
+        all_online(hosts, ids, timeout=30)
         for h in hosts:
             wait_until(functools.partial(store_ready, h), timeout=90, interval=0.5, what=f"the store ready on {h.home.name}")
         turned = b.cli("node", "set", node["id"], "--failover", "on", "--json")
