@@ -33,7 +33,7 @@ from cadre_desktop.host.fleetstate.client import FleetClient  # noqa: E402
 from cadre_desktop.host.fleetstate.leases import LeaseKeeper  # noqa: E402
 from cadre_desktop.host.fleetstate.member import EtcdMember, MemberSpec, Peer, etcd_command  # noqa: E402
 from cadre_desktop.host.fleetstate.shared import SharedState  # noqa: E402
-from cadre_desktop.host.fleetstate.tls import FleetTls, certificate_for  # noqa: E402
+from cadre_desktop.host.fleetstate.tls import FleetTls, anchor_for, certificate_for  # noqa: E402
 from cadre_desktop.host.local.ports import port_is_free  # noqa: E402
 from cadre_desktop.host.local.system.seam import for_this_os  # noqa: E402
 
@@ -51,11 +51,12 @@ def members(root: Path, count: int, heartbeat_ms: int = 100, election_ms: int = 
     names = [f"computer-{i}" for i in range(count)]
     keys = [ec.generate_private_key(ec.SECP256R1()) for _ in names]
     certs = [certificate_for(k, n) for k, n in zip(keys, names, strict=True)]
+    anchors = [anchor_for(k, n) for k, n in zip(keys, names, strict=True)]
     base = free_block(2 * count)
     system, command = for_this_os(), etcd_command()
     return [EtcdMember(MemberSpec(name=n, host="127.0.0.1", client_port=base + 2 * i, peer_port=base + 2 * i + 1,
                                   root=root / n / "etcd", heartbeat_ms=heartbeat_ms, election_ms=election_ms),
-                       system, command, FleetTls.of(keys[i], certs[i], certs))
+                       system, command, FleetTls.of(keys[i], certs[i], anchors))
             for i, n in enumerate(names)]
 
 

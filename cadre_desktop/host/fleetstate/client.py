@@ -41,6 +41,8 @@ class MemberInfo:
     name: str
     peer_urls: tuple[str, ...]
     client_urls: tuple[str, ...]
+    #: Added to follow the log without a vote until promoted (`FleetClient.promote`).
+    learner: bool = False
 
 
 class FleetClient:
@@ -51,9 +53,9 @@ class FleetClient:
         self.endpoints = tuple(endpoints)
         self.timeout_s = timeout_s
         # gRPC and aetcd load here, with the first client: a host in no fleet never loads them.
-        from cadre_desktop.host.fleetstate.grpc_client import ERRORS, TlsClient
+        from cadre_desktop.host.fleetstate.grpc_client import ERRORS, TlsClient, describe
 
-        self._errors = ERRORS
+        self._errors, self._describe = ERRORS, describe
         self._client = TlsClient(self.endpoints, tls, timeout_s)
         #: The comparisons and operations of a transaction (aetcd's builders).
         self.ops = self._client.transactions
@@ -65,7 +67,7 @@ class FleetClient:
         except TimeoutError:
             raise StoreUnavailable(f"the fleet's store did not answer {what} within {self.timeout_s:g} s") from None
         except self._errors as err:
-            words = one_line(str(err) or type(err).__name__, 160)
+            words = one_line(self._describe(err), 160)
             raise StoreUnavailable(f"the fleet's store refused {what}: {words}") from None
 
     async def close(self) -> None:
@@ -107,20 +109,29 @@ class FleetClient:
 
     async def members(self) -> list[MemberInfo]:
         async def listed() -> list[MemberInfo]:
-            return [_member(m) async for m in self._client.members()]
+            return [_member(m) for m in await self._client.member_list()]
         return await self._bounded("the member list", listed())
 
     async def add_member(self, peer_urls: Sequence[str]) -> MemberInfo:
-        return _member(await self._bounded("a member add", self._client.add_member(list(peer_urls))))
+        """A member added as a learner (no vote until `promote`)."""
+        return _member(await self._bounded("a member add", self._client.add_learner(list(peer_urls))))
+
+    async def promote(self, member_id: int) -> None:
+        await self._bounded("a member promotion", self._client.promote(member_id))
+
+    async def is_learner(self) -> bool:
+        """Whether the member answering is a learner (the one member of a one-endpoint client)."""
+        return bool((await self._bounded("a status", self._client.own_status())).isLearner)
 
     async def remove_member(self, member_id: int) -> None:
         await self._bounded("a member remove", self._client.remove_member(member_id))
 
     async def leader(self) -> int:
         """The id of the member the answering member follows (0: none)."""
-        status = await self._bounded("a status", self._client.status())
-        return int(status.leader.id) if status.leader is not None else 0
+        return int((await self._bounded("a status", self._client.own_status())).leader)
 
 
 def _member(m: Any) -> MemberInfo:
-    return MemberInfo(int(m.id), str(m.name), tuple(str(u) for u in m.peer_urls), tuple(str(u) for u in m.client_urls))
+    """etcd's `Member` message as ours."""
+    return MemberInfo(int(m.ID), str(m.name), tuple(str(u) for u in m.peerURLs), tuple(str(u) for u in m.clientURLs),
+                      bool(m.isLearner))

