@@ -24,6 +24,7 @@ from cadre_desktop.node.cadre import invitations
 from cadre_desktop.node.cadre.invitation_code import InvitationCode, parse_invitation
 from cadre_desktop.wire.http_status import answer_to
 from cadre_desktop.wire.refusal import RequestRefused
+from tests.support import syntax
 from tests.support.hostile import FUZZ, SEED, checked_answer, json_values, near_misses, requests, texts
 from tests.support.imports import sources
 from tests.support.node_server import NodeServer, send_raw
@@ -245,7 +246,7 @@ def test_no_secret_is_compared_with_an_ordinary_equality():
 
     def equalities_on_secrets(source: str) -> list[str]:
         found = []
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(syntax.parse(source)):
             if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
                 text = ast.unparse(node).lower()
                 if any(word in text for word in SECRET_WORDS):

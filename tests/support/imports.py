@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support import syntax
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -31,7 +33,7 @@ def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
 def import_statements(path: Path, *, running_only: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
     """Every import in the module, inside functions too; `running_only` leaves out those
     under `if TYPE_CHECKING:`, which never run."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    tree = syntax.parse(path.read_text(encoding="utf-8"), str(path))
     hidden = _type_checking_only(tree) if running_only else set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in hidden:

@@ -8,6 +8,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests.support import syntax
+
 PKG = Path(__file__).parents[2] / "cadre_desktop"
 ARCHITECTURE = PKG.parent / "docs" / "architecture.md"
 REFERENCE = re.compile(r"`([a-z_/]+\.py):([A-Za-z_][A-Za-z0-9_.]*)`")
@@ -15,7 +17,7 @@ REFERENCE = re.compile(r"`([a-z_/]+\.py):([A-Za-z_][A-Za-z0-9_.]*)`")
 
 def defined_names(path: Path) -> set[str]:
     """Every top-level function and class of a module, and `Class.method` for each class's own functions."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    tree = syntax.parse(path.read_text(encoding="utf-8"), str(path))
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

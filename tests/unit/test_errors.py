@@ -48,6 +48,7 @@ from cadre_desktop.wire.http_status import REFUSAL_STATUSES as NODE_STATUSES
 from cadre_desktop.wire.http_status import answer_to
 from cadre_desktop.wire.httpmsg import Answer, Request
 from cadre_desktop.wire.refusal import RequestRefused
+from tests.support import syntax
 from tests.support.imports import sources
 
 PKG = Path(cadre_desktop.__file__).parent
@@ -83,7 +84,7 @@ def test_the_modules_not_imported_above_define_no_exception_of_their_own():
     files = sources("ui") + sources(pattern="**/__main__.py")
     assert len(files) >= 10
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(syntax.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ClassDef):
                 bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
                 assert not bases & BUILTIN_EXCEPTIONS, f"{path.name}: {node.name}"
@@ -121,7 +122,7 @@ def test_only_the_http_edges_and_their_clients_speak_in_api_errors():
         name = path.relative_to(PKG).as_posix()
         if name in allowed:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(syntax.parse(path.read_text(), str(path))):
             assert not (isinstance(node, ast.Name) and node.id == "ApiError"), f"{name}:{node.lineno}"
 
 
@@ -394,7 +395,7 @@ def broad_handlers():
     for path in sources():
         source = path.read_text()
         lines = source.splitlines()
-        tree = ast.parse(source, str(path))
+        tree = syntax.parse(source, str(path))
         for function in ast.walk(tree):
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -480,7 +481,7 @@ def codes_raised(kinds: set[str], paths) -> set[str]:
     """The `code=` of every refusal of `kinds` built in `paths` (a code read from elsewhere shows as '?')."""
     codes: set[str] = set()
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(syntax.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) in kinds:
                 for keyword in node.keywords:
                     if keyword.arg == "code":

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.support import syntax
+
 PKG = Path(__file__).parents[2] / "cadre_desktop"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
@@ -21,7 +23,7 @@ def sources() -> list[Path]:
 
 
 def long_functions(path: Path, limit: int, root: Path = PKG.parent) -> list[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    tree = syntax.parse(path.read_text(encoding="utf-8"), str(path))
     found = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -98,7 +100,7 @@ def wait_for_calls(path: Path, root: Path = PKG.parent) -> list[str]:
     the same loop turn as the awaited answer, and a loop around it then runs on after
     a quit (the keyring gate hung CI that way). `async with asyncio.timeout(...)` keeps
     the cancel."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    tree = syntax.parse(path.read_text(encoding="utf-8"), str(path))
     return [f"{path.relative_to(root)}:{node.lineno}" for node in ast.walk(tree)
             if isinstance(node, ast.Attribute) and node.attr == "wait_for"
             and isinstance(node.value, ast.Name) and node.value.id == "asyncio"]

@@ -5,6 +5,7 @@ import os
 import sys
 from pathlib import Path
 
+from tests.support import syntax
 from tests.support.imports import imported, loaded_after, sources
 
 PKG = Path(__file__).parents[2] / "cadre_desktop"
@@ -105,7 +106,7 @@ def test_every_room_says_what_it_holds_and_may_import():
     rooms = [p for p in (PKG / "host").iterdir() if p.is_dir() and p.name != "__pycache__"] + [PKG / "wire"]
     assert {p.name for p in rooms} >= {"core", "local", "lending", "edges", "conditions", "wire"}
     for room in rooms:
-        doc = ast.get_docstring(ast.parse((room / "__init__.py").read_text()))
+        doc = ast.get_docstring(syntax.parse((room / "__init__.py").read_text()))
         assert doc and "import" in doc and len(doc) > 200, f"{room}/__init__.py wants a docstring: what it holds and may import"
 
 
@@ -197,7 +198,7 @@ def test_nothing_but_the_lifecycle_writes_a_record():
     for path in sources("host"):
         if path.name in ("lifecycle.py", "store.py"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(syntax.parse(path.read_text(), str(path))):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in writers
                     and isinstance(node.func.value, ast.Attribute) and node.func.value.attr in ("store", "donations")):
                 raise AssertionError(f"{path.name}:{node.lineno} writes a record with store.{node.func.attr}")
@@ -278,7 +279,7 @@ def _child_effects(path) -> list[tuple[str, int]]:
                 if on_driver or child.func.attr == "launch" and ast.unparse(target).endswith("supervisor"):
                     found.append((func, child.lineno))
             walk(child, name)
-    walk(ast.parse(path.read_text()), "")
+    walk(syntax.parse(path.read_text()), "")
     return found
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import cadre_desktop
 from cadre_desktop.host.local.system.seam import ProcessOS, for_this_os
+from tests.support import syntax
 
 DRIVER = Path(cadre_desktop.__file__).parent / "host" / "local"
 #: The seam itself: the factory that picks the class once, and the three platform classes.
@@ -42,7 +43,7 @@ def platform_tests(root: Path) -> list[str]:
         name = path.relative_to(root).as_posix()
         if name in SEAM:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(syntax.parse(path.read_text(encoding="utf-8"))):
             what = "a platform parameter" if _platform_parameter(node) else _asks_the_os(node)
             if what:
                 found.append(f"{name}:{getattr(node, 'lineno', 0)} {what}")

@@ -5,6 +5,8 @@
 - No module imports a test module (test_*) or a conftest: what two modules share is
   support code or a fixture, never one test module reaching into another.
 - A conftest.py holds fixtures and hooks only: no classes, no helper functions.
+- Code is parsed through tests/support/syntax.py, never `ast.parse` itself (CPython 3.11.7's
+  fails when a leftover thread parses at the same moment: that module says why).
 - The fakes implement the seams they stand in for (the fake driver's check is with the
   supervision tests, beside the real driver's).
 
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import syntax
 from tests.support.imports import imported
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -70,7 +73,7 @@ def conftest_helpers(root: Path) -> list[str]:
     for path in python_files(root):
         if path.name != "conftest.py":
             continue
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        for node in syntax.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.ClassDef):
                 bad.append(f"{path.relative_to(root)}: class {node.name}")
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -78,6 +81,18 @@ def conftest_helpers(root: Path) -> list[str]:
                                 for d in node.decorator_list)
                 if not (decorated or node.name.startswith("pytest_")):
                     bad.append(f"{path.relative_to(root)}: def {node.name}")
+    return bad
+
+
+def direct_parses(root: Path) -> list[str]:
+    """Calls of `ast.parse` anywhere but tests/support/syntax.py."""
+    bad = []
+    for path in python_files(root):
+        if path.relative_to(root).as_posix() == "support/syntax.py":
+            continue
+        for node in ast.walk(syntax.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "ast.parse":
+                bad.append(f"{path.relative_to(root)}:{node.lineno}")
     return bad
 
 
@@ -96,6 +111,10 @@ def test_conftest_files_hold_only_fixtures_and_hooks():
     assert conftest_helpers(TESTS) == []
 
 
+def test_code_is_parsed_through_the_support_module_only():
+    assert direct_parses(TESTS) == []
+
+
 # -- the rules can fail -----------------------------------------------------------------
 
 @pytest.fixture
@@ -111,6 +130,7 @@ def planted(tmp_path: Path) -> Path:
     (root / "unit" / "helpers.py").write_text("def helper(): ...\n")
     (root / "support" / "test_thing.py").write_text("")
     (root / "support" / "rig.py").write_text("from tests.support import polling\n")
+    (root / "support" / "reader.py").write_text("import ast\n\nTREE = ast.parse('x = 1')\n")
     (root / "unit" / "conftest.py").write_text(
         "import pytest\n\nclass Rig: ...\n\ndef helper(): ...\n\n@pytest.fixture\ndef rig(): ...\n\n"
         "def pytest_configure(config): ...\n")
@@ -125,6 +145,7 @@ def test_the_layout_checks_find_planted_faults(planted: Path):
         "unit/test_c.py imports tests.unit.conftest",
     ]
     assert conftest_helpers(planted) == ["unit/conftest.py: class Rig", "unit/conftest.py: def helper"]
+    assert direct_parses(planted) == ["support/reader.py:3"]
 
 
 # -- the fakes implement their seams ----------------------------------------------------

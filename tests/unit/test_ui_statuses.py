@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 
+from tests.support import syntax
 from tests.support.imports import sources
 
 
@@ -45,7 +46,7 @@ def _holds_a_string(node: ast.AST, named: dict[str, ast.AST]) -> bool:
 
 def bare_status_strings(source: str, filename: str = "<ui>") -> list[str]:
     """Every comparison (==, !=, in, not in) or lookup of a status against a bare string."""
-    tree = ast.parse(source, filename)
+    tree = syntax.parse(source, filename)
     named = _literal_tuples(tree)
     found = []
     for node in ast.walk(tree):
