@@ -18,12 +18,12 @@ import pytest
 from cadre_desktop.host.fleetstate.client import FleetClient
 from cadre_desktop.host.fleetstate.errors import EtcdDataCorrupt, StoreUnavailable
 from cadre_desktop.host.fleetstate.leases import LeaseKeeper, extend_node, node_terms
-from cadre_desktop.host.fleetstate.member import Peer, join_cluster, promote_member
+from cadre_desktop.host.fleetstate.member import EtcdMember, Peer, join_cluster, promote_member
 from cadre_desktop.host.fleetstate.shared import SharedState
 from cadre_desktop.host.fleetstate.takeover import Action, FleetView, TakeoverRules, decide_takeover
 from cadre_desktop.node.errors import ExitCode
 from cadre_desktop.wire.lease import boot_ns, env_of
-from tests.support.etcd_cluster import Cluster, make_cluster
+from tests.support.etcd_cluster import Cluster, make_cluster, start_cluster
 from tests.support.node_process import NodeLauncher, poll
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the member's TLS key needs memfd")
@@ -187,3 +187,21 @@ async def test_a_third_member_joins_a_running_cluster_and_leaves_it(tmp_path) ->
 
 async def _all_three(named: Callable[[], Awaitable[list[str]]]) -> bool:
     return await named() == ["computer-a", "computer-b", "computer-c"]
+
+
+async def test_a_member_left_running_by_a_killed_host_is_ended_by_the_next_start(tmp_path) -> None:
+    cluster = make_cluster(tmp_path, 1)
+    (left,) = cluster.members
+    again = EtcdMember(left.spec, left.system, left.command, left.tls)  # what the restarted host makes
+    try:
+        await start_cluster(cluster)
+        assert left.spec.pid_file.is_file() and str(left.pid) in left.spec.pid_file.read_text()
+        # The host is gone without its stop: the member runs on. The next start ends it first.
+        await again.start([Peer(left.spec.name, left.spec.peer_url(True))])
+        await again.wait_ready()
+        await poll(lambda: not left.running, deadline_s=10.0, what="the member left running ended")
+        assert again.pid != left.pid and again.running
+        assert await answers(cluster.client(0)), "the new member serves the same data"
+    finally:
+        await again.stop(grace_s=1.0)
+        await cluster.close()

@@ -19,6 +19,11 @@ client of the others: a learner answers nothing but its status); it leaves it by
 before each start (`datadir.check_data_dir`): a damaged one stops the start with
 `EtcdDataCorrupt` and is left as it is, and so is one etcd itself finds damaged.
 
+A host killed without its stop (kill -9, a crash) leaves its member running in its own group:
+each start writes the member's pid and start time beside its data (`etcd.pid`), and the next
+start ends a member still running under that identity (terminate, a grace, kill) before it
+starts its own on the same ports and data.
+
 With TLS (`FleetTls`), peers and clients are both held to the fleet's certificates; the key
 reaches etcd through an in-memory file on its stdin (`tls.key_stream`), never a file.
 """
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -41,6 +47,7 @@ from cadre_desktop.host.fleetstate.client import Endpoint, FleetClient
 from cadre_desktop.host.fleetstate.datadir import DataState, check_data_dir, log_says_corrupt
 from cadre_desktop.host.fleetstate.errors import EtcdDataCorrupt, EtcdMemberFailed, EtcdNotFound, StoreUnavailable
 from cadre_desktop.host.fleetstate.tls import KEY_PATH, FleetTls, key_stream
+from cadre_desktop.host.local.system.procs import Identity
 from cadre_desktop.host.local.system.seam import ProcessOS
 from cadre_desktop.text import one_line
 
@@ -109,6 +116,10 @@ class MemberSpec:
     @property
     def log_file(self) -> Path:
         return self.root / "etcd.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.root / "etcd.pid"
 
     def scheme(self, tls: bool) -> str:
         return "https" if tls else "http"
@@ -214,15 +225,54 @@ class EtcdMember:
             if key_fd != subprocess.DEVNULL:
                 os.close(key_fd)
 
+    def _left_running(self) -> int | None:
+        """On a thread: the pid of a member an earlier host started here and left running (the
+        pid file's pid, still the process it names: the same start time), else None."""
+        try:
+            doc = json.loads(self.spec.pid_file.read_text(encoding="utf-8")[:1000])
+            pid, started, boot = int(doc["pid"]), str(doc["start_time"]), doc.get("boot_id")
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        now = self.system.read_identity(pid) if pid > 1 else None
+        if now is None or not now.matches(Identity(started, boot if isinstance(boot, str) else None)):
+            return None
+        return pid
+
+    def _write_pid(self, pid: int) -> None:
+        identity = self.system.read_identity(pid)
+        if identity is not None:
+            doc = {"pid": pid, "start_time": identity.start_time, "boot_id": identity.boot_id}
+            write_bytes_atomic(self.spec.pid_file, json.dumps(doc).encode())
+
+    async def _end_left_running(self) -> None:
+        """End a member an earlier host left running on this data folder (it holds the ports)."""
+        pid = await asyncio.to_thread(self._left_running)
+        if pid is None:
+            return
+        log.warning("etcd member %s: one left running by an earlier host (pid %s) is stopped first", self.spec.name, pid)
+        self.system.signal_group(pid, None, kill=False)
+        loop = asyncio.get_running_loop()
+        until, killed = loop.time() + STOP_GRACE_S, False
+        while await asyncio.to_thread(self._left_running) == pid:
+            if loop.time() >= until:
+                if killed:
+                    raise EtcdMemberFailed(f"the etcd member {self.spec.name} left running by an earlier host"
+                                           f" (pid {pid}) did not end")
+                self.system.signal_group(pid, None, kill=True)
+                until, killed = loop.time() + 5.0, True
+            await asyncio.sleep(0.05)
+
     async def start(self, initial: Sequence[Peer], *, joining: bool = False) -> None:
         """Start the member (it answers later: `wait_ready`). A folder that holds a member already
         restarts it, whatever `initial` says; `joining`: this member was added to a running cluster."""
         if self.running:
             return
+        await self._end_left_running()
         state = await asyncio.to_thread(self._prepare)
         existing = joining or state is DataState.EXISTING
         args = member_args(self.spec, initial, existing=existing, tls=self.tls is not None)
         popen = await asyncio.to_thread(self._spawn, args)
+        await asyncio.to_thread(self._write_pid, popen.pid)
         loop = asyncio.get_running_loop()
         exited: asyncio.Future[int | None] = loop.create_future()
 
