@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.support import port_blocks
 from tests.support.headless import FLAKY_NODE, HeadlessHost, fast_settings
+from tests.support.netns import HomeNetwork
 from tests.support.polling import wait_until
 
 
@@ -18,11 +19,13 @@ def keyring_env(home: Path) -> dict[str, str]:
             "CADRE_TEST_KEYRING_FILE": str(home.parent / f"{home.name}-keyring.json")}
 
 
-def fleet_host(root: Path, name: str, **overrides) -> HeadlessHost:
+def fleet_host(root: Path, name: str, net: HomeNetwork | None = None, index: int = 0, **overrides) -> HeadlessHost:
+    """`net`: the host is computer `index` of that home network, on its address there."""
     home = root / name
+    where = {} if net is None else {"bind_host": net.address(index), "advertise_host": net.address(index)}
     settings = fast_settings(**{"fleet_port": port_blocks.take(3, 20000, 30000), "computer_name": name,
-                                "node_command": FLAKY_NODE, **overrides})
-    return HeadlessHost(home, keyring_env(home), settings)
+                                "node_command": FLAKY_NODE, **where, **overrides})
+    return HeadlessHost(home, keyring_env(home), settings, net, index)
 
 
 def ok(host: HeadlessHost, method: str, path: str, body: dict | None = None, status: int = 200) -> dict:
@@ -62,9 +65,10 @@ def fleet_nodes(host: HeadlessHost) -> dict:
 
 
 @contextlib.contextmanager
-def running_hosts(root: Path, *names: str, **overrides) -> Iterator[list[HeadlessHost]]:
-    """One started host per name (`overrides`: settings of each), each stopped at the end if it still runs."""
-    hosts = [fleet_host(root, name, **overrides) for name in names]
+def running_hosts(root: Path, *names: str, net: HomeNetwork | None = None, **overrides) -> Iterator[list[HeadlessHost]]:
+    """One started host per name (`overrides`: settings of each), each stopped at the end if it
+    still runs; `net`: host i is computer i of that home network."""
+    hosts = [fleet_host(root, name, net, i, **overrides) for i, name in enumerate(names)]
     try:
         for h in hosts:
             h.start()

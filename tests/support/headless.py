@@ -11,9 +11,13 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.support import port_blocks
 from tests.support.polling import wait_until
+
+if TYPE_CHECKING:
+    from tests.support.netns import HomeNetwork
 
 REPO = Path(__file__).resolve().parents[2]
 FLAKY_NODE = [sys.executable, str(REPO / "tests" / "support" / "flaky_node.py")]
@@ -101,8 +105,12 @@ def control_get(home: Path, path: str) -> dict:
 
 
 class HeadlessHost:
-    def __init__(self, home: Path, keyring_env: dict[str, str], settings: dict | None = None) -> None:
+    def __init__(self, home: Path, keyring_env: dict[str, str], settings: dict | None = None,
+                 net: HomeNetwork | None = None, net_index: int = 0) -> None:
+        """`net`: the host runs in computer `net_index`'s namespace of that home network (its
+        control API, on that namespace's loopback, is called from a thread inside it)."""
         self.home = home
+        self.net, self.net_index = net, net_index
         self.env = {**os.environ, **keyring_env, "CADRE_DESKTOP_HOME": str(home),
                     "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
         self.env.pop("QT_QPA_PLATFORM", None)
@@ -122,13 +130,16 @@ class HeadlessHost:
         self.stderr_path = self.home / f"host-stderr-{random.getrandbits(32):08x}.txt"
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cadre_desktop", "--headless"],
+            self._in_net([sys.executable, "-m", "cadre_desktop", "--headless"]),
             env=self.env, stdout=subprocess.DEVNULL, stderr=self._stderr, cwd=self.home,
             preexec_fn=self._limit_fds if self.fd_limit else None,
         )
         if wait:
             wait_until(self._ready, timeout=30, interval=0.02, what="headless host control.json")
         return self
+
+    def _in_net(self, argv: list[str]) -> list[str]:
+        return argv if self.net is None else self.net.command_in(self.net_index, argv)
 
     def _limit_fds(self) -> None:
         import resource
@@ -150,6 +161,8 @@ class HeadlessHost:
         return self.stderr_path.read_text(errors="replace")
 
     def api(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        if self.net is not None:
+            return self.net.call_in(self.net_index, lambda: control_request(self.home, method, path, body))
         return control_request(self.home, method, path, body)
 
     def node(self, node_id: str) -> dict:
@@ -158,7 +171,7 @@ class HeadlessHost:
         return body
 
     def cli(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "cadre_desktop", *args], env=self.env,
+        return subprocess.run(self._in_net([sys.executable, "-m", "cadre_desktop", *args]), env=self.env,
                               capture_output=True, text=True, input=input, timeout=60)
 
     def stop(self) -> int:
