@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.support.fleet_hosts import all_online, ok, pair_by_api, running_hosts, self_id
+from tests.support.fleet_hosts import all_online, ok, pair_by_api, running_hosts, self_id, store_ready
 from tests.support.headless import added, running_node
 from tests.support.host_calls import claim, claim_secret_of, post_json
 from tests.support.polling import wait_until
@@ -21,19 +21,6 @@ pytestmark = pytest.mark.timeout(240)
 def three(tmp_path):
     with running_hosts(tmp_path, "alpha", "bravo", "charlie") as hosts:
         yield hosts
-
-
-def store_ready(host) -> dict:
-    seen: list[object] = []
-
-    def ready():
-        doc = ok(host, "GET", "/api/fleet")
-        seen[:] = [doc["store"]]
-        return doc if doc["store"] and doc["store"]["state"] == "ready" else None
-    try:
-        return wait_until(ready, timeout=90, interval=0.5, what=f"the fleet's store ready on {host.home.name}")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}: last {seen}") from None
 
 
 def test_a_claimed_node_moves_from_alpha_to_bravo_with_its_peer_id_and_claim(three):

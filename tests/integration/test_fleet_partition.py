@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 from tests.support import netns
-from tests.support.fleet_hosts import all_online, ok, pair_by_api, running_hosts, self_id
+from tests.support.fleet_hosts import all_online, local_node, pair_by_api, running_hosts, self_id, store_ready
 from tests.support.headless import HeadlessHost, added
 from tests.support.host_calls import claim
 from tests.support.polling import wait_until
@@ -37,15 +37,6 @@ def home_network():
         yield net
     finally:
         net.close()
-
-
-def store_ready(host: HeadlessHost) -> None:
-    wait_until(lambda: (ok(host, "GET", "/api/fleet")["store"] or {}).get("state") == "ready", timeout=90,
-               interval=0.5, what=f"the fleet's store ready on {host.home.name}")
-
-
-def local_node(host: HeadlessHost, node_id: str) -> dict | None:
-    return next((n for n in ok(host, "GET", "/api/nodes")["nodes"] if n["id"] == node_id), None)
 
 
 def status_of(url: str) -> int | None:

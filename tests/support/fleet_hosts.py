@@ -83,3 +83,22 @@ def pair_by_api(inviter: HeadlessHost, joiner: HeadlessHost) -> None:
     """`joiner` pairs with `inviter` by a code the inviter's control API made."""
     doc = ok(inviter, "POST", "/api/fleet/invite", {}, status=201)
     ok(joiner, "POST", "/api/fleet/join", {"code": doc["code"], "address": doc["address"]})
+
+
+def store_ready(host: HeadlessHost, timeout: float = 90.0) -> dict:
+    """Until `host`'s fleet store is ready: its `GET /api/fleet` then (a time-out says the last state seen)."""
+    seen: list[object] = []
+
+    def ready() -> dict | None:
+        doc = ok(host, "GET", "/api/fleet")
+        seen[:] = [doc["store"]]
+        return doc if doc["store"] and doc["store"]["state"] == "ready" else None
+    try:
+        return wait_until(ready, timeout=timeout, interval=0.5, what=f"the fleet's store ready on {host.home.name}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: last {seen}") from None
+
+
+def local_node(host: HeadlessHost, node_id: str) -> dict | None:
+    """The node's view among `host`'s own nodes (None: it hosts no such node)."""
+    return next((n for n in ok(host, "GET", "/api/nodes")["nodes"] if n["id"] == node_id), None)
