@@ -14,8 +14,11 @@ One task (`Failover.start`, stopped at quit) runs a pass every `period_s` (a thi
    failover node held here is stopped by the host (a person's pause: no respawn, no
    notification), "stopped: this computer lost its lease"; after a wake nothing restarts
    until the store answers and a valid lease holds them again (then they are resumed). A
-   failover node starts under `node_terms` (`lease_env`; before the store answers, its last
-   `lease.json`'s), the warm path too.
+   failover node starts on a deadline ahead only once a read under this computer's current,
+   announced lease found it held here (`holding.py`: `LeaseHold`, the one place of that rule;
+   before the store answers, its last `lease.json`'s terms); else on one already past, and
+   the supervisor does not start it at all (`WAIT_LEASE`). Every start path carries it (the
+   first pass after a restart, the warm and fork paths, a restart to turn failover on).
 3. **Replicas** (`replicas.py`): each failover node held here is pushed to every paired
    computer when its bundle changes; dropped there when failover goes off or the node goes.
 4. **Taking over.** For each failover node held elsewhere whose replica is here:
@@ -38,20 +41,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cadre_desktop.errors import CadreError, Invalid, InvalidState, NoSuchThing
+from cadre_desktop.errors import CadreError, InvalidState, NoSuchThing
 from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
 from cadre_desktop.host.fleet.computers import Computer
 from cadre_desktop.host.fleetrun.bundle import read_bundle, write_bundle
+from cadre_desktop.host.fleetrun.holding import LeaseHold, node_terms_past  # noqa: F401 (re-exported)
 from cadre_desktop.host.fleetrun.moves import Ask, LocalSide, _node_doc, _remove_tree
 from cadre_desktop.host.fleetrun.replicas import PUSH_S, Replicas
 from cadre_desktop.host.fleetrun.store import READ_S, FleetStore
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
-from cadre_desktop.host.fleetstate.leases import LeaseKeeper, extend_node, node_terms
+from cadre_desktop.host.fleetstate.leases import extend_node, node_terms
 from cadre_desktop.host.fleetstate.shared import PREFIX, NodeShared, parse_node
 from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER, Action, FleetView, TakeoverRules, decide_takeover
 from cadre_desktop.settings import Settings
-from cadre_desktop.wire.lease import LeaseTerms, boot_ns, env_of
-from cadre_desktop.wire.lease import read as read_lease
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,8 @@ class Failover:
                  hooks: Hooks, replicas: Replicas, ask: Ask) -> None:
         self._settings, self._me, self._computers = settings, me, computers
         self.store, self.local, self.hooks, self.replicas, self._ask = store, local, hooks, replicas, ask
-        self.keeper: LeaseKeeper | None = None
+        #: This computer's lease and the failover nodes a read under it found held here (`holding.py`).
+        self.hold = LeaseHold(ttl_ms=lambda: self.ttl_ms, me=me, node_dir=local.node_dir, nodes=lambda: store.nodes)
         #: Failover nodes this host stopped itself, and why (shown in their views).
         self.stopped: dict[str, str] = {}
         self._pushed: dict[str, str] = {}
@@ -119,7 +122,7 @@ class Failover:
         while True:
             await asyncio.sleep(WATCH_S)
             try:
-                keeper = self.keeper
+                keeper = self.hold.keeper
                 left = self.left_s()
                 if left is None or left < self.guard_s:
                     if self._held_here(None):
@@ -127,10 +130,11 @@ class Failover:
                 elif keeper is not None and keeper.renewed_ns != extended:
                     extended = keeper.renewed_ns
                     for record in self._held_here(None):
-                        shared = self.store.nodes[record.id]
-                        if record.id not in self.stopped:
+                        # Only a node a read under this lease found held here (never on a stale view).
+                        generation = self.hold.held(record.id)
+                        if record.id not in self.stopped and generation is not None:
                             await asyncio.to_thread(extend_node, self.local.node_dir(record.id),
-                                                    node_terms(shared.generation, keeper))
+                                                    node_terms(generation, keeper))
             except (CadreError, OSError) as exc:
                 log.info("failover: the deadline watch: %s", getattr(exc, "message", exc))
 
@@ -141,11 +145,9 @@ class Failover:
                 with contextlib.suppress(asyncio.CancelledError, CadreError):
                     await task
         self._task = self._watch_task = None
-        if self.keeper is not None:
-            # A lease revoked while a failover node still runs here would let another computer take it
-            # at once, and the node would serve twice until the host stops it: then it expires instead.
-            await self.keeper.stop(revoke=not self._held_here(None))
-            self.keeper = None
+        # A lease revoked while a failover node still runs here would let another computer take it
+        # at once, and the node would serve twice until the host stops it: then it expires instead.
+        await self.hold.stop(revoke=not self._held_here(None))
 
     async def _run(self) -> None:
         while True:
@@ -160,51 +162,14 @@ class Failover:
     # -- the lease -------------------------------------------------------------------
 
     def left_s(self) -> float | None:
-        keeper = self.keeper
-        if keeper is None or keeper.lost or keeper.renewed_ns is None:
-            return None
-        return (keeper.deadline_ns - boot_ns()) / 1e9
+        return self.hold.left_s()
 
     def lease_env(self, node_id: str) -> dict[str, str]:
-        """The start's lease variables for a node with failover on held here (empty for any other)."""
-        shared = self.store.nodes.get(node_id)
-        if shared is None:
-            # The store not read yet (a host restarted after a crash or a kill): a node that ran here
-            # under a lease keeps the terms its last `lease.json` gave, never none (never twice: a
-            # copy started with no terms would serve with no deadline while another holds it).
-            kept = self._kept_terms(node_id)
-            return env_of(kept) if kept is not None else {}
-        if not shared.failover or shared.generation < 1:
-            return {}
-        if shared.holder != self._me():
-            return env_of(node_terms_past(shared.generation))
-        keeper = self.keeper
-        deadline = keeper.deadline_ns if keeper is not None and keeper.valid() else 1
-        return env_of(node_terms(shared.generation, keeper) if deadline > 1 and keeper is not None
-                      else node_terms_past(shared.generation))
-
-    def _kept_terms(self, node_id: str) -> LeaseTerms | None:
-        """The terms of the node's `lease.json` here (a tiny file, read as the start is made), or None."""
-        try:
-            return read_lease(self.local.node_dir(node_id))
-        except (OSError, Invalid):
-            return node_terms_past(1)  # a damaged lease file: never serve on it
+        """The start's lease variables (`Starter.extra_env`): `LeaseHold.lease_env`."""
+        return self.hold.lease_env(node_id)
 
     async def _ensure_lease(self) -> None:
-        client = self.store.client
-        keeper = self.keeper
-        if keeper is not None and not keeper.lost and keeper.client is client:
-            return
-        if keeper is not None:
-            await keeper.stop(revoke=False)
-        if client is None:
-            self.keeper = None
-            return
-        keeper = LeaseKeeper(client, self.ttl_ms)
-        lease_id = await keeper.start()
-        self.keeper = keeper
-        await self.store.store().announce(self._me(), lease_id, self.ttl_ms)
-        log.info("failover: this computer's lease %x (%d ms)", lease_id, self.ttl_ms)
+        await self.hold.ensure(self.store.client, self.store.store)
 
     # -- one pass --------------------------------------------------------------------
 
@@ -224,13 +189,18 @@ class Failover:
         await self._take_over(nodes)
 
     async def _read(self) -> dict[str, NodeShared]:
+        """Every node's shared state, and what it confirms held here under the lease it was read under."""
+        lease, since = self.hold.under(), self.hold.reading()
         found = await self.store.store().client.get_prefix(PREFIX + b"nodes/")
         ids = {k[len(PREFIX) + 6:].split(b"/", 1)[0].decode("ascii", "replace") for k in found}
-        nodes = {}
+        nodes, unreadable = {}, set()
         for node in ids:
-            with contextlib.suppress(CadreError, ValueError):
+            try:
                 nodes[node] = parse_node(node, found)
+            except (CadreError, ValueError):
+                unreadable.add(node)
         self.store.nodes = nodes
+        self.hold.confirm(nodes, lease, since, unreadable)
         return nodes
 
     def _held_here(self, nodes: dict[str, NodeShared] | None) -> list[NodeRecord]:
@@ -253,7 +223,7 @@ class Failover:
                 await self.local.pause(record.id)
 
     async def _hold(self, nodes: dict[str, NodeShared]) -> None:
-        me, keeper = self._me(), self.keeper
+        me, keeper = self._me(), self.hold.keeper
         for record in list(self.hooks.records()):
             shared = nodes.get(record.id)
             if shared is None or not shared.failover or self.hooks.moving(record.id):
@@ -265,9 +235,10 @@ class Failover:
                 with contextlib.suppress(CadreError):
                     await self.local.remove(record.id)
                 continue
-            if shared.holder != me or keeper is None or not keeper.valid():
+            generation = self.hold.held(record.id)
+            if shared.holder != me or keeper is None or generation is None:
                 continue
-            terms = node_terms(shared.generation, keeper)
+            terms = node_terms(generation, keeper)
             await asyncio.to_thread(extend_node, self.local.node_dir(record.id), terms)
             if self.stopped.get(record.id) == LOST_LEASE and (self.left_s() or 0) >= 2 * self.guard_s:
                 self.stopped.pop(record.id, None)
@@ -303,18 +274,19 @@ class Failover:
         me = self._me()
         if shared.holder not in (None, me):
             raise InvalidState(f"The fleet's store says {self._name_of(shared.holder)} holds node {record.name}.")
+        if on:
+            await self._ensure_lease()
         await state.set_failover(node_id, on)
         if on and shared.generation == 0:
             taken = await state.take(node_id, me, 0, holder=None, mark_at=time.time())
             if not taken.won:
                 raise InvalidState(f"Node {record.name} changed in the fleet's store meanwhile; try again.")
             await state.mark_served(node_id, me, taken.generation)
+        lease, since = self.hold.under(), self.hold.reading()
         shared = await self.store.refresh(node_id)
-        if on:
-            await self._ensure_lease()
-        # The running copy is started again so it runs under (or no longer under) the lease's deadline.
-        with contextlib.suppress(CadreError):
-            await self.hooks.restart(node_id)
+        if on and shared.holder == me and shared.failover:
+            self.hold.confirm_one(node_id, shared.generation, lease, since)
+        await self._bring_under_lease(node_id, on)
         if on:
             self._pushed.pop(node_id, None)
             self._pushed_at.pop(node_id, None)
@@ -322,6 +294,23 @@ class Failover:
         else:
             self._spawn(self._drop_everywhere(node_id))
         return {"node": node_id, "failover": on, "generation": shared.generation}
+
+    async def _bring_under_lease(self, node_id: str, on: bool) -> None:
+        """The running copy started again, so it runs under (or no longer under) the lease's deadline;
+        its `lease.json` first, so a host restarted after a crash keeps the terms. A copy that cannot be
+        restarted with failover on is stopped: it must never run on without a deadline."""
+        terms = self.hold.terms(node_id)
+        if on and terms is not None:
+            await asyncio.to_thread(extend_node, self.local.node_dir(node_id), terms)
+        try:
+            await self.hooks.restart(node_id)
+        except CadreError as exc:
+            with contextlib.suppress(CadreError):
+                if on and self.local.view(node_id).running:
+                    log.warning("failover: node %s could not be restarted under the lease (%s); it is stopped",
+                                node_id, exc.message)
+                    self.stopped[node_id] = LOST_LEASE
+                    await self.local.pause(node_id)
 
     def _spawn(self, work: Awaitable[Any]) -> None:
         async def run() -> None:
@@ -334,11 +323,15 @@ class Failover:
     # -- replicas --------------------------------------------------------------------
 
     async def _replicate(self, nodes: dict[str, NodeShared]) -> None:
-        held = {r.id: r for r in self._held_here(nodes)}
+        held, me = {r.id: r for r in self._held_here(nodes)}, self._me()
         for node_id in [n for n in self._pushed if n not in held]:
             self._pushed.pop(node_id, None)
             self._pushed_at.pop(node_id, None)
-            await self._drop_everywhere(node_id)
+            shared = nodes.get(node_id)
+            # Taken over by another computer: the replicas this one sent stay until the new holder's
+            # replace them (they may be the only ones a next failover can start from); else dropped.
+            if shared is None or not shared.failover or shared.holder in (None, me):
+                await self._drop_everywhere(node_id)
         now = time.monotonic()
         for node_id, record in held.items():
             if node_id in self._pushed and now - self._pushed_at.get(node_id, 0.0) < PUSH_S:
@@ -452,8 +445,9 @@ class Failover:
         if lost is not None:
             with contextlib.suppress(CadreError):
                 await self._ask(lost, "POST", "/fleet/run/failover/stop", {"node": node_id}, STOP_ASK_S)
+        lease, since = self.hold.under(), self.hold.reading()
         taken = await self.store.store().take(node_id, me, expected, holder=holder, mark_at=time.time(),
-                                               failures=failures, last_exit=last_exit)
+                                               failures=failures, last_exit=last_exit, lost=True)
         if not taken.won:
             log.info("failover: another computer took node %s first", node_id)
             return
@@ -462,10 +456,14 @@ class Failover:
         self._taking.add(node_id)
         self.store.nodes[node_id] = NodeShared(node=node_id, holder=me, generation=taken.generation,
                                                mark=shared.mark, served=shared.served, failover=True)
+        self.hold.confirm_one(node_id, taken.generation, lease, since)
         folder = self.local.node_dir(node_id)
         try:
             await asyncio.to_thread(_remove_tree, folder)  # what an earlier copy left here is not this node's
             await asyncio.to_thread(write_bundle, folder, replica.files)
+            terms = self.hold.terms(node_id)
+            if terms is not None:
+                await asyncio.to_thread(extend_node, folder, terms)
             status = NodeStatus.JOINING if replica.status is NodeStatus.JOINED else replica.status
             await self.local.adopt(replica.record, replica.secret, status)
         except BaseException:
@@ -486,12 +484,11 @@ class Failover:
                     view = self.local.view(node_id)
                     if view.running and view.ready:
                         await self.store.store().mark_served(node_id, self._me(), generation)
+                        self._pushed.pop(node_id, None)  # its replicas now, not at the next look
+                        self._pushed_at.pop(node_id, None)
+                        self._spawn(self._replicate(self.store.nodes))
                         return
                 await asyncio.sleep(0.25)
         finally:
             self._taking.discard(node_id)
 
-
-def node_terms_past(generation: int) -> LeaseTerms:
-    """Terms whose deadline has passed: a failover node started without a valid lease stops at once."""
-    return LeaseTerms(generation, 1)

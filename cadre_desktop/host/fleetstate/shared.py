@@ -11,9 +11,10 @@ Keys, under `PREFIX` (`/cadre/fleet/v1/`), each value short text or a small JSON
                                under that lease, so the key is gone the moment it expires
 
 `take` is one transaction: if the generation (and the holder, when known) is still what
-the taker read, it writes the taker as holder, the generation + 1 and the start mark, all
-or nothing; else it changes nothing and answers what it found. Two computers racing for
-a node read the same generation, so exactly one transaction succeeds. `mark_served`
+the taker read (and, for a failover's take, the holder still has no lease key), it writes
+the taker as holder, the generation + 1 and the start mark, all or nothing; else it changes
+nothing and answers what it found. Two computers racing for a node read the same
+generation, so exactly one transaction succeeds. `mark_served`
 spends a start mark only while its generation still holds the node.
 
 Everything read back is hostile until checked (`parse_node`): another computer's host,
@@ -156,9 +157,14 @@ class SharedState:
         return parse_node(node, await self.client.get_prefix(node_prefix(node)))
 
     async def take(self, node: str, computer: str, expected: int, *, holder: str | None,
-                   mark_at: float, failures: int = 0, last_exit: str | None = None) -> TakeResult:
+                   mark_at: float, failures: int = 0, last_exit: str | None = None, lost: bool = False) -> TakeResult:
         """Make `computer` the holder of `node` at generation `expected + 1`, with its start mark,
-        if the node is still at `expected` held by `holder` (None: by no one); else nothing."""
+        if the node is still at `expected` held by `holder` (None: by no one); else nothing.
+
+        `lost` (a failover's take): also only while `holder` has no lease key. A holder that got a new
+        lease and announced it before this transaction may have read the node as its own under that
+        lease and be running it on a deadline ahead (host/fleetrun/holding.py): taking it then would
+        make two copies with a future deadline. Seen before the take, it keeps its node."""
         ops = self.client.ops
 
         def key(field: str) -> bytes:
@@ -167,6 +173,8 @@ class SharedState:
                               else ops.value(key("generation")) == str(expected).encode()]
         compare.append(ops.version(key("holder")) == 0 if holder is None
                        else ops.value(key("holder")) == _id(holder, "holder").encode())
+        if lost and holder is not None:
+            compare.append(ops.version(lease_key(holder)) == 0)
         mark = StartMark(expected + 1, mark_at, _id(computer, "computer"), failures, last_exit)
         success = [ops.put(key("holder"), computer.encode()), ops.put(key("generation"), str(expected + 1).encode()),
                    ops.put(key("start"), mark.encode())]
