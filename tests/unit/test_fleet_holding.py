@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from cadre_desktop.host.fleetrun.failover import Failover
 from cadre_desktop.host.fleetrun.holding import NO_LEASE, LeaseHold
+from cadre_desktop.host.fleetrun.pushes import Pushes
 from cadre_desktop.host.fleetstate.client import FleetClient
 from cadre_desktop.host.fleetstate.shared import NodeShared, SharedState, lease_key, node_key
 from cadre_desktop.settings import Settings
@@ -204,14 +205,39 @@ def test_an_old_holder_leaves_the_replicas_a_taker_may_need_and_drops_them_when_
     async def drop_unpaired(paired: Any) -> None:
         pass
     computers = [SimpleNamespace(id="pc_b", name="B"), SimpleNamespace(id="pc_c", name="C")]
-    f = Failover(settings=lambda: Settings(), me=lambda: "pc_a", computers=lambda: cast(Any, computers),
-                 store=SimpleNamespace(nodes={}, state="ready", client=None),  # type: ignore[arg-type]
-                 local=SimpleNamespace(node_dir=lambda n: Path("/nonexistent") / n),  # type: ignore[arg-type]
-                 hooks=SimpleNamespace(records=lambda: []),  # type: ignore[arg-type]
-                 replicas=SimpleNamespace(drop_unpaired=drop_unpaired), ask=ask)  # type: ignore[arg-type]
-    f._pushed["study"] = "digest"
-    asyncio.run(f._replicate({"study": mine(5, holder="pc_b")}))
-    assert asked == [] and "study" not in f._pushed
-    f._pushed["study"] = "digest"
-    asyncio.run(f._replicate({"study": NodeShared("study", holder="pc_a", generation=5, failover=False)}))
+    pushes = Pushes(me=lambda: "pc_a", computers=lambda: cast(Any, computers), local=cast(Any, None),
+                    replicas=cast(Any, SimpleNamespace(drop_unpaired=drop_unpaired)), ask=ask, held=lambda nodes: [])
+    pushes.pushed["study"] = "digest"
+    asyncio.run(pushes.replicate({"study": mine(5, holder="pc_b")}))
+    assert asked == [] and "study" not in pushes.pushed
+    pushes.pushed["study"] = "digest"
+    asyncio.run(pushes.replicate({"study": NodeShared("study", holder="pc_a", generation=5, failover=False)}))
     assert asked == [("pc_b", "/fleet/run/replica/drop"), ("pc_c", "/fleet/run/replica/drop")]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_fallback_taker_takes_two_lease_times_after_it_saw_the_holder_s_lease_gone_counted_per_generation(
+) -> None:
+    """The first choice of taker (the smallest alive id but the holder) may hold no replica: any other
+    computer with one then takes after two lease times (`fleet_lease_ms` 3000: 6 s), never sooner, and a
+    count of an earlier holder's generation is no head start."""
+    clock = Clock()
+    f = Failover(settings=lambda: Settings(fleet_lease_ms=3000), me=lambda: "pc_c", computers=lambda: cast(Any, []),
+                 store=cast(Any, SimpleNamespace(nodes={})), local=cast(Any, SimpleNamespace(node_dir=Path)),
+                 hooks=cast(Any, None), replicas=cast(Any, None), ask=cast(Any, None), monotonic=clock)
+    alive = frozenset({"pc_b", "pc_c"})
+    gone = mine(5, holder="pc_a")
+    assert f._lost_for(gone, alive) == 0.0
+    clock.t += 5.9
+    assert f._lost_for(gone, alive) < 6.0
+    clock.t += 0.1
+    assert f._lost_for(gone, alive) >= 6.0
+    assert f._lost_for(mine(6, holder="pc_b"), frozenset({"pc_c"})) == 0.0  # another generation: counted anew
+    assert f._lost_for(mine(6, holder="pc_b"), frozenset({"pc_b", "pc_c"})) == 0.0 and "study" not in f._dead_since

@@ -33,21 +33,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
 from cadre_desktop.errors import CadreError, InvalidState, NoSuchThing
 from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
 from cadre_desktop.host.fleet.computers import Computer
-from cadre_desktop.host.fleetrun.bundle import read_bundle, write_bundle
+from cadre_desktop.host.fleetrun.bundle import write_bundle
 from cadre_desktop.host.fleetrun.holding import LeaseHold, node_terms_past  # noqa: F401 (re-exported)
-from cadre_desktop.host.fleetrun.moves import Ask, LocalSide, _node_doc, _remove_tree
-from cadre_desktop.host.fleetrun.replicas import PUSH_S, Replicas
+from cadre_desktop.host.fleetrun.moves import Ask, LocalSide, _remove_tree
+from cadre_desktop.host.fleetrun.pushes import Pushes
+from cadre_desktop.host.fleetrun.replicas import Replicas
 from cadre_desktop.host.fleetrun.store import READ_S, FleetStore
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
 from cadre_desktop.host.fleetstate.leases import extend_node, node_terms
@@ -79,17 +79,19 @@ class Hooks:
 class Failover:
     def __init__(self, *, settings: Callable[[], Settings], me: Callable[[], str],
                  computers: Callable[[], Sequence[Computer]], store: FleetStore, local: LocalSide,
-                 hooks: Hooks, replicas: Replicas, ask: Ask) -> None:
+                 hooks: Hooks, replicas: Replicas, ask: Ask, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._settings, self._me, self._computers = settings, me, computers
         self.store, self.local, self.hooks, self.replicas, self._ask = store, local, hooks, replicas, ask
         #: This computer's lease and the failover nodes a read under it found held here (`holding.py`).
         self.hold = LeaseHold(ttl_ms=lambda: self.ttl_ms, me=me, node_dir=local.node_dir, nodes=lambda: store.nodes)
         #: Failover nodes this host stopped itself, and why (shown in their views).
         self.stopped: dict[str, str] = {}
-        self._pushed: dict[str, str] = {}
-        self._pushed_at: dict[str, float] = {}
+        #: The replicas of the failover nodes held here, on every paired computer (`pushes.py`).
+        self.pushes = Pushes(me=me, computers=computers, local=local, replicas=replicas, ask=ask, held=self._held_here)
         self._seen_marks: dict[str, tuple[int, float]] = {}
-        self._dead_since: dict[str, float] = {}
+        #: Per node held elsewhere: (its holder, generation) and since when this computer has seen that holder's lease gone.
+        self._dead_since: dict[str, tuple[tuple[str | None, int], float]] = {}
+        self._monotonic = monotonic
         self._taking: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
@@ -185,7 +187,7 @@ class Failover:
             raise
         await self._guard(nodes)
         await self._hold(nodes)
-        await self._replicate(nodes)
+        await self.pushes.replicate(nodes)
         await self._take_over(nodes)
 
     async def _read(self) -> dict[str, NodeShared]:
@@ -288,11 +290,10 @@ class Failover:
             self.hold.confirm_one(node_id, shared.generation, lease, since)
         await self._bring_under_lease(node_id, on)
         if on:
-            self._pushed.pop(node_id, None)
-            self._pushed_at.pop(node_id, None)
-            self._spawn(self._replicate(self.store.nodes))
+            self.pushes.again(node_id)
+            self._spawn(self.pushes.replicate(self.store.nodes))
         else:
-            self._spawn(self._drop_everywhere(node_id))
+            self._spawn(self.pushes.drop_everywhere(node_id))
         return {"node": node_id, "failover": on, "generation": shared.generation}
 
     async def _bring_under_lease(self, node_id: str, on: bool) -> None:
@@ -319,65 +320,6 @@ class Failover:
         task = asyncio.ensure_future(run())
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
-
-    # -- replicas --------------------------------------------------------------------
-
-    async def _replicate(self, nodes: dict[str, NodeShared]) -> None:
-        held, me = {r.id: r for r in self._held_here(nodes)}, self._me()
-        for node_id in [n for n in self._pushed if n not in held]:
-            self._pushed.pop(node_id, None)
-            self._pushed_at.pop(node_id, None)
-            shared = nodes.get(node_id)
-            # Taken over by another computer: the replicas this one sent stay until the new holder's
-            # replace them (they may be the only ones a next failover can start from); else dropped.
-            if shared is None or not shared.failover or shared.holder in (None, me):
-                await self._drop_everywhere(node_id)
-        now = time.monotonic()
-        for node_id, record in held.items():
-            if node_id in self._pushed and now - self._pushed_at.get(node_id, 0.0) < PUSH_S:
-                continue
-            await self._push(record, nodes[node_id])
-        paired = {c.id for c in self._computers()}
-        await self.replicas.drop_unpaired(lambda source: source in paired)
-
-    async def _push(self, record: NodeRecord, shared: NodeShared) -> None:
-        try:
-            view = self.local.view(record.id)
-        except CadreError:
-            return
-        status = view.status if view.status in (NodeStatus.UNCLAIMED, NodeStatus.JOINED) else \
-            NodeStatus.JOINED if record.status in (NodeStatus.JOINED, NodeStatus.JOINING) else None
-        secret = await self.local.secret(record.id)
-        if status is None or secret is None:
-            return
-        try:
-            files = await asyncio.to_thread(read_bundle, self.local.node_dir(record.id))
-        except (CadreError, OSError) as exc:
-            log.info("failover: node %s's files are not replicated (%s)", record.id, exc)
-            return
-        node = {**_node_doc(record, view), "status": status.value}
-        digest = hashlib.sha256(json.dumps([node, files], sort_keys=True).encode()).hexdigest()
-        self._pushed_at[record.id] = time.monotonic()
-        if self._pushed.get(record.id) == digest:
-            return
-        body = {"node": node, "secret": secret, "files": files, "generation": shared.generation}
-        every = True
-        for computer in self._computers():
-            try:
-                code, _ = await self._ask(computer, "POST", "/fleet/run/replica", body, 10.0)
-                every = every and code == 200
-            except CadreError as exc:
-                every = False
-                log.info("failover: the replica of %s did not reach %s (%s)", record.id, computer.id, exc.message)
-        if every:
-            self._pushed[record.id] = digest
-        else:
-            self._pushed_at[record.id] = 0.0  # tried again at the next pass
-
-    async def _drop_everywhere(self, node_id: str) -> None:
-        for computer in self._computers():
-            with contextlib.suppress(CadreError):
-                await self._ask(computer, "POST", "/fleet/run/replica/drop", {"node": node_id}, 5.0)
 
     # -- the others' side (the fleet link) -------------------------------------------
 
@@ -421,11 +363,7 @@ class Failover:
                 if seen is None or seen[0] != mark.generation:
                     self._seen_marks[shared.node] = seen = (mark.generation, now)
             chosen = min(alive - {shared.holder or ""})
-            if shared.holder in alive:
-                self._dead_since.pop(shared.node, None)
-            # The first choice may hold no replica: after two lease times any computer with one takes.
-            lost_for = now - self._dead_since.setdefault(shared.node, now) if shared.holder not in alive else 0.0
-            room = chosen == me or lost_for >= 2 * self.ttl_ms / 1000
+            room = chosen == me or self._lost_for(shared, alive) >= 2 * self.ttl_ms / 1000
             view = FleetView(me=me, members=len(self._computers()) + 1, quorum=True, room=room,
                              holder_lease_alive=shared.holder in alive, own_lease_left_s=left,
                              mark_seen_at=self._seen_marks[shared.node][1] if mark is not None else None)
@@ -434,6 +372,20 @@ class Failover:
             if verdict.action is Action.TAKE:
                 await self._take(shared, verdict.expected, verdict.holder, verdict.reason, verdict.failures,
                                  verdict.last_exit)
+
+    def _lost_for(self, shared: NodeShared, alive: AbstractSet[str]) -> float:
+        """How long this computer has seen the node's holder (at this generation) without a lease: the
+        first choice of taker may hold no replica (it was away when it was sent), so after two lease
+        times any computer with one takes (the transaction admits one). Counted on the monotonic
+        clock, per holder and generation: a wall clock's step, or an earlier failover's count, moves nothing."""
+        if shared.holder in alive:
+            self._dead_since.pop(shared.node, None)
+            return 0.0
+        now, key = self._monotonic(), (shared.holder, shared.generation)
+        seen = self._dead_since.get(shared.node)
+        if seen is None or seen[0] != key:
+            self._dead_since[shared.node] = seen = (key, now)
+        return now - seen[1]
 
     async def _take(self, shared: NodeShared, expected: int, holder: str | None, why: str, failures: int,
                     last_exit: str | None) -> None:
@@ -484,9 +436,8 @@ class Failover:
                     view = self.local.view(node_id)
                     if view.running and view.ready:
                         await self.store.store().mark_served(node_id, self._me(), generation)
-                        self._pushed.pop(node_id, None)  # its replicas now, not at the next look
-                        self._pushed_at.pop(node_id, None)
-                        self._spawn(self._replicate(self.store.nodes))
+                        self.pushes.again(node_id)  # its replicas now, not at the next look
+                        self._spawn(self.pushes.replicate(self.store.nodes))
                         return
                 await asyncio.sleep(0.25)
         finally:
