@@ -50,7 +50,7 @@ from cadre_desktop.host.fleetrun.pushes import Pushes
 from cadre_desktop.host.fleetrun.replicas import Replicas
 from cadre_desktop.host.fleetrun.store import READ_S, FleetStore
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
-from cadre_desktop.host.fleetstate.leases import extend_node, node_terms
+from cadre_desktop.host.fleetstate.leases import extend_node
 from cadre_desktop.host.fleetstate.shared import PREFIX, NodeShared, parse_node
 from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER, Action, FleetView, TakeoverRules, decide_takeover
 from cadre_desktop.settings import Settings
@@ -133,10 +133,9 @@ class Failover:
                     extended = keeper.renewed_ns
                     for record in self._held_here(None):
                         # Only a node a read under this lease found held here (never on a stale view).
-                        generation = self.hold.held(record.id)
-                        if record.id not in self.stopped and generation is not None:
-                            await asyncio.to_thread(extend_node, self.local.node_dir(record.id),
-                                                    node_terms(generation, keeper))
+                        terms = self.hold.live_terms(record.id)
+                        if record.id not in self.stopped and terms is not None:
+                            await asyncio.to_thread(extend_node, self.local.node_dir(record.id), terms)
             except (CadreError, OSError) as exc:
                 log.info("failover: the deadline watch: %s", getattr(exc, "message", exc))
 
@@ -225,7 +224,7 @@ class Failover:
                 await self.local.pause(record.id)
 
     async def _hold(self, nodes: dict[str, NodeShared]) -> None:
-        me, keeper = self._me(), self.hold.keeper
+        me = self._me()
         for record in list(self.hooks.records()):
             shared = nodes.get(record.id)
             if shared is None or not shared.failover or self.hooks.moving(record.id):
@@ -237,10 +236,9 @@ class Failover:
                 with contextlib.suppress(CadreError):
                     await self.local.remove(record.id)
                 continue
-            generation = self.hold.held(record.id)
-            if shared.holder != me or keeper is None or generation is None:
+            terms = self.hold.live_terms(record.id)
+            if shared.holder != me or terms is None:
                 continue
-            terms = node_terms(generation, keeper)
             await asyncio.to_thread(extend_node, self.local.node_dir(record.id), terms)
             if self.stopped.get(record.id) == LOST_LEASE and (self.left_s() or 0) >= 2 * self.guard_s:
                 self.stopped.pop(record.id, None)

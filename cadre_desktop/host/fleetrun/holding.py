@@ -138,14 +138,21 @@ class LeaseHold:
 
     # -- a start's terms ---------------------------------------------------------------
 
-    def terms(self, node_id: str) -> LeaseTerms | None:
-        """The terms a start of the node gets here; None for a node outside failover (started as always)."""
+    def live_terms(self, node_id: str) -> LeaseTerms | None:
+        """The terms of a node confirmed held here under the current lease (its deadline the lease's), else None.
+        What a start gets, and what a running copy's `lease.json` is moved on to."""
         generation, keeper = self.held(node_id), self.keeper
         shared = self._nodes().get(node_id)
         if shared is not None and generation is not None and shared.generation > generation:
-            generation = None  # a later read (a move, a take) saw the node go on: the confirmation is stale
-        if generation is not None and keeper is not None:
-            return node_terms(generation, keeper)
+            return None  # a later read (a move, a take) saw the node go on: the confirmation is stale
+        return node_terms(generation, keeper) if generation is not None and keeper is not None else None
+
+    def terms(self, node_id: str) -> LeaseTerms | None:
+        """The terms a start of the node gets here; None for a node outside failover (started as always)."""
+        live = self.live_terms(node_id)
+        if live is not None:
+            return live
+        shared = self._nodes().get(node_id)
         if shared is None:
             if node_id in self._unreadable:
                 return node_terms_past(1)
