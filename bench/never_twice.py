@@ -54,13 +54,13 @@ def main() -> None:
     print(f"never twice: seed {seed}, {args.rounds} rounds, lease {args.lease_ms} ms")
     load_before = psutil.getloadavg()
     error = None
-    rounds = []
+    rounds: list = []
     ledger = Ledger()
     with tempfile.TemporaryDirectory() as tmp, fleet_with_failover_node(Path(tmp), args.lease_ms) as (hosts, node_id):
         prober = Prober(lambda: set().union(*(listed_ports(h.home, node_id) for h in hosts)), ledger, node_id=node_id,
                         max_s=args.rounds * (args.lease_ms / 1000 + 120)).start()
         try:
-            rounds = run_rounds(hosts, node_id, faults, args.lease_ms, ledger)
+            run_rounds(hosts, node_id, faults, args.lease_ms, ledger, done=rounds)
         except AssertionError as exc:
             error = str(exc)
             print(f"stopped: {error}")
@@ -76,6 +76,7 @@ def main() -> None:
         "freeze_to_serving_s": {"p50": quantile(freezes, 0.5), "p90": quantile(freezes, 0.9),
                                 "mean": round(statistics.fmean(freezes), 2) if freezes else None,
                                 "goal_s": args.lease_ms / 1000 + 2},
+        "hosts_started_again_for_their_store": sum(len(r.healed) for r in rounds),
         "rounds": [r.__dict__ for r in rounds],
         "load_before": load_before, "load_after": psutil.getloadavg(),
     }
