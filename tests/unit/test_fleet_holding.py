@@ -241,3 +241,14 @@ def test_the_fallback_taker_takes_two_lease_times_after_it_saw_the_holder_s_leas
     assert f._lost_for(gone, alive) >= 6.0
     assert f._lost_for(mine(6, holder="pc_b"), frozenset({"pc_c"})) == 0.0  # another generation: counted anew
     assert f._lost_for(mine(6, holder="pc_b"), frozenset({"pc_b", "pc_c"})) == 0.0 and "study" not in f._dead_since
+
+
+async def test_failover_turned_off_ends_the_confirmation_at_once(tmp_path: Path) -> None:
+    boot, calls, state, nodes = Boot(), LeaseCalls(), Announcer(), {"study": mine()}
+    hold = holding(tmp_path, nodes, boot)
+    await hold.ensure(cast(FleetClient, calls), as_state(state))
+    hold.confirm(nodes, hold.under(), hold.reading())
+    assert hold.live_terms("study") is not None
+    nodes["study"] = NodeShared("study", holder="pc_a", generation=4, failover=False)
+    assert hold.live_terms("study") is None and hold.terms("study") is None  # started as any node again
+    await hold.stop(revoke=False)

@@ -286,6 +286,8 @@ class Failover:
         shared = await self.store.refresh(node_id)
         if on and shared.holder == me and shared.failover:
             self.hold.confirm_one(node_id, shared.generation, lease, since)
+        elif not on:
+            self.hold.forget(node_id)
         await self._bring_under_lease(node_id, on)
         if on:
             self.pushes.again(node_id)

@@ -143,8 +143,8 @@ class LeaseHold:
         What a start gets, and what a running copy's `lease.json` is moved on to."""
         generation, keeper = self.held(node_id), self.keeper
         shared = self._nodes().get(node_id)
-        if shared is not None and generation is not None and shared.generation > generation:
-            return None  # a later read (a move, a take) saw the node go on: the confirmation is stale
+        if shared is not None and generation is not None and (shared.generation > generation or not shared.failover):
+            return None  # a later read saw the node go on (a move, a take) or failover go off: stale
         return node_terms(generation, keeper) if generation is not None and keeper is not None else None
 
     def terms(self, node_id: str) -> LeaseTerms | None:
