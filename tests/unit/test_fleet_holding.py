@@ -252,3 +252,19 @@ async def test_failover_turned_off_ends_the_confirmation_at_once(tmp_path: Path)
     nodes["study"] = NodeShared("study", holder="pc_a", generation=4, failover=False)
     assert hold.live_terms("study") is None and hold.terms("study") is None  # started as any node again
     await hold.stop(revoke=False)
+
+
+def test_a_lease_file_from_before_this_boot_gives_no_deadline_ahead(tmp_path: Path) -> None:
+    """A reboot restarts the boot clock from zero: the last boot's deadline could lie hours ahead now."""
+    import os
+
+    boot, nodes = Boot(), dict[str, NodeShared]()
+    hold = LeaseHold(ttl_ms=lambda: 3000, me=lambda: "pc_a", node_dir=lambda n: tmp_path / n, nodes=lambda: nodes,
+                     now_ns=boot, booted_at=lambda: 2_000_000_000.0)
+    (tmp_path / "study").mkdir()
+    kept = tmp_path / "study" / LEASE_FILE
+    kept.write_bytes(render(LeaseTerms(3, 5000 * S)))
+    os.utime(kept, (1_999_999_000.0, 1_999_999_000.0))
+    assert hold.terms("study") == LeaseTerms(3, 1) and hold.start_wait("study") == NO_LEASE
+    os.utime(kept, (2_000_000_100.0, 2_000_000_100.0))
+    assert hold.terms("study") == LeaseTerms(3, 5000 * S)

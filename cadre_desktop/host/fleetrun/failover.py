@@ -44,7 +44,7 @@ from cadre_desktop.errors import CadreError, InvalidState, NoSuchThing
 from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
 from cadre_desktop.host.fleet.computers import Computer
 from cadre_desktop.host.fleetrun.bundle import write_bundle
-from cadre_desktop.host.fleetrun.holding import LeaseHold, node_terms_past  # noqa: F401 (re-exported)
+from cadre_desktop.host.fleetrun.holding import LeaseHold
 from cadre_desktop.host.fleetrun.moves import Ask, LocalSide, _remove_tree
 from cadre_desktop.host.fleetrun.pushes import Pushes
 from cadre_desktop.host.fleetrun.replicas import Replicas
@@ -205,9 +205,11 @@ class Failover:
         return nodes
 
     def _held_here(self, nodes: dict[str, NodeShared] | None) -> list[NodeRecord]:
+        """The failover nodes held here: as `nodes` (else the store's cache) says, or as this host's own
+        last read or take found (the store's cache may come from a read begun before this computer's take)."""
         me, known = self._me(), nodes if nodes is not None else self.store.nodes
         return [r for r in self.hooks.records()
-                if (s := known.get(r.id)) is not None and s.failover and s.holder == me]
+                if ((s := known.get(r.id)) is not None and s.failover and s.holder == me) or self.hold.confirmed(r.id)]
 
     async def _guard(self, nodes: dict[str, NodeShared] | None) -> None:
         """Failover nodes held here stop before this computer's deadline when renewals fail."""

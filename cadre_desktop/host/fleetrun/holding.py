@@ -29,11 +29,13 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import psutil
+
 from cadre_desktop.errors import Invalid
 from cadre_desktop.host.fleetstate.client import FleetClient
 from cadre_desktop.host.fleetstate.leases import LeaseKeeper, node_terms
 from cadre_desktop.host.fleetstate.shared import NodeShared, SharedState
-from cadre_desktop.wire.lease import LeaseTerms, boot_ns, env_of
+from cadre_desktop.wire.lease import LEASE_FILE, LeaseTerms, boot_ns, env_of
 from cadre_desktop.wire.lease import read as read_lease
 
 log = logging.getLogger(__name__)
@@ -51,8 +53,11 @@ class LeaseHold:
     """The keeper of this computer's lease, whether the store has its key, and the nodes confirmed under it."""
 
     def __init__(self, *, ttl_ms: Callable[[], int], me: Callable[[], str], node_dir: Callable[[str], Path],
-                 nodes: Callable[[], Mapping[str, NodeShared]], now_ns: Callable[[], int] = boot_ns) -> None:
+                 nodes: Callable[[], Mapping[str, NodeShared]], now_ns: Callable[[], int] = boot_ns,
+                 booted_at: Callable[[], float] = psutil.boot_time) -> None:
         self._ttl_ms, self._me, self._node_dir, self._nodes, self._now_ns = ttl_ms, me, node_dir, nodes, now_ns
+        #: When this boot began (wall clock): a lease file older than it holds another boot's clock.
+        self._booted_at = booted_at
         self.keeper: LeaseKeeper | None = None
         #: The lease whose key the store has (the announce succeeded); None until then.
         self.announced: int | None = None
@@ -130,6 +135,10 @@ class LeaseHold:
     def forget(self, node_id: str) -> None:
         self._confirmed.pop(node_id, None)
 
+    def confirmed(self, node_id: str) -> bool:
+        """A read (under this lease or one before it) found the node held here, and none since said otherwise."""
+        return node_id in self._confirmed
+
     def held(self, node_id: str) -> int | None:
         """The generation the node runs at here under the current lease, or None (not confirmed under it)."""
         found = self._confirmed.get(node_id)
@@ -172,8 +181,14 @@ class LeaseHold:
         return NO_LEASE if terms is not None and terms.expired(self._now_ns()) else None
 
     def _kept_terms(self, node_id: str) -> LeaseTerms | None:
-        """The terms of the node's `lease.json` here (a tiny file, read as the start is made), or None."""
+        """The terms of the node's `lease.json` here (a tiny file, read as the start is made), or None.
+        One written before this boot began is past: its deadline was on the last boot's clock, which
+        the new one restarted from zero (it could lie hours ahead)."""
+        folder = self._node_dir(node_id)
         try:
-            return read_lease(self._node_dir(node_id))
+            kept = read_lease(folder)
+            if kept is not None and (folder / LEASE_FILE).stat().st_mtime < self._booted_at():
+                return node_terms_past(kept.generation)
+            return kept
         except (OSError, Invalid):
             return node_terms_past(1)  # a damaged lease file: never serve on it
