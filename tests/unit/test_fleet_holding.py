@@ -268,3 +268,25 @@ def test_a_lease_file_from_before_this_boot_gives_no_deadline_ahead(tmp_path: Pa
     assert hold.terms("study") == LeaseTerms(3, 1) and hold.start_wait("study") == NO_LEASE
     os.utime(kept, (2_000_000_100.0, 2_000_000_100.0))
     assert hold.terms("study") == LeaseTerms(3, 5000 * S)
+
+
+async def test_the_computers_keeping_a_node_s_replica_are_in_the_store_for_the_takers_to_choose_among() -> None:
+    """Regression (the never-twice bench): the first choice of taker was a computer without the replica
+    (the new holder's push had not reached it), so the node waited for the fallback: lease + 30 s."""
+    from cadre_desktop.host.fleetstate.shared import parse_node
+
+    written: dict[bytes, bytes] = {}
+
+    class KeyClient:
+        async def put(self, key: bytes, value: bytes, lease_id: int | None = None) -> None:
+            written[key] = value
+
+        async def delete(self, key: bytes) -> None:
+            written.pop(key, None)
+    state = SharedState(cast(FleetClient, KeyClient()))
+    await state.keeps_replica("study", "pc_c", 5)
+    await state.keeps_replica("study", "pc_b", 5)
+    await state.keeps_replica("study", "pc_b", None)
+    found = parse_node("study", {**written, node_key("study", "holder"): b"pc_a",
+                                 node_key("study", "replicas/bad\x1bid"): b"1"})
+    assert found.replicas == frozenset({"pc_c"}) and found.holder == "pc_a"

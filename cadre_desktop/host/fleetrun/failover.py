@@ -326,11 +326,22 @@ class Failover:
     # -- the others' side (the fleet link) -------------------------------------------
 
     async def replica_in(self, source: Computer, doc: object) -> dict[str, Any]:
-        return {"kept": await self.replicas.keep(source.id, doc)}
+        node_id = await self.replicas.keep(source.id, doc)
+        generation = doc.get("generation") if isinstance(doc, dict) else None
+        self._spawn(self._say_replica(node_id, generation if isinstance(generation, int) else 0))
+        return {"kept": node_id}
 
     async def replica_drop(self, source: Computer, doc: object) -> dict[str, Any]:
         node_id = doc.get("node") if isinstance(doc, dict) else None
-        return {"dropped": isinstance(node_id, str) and await self.replicas.drop(node_id, source=source.id)}
+        dropped = isinstance(node_id, str) and await self.replicas.drop(node_id, source=source.id)
+        if dropped and isinstance(node_id, str):
+            self._spawn(self._say_replica(node_id, None))
+        return {"dropped": dropped}
+
+    async def _say_replica(self, node_id: str, generation: int | None) -> None:
+        """The store told that this computer keeps the node's replica (or no longer): takers choose among
+        those that do (bounded; a store that does not answer leaves the choice to the fallback)."""
+        await self.store.store().keeps_replica(node_id, self._me(), generation)
 
     async def stop_asked(self, doc: object) -> dict[str, Any]:
         """Another computer takes a node over from this one: the copy here stops now, if it is here."""
@@ -364,7 +375,10 @@ class Failover:
                 seen = self._seen_marks.get(shared.node)
                 if seen is None or seen[0] != mark.generation:
                     self._seen_marks[shared.node] = seen = (mark.generation, now)
-            chosen = min(alive - {shared.holder or ""})
+            # The first choice: the alive computer of the smallest id but the holder, among those that keep
+            # the node's replica (as the store says) when any does.
+            keeping = (alive & shared.replicas) - {shared.holder or ""}
+            chosen = min(keeping or (alive - {shared.holder or ""}))
             room = chosen == me or self._lost_for(shared, alive) >= 2 * self.ttl_ms / 1000
             view = FleetView(me=me, members=len(self._computers()) + 1, quorum=True, room=room,
                              holder_lease_alive=shared.holder in alive, own_lease_left_s=left,
@@ -424,6 +438,7 @@ class Failover:
             self._taking.discard(node_id)
             raise
         await self.replicas.drop(node_id)
+        self._spawn(self._say_replica(node_id, None))
         self.hooks.failed_over(node_id, replica.record.name, self._name_of(holder), self._name_of(me),
                                f"{self._name_of(holder)} lost its lease (asleep, off or cut off) by"
                                f" {time.strftime('%H:%M')}")

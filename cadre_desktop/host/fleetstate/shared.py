@@ -7,6 +7,8 @@ Keys, under `PREFIX` (`/cadre/fleet/v1/`), each value short text or a small JSON
     nodes/<node>/start         the start mark of the last take (`StartMark`, JSON)
     nodes/<node>/served        the highest generation that answered: a mark below it is spent
     nodes/<node>/failover      "on" when the node may be taken over by another computer
+    nodes/<node>/replicas/<computer>  that computer keeps the node's replica (the generation it
+                               was sent at): a taker of the node is chosen among them
     computers/<computer>/lease this computer's lease (JSON: its id and time to live), put
                                under that lease, so the key is gone the moment it expires
 
@@ -88,6 +90,8 @@ class NodeShared:
     mark: StartMark | None = None
     served: int = 0
     failover: bool = False
+    #: The computers that said they keep the node's replica (`nodes/<node>/replicas/<computer>`).
+    replicas: frozenset[str] = frozenset()
 
     @property
     def mark_spent(self) -> bool:
@@ -135,6 +139,7 @@ def parse_node(node: str, found: dict[bytes, bytes]) -> NodeShared:
         mark=_mark(fields["start"]) if "start" in fields else None,
         served=_int(fields["served"], "served generation") if "served" in fields else 0,
         failover=fields.get("failover") == b"on",
+        replicas=frozenset(name[9:] for name in fields if name.startswith("replicas/") and ID_PATTERN.fullmatch(name[9:])),
     )
 
 
@@ -197,6 +202,14 @@ class SharedState:
 
     async def set_failover(self, node: str, on: bool) -> None:
         await self.client.put(node_key(node, "failover"), b"on" if on else b"off")
+
+    async def keeps_replica(self, node: str, computer: str, generation: int | None) -> None:
+        """`computer` keeps the node's replica (sent at `generation`), or no longer does (None)."""
+        key = node_key(node, "replicas/" + _id(computer, "computer"))
+        if generation is None:
+            await self.client.delete(key)
+        else:
+            await self.client.put(key, str(generation).encode())
 
     async def announce(self, computer: str, lease_id: int, ttl_ms: int) -> None:
         """This computer's lease key, under the lease itself: gone when the lease expires."""
