@@ -15,6 +15,7 @@ machine's load before and after.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import sys
@@ -47,6 +48,8 @@ def main() -> None:
     parser.add_argument("--lease-ms", type=int, default=15000)
     parser.add_argument("--faults", default=",".join(FAULTS))
     parser.add_argument("--name", default="never-twice")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="the hosts' homes under this folder (kept: their logs), not a temporary one")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     kinds = [f for f in args.faults.split(",") if f in FAULTS]
@@ -54,13 +57,14 @@ def main() -> None:
     print(f"never twice: seed {seed}, {args.rounds} rounds, lease {args.lease_ms} ms")
     load_before = psutil.getloadavg()
     error = None
-    rounds = []
+    rounds: list = []
     ledger = Ledger()
-    with tempfile.TemporaryDirectory() as tmp, fleet_with_failover_node(Path(tmp), args.lease_ms) as (hosts, node_id):
+    keep = contextlib.nullcontext(str(args.keep)) if args.keep is not None else tempfile.TemporaryDirectory()
+    with keep as tmp, fleet_with_failover_node(Path(tmp), args.lease_ms) as (hosts, node_id):
         prober = Prober(lambda: set().union(*(listed_ports(h.home, node_id) for h in hosts)), ledger, node_id=node_id,
                         max_s=args.rounds * (args.lease_ms / 1000 + 120)).start()
         try:
-            rounds = run_rounds(hosts, node_id, faults, args.lease_ms, ledger)
+            run_rounds(hosts, node_id, faults, args.lease_ms, ledger, done=rounds)
         except AssertionError as exc:
             error = str(exc)
             print(f"stopped: {error}")
@@ -76,6 +80,7 @@ def main() -> None:
         "freeze_to_serving_s": {"p50": quantile(freezes, 0.5), "p90": quantile(freezes, 0.9),
                                 "mean": round(statistics.fmean(freezes), 2) if freezes else None,
                                 "goal_s": args.lease_ms / 1000 + 2},
+        "hosts_started_again_for_their_store": sum(len(r.healed) for r in rounds),
         "rounds": [r.__dict__ for r in rounds],
         "load_before": load_before, "load_after": psutil.getloadavg(),
     }

@@ -203,6 +203,10 @@ class Host:
                                    make_sources=platform_sources if injected is None else None)
         self.host_holds.conditions = judge
         await judge.start()  # the first verdict before the first pass: nothing starts to be stopped at once
+        self.fleetrun = FleetRun.wire(  # before the first pass: every start of a failover node carries its lease terms
+            fleet=self.fleet, settings=lambda: self.settings, paths=self.paths, secrets=self.secrets, service=p.service, views=p.views,
+            get_node=self.get_node, pause=self.pause_node, resume=self.resume_node, advertise=lambda: self.advertise_host,
+            restart=self.restart_node, starter=p.supervisor.starter, observer=p.supervisor.observer, events=self.events) if self.fleet else None
         p.supervisor.start(stopped_cleanly=report.stopped_cleanly)
         await lending.start()
         p.probe.start()
@@ -215,10 +219,6 @@ class Host:
             self.control = ControlServer(self, self.paths.control_file)
             await self.control.start()
         await self.fleet.start() if self.fleet is not None else None
-        self.fleetrun = FleetRun.wire(fleet=self.fleet, settings=lambda: self.settings, paths=self.paths, secrets=self.secrets,
-                                      service=p.service, views=p.views, get_node=self.get_node, pause=self.pause_node,
-                                      resume=self.resume_node, advertise=lambda: self.advertise_host, restart=self.restart_node,
-                                      starter=p.supervisor.starter, events=self.events) if self.fleet else None
         self.fleetrun.start() if self.fleetrun is not None else None  # a task of its own: the start never waits on etcd
         self._started = True
         log.info("host started for %s (%d node(s))", self.paths.data_dir, len(self.store.list()))

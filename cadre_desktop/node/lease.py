@@ -54,7 +54,10 @@ class LeaseWatch:
         self._on_expired = on_expired
         self._now_ns = now_ns
         self.expired = False
-        self._stamp: int | None = None
+        #: The lease file as it was when this run began: not this run's (an earlier run's, maybe an
+        #: earlier boot's, whose boot-clock deadline means nothing now), so never read.
+        self._at_start = self._stat()
+        self._stamp = self._at_start
 
     @property
     def generation(self) -> int:
@@ -62,7 +65,10 @@ class LeaseWatch:
 
     def _reread(self) -> None:
         """Take the deadline of the same generation from `lease.json` (later or sooner: the host
-        may have lost its lease); another generation's, or a damaged file, is ignored."""
+        may have lost its lease); another generation's, a damaged file, or the file as it was when
+        this run began (the start's own terms came in its environment), is ignored."""
+        if self._at_start is not None and self._stat() == self._at_start:
+            return
         try:
             found = wire_lease.read(self._file.parent)
         except (OSError, Invalid) as err:
@@ -96,11 +102,15 @@ class LeaseWatch:
             return answer
         return guarded
 
-    def _changed(self) -> bool:
+    def _stat(self) -> tuple[int, int] | None:
         try:
-            stamp = self._file.stat().st_mtime_ns
+            found = self._file.stat()
         except OSError:
-            stamp = None
+            return None
+        return found.st_ino, found.st_mtime_ns
+
+    def _changed(self) -> bool:
+        stamp = self._stat()
         if stamp == self._stamp:
             return False
         self._stamp = stamp

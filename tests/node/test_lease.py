@@ -141,3 +141,23 @@ async def test_a_node_whose_host_moves_its_deadline_on_keeps_serving(nodes: Node
     assert node.running and (await node.status())["generation"] == 4
     lease_file.write_bytes(render(LeaseTerms(4, boot_ns())))  # the host lost its lease: stop now
     assert await node.wait_exit(deadline_s=15.0) == ExitCode.LEASE_EXPIRED
+
+
+def test_a_lease_file_left_from_before_the_start_is_not_this_run_s(tmp_path: Path) -> None:
+    """Regression (the never-twice bench): a failover node started under its host's fresh terms read the
+    `lease.json` an earlier run had left, with an earlier deadline, and stopped at once; after a reboot
+    such a file's boot-clock deadline could even lie ahead, and a node started past its deadline served."""
+    boot, expired = Boot(100 * S), list[int]()
+    (tmp_path / wire_lease.LEASE_FILE).write_bytes(render(LeaseTerms(7, 100 * S)))  # an earlier run's, past
+    lease = watch(tmp_path, 110, boot, expired)
+    boot.ns = 105 * S
+    assert lease.may_serve() and lease.terms.deadline_ns == 110 * S
+    (tmp_path / wire_lease.LEASE_FILE).unlink()
+    (tmp_path / wire_lease.LEASE_FILE).write_bytes(render(LeaseTerms(7, 130 * S)))  # the host's, after the start
+    boot.ns = 120 * S
+    assert lease.may_serve() and lease.terms.deadline_ns == 130 * S
+    late, gone = list[int](), tmp_path / "late"
+    gone.mkdir()
+    (gone / wire_lease.LEASE_FILE).write_bytes(render(LeaseTerms(7, 10**6 * S)))  # another boot's: far ahead
+    started_past = LeaseWatch(LeaseTerms(7, 1), gone, lambda: late.append(1), now_ns=boot)
+    assert not started_past.may_serve() and late == [1]

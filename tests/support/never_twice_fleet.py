@@ -12,7 +12,7 @@ import psutil
 from tests.support.fleet_hosts import all_online, pair_by_api, running_hosts, self_id
 from tests.support.headless import HeadlessHost, added, running_node
 from tests.support.host_calls import claim
-from tests.support.never_twice_rounds import local_ready, store_ready
+from tests.support.never_twice_rounds import STORE_S, StoresNotReady, local_ready, store_ready
 from tests.support.polling import wait_until
 
 
@@ -49,7 +49,11 @@ def _fleet(root: Path, lease_ms: int) -> Iterator[tuple[list[HeadlessHost], str]
         pair_by_api(a, c)
         all_online(hosts, ids, timeout=30)
         for h in hosts:
-            wait_until(functools.partial(store_ready, h), timeout=90, interval=0.5, what=f"the store ready on {h.home.name}")
+            try:
+                wait_until(functools.partial(store_ready, h), timeout=STORE_S, interval=0.5,
+                           what=f"the store ready on {h.home.name}")
+            except AssertionError as exc:
+                raise StoresNotReady(f"the fleet's store never formed: {exc}") from None
         turned = b.cli("node", "set", node["id"], "--failover", "on", "--json")
         assert turned.returncode == 0, turned.stderr
         wait_until(lambda: (v := local_ready(b, node["id"])) and v["failover"] and v["generation"], timeout=30,

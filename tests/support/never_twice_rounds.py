@@ -4,17 +4,29 @@
 failover on; `run_rounds` applies one fault per round (tests/support/never_twice.py) to the
 computer holding the node, waits (bounded) until the node serves again and every store is ready,
 and returns what each round saw (fault, computer, seconds from the fault to serving again).
+
+A store that is not ready again within `STORE_S` is not what this checker checks (the etcd
+member and its client are the store's own: issue 36's open store findings): its host is stopped
+and started again, once, and the round says so (`Round.healed`); one that stays unready then
+raises `StoresNotReady`, after which the caller still checks the answers it has.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tests.support.fleet_hosts import ok
 from tests.support.headless import HeadlessHost
 from tests.support.never_twice import SIGCONT, SIGKILL, SIGSTOP, ClockStep, Ledger, etcd_of, processes_of, signal_all, wait_for
+
+#: How long every store may take to be ready again before a round.
+STORE_S = 90.0
+
+
+class StoresNotReady(AssertionError):
+    """A computer's store was not ready again, even after its host was started again."""
 
 
 @dataclass
@@ -24,6 +36,8 @@ class Round:
     computer: str
     to_serving_s: float | None
     served_on: str | None
+    #: Hosts started again before this round because their store was not ready within STORE_S.
+    healed: list[str] = field(default_factory=list)
 
 
 def local_ready(host: HeadlessHost, node_id: str) -> dict | None:
@@ -48,13 +62,29 @@ def store_ready(host: HeadlessHost) -> bool:
         return False
 
 
+def stores_ready(hosts: Sequence[HeadlessHost], number: int, say=print) -> list[str]:
+    """Every store ready (bounded); a host whose store is not is started again, once: their names."""
+    if wait_for(lambda: all(store_ready(h) for h in hosts), timeout=STORE_S, interval=0.5):
+        return []
+    stuck = [h for h in hosts if not store_ready(h)]
+    names = [h.home.name for h in stuck]
+    say(f"round {number}: the store of {', '.join(names)} is not ready again within {STORE_S:g} s; its host is "
+        "started again")
+    for host in stuck:
+        host.stop()
+        host.start()
+    if not wait_for(lambda: all(store_ready(h) for h in hosts), timeout=STORE_S, interval=0.5):
+        raise StoresNotReady(f"round {number}: the store of {', '.join(names)} is not ready again, even after a restart")
+    return names
+
+
 def run_rounds(hosts: Sequence[HeadlessHost], node_id: str, faults: Sequence[str], lease_ms: int,
-               ledger: Ledger, say=print) -> list[Round]:
+               ledger: Ledger, say=print, done: list[Round] | None = None) -> list[Round]:
+    """The rounds, into `done` (given: what was done is there when a round raises)."""
     lease_s = lease_ms / 1000
-    done: list[Round] = []
+    done = [] if done is None else done
     for number, fault in enumerate(faults, 1):
-        if not wait_for(lambda: all(store_ready(h) for h in hosts), timeout=90, interval=0.5):
-            raise AssertionError(f"round {number}: the stores are not ready again")
+        healed = stores_ready(hosts, number, say)
         target = wait_for(lambda: holder(hosts, node_id), timeout=lease_s + 60)
         assert isinstance(target, HeadlessHost), f"round {number}: the node serves nowhere"
         assert target.proc is not None
@@ -84,7 +114,7 @@ def run_rounds(hosts: Sequence[HeadlessHost], node_id: str, faults: Sequence[str
             raise ValueError(fault)
         took = time.monotonic() - started
         on = served.home.name if isinstance(served, HeadlessHost) else None
-        done.append(Round(number, fault, target.home.name, round(took, 2) if on else None, on))
+        done.append(Round(number, fault, target.home.name, round(took, 2) if on else None, on, healed))
         say(f"round {number} (t={started:.1f}): {fault} of {target.home.name} -> serving on {on} after {took:.1f} s; "
             f"generations seen {ledger.generations()}, violations {len(ledger.violations())}")
     return done

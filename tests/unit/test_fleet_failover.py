@@ -115,12 +115,14 @@ def test_a_failover_node_held_here_starts_under_the_lease_and_any_other_without(
              "off": NodeShared("off", holder="pc_a", generation=4, failover=False),
              "theirs": NodeShared("theirs", holder="pc_b", generation=4, failover=True)}
     f = failover([computer("pc_b"), computer("pc_c")], nodes)
-    f.keeper = SimpleNamespace(deadline_ns=10**18, valid=lambda: True, lost=False, renewed_ns=1)  # type: ignore[assignment]
+    f.hold.keeper = SimpleNamespace(deadline_ns=10**18, lost=False, lease_id=7, renewed_ns=1)  # type: ignore[assignment]
+    f.hold.announced = 7
+    f.hold.confirm(nodes, f.hold.under(), f.hold.reading())  # a read under the announced lease
     assert f.lease_env("held") == {GENERATION_VAR: "4", DEADLINE_VAR: str(10**18)}
     assert f.lease_env("off") == {} and f.lease_env("unknown") == {}
     # Another computer holds it: a copy started here anyway never serves.
     assert f.lease_env("theirs") == {GENERATION_VAR: "4", DEADLINE_VAR: "1"}
-    f.keeper = None
+    f.hold.keeper = None
     # No valid lease: a deadline already past, so the node never serves without one.
     assert f.lease_env("held") == {GENERATION_VAR: "4", DEADLINE_VAR: "1"}
 

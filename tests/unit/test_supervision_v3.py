@@ -203,3 +203,21 @@ def test_decide_leaves_a_node_to_start_when_the_start_gate_is_full():
     # The keyring's rule comes first: a node without its secret waits for it, gate or not.
     waiting = Observation(status=DriverStatus.FAILED, gate_room=False, secret=SecretState.WAITING)
     assert decide(_down_record(), waiting, policy).decision is Decision.WAIT_KEYRING
+
+
+def test_decide_starts_no_failover_node_this_computer_holds_under_no_valid_lease():
+    """Regression (issue 36, never twice): right after a wake a failover node past its lease exited and was
+    started again at once with a deadline already past, over and over until the host gave up on it."""
+    from cadre_desktop.host.core.driver import DriverStatus
+    from cadre_desktop.host.core.supervision.decide import LEASE_LOOK_S, Decision, Observation, Policy, decide
+    from cadre_desktop.settings import Settings
+
+    policy = Policy(Settings(respawn_max_attempts=3))
+    waiting = Observation(status=DriverStatus.STOPPED, returncode=6, lease_wait="waiting for the lease",
+                          stopped_cleanly=True)
+    for attempts in (0, 3):  # neither started nor given up on, whatever its budget
+        verdict = decide(_down_record(attempts), waiting, policy)
+        assert verdict.decision is Decision.WAIT_LEASE and not verdict.counted
+        assert verdict.reason == "waiting for the lease" and verdict.due_in_s == LEASE_LOOK_S
+    assert decide(_down_record(), Observation(status=DriverStatus.STOPPED, returncode=6), policy).decision \
+        is Decision.START

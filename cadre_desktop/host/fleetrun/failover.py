@@ -14,8 +14,11 @@ One task (`Failover.start`, stopped at quit) runs a pass every `period_s` (a thi
    failover node held here is stopped by the host (a person's pause: no respawn, no
    notification), "stopped: this computer lost its lease"; after a wake nothing restarts
    until the store answers and a valid lease holds them again (then they are resumed). A
-   failover node starts under `node_terms` (`lease_env`; before the store answers, its last
-   `lease.json`'s), the warm path too.
+   failover node starts on a deadline ahead only once a read under this computer's current,
+   announced lease found it held here (`holding.py`: `LeaseHold`, the one place of that rule;
+   before the store answers, its last `lease.json`'s terms); else on one already past, and
+   the supervisor does not start it at all (`WAIT_LEASE`). Every start path carries it (the
+   first pass after a restart, the warm and fork paths, a restart to turn failover on).
 3. **Replicas** (`replicas.py`): each failover node held here is pushed to every paired
    computer when its bundle changes; dropped there when failover goes off or the node goes.
 4. **Taking over.** For each failover node held elsewhere whose replica is here:
@@ -30,28 +33,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
-from cadre_desktop.errors import CadreError, Invalid, InvalidState, NoSuchThing
+from cadre_desktop.errors import CadreError, InvalidState, NoSuchThing
 from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
 from cadre_desktop.host.fleet.computers import Computer
-from cadre_desktop.host.fleetrun.bundle import read_bundle, write_bundle
-from cadre_desktop.host.fleetrun.moves import Ask, LocalSide, _node_doc, _remove_tree
-from cadre_desktop.host.fleetrun.replicas import PUSH_S, Replicas
+from cadre_desktop.host.fleetrun.bundle import write_bundle
+from cadre_desktop.host.fleetrun.holding import LeaseHold
+from cadre_desktop.host.fleetrun.moves import Ask, LocalSide, _remove_tree
+from cadre_desktop.host.fleetrun.pushes import Pushes
+from cadre_desktop.host.fleetrun.replicas import Replicas
 from cadre_desktop.host.fleetrun.store import READ_S, FleetStore
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
-from cadre_desktop.host.fleetstate.leases import LeaseKeeper, extend_node, node_terms
+from cadre_desktop.host.fleetstate.leases import extend_node
 from cadre_desktop.host.fleetstate.shared import PREFIX, NodeShared, parse_node
 from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER, Action, FleetView, TakeoverRules, decide_takeover
 from cadre_desktop.settings import Settings
-from cadre_desktop.wire.lease import LeaseTerms, boot_ns, env_of
-from cadre_desktop.wire.lease import read as read_lease
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +79,19 @@ class Hooks:
 class Failover:
     def __init__(self, *, settings: Callable[[], Settings], me: Callable[[], str],
                  computers: Callable[[], Sequence[Computer]], store: FleetStore, local: LocalSide,
-                 hooks: Hooks, replicas: Replicas, ask: Ask) -> None:
+                 hooks: Hooks, replicas: Replicas, ask: Ask, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._settings, self._me, self._computers = settings, me, computers
         self.store, self.local, self.hooks, self.replicas, self._ask = store, local, hooks, replicas, ask
-        self.keeper: LeaseKeeper | None = None
+        #: This computer's lease and the failover nodes a read under it found held here (`holding.py`).
+        self.hold = LeaseHold(ttl_ms=lambda: self.ttl_ms, me=me, node_dir=local.node_dir, nodes=lambda: store.nodes)
         #: Failover nodes this host stopped itself, and why (shown in their views).
         self.stopped: dict[str, str] = {}
-        self._pushed: dict[str, str] = {}
-        self._pushed_at: dict[str, float] = {}
+        #: The replicas of the failover nodes held here, on every paired computer (`pushes.py`).
+        self.pushes = Pushes(me=me, computers=computers, local=local, replicas=replicas, ask=ask, held=self._held_here)
         self._seen_marks: dict[str, tuple[int, float]] = {}
-        self._dead_since: dict[str, float] = {}
+        #: Per node held elsewhere: (its holder, generation) and since when this computer has seen that holder's lease gone.
+        self._dead_since: dict[str, tuple[tuple[str | None, int], float]] = {}
+        self._monotonic = monotonic
         self._taking: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
@@ -119,7 +124,7 @@ class Failover:
         while True:
             await asyncio.sleep(WATCH_S)
             try:
-                keeper = self.keeper
+                keeper = self.hold.keeper
                 left = self.left_s()
                 if left is None or left < self.guard_s:
                     if self._held_here(None):
@@ -127,10 +132,10 @@ class Failover:
                 elif keeper is not None and keeper.renewed_ns != extended:
                     extended = keeper.renewed_ns
                     for record in self._held_here(None):
-                        shared = self.store.nodes[record.id]
-                        if record.id not in self.stopped:
-                            await asyncio.to_thread(extend_node, self.local.node_dir(record.id),
-                                                    node_terms(shared.generation, keeper))
+                        # Only a node a read under this lease found held here (never on a stale view).
+                        terms = self.hold.live_terms(record.id)
+                        if record.id not in self.stopped and terms is not None:
+                            await asyncio.to_thread(extend_node, self.local.node_dir(record.id), terms)
             except (CadreError, OSError) as exc:
                 log.info("failover: the deadline watch: %s", getattr(exc, "message", exc))
 
@@ -141,11 +146,9 @@ class Failover:
                 with contextlib.suppress(asyncio.CancelledError, CadreError):
                     await task
         self._task = self._watch_task = None
-        if self.keeper is not None:
-            # A lease revoked while a failover node still runs here would let another computer take it
-            # at once, and the node would serve twice until the host stops it: then it expires instead.
-            await self.keeper.stop(revoke=not self._held_here(None))
-            self.keeper = None
+        # A lease revoked while a failover node still runs here would let another computer take it
+        # at once, and the node would serve twice until the host stops it: then it expires instead.
+        await self.hold.stop(revoke=not self._held_here(None))
 
     async def _run(self) -> None:
         while True:
@@ -160,51 +163,14 @@ class Failover:
     # -- the lease -------------------------------------------------------------------
 
     def left_s(self) -> float | None:
-        keeper = self.keeper
-        if keeper is None or keeper.lost or keeper.renewed_ns is None:
-            return None
-        return (keeper.deadline_ns - boot_ns()) / 1e9
+        return self.hold.left_s()
 
     def lease_env(self, node_id: str) -> dict[str, str]:
-        """The start's lease variables for a node with failover on held here (empty for any other)."""
-        shared = self.store.nodes.get(node_id)
-        if shared is None:
-            # The store not read yet (a host restarted after a crash or a kill): a node that ran here
-            # under a lease keeps the terms its last `lease.json` gave, never none (never twice: a
-            # copy started with no terms would serve with no deadline while another holds it).
-            kept = self._kept_terms(node_id)
-            return env_of(kept) if kept is not None else {}
-        if not shared.failover or shared.generation < 1:
-            return {}
-        if shared.holder != self._me():
-            return env_of(node_terms_past(shared.generation))
-        keeper = self.keeper
-        deadline = keeper.deadline_ns if keeper is not None and keeper.valid() else 1
-        return env_of(node_terms(shared.generation, keeper) if deadline > 1 and keeper is not None
-                      else node_terms_past(shared.generation))
-
-    def _kept_terms(self, node_id: str) -> LeaseTerms | None:
-        """The terms of the node's `lease.json` here (a tiny file, read as the start is made), or None."""
-        try:
-            return read_lease(self.local.node_dir(node_id))
-        except (OSError, Invalid):
-            return node_terms_past(1)  # a damaged lease file: never serve on it
+        """The start's lease variables (`Starter.extra_env`): `LeaseHold.lease_env`."""
+        return self.hold.lease_env(node_id)
 
     async def _ensure_lease(self) -> None:
-        client = self.store.client
-        keeper = self.keeper
-        if keeper is not None and not keeper.lost and keeper.client is client:
-            return
-        if keeper is not None:
-            await keeper.stop(revoke=False)
-        if client is None:
-            self.keeper = None
-            return
-        keeper = LeaseKeeper(client, self.ttl_ms)
-        lease_id = await keeper.start()
-        self.keeper = keeper
-        await self.store.store().announce(self._me(), lease_id, self.ttl_ms)
-        log.info("failover: this computer's lease %x (%d ms)", lease_id, self.ttl_ms)
+        await self.hold.ensure(self.store.client, self.store.store)
 
     # -- one pass --------------------------------------------------------------------
 
@@ -220,23 +186,30 @@ class Failover:
             raise
         await self._guard(nodes)
         await self._hold(nodes)
-        await self._replicate(nodes)
+        await self.pushes.replicate(nodes)
         await self._take_over(nodes)
 
     async def _read(self) -> dict[str, NodeShared]:
+        """Every node's shared state, and what it confirms held here under the lease it was read under."""
+        lease, since = self.hold.under(), self.hold.reading()
         found = await self.store.store().client.get_prefix(PREFIX + b"nodes/")
         ids = {k[len(PREFIX) + 6:].split(b"/", 1)[0].decode("ascii", "replace") for k in found}
-        nodes = {}
+        nodes, unreadable = {}, set()
         for node in ids:
-            with contextlib.suppress(CadreError, ValueError):
+            try:
                 nodes[node] = parse_node(node, found)
+            except (CadreError, ValueError):
+                unreadable.add(node)
         self.store.nodes = nodes
+        self.hold.confirm(nodes, lease, since, unreadable)
         return nodes
 
     def _held_here(self, nodes: dict[str, NodeShared] | None) -> list[NodeRecord]:
+        """The failover nodes held here: as `nodes` (else the store's cache) says, or as this host's own
+        last read or take found (the store's cache may come from a read begun before this computer's take)."""
         me, known = self._me(), nodes if nodes is not None else self.store.nodes
         return [r for r in self.hooks.records()
-                if (s := known.get(r.id)) is not None and s.failover and s.holder == me]
+                if ((s := known.get(r.id)) is not None and s.failover and s.holder == me) or self.hold.confirmed(r.id)]
 
     async def _guard(self, nodes: dict[str, NodeShared] | None) -> None:
         """Failover nodes held here stop before this computer's deadline when renewals fail."""
@@ -253,7 +226,7 @@ class Failover:
                 await self.local.pause(record.id)
 
     async def _hold(self, nodes: dict[str, NodeShared]) -> None:
-        me, keeper = self._me(), self.keeper
+        me = self._me()
         for record in list(self.hooks.records()):
             shared = nodes.get(record.id)
             if shared is None or not shared.failover or self.hooks.moving(record.id):
@@ -265,9 +238,9 @@ class Failover:
                 with contextlib.suppress(CadreError):
                     await self.local.remove(record.id)
                 continue
-            if shared.holder != me or keeper is None or not keeper.valid():
+            terms = self.hold.live_terms(record.id)
+            if shared.holder != me or terms is None:
                 continue
-            terms = node_terms(shared.generation, keeper)
             await asyncio.to_thread(extend_node, self.local.node_dir(record.id), terms)
             if self.stopped.get(record.id) == LOST_LEASE and (self.left_s() or 0) >= 2 * self.guard_s:
                 self.stopped.pop(record.id, None)
@@ -303,25 +276,44 @@ class Failover:
         me = self._me()
         if shared.holder not in (None, me):
             raise InvalidState(f"The fleet's store says {self._name_of(shared.holder)} holds node {record.name}.")
+        if on:
+            await self._ensure_lease()
         await state.set_failover(node_id, on)
         if on and shared.generation == 0:
             taken = await state.take(node_id, me, 0, holder=None, mark_at=time.time())
             if not taken.won:
                 raise InvalidState(f"Node {record.name} changed in the fleet's store meanwhile; try again.")
             await state.mark_served(node_id, me, taken.generation)
+        lease, since = self.hold.under(), self.hold.reading()
         shared = await self.store.refresh(node_id)
+        if on and shared.holder == me and shared.failover:
+            self.hold.confirm_one(node_id, shared.generation, lease, since)
+        elif not on:
+            self.hold.forget(node_id)
+        await self._bring_under_lease(node_id, on)
         if on:
-            await self._ensure_lease()
-        # The running copy is started again so it runs under (or no longer under) the lease's deadline.
-        with contextlib.suppress(CadreError):
-            await self.hooks.restart(node_id)
-        if on:
-            self._pushed.pop(node_id, None)
-            self._pushed_at.pop(node_id, None)
-            self._spawn(self._replicate(self.store.nodes))
+            self.pushes.again(node_id)
+            self._spawn(self.pushes.replicate(self.store.nodes))
         else:
-            self._spawn(self._drop_everywhere(node_id))
+            self._spawn(self.pushes.drop_everywhere(node_id))
         return {"node": node_id, "failover": on, "generation": shared.generation}
+
+    async def _bring_under_lease(self, node_id: str, on: bool) -> None:
+        """The running copy started again, so it runs under (or no longer under) the lease's deadline;
+        its `lease.json` first, so a host restarted after a crash keeps the terms. A copy that cannot be
+        restarted with failover on is stopped: it must never run on without a deadline."""
+        terms = self.hold.terms(node_id)
+        if on and terms is not None:
+            await asyncio.to_thread(extend_node, self.local.node_dir(node_id), terms)
+        try:
+            await self.hooks.restart(node_id)
+        except CadreError as exc:
+            with contextlib.suppress(CadreError):
+                if on and self.local.view(node_id).running:
+                    log.warning("failover: node %s could not be restarted under the lease (%s); it is stopped",
+                                node_id, exc.message)
+                    self.stopped[node_id] = LOST_LEASE
+                    await self.local.pause(node_id)
 
     def _spawn(self, work: Awaitable[Any]) -> None:
         async def run() -> None:
@@ -331,69 +323,25 @@ class Failover:
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
 
-    # -- replicas --------------------------------------------------------------------
-
-    async def _replicate(self, nodes: dict[str, NodeShared]) -> None:
-        held = {r.id: r for r in self._held_here(nodes)}
-        for node_id in [n for n in self._pushed if n not in held]:
-            self._pushed.pop(node_id, None)
-            self._pushed_at.pop(node_id, None)
-            await self._drop_everywhere(node_id)
-        now = time.monotonic()
-        for node_id, record in held.items():
-            if node_id in self._pushed and now - self._pushed_at.get(node_id, 0.0) < PUSH_S:
-                continue
-            await self._push(record, nodes[node_id])
-        paired = {c.id for c in self._computers()}
-        await self.replicas.drop_unpaired(lambda source: source in paired)
-
-    async def _push(self, record: NodeRecord, shared: NodeShared) -> None:
-        try:
-            view = self.local.view(record.id)
-        except CadreError:
-            return
-        status = view.status if view.status in (NodeStatus.UNCLAIMED, NodeStatus.JOINED) else \
-            NodeStatus.JOINED if record.status in (NodeStatus.JOINED, NodeStatus.JOINING) else None
-        secret = await self.local.secret(record.id)
-        if status is None or secret is None:
-            return
-        try:
-            files = await asyncio.to_thread(read_bundle, self.local.node_dir(record.id))
-        except (CadreError, OSError) as exc:
-            log.info("failover: node %s's files are not replicated (%s)", record.id, exc)
-            return
-        node = {**_node_doc(record, view), "status": status.value}
-        digest = hashlib.sha256(json.dumps([node, files], sort_keys=True).encode()).hexdigest()
-        self._pushed_at[record.id] = time.monotonic()
-        if self._pushed.get(record.id) == digest:
-            return
-        body = {"node": node, "secret": secret, "files": files, "generation": shared.generation}
-        every = True
-        for computer in self._computers():
-            try:
-                code, _ = await self._ask(computer, "POST", "/fleet/run/replica", body, 10.0)
-                every = every and code == 200
-            except CadreError as exc:
-                every = False
-                log.info("failover: the replica of %s did not reach %s (%s)", record.id, computer.id, exc.message)
-        if every:
-            self._pushed[record.id] = digest
-        else:
-            self._pushed_at[record.id] = 0.0  # tried again at the next pass
-
-    async def _drop_everywhere(self, node_id: str) -> None:
-        for computer in self._computers():
-            with contextlib.suppress(CadreError):
-                await self._ask(computer, "POST", "/fleet/run/replica/drop", {"node": node_id}, 5.0)
-
     # -- the others' side (the fleet link) -------------------------------------------
 
     async def replica_in(self, source: Computer, doc: object) -> dict[str, Any]:
-        return {"kept": await self.replicas.keep(source.id, doc)}
+        node_id = await self.replicas.keep(source.id, doc)
+        generation = doc.get("generation") if isinstance(doc, dict) else None
+        self._spawn(self._say_replica(node_id, generation if isinstance(generation, int) else 0))
+        return {"kept": node_id}
 
     async def replica_drop(self, source: Computer, doc: object) -> dict[str, Any]:
         node_id = doc.get("node") if isinstance(doc, dict) else None
-        return {"dropped": isinstance(node_id, str) and await self.replicas.drop(node_id, source=source.id)}
+        dropped = isinstance(node_id, str) and await self.replicas.drop(node_id, source=source.id)
+        if dropped and isinstance(node_id, str):
+            self._spawn(self._say_replica(node_id, None))
+        return {"dropped": dropped}
+
+    async def _say_replica(self, node_id: str, generation: int | None) -> None:
+        """The store told that this computer keeps the node's replica (or no longer): takers choose among
+        those that do (bounded; a store that does not answer leaves the choice to the fallback)."""
+        await self.store.store().keeps_replica(node_id, self._me(), generation)
 
     async def stop_asked(self, doc: object) -> dict[str, Any]:
         """Another computer takes a node over from this one: the copy here stops now, if it is here."""
@@ -427,12 +375,11 @@ class Failover:
                 seen = self._seen_marks.get(shared.node)
                 if seen is None or seen[0] != mark.generation:
                     self._seen_marks[shared.node] = seen = (mark.generation, now)
-            chosen = min(alive - {shared.holder or ""})
-            if shared.holder in alive:
-                self._dead_since.pop(shared.node, None)
-            # The first choice may hold no replica: after two lease times any computer with one takes.
-            lost_for = now - self._dead_since.setdefault(shared.node, now) if shared.holder not in alive else 0.0
-            room = chosen == me or lost_for >= 2 * self.ttl_ms / 1000
+            # The first choice: the alive computer of the smallest id but the holder, among those that keep
+            # the node's replica (as the store says) when any does.
+            keeping = (alive & shared.replicas) - {shared.holder or ""}
+            chosen = min(keeping or (alive - {shared.holder or ""}))
+            room = chosen == me or self._lost_for(shared, alive) >= 2 * self.ttl_ms / 1000
             view = FleetView(me=me, members=len(self._computers()) + 1, quorum=True, room=room,
                              holder_lease_alive=shared.holder in alive, own_lease_left_s=left,
                              mark_seen_at=self._seen_marks[shared.node][1] if mark is not None else None)
@@ -441,6 +388,20 @@ class Failover:
             if verdict.action is Action.TAKE:
                 await self._take(shared, verdict.expected, verdict.holder, verdict.reason, verdict.failures,
                                  verdict.last_exit)
+
+    def _lost_for(self, shared: NodeShared, alive: AbstractSet[str]) -> float:
+        """How long this computer has seen the node's holder (at this generation) without a lease: the
+        first choice of taker may hold no replica (it was away when it was sent), so after two lease
+        times any computer with one takes (the transaction admits one). Counted on the monotonic
+        clock, per holder and generation: a wall clock's step, or an earlier failover's count, moves nothing."""
+        if shared.holder in alive:
+            self._dead_since.pop(shared.node, None)
+            return 0.0
+        now, key = self._monotonic(), (shared.holder, shared.generation)
+        seen = self._dead_since.get(shared.node)
+        if seen is None or seen[0] != key:
+            self._dead_since[shared.node] = seen = (key, now)
+        return now - seen[1]
 
     async def _take(self, shared: NodeShared, expected: int, holder: str | None, why: str, failures: int,
                     last_exit: str | None) -> None:
@@ -452,8 +413,9 @@ class Failover:
         if lost is not None:
             with contextlib.suppress(CadreError):
                 await self._ask(lost, "POST", "/fleet/run/failover/stop", {"node": node_id}, STOP_ASK_S)
+        lease, since = self.hold.under(), self.hold.reading()
         taken = await self.store.store().take(node_id, me, expected, holder=holder, mark_at=time.time(),
-                                               failures=failures, last_exit=last_exit)
+                                               failures=failures, last_exit=last_exit, lost=True)
         if not taken.won:
             log.info("failover: another computer took node %s first", node_id)
             return
@@ -462,16 +424,21 @@ class Failover:
         self._taking.add(node_id)
         self.store.nodes[node_id] = NodeShared(node=node_id, holder=me, generation=taken.generation,
                                                mark=shared.mark, served=shared.served, failover=True)
+        self.hold.confirm_one(node_id, taken.generation, lease, since)
         folder = self.local.node_dir(node_id)
         try:
             await asyncio.to_thread(_remove_tree, folder)  # what an earlier copy left here is not this node's
             await asyncio.to_thread(write_bundle, folder, replica.files)
+            terms = self.hold.terms(node_id)
+            if terms is not None:
+                await asyncio.to_thread(extend_node, folder, terms)
             status = NodeStatus.JOINING if replica.status is NodeStatus.JOINED else replica.status
             await self.local.adopt(replica.record, replica.secret, status)
         except BaseException:
             self._taking.discard(node_id)
             raise
         await self.replicas.drop(node_id)
+        self._spawn(self._say_replica(node_id, None))
         self.hooks.failed_over(node_id, replica.record.name, self._name_of(holder), self._name_of(me),
                                f"{self._name_of(holder)} lost its lease (asleep, off or cut off) by"
                                f" {time.strftime('%H:%M')}")
@@ -486,12 +453,10 @@ class Failover:
                     view = self.local.view(node_id)
                     if view.running and view.ready:
                         await self.store.store().mark_served(node_id, self._me(), generation)
+                        self.pushes.again(node_id)  # its replicas now, not at the next look
+                        self._spawn(self.pushes.replicate(self.store.nodes))
                         return
                 await asyncio.sleep(0.25)
         finally:
             self._taking.discard(node_id)
 
-
-def node_terms_past(generation: int) -> LeaseTerms:
-    """Terms whose deadline has passed: a failover node started without a valid lease stops at once."""
-    return LeaseTerms(generation, 1)

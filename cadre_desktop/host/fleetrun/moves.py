@@ -37,6 +37,7 @@ from cadre_desktop.host.core.ops.views import NodeView
 from cadre_desktop.host.core.records.records import NodeMode, NodeRecord, NodeStatus, caps_from_row
 from cadre_desktop.host.fleet.computers import Computer
 from cadre_desktop.host.fleetrun.bundle import check_bundle, read_bundle, write_bundle
+from cadre_desktop.host.fleetrun.holding import LeaseHold
 from cadre_desktop.host.fleetstate.shared import NodeShared, TakeResult
 from cadre_desktop.text import clean
 
@@ -86,6 +87,9 @@ class Mover:
         self._me, self._computers, self.local, self.store, self._ask = me, computers, local, store, ask
         self.serve_s, self.poll_s = serve_s, poll_s
         self._moving: set[str] = set()
+        #: Failover's record of the nodes held here under this computer's lease (`holding.py`), once wired:
+        #: an arrival or a node given back is held at the generation its own read or take found.
+        self.hold: LeaseHold | None = None
 
     def target(self, wanted: str) -> Computer:
         """A paired computer by id, else by name (a name two computers share is refused)."""
@@ -176,7 +180,10 @@ class Mover:
         except CadreError as exc:
             log.warning("move of %s: %s was not told to drop its copy: %s", view.id, target.id, exc.message)
         try:
-            await self.store.store().take(view.id, self._me(), generation, holder=target.id, mark_at=self.local.now())
+            lease, since = (self.hold.under(), self.hold.reading()) if self.hold is not None else (None, 0)
+            back = await self.store.store().take(view.id, self._me(), generation, holder=target.id, mark_at=self.local.now())
+            if back.won and self.hold is not None:
+                self.hold.confirm_one(view.id, back.generation, lease, since)
         except CadreError as exc:
             log.warning("move of %s: the fleet's store was not given the node back: %s", view.id, exc.message)
         await self.local.resume(view.id)
@@ -199,9 +206,12 @@ class Mover:
         record, status = _record_of(doc["node"])
         secret = clean(doc["secret"], 256)
         files = check_bundle(doc.get("files"))
+        lease, since = (self.hold.under(), self.hold.reading()) if self.hold is not None else (None, 0)
         shared = await self.store.refresh(record.id)
         if shared.holder != self._me() or shared.generation != doc.get("generation"):
             raise InvalidState("The fleet's store does not say this computer holds the node at that generation.")
+        if self.hold is not None and shared.failover:
+            self.hold.confirm_one(record.id, shared.generation, lease, since)
         if secret is None:
             raise Invalid("A node's claim secret is one printable line.")
         folder = self.local.node_dir(record.id)

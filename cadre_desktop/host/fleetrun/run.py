@@ -17,6 +17,7 @@ from cadre_desktop.host.core.events import EventBus, EventKind
 from cadre_desktop.host.core.ops.service import NodeService
 from cadre_desktop.host.core.ops.views import NodeView, NodeViews
 from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
+from cadre_desktop.host.core.supervision.observe import Observer
 from cadre_desktop.host.core.supervision.starts import Starter
 from cadre_desktop.host.core.vault.secrets import SecretKind, SecretStore
 from cadre_desktop.host.fleet.computers import Computer
@@ -41,7 +42,7 @@ class FleetRun:
              service: NodeService, views: NodeViews, get_node: Callable[[str], NodeView],
              pause: Callable[[str], Awaitable[object]], resume: Callable[[str], Awaitable[object]],
              advertise: Callable[[], str], restart: Callable[[str], Awaitable[object]],
-             starter: Starter, events: EventBus) -> FleetRun:
+             starter: Starter, observer: Observer, events: EventBus) -> FleetRun:
         async def ask(computer: Computer, method: str, path: str, body: Any, timeout_s: float) -> tuple[int, Any]:
             return await fleet.forward_within(computer, method, path, body, timeout_s)
 
@@ -70,7 +71,8 @@ class FleetRun:
                             store=store, local=dataclasses.replace(local, adopt=service.adopt), hooks=hooks,
                             replicas=Replicas(paths.data_dir / "replicas", secrets),
                             ask=ask)
-        starter.extra_env = failover.lease_env
+        # Every start of a failover node carries its lease terms, and one with no deadline ahead waits.
+        starter.extra_env, observer.lease_wait, mover.hold = failover.lease_env, failover.hold.start_wait, failover.hold
 
         def view_of(node_id: str) -> dict[str, Any]:
             shown = store.view_of(node_id)

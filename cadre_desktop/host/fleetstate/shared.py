@@ -7,13 +7,16 @@ Keys, under `PREFIX` (`/cadre/fleet/v1/`), each value short text or a small JSON
     nodes/<node>/start         the start mark of the last take (`StartMark`, JSON)
     nodes/<node>/served        the highest generation that answered: a mark below it is spent
     nodes/<node>/failover      "on" when the node may be taken over by another computer
+    nodes/<node>/replicas/<computer>  that computer keeps the node's replica (the generation it
+                               was sent at): a taker of the node is chosen among them
     computers/<computer>/lease this computer's lease (JSON: its id and time to live), put
                                under that lease, so the key is gone the moment it expires
 
 `take` is one transaction: if the generation (and the holder, when known) is still what
-the taker read, it writes the taker as holder, the generation + 1 and the start mark, all
-or nothing; else it changes nothing and answers what it found. Two computers racing for
-a node read the same generation, so exactly one transaction succeeds. `mark_served`
+the taker read (and, for a failover's take, the holder still has no lease key), it writes
+the taker as holder, the generation + 1 and the start mark, all or nothing; else it changes
+nothing and answers what it found. Two computers racing for a node read the same
+generation, so exactly one transaction succeeds. `mark_served`
 spends a start mark only while its generation still holds the node.
 
 Everything read back is hostile until checked (`parse_node`): another computer's host,
@@ -87,6 +90,8 @@ class NodeShared:
     mark: StartMark | None = None
     served: int = 0
     failover: bool = False
+    #: The computers that said they keep the node's replica (`nodes/<node>/replicas/<computer>`).
+    replicas: frozenset[str] = frozenset()
 
     @property
     def mark_spent(self) -> bool:
@@ -134,6 +139,7 @@ def parse_node(node: str, found: dict[bytes, bytes]) -> NodeShared:
         mark=_mark(fields["start"]) if "start" in fields else None,
         served=_int(fields["served"], "served generation") if "served" in fields else 0,
         failover=fields.get("failover") == b"on",
+        replicas=frozenset(name[9:] for name in fields if name.startswith("replicas/") and ID_PATTERN.fullmatch(name[9:])),
     )
 
 
@@ -156,9 +162,14 @@ class SharedState:
         return parse_node(node, await self.client.get_prefix(node_prefix(node)))
 
     async def take(self, node: str, computer: str, expected: int, *, holder: str | None,
-                   mark_at: float, failures: int = 0, last_exit: str | None = None) -> TakeResult:
+                   mark_at: float, failures: int = 0, last_exit: str | None = None, lost: bool = False) -> TakeResult:
         """Make `computer` the holder of `node` at generation `expected + 1`, with its start mark,
-        if the node is still at `expected` held by `holder` (None: by no one); else nothing."""
+        if the node is still at `expected` held by `holder` (None: by no one); else nothing.
+
+        `lost` (a failover's take): also only while `holder` has no lease key. A holder that got a new
+        lease and announced it before this transaction may have read the node as its own under that
+        lease and be running it on a deadline ahead (host/fleetrun/holding.py): taking it then would
+        make two copies with a future deadline. Seen before the take, it keeps its node."""
         ops = self.client.ops
 
         def key(field: str) -> bytes:
@@ -167,6 +178,8 @@ class SharedState:
                               else ops.value(key("generation")) == str(expected).encode()]
         compare.append(ops.version(key("holder")) == 0 if holder is None
                        else ops.value(key("holder")) == _id(holder, "holder").encode())
+        if lost and holder is not None:
+            compare.append(ops.version(lease_key(holder)) == 0)
         mark = StartMark(expected + 1, mark_at, _id(computer, "computer"), failures, last_exit)
         success = [ops.put(key("holder"), computer.encode()), ops.put(key("generation"), str(expected + 1).encode()),
                    ops.put(key("start"), mark.encode())]
@@ -189,6 +202,14 @@ class SharedState:
 
     async def set_failover(self, node: str, on: bool) -> None:
         await self.client.put(node_key(node, "failover"), b"on" if on else b"off")
+
+    async def keeps_replica(self, node: str, computer: str, generation: int | None) -> None:
+        """`computer` keeps the node's replica (sent at `generation`), or no longer does (None)."""
+        key = node_key(node, "replicas/" + _id(computer, "computer"))
+        if generation is None:
+            await self.client.delete(key)
+        else:
+            await self.client.put(key, str(generation).encode())
 
     async def announce(self, computer: str, lease_id: int, ttl_ms: int) -> None:
         """This computer's lease key, under the lease itself: gone when the lease expires."""

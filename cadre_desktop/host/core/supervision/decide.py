@@ -27,6 +27,8 @@ from cadre_desktop.settings import Settings
 HOPELESS_EXIT_CODES = {2: "its configuration is wrong", 4: "its work folder is unusable",
                        5: "its identity or state file is corrupt"}
 
+#: How soon a failover node waiting for this computer's lease is looked at again.
+LEASE_LOOK_S = 1.0
 
 _HOSTED_HOLDS: Mapping[str, Enum] = MappingProxyType(dict(HOSTED_HOLDS))
 
@@ -40,6 +42,7 @@ class Decision(str, Enum):
     HUNG = "hung"
     WAIT = "wait"
     WAIT_KEYRING = "waiting-for-keyring"
+    WAIT_LEASE = "waiting-for-lease"
     START = "start"
     GIVE_UP = "give-up"
     INVITATION_FAILED = "invitation-failed"
@@ -117,6 +120,8 @@ class Observation:
     wake_in_s: float | None = None
     #: The hold the host wants the node to have now (Pause all, a run condition): (status, hold), else None.
     host_hold: tuple[Enum, Hold] | None = None
+    #: A fleet's failover node that this computer holds under no valid lease now: why it must not start.
+    lease_wait: str | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +239,9 @@ def decide(record: Supervised, obs: Observation, policy: Policy, supervised: fro
       down, exit 0 with a run.json hold      -> HOLD (paused, sleeping or done, as the node asked), when
                                                 its kind can be held so; else the rules below, the request
                                                 refused (`refused_hold`: said once, then dropped)
+      down, a failover node this computer
+            holds under no valid lease now   -> WAIT_LEASE (nothing started, nothing counted: another
+                                                computer may hold it; a look is due in LEASE_LOOK_S)
       down, stopped cleanly by the last host -> START, uncounted, whatever budget or backoff said (the
                                                 secret and gate rules below still apply)
       down, an exit retrying cannot fix      -> GIVE_UP at once, with the node's own words
@@ -344,6 +352,8 @@ def _down(record: Supervised, obs: Observation, policy: Policy) -> Verdict:
             return Verdict(Decision.HOLD, hold=(status, hold))
         return dataclasses.replace(_down(record, dataclasses.replace(obs, node_hold=None), policy),
                                    refused_hold=state)
+    if obs.lease_wait is not None:
+        return Verdict(Decision.WAIT_LEASE, counted=False, reason=obs.lease_wait, due_in_s=LEASE_LOOK_S)
     if obs.stopped_cleanly:
         return _start_if_secret(obs, counted=False)
     if obs.returncode in HOPELESS_EXIT_CODES:

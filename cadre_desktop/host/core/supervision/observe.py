@@ -76,6 +76,8 @@ class Observer:
         self.probe = probe
         #: The hold the host wants a node to have (host_holds.HostHolds.wanted), when the host has any.
         self.host_hold = host_hold
+        #: Why a failover node must not start here now (host/fleetrun/holding.py: `LeaseHold.start_wait`).
+        self.lease_wait: Callable[[str], str | None] = _no_wait
 
     def since_attempt_s(self, record: Supervised) -> float | None:
         if not record.respawn:
@@ -116,6 +118,7 @@ class Observer:
             gate_room=self.start_gate.has_room(),
             wake_in_s=self.holds.wake_in_s(record),
             host_hold=self.host_hold(record, kind) if self.host_hold is not None else None,
+            lease_wait=self.lease_wait(record.id) if status is not DriverStatus.RUNNING else None,
             news=self.probe.news(record.handle) if self.probe is not None and status is DriverStatus.RUNNING else None,
             first_answer=bool(status is DriverStatus.RUNNING and handle is not None and self.probe
                               and self.probe.is_ready(handle.id)),
@@ -152,3 +155,7 @@ class Observer:
         if mark is not None and mark.attempt == handle.attempt and mark.at:
             return self.timeline.since(("start", record.id), mark.at)
         return self.timeline.seen_for(handle.id)
+
+
+def _no_wait(_node_id: str) -> str | None:
+    return None
