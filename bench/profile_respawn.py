@@ -116,7 +116,7 @@ def _answered(port: int, marks: dict[str, int], old_pid: int) -> None:
         marks["answering"] = t
 
 
-async def run(rounds: int, child: str, profile: bool, warm: bool = False) -> dict:
+async def run(rounds: int, child: str, profile: bool, warm: bool = False, gap: float = 0.3) -> dict:
     from cadre_desktop.host.host import Host
     from cadre_desktop.paths import resolve_paths
     from cadre_desktop.settings import Settings
@@ -148,7 +148,7 @@ async def run(rounds: int, child: str, profile: bool, warm: bool = False) -> dic
             profiler = Profiler(interval=0.001, async_mode="disabled")
             profiler.start()
         for _ in range(rounds):
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(gap)
             before = _rig.read_stamps(stamps)
             old = _pid(host, view.id) if warm else before[-1][0]
             marks.clear()
@@ -187,7 +187,8 @@ async def run(rounds: int, child: str, profile: bool, warm: bool = False) -> dic
             prev = p50
     if profiler is not None:
         print(profiler.output_text(unicode=False, color=False, show_all=True, short_mode=False))
-    return {"rounds": rounds, "child": child, "warm_standby": warm, "ms_after_kill": steps}
+    return {"rounds": rounds, "child": child, "warm_standby": warm, "gap_s": gap, "ms_after_kill": steps,
+            "each_round": rows}
 
 
 def main() -> None:
@@ -196,6 +197,7 @@ def main() -> None:
     parser.add_argument("--child", choices=("node", "sleep"), default="sleep")
     parser.add_argument("--pyinstrument", action="store_true")
     parser.add_argument("--warm", action="store_true", help="warm starts on (a fork server's fork per respawn)")
+    parser.add_argument("--gap", type=float, default=0.3, help="seconds between kills (over 1 s: a lone start each)")
     parser.add_argument("--name", help="results file name (default profile-respawn-<child>)")
     args = parser.parse_args()
     at_start = load()
@@ -203,7 +205,7 @@ def main() -> None:
     session, env = _rig.start_secret_service()
     os.environ.update(env)
     try:
-        result = asyncio.run(run(args.n, args.child, args.pyinstrument, args.warm))
+        result = asyncio.run(run(args.n, args.child, args.pyinstrument, args.warm, args.gap))
     finally:
         session.stop()
     result["loadavg_at_start"] = at_start

@@ -31,6 +31,7 @@ from cadre_desktop.host.local import forks, nodelogs, standby
 from cadre_desktop.host.local.handles import Handle
 from cadre_desktop.host.local.keeper import LogKeeper
 from cadre_desktop.host.local.nodelogs import NodeLogs
+from cadre_desktop.host.local.parked import Parked
 from cadre_desktop.host.local.standby import Standby
 from cadre_desktop.host.local.system import procs
 from cadre_desktop.host.local.system.procs import Job
@@ -154,13 +155,24 @@ def _keep(keeper: LogKeeper, popen: subprocess.Popen[bytes], handle_id: str, nod
                          "the node was stopped again") from None
 
 
-def warm(claimed: Standby, env: dict[str, str], header: bytes, join: list[Path], *, log_path: Path, node_id: str,
+def warm(claimed: Standby | Parked, env: dict[str, str], header: bytes, join: list[Path], *, log_path: Path, node_id: str,
          log_cap: int, system: ProcessOS, kept: bool, started: Callable[[int], None],
          held: frozenset[int] = frozenset()) -> Launched | None:
-    """A start from a claimed standby, on the start's thread: a fork of it (a fork server, its
-    output kept for the keeper), or the standby itself told who it is; `started(pid)` then.
-    None: no node came of it, and the start goes on cold. `held`: the pids of this host's
-    nodes, which no fork server may name as its new one."""
+    """A start from a claimed standby, on the start's thread: a fork server's parked child taken,
+    a fork of it (its output kept for the keeper either way), or the standby itself told who
+    it is; `started(pid)` then. None: no node came of it, and the start goes on cold. `held`:
+    the pids of this host's nodes, which no fork server may name as its new one."""
+    if isinstance(claimed, Parked):
+        if not kept or claimed.popen.pid in held:  # no keeper for its output here, or a pid it may not be
+            system.kill_and_reap(claimed.popen, what="parked child")
+            taken = None
+        else:
+            taken = forks.take(claimed, env, header, join, system)  # ended if it was not taken
+        claimed.close()
+        if taken is None:
+            return None
+        started(taken[0].pid)
+        return Launched(taken[0], None, out_read=taken[1])
     if claimed.forking:
         forked = forks.fork(claimed, env, header, join, system, held=held) if kept else None
         if forked is None:
