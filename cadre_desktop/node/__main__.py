@@ -191,7 +191,9 @@ def _run() -> int:
         from cadre_desktop.node.server import serve
 
         try:
-            asyncio.run(serve(node, _STARTED_AT))
+            loop = getattr(sys.modules.get("cadre_desktop.node.warm.forking"), "LOOP", None)  # a parked child's own
+            with asyncio.Runner(loop_factory=None if loop is None else lambda: loop) as runner:
+                runner.run(serve(node, _STARTED_AT))
         except CadreError:
             raise
         except Exception:  # our bug: logged with its traceback, and the host reads exit code 1

@@ -12,7 +12,7 @@ any `ForkServer` (the pool's `standby.Standby`): this module never imports the p
 
 `park` asks a fork server for a child forked *ahead* (`{"park": {}}`): the host's own child,
 proven as a forked node is, loaded and waiting on a socket of its own that comes with the
-answer; `take` later tells that child who it is (the node's variables and the write end of
+answer; `take` (on the loop) later tells that child who it is (the node's variables and the write end of
 its output, as a fork request carries them). So the start after a kill costs a message to a
 process that exists already: the fork, and its copy of the standby's page tables, were
 paid before the kill (`parked.Parking` keeps one per fork server).
@@ -21,6 +21,7 @@ paid before the kill (`parked.Parking` keeps one per fork server).
 from __future__ import annotations
 
 import array
+import asyncio
 import errno
 import json
 import logging
@@ -169,12 +170,14 @@ def park(server: ForkServer, system: ProcessOS) -> tuple[tuple[subprocess.Popen[
     return None, False
 
 
-def take(parked: ForkServer, env: dict[str, str], header: bytes, join: list[Path],
-         system: ProcessOS) -> tuple[subprocess.Popen[bytes], int] | None:
-    """Tell a parked child who it is (blocking, up to FORK_S; safe on any thread): the node's
-    `CADRE_` variables and the write end of a new output pipe (its log header in it first), as
-    a fork request carries them. The node (that same child, already adopted) and the pipe's
-    read end; None: it did not say `taken`, and it was ended (the start goes on cold)."""
+async def take(parked: ForkServer, env: dict[str, str], header: bytes, join: list[Path],
+               system: ProcessOS) -> tuple[subprocess.Popen[bytes], int] | None:
+    """Tell a parked child who it is, on the loop (it never blocks: one small message out on an
+    empty socket, then up to FORK_S for the answer): the node's `CADRE_` variables and the write
+    end of a new output pipe (its log header in it first), as a fork request carries them. The
+    node (that same child, already adopted) and the pipe's read end; None: it did not say
+    `taken`, and it was ended (the start goes on cold). Cancelled meanwhile, it is ended too:
+    it may be a node by then, and nobody's."""
     request = json.dumps({"take": {
         "env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)},
         "join": [str(path) for path in join]}}).encode() + b"\n"
@@ -182,25 +185,27 @@ def take(parked: ForkServer, env: dict[str, str], header: bytes, join: list[Path
     said = b""
     try:
         os.write(out_write, header)
-        with parked.lock:
-            channel = parked.channel
-            if channel is None:
-                raise OSError(errno.EBADF, "the parked child's socket is closed")
-            channel.settimeout(FORK_S)
-            channel.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out_write]))])
-            os.close(out_write)
-            out_write = -1
-            deadline = time.monotonic() + FORK_S
+        channel = parked.channel
+        if channel is None:
+            raise OSError(errno.EBADF, "the parked child's socket is closed")
+        channel.setblocking(False)
+        channel.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out_write]))])
+        os.close(out_write)
+        out_write = -1
+        async with asyncio.timeout(FORK_S):
             while not said.endswith(b"\n") and len(said) < 256:
-                channel.settimeout(max(0.001, deadline - time.monotonic()))
-                data = channel.recv(256 - len(said))
+                data = await asyncio.get_running_loop().sock_recv(channel, 256 - len(said))
                 if not data:
                     break
                 said += data
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, TimeoutError) as exc:
         log.warning("the parked child (pid %s) was not taken within %.1f s (%s); ended, this start is cold",
-                    parked.popen.pid, FORK_S, getattr(exc, "strerror", None) or exc)
+                    parked.popen.pid, FORK_S, getattr(exc, "strerror", None) or exc or "no answer")
         said = b""
+    except BaseException:
+        system.kill_and_reap(parked.popen, what="parked child")
+        os.close(out_read)
+        raise
     finally:
         request = b""
         if out_write >= 0:

@@ -155,24 +155,13 @@ def _keep(keeper: LogKeeper, popen: subprocess.Popen[bytes], handle_id: str, nod
                          "the node was stopped again") from None
 
 
-def warm(claimed: Standby | Parked, env: dict[str, str], header: bytes, join: list[Path], *, log_path: Path, node_id: str,
+def warm(claimed: Standby, env: dict[str, str], header: bytes, join: list[Path], *, log_path: Path, node_id: str,
          log_cap: int, system: ProcessOS, kept: bool, started: Callable[[int], None],
          held: frozenset[int] = frozenset()) -> Launched | None:
-    """A start from a claimed standby, on the start's thread: a fork server's parked child taken,
-    a fork of it (its output kept for the keeper either way), or the standby itself told who
-    it is; `started(pid)` then. None: no node came of it, and the start goes on cold. `held`:
-    the pids of this host's nodes, which no fork server may name as its new one."""
-    if isinstance(claimed, Parked):
-        if not kept or claimed.popen.pid in held:  # no keeper for its output here, or a pid it may not be
-            system.kill_and_reap(claimed.popen, what="parked child")
-            taken = None
-        else:
-            taken = forks.take(claimed, env, header, join, system)  # ended if it was not taken
-        claimed.close()
-        if taken is None:
-            return None
-        started(taken[0].pid)
-        return Launched(taken[0], None, out_read=taken[1])
+    """A start from a claimed standby, on the start's thread: a fork of it (a fork server, its
+    output kept for the keeper), or the standby itself told who it is; `started(pid)` then.
+    None: no node came of it, and the start goes on cold. `held`: the pids of this host's
+    nodes, which no fork server may name as its new one."""
     if claimed.forking:
         forked = forks.fork(claimed, env, header, join, system, held=held) if kept else None
         if forked is None:
@@ -183,6 +172,25 @@ def warm(claimed: Standby | Parked, env: dict[str, str], header: bytes, join: li
         return None
     started(claimed.popen.pid)
     return hand_over(claimed, log_path=log_path, node_id=node_id, log_cap=log_cap, system=system, kept=kept)
+
+
+async def take(claimed: Parked, env: dict[str, str], header: bytes, join: list[Path], *, system: ProcessOS,
+               started: Callable[[int], None], held: frozenset[int], kept: bool) -> Launched | None:
+    """A start that takes a fork server's parked child, on the loop (`forks.take`), its output kept
+    for the keeper; `started(pid)` then. None: it was not taken, and was ended (the start goes on
+    cold). A child whose pid is one of this host's nodes already (`held`), or one whose output no
+    keeper would take (`kept` false), is never taken."""
+    try:
+        if claimed.popen.pid in held or not kept:
+            system.kill_and_reap(claimed.popen, what="parked child")
+            return None
+        taken = await forks.take(claimed, env, header, join, system)
+    finally:
+        claimed.close()
+    if taken is None:
+        return None
+    started(taken[0].pid)
+    return Launched(taken[0], None, out_read=taken[1])
 
 
 def hand_over(standby: Standby, *, log_path: Path, node_id: str, log_cap: int, system: ProcessOS,

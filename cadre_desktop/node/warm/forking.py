@@ -25,10 +25,13 @@ from cadre_desktop.errors import CadreError
 from cadre_desktop.node.errors import ExitCode
 
 if TYPE_CHECKING:
+    import asyncio
     import socket
     from collections.abc import Callable
 
 STANDBY_VAR = "CADRE_STANDBY"
+#: A parked child's event loop, made while it waited (after its fork: its own); its node runs on it.
+LOOP: asyncio.AbstractEventLoop | None = None
 #: The one line a standby reads: {"env": {"CADRE_...": "..."}}; far more than any real one.
 MAX_STANDBY_LINE = 64 * 1024
 
@@ -144,7 +147,7 @@ def serve_park(channel: socket.socket, fds: list[int]) -> socket.socket | None:
     The parked child is made as a forked node is (the host's own child, `_fork_to_host`), leads
     a session of its own at once (so the host may hold it as it holds a node: its group, its
     pid proven, `ProcessOS.not_forked`), lets go of the standby's socket and stdin, and does
-    what any node does first and needs no identity for (its descriptor limit raised). It
+    what any node does first and needs no identity for (its event loop made, `LOOP`). It
     tells its pid only then, so a parked child the host is told of is ready to be taken. A park
     request brings no descriptor (any that came are closed)."""
     import array
@@ -181,8 +184,8 @@ def serve_park(channel: socket.socket, fds: list[int]) -> socket.socket | None:
 
 
 def _park(write_end: int, channel: socket.socket, hosts: socket.socket) -> None:
-    """In the parked child: a session of its own, nothing of the standby's channel, its limit
-    raised; then its pid to the standby."""
+    """In the parked child: a session of its own, nothing of the standby's channel, its pages its
+    own, its event loop made; then its pid to the standby."""
     set_up = False
     try:
         hosts.close()
@@ -191,10 +194,11 @@ def _park(write_end: int, channel: socket.socket, hosts: socket.socket) -> None:
         os.dup2(devnull, 0)  # stdin was the standby's socket to the host: never read here
         os.close(devnull)
         os.setsid()
-        from cadre_desktop.net import fdlimit
-
-        fdlimit.raise_soft_limit()  # what every node does first (its `resource` import included)
         _own_pages()
+        import asyncio
+
+        global LOOP
+        LOOP = asyncio.new_event_loop()  # its own (made after the fork): the node's start makes none
         os.write(write_end, str(os.getpid()).encode())
         os.close(write_end)
         set_up = True
