@@ -9,7 +9,9 @@ import asyncio
 import os
 import secrets
 import signal
+import socket
 import sys
+import time
 
 import psutil
 import pytest
@@ -145,3 +147,72 @@ async def test_the_pool_is_one_fork_server_and_one_parked_child_and_close_ends_b
     assert sorted(p.pid for p in standby_processes()) == sorted([server, child])
     orch.close()
     await async_wait_until(lambda: gone(server) and gone(child), timeout=10, what="the fork server and its parked child ended")
+
+
+def _parked_by_hand(two_forks: bool = False):
+    """The reference node in standby on a socket, asked to park one child: (standby, its socket,
+    the parked child's pid, the host's end of the parked child's socket)."""
+    import array
+    import subprocess
+
+    from tests.support.processes import THIS_OS
+    from tests.support.warm import REFERENCE
+
+    THIS_OS.become_subreaper()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CADRE_")}
+    env["CADRE_STANDBY"] = "1"
+    if two_forks:
+        env["CADRE_NODE_TWO_FORKS"] = "1"
+    ours, theirs = socket.socketpair()
+    standby = subprocess.Popen(REFERENCE, stdin=theirs.fileno(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               env=env)
+    theirs.close()
+    ours.settimeout(30)
+    heard = b""
+    while not heard.endswith(b"\n"):
+        heard += ours.recv(64)
+    ours.sendall(b'{"park": {}}\n')
+    data, ancdata, _flags, _addr = ours.recvmsg(64, socket.CMSG_SPACE(4))
+    assert data.startswith(b"parked ") and ancdata, data
+    fds = array.array("i")
+    fds.frombytes(ancdata[0][2])
+    return standby, ours, int(data.split()[1]), socket.socket(fileno=fds[0])
+
+
+def _exit_code(pid: int) -> int:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(f"the parked child {pid} did not end")
+
+
+@pytest.mark.parametrize("two_forks", [False, True], ids=["clone", "two forks"])
+def test_a_parked_child_whose_host_lets_go_leaves_quietly_and_the_standby_serves_on(two_forks):
+    standby, channel, pid, parked = _parked_by_hand(two_forks)
+    try:
+        assert psutil.Process(pid).ppid() == os.getpid(), "the parked child is not this process's child"
+        parked.close()  # the host went, or let it go: end of file
+        assert _exit_code(pid) == 0
+        channel.sendall(b'{"park": {}}\n')  # the standby still serves
+        assert channel.recv(64).startswith(b"parked ")
+    finally:
+        channel.close()
+        standby.wait(timeout=15)
+    assert b"Traceback" not in (standby.stderr.read() if standby.stderr else b"")
+
+
+def test_a_parked_child_refuses_anything_but_a_take_and_ends():
+    standby, channel, pid, parked = _parked_by_hand()
+    try:
+        parked.sendall(b'{"fork": {"env": {"CADRE_NODE_ID": "n1"}}}\n')
+        answer = parked.recv(256)
+        assert answer.startswith(b"refused "), answer
+        assert _exit_code(pid) == 2
+    finally:
+        parked.close()
+        channel.close()
+        standby.wait(timeout=15)
