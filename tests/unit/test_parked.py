@@ -4,6 +4,7 @@ taken or dead, never asked of a program that refuses, ended with its server."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Callable
@@ -176,4 +177,21 @@ async def test_a_dead_parked_child_is_never_handed_to_a_start(answers, server):
     parking.parked(server).popen.returncode = -9  # type: ignore[union-attr]  # dead, its exit not seen yet
     assert parking.take(server) is None
     assert ("kill_and_reap", 701, "parked child") in system.calls
+    parking.close()
+
+
+async def test_no_child_is_parked_during_a_crowd_of_starts_and_one_is_once_it_is_over(answers, server):
+    """A crowd's nodes all fork and share the fork server's pages; a parked child's node keeps its own."""
+    queue, asked = answers
+    queue.append(801)
+    crowd = {"on": True}
+    parking = Parking(WatchingOS(), calm=lambda: not crowd["on"])
+    parking.park_soon(server)
+    await async_wait_until(lambda: parking._timers, what="the ask put off")
+    for _ in range(3):  # a few looks at the crowd: still on, nothing asked
+        await asyncio.sleep(0)
+    assert asked == [] and parking.parked(server) is None
+    crowd["on"] = False
+    await async_wait_until(lambda: parking.parked(server) is not None, what="a child parked once the crowd is over")
+    assert asked == [100]
     parking.close()

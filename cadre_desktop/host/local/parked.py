@@ -10,7 +10,10 @@ message and the node's own set-up, never the fork's copy of an 18 MB process's p
 (bench/README.md, "The respawn figures").
 
 What it costs: one more process per fork server (its pages its own, `node/warm/forking.py`'s
-`_own_pages`; bench/README.md gives its PSS). What never happens: a parked child serving
+`_own_pages`; bench/README.md gives its PSS), and the node it becomes keeps those pages its own,
+as a standby handed over did. So none is parked during a crowd of starts (a storm, a host's
+first pass, adds in a row: the pool's `calm`), whose nodes all fork and share the fork
+server's pages; the next is parked once the crowd is over. What never happens: a parked child serving
 before it is taken (it has no identity to serve as), one counted against any node, or one
 left running when its fork server goes (ended with it). A parked child that dies is
 replaced after a pause that doubles while they keep dying; after GIVE_UP_AFTER in a row, or
@@ -33,7 +36,8 @@ log = logging.getLogger(__name__)
 
 #: Whether fork servers park a child ahead (tests turn it off to see forks on request).
 PARK = True
-#: How long after a take the next child is parked: the taken node's set-up goes first.
+#: How long after a take the next child is parked (the taken node's set-up goes first), and how
+#: often a crowd of starts is looked at again: none is parked while one lasts.
 AGAIN_S = 0.1
 GIVE_UP_AFTER = 3
 FIRST_PAUSE_S = 1.0
@@ -61,8 +65,10 @@ class Parked:
 class Parking:
     """One parked child per fork server (the pool names the server), replaced as it is used or dies."""
 
-    def __init__(self, system: ProcessOS) -> None:
+    def __init__(self, system: ProcessOS, calm: Callable[[], bool] = lambda: True) -> None:
         self.system = system
+        #: Whether starts are calm now (no crowd): a child is parked only then (`_ask`).
+        self.calm = calm
         #: Parks work for this program: a lone start then forks rather than taking the server itself.
         self.enabled = PARK
         self._children: dict[int, Parked] = {}  # by the fork server's pid
@@ -85,6 +91,9 @@ class Parking:
         pid = server.popen.pid
         self._timers.pop(pid, None)
         if self._closed or server.channel is None or server.popen.poll() is not None:
+            return
+        if not self.calm():  # in a crowd of starts every node forks and shares the server's pages: park after it
+            self.park_soon(server, AGAIN_S)
             return
         self._asking.add(pid)
         loop = asyncio.get_running_loop()

@@ -163,7 +163,7 @@ class StandbyPool:
         self._last_claim = -CROWD_S
         self._exits: list[float] = []
         #: Each fork server's child parked ahead, which a start takes before anything else.
-        self.parking = Parking(system)
+        self.parking = Parking(system, calm=lambda: not self._crowded())
 
     @property
     def ready(self) -> Standby | None:
