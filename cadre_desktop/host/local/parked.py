@@ -11,9 +11,9 @@ message and the node's own set-up, never the fork's copy of an 18 MB process's p
 
 What it costs: one more process per fork server (its pages its own, `node/warm/forking.py`'s
 `_own_pages`; bench/README.md gives its PSS), and the node it becomes keeps those pages its own,
-as a standby handed over did. So none is parked during a crowd of starts (a storm, a host's
-first pass, adds in a row: the pool's `calm`), whose nodes all fork and share the fork
-server's pages; the next is parked once the crowd is over. What never happens: a parked child serving
+as a standby handed over did. So none is parked again during a crowd of starts (a storm, a host's
+first pass, adds in a row: starts or exits within a second, the pool's `calm`), whose nodes
+but the first all fork and share the fork server's pages; the next is parked once it is over. What never happens: a parked child serving
 before it is taken (it has no identity to serve as), one counted against any node, or one
 left running when its fork server goes (ended with it). A parked child that dies is
 replaced after a pause that doubles while they keep dying; after GIVE_UP_AFTER in a row, or

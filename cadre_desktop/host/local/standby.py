@@ -163,7 +163,7 @@ class StandbyPool:
         self._last_claim = -CROWD_S
         self._exits: list[float] = []
         #: Each fork server's child parked ahead, which a start takes before anything else.
-        self.parking = Parking(system, calm=lambda: not self._crowded())
+        self.parking = Parking(system, calm=lambda: not self._crowded(start_up=False))
 
     @property
     def ready(self) -> Standby | None:
@@ -348,9 +348,9 @@ class StandbyPool:
         """A node's child ended unasked (on the loop): two close together make a crowd of starts."""
         self._exits = [*self._exits[-1:], time.monotonic()]
 
-    def _crowded(self) -> bool:
+    def _crowded(self, start_up: bool = True) -> bool:  # `start_up` False: starts and exits only (parks)
         now = time.monotonic()
-        return (now - self._created < START_UP_S or now - self._last_claim < CROWD_S
+        return ((start_up and now - self._created < START_UP_S) or now - self._last_claim < CROWD_S
                 or (len(self._exits) == 2 and now - self._exits[0] < CROWD_S))
 
     def settle(self, claimed: Standby | Parked, child: subprocess.Popen[bytes]) -> None:
