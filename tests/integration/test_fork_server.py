@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from cadre_desktop.host.core.driver import NodeCaps
-from cadre_desktop.host.local import forks, proctree
+from cadre_desktop.host.local import forks, parked, proctree
 from cadre_desktop.host.local import standby as standby_module
 from cadre_desktop.host.local.handles import ExitEvent
 from cadre_desktop.host.local.limits import caps
@@ -33,6 +33,12 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fo
 def crowd(monkeypatch):
     """Every start in a crowd (as in a storm, or a host's first pass): starts fork."""
     monkeypatch.setattr(standby_module, "START_UP_S", 3600.0)
+
+
+@pytest.fixture
+def no_parks(monkeypatch):
+    """Fork servers park no child ahead: every start of a crowd sends a fork request."""
+    monkeypatch.setattr(parked, "PARK", False)
 
 
 @pytest.fixture
@@ -171,9 +177,11 @@ async def test_a_killed_fork_server_is_replaced_and_its_nodes_run_on(orch, monke
     await orch.stop_all()
 
 
-async def test_a_lone_start_takes_the_fork_server_itself_and_a_crowd_forks(tmp_path, monkeypatch):
-    """A single crash in a calm host: the loaded process is handed over (it answers sooner than a
-    fork), its output the node's log. Two exits close together make a crowd: the next start forks."""
+async def test_without_parks_a_lone_start_takes_the_fork_server_itself_and_a_crowd_forks(tmp_path, monkeypatch):
+    """A single crash in a calm host whose program parks no child: the loaded process is handed over
+    (it answers sooner than a fork), its output the node's log. Two exits close together make a
+    crowd: the next start forks."""
+    monkeypatch.setattr(parked, "PARK", False)
     monkeypatch.setattr(standby_module, "START_UP_S", 0.0)
     monkeypatch.setattr(standby_module, "FIRST_PAUSE_S", 0.05)
     orch = make(tmp_path)
@@ -293,7 +301,7 @@ def _held(pid: int) -> tuple[int, str]:
 
 
 async def test_a_fork_server_naming_a_pid_it_did_not_make_is_refused_and_that_process_left_alone(
-        tmp_path, crowd, monkeypatch, caplog):
+        tmp_path, crowd, no_parks, monkeypatch, caplog):
     """Regression (issue 39, item 1): a node program answered `forked <pid>` with an unrelated
     process's pid, and the host adopted it: reniced it, moved it into a node's group, killed it
     at Remove. Here it is a process of this test's (this host's child, its own session, made
@@ -330,7 +338,8 @@ async def test_a_fork_server_naming_a_pid_it_did_not_make_is_refused_and_that_pr
         victim.wait()
 
 
-async def test_a_fork_server_naming_one_of_the_hosts_own_nodes_is_refused(tmp_path, crowd, monkeypatch, caplog):
+async def test_a_fork_server_naming_one_of_the_hosts_own_nodes_is_refused(tmp_path, crowd, no_parks, monkeypatch,
+                                                                          caplog):
     """That node is this host's child, in its own session, perhaps made after the request (a
     start beside it): named as a new node, two nodes would hold one process, and the Remove of
     one would kill the other's (issue 39, item 1)."""

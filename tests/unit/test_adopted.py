@@ -101,15 +101,15 @@ def test_an_orphans_zombie_is_reaped_at_the_second_look():
 
 
 def test_a_standby_clones_only_where_it_knows_the_call(monkeypatch):
-    from cadre_desktop.node import __main__ as node_main
+    from cadre_desktop.node.warm import forking as node_main
 
     class Uname:
         machine = "sparc64"
     monkeypatch.setattr(node_main.os, "uname", lambda: Uname())
-    assert node_main._clone_parent() is None, "a clone on an arch whose clone(2) arguments are not known"
+    assert node_main.clone_parent() is None, "a clone on an arch whose clone(2) arguments are not known"
     Uname.machine = "x86_64"
     monkeypatch.setenv(node_main.TWO_FORKS_VAR, "1")
-    assert node_main._clone_parent() is None, "two forks asked for, a clone made"
+    assert node_main.clone_parent() is None, "two forks asked for, a clone made"
 
 
 def _session_child(new_session: bool = True) -> int:

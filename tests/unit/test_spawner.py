@@ -77,3 +77,41 @@ async def test_idle_waits_for_the_nodes_start_in_flight_only():
     hold.set()
     assert await second == "child-2" and discarded == []
     spawner.close()
+
+
+async def test_a_start_on_the_loop_is_in_flight_like_a_threads_and_a_second_is_refused():
+    spawner, discarded = spawner_and_discarded()
+    go_on = asyncio.Event()
+
+    async def take() -> str:
+        await go_on.wait()
+        return "child-1"
+    start = asyncio.create_task(spawner.run_here("n1", take))
+    await async_wait_until(lambda: spawner.busy("n1"), what="the take in flight")
+    with pytest.raises(RuntimeError):
+        await spawner.run_here("n1", take)
+    idle = asyncio.create_task(spawner.idle("n1"))
+    await asyncio.sleep(0)
+    assert not idle.done(), "idle returned while the node's take was in flight"
+    go_on.set()
+    assert await start == "child-1" and discarded == []
+    await idle
+    assert not spawner.busy("n1")
+
+
+async def test_a_spawner_closed_during_a_start_on_the_loop_ends_the_child_it_brings():
+    spawner, discarded = spawner_and_discarded()
+    go_on = asyncio.Event()
+
+    async def take() -> str:
+        await go_on.wait()
+        return "child-1"
+    start = asyncio.create_task(spawner.run_here("n1", take))
+    await async_wait_until(lambda: spawner.busy("n1"), what="the take in flight")
+    spawner.close()
+    go_on.set()
+    with pytest.raises(SpawnError):
+        await start
+    assert discarded == ["child-1"]
+    with pytest.raises(SpawnError):
+        await spawner.run_here("n2", take)

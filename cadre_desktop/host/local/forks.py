@@ -9,11 +9,20 @@ code, reaping: `ProcessOS.adopt`, `system/linux.py`'s `Adopted`), once the pid i
 proven to be this host's own new child (`ProcessOS.not_forked`): a pid it did not make is
 refused in words, never adopted, and that process left alone. The fork server is
 any `ForkServer` (the pool's `standby.Standby`): this module never imports the pool.
+
+`park` asks a fork server for a child forked *ahead* (`{"park": {}}`): the host's own child,
+proven as a forked node is, loaded and waiting on a socket of its own that comes with the
+answer; `take` (on the loop) later tells that child who it is (the node's variables and the write end of
+its output, as a fork request carries them). So the start after a kill costs a message to a
+process that exists already: the fork, and its copy of the standby's page tables, were
+paid before the kill (`parked.Parking` keeps one per fork server).
 """
 
 from __future__ import annotations
 
 import array
+import asyncio
+import errno
 import json
 import logging
 import os
@@ -109,3 +118,111 @@ def _refusal(system: ProcessOS, pid: int, server_pid: int, since: int | None, he
 
 def _a_pid(word: bytes, rest: bytes) -> bool:
     return word == b"forked" and rest.isdigit() and len(rest) < 12
+
+
+PARK_REQUEST = b'{"park": {}}\n'
+
+
+def park(server: ForkServer, system: ProcessOS) -> tuple[tuple[subprocess.Popen[bytes], socket.socket] | None, bool]:
+    """Ask a fork server for a parked child (blocking, up to FORK_S; safe on any thread): that
+    child, proven this host's own new child (`ProcessOS.not_forked`) and adopted, with the
+    host's end of its socket; or None. The flag: the server refused (it does not park: no
+    reason to ask it again). A server that did not answer, or named a pid it did not make, is
+    ended with its group, as after a failed fork."""
+    said, fds, since = b"", [], None
+    with server.lock:
+        channel = server.channel
+        if channel is None:
+            return None, False
+        try:
+            since = system.fork_mark()
+            channel.settimeout(FORK_S)
+            channel.sendall(PARK_REQUEST)
+            deadline = time.monotonic() + FORK_S
+            while not said.endswith(b"\n") and len(said) < 256:
+                channel.settimeout(max(0.001, deadline - time.monotonic()))
+                data, ancdata, _flags, _addr = channel.recvmsg(256 - len(said), socket.CMSG_SPACE(4 * 4))
+                fds.extend(_descriptors(ancdata))
+                if not data:
+                    break
+                said += data
+        except (OSError, ValueError) as exc:
+            log.warning("the fork server (pid %s) did not park a child within %.1f s (%s); ended",
+                        server.popen.pid, FORK_S, getattr(exc, "strerror", None) or exc)
+            said = b""
+    word, _sp, rest = said.strip().partition(b" ")
+    if word == b"parked" and rest.isdigit() and len(rest) < 12 and len(fds) == 1:
+        why = system.not_forked(int(rest), server.popen.pid, since)
+        if why is None:
+            args = [str(arg) for arg in server.popen.args] if isinstance(server.popen.args, list) else []
+            return (system.adopt(int(rest), args), socket.socket(fileno=fds[0])), False
+        log.warning("the fork server (pid %s) named pid %s as the child it parked, refused: %s; it is ended "
+                    "and that process left alone", server.popen.pid, int(rest), why)
+    for fd in fds:
+        os.close(fd)
+    if word == b"refused":
+        log.info("the node program does not park a child ahead (%s); its starts fork as they come",
+                 one_line(rest.decode("utf-8", "replace"), 200))
+        return None, True
+    if said and word != b"parked":
+        log.warning("the fork server (pid %s) answered a park request with something else; ended", server.popen.pid)
+    system.kill_group(server.popen.pid)
+    return None, False
+
+
+async def take(parked: ForkServer, env: dict[str, str], header: bytes, join: list[Path],
+               system: ProcessOS) -> tuple[subprocess.Popen[bytes], int] | None:
+    """Tell a parked child who it is, on the loop (it never blocks: one small message out on an
+    empty socket, then up to FORK_S for the answer): the node's `CADRE_` variables and the write
+    end of a new output pipe (its log header in it first), as a fork request carries them. The
+    node (that same child, already adopted) and the pipe's read end; None: it did not say
+    `taken`, and it was ended (the start goes on cold). Cancelled meanwhile, it is ended too:
+    it may be a node by then, and nobody's."""
+    request = json.dumps({"take": {
+        "env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)},
+        "join": [str(path) for path in join]}}).encode() + b"\n"
+    out_read, out_write = call_with_reserve(os.pipe)
+    said = b""
+    try:
+        os.write(out_write, header)
+        channel = parked.channel
+        if channel is None:
+            raise OSError(errno.EBADF, "the parked child's socket is closed")
+        channel.setblocking(False)
+        channel.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out_write]))])
+        os.close(out_write)
+        out_write = -1
+        async with asyncio.timeout(FORK_S):
+            while not said.endswith(b"\n") and len(said) < 256:
+                data = await asyncio.get_running_loop().sock_recv(channel, 256 - len(said))
+                if not data:
+                    break
+                said += data
+    except (OSError, ValueError, TimeoutError) as exc:
+        log.warning("the parked child (pid %s) was not taken within %.1f s (%s); ended, this start is cold",
+                    parked.popen.pid, FORK_S, getattr(exc, "strerror", None) or exc or "no answer")
+        said = b""
+    except BaseException:
+        system.kill_and_reap(parked.popen, what="parked child")
+        os.close(out_read)
+        raise
+    finally:
+        request = b""
+        if out_write >= 0:
+            os.close(out_write)
+    if said == b"taken\n":
+        return parked.popen, out_read
+    if said:
+        log.warning("the parked child (pid %s) refused its node: %s", parked.popen.pid,
+                    one_line(said.decode("utf-8", "replace"), 200))
+    system.kill_and_reap(parked.popen, what="parked child")
+    os.close(out_read)
+    return None
+
+
+def _descriptors(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    got = array.array("i")
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            got.frombytes(payload[:len(payload) - len(payload) % got.itemsize])
+    return list(got)

@@ -31,6 +31,7 @@ from cadre_desktop.host.local import forks, nodelogs, standby
 from cadre_desktop.host.local.handles import Handle
 from cadre_desktop.host.local.keeper import LogKeeper
 from cadre_desktop.host.local.nodelogs import NodeLogs
+from cadre_desktop.host.local.parked import Parked
 from cadre_desktop.host.local.standby import Standby
 from cadre_desktop.host.local.system import procs
 from cadre_desktop.host.local.system.procs import Job
@@ -171,6 +172,25 @@ def warm(claimed: Standby, env: dict[str, str], header: bytes, join: list[Path],
         return None
     started(claimed.popen.pid)
     return hand_over(claimed, log_path=log_path, node_id=node_id, log_cap=log_cap, system=system, kept=kept)
+
+
+async def take(claimed: Parked, env: dict[str, str], header: bytes, join: list[Path], *, system: ProcessOS,
+               started: Callable[[int], None], held: frozenset[int], kept: bool) -> Launched | None:
+    """A start that takes a fork server's parked child, on the loop (`forks.take`), its output kept
+    for the keeper; `started(pid)` then. None: it was not taken, and was ended (the start goes on
+    cold). A child whose pid is one of this host's nodes already (`held`), or one whose output no
+    keeper would take (`kept` false), is never taken."""
+    try:
+        if claimed.popen.pid in held or not kept:
+            system.kill_and_reap(claimed.popen, what="parked child")
+            return None
+        taken = await forks.take(claimed, env, header, join, system)
+    finally:
+        claimed.close()
+    if taken is None:
+        return None
+    started(taken[0].pid)
+    return Launched(taken[0], None, out_read=taken[1])
 
 
 def hand_over(standby: Standby, *, log_path: Path, node_id: str, log_cap: int, system: ProcessOS,

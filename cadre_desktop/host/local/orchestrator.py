@@ -1,19 +1,17 @@
 """The process orchestrator: spawns node programs and knows which are alive.
 
-A *handle* is the orchestrator's row for one spawned child: its pid together with the
-process's start time (and boot id on Linux), so a pid the OS has since given to another
-program is never adopted or signalled. Live handles persist in `state.json` (0600); a
-restarted host re-attaches to every child still running and reports the others as dead.
-Secrets reach the child through its environment only; nothing of it is persisted.
+A *handle* is the orchestrator's row for one spawned child: its pid together with the process's start time
+(and boot id on Linux), so a pid the OS has since given to another program is never adopted or signalled. Live
+handles persist in `state.json` (0600); a restarted host re-attaches to every child still running and reports
+the others as dead. Secrets reach the child through its environment only; nothing of it is persisted.
 
-Each child runs in its own session / process group (a Job object on Windows), so
-the host's death does not take it down, and everything it starts is ended with it: Stop ends the whole group (terminate, a grace period, then
-kill), and so do a respawn, a give-up, a Remove and a Quit when the leader has
-already died, since what it left behind would hold the node's work folder and
-ports (see `proctree`). Its output goes to the home's log keeper, which keeps
-the log under its cap as it is written (see `keeper`; a pump per node on
-Windows, see `nodelogs`); where its folder and log are is `Paths`'s to say.
-Its fork/exec runs on a thread (`spawner`), the rest of a start on the loop; warm: `standby`.
+Each child runs in its own session / process group (a Job object on Windows), so the host's death does not
+take it down, and everything it starts is ended with it: Stop ends the whole group (terminate, a grace period,
+then kill), and so do a respawn, a give-up, a Remove and a Quit when the leader has already died, since what
+it left behind would hold the node's work folder and ports (see `proctree`). Its output goes to the home's log
+keeper, which keeps the log under its cap as it is written (see `keeper`; a pump per node on Windows, see
+`nodelogs`); where its folder and log are is `Paths`'s to say. Its fork/exec runs on a thread (`spawner`), the
+rest of a start (a parked child's take too) on the loop; warm: `standby`.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 
 from cadre_desktop.errors import SpawnError
@@ -36,9 +35,10 @@ from cadre_desktop.host.local.handles import ExitEvent, ExitListener, Handle, St
 from cadre_desktop.host.local.keeper import LogKeeper
 from cadre_desktop.host.local.limits.caps import CapsKeeper, no_caps
 from cadre_desktop.host.local.nodelogs import LOG_CAP_BYTES, NodeLogs
+from cadre_desktop.host.local.parked import Parked
 from cadre_desktop.host.local.ports import PortAllocator
 from cadre_desktop.host.local.spawner import Spawner
-from cadre_desktop.host.local.standby import StandbyPool
+from cadre_desktop.host.local.standby import Standby, StandbyPool
 from cadre_desktop.host.local.system.seam import ProcessOS, for_this_os
 from cadre_desktop.host.local.teardown import Ender, delete_node_files, reclaim_untracked
 from cadre_desktop.paths import Paths
@@ -213,13 +213,12 @@ class Orchestrator:
                     avoid_ports: Iterable[int] = (), attempt: int = 0) -> Handle:
         """Start the node program for `node_id` and return its live handle.
 
-        On the loop with no await between: the node's previous handles dropped (a
-        child still running, or what one left behind, sent a kill; not waited for),
-        ports chosen and held, environment made. The child starts on a worker thread
-        (`spawner`) while the loop goes on, the dropped handles out meanwhile (an exit
-        of a replaced child then is the stop it was asked to be). Then it is tracked;
-        or, failed, the ports let go and the dropped handles put back. A start let go
-        meanwhile (its caller cancelled, the driver closed) ends its child.
+        On the loop with no await between: the node's previous handles dropped (a child still running,
+        or what one left behind, sent a kill; not waited for), ports chosen and held, environment made.
+        The child starts on a worker thread (`spawner`) while the loop goes on, the dropped handles out
+        meanwhile (an exit of a replaced child then is the stop it was asked to be). Then it is tracked;
+        or, failed, the ports let go and the dropped handles put back. A start let go meanwhile (its
+        caller cancelled, the driver closed) ends its child.
         """
         await self.spawner.idle(node_id)
         if self._closed:
@@ -274,14 +273,17 @@ class Orchestrator:
             pool.fill_soon()
         command, lower, header = list(self.node_command), self.caps.lower_soon(node_id), nodelogs.header(node_id)
         held = frozenset(h.pid for h in self._handles.values() if h.alive)  # no fork server may name one of these
+        standby = claimed if isinstance(claimed, Standby) else None
+        launched = None if not isinstance(claimed, Parked) else await self.spawner.run_here(node_id, partial(  # no thread's hops
+            launch.take, claimed, env, header, join, system=self.system, started=lower, held=held, kept=kept))
 
         def blocking() -> launch.Launched:  # on the start's thread: forked or handed over from the standby, else cold
-            warm = None if claimed is None else launch.warm(
-                claimed, env, header, join, log_path=log_path, node_id=node_id, log_cap=cap, system=self.system,
+            warm = None if standby is None else launch.warm(
+                standby, env, header, join, log_path=log_path, node_id=node_id, log_cap=cap, system=self.system,
                 kept=kept, started=lower, held=held)
             return warm or launch.launch(command, env, work, log_path=log_path, node_id=node_id, log_cap=cap, kept=kept,
                                          handle_id=handle_id, system=self.system, join=join, started=lower)
-        launched = await self.spawner.run(node_id, blocking)
+        launched = launched or await self.spawner.run(node_id, blocking)
         if pool is not None and claimed is not None:  # how the standby did
             pool.settle(claimed, launched.popen)
         if self.keeper is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
@@ -110,6 +110,28 @@ class Spawner(Generic[T]):
         if outcome.abandoned or outcome.result is None:
             raise SpawnError("the host is shutting down")  # closed meanwhile; its child was ended
         return outcome.result
+
+    async def run_here(self, node_id: str, work: Callable[[], Awaitable[T | None]]) -> T | None:
+        """`work()` on the loop, tracked in flight as `run` tracks a thread's: for a start that only
+        exchanges a message with a process that exists (a parked child taken), where the hop to a
+        thread and back would be most of its time. `work` ends what it made if it is cancelled; its
+        result is ended here if the spawner was closed meanwhile (SpawnError). None: nothing came."""
+        if self.closed:
+            raise SpawnError("the host is shutting down")
+        if node_id in self._flight:
+            raise RuntimeError(f"a second start of node {node_id} while one is in flight")
+        outcome: _Outcome[T] = _Outcome(self.discard)
+        done = asyncio.Event()
+        self._flight[node_id] = (outcome, done)
+        try:
+            result = await work()
+        finally:
+            del self._flight[node_id]
+            done.set()
+        if result is not None and (self.closed or outcome.abandoned):
+            self.discard(result)
+            raise SpawnError("the host is shutting down")
+        return result
 
     def close(self) -> None:
         """Start nothing more; every start in flight is let go (its child ended when it comes)."""

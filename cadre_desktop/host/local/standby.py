@@ -1,55 +1,47 @@
 """Warm starts: one node program kept loaded in standby, handed to the next start.
 
-A node program that supports it (docs/node-contract.md, "Standby") is started
-ahead with `CADRE_STANDBY=1` and nothing else of a node: it loads its code,
-then waits on stdin. When a node needs starting, the orchestrator takes the
-standby, writes the node's `CADRE_` variables (secrets included) to its stdin
-as one JSON line, gives its output pipe to the node's log pump, and tracks it
-as the node's child; a new standby is started in the background. So a respawn
-costs the node's own set-up (identity, state, binding), not loading Python and
-its libraries.
+A node program that supports it (docs/node-contract.md, "Standby") is started ahead with
+`CADRE_STANDBY=1` and nothing else of a node: it loads its code, then waits on stdin. When a node
+needs starting, the orchestrator takes the standby, writes the node's `CADRE_` variables (secrets
+included) to its stdin as one JSON line, gives its output pipe to the node's log pump, and tracks it
+as the node's child; a new standby is started in the background. So a respawn costs the node's own
+set-up (identity, state, binding), not loading Python and its libraries.
 
-A standby is used only once it is known to work: its stdin is one end of a
-socket pair, on which it says `ready` once loaded (until then it is not
-offered; one that does not within READY_S is dropped), and `taken` right after
-it read its line. At the hand-over the host first checks that it still runs
-(not exited, not stopped; `claim`, on the loop), then waits at most HANDOVER_S
-for `taken` (`hand_over`, on the start's thread: the loop goes on); a standby
-that fails either check is killed and the same start goes on cold, so a hung
-or dead standby costs the node nothing (no attempt, no start grace).
+A standby is used only once it is known to work: its stdin is one end of a socket pair, on which it
+says `ready` once loaded (until then it is not offered; one that does not within READY_S is
+dropped), and `taken` right after it read its line. At the hand-over the host first checks that it
+still runs (not exited, not stopped; `claim`, on the loop), then waits at most HANDOVER_S for
+`taken` (`hand_over`, on the start's thread: the loop goes on); a standby that fails either check is
+killed and the same start goes on cold, so a hung or dead standby costs the node nothing (no
+attempt, no start grace).
 
-What never happens: a standby answering as a node (it has no identity and no
-port until told), a secret on a command line or in the standby's environment
-(the socket only), a standby counted against any node. One that dies is
-replaced quietly after a pause that doubles while they keep dying, and after a
-few deaths in a row without a hand-over the program is taken to lack support
-and started cold from then on. The pool is of one program: the orchestrator
-makes a new one when `node_command` changes. POSIX only: Windows children
-start cold.
+What never happens: a standby answering as a node (it has no identity and no port until told), a
+secret on a command line or in the standby's environment (the socket only), a standby counted
+against any node. One that dies is replaced quietly after a pause that doubles while they keep
+dying, and after a few deaths in a row without a hand-over the program is taken to lack support and
+started cold from then on. The pool is of one program: the orchestrator makes a new one when
+`node_command` changes. POSIX only: Windows children start cold.
 
-Where the host can hold a fork server's nodes as its children (Linux with pidfds)
-and the standby says `ready fork clone` (or `ready fork`: it forks twice, and the
-host makes itself a subreaper, `ProcessOS.become_subreaper`), the standby is not used
-up: it is a *fork server*. In a crowd of starts (`CROWD_S`, `START_UP_S`)
-each start sends it one request with the node's variables and the write end of the
-node's output pipe (`forks.fork`, on the start's thread, one request at a time per
-standby); the node it makes is the host's own child (a clone with `CLONE_PARENT`,
-or two forks and the host a subreaper: pidfd, exit code, reaping as for a child it
-started), in a session of its own and its cgroups from its first instruction, and
-it answers `forked <pid>`. Such a start costs the node's own set-up and a clone,
-never loading Python: in a storm every victim starts warm from the same standby. A
-lone start takes the fork server itself, as any standby. A fork server that fails a
-request is ended and replaced like any standby, and that start goes on cold.
-Zombies of orphans a subreaper host got that nobody waits for (a node's own
-children) are reaped by a slow sweep (`SWEEP_S`).
+Where the host can hold a fork server's nodes as its children (Linux with pidfds) and the standby
+says `ready fork clone` (or `ready fork`: it forks twice, and the host makes itself a subreaper,
+`ProcessOS.become_subreaper`), the standby is not used up: it is a *fork server*. In a crowd of
+starts (`CROWD_S`, `START_UP_S`) each start sends it one request with the node's variables and the
+write end of the node's output pipe (`forks.fork`, on the start's thread, one request at a time per
+standby); the node it makes is the host's own child (a clone with `CLONE_PARENT`, or two forks and
+the host a subreaper: pidfd, exit code, reaping as for a child it started), in a session of its own
+and its cgroups from its first instruction, and it answers `forked <pid>`. Such a start costs the
+node's own set-up and a clone, never loading Python: in a storm every victim starts warm from the
+same standby. Each fork server also keeps one child parked ahead (`parked`), which the next start,
+lone or not, takes first; where the program does not park, a lone start takes the fork server
+itself, as any standby. A fork server that fails a request is ended and replaced like any standby,
+and that start goes on cold. Zombies of orphans a subreaper host got that nobody waits for (a node's
+own children) are reaped by a slow sweep (`SWEEP_S`).
 
-Where no standby forks, a burst of starts (a storm of exits) grows the pool for a moment: a take that
-follows another within BURST_WINDOW_S doubles how many standbys are kept, up to
-`burst` (BURST; no setting names it), loaded one after another so they never
-all compete with the starts at once; CALM_S after the last
-take the extra ones are ended and one is kept again. A standby beyond the first
-is a standby like any other: one that fails costs no node anything.
-"""
+Where no standby forks, a burst of starts (a storm of exits) grows the pool for a moment: a take
+that follows another within BURST_WINDOW_S doubles how many standbys are kept, up to `burst` (BURST;
+no setting names it), loaded one after another so they never all compete with the starts at once;
+CALM_S after the last take the extra ones are ended and one is kept again. A standby beyond the
+first is a standby like any other: one that fails costs no node anything."""
 
 from __future__ import annotations
 
@@ -67,6 +59,7 @@ from pathlib import Path
 
 import psutil
 
+from cadre_desktop.host.local.parked import Parked, Parking
 from cadre_desktop.host.local.system import procs
 from cadre_desktop.host.local.system.linux import Adopted
 from cadre_desktop.host.local.system.seam import ProcessOS
@@ -120,6 +113,11 @@ class Standby:
     _cancel_watch: Callable[[], None] | None = field(default=None, repr=False)
     _heard: bytes = field(default=b"", repr=False)
 
+    def unwatch(self) -> None:
+        if self._cancel_watch is not None:
+            self._cancel_watch()
+            self._cancel_watch = None
+
     def close_fds(self) -> None:
         for fd in (self.out_read, self.out_write):
             if fd >= 0:
@@ -164,6 +162,8 @@ class StandbyPool:
         #: The last claim, and the last two unrequested exits (`note_exit`): what makes a crowd.
         self._last_claim = -CROWD_S
         self._exits: list[float] = []
+        #: Each fork server's child parked ahead, which a start takes before anything else.
+        self.parking = Parking(system, calm=lambda: not self._crowded(start_up=False))
 
     @property
     def ready(self) -> Standby | None:
@@ -249,6 +249,8 @@ class StandbyPool:
             # A fork server keeps its output pipe: a lone start hands it over like any standby.
             standby.forks = line != READY and self._forking(subreaper=line == READY_FORK)
             self._standbys.append(standby)
+            if standby.forks:
+                self.parking.park_soon(standby)
             self.fill_soon()  # the next one, if a burst wants more
         elif newline or not data or len(standby._heard) > 64:  # end of file, or something else: no standby
             self._drop(standby, "its standby said something else than ready" if data else "")
@@ -286,9 +288,7 @@ class StandbyPool:
             self._loading = None
         if standby in self._standbys:
             self._standbys.remove(standby)
-        if standby._cancel_watch is not None:
-            standby._cancel_watch()
-            standby._cancel_watch = None
+        standby.unwatch()
         self._discard(standby)
         self._died()
 
@@ -300,6 +300,7 @@ class StandbyPool:
             self._loading = None
         else:
             self._standbys.remove(standby)
+        self.parking.forget(standby)
         standby.close_fds()
         self._died()
 
@@ -313,15 +314,20 @@ class StandbyPool:
 
     # -- handing over ----------------------------------------------------------------------
 
-    def claim(self) -> Standby | None:
+    def claim(self) -> Standby | Parked | None:
         """On the loop: the ready standby for one start (None: start cold). Handed over, it is out
         of the pool and the caller's from here on: `hand_over` (blocking: on the start's thread)
         tells it who it is. A fork server in a crowd of starts (a storm, a host's first pass)
         stays the pool's (`forking`): `forks.fork` asks it for the node. Either way `settle` (the
-        loop again) counts how that went. A lone start hands even a fork server over: a loaded
-        process answers a few milliseconds sooner than a fork, whose first writes copy pages."""
+        loop again) counts how that went. A fork server's parked child goes first (`parked`);
+        without one a lone start forks where parks work, else hands even a fork server over
+        (a loaded process answers a few milliseconds sooner than a fork, whose first writes copy pages)."""
         standby = self.ready
-        forking = standby is not None and standby.forks and self._crowded()
+        child = self.parking.take(standby) if standby is not None and standby.forks else None
+        if child is not None:
+            self._last_claim = time.monotonic()
+            return child
+        forking = standby is not None and standby.forks and (self._crowded() or self.parking.enabled)
         self._last_claim = time.monotonic()
         if not forking:
             self._note_take()
@@ -334,24 +340,29 @@ class StandbyPool:
         if forking:
             return standby
         self._standbys.remove(standby)
-        if standby._cancel_watch is not None:
-            standby._cancel_watch()
-            standby._cancel_watch = None
+        self.parking.forget(standby)
+        standby.unwatch()
         return standby
 
     def note_exit(self) -> None:
         """A node's child ended unasked (on the loop): two close together make a crowd of starts."""
         self._exits = [*self._exits[-1:], time.monotonic()]
 
-    def _crowded(self) -> bool:
+    def _crowded(self, start_up: bool = True) -> bool:  # `start_up` False: starts and exits only (parks)
         now = time.monotonic()
-        return (now - self._created < START_UP_S or now - self._last_claim < CROWD_S
+        return ((start_up and now - self._created < START_UP_S) or now - self._last_claim < CROWD_S
                 or (len(self._exits) == 2 and now - self._exits[0] < CROWD_S))
 
-    def settle(self, claimed: Standby, child: subprocess.Popen[bytes]) -> None:
+    def settle(self, claimed: Standby | Parked, child: subprocess.Popen[bytes]) -> None:
         """On the loop, once the start that claimed a standby has its `child`: a standby handed
-        over is that child, or (ended already) counts as a death; a fork server made it, or
-        failed (ended then, another loaded)."""
+        over (or a parked child) is that child, or (ended already) counts as a death; a fork
+        server made it, or failed (ended then, another loaded)."""
+        if isinstance(claimed, Parked):
+            if child is claimed.popen:
+                self._deaths = 0
+                self.parking.taken()
+                self._sweep_soon()
+            return
         if not claimed.forking:
             if child is claimed.popen:
                 self._deaths = 0
@@ -361,10 +372,13 @@ class StandbyPool:
         server, forked = claimed, isinstance(child, Adopted)
         if forked:
             self._deaths = 0
-            if self._sweep is None and not self._closed and self.system.subreaping():
-                self._sweep = asyncio.get_running_loop().call_later(SWEEP_S, self._look_for_zombies)
+            self._sweep_soon()
         elif server in self._standbys:
             self._drop(server, f"the fork server (pid {server.popen.pid}) did not fork its node; this start is cold")
+
+    def _sweep_soon(self) -> None:
+        if self._sweep is None and not self._closed and self.system.subreaping():
+            self._sweep = asyncio.get_running_loop().call_later(SWEEP_S, self._look_for_zombies)
 
     def _look_for_zombies(self) -> None:
         """Reap, off the loop, the orphans' zombies nobody waits for (`ProcessOS.reap_stale`)."""
@@ -399,17 +413,17 @@ class StandbyPool:
         self.wanted = 1
         while len(self._standbys) > self.wanted:
             extra = self._standbys.pop()
-            if extra._cancel_watch is not None:
-                extra._cancel_watch()
-                extra._cancel_watch = None
+            extra.unwatch()
             self._discard(extra)
 
     def _discard(self, standby: Standby) -> None:
+        self.parking.forget(standby)
         _discard(standby, self.system)
 
     def close(self) -> None:
         """End the standby (a standby without its host is of no use to anyone)."""
         self._closed = True
+        self.parking.close()
         for timer in (self._timer, self._calm, self._sweep):
             if timer is not None:
                 timer.cancel()
@@ -417,8 +431,7 @@ class StandbyPool:
         for standby in (*self._standbys, self._loading):
             if standby is not None:
                 self._stop_listening(standby)
-                if standby._cancel_watch is not None:
-                    standby._cancel_watch()
+                standby.unwatch()
                 self._discard(standby)
         self._standbys, self._loading = [], None
 
@@ -430,7 +443,8 @@ def hand_over(standby: Standby, env: dict[str, str], header: bytes, system: Proc
     line = json.dumps({"env": {k: v for k, v in env.items() if k.startswith(procs.NODE_VARS_PREFIX)}}).encode() + b"\n"
     try:
         os.write(standby.out_write, header)
-        taken = _hand_over(standby, line, HANDOVER_S)
+        with standby.lock:  # after any park request still in flight on its channel
+            taken = _hand_over(standby, line, HANDOVER_S)
     except (OSError, ValueError):
         taken = False
     finally:
