@@ -1,7 +1,8 @@
 """The child a fork server parks ahead (`host/local/parked.py`), with the real reference node:
-a start takes it (lone or not), it is the killed node when it replaces one, it never serves
-before it is taken, one that dies is replaced, and the pool is the fork server and one parked
-child, no more."""
+none is parked until a node ends unasked (an idle host keeps no parked child), then a start
+takes it (lone or not), it is the killed node when it replaces one, it never serves before it
+is taken, one that dies is replaced, and the pool is the fork server and one parked child, no
+more."""
 
 from __future__ import annotations
 
@@ -39,8 +40,10 @@ def orch(tmp_path, monkeypatch):
 
 
 async def parked_pid(orch, other_than: int | None = None) -> int:
-    """The pid of the child the ready fork server parked (another than `other_than`)."""
+    """The pid of the child the ready fork server parked (another than `other_than`), once a heal
+    is wanted: the pool told of a node's child ending unasked, as the orchestrator tells it."""
     await ready_standby(orch)
+    orch.standby.note_exit()
 
     def parked() -> int:
         server = orch.standby.ready
@@ -147,6 +150,24 @@ async def test_the_pool_is_one_fork_server_and_one_parked_child_and_close_ends_b
     assert sorted(p.pid for p in standby_processes()) == sorted([server, child])
     orch.close()
     await async_wait_until(lambda: gone(server) and gone(child), timeout=10, what="the fork server and its parked child ended")
+
+
+async def test_an_idle_pool_parks_nothing_until_a_node_is_killed(orch):
+    """N + 3 processes at idle: a running node and its fork server, no parked child, until the
+    node ends unasked (a kill): then one is parked for its respawn."""
+    await orch.init()
+    server = await ready_standby(orch)
+    handle = await orch.start("n1", 1, {"CADRE_CLAIM_SECRET": secrets.token_urlsafe(32)})
+    await async_wait_until(lambda: status(handle.api_port), timeout=15, what="the node answering")
+    for _ in range(20):  # a few loop turns and a moment: nothing asks for a park
+        await asyncio.sleep(0.01)
+    assert orch.standby.parking.parked(orch.standby.ready) is None
+    # (a forked node shows its fork server's environment: told apart by its pid)
+    assert sorted(p.pid for p in standby_processes() if p.pid != handle.pid) == [server], "an idle pool parked a child"
+    os.kill(handle.pid, signal.SIGKILL)
+    await async_wait_until(lambda: orch.standby.parking.parked(orch.standby.ready) is not None, timeout=15,
+                           what="a child parked after the kill")
+    await orch.stop_all()
 
 
 def _parked_by_hand(two_forks: bool = False):

@@ -1,5 +1,6 @@
 """The child each fork server parks ahead (`host/local/parked.py`), with the OS and the fork
-server's answers faked: asked for once the server is ready, taken by a start, replaced when
+server's answers faked: asked for once a node ended unasked and the server is ready, none
+otherwise, taken by a start, given back after a long calm, replaced when
 taken or dead, never asked of a program that refuses, ended with its server."""
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ async def test_a_ready_fork_server_gets_a_child_parked_which_a_start_takes_and_a
     queue.extend([201, 202])
     system = WatchingOS()
     parking = Parking(system)
-    parking.park_soon(server)
+    parking.want(server)  # a node's child ended unasked: a heal is wanted
     await async_wait_until(lambda: parking.parked(server) is not None, what="a parked child")
     child = parking.take(server)
     assert child is not None and child.popen.pid == 201
@@ -106,7 +107,7 @@ async def test_a_parked_child_that_dies_is_replaced_and_counts_for_no_node(answe
     queue.extend([301, 302])
     system = WatchingOS()
     parking = Parking(system)
-    parking.park_soon(server)
+    parking.want(server)  # a node's child ended unasked: a heal is wanted
     await async_wait_until(lambda: parking.parked(server) is not None, what="a parked child")
     system.watches[301](-9)  # it was killed while parked
     await async_wait_until(lambda: (parking.parked(server) or None) is not None
@@ -121,7 +122,7 @@ async def test_parked_children_that_keep_dying_stop_parking(answers, server):
     queue.extend([401, 402, 403, 404])
     system = WatchingOS()
     parking = Parking(system)
-    parking.park_soon(server)
+    parking.want(server)  # a node's child ended unasked: a heal is wanted
     for pid in (401, 402, 403):
         await async_wait_until(lambda p=pid: (parking.parked(server) or None) is not None  # type: ignore[misc]
                                and parking.parked(server).popen.pid == p,  # type: ignore[union-attr]
@@ -135,7 +136,7 @@ async def test_a_program_that_refuses_to_park_is_not_asked_again(answers, server
     queue, asked = answers
     queue.append("refused")
     parking = Parking(WatchingOS())
-    parking.park_soon(server)
+    parking.want(server)  # a node's child ended unasked: a heal is wanted
     await async_wait_until(lambda: not parking.enabled, what="parking turned off")
     parking.park_soon(server)
     assert asked == [100] and parking.take(server) is None
@@ -147,7 +148,7 @@ async def test_a_fork_server_that_leaves_takes_its_parked_child_with_it(answers,
     queue.append(501)
     system = WatchingOS()
     parking = Parking(system)
-    parking.park_soon(server)
+    parking.want(server)  # a node's child ended unasked: a heal is wanted
     await async_wait_until(lambda: parking.parked(server) is not None, what="a parked child")
     parking.forget(server)
     assert parking.parked(server) is None and ("kill_and_reap", 501, "parked child") in system.calls
@@ -159,7 +160,7 @@ async def test_close_ends_the_parked_child_and_one_parked_after_close_is_ended_t
     queue.append(601)
     system = WatchingOS()
     parking = Parking(system)
-    parking.park_soon(server)
+    parking.want(server)  # a node's child ended unasked: a heal is wanted
     await async_wait_until(lambda: parking.parked(server) is not None, what="a parked child")
     parking.close()
     assert ("kill_and_reap", 601, "parked child") in system.calls
@@ -172,7 +173,7 @@ async def test_a_dead_parked_child_is_never_handed_to_a_start(answers, server):
     queue.extend([701, 702])
     system = WatchingOS()
     parking = Parking(system)
-    parking.park_soon(server)
+    parking.want(server)  # a node's child ended unasked: a heal is wanted
     await async_wait_until(lambda: parking.parked(server) is not None, what="a parked child")
     parking.parked(server).popen.returncode = -9  # type: ignore[union-attr]  # dead, its exit not seen yet
     assert parking.take(server) is None
@@ -186,7 +187,7 @@ async def test_no_child_is_parked_during_a_crowd_of_starts_and_one_is_once_it_is
     queue.append(801)
     crowd = {"on": True}
     parking = Parking(WatchingOS(), calm=lambda: not crowd["on"])
-    parking.park_soon(server)
+    parking.want(server)  # a node's child ended unasked: a heal is wanted
     await async_wait_until(lambda: parking._timers, what="the ask put off")
     for _ in range(3):  # a few looks at the crowd: still on, nothing asked
         await asyncio.sleep(0)
@@ -194,4 +195,27 @@ async def test_no_child_is_parked_during_a_crowd_of_starts_and_one_is_once_it_is
     crowd["on"] = False
     await async_wait_until(lambda: parking.parked(server) is not None, what="a child parked once the crowd is over")
     assert asked == [100]
+    parking.close()
+
+
+async def test_no_child_is_parked_until_a_node_ends_unasked_and_none_is_kept_after_a_long_calm(answers, server,
+                                                                                               monkeypatch):
+    """An idle host runs N + 3 processes: a parked child only while heals are wanted."""
+    queue, asked = answers
+    queue.extend([901, 902])
+    system = WatchingOS()
+    parking = Parking(system)
+    parking.park_soon(server)  # the server ready, no node ended unasked: nothing asked
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert asked == [] and parking.parked(server) is None
+    monkeypatch.setattr(parked, "KEEP_S", 0.2)
+    parking.want(server)
+    await async_wait_until(lambda: parking.parked(server) is not None, what="a child parked after an unasked exit")
+    await async_wait_until(lambda: parking.parked(server) is None, what="the parked child ended after the calm")
+    assert ("kill_and_reap", 901, "parked child") in system.calls
+    parking.park_soon(server)  # a start's ask after the calm: none parked again until the next exit
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert asked == [100] and parking.parked(server) is None
     parking.close()

@@ -1,7 +1,7 @@
 """A child parked ahead by each fork server: the next start takes a process forked already.
 
-A fork server (`standby`, docs/node-contract.md "Fork server") is asked, once it is ready
-and again a moment after each take, to park one child (`forks.park`, on a worker thread):
+A fork server (`standby`, docs/node-contract.md "Fork server") is asked, once a node's child
+has ended unasked (a crash, a kill: `want`) and again a moment after each take, to park one child (`forks.park`, on a worker thread):
 the host's own child, loaded, in a session of its own, holding no identity, no port and no
 work folder. The next start of any node, lone or in a crowd, takes it (`forks.take`: the
 node's variables and its output over the child's own socket); the fork server stays in the
@@ -9,12 +9,17 @@ pool and forks the next one off the critical path. So a respawn after a kill cos
 message and the node's own set-up, never the fork's copy of an 18 MB process's page tables
 (bench/README.md, "The respawn figures").
 
+Only while heals are wanted: a node that ended unasked is the likeliest to end again, so the
+first such exit parks a child for the next start, and after KEEP_S without another the parked
+child is ended, giving the process back: an idle host runs N + 3 processes (its nodes, the log
+keeper, the fork server, itself), a host healing its nodes N + 4.
+
 What it costs: one more process per fork server (its pages its own, `node/warm/forking.py`'s
 `_own_pages`; bench/README.md gives its PSS), and the node it becomes keeps those pages its own,
 as a standby handed over did. So none is parked again during a crowd of starts (a storm, a host's
 first pass, adds in a row: starts or exits within a second, the pool's `calm`), whose nodes
-but the first all fork and share the fork server's pages; the next is parked once it is over. What never happens: a parked child serving
-before it is taken (it has no identity to serve as), one counted against any node, or one
+but the first all fork and share the fork server's pages; the next is parked once it is over.
+What never happens: a parked child serving before it is taken (it has no identity to serve as), one counted against any node, or one
 left running when its fork server goes (ended with it). A parked child that dies is
 replaced after a pause that doubles while they keep dying; after GIVE_UP_AFTER in a row, or
 a fork server that refuses to park (an older node program), starts fork as they come.
@@ -42,6 +47,8 @@ AGAIN_S = 0.1
 GIVE_UP_AFTER = 3
 FIRST_PAUSE_S = 1.0
 MAX_PAUSE_S = 60.0
+#: How long after a node's last unasked exit parked children are kept (then ended, until the next).
+KEEP_S = 600.0
 
 
 class Parked:
@@ -76,6 +83,30 @@ class Parking:
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._deaths = 0
         self._closed = False
+        #: Parking wanted (`want`: a node's child ended unasked) until this loop time; then none is kept.
+        self._wanted_until = float("-inf")
+        self._unwanted: asyncio.TimerHandle | None = None
+
+    def want(self, server: forks.ForkServer | None) -> None:
+        """A node's child ended unasked: a child parked for the next start (for `server`, the ready
+        fork server, if any), kept until KEEP_S pass without another such exit."""
+        loop = asyncio.get_running_loop()
+        self._wanted_until = loop.time() + KEEP_S
+        if self._unwanted is not None:
+            self._unwanted.cancel()
+        self._unwanted = loop.call_later(KEEP_S, self._calm_long)
+        if server is not None:
+            self.park_soon(server)
+
+    def _calm_long(self) -> None:
+        """KEEP_S without an unasked exit: the parked children are ended (one process each back)."""
+        self._unwanted = None
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        for child in self._children.values():
+            self._end(child)
+        self._children.clear()
 
     def parked(self, server: forks.ForkServer) -> Parked | None:
         return self._children.get(server.popen.pid)
@@ -84,6 +115,8 @@ class Parking:
         """Ask `server` for a parked child on a later loop turn (none while one is parked or asked for)."""
         pid = server.popen.pid
         if not self.enabled or self._closed or pid in self._children or pid in self._asking or pid in self._timers:
+            return
+        if asyncio.get_running_loop().time() >= self._wanted_until:  # no unasked exit lately: none parked
             return
         self._timers[pid] = asyncio.get_running_loop().call_later(delay, self._ask, server)
 
@@ -176,6 +209,9 @@ class Parking:
 
     def close(self) -> None:
         self._closed = True
+        if self._unwanted is not None:
+            self._unwanted.cancel()
+            self._unwanted = None
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()

@@ -31,10 +31,9 @@ standby); the node it makes is the host's own child (a clone with `CLONE_PARENT`
 the host a subreaper: pidfd, exit code, reaping as for a child it started), in a session of its own
 and its cgroups from its first instruction, and it answers `forked <pid>`. Such a start costs the
 node's own set-up and a clone, never loading Python: in a storm every victim starts warm from the
-same standby. Each fork server also keeps one child parked ahead (`parked`), which the next start,
-lone or not, takes first; where the program does not park, a lone start takes the fork server
-itself, as any standby. A fork server that fails a request is ended and replaced like any standby,
-and that start goes on cold. Zombies of orphans a subreaper host got that nobody waits for (a node's
+same standby. A fork server keeps a child parked ahead while nodes end unasked (`parked`), which the
+next start takes first (else a lone start takes the fork server); one that fails a request is ended
+and replaced like any standby, and that start goes on cold. Zombies of orphans a subreaper host got that nobody waits for (a node's
 own children) are reaped by a slow sweep (`SWEEP_S`).
 
 Where no standby forks, a burst of starts (a storm of exits) grows the pool for a moment: a take
@@ -345,8 +344,9 @@ class StandbyPool:
         return standby
 
     def note_exit(self) -> None:
-        """A node's child ended unasked (on the loop): two close together make a crowd of starts."""
+        """A node's child ended unasked (on the loop): two close together make a crowd; a child parked (`want`)."""
         self._exits = [*self._exits[-1:], time.monotonic()]
+        self.parking.want(self.ready if self.ready is not None and self.ready.forks else None)
 
     def _crowded(self, start_up: bool = True) -> bool:  # `start_up` False: starts and exits only (parks)
         now = time.monotonic()
