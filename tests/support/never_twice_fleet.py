@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +19,10 @@ from tests.support.polling import wait_until
 
 def end_strays(root: Path) -> list[int]:
     """Kill what a kill -9'd host left running under `root` (its etcd member, its nodes): the pids ended."""
-    ended = []
+    ended, me = [], os.getpid()  # never this process (a bench told `--keep ROOT` names it in its own command line)
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if any(str(root) in part for part in proc.info["cmdline"] or ()):
+            if proc.info["pid"] != me and any(str(root) in part for part in proc.info["cmdline"] or ()):
                 proc.kill()
                 ended.append(proc.pid)
         except psutil.Error:
