@@ -112,6 +112,17 @@ class HomeNetwork:
         """`argv` run in computer `index`'s namespace (None: the switch's)."""
         return ["ip", "netns", "exec", self.switch if index is None else self.names[index], *argv]
 
+    def enter(self, index: int | None) -> None:
+        """The calling thread enters computer `index`'s namespace (None: the switch's): its
+        sockets are made there from now on (a thread of its own: the others stay where they are)."""
+        ns = self.switch if index is None else self.names[index]
+        fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+        try:
+            if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), f"setns into {ns}")
+        finally:
+            os.close(fd)
+
     def call_in(self, index: int | None, fn: Callable[[], T], timeout: float = 60.0) -> T:
         """`fn()` in a thread that has entered computer `index`'s namespace (None: the switch's)."""
         ns = self.switch if index is None else self.names[index]
@@ -120,12 +131,7 @@ class HomeNetwork:
 
         def run() -> None:
             try:
-                fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-                try:
-                    if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
-                        raise OSError(ctypes.get_errno(), f"setns into {ns}")
-                finally:
-                    os.close(fd)
+                self.enter(index)
                 result.append(fn())
             except BaseException as exc:  # handed to the caller
                 failure.append(exc)

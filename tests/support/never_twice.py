@@ -15,9 +15,12 @@ Faults (`FAULTS`, one per round, in an order drawn from a printed seed: `plan`):
 - ``kill_etcd``: kill -9 of a computer's etcd member (its host supervises it and starts it again).
 - ``cut_store``: the computer's etcd member alone is frozen (SIGSTOP) for a lease and more, its
   host and nodes running on: the computer is cut off from the fleet's store (a partition as the
-  store sees it). The hosts all listen on 127.0.0.1 and this machine has neither iptables nor nft,
-  so a partition by network namespace would need the host to bind another address; that is
-  left for later (see bench/README.md).
+  store sees it).
+- ``partition``: the computer's network cable pulled (each host in a network namespace of its
+  own on one switch, tests/support/netns.py; its veth end down) until the node serves
+  elsewhere (bounded), then put back: it runs on, awake, reaching nothing and reached by nothing
+  but its own loopback. Only with a home network (root, Linux); the prober then asks every copy
+  from the switch, as a device of the home would.
 - ``clock_step``: the machine's wall clock stepped by `CLOCK_STEP_S` (CLOCK_REALTIME; the leases
   live on the boot clock and must not care), put back after (the time spent stepped is kept).
   Machine-wide, so root only and bench only: other programs on the machine share the clock.
@@ -43,7 +46,7 @@ import psutil
 
 from tests.support.node_scan import node_processes
 
-FAULTS = ("freeze", "kill_host", "kill_etcd", "cut_store", "clock_step")
+FAULTS = ("freeze", "kill_host", "kill_etcd", "cut_store", "clock_step", "partition")
 #: The wall clock's step in the ``clock_step`` fault.
 CLOCK_STEP_S = 90.0
 #: One request's bound: shorter than any lease, so an answer received late was also sent late.
@@ -52,7 +55,8 @@ REQUEST_S = 0.5
 
 @dataclass(frozen=True)
 class Answer:
-    port: int
+    #: The copy asked: its port on 127.0.0.1, or "address:port" on a home network.
+    port: int | str
     generation: int
     sent: float
     received: float
@@ -115,10 +119,11 @@ def generation_of(body: bytes, node_id: str | None = None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53 else None
 
 
-def ask_status(port: int, timeout: float = REQUEST_S) -> tuple[int | None, bytes]:
-    """One GET /status on 127.0.0.1:port: (HTTP status or None when refused/silent, body)."""
+def ask_status(port: int | str, timeout: float = REQUEST_S) -> tuple[int | None, bytes]:
+    """One GET /status on 127.0.0.1:port (or on "address:port"): (HTTP status or None when refused/silent, body)."""
+    where = f"127.0.0.1:{port}" if isinstance(port, int) else port
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=timeout) as reply:
+        with urllib.request.urlopen(f"http://{where}/status", timeout=timeout) as reply:
             return reply.status, reply.read(65536)
     except urllib.error.HTTPError as exc:
         return exc.code, b""
@@ -142,11 +147,13 @@ def listed_ports(home: Path, node_id: str, timeout: float = 1.0) -> set[int]:
 class Prober:
     """A thread polling every copy's /status until `stop` (or `max_s`, whichever is first)."""
 
-    def __init__(self, ports: Callable[[], Iterable[int]], ledger: Ledger, *, interval: float = 0.05,
-                 discover_every: float = 0.5, max_s: float = 3600.0, node_id: str | None = None) -> None:
+    def __init__(self, ports: Callable[[], Iterable[int | str]], ledger: Ledger, *, interval: float = 0.05,
+                 discover_every: float = 0.5, max_s: float = 3600.0, node_id: str | None = None,
+                 enter: Callable[[], None] | None = None) -> None:
+        """`enter`: called first on the prober's own thread (a home network's switch entered)."""
         self.ports_of, self.ledger, self.interval, self.node_id = ports, ledger, interval, node_id
-        self.discover_every, self.max_s = discover_every, max_s
-        self.known: set[int] = set()
+        self.discover_every, self.max_s, self.enter = discover_every, max_s, enter
+        self.known: set[int | str] = set()
         self.asked = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="never-twice-prober", daemon=True)
@@ -161,13 +168,15 @@ class Prober:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
+        if self.enter is not None:
+            self.enter()
         end = time.monotonic() + self.max_s
         next_discovery = 0.0
         while not self._stop.is_set() and time.monotonic() < end:
             if time.monotonic() >= next_discovery:
                 self.known.update(self.ports_of())
                 next_discovery = time.monotonic() + self.discover_every
-            for port in sorted(self.known):
+            for port in sorted(self.known, key=str):
                 sent = time.monotonic()
                 status, body = ask_status(port)
                 self.asked += 1

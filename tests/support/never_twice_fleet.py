@@ -13,6 +13,8 @@ import psutil
 from tests.support.fleet_hosts import all_online, pair_by_api, running_hosts, self_id
 from tests.support.headless import HeadlessHost, added, running_node
 from tests.support.host_calls import claim
+from tests.support.netns import HomeNetwork
+from tests.support.never_twice import listed_ports
 from tests.support.never_twice_rounds import STORE_S, StoresNotReady, local_ready, store_ready
 from tests.support.polling import wait_until
 
@@ -30,22 +32,42 @@ def end_strays(root: Path) -> list[int]:
     return ended
 
 
+def copies(hosts: list[HeadlessHost], node_id: str) -> set[int | str]:
+    """Every copy of the node the hosts list now: its port on 127.0.0.1, or "address:port" for a
+    host on a home network (asked from inside its namespace, bounded)."""
+    found: set[int | str] = set()
+    for h in hosts:
+        if h.net is None:
+            found |= listed_ports(h.home, node_id)
+            continue
+        try:
+            ports = h.net.call_in(h.net_index, lambda h=h: listed_ports(h.home, node_id), timeout=5.0)  # type: ignore[misc]
+        except TimeoutError:
+            continue
+        found |= {f"{h.net.address(h.net_index)}:{p}" for p in ports}
+    return found
+
+
 @contextlib.contextmanager
-def fleet_with_failover_node(root: Path, lease_ms: int) -> Iterator[tuple[list[HeadlessHost], str]]:
+def fleet_with_failover_node(root: Path, lease_ms: int,
+                             net: HomeNetwork | None = None) -> Iterator[tuple[list[HeadlessHost], str]]:
+    """`net`: each host in its namespace of that home network (the ``partition`` fault needs it)."""
     try:
-        with _fleet(root, lease_ms) as got:
+        with _fleet(root, lease_ms, net) as got:
             yield got
     finally:
         end_strays(root)
 
 
 @contextlib.contextmanager
-def _fleet(root: Path, lease_ms: int) -> Iterator[tuple[list[HeadlessHost], str]]:
-    with running_hosts(root, "alpha", "bravo", "charlie", fleet_lease_ms=lease_ms) as hosts:
+def _fleet(root: Path, lease_ms: int, net: HomeNetwork | None) -> Iterator[tuple[list[HeadlessHost], str]]:
+    with running_hosts(root, "alpha", "bravo", "charlie", net=net, fleet_lease_ms=lease_ms) as hosts:
         a, b, c = hosts
         ids = {h.home.name: self_id(h) for h in hosts}
         node = added(b, "Study")
-        assert claim(running_node(b, node["id"]), "family")[0] == 200
+        view = running_node(b, node["id"])
+        claimed = net.call_in(None, lambda: claim(view, "family")) if net is not None else claim(view, "family")
+        assert claimed[0] == 200
         pair_by_api(a, b)
         pair_by_api(a, c)
         all_online(hosts, ids, timeout=30)

@@ -98,6 +98,14 @@ def run_rounds(hosts: Sequence[HeadlessHost], node_id: str, faults: Sequence[str
                 served = wait_for(lambda: holder(others, node_id), timeout=lease_s + 30)
             finally:
                 signal_all(procs, SIGCONT)
+        elif fault == "partition":
+            if target.net is None:
+                raise ValueError("a partition needs the hosts on a home network (tests/support/netns.py)")
+            target.net.cut(target.net_index)
+            try:
+                served = wait_for(lambda: holder(others, node_id), timeout=lease_s + 30)
+            finally:
+                target.net.mend(target.net_index)
         elif fault == "kill_host":
             target.proc.kill()
             target.proc.wait(timeout=10)
