@@ -88,6 +88,27 @@ async def test_a_member_killed_leaves_a_majority_a_take_still_works_and_its_dama
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before and not victim.running
 
 
+async def test_a_frozen_member_costs_its_client_one_call_then_the_next_member_answers(etcd_cluster: Cluster) -> None:
+    """gRPC keeps its connection to a frozen member until keep-alive gives up (10 s and more);
+    the client's call that times out sends the next ones to the next member instead."""
+    frozen = etcd_cluster.members[0]
+    client = FleetClient([m.spec.endpoint for m in etcd_cluster.members], etcd_cluster.tls[0], timeout_s=1.0)
+    try:
+        assert await answers(client)  # connected, to the first member listed
+        assert frozen.pid is not None
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            # Well inside the keep-alive's 10 s + 2 s: only a new channel to another member answers so soon.
+            await poll(lambda: answers(client), deadline_s=7.0, what="a read through another member")
+            assert time.monotonic() - started < 7.0
+            assert client.endpoints[0] != frozen.spec.endpoint
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+    finally:
+        await client.close()
+
+
 async def test_a_kept_lease_lives_on_and_one_not_renewed_expires_its_node_stopping_first(
         etcd_cluster: Cluster, tmp_path: Path) -> None:
     """Computer a holds a failover node under its lease, moving the node's deadline on while it

@@ -8,7 +8,8 @@ connection and moves to the next listed when it breaks, keep-alive pings drop a 
 member's; `round_robin` left a closed channel's connection alive, retrying, after a lease
 renewal's stream); and a deadline on every call: gRPC's own per-call deadline plus
 `asyncio.timeout` around the whole call (the connection included), so no call outlives
-`timeout_s`. Whatever goes wrong (a timeout, a member gone, no leader, a refusal) is a
+`timeout_s`; a call that times out sends the next ones through a new channel that tries the
+next member first (`_next_member`). Whatever goes wrong (a timeout, a member gone, no leader, a refusal) is a
 `StoreUnavailable` naming the call, its words made one safe line.
 
 Reads are linearizable (they need a majority of the members): a read that succeeds proves
@@ -18,6 +19,7 @@ the store has a majority now, which the take-over decision relies on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -55,8 +57,10 @@ class FleetClient:
         # gRPC and aetcd load here, with the first client: a host in no fleet never loads them.
         from cadre_desktop.host.fleetstate.grpc_client import ERRORS, TlsClient, describe
 
-        self._errors, self._describe = ERRORS, describe
+        self._errors, self._describe, self._make = ERRORS, describe, TlsClient
+        self._tls = tls
         self._client = TlsClient(self.endpoints, tls, timeout_s)
+        self._closing: set[asyncio.Task[None]] = set()
         #: The comparisons and operations of a transaction (aetcd's builders).
         self.ops = self._client.transactions
 
@@ -65,10 +69,30 @@ class FleetClient:
             async with asyncio.timeout(self.timeout_s):
                 return await call
         except TimeoutError:
+            self._next_member()
             raise StoreUnavailable(f"the fleet's store did not answer {what} within {self.timeout_s:g} s") from None
         except self._errors as err:
             words = one_line(self._describe(err), 160)
             raise StoreUnavailable(f"the fleet's store refused {what}: {words}") from None
+
+    def _next_member(self) -> None:
+        """A call timed out: the next call goes through a new channel that tries the next member
+        first. gRPC keeps a connection to a frozen or cut-off member until its keep-alive gives
+        up (seconds more than a short lease), every call on it timing out meanwhile; the old
+        channel is closed aside, bounded."""
+        if len(self.endpoints) < 2:
+            return
+        old = self._client
+        self.endpoints = (*self.endpoints[1:], self.endpoints[0])
+        self._client = self._make(self.endpoints, self._tls, self.timeout_s)
+
+        async def close_aside() -> None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self.timeout_s):
+                    await old.close()
+        task = asyncio.get_running_loop().create_task(close_aside())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         await self._bounded("a close", self._client.close())
