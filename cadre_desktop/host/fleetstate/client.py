@@ -60,7 +60,7 @@ class FleetClient:
         self._errors, self._describe, self._make = ERRORS, describe, TlsClient
         self._tls = tls
         self._client = TlsClient(self.endpoints, tls, timeout_s)
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing: dict[asyncio.Task[None], Any] = {}  # a close aside -> the channel's client it closes
         #: The comparisons and operations of a transaction (aetcd's builders).
         self.ops = self._client.transactions
 
@@ -78,8 +78,10 @@ class FleetClient:
     def _next_member(self) -> None:
         """A call timed out: the next call goes through a new channel that tries the next member
         first. gRPC keeps a connection to a frozen or cut-off member until its keep-alive gives
-        up (seconds more than a short lease), every call on it timing out meanwhile; the old
-        channel is closed aside, bounded."""
+        up (seconds more than a short lease), every call on it timing out meanwhile. The old
+        channel is closed aside once every call begun on it has ended (each is bounded by
+        `timeout_s`): a call on a channel closed under it ends in `CancelledError`, which would
+        end its caller's task as if cancelled."""
         if len(self.endpoints) < 2:
             return
         old = self._client
@@ -87,14 +89,21 @@ class FleetClient:
         self._client = self._make(self.endpoints, self._tls, self.timeout_s)
 
         async def close_aside() -> None:
+            await asyncio.sleep(2 * self.timeout_s)
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self.timeout_s):
                     await old.close()
         task = asyncio.get_running_loop().create_task(close_aside())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._closing[task] = old
+        task.add_done_callback(lambda done: self._closing.pop(done, None))
 
     async def close(self) -> None:
+        for task, old in list(self._closing.items()):  # the channels set aside: nothing uses them now
+            task.cancel()
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self.timeout_s):
+                    await old.close()
+        self._closing.clear()
         await self._bounded("a close", self._client.close())
 
     async def get(self, key: bytes) -> bytes | None:
