@@ -101,6 +101,9 @@ class Parking:
     def _calm_long(self) -> None:
         """KEEP_S without an unasked exit: the parked children are ended (one process each back)."""
         self._unwanted = None
+        self._end_all()
+
+    def _end_all(self) -> None:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
@@ -212,9 +215,4 @@ class Parking:
         if self._unwanted is not None:
             self._unwanted.cancel()
             self._unwanted = None
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-        for child in self._children.values():
-            self._end(child)
-        self._children.clear()
+        self._end_all()
