@@ -89,8 +89,12 @@ class FleetRun:
         self.failover.start()
 
     async def stop(self) -> None:
-        await self.failover.stop()
-        await self.store.stop()
+        """The failover part, then the store and its etcd member: the member stops even when the
+        failover's stop fails (a host that died in its stop left its member running)."""
+        try:
+            await self.failover.stop()
+        finally:
+            await self.store.stop()
 
     async def move(self, node_id: str, to: str) -> dict[str, Any]:
         """`node move ID --to COMPUTER`: here, or on the computer that hosts the node (over the link)."""
