@@ -90,13 +90,7 @@ class Spawner(Generic[T]):
         SpawnError when the spawner was closed (before or during). A cancelled caller's
         child is ended. The caller must have waited for `idle(node_id)` with no await since.
         """
-        if self.closed:
-            raise SpawnError("the host is shutting down")
-        if node_id in self._flight:
-            raise RuntimeError(f"a second start of node {node_id} while one is in flight")
-        outcome: _Outcome[T] = _Outcome(self.discard)
-        done = asyncio.Event()
-        self._flight[node_id] = (outcome, done)
+        outcome: _Outcome[T] = self._take_off(node_id)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="cadre-spawn")
         try:
@@ -105,8 +99,7 @@ class Spawner(Generic[T]):
             outcome.abandon()  # cancelled meanwhile: a child that comes after is ended
             raise
         finally:
-            del self._flight[node_id]
-            done.set()
+            self._land(node_id)
         if outcome.abandoned or outcome.result is None:
             raise SpawnError("the host is shutting down")  # closed meanwhile; its child was ended
         return outcome.result
@@ -116,22 +109,30 @@ class Spawner(Generic[T]):
         exchanges a message with a process that exists (a parked child taken), where the hop to a
         thread and back would be most of its time. `work` ends what it made if it is cancelled; its
         result is ended here if the spawner was closed meanwhile (SpawnError). None: nothing came."""
+        outcome: _Outcome[T] = self._take_off(node_id)
+        try:
+            result = await work()
+        finally:
+            self._land(node_id)
+        if result is not None and (self.closed or outcome.abandoned):
+            self.discard(result)
+            raise SpawnError("the host is shutting down")
+        return result
+
+    def _take_off(self, node_id: str) -> _Outcome[T]:
+        """A start of `node_id` put in flight (SpawnError once closed; never two of one node)."""
         if self.closed:
             raise SpawnError("the host is shutting down")
         if node_id in self._flight:
             raise RuntimeError(f"a second start of node {node_id} while one is in flight")
         outcome: _Outcome[T] = _Outcome(self.discard)
-        done = asyncio.Event()
-        self._flight[node_id] = (outcome, done)
-        try:
-            result = await work()
-        finally:
-            del self._flight[node_id]
-            done.set()
-        if result is not None and (self.closed or outcome.abandoned):
-            self.discard(result)
-            raise SpawnError("the host is shutting down")
-        return result
+        self._flight[node_id] = (outcome, asyncio.Event())
+        return outcome
+
+    def _land(self, node_id: str) -> None:
+        """The start of `node_id` is no longer in flight: whoever waits in `idle` goes on."""
+        _outcome, done = self._flight.pop(node_id)
+        done.set()
 
     def close(self) -> None:
         """Start nothing more; every start in flight is let go (its child ended when it comes)."""
