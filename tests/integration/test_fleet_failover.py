@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER
-from tests.support.fleet_hosts import all_online, ok, pair_by_api, running_hosts, self_id, wait_state
+from tests.support.fleet_hosts import all_online, local_node, pair_by_api, running_hosts, self_id, store_ready, wait_state
 from tests.support.headless import HeadlessHost, added, running_node
 from tests.support.host_calls import claim
 from tests.support.node_scan import node_processes
@@ -28,11 +28,6 @@ from tests.support.polling import wait_until
 pytestmark = [pytest.mark.timeout(240), pytest.mark.skipif(os.name != "posix", reason="SIGSTOP")]
 
 LEASE_MS = 3000
-
-
-def store_ready(host: HeadlessHost) -> None:
-    wait_until(lambda: (ok(host, "GET", "/api/fleet")["store"] or {}).get("state") == "ready", timeout=90,
-               interval=0.5, what=f"the fleet's store ready on {host.home.name}")
 
 
 def processes_of(host: HeadlessHost) -> list[psutil.Process]:
@@ -51,10 +46,6 @@ def signal_all(procs: list[psutil.Process], sig: int) -> None:
             proc.send_signal(sig)
         except psutil.NoSuchProcess:
             pass
-
-
-def local_node(host: HeadlessHost, node_id: str) -> dict | None:
-    return next((n for n in ok(host, "GET", "/api/nodes")["nodes"] if n["id"] == node_id), None)
 
 
 def answers(port: int) -> int | None:

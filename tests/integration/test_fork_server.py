@@ -24,7 +24,7 @@ from cadre_desktop.host.local.handles import ExitEvent
 from cadre_desktop.host.local.limits import caps
 from tests.support.polling import async_wait_until
 from tests.support.processes import THIS_OS
-from tests.support.warm import REFERENCE, gone, hanging, make, program, ready_standby, status
+from tests.support.warm import REFERENCE, close_and_end, gone, hanging, make, program, ready_standby, status
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork servers need a Linux subreaper")
 
@@ -45,12 +45,7 @@ def no_parks(monkeypatch):
 def orch(tmp_path, crowd):
     made = make(tmp_path)
     yield made
-    made.close()
-    for handle in made.list_nodes():
-        try:
-            os.killpg(handle.pid, signal.SIGKILL)
-        except OSError:
-            pass
+    close_and_end(made)
 
 
 async def test_each_start_forks_from_the_loaded_standby_and_the_node_is_the_hosts_child(orch):

@@ -20,7 +20,7 @@ import pytest
 from cadre_desktop.host.local import standby as standby_module
 from tests.support.host_calls import post_json
 from tests.support.polling import async_wait_until
-from tests.support.warm import gone, make, ready_standby, status
+from tests.support.warm import close_and_end, gone, make, ready_standby, status
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork servers need Linux pidfds")
 
@@ -31,12 +31,7 @@ def orch(tmp_path, monkeypatch):
     monkeypatch.setattr(standby_module, "START_UP_S", 0.0)
     made = make(tmp_path)
     yield made
-    made.close()
-    for handle in made.list_nodes():
-        try:
-            os.killpg(handle.pid, signal.SIGKILL)
-        except OSError:
-            pass
+    close_and_end(made)
 
 
 async def parked_pid(orch, other_than: int | None = None) -> int:

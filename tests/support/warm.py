@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import urllib.request
 
@@ -67,3 +69,13 @@ def hanging(tmp_path, name: str, says: bytes) -> list[str]:
 
 def cmdline(pid: int) -> str:
     return " ".join(psutil.Process(pid).cmdline())
+
+
+def close_and_end(orch) -> None:
+    """A test's orchestrator closed, and the nodes it leaves running by design killed (their groups)."""
+    orch.close()
+    for handle in orch.list_nodes():
+        try:
+            os.killpg(handle.pid, signal.SIGKILL)
+        except OSError:
+            pass
