@@ -75,13 +75,7 @@ def fork(server: ForkServer, env: dict[str, str], header: bytes, join: list[Path
             channel.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [out_write]))])
             os.close(out_write)
             out_write = -1
-            deadline = time.monotonic() + FORK_S
-            while not said.endswith(b"\n") and len(said) < 256:
-                channel.settimeout(max(0.001, deadline - time.monotonic()))
-                data = channel.recv(256 - len(said))
-                if not data:
-                    break
-                said += data
+            said = _answer(channel)
     except (OSError, ValueError) as exc:
         log.warning("the fork server (pid %s) did not fork a node within %.1f s (%s); ended, this start is cold",
                     server.popen.pid, FORK_S, getattr(exc, "strerror", None) or exc)
@@ -129,7 +123,8 @@ def park(server: ForkServer, system: ProcessOS) -> tuple[tuple[subprocess.Popen[
     host's end of its socket; or None. The flag: the server refused (it does not park: no
     reason to ask it again). A server that did not answer, or named a pid it did not make, is
     ended with its group, as after a failed fork."""
-    said, fds, since = b"", [], None
+    said, since = b"", None
+    fds: list[int] = []
     with server.lock:
         channel = server.channel
         if channel is None:
@@ -138,14 +133,7 @@ def park(server: ForkServer, system: ProcessOS) -> tuple[tuple[subprocess.Popen[
             since = system.fork_mark()
             channel.settimeout(FORK_S)
             channel.sendall(PARK_REQUEST)
-            deadline = time.monotonic() + FORK_S
-            while not said.endswith(b"\n") and len(said) < 256:
-                channel.settimeout(max(0.001, deadline - time.monotonic()))
-                data, ancdata, _flags, _addr = channel.recvmsg(256 - len(said), socket.CMSG_SPACE(4 * 4))
-                fds.extend(_descriptors(ancdata))
-                if not data:
-                    break
-                said += data
+            said = _answer(channel, fds)
         except (OSError, ValueError) as exc:
             log.warning("the fork server (pid %s) did not park a child within %.1f s (%s); ended",
                         server.popen.pid, FORK_S, getattr(exc, "strerror", None) or exc)
@@ -218,6 +206,23 @@ async def take(parked: ForkServer, env: dict[str, str], header: bytes, join: lis
     system.kill_and_reap(parked.popen, what="parked child")
     os.close(out_read)
     return None
+
+
+def _answer(channel: socket.socket, fds: list[int] | None = None) -> bytes:
+    """The fork server's one-line answer (at most 256 bytes) within FORK_S; with `fds`, the
+    descriptors that come with it are added to it as they arrive."""
+    said, deadline = b"", time.monotonic() + FORK_S
+    while not said.endswith(b"\n") and len(said) < 256:
+        channel.settimeout(max(0.001, deadline - time.monotonic()))
+        if fds is None:
+            data = channel.recv(256 - len(said))
+        else:
+            data, ancdata, _flags, _addr = channel.recvmsg(256 - len(said), socket.CMSG_SPACE(4 * 4))
+            fds.extend(_descriptors(ancdata))
+        if not data:
+            break
+        said += data
+    return said
 
 
 def _descriptors(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
