@@ -2,7 +2,7 @@
 
 A claimed node on bravo with failover on: every process of bravo (its host, its node, its etcd
 member) is frozen with SIGSTOP, as a laptop shut asleep; alpha or charlie takes the node over
-within the lease and a few seconds, the same peer id and claim, at a higher generation. Bravo
+within the lease time + 5 s, the same peer id and claim, at a higher generation. Bravo
 thawed never answers a request with its old copy (its deadline passed while frozen) and drops
 it. Before charlie pairs, a two-computer fleet refuses `--failover on` in words.
 """
@@ -105,8 +105,9 @@ def test_a_frozen_computers_failover_node_serves_on_another_and_never_twice(tmp_
             took_s = time.monotonic() - froze_at
             assert there["generation"] > held["generation"], (there, held)
             assert there["cadre"] == "family" and there["status"] in ("joined", "joining")
-            print(f"failover: served on {taker.home.name} {took_s:.1f} s after bravo froze (lease {LEASE_MS} ms)")
-            assert took_s < LEASE_MS / 1000 + 15, took_s
+            print(f"failover: served on {taker.home.name} {took_s:.1f} s after bravo froze at"
+                  f" {time.strftime('%H:%M:%S', time.localtime(time.time() - took_s))} (lease {LEASE_MS} ms)")
+            assert took_s < LEASE_MS / 1000 + 5, took_s  # the issue: within the lease time + 5 s
         finally:
             signal_all(frozen, signal.SIGCONT)
         # Bravo thawed: its old copy never answers, and its host drops it.

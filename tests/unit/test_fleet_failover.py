@@ -158,3 +158,40 @@ def test_a_restarted_host_starts_a_failover_node_under_its_last_lease_file_befor
     assert f.lease_env("held") == {GENERATION_VAR: "3", DEADLINE_VAR: "123456789"}
     assert f.lease_env("broken")[DEADLINE_VAR] == "1"
     assert f.lease_env("plain") == {}  # never a failover node here: started as always
+
+
+def test_a_held_node_near_its_deadline_is_stopped_by_its_lease_file_not_paused_and_runs_again_under_a_lease(
+        tmp_path: Path) -> None:
+    """Renewals failing: the copy's deadline is brought forward (it stops by itself, and the supervisor
+    waits for a lease), never a person's pause, which a host restarted meanwhile would never lift.
+    Held again under a valid lease: the deadline moves on and the note goes."""
+    from cadre_desktop.wire.lease import read as read_lease
+
+    nodes = {"held": NodeShared("held", holder="pc_a", generation=4, failover=True)}
+    (tmp_path / "held").mkdir()
+    f = failover([computer("pc_b"), computer("pc_c")], nodes, root=tmp_path)
+    paused: list[str] = []
+
+    async def pause(node_id: str) -> None:
+        paused.append(node_id)
+    f.local.pause = pause  # type: ignore[misc]
+    record = SimpleNamespace(id="held")
+    f.hooks = SimpleNamespace(records=lambda: [record], moving=lambda node_id: False)  # type: ignore[assignment]
+    keeper = SimpleNamespace(lost=False, lease_id=7, renewed_ns=1, deadline_ns=10**18)
+    f.hold.keeper = keeper  # type: ignore[assignment]
+    f.hold.announced = 7
+    f.hold.confirm(nodes, f.hold.under(), f.hold.reading())
+    asyncio.run(f._guard(nodes))
+    assert "held" not in f.stopped and read_lease(tmp_path / "held") is None  # the deadline far ahead: nothing
+
+    from cadre_desktop.wire.lease import boot_ns
+    keeper.deadline_ns = boot_ns() + 100_000_000  # 0.1 s left: under the guard
+    asyncio.run(f._guard(nodes))
+    kept = read_lease(tmp_path / "held")
+    assert f.stopped["held"].startswith("stopped:") and paused == []
+    assert kept is not None and (kept.generation, kept.deadline_ns) == (4, 1)
+
+    keeper.deadline_ns = boot_ns() + 60 * 10**9  # renewed: the lease lies far ahead again
+    asyncio.run(f._hold(nodes))
+    kept = read_lease(tmp_path / "held")
+    assert "held" not in f.stopped and kept is not None and kept.deadline_ns == keeper.deadline_ns

@@ -41,7 +41,7 @@ class LeaseCalls:
         self.granted += 1
         return self.granted
 
-    async def refresh(self, lease_id: int) -> int:
+    async def refresh(self, lease_id: int, timeout_s: float | None = None) -> int:
         return self.ttl
 
     async def revoke(self, lease_id: int) -> None:

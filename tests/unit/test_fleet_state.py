@@ -73,12 +73,14 @@ class FakeStore:
         self.fail = False
         self.renewals = 0
         self.revoked: list[int] = []
+        self.bounds: list[float | None] = []
 
     async def grant(self, ttl_s: int) -> int:
         return 0x51
 
-    async def refresh(self, lease_id: int) -> int:
+    async def refresh(self, lease_id: int, timeout_s: float | None = None) -> int:
         self.renewals += 1
+        self.bounds.append(timeout_s)
         if self.fail:
             raise StoreUnavailable("no answer")
         return self.ttl
@@ -94,6 +96,11 @@ async def test_the_lease_deadline_is_the_last_acknowledged_renewal_plus_its_time
     assert keeper.deadline_ns == 1000 * S + 2 * S - safety_ns(2000)
     boot.ns += S
     assert await keeper.renew() and keeper.deadline_ns == 1001 * S + 2 * S - safety_ns(2000)
+    assert store.bounds == [0.5]  # a fifth of the lease, at least half a second: it fails while the lease lasts
+    longer = LeaseKeeper(store, ttl_ms=15000, now_ns=boot)  # type: ignore[arg-type]
+    await longer.start()
+    assert await longer.renew() and store.bounds[-1] == 3.0
+    await longer.stop(revoke=False)
     store.fail = True
     boot.ns += S
     with pytest.raises(StoreUnavailable):

@@ -1,7 +1,9 @@
 """Failover: this computer's lease, the failover nodes it holds, and taking over those another lost.
 
 One task (`Failover.start`, stopped at quit) runs a pass every `period_s` (a third of
-`fleet_lease_ms`, at most the store's `READ_S`) once the fleet's store is ready:
+`fleet_lease_ms`, at most the store's `READ_S`) once the fleet's store is ready, and at once when
+a watch on the computers' lease keys sees one deleted (a lease expired or was revoked: a take may
+be due, and it should not wait for the next pass):
 
 1. **The lease.** A `LeaseKeeper` (ttl `fleet_lease_ms`) on the store's client, announced
    (`SharedState.announce`); a lost lease (expired: the computer slept or was cut off) gets a
@@ -11,9 +13,10 @@ One task (`Failover.start`, stopped at quit) runs a pass every `period_s` (a thi
    computer (it was taken over while this one was away), the copy here is dropped (record,
    work folder, keyring: `remove`) without being started. When this computer's deadline is
    nearer than a pass (renewals fail, the lease is lost, the store does not answer), every
-   failover node held here is stopped by the host (a person's pause: no respawn, no
-   notification), "stopped: this computer lost its lease"; after a wake nothing restarts
-   until the store answers and a valid lease holds them again (then they are resumed). A
+   failover node held here is stopped: its deadline is brought forward (`lease.json`), so it
+   stops by itself, "stopped: this computer lost its lease"; after a wake nothing restarts
+   until the store answers and a valid lease holds them again (the supervisor's `WAIT_LEASE`
+   until then, also across a restart of the host: no person's pause is left behind). A
    failover node starts on a deadline ahead only once a read under this computer's current,
    announced lease found it held here (`holding.py`: `LeaseHold`, the one place of that rule;
    before the store answers, its last `lease.json`'s terms); else on one already past, and
@@ -27,6 +30,12 @@ One task (`Failover.start`, stopped at quit) runs a pass every `period_s` (a thi
    starts the node here from its replica at the new generation (`mark_served` once it
    answers). A lost race does nothing. The computer with room: the alive one (its lease key
    present) of the smallest id but the holder, or after two lease times any with the replica.
+   The lost holder is given `STOP_WAIT_S` to answer the stop before the take goes on (a frozen
+   or cut-off one never answers, and its copy has stopped itself at its deadline already); the
+   ask runs on, bounded by `STOP_ASK_S`, and stops a copy still there when it arrives.
+5. **The leader's place** (`leadership.py`): etcd's leader is kept off the computers holding
+   failover nodes when another holds fewer, so that a holder's loss costs no election (which
+   would renew its lease to a whole lease time).
 """
 
 from __future__ import annotations
@@ -44,14 +53,15 @@ from cadre_desktop.errors import CadreError, InvalidState, NoSuchThing
 from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
 from cadre_desktop.host.fleet.computers import Computer
 from cadre_desktop.host.fleetrun.bundle import write_bundle
-from cadre_desktop.host.fleetrun.holding import LeaseHold
+from cadre_desktop.host.fleetrun.holding import LeaseHold, node_terms_past
+from cadre_desktop.host.fleetrun.leadership import LeaderPlacement
 from cadre_desktop.host.fleetrun.moves import Ask, LocalSide, _remove_tree
 from cadre_desktop.host.fleetrun.pushes import Pushes
 from cadre_desktop.host.fleetrun.replicas import Replicas
 from cadre_desktop.host.fleetrun.store import READ_S, FleetStore
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
 from cadre_desktop.host.fleetstate.leases import extend_node
-from cadre_desktop.host.fleetstate.shared import PREFIX, NodeShared, parse_node
+from cadre_desktop.host.fleetstate.shared import COMPUTERS, PREFIX, NodeShared, lease_owner, parse_node
 from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER, Action, FleetView, TakeoverRules, decide_takeover
 from cadre_desktop.settings import Settings
 
@@ -60,6 +70,10 @@ log = logging.getLogger(__name__)
 LOST_LEASE = "stopped: this computer lost its lease"
 #: How long a lost holder is given to stop the node when asked over the link.
 STOP_ASK_S = 2.0
+#: How long a take waits for that answer before it goes on (a reachable holder answers in milliseconds).
+STOP_WAIT_S = 0.3
+#: How long a lease watch that failed waits before it is opened again.
+WATCH_AGAIN_S = 1.0
 SERVE_S = 60.0
 #: How often the deadline watch looks (cheap: no I/O unless a renewal came or a deadline nears).
 WATCH_S = 0.2
@@ -92,9 +106,16 @@ class Failover:
         #: Per node held elsewhere: (its holder, generation) and since when this computer has seen that holder's lease gone.
         self._dead_since: dict[str, tuple[tuple[str | None, int], float]] = {}
         self._monotonic = monotonic
+        #: etcd's leader kept off the computers holding failover nodes (`leadership.py`).
+        self.leadership = LeaderPlacement(
+            me=me, client=lambda: store.client, own=lambda: store.member.client(5.0) if store.member else None,
+            alive=lambda: store.store().leases_alive())
         self._taking: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
+        self._leases_task: asyncio.Task[None] | None = None
+        #: Set to run the next pass now, not at the end of the period (a lease key was deleted).
+        self._wake = asyncio.Event()
         self._bg: set[asyncio.Task[Any]] = set()
 
     @property
@@ -116,6 +137,7 @@ class Failover:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="fleet-failover")
             self._watch_task = asyncio.create_task(self._watch(), name="fleet-failover-watch")
+            self._leases_task = asyncio.create_task(self._watch_leases(), name="fleet-failover-leases")
 
     async def _watch(self) -> None:
         """Between passes: each renewal moves the held nodes' deadlines on at once, and a deadline
@@ -139,13 +161,46 @@ class Failover:
             except (CadreError, OSError) as exc:
                 log.info("failover: the deadline watch: %s", getattr(exc, "message", exc))
 
+    async def _watch_leases(self) -> None:
+        """Wake a pass the moment a computer's lease key is deleted, so a take is not a period late.
+        One quiet watch stream on the store's client of the moment, opened again when the client or
+        its channel changes or the stream fails; the passes go on without it either way."""
+        while True:
+            client = self.store.client
+            if client is None or self.store.state != "ready":
+                await asyncio.sleep(WATCH_AGAIN_S)
+                continue
+            reader = asyncio.create_task(client.watch_deletions(COMPUTERS, self._leases_deleted))
+            moved = asyncio.create_task(client.moved.wait())
+            try:
+                while not reader.done() and not moved.done() and self.store.client is client:
+                    await asyncio.wait({reader, moved}, timeout=READ_S)
+            finally:
+                for task in (reader, moved):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, CadreError):
+                        await task
+            if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                log.info("failover: the lease watch ended (%s); it is opened again",
+                         getattr(reader.exception(), "message", reader.exception()))
+                await asyncio.sleep(WATCH_AGAIN_S)
+
+    def _leases_deleted(self, keys: list[bytes]) -> None:
+        """Another computer's lease key went: a pass now. Also at the watch's (re)start (no keys): a
+        key deleted while no watch was open is then seen by that pass, not a period later."""
+        gone = [owner for key in keys if (owner := lease_owner(key)) not in (None, self._me())]
+        if gone:
+            log.info("failover: the lease of %s is gone; a pass now", ", ".join(map(self._name_of, gone)))
+        if not keys or gone:
+            self._wake.set()
+
     async def stop(self) -> None:
-        for task in [self._task, self._watch_task, *self._bg]:
+        for task in [self._task, self._watch_task, self._leases_task, *self._bg]:
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, CadreError):
                     await task
-        self._task = self._watch_task = None
+        self._task = self._watch_task = self._leases_task = None
         # A lease revoked while a failover node still runs here would let another computer take it
         # at once, and the node would serve twice until the host stops it: then it expires instead.
         await self.hold.stop(revoke=not self._held_here(None))
@@ -158,7 +213,10 @@ class Failover:
                 log.info("failover: a pass failed (%s)", exc.message)
             except OSError as exc:
                 log.warning("failover: a pass failed (%s)", exc)
-            await asyncio.sleep(self.period_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.period_s):
+                    await self._wake.wait()
+            self._wake.clear()
 
     # -- the lease -------------------------------------------------------------------
 
@@ -188,6 +246,11 @@ class Failover:
         await self._hold(nodes)
         await self.pushes.replicate(nodes)
         await self._take_over(nodes)
+        held: dict[str, int] = {}
+        for shared in nodes.values():
+            if shared.failover and shared.holder is not None:
+                held[shared.holder] = held.get(shared.holder, 0) + 1
+        await self.leadership.check(held)
 
     async def _read(self) -> dict[str, NodeShared]:
         """Every node's shared state, and what it confirms held here under the lease it was read under."""
@@ -219,11 +282,22 @@ class Failover:
         for record in self._held_here(nodes):
             if record.id in self.stopped:
                 continue
-            self.stopped[record.id] = LOST_LEASE
             log.warning("failover: node %s stops here: this computer's lease could expire before it is renewed",
                         record.id)
-            with contextlib.suppress(CadreError):
-                await self.local.pause(record.id)
+            await self._stop_here(record.id, LOST_LEASE)
+
+    async def _stop_here(self, node_id: str, why: str) -> None:
+        """The copy here stops by itself within a second: its deadline brought forward (`lease.json`,
+        node contract), and the supervisor starts it again only once a read under a valid lease finds
+        it held here (`WAIT_LEASE`). Not a person's pause, which a host restarted meanwhile would
+        never lift: it forgets `stopped`, and the node waits for its lease all the same."""
+        self.stopped[node_id] = why
+        terms, shared = self.hold.terms(node_id), self.store.nodes.get(node_id)
+        generation = terms.generation if terms is not None else shared.generation if shared is not None else 0
+        if generation < 1:
+            return  # a copy with no generation runs outside failover: nothing of the lease to bring forward
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(extend_node, self.local.node_dir(node_id), node_terms_past(generation))
 
     async def _hold(self, nodes: dict[str, NodeShared]) -> None:
         me = self._me()
@@ -241,12 +315,11 @@ class Failover:
             terms = self.hold.live_terms(record.id)
             if shared.holder != me or terms is None:
                 continue
+            if record.id in self.stopped and (self.left_s() or 0) < 2 * self.guard_s:
+                continue  # stopped here, and the lease not far enough ahead yet to run it again
             await asyncio.to_thread(extend_node, self.local.node_dir(record.id), terms)
-            if self.stopped.get(record.id) == LOST_LEASE and (self.left_s() or 0) >= 2 * self.guard_s:
-                self.stopped.pop(record.id, None)
+            if self.stopped.pop(record.id, None) is not None:
                 log.info("failover: node %s is held here under a valid lease again; it runs again", record.id)
-                with contextlib.suppress(CadreError):
-                    await self.local.resume(record.id)
 
     def _name_of(self, computer_id: str | None) -> str:
         for computer in self._computers():
@@ -315,13 +388,15 @@ class Failover:
                     self.stopped[node_id] = LOST_LEASE
                     await self.local.pause(node_id)
 
-    def _spawn(self, work: Awaitable[Any]) -> None:
+    def _spawn(self, work: Awaitable[Any]) -> asyncio.Task[None]:
+        """Run `work` aside (best effort: its failure is logged nowhere); ended at `stop`."""
         async def run() -> None:
             with contextlib.suppress(CadreError, OSError):
                 await work
         task = asyncio.ensure_future(run())
         self._bg.add(task)
         task.add_done_callback(self._bg.discard)
+        return task
 
     # -- the others' side (the fleet link) -------------------------------------------
 
@@ -348,9 +423,7 @@ class Failover:
         node_id = doc.get("node") if isinstance(doc, dict) else None
         if not isinstance(node_id, str) or self.local.record(node_id) is None:
             return {"stopped": False}
-        self.stopped[node_id] = "another computer takes it over"
-        with contextlib.suppress(CadreError):
-            await self.local.pause(node_id)
+        await self._stop_here(node_id, "another computer takes it over")
         return {"stopped": True}
 
     # -- taking over -----------------------------------------------------------------
@@ -364,10 +437,7 @@ class Failover:
         if not wanted:
             return
         state = self.store.store()
-        alive = {me}
-        for computer in self._computers():
-            if await state.lease_alive(computer.id):
-                alive.add(computer.id)
+        alive = {me} | (await state.leases_alive() & {c.id for c in self._computers()})
         now = time.time()
         for shared in wanted:
             mark = shared.mark
@@ -411,8 +481,8 @@ class Failover:
             return
         lost = next((c for c in self._computers() if c.id == holder), None)
         if lost is not None:
-            with contextlib.suppress(CadreError):
-                await self._ask(lost, "POST", "/fleet/run/failover/stop", {"node": node_id}, STOP_ASK_S)
+            asked = self._spawn(self._ask(lost, "POST", "/fleet/run/failover/stop", {"node": node_id}, STOP_ASK_S))
+            await asyncio.wait({asked}, timeout=STOP_WAIT_S)
         lease, since = self.hold.under(), self.hold.reading()
         taken = await self.store.store().take(node_id, me, expected, holder=holder, mark_at=time.time(),
                                                failures=failures, last_exit=last_exit, lost=True)
@@ -459,4 +529,3 @@ class Failover:
                 await asyncio.sleep(0.25)
         finally:
             self._taking.discard(node_id)
-

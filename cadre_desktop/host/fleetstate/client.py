@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -61,16 +61,20 @@ class FleetClient:
         self._tls = tls
         self._client = TlsClient(self.endpoints, tls, timeout_s)
         self._closing: dict[asyncio.Task[None], Any] = {}  # a close aside -> the channel's client it closes
+        #: Set when the calls move to a new channel (`_next_member`), then replaced: a long-lived
+        #: stream on the old channel (`watch_deletions`) is opened again on the new one.
+        self.moved = asyncio.Event()
         #: The comparisons and operations of a transaction (aetcd's builders).
         self.ops = self._client.transactions
 
-    async def _bounded(self, what: str, call: Awaitable[T]) -> T:
+    async def _bounded(self, what: str, call: Awaitable[T], timeout_s: float | None = None) -> T:
+        bound = self.timeout_s if timeout_s is None else min(timeout_s, self.timeout_s)
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(bound):
                 return await call
         except TimeoutError:
             self._next_member()
-            raise StoreUnavailable(f"the fleet's store did not answer {what} within {self.timeout_s:g} s") from None
+            raise StoreUnavailable(f"the fleet's store did not answer {what} within {bound:g} s") from None
         except self._errors as err:
             words = one_line(self._describe(err), 160)
             raise StoreUnavailable(f"the fleet's store refused {what}: {words}") from None
@@ -87,6 +91,8 @@ class FleetClient:
         old = self._client
         self.endpoints = (*self.endpoints[1:], self.endpoints[0])
         self._client = self._make(self.endpoints, self._tls, self.timeout_s)
+        moved, self.moved = self.moved, asyncio.Event()
+        moved.set()
 
         async def close_aside() -> None:
             await asyncio.sleep(2 * self.timeout_s)
@@ -132,13 +138,47 @@ class FleetClient:
         lease = await self._bounded("a lease grant", self._client.lease(ttl_s))
         return int(lease.id)
 
-    async def refresh(self, lease_id: int) -> int:
-        """Renew a lease: its time to live in seconds, 0 when etcd no longer has it (expired)."""
-        reply = await self._bounded("a lease renewal", self._client.renew_once(lease_id))
+    async def refresh(self, lease_id: int, timeout_s: float | None = None) -> int:
+        """Renew a lease: its time to live in seconds, 0 when etcd no longer has it (expired).
+        `timeout_s` bounds it tighter than the client's calls (a lease shorter than their bound)."""
+        reply = await self._bounded("a lease renewal", self._client.renew_once(lease_id), timeout_s)
         return max(int(reply.TTL), 0) if reply is not None else 0
 
     async def revoke(self, lease_id: int) -> None:
         await self._bounded("a lease revoke", self._client.revoke_lease(lease_id))
+
+    async def watch_deletions(self, prefix: bytes, deleted: Callable[[list[bytes]], None]) -> None:
+        """Call `deleted` with the keys under `prefix` each time some are deleted, until cancelled;
+        first with none, once the store has made the watch (what was deleted before is not told).
+        The watch is on the channel of the moment: when the calls move to another (`moved`), or it
+        fails, it ends (`StoreUnavailable`) and its caller opens it again. Unbounded on purpose, a
+        stream that is quiet most of the time; a stream whose channel closed under it (gRPC ends it
+        in `CancelledError`) is a failure like any other, not this task's cancel."""
+        stream = self._client.deletions(prefix, prefix[:-1] + bytes([prefix[-1] + 1]))
+        try:
+            async for keys in stream:
+                deleted(keys)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            raise StoreUnavailable("the fleet's store ended a watch: its channel closed") from None
+        except self._errors as err:
+            words = one_line(self._describe(err), 160)
+            raise StoreUnavailable(f"the fleet's store refused a watch: {words}") from None
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+        raise StoreUnavailable("the fleet's store ended a watch")
+
+    async def move_leader(self, member_id: int) -> None:
+        """Hand the cluster's leadership to `member_id`; asked of the leader (a one-member client)."""
+        await self._bounded("a leader move", self._client.move_leader(member_id))
+
+    async def status(self) -> tuple[int, int]:
+        """(the answering member's id, the id of the leader it follows, 0: none)."""
+        reply = await self._bounded("a status", self._client.own_status())
+        return int(reply.header.member_id), int(reply.leader)
 
     async def members(self) -> list[MemberInfo]:
         async def listed() -> list[MemberInfo]:

@@ -3,7 +3,8 @@ when a fleet store is first asked (`client.FleetClient`), so a host in no fleet 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import aetcd
@@ -75,6 +76,36 @@ class TlsClient(aetcd.Client):  # type: ignore[misc]  # aetcd ships no types
         member list, which a learner does not serve; a learner answers its status)."""
         await self.connect()
         return await self.maintenancestub.Status(rpc.StatusRequest(), timeout=self._timeout)
+
+    async def move_leader(self, member_id: int) -> None:
+        """Leadership handed to `member_id` (etcd takes this from its leader only)."""
+        await self.connect()
+        await self.maintenancestub.MoveLeader(rpc.MoveLeaderRequest(targetID=member_id), timeout=self._timeout)
+
+    async def deletions(self, key: bytes, range_end: bytes) -> AsyncGenerator[list[bytes], None]:
+        """The keys of `[key, range_end)` as they are deleted (a lease's expiry deletes its keys), a
+        list per revision, on one watch stream of the raw API, for as long as it is iterated; first an
+        empty list once etcd has made the watch (nothing deleted after it is missed). The stream has no
+        deadline of its own: its caller ends it (`aclose`)."""
+        await self.connect()
+        ended = asyncio.Event()
+
+        async def requests() -> AsyncIterator[Any]:
+            yield rpc.WatchRequest(create_request=rpc.WatchCreateRequest(
+                key=key, range_end=range_end, filters=[rpc.WatchCreateRequest.FilterType.NOPUT]))
+            await ended.wait()  # the request side stays open: etcd keeps the watch while it is
+
+        call = rpc.WatchStub(self.channel).Watch(requests())
+        try:
+            async for reply in call:
+                if reply.canceled:
+                    raise aetcd_errors.ClientError(reply.cancel_reason or "the store cancelled the watch")
+                keys = [bytes(event.kv.key) for event in reply.events]
+                if keys or reply.created:
+                    yield keys
+        finally:
+            ended.set()
+            call.cancel()
 
     async def renew_once(self, lease_id: int) -> Any:
         """One lease renewal on a stream of its own, ended after its one answer. (aetcd's

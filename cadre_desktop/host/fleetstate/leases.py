@@ -10,8 +10,10 @@ fail. A renewal that finds the lease gone (`TTL 0`: it expired, the computer was
 cut off) makes the keeper `lost` for good; the host then needs a new lease, and everything
 it held under the old one has been taken or may be.
 
-The task renews every third of the time to live; a renewal that fails (each bounded by the
-client) is tried again sooner, never more often than `RETRY_S`. `stop` ends the task and
+The task renews every third of the time to live; a renewal that fails is tried again sooner,
+never more often than `RETRY_S`. Each renewal is bounded by a fifth of the time to live (at
+most the client's bound): a renewal stuck on a frozen or cut-off member must fail, and the client
+move to the next member, while the lease still has time, not after it. `stop` ends the task and
 revokes the lease (bounded; a store that does not answer lets it expire on its own).
 """
 
@@ -91,7 +93,7 @@ class LeaseKeeper:
         """One renewal; False when the store no longer has the lease (then `lost`)."""
         assert self.lease_id is not None, "start() first"
         sent = self._now_ns()
-        ttl = await self.client.refresh(self.lease_id)
+        ttl = await self.client.refresh(self.lease_id, timeout_s=max(0.5, self.ttl_s / 5))
         if ttl <= 0:
             self._lose()
             return False

@@ -60,8 +60,19 @@ def node_key(node: str, field: str) -> bytes:
     return node_prefix(node) + field.encode()
 
 
+COMPUTERS = PREFIX + b"computers/"
+
+
 def lease_key(computer: str) -> bytes:
-    return PREFIX + b"computers/" + _id(computer, "computer").encode() + b"/lease"
+    return COMPUTERS + _id(computer, "computer").encode() + b"/lease"
+
+
+def lease_owner(key: bytes) -> str | None:
+    """Whose lease key `key` is (`computers/<computer>/lease`), or None when it is no such key."""
+    if not key.startswith(COMPUTERS) or not key.endswith(b"/lease"):
+        return None
+    name = key[len(COMPUTERS):-len(b"/lease")].decode("ascii", "replace")
+    return name if ID_PATTERN.fullmatch(name) else None
 
 
 @dataclass(frozen=True)
@@ -219,6 +230,11 @@ class SharedState:
     async def lease_alive(self, computer: str) -> bool:
         """Whether the store still has `computer`'s lease key (its lease has not expired)."""
         return await self.client.get(lease_key(computer)) is not None
+
+    async def leases_alive(self) -> set[str]:
+        """The computers whose lease key the store still has, in one read."""
+        found = await self.client.get_prefix(COMPUTERS)
+        return {owner for key in found if (owner := lease_owner(key)) is not None}
 
 
 def _prefix_end(prefix: bytes) -> bytes:
