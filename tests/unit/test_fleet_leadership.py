@@ -102,10 +102,10 @@ def test_a_pass_is_woken_by_another_computer_s_lease_key_going_and_by_the_watch_
     f = Failover(settings=lambda: Settings(), me=lambda: "pc_a", computers=lambda: [], store=store,  # type: ignore[arg-type]
                  local=local, hooks=None, replicas=None, ask=None)  # type: ignore[arg-type]
     wake: Any = f._wake
-    f._leases_deleted([lease_key("pc_a"), b"/cadre/fleet/v1/computers/pc_b/other"])
+    f.expiries.deleted([lease_key("pc_a"), b"/cadre/fleet/v1/computers/pc_b/other"])
     assert not wake.is_set()  # its own lease, and a key that is no lease key
-    f._leases_deleted([lease_key("pc_b")])
+    f.expiries.deleted([lease_key("pc_b")])
     assert wake.is_set()
     wake.clear()
-    f._leases_deleted([])  # the watch made (again): a pass catches up on what it missed
+    f.expiries.deleted([])  # the watch made (again): a pass catches up on what it missed
     assert wake.is_set()

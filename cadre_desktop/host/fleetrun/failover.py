@@ -53,15 +53,16 @@ from cadre_desktop.errors import CadreError, InvalidState, NoSuchThing
 from cadre_desktop.host.core.records.records import NodeRecord, NodeStatus
 from cadre_desktop.host.fleet.computers import Computer
 from cadre_desktop.host.fleetrun.bundle import write_bundle
+from cadre_desktop.host.fleetrun.expiries import Expiries
 from cadre_desktop.host.fleetrun.holding import LeaseHold, node_terms_past
-from cadre_desktop.host.fleetrun.leadership import LeaderPlacement
+from cadre_desktop.host.fleetrun.leadership import LeaderPlacement, held_counts
 from cadre_desktop.host.fleetrun.moves import Ask, LocalSide, _remove_tree
 from cadre_desktop.host.fleetrun.pushes import Pushes
 from cadre_desktop.host.fleetrun.replicas import Replicas
 from cadre_desktop.host.fleetrun.store import READ_S, FleetStore
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
 from cadre_desktop.host.fleetstate.leases import extend_node
-from cadre_desktop.host.fleetstate.shared import COMPUTERS, PREFIX, NodeShared, lease_owner, parse_node
+from cadre_desktop.host.fleetstate.shared import PREFIX, NodeShared, parse_node
 from cadre_desktop.host.fleetstate.takeover import THIRD_COMPUTER, Action, FleetView, TakeoverRules, decide_takeover
 from cadre_desktop.settings import Settings
 
@@ -72,8 +73,6 @@ LOST_LEASE = "stopped: this computer lost its lease"
 STOP_ASK_S = 2.0
 #: How long a take waits for that answer before it goes on (a reachable holder answers in milliseconds).
 STOP_WAIT_S = 0.3
-#: How long a lease watch that failed waits before it is opened again.
-WATCH_AGAIN_S = 1.0
 SERVE_S = 60.0
 #: How often the deadline watch looks (cheap: no I/O unless a renewal came or a deadline nears).
 WATCH_S = 0.2
@@ -116,6 +115,7 @@ class Failover:
         self._leases_task: asyncio.Task[None] | None = None
         #: Set to run the next pass now, not at the end of the period (a lease key was deleted).
         self._wake = asyncio.Event()
+        self.expiries = Expiries(store, me=me, name_of=self._name_of, wake=self._wake.set)
         self._bg: set[asyncio.Task[Any]] = set()
 
     @property
@@ -137,7 +137,7 @@ class Failover:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="fleet-failover")
             self._watch_task = asyncio.create_task(self._watch(), name="fleet-failover-watch")
-            self._leases_task = asyncio.create_task(self._watch_leases(), name="fleet-failover-leases")
+            self._leases_task = asyncio.create_task(self.expiries.run(), name="fleet-failover-leases")
 
     async def _watch(self) -> None:
         """Between passes: each renewal moves the held nodes' deadlines on at once, and a deadline
@@ -160,39 +160,6 @@ class Failover:
                             await asyncio.to_thread(extend_node, self.local.node_dir(record.id), terms)
             except (CadreError, OSError) as exc:
                 log.info("failover: the deadline watch: %s", getattr(exc, "message", exc))
-
-    async def _watch_leases(self) -> None:
-        """Wake a pass the moment a computer's lease key is deleted, so a take is not a period late.
-        One quiet watch stream on the store's client of the moment, opened again when the client or
-        its channel changes or the stream fails; the passes go on without it either way."""
-        while True:
-            client = self.store.client
-            if client is None or self.store.state != "ready":
-                await asyncio.sleep(WATCH_AGAIN_S)
-                continue
-            reader = asyncio.create_task(client.watch_deletions(COMPUTERS, self._leases_deleted))
-            moved = asyncio.create_task(client.moved.wait())
-            try:
-                while not reader.done() and not moved.done() and self.store.client is client:
-                    await asyncio.wait({reader, moved}, timeout=READ_S)
-            finally:
-                for task in (reader, moved):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, CadreError):
-                        await task
-            if reader.done() and not reader.cancelled() and reader.exception() is not None:
-                log.info("failover: the lease watch ended (%s); it is opened again",
-                         getattr(reader.exception(), "message", reader.exception()))
-                await asyncio.sleep(WATCH_AGAIN_S)
-
-    def _leases_deleted(self, keys: list[bytes]) -> None:
-        """Another computer's lease key went: a pass now. Also at the watch's (re)start (no keys): a
-        key deleted while no watch was open is then seen by that pass, not a period later."""
-        gone = [owner for key in keys if (owner := lease_owner(key)) not in (None, self._me())]
-        if gone:
-            log.info("failover: the lease of %s is gone; a pass now", ", ".join(map(self._name_of, gone)))
-        if not keys or gone:
-            self._wake.set()
 
     async def stop(self) -> None:
         for task in [self._task, self._watch_task, self._leases_task, *self._bg]:
@@ -246,11 +213,7 @@ class Failover:
         await self._hold(nodes)
         await self.pushes.replicate(nodes)
         await self._take_over(nodes)
-        held: dict[str, int] = {}
-        for shared in nodes.values():
-            if shared.failover and shared.holder is not None:
-                held[shared.holder] = held.get(shared.holder, 0) + 1
-        await self.leadership.check(held)
+        await self.leadership.check(held_counts(nodes.values()))
 
     async def _read(self) -> dict[str, NodeShared]:
         """Every node's shared state, and what it confirms held here under the lease it was read under."""

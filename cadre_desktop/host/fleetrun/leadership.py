@@ -23,17 +23,27 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
 from cadre_desktop.host.fleetstate.client import FleetClient, MemberInfo
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
+from cadre_desktop.host.fleetstate.shared import NodeShared
 
 log = logging.getLogger(__name__)
 
 #: How often the leader's place is looked at when nothing changed (a leader elected after a
 #: failure may have landed on a holder).
 PLACE_S = 10.0
+
+
+def held_counts(nodes: Iterable[NodeShared]) -> dict[str, int]:
+    """How many failover nodes each computer holds, as the shared state says."""
+    held: dict[str, int] = {}
+    for shared in nodes:
+        if shared.failover and shared.holder is not None:
+            held[shared.holder] = held.get(shared.holder, 0) + 1
+    return held
 
 
 def leader_target(me: str, held: Mapping[str, int], alive: AbstractSet[str], voters: Mapping[str, int]) -> int | None:
