@@ -13,9 +13,9 @@ Faults (`FAULTS`, one per round, in an order drawn from a printed seed: `plan`):
   node serves elsewhere (bounded), then SIGCONT: a laptop shut asleep.
 - ``kill_host``: kill -9 of a host; the round starts it again.
 - ``kill_etcd``: kill -9 of a computer's etcd member (its host supervises it and starts it again).
-- ``cut_store``: the computer's etcd member alone is frozen (SIGSTOP) for a lease and more, its
-  host and nodes running on: the computer is cut off from the fleet's store (a partition as the
-  store sees it).
+- ``cut_store``: the computer's etcd member alone is frozen (SIGSTOP) for two leases and more, its
+  host and nodes running on: the host's client moves to another member and keeps the lease, so
+  the node serves on where it is (the round's 0 s), or, should the lease lapse, elsewhere.
 - ``partition``: the computer's network cable pulled (each host in a network namespace of its
   own on one switch, tests/support/netns.py; its veth end down) until the node serves
   elsewhere (bounded), then put back: it runs on, awake, reaching nothing and reached by nothing

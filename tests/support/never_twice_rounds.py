@@ -91,11 +91,23 @@ def run_rounds(hosts: Sequence[HeadlessHost], node_id: str, faults: Sequence[str
         others = [h for h in hosts if h is not target]
         started = time.monotonic()
         served: object = None
-        if fault in ("freeze", "cut_store"):
-            procs = (processes_of(target.proc.pid, target.home) if fault == "freeze" else etcd_of(target.proc.pid))
+        if fault == "freeze":
+            procs = processes_of(target.proc.pid, target.home)
             signal_all(procs, SIGSTOP)
             try:
                 served = wait_for(lambda: holder(others, node_id), timeout=lease_s + 30)
+            finally:
+                signal_all(procs, SIGCONT)
+        elif fault == "cut_store":
+            # Its etcd member alone frozen: the host's client moves to another member and keeps its lease,
+            # so the node serves on where it is (or, if the lease lapses, elsewhere): either is fine, once
+            # two lease times have passed with the member still frozen.
+            procs = etcd_of(target.proc.pid)
+            signal_all(procs, SIGSTOP)
+            until = time.monotonic() + 2 * lease_s + 2
+            try:
+                served = wait_for(lambda: holder(others, node_id)
+                                  or (time.monotonic() > until and holder([target], node_id)), timeout=lease_s + 30)
             finally:
                 signal_all(procs, SIGCONT)
         elif fault == "partition":
@@ -120,7 +132,7 @@ def run_rounds(hosts: Sequence[HeadlessHost], node_id: str, faults: Sequence[str
                 time.sleep(0)  # the round's check is the prober's: nothing else to wait on
         else:
             raise ValueError(fault)
-        took = time.monotonic() - started
+        took = 0.0 if served is target else time.monotonic() - started  # served on where it was
         on = served.home.name if isinstance(served, HeadlessHost) else None
         done.append(Round(number, fault, target.home.name, round(took, 2) if on else None, on, healed))
         say(f"round {number} (t={started:.1f}): {fault} of {target.home.name} -> serving on {on} after {took:.1f} s; "

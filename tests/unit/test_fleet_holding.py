@@ -234,13 +234,13 @@ def test_the_fallback_taker_takes_two_lease_times_after_it_saw_the_holder_s_leas
                  hooks=cast(Any, None), replicas=cast(Any, None), ask=cast(Any, None), monotonic=clock)
     alive = frozenset({"pc_b", "pc_c"})
     gone = mine(5, holder="pc_a")
-    assert f._lost_for(gone, alive) == 0.0
+    assert f.notes.lost_for(gone, alive) == 0.0
     clock.t += 5.9
-    assert f._lost_for(gone, alive) < 6.0
+    assert f.notes.lost_for(gone, alive) < 6.0
     clock.t += 0.1
-    assert f._lost_for(gone, alive) >= 6.0
-    assert f._lost_for(mine(6, holder="pc_b"), frozenset({"pc_c"})) == 0.0  # another generation: counted anew
-    assert f._lost_for(mine(6, holder="pc_b"), frozenset({"pc_b", "pc_c"})) == 0.0 and "study" not in f._dead_since
+    assert f.notes.lost_for(gone, alive) >= 6.0
+    assert f.notes.lost_for(mine(6, holder="pc_b"), frozenset({"pc_c"})) == 0.0  # another generation: counted anew
+    assert f.notes.lost_for(mine(6, holder="pc_b"), frozenset({"pc_b", "pc_c"})) == 0.0 and "study" not in f.notes.dead_since
 
 
 async def test_failover_turned_off_ends_the_confirmation_at_once(tmp_path: Path) -> None:

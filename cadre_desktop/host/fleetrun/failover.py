@@ -45,7 +45,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +59,7 @@ from cadre_desktop.host.fleetrun.moves import Ask, LocalSide, _remove_tree
 from cadre_desktop.host.fleetrun.pushes import Pushes
 from cadre_desktop.host.fleetrun.replicas import Replicas
 from cadre_desktop.host.fleetrun.store import READ_S, FleetStore
+from cadre_desktop.host.fleetrun.taking import TakerNotes
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
 from cadre_desktop.host.fleetstate.leases import extend_node
 from cadre_desktop.host.fleetstate.shared import PREFIX, NodeShared, parse_node
@@ -101,10 +101,8 @@ class Failover:
         self.stopped: dict[str, str] = {}
         #: The replicas of the failover nodes held here, on every paired computer (`pushes.py`).
         self.pushes = Pushes(me=me, computers=computers, local=local, replicas=replicas, ask=ask, held=self._held_here)
-        self._seen_marks: dict[str, tuple[int, float]] = {}
-        #: Per node held elsewhere: (its holder, generation) and since when this computer has seen that holder's lease gone.
-        self._dead_since: dict[str, tuple[tuple[str | None, int], float]] = {}
-        self._monotonic = monotonic
+        #: What this computer has seen of the nodes held elsewhere, for the take-over decision (`taking.py`).
+        self.notes = TakerNotes(monotonic)
         #: etcd's leader kept off the computers holding failover nodes (`leadership.py`).
         self.leadership = LeaderPlacement(
             me=me, client=lambda: store.client, own=lambda: store.member.client(5.0) if store.member else None,
@@ -395,46 +393,38 @@ class Failover:
         me, left = self._me(), self.left_s()
         if left is None or left <= 2 * self.guard_s:
             return  # a node taken now would stop again at once
-        wanted = [s for s in nodes.values() if s.failover and s.holder not in (None, me)
-                  and self.local.record(s.node) is None and s.node not in self._taking and self.replicas.has(s.node)]
-        if not wanted:
+        theirs = [s for s in nodes.values() if s.failover and s.holder not in (None, me)]
+        if not theirs:
             return
-        state = self.store.store()
-        alive = {me} | (await state.leases_alive() & {c.id for c in self._computers()})
+        alive = {me} | (await self.store.store().leases_alive() & {c.id for c in self._computers()})
+        wanted = []
+        for shared in theirs:
+            if shared.holder in alive:
+                self.notes.why.pop(shared.node, None)
+            elif self.local.record(shared.node) is not None or shared.node in self._taking:
+                self.notes.say_why(shared.node, "a copy of it is still here")
+            elif not self.replicas.has(shared.node):
+                self.notes.say_why(shared.node, "no replica of it here")
+            else:
+                wanted.append(shared)
         now = time.time()
         for shared in wanted:
-            mark = shared.mark
-            if mark is not None:
-                seen = self._seen_marks.get(shared.node)
-                if seen is None or seen[0] != mark.generation:
-                    self._seen_marks[shared.node] = seen = (mark.generation, now)
+            mark_seen_at = self.notes.mark_seen_at(shared, now)
             # The first choice: the alive computer of the smallest id but the holder, among those that keep
             # the node's replica (as the store says) when any does.
             keeping = (alive & shared.replicas) - {shared.holder or ""}
             chosen = min(keeping or (alive - {shared.holder or ""}))
-            room = chosen == me or self._lost_for(shared, alive) >= 2 * self.ttl_ms / 1000
+            room = chosen == me or self.notes.lost_for(shared, alive) >= 2 * self.ttl_ms / 1000
             view = FleetView(me=me, members=len(self._computers()) + 1, quorum=True, room=room,
                              holder_lease_alive=shared.holder in alive, own_lease_left_s=left,
-                             mark_seen_at=self._seen_marks[shared.node][1] if mark is not None else None)
+                             mark_seen_at=mark_seen_at)
             rules = TakeoverRules(start_grace_s=self.ttl_ms / 1000)
             verdict = decide_takeover(shared, view, rules, now)
-            if verdict.action is Action.TAKE:
+            if verdict.action is not Action.TAKE:
+                self.notes.say_why(shared.node, verdict.reason if room else f"{self._name_of(chosen)} is the first choice")
+            else:
                 await self._take(shared, verdict.expected, verdict.holder, verdict.reason, verdict.failures,
                                  verdict.last_exit)
-
-    def _lost_for(self, shared: NodeShared, alive: AbstractSet[str]) -> float:
-        """How long this computer has seen the node's holder (at this generation) without a lease: the
-        first choice of taker may hold no replica (it was away when it was sent), so after two lease
-        times any computer with one takes (the transaction admits one). Counted on the monotonic
-        clock, per holder and generation: a wall clock's step, or an earlier failover's count, moves nothing."""
-        if shared.holder in alive:
-            self._dead_since.pop(shared.node, None)
-            return 0.0
-        now, key = self._monotonic(), (shared.holder, shared.generation)
-        seen = self._dead_since.get(shared.node)
-        if seen is None or seen[0] != key:
-            self._dead_since[shared.node] = seen = (key, now)
-        return now - seen[1]
 
     async def _take(self, shared: NodeShared, expected: int, holder: str | None, why: str, failures: int,
                     last_exit: str | None) -> None:
