@@ -11,11 +11,14 @@ failover nodes: a computer whose member leads and which holds some hands the lea
 fewest, then the smallest id). Only ever to one holding strictly fewer, so it never goes back
 and forth; with every computer holding as many, it stays where it is.
 
-Looked at after each failover pass, when what each computer holds has changed or `PLACE_S` has
-passed since the last look, and only by a computer that holds a failover node (the others have
-nothing to hand over): at idle one status call (answered by a member on its own, no Raft round)
-every `PLACE_S` on each such computer; the member list is read again only when the leader is a
-member it does not name.
+A hand-over is itself a leader change (every lease renewed to its whole time, a moment with no
+leader), so it is made only in a calm fleet: every voting member's computer alive (a cluster
+short of a member is left as it is: a hand-over then could leave it with no leader for longer),
+and what each computer holds unchanged for `PLACE_S` (not in the middle of a failover).
+Looked at after each failover pass, at most every `PLACE_S`, and only by a computer that holds a
+failover node (the others have nothing to hand over): at idle one status call (answered by a
+member on its own, no Raft round) every `PLACE_S` on each such computer; the member list is
+read again only when the leader is a member it does not name.
 """
 
 from __future__ import annotations
@@ -50,9 +53,10 @@ def leader_target(me: str, held: Mapping[str, int], alive: AbstractSet[str], vot
     """The member to hand this computer's leadership to, or None to keep it.
 
     `held`: failover nodes per computer; `alive`: computers whose lease is alive; `voters`: each
-    voting member's id by its computer's name (learners cannot lead)."""
+    voting member's id by its computer's name (learners cannot lead). None unless every voter's
+    computer is alive."""
     mine = held.get(me, 0)
-    if mine == 0:
+    if mine == 0 or any(name not in alive for name in voters):
         return None
     fewest = min(((held.get(name, 0), name) for name in voters if name != me and name in alive), default=None)
     if fewest is None or fewest[0] >= mine:
@@ -68,7 +72,9 @@ class LeaderPlacement:
                  every_s: float = PLACE_S, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._me, self._client, self._own, self._alive = me, client, own, alive
         self._every_s, self._monotonic = every_s, monotonic
-        self._looked: tuple[dict[str, int], float] | None = None
+        #: What each computer held at the last look, since when; when the last look asked the store.
+        self._held: tuple[dict[str, int], float] | None = None
+        self._asked_at: float | None = None
         self._members: list[MemberInfo] = []
         #: Handed on (to the member of `moved_to`) by this computer, for the logs and tests.
         self.moves = 0
@@ -78,11 +84,13 @@ class LeaderPlacement:
         """Look (when due) and hand the leadership on if it should go. Bounded; a store that does not
         answer leaves it where it is until the next look."""
         me, now = self._me(), self._monotonic()
-        if held.get(me, 0) == 0:
+        if self._held is None or self._held[0] != held:
+            self._held = (dict(held), now)
+        if held.get(me, 0) == 0 or now - self._held[1] < self._every_s:
+            return  # nothing to hand over, or the holdings are still moving
+        if self._asked_at is not None and now - self._asked_at < self._every_s:
             return
-        if self._looked is not None and self._looked[0] == held and now - self._looked[1] < self._every_s:
-            return
-        self._looked = (dict(held), now)
+        self._asked_at = now
         client = self._client()
         if client is None:
             return
