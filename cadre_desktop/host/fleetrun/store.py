@@ -41,7 +41,7 @@ from cadre_desktop.host.fleet.identity import Identity
 from cadre_desktop.host.fleetstate.client import Endpoint, FleetClient
 from cadre_desktop.host.fleetstate.datadir import DataState, check_data_dir
 from cadre_desktop.host.fleetstate.errors import StoreUnavailable
-from cadre_desktop.host.fleetstate.member import EtcdMember, MemberSpec, Peer, etcd_command, join_cluster, promote_member
+from cadre_desktop.host.fleetstate.member import EtcdMember, MemberSpec, Peer, etcd_command, heartbeat_for, join_cluster, promote_member
 from cadre_desktop.host.fleetstate.shared import PREFIX, NodeShared, SharedState, parse_node
 from cadre_desktop.host.fleetstate.tls import FleetTls, certificate_for
 from cadre_desktop.host.local.system.seam import ProcessOS
@@ -194,7 +194,7 @@ class FleetStore:
         election_ms = election_for(self._settings().fleet_lease_ms)
         return MemberSpec(name=self._self_id(), host=self._advertise(), client_port=client_port,
                           peer_port=peer_port, root=self._root, election_ms=election_ms,
-                          heartbeat_ms=max(100, election_ms // 10))
+                          heartbeat_ms=heartbeat_for(election_ms))
 
     async def _keep_member(self, identity: Identity, computers: list[Computer]) -> None:
         spec = self._spec()

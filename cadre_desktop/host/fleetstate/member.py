@@ -103,10 +103,11 @@ class MemberSpec:
     #: `<home>/etcd`: the data folder (`data/`), the log and the certificates under it.
     root: Path
     cluster_token: str = "cadre-fleet"
-    #: Raft's timings: five times etcd's defaults, for a home network's few members and a
-    #: machine that is mostly idle (bench/README.md, "The fleet's etcd at idle"): a leader lost
-    #: is replaced in about 5-10 s, well inside a 15 s lease, which etcd extends on a new leader.
-    heartbeat_ms: int = 500
+    #: Raft's timings for a home network's few members and a machine that is mostly idle: an
+    #: election timeout five times etcd's default, and the longest heartbeat etcd accepts with it
+    #: (`heartbeat_for`; bench/README.md, "The etcd member at idle, v3"): a leader lost is
+    #: replaced in about 5-10 s, well inside a 15 s lease, which etcd extends on a new leader.
+    heartbeat_ms: int = 1000
     election_ms: int = 5000
 
     @property
@@ -133,6 +134,18 @@ class MemberSpec:
     @property
     def endpoint(self) -> Endpoint:
         return Endpoint(self.host, self.client_port)
+
+
+def heartbeat_for(election_ms: int) -> int:
+    """Raft's heartbeat for an election timeout: a fifth of it, the longest etcd accepts (it
+    refuses an election timeout under five heartbeats), at least 100 ms (etcd's default).
+
+    The heartbeat is most of what a member of an idle fleet costs that can be tuned: each one is
+    a message over TLS from the leader to each follower and its answer (bench/README.md: 3
+    members, 0.8 % of a core at 500 ms, 0.6 % at 1 s). It does not make a lost leader found any
+    sooner: a follower starts an election after its election timeout without one, whatever
+    the heartbeat, and a heartbeat of a fifth of it still lets four in a row go missing first."""
+    return max(100, election_ms // 5)
 
 
 def member_args(spec: MemberSpec, initial: Sequence[Peer], *, existing: bool, tls: bool) -> list[str]:
