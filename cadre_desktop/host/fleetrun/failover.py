@@ -224,7 +224,7 @@ class Failover:
                 nodes[node] = parse_node(node, found)
             except (CadreError, ValueError):
                 unreadable.add(node)
-        self.store.nodes = nodes
+        self.store.read_elsewhere(nodes)
         self.hold.confirm(nodes, lease, since, unreadable)
         return nodes
 

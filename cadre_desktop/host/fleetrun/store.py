@@ -390,6 +390,13 @@ class FleetStore:
                 nodes[node] = parse_node(node, found)
         self.nodes = nodes
 
+    def read_elsewhere(self, nodes: dict[str, NodeShared]) -> None:
+        """Every node's shared state, just read by failover's pass: kept, and the store's own read of
+        them waits its `READ_S` from now (one linearizable read per period, not two: each costs a
+        Raft round at the leader)."""
+        self.nodes = nodes
+        self._read_at = asyncio.get_running_loop().time()
+
     async def refresh(self, node: str) -> NodeShared:
         """One node's shared state read now (bounded), kept for the views."""
         shared = await self.store().read_node(node)
