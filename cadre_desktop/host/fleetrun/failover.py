@@ -22,8 +22,8 @@ be due, and it should not wait for the next pass):
    before the store answers, its last `lease.json`'s terms); else on one already past, and
    the supervisor does not start it at all (`WAIT_LEASE`). Every start path carries it (the
    first pass after a restart, the warm and fork paths, a restart to turn failover on).
-3. **Replicas** (`replicas.py`): each failover node held here is pushed to every paired
-   computer when its bundle changes; dropped there when failover goes off or the node goes.
+3. **Replicas** (`replicas.py`): each failover node held here is pushed (aside: the pass never waits)
+   to every paired computer when its bundle changes; dropped there when failover goes off or it goes.
 4. **Taking over.** For each failover node held elsewhere whose replica is here:
    `decide_takeover` with what this computer sees; on TAKE, the lost holder is asked to stop
    it (bounded, best effort), `SharedState.take` compares what was read, and a won take
@@ -108,6 +108,8 @@ class Failover:
             me=me, client=lambda: store.client, own=lambda: store.member.client(5.0) if store.member else None,
             alive=lambda: store.store().leases_alive())
         self._taking: set[str] = set()
+        self._replicating: asyncio.Task[None] | None = None
+        self._replicate_again = False
         self._task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._leases_task: asyncio.Task[None] | None = None
@@ -209,7 +211,7 @@ class Failover:
             raise
         await self._guard(nodes)
         await self._hold(nodes)
-        await self.pushes.replicate(nodes)
+        self._replicate(nodes)
         await self._take_over(nodes)
         await self.leadership.check(held_counts(nodes.values()))
 
@@ -327,7 +329,7 @@ class Failover:
         await self._bring_under_lease(node_id, on)
         if on:
             self.pushes.again(node_id)
-            self._spawn(self.pushes.replicate(self.store.nodes))
+            self._replicate(self.store.nodes, again=True)
         else:
             self._spawn(self.pushes.drop_everywhere(node_id))
         return {"node": node_id, "failover": on, "generation": shared.generation}
@@ -349,8 +351,21 @@ class Failover:
                     self.stopped[node_id] = LOST_LEASE
                     await self.local.pause(node_id)
 
-    def _spawn(self, work: Awaitable[Any]) -> asyncio.Task[None]:
-        """Run `work` aside (best effort: its failure is logged nowhere); ended at `stop`."""
+    def _replicate(self, nodes: dict[str, NodeShared], *, again: bool = False) -> None:
+        """The replicas pushed aside, one round at a time: a push to a frozen or cut-off computer waits
+        out its bound (10 s), and the pass, which moves deadlines on and takes nodes over, must not
+        wait with it. A round asked for (`again`) while one runs follows it."""
+        if self._replicating is not None and not self._replicating.done():
+            self._replicate_again = self._replicate_again or again
+            return
+        async def rounds() -> None:
+            await self.pushes.replicate(nodes)
+            while self._replicate_again:
+                self._replicate_again = False
+                await self.pushes.replicate(self.store.nodes)
+        self._replicating = self._spawn(rounds())
+
+    def _spawn(self, work: Awaitable[Any]) -> asyncio.Task[None]:  # aside, best effort; ended at `stop`
         async def run() -> None:
             with contextlib.suppress(CadreError, OSError):
                 await work
@@ -477,7 +492,7 @@ class Failover:
                     if view.running and view.ready:
                         await self.store.store().mark_served(node_id, self._me(), generation)
                         self.pushes.again(node_id)  # its replicas now, not at the next look
-                        self._spawn(self.pushes.replicate(self.store.nodes))
+                        self._replicate(self.store.nodes, again=True)
                         return
                 await asyncio.sleep(0.25)
         finally:
