@@ -49,6 +49,8 @@ def main() -> None:
     parser.add_argument("--lease-ms", type=int, default=15000)
     parser.add_argument("--faults", default=",".join(FAULTS))
     parser.add_argument("--name", default="never-twice")
+    parser.add_argument("--settle-s", type=float, default=0.0,
+                        help="how long the fleet runs on, calm, before each fault (default: none)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="the hosts' homes under this folder (kept: their logs), not a temporary one")
     args = parser.parse_args()
@@ -72,7 +74,7 @@ def main() -> None:
                         max_s=args.rounds * (args.lease_ms / 1000 + 120),
                         enter=(lambda: net.enter(None)) if net is not None else None).start()
         try:
-            run_rounds(hosts, node_id, faults, args.lease_ms, ledger, done=rounds)
+            run_rounds(hosts, node_id, faults, args.lease_ms, ledger, done=rounds, settle_s=args.settle_s)
         except AssertionError as exc:
             error = str(exc)
             print(f"stopped: {error}")
@@ -81,7 +83,8 @@ def main() -> None:
     violations = ledger.violations()
     freezes = [r.to_serving_s for r in rounds if r.fault == "freeze" and r.to_serving_s is not None]
     result = {
-        "seed": seed, "lease_ms": args.lease_ms, "rounds_planned": args.rounds, "rounds_done": len(rounds),
+        "seed": seed, "lease_ms": args.lease_ms, "settle_s": args.settle_s, "rounds_planned": args.rounds,
+        "rounds_done": len(rounds),
         "stopped_by": error, "answers": len(ledger.answers), "asked": prober.asked,
         "generations": ledger.generations(), "violations": len(violations),
         "violations_first": [str(v) for v in violations[:10]],

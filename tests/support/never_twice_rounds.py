@@ -79,14 +79,21 @@ def stores_ready(hosts: Sequence[HeadlessHost], number: int, say=print) -> list[
 
 
 def run_rounds(hosts: Sequence[HeadlessHost], node_id: str, faults: Sequence[str], lease_ms: int,
-               ledger: Ledger, say=print, done: list[Round] | None = None) -> list[Round]:
-    """The rounds, into `done` (given: what was done is there when a round raises)."""
+               ledger: Ledger, say=print, done: list[Round] | None = None, settle_s: float = 0.0) -> list[Round]:
+    """The rounds, into `done` (given: what was done is there when a round raises). `settle_s`: how
+    long the fleet runs on, calm, before each fault (a computer sleeps in a settled fleet, seldom
+    seconds after a failover: the replicas pushed, the leader's place looked at)."""
     lease_s = lease_ms / 1000
     done = [] if done is None else done
     for number, fault in enumerate(faults, 1):
         healed = stores_ready(hosts, number, say)
         target = wait_for(lambda: holder(hosts, node_id), timeout=lease_s + 60)
         assert isinstance(target, HeadlessHost), f"round {number}: the node serves nowhere"
+        if settle_s > 0:
+            calm_until = time.monotonic() + settle_s
+            wait_for(lambda: time.monotonic() >= calm_until, timeout=settle_s + 5)  # the prober asks meanwhile
+            target = wait_for(lambda: holder(hosts, node_id), timeout=lease_s + 60)
+            assert isinstance(target, HeadlessHost), f"round {number}: the node serves nowhere"
         assert target.proc is not None
         others = [h for h in hosts if h is not target]
         started = time.monotonic()
