@@ -195,3 +195,45 @@ def test_a_held_node_near_its_deadline_is_stopped_by_its_lease_file_not_paused_a
     asyncio.run(f._hold(nodes))
     kept = read_lease(tmp_path / "held")
     assert "held" not in f.stopped and kept is not None and kept.deadline_ns == keeper.deadline_ns
+
+
+def test_a_node_taken_back_here_is_no_longer_stopped_and_runs_under_the_lease(tmp_path: Path) -> None:
+    """Regression (never-twice bench, settled freezes): a node this computer had lost ("held by charlie
+    now") and then took back stayed in `stopped` until the next pass, so the deadline watch did not move
+    its deadline on and its view said it was stopped while it served."""
+    from cadre_desktop.host.core.records.records import NodeStatus
+    from cadre_desktop.wire.lease import read as read_lease
+
+    record = SimpleNamespace(id="n1", name="Study")
+    replica = SimpleNamespace(record=record, status=NodeStatus.JOINED, secret="s3cret-claim",
+                              files={"identity.json": b'{"peer":"p1"}'})
+    adopted: list[str] = []
+
+    async def read(node_id: str) -> Any:
+        return replica
+
+    async def drop(node_id: str) -> bool:
+        return True
+
+    async def take(node_id: str, me: str, expected: int, **_: Any) -> Any:
+        return SimpleNamespace(won=True, generation=expected + 1)
+
+    async def adopt(rec: Any, secret: str, status: Any) -> None:
+        adopted.append(rec.id)
+
+    f = failover([computer("pc_b"), computer("pc_c")], {}, root=tmp_path)
+    f.replicas = SimpleNamespace(read=read, drop=drop)  # type: ignore[assignment]
+    store: Any = f.store
+    local: Any = f.local
+    store.store, local.adopt = (lambda: SimpleNamespace(take=take)), adopt
+    f.hooks = SimpleNamespace(failed_over=lambda *a: None)  # type: ignore[assignment]
+    keeper = SimpleNamespace(lost=False, lease_id=7, renewed_ns=1, deadline_ns=10**18)
+    f.hold.keeper = keeper  # type: ignore[assignment]
+    f.hold.announced = 7
+    f.stopped["n1"] = "held by PC_C now"
+    shared = NodeShared("n1", holder="pc_x", generation=4, failover=True)
+
+    asyncio.run(f._take(shared, 4, "pc_x", "pc_x's lease expired", 0, None))
+    kept = read_lease(tmp_path / "n1")
+    assert adopted == ["n1"] and "n1" not in f.stopped
+    assert kept is not None and (kept.generation, kept.deadline_ns) == (5, 10**18)

@@ -460,6 +460,7 @@ class Failover:
         log.warning("failover: node %s is taken over from %s at generation %d (%s)", node_id, holder,
                     taken.generation, why)
         self._taking.add(node_id)
+        self.stopped.pop(node_id, None)  # a copy stopped here once (lost, then held elsewhere) runs again
         self.store.nodes[node_id] = NodeShared(node=node_id, holder=me, generation=taken.generation,
                                                mark=shared.mark, served=shared.served, failover=True)
         self.hold.confirm_one(node_id, taken.generation, lease, since)
