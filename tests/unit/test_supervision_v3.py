@@ -221,3 +221,25 @@ def test_decide_starts_no_failover_node_this_computer_holds_under_no_valid_lease
         assert verdict.reason == "waiting for the lease" and verdict.due_in_s == LEASE_LOOK_S
     assert decide(_down_record(), Observation(status=DriverStatus.STOPPED, returncode=6), policy).decision \
         is Decision.START
+
+
+def test_decide_counts_no_attempt_for_a_failover_node_that_served_then_stopped_at_its_lease_deadline():
+    """Regression (issue 36): a failover node whose renewals failed for a while stopped at its deadline
+    (exit 6) and, its lease valid again, was started again counting an attempt: a laptop on a flaky
+    network spent its budget on lease lapses and the host gave up on a node that never crashed."""
+    from cadre_desktop.host.core.driver import DriverStatus
+    from cadre_desktop.host.core.supervision.decide import Decision, Observation, Policy, decide
+    from cadre_desktop.settings import Settings
+
+    policy = Policy(Settings(respawn_max_attempts=3))
+    served = Observation(status=DriverStatus.STOPPED, returncode=6, answered=True, since_attempt_s=0.1)
+    for attempts in (0, 3):  # its budget spent or not, inside its backoff or not: started, uncounted
+        verdict = decide(_down_record(attempts), served, policy)
+        assert verdict.decision is Decision.START and not verdict.counted
+    # Exit 6 before it ever answered (its deadline wrong from the start): a failed start, counted.
+    never = Observation(status=DriverStatus.STOPPED, returncode=6, answered=False)
+    assert decide(_down_record(1), never, policy).counted
+    assert decide(_down_record(3), never, policy).decision is Decision.GIVE_UP
+    # Any other exit after answering is a crash, as always.
+    crash = Observation(status=DriverStatus.STOPPED, returncode=1, answered=True)
+    assert decide(_down_record(3), crash, policy).decision is Decision.GIVE_UP

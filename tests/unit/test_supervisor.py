@@ -390,6 +390,21 @@ async def test_nodes_stopped_on_a_clean_quit_start_again_without_counting_an_att
     await rig.sup.stop()
 
 
+async def test_a_failover_node_that_served_and_stopped_at_its_lease_deadline_starts_again_uncounted(rig):
+    """Exit 6 (its lease deadline passed, node contract) of a child whose start had answered: started
+    again without spending an attempt, even with its budget spent; one that never answered is counted."""
+    rig.node("served", live=True, attempts=3, ago_s=1, answered=True)
+    rig.node("never", live=True, attempts=1, ago_s=600, answered=False)
+    rig.sup.start()
+    for node_id in ("served", "never"):
+        rig.orch.exit(rig.store.get(node_id).handle, code=6)
+    await rig.sup.reconcile()
+    assert len(rig.orch.spawns_of("served")) == 1 and rig.store.get("served").attempts == 3
+    assert rig.store.get("served").status is NodeStatus.JOINED
+    assert len(rig.orch.spawns_of("never")) == 1 and rig.store.get("never").attempts == 2
+    await rig.sup.stop()
+
+
 async def test_remove_of_an_orphans_id_stops_it_and_deletes_its_data(rig):
     """Seed 000: "Run `node remove <id>` to stop it and delete its data" (issue 39, item 18)."""
     rig.node("kept", live=True)

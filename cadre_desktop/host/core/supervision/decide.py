@@ -30,6 +30,9 @@ HOPELESS_EXIT_CODES = {2: "its configuration is wrong", 4: "its work folder is u
 #: How soon a failover node waiting for this computer's lease is looked at again.
 LEASE_LOOK_S = 1.0
 
+#: A failover node's exit when its lease deadline passed (docs/node-contract.md): not a crash.
+LEASE_EXPIRED_EXIT = 6
+
 _HOSTED_HOLDS: Mapping[str, Enum] = MappingProxyType(dict(HOSTED_HOLDS))
 
 
@@ -91,7 +94,7 @@ class Observation:
     status: DriverStatus
     #: The exit code of the record's child, when it ended and the code is known.
     returncode: int | None = None
-    #: The record's current child has answered GET /status.
+    #: The record's current child has answered GET /status (one that ended: its start mark says it had).
     answered: bool = False
     #: It answered once and has been silent longer than the probe allows since.
     unresponsive: bool = False
@@ -244,6 +247,9 @@ def decide(record: Supervised, obs: Observation, policy: Policy, supervised: fro
                                                 computer may hold it; a look is due in LEASE_LOOK_S)
       down, stopped cleanly by the last host -> START, uncounted, whatever budget or backoff said (the
                                                 secret and gate rules below still apply)
+      down, exit 6 after it had answered     -> START, uncounted (it served, then stopped at its lease's
+                                                deadline: the lease is valid again, no crash to count);
+                                                one that never answered is counted, as any failed start
       down, an exit retrying cannot fix      -> GIVE_UP at once, with the node's own words
       down, budget spent                     -> GIVE_UP
       down, inside backoff                   -> WAIT
@@ -354,7 +360,7 @@ def _down(record: Supervised, obs: Observation, policy: Policy) -> Verdict:
                                    refused_hold=state)
     if obs.lease_wait is not None:
         return Verdict(Decision.WAIT_LEASE, counted=False, reason=obs.lease_wait, due_in_s=LEASE_LOOK_S)
-    if obs.stopped_cleanly:
+    if obs.stopped_cleanly or (obs.returncode == LEASE_EXPIRED_EXIT and obs.answered):
         return _start_if_secret(obs, counted=False)
     if obs.returncode in HOPELESS_EXIT_CODES:
         why = HOPELESS_EXIT_CODES[obs.returncode]

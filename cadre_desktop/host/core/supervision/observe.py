@@ -93,11 +93,13 @@ class Observer:
         if self.gate.cached(record.id, secret_kind) is None:
             secret = SecretState.MISSING if self.gate.is_missing(record.id, secret_kind) else SecretState.WAITING
         answered = unresponsive = False
+        mark = record.start
+        spent = bool(handle is not None and mark and mark.answered and mark.attempt == getattr(handle, "attempt", -1))
         if status is DriverStatus.RUNNING and handle is not None:
-            mark = record.start
-            answered = bool(self.probe and self.probe.is_ready(handle.id)) or bool(
-                mark and mark.answered and mark.attempt == getattr(handle, "attempt", -1))
+            answered = bool(self.probe and self.probe.is_ready(handle.id)) or spent
             unresponsive = bool(self.probe and self.probe.unresponsive(handle.id))
+        else:
+            answered = spent  # a child that ended: whether its start had answered
         last_exit = self.exits.words(record.id)
         if last_exit is None and status is not DriverStatus.RUNNING and handle is not None:
             # An exit this process did not see (it died while the host was down): its words
