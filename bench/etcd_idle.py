@@ -50,13 +50,24 @@ def free_block(size: int, low: int = 26000, high: int = 29000) -> int:
     raise SystemExit("no free ports")
 
 
+def etcd_version(command: list[str]) -> str:
+    """`etcd --version`'s first and Go lines, one line (what a result was measured with)."""
+    import subprocess
+    out = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=30).stdout
+    return "; ".join(line.strip() for line in out.splitlines() if line.startswith(("etcd Version", "Go Version")))
+
+
+#: The etcd program (`--etcd`): None, the one a host would run (`member.etcd_command`).
+ETCD: list[str] | None = None
+
+
 def members(root: Path, count: int, heartbeat_ms: int = 100, election_ms: int = 1000, *, tls: bool = True) -> list[EtcdMember]:
     names = [f"computer-{i}" for i in range(count)]
     keys = [ec.generate_private_key(ec.SECP256R1()) for _ in names]
     certs = [certificate_for(k, n) for k, n in zip(keys, names, strict=True)]
     anchors = [anchor_for(k, n) for k, n in zip(keys, names, strict=True)]
     base = free_block(2 * count)
-    system, command = for_this_os(), etcd_command()
+    system, command = for_this_os(), etcd_command(ETCD)
     return [EtcdMember(MemberSpec(name=n, host="127.0.0.1", client_port=base + 2 * i, peer_port=base + 2 * i + 1,
                                   root=root / n / "etcd", heartbeat_ms=heartbeat_ms, election_ms=election_ms),
                        system, command, FleetTls.of(keys[i], certs[i], anchors) if tls else None)
@@ -210,7 +221,11 @@ async def main() -> None:
                              " {tmp} (its probe-key.pem, probe-cert.pem: a client certificate)")
     parser.add_argument("--plain", action="store_true", help="no TLS (to tell TLS's share of the cost)")
     parser.add_argument("--name", default="etcd-idle")
+    parser.add_argument("--etcd", default="", help="another etcd program (as the etcd_command setting names one),"
+                        " e.g. Debian's etcd-server binary")
     args = parser.parse_args()
+    global ETCD
+    ETCD = [args.etcd] if args.etcd else None
     env = dict(kv.split("=", 1) for kv in args.env.split(",") if kv)
     with_extras(args.flags.split(), env)
     load_before = psutil.getloadavg()
@@ -230,6 +245,7 @@ async def main() -> None:
                  "wake-ups/min", "member RSS MB", "member USS MB", "client CPU %", "client RSS MB", "steal %", "load"], rows, digits=3))
     print(f"flags {args.flags!r} env {args.env!r} load {load_before} -> {psutil.getloadavg()}")
     path = write_result(args.name, {"runs": runs, "load_before": load_before, "load_after": psutil.getloadavg(),
+                                      "etcd": etcd_version(etcd_command(ETCD)),
                                       "goal": "<= 0.2 % of a core and <= 40 MB per computer"})
     print(f"wrote {path}")
 
