@@ -248,8 +248,7 @@ def decide(record: Supervised, obs: Observation, policy: Policy, supervised: fro
       down, stopped cleanly by the last host -> START, uncounted, whatever budget or backoff said (the
                                                 secret and gate rules below still apply)
       down, exit 6 after it had answered     -> START, uncounted (it served, then stopped at its lease's
-                                                deadline: the lease is valid again, no crash to count);
-                                                one that never answered is counted, as any failed start
+                                                deadline: no crash); exit 6 unanswered counts, as below
       down, an exit retrying cannot fix      -> GIVE_UP at once, with the node's own words
       down, budget spent                     -> GIVE_UP
       down, inside backoff                   -> WAIT

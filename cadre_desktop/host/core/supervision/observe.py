@@ -92,14 +92,12 @@ class Observer:
         secret_kind = kind.secret_kind(record)
         if self.gate.cached(record.id, secret_kind) is None:
             secret = SecretState.MISSING if self.gate.is_missing(record.id, secret_kind) else SecretState.WAITING
-        answered = unresponsive = False
-        mark = record.start
-        spent = bool(handle is not None and mark and mark.answered and mark.attempt == getattr(handle, "attempt", -1))
+        mark, unresponsive = record.start, False
+        # Its start mark spent by this child: it answered (the only word left of a child that ended).
+        answered = bool(handle is not None and mark and mark.answered and mark.attempt == getattr(handle, "attempt", -1))
         if status is DriverStatus.RUNNING and handle is not None:
-            answered = bool(self.probe and self.probe.is_ready(handle.id)) or spent
+            answered = answered or bool(self.probe and self.probe.is_ready(handle.id))
             unresponsive = bool(self.probe and self.probe.unresponsive(handle.id))
-        else:
-            answered = spent  # a child that ended: whether its start had answered
         last_exit = self.exits.words(record.id)
         if last_exit is None and status is not DriverStatus.RUNNING and handle is not None:
             # An exit this process did not see (it died while the host was down): its words
