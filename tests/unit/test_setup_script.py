@@ -36,7 +36,9 @@ def run_setup(tmp_path: Path, pip_s: str = "0", packages: str = "python3-venv li
               f"ensure_debs {packages}; ensure_venv run; step the app; "
               "echo second run >&2; STEP=0; ensure_debs libgl1; ensure_venv run; step the app")
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
-                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_PIP_S": pip_s, "HOME": str(tmp_path)})
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_PIP_S": pip_s, "HOME": str(tmp_path),
+                               # this machine's own apt locks are not the test's: CI ran an apt-get beside it
+                               "APT_LOCKS": str(tmp_path / "no-such-lock")})
     assert done.returncode == 0, done.stderr
     return done.stderr.splitlines()
 
