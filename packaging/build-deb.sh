@@ -67,6 +67,9 @@ ln -s "/opt/$APP/$APP" "$PKG/usr/bin/$APP"
 find "$PKG" -type d -exec chmod 0755 {} +
 find "$PKG" -type f -exec chmod 0644 {} +
 chmod 0755 "$PKG/opt/$APP/$APP"
+# The fleet's etcd, a program too (host/fleetstate/member.py runs it only where it may be executed).
+ETCD="$PKG/opt/$APP/_internal/etcdbin/etcd"
+if [ -f "$ETCD" ]; then chmod 0755 "$ETCD"; fi
 
 install -m 0644 "$HERE/copyright" "$PKG/usr/share/doc/$APP/copyright"
 install -m 0644 "$HERE/lintian-overrides" "$PKG/usr/share/lintian/overrides/$APP"

@@ -176,8 +176,12 @@ def test_install_puts_the_app_in_opt_with_a_command_menu_entry_icon_and_metainfo
     checked = tool("appstreamcli", "validate", "--no-net", str(metainfo))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"<launchable type=\"desktop-id\">{APP}.desktop</launchable>" in metainfo.read_text()
+    # The fleet's etcd is a program of the package too (0644 like the libraries, it would never run).
+    etcd = OPT / "_internal" / "etcdbin" / "etcd"
+    ran = tool(str(etcd), "--version", timeout=60, env=clean_env(PATH=SYSTEM_PATH))
+    assert ran.returncode == 0 and ran.stdout.startswith("etcd Version: 3."), ran.stdout + ran.stderr
     # Root's, and nobody else may change them.
-    for path in [OPT / APP, entry, metainfo, *(p for p in OPT.glob("_internal/*.so*") if not p.is_symlink())]:
+    for path in [OPT / APP, etcd, entry, metainfo, *(p for p in OPT.glob("_internal/*.so*") if not p.is_symlink())]:
         info = path.lstat()
         assert (info.st_uid, info.st_gid, info.st_mode & 0o022) == (0, 0, 0), path
 

