@@ -12,26 +12,14 @@ state is the package's :class:`StorageError`.
 
 from __future__ import annotations
 
-import enum
-
 from cadre_desktop.errors import CadreError, InputError, MachineError, StorageError
+from cadre_desktop.wire.exits import ExitCode
 from cadre_desktop.wire.refusal import RequestRefused
 
-#: StorageError is the package's one and RequestRefused the wire's (a failed write of the state); named here for the node's modules.
+#: StorageError (a failed write of the state) is the package's one, ExitCode and RequestRefused the wire's;
+#: named here for the node's modules.
 __all__ = ["BindError", "ConfigError", "CorruptFileError", "ExitCode", "NodeDirError", "RequestRefused",
            "StorageError", "exit_code_of"]
-
-
-class ExitCode(enum.IntEnum):
-    """How the node process ended. Documented in docs/node-contract.md."""
-
-    OK = 0
-    INTERNAL = 1  # a bug: an unexpected exception escaped
-    CONFIG = 2  # a missing or bad environment variable
-    BIND = 3  # the API or P2P port could not be bound
-    NODE_DIR = 4  # the work folder cannot be created, written or locked
-    CORRUPT_FILE = 5  # the identity or state file is unreadable; left untouched
-    LEASE_EXPIRED = 6  # started with a lease deadline (a fleet's failover node) that passed
 
 
 class ConfigError(InputError):

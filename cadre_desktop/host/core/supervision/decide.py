@@ -21,17 +21,16 @@ from cadre_desktop.host.core.driver import DriverStatus
 from cadre_desktop.host.core.records.lifecycle import HOSTED_HOLDS, Supervised
 from cadre_desktop.host.core.records.records import HELD, SUPERVISED, Hold, NodeRecord, NodeStatus, StartMark
 from cadre_desktop.settings import Settings
+from cadre_desktop.wire.exits import ExitCode
 
 #: Node exit codes that mean "respawning will not help" (docs/node-contract.md):
 #: bad configuration, an unusable work folder, a corrupt identity or state file.
-HOPELESS_EXIT_CODES = {2: "its configuration is wrong", 4: "its work folder is unusable",
-                       5: "its identity or state file is corrupt"}
+HOPELESS_EXIT_CODES: dict[int, str] = {ExitCode.CONFIG: "its configuration is wrong",
+                                       ExitCode.NODE_DIR: "its work folder is unusable",
+                                       ExitCode.CORRUPT_FILE: "its identity or state file is corrupt"}
 
 #: How soon a failover node waiting for this computer's lease is looked at again.
 LEASE_LOOK_S = 1.0
-
-#: A failover node's exit when its lease deadline passed (docs/node-contract.md): not a crash.
-LEASE_EXPIRED_EXIT = 6
 
 _HOSTED_HOLDS: Mapping[str, Enum] = MappingProxyType(dict(HOSTED_HOLDS))
 
@@ -359,7 +358,7 @@ def _down(record: Supervised, obs: Observation, policy: Policy) -> Verdict:
                                    refused_hold=state)
     if obs.lease_wait is not None:
         return Verdict(Decision.WAIT_LEASE, counted=False, reason=obs.lease_wait, due_in_s=LEASE_LOOK_S)
-    if obs.stopped_cleanly or (obs.returncode == LEASE_EXPIRED_EXIT and obs.answered):
+    if obs.stopped_cleanly or (obs.returncode == ExitCode.LEASE_EXPIRED and obs.answered):
         return _start_if_secret(obs, counted=False)
     if obs.returncode in HOPELESS_EXIT_CODES:
         why = HOPELESS_EXIT_CODES[obs.returncode]
