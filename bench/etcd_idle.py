@@ -57,17 +57,15 @@ def etcd_version(command: list[str]) -> str:
     return "; ".join(line.strip() for line in out.splitlines() if line.startswith(("etcd Version", "Go Version")))
 
 
-#: The etcd program (`--etcd`): None, the one a host would run (`member.etcd_command`).
-ETCD: list[str] | None = None
-
-
-def members(root: Path, count: int, heartbeat_ms: int = 100, election_ms: int = 1000, *, tls: bool = True) -> list[EtcdMember]:
+def members(root: Path, count: int, heartbeat_ms: int = 100, election_ms: int = 1000, *, tls: bool = True,
+            etcd: list[str] | None = None) -> list[EtcdMember]:
+    """`count` members on 127.0.0.1; `etcd`: the program (`--etcd`), None: the one a host would run."""
     names = [f"computer-{i}" for i in range(count)]
     keys = [ec.generate_private_key(ec.SECP256R1()) for _ in names]
     certs = [certificate_for(k, n) for k, n in zip(keys, names, strict=True)]
     anchors = [anchor_for(k, n) for k, n in zip(keys, names, strict=True)]
     base = free_block(2 * count)
-    system, command = for_this_os(), etcd_command(ETCD)
+    system, command = for_this_os(), etcd_command(etcd)
     return [EtcdMember(MemberSpec(name=n, host="127.0.0.1", client_port=base + 2 * i, peer_port=base + 2 * i + 1,
                                   root=root / n / "etcd", heartbeat_ms=heartbeat_ms, election_ms=election_ms),
                        system, command, FleetTls.of(keys[i], certs[i], anchors) if tls else None)
@@ -133,9 +131,10 @@ async def leader_index(cluster: list[EtcdMember]) -> int | None:
 
 
 async def one_size(count: int, seconds: float, lease_ms: int, heartbeat_ms: int = 100, election_ms: int = 1000,
-                   *, reads_s: float = 0.0, keepalive: bool = True, probe: str = "", tls: bool = True) -> dict:
+                   *, reads_s: float = 0.0, keepalive: bool = True, probe: str = "", tls: bool = True,
+                   etcd: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        cluster = members(Path(tmp), count, heartbeat_ms, election_ms, tls=tls)
+        cluster = members(Path(tmp), count, heartbeat_ms, election_ms, tls=tls, etcd=etcd)
         initial = [Peer(m.spec.name, m.spec.peer_url(tls)) for m in cluster]
         for m in cluster:
             await m.start(initial)
@@ -224,14 +223,13 @@ async def main() -> None:
     parser.add_argument("--etcd", default="", help="another etcd program (as the etcd_command setting names one),"
                         " e.g. Debian's etcd-server binary")
     args = parser.parse_args()
-    global ETCD
-    ETCD = [args.etcd] if args.etcd else None
+    etcd = [args.etcd] if args.etcd else None
     env = dict(kv.split("=", 1) for kv in args.env.split(",") if kv)
     with_extras(args.flags.split(), env)
     load_before = psutil.getloadavg()
     timings = [tuple(int(x) for x in pair.split("/")) for pair in args.timings.split(",")]
     runs = [await one_size(int(n), args.seconds, args.lease_ms, hb, el, reads_s=args.reads_s,
-                           keepalive=not args.no_keepalive, probe=args.probe, tls=not args.plain)
+                           keepalive=not args.no_keepalive, probe=args.probe, tls=not args.plain, etcd=etcd)
             for hb, el in timings for n in args.members.split(",") for _ in range(args.repeat)]
     for r in runs:
         r["flags"], r["env"], r["reads_s"], r["keepalive"], r["tls"] = (
@@ -245,7 +243,7 @@ async def main() -> None:
                  "wake-ups/min", "member RSS MB", "member USS MB", "client CPU %", "client RSS MB", "steal %", "load"], rows, digits=3))
     print(f"flags {args.flags!r} env {args.env!r} load {load_before} -> {psutil.getloadavg()}")
     path = write_result(args.name, {"runs": runs, "load_before": load_before, "load_after": psutil.getloadavg(),
-                                      "etcd": etcd_version(etcd_command(ETCD)),
+                                      "etcd": etcd_version(etcd_command(etcd)),
                                       "goal": "<= 0.2 % of a core and <= 40 MB per computer"})
     print(f"wrote {path}")
 
