@@ -327,6 +327,44 @@ def check_fleet(paths: Paths, settings: Settings, fleet: Callable[[], dict] | No
     return results
 
 
+ETCD_VERSION_TIMEOUT_S = 10.0
+
+
+def check_etcd(settings: Settings, run: Callable[[list[str]], subprocess.CompletedProcess[str]] | None = None) -> CheckResult:
+    """The etcd program this computer's member would run (moves and failover need one); asked
+    for its version, bounded. Informs only: a fleet is optional."""
+    from cadre_desktop.host.fleetstate.errors import EtcdNotFound
+    from cadre_desktop.host.fleetstate.member import etcd_command
+    from cadre_desktop.text import one_line
+
+    name = "etcd"
+    if settings.fleet_etcd_endpoints:
+        where = ", ".join(one_line(e, 80) for e in settings.fleet_etcd_endpoints[:3])
+        return CheckResult(name, Outcome.INFO, f"the fleet uses an existing cluster ({where}): no member runs here", False)
+    try:
+        command = etcd_command(settings.etcd_command)
+    except EtcdNotFound as exc:
+        return CheckResult(name, Outcome.WARN, f"{exc}; without one a fleet has no moves and no failover", False)
+    shown = one_line(command[0], 200)
+    try:
+        done = (run or _run_version)([*command, "--version"])
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = "it did not answer --version in time" if isinstance(exc, subprocess.TimeoutExpired) else \
+            one_line(exc.strerror or str(exc), 120)
+        return CheckResult(name, Outcome.WARN, f"{shown} cannot be run: {why}. Check 'etcd_command' in settings.json.", False)
+    version = next((line.split(":", 1)[1].strip() for line in done.stdout.splitlines()
+                    if line.startswith("etcd Version:")), "")
+    if done.returncode != 0 or not version:
+        return CheckResult(name, Outcome.WARN, f"{shown} is not an etcd that answers --version (exit {done.returncode})."
+                           " Check 'etcd_command' in settings.json.", False)
+    return ok(name, f"etcd {one_line(version, 40)} at {shown}", False)
+
+
+def _run_version(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=ETCD_VERSION_TIMEOUT_S, errors="replace")
+
+
 def has_display(env: Mapping[str, str] | None = None, platform: str = sys.platform) -> bool:
     env = os.environ if env is None else env
     return platform in ("win32", "darwin") or bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
@@ -425,6 +463,7 @@ def main(paths: Paths, out=None) -> int:
         lambda: check_host(paths),
         lambda: check_lend_api(paths, settings),
         lambda: check_fleet(paths, settings),
+        lambda: check_etcd(settings),
         check_desktop,
     ]
     for check in checks:

