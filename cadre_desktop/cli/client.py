@@ -7,11 +7,13 @@ are never followed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -20,6 +22,7 @@ from cadre_desktop.errors import ApiError, MachineError
 from cadre_desktop.files.readfile import read_bytes
 
 if TYPE_CHECKING:
+    import socket
     import urllib.error
     import urllib.request
 
@@ -28,6 +31,8 @@ READ_TIMEOUT_S = 10.0
 ACTION_TIMEOUT_S = 90.0
 #: The server sends a heartbeat every 15 s; three missed ones mean it is gone.
 STREAM_TIMEOUT_S = 45.0
+#: How long one try of a connect to the host waits before a new socket tries (`connect_quickly`).
+CONNECT_TRY_S = 0.25
 #: How many more times a GET or HEAD is sent when the host closed the connection unanswered.
 RESENDS_IDEMPOTENT = 2
 #: A connection that ended before any byte of an answer (http.client's RemoteDisconnected is a
@@ -84,17 +89,56 @@ def read_control(path: Path) -> ControlInfo:
     return info
 
 
+def connect_quickly(address: tuple[str, int], timeout: float, *,
+                    connect: Callable[[tuple[str, int], float], socket.socket] | None = None,
+                    clock: Callable[[], float] = time.monotonic) -> socket.socket:
+    """A TCP connection to `address` within `timeout`, each try given `CONNECT_TRY_S` before a new
+    socket tries again. Under a flood of connections the host's queue of connections not yet
+    accepted is full and the kernel drops a new one's SYN; the connect's own resends come 1, 3 and
+    7 s later, so on a busy machine one unlucky connect spent the CLI's 10 s (tests/reliability/
+    test_flood.py). A fresh try every quarter second takes the queue's next free place."""
+    import socket
+
+    dial = connect or socket.create_connection
+    deadline = clock() + timeout
+    while True:
+        left = deadline - clock()
+        if left <= 0:
+            raise TimeoutError(f"no connection to {address[0]}:{address[1]} within {timeout:g} s")
+        try:
+            return dial(address, min(CONNECT_TRY_S, left))
+        except TimeoutError:
+            continue
+
+
 @functools.cache
 def _opener() -> urllib.request.OpenerDirector:
-    """No proxies, no redirects. Built on first use: ``urllib.request`` brings ``http.client``,
-    ``email`` and ``ssl`` (OpenSSL), which the tray app, importing the CLI to start, never uses."""
+    """No proxies, no redirects, connections made by `connect_quickly`. Built on first use:
+    ``urllib.request`` brings ``http.client``, ``email`` and ``ssl`` (OpenSSL), which the tray
+    app, importing the CLI to start, never uses."""
+    import http.client
+    import socket
     import urllib.request
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args, **kwargs):
             return None
 
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect())
+    class QuickConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            if not isinstance(self.timeout, (int, float)):  # no timeout given: http.client's own
+                super().connect()
+                return
+            self.sock = connect_quickly((self.host, self.port), float(self.timeout))
+            self.sock.settimeout(self.timeout)  # the request's, not the try's
+            with contextlib.suppress(OSError):
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    class QuickHandler(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(QuickConnection, req)
+
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect(), QuickHandler())
 
 
 def _api_error(exc: urllib.error.HTTPError) -> ApiError:
