@@ -20,6 +20,7 @@ from cadre_desktop.host.core.vault.keyring_gate import RETRY_FIRST_S, RETRY_MAX_
 from cadre_desktop.host.core.vault.secrets import SERVICE, SecretKind
 from cadre_desktop.host.local.orchestrator import Orchestrator
 from cadre_desktop.settings import Settings
+from tests.support.clock import settle
 from tests.support.fake_driver import FakeOrchestrator
 from tests.support.keyrings import HangingKeyring, LockedKeyring
 from tests.support.polling import async_wait_until
@@ -68,8 +69,13 @@ async def test_waiting_nodes_start_the_moment_the_keyring_answers(tmp_path):
     rig.node(cached=False)
     rig.sup.start()
     await async_wait_until(lambda: rig.sup.waiting_for_keyring("n1"), what="waiting for the keyring")
+    # The gate's refused read returns from its thread in its own time: the retry's sleep is on the
+    # clock only once it has (a CI run beside another suite moved the clock first, and the retry,
+    # due 5 s after the advance, never came).
+    await async_wait_until(lambda: rig.gate.condition is not None, what="the gate heard the keyring refuse")
+    await settle()  # its fetcher goes on to the retry's sleep
     rig.keyring.locked = False  # the same items, unlocked
-    await rig.clock.run_for(5)  # the gate's first retry
+    await rig.clock.run_for(RETRY_FIRST_S)  # the gate's first retry
     await async_wait_until(lambda: rig.orch.spawns_of("n1"), what="started once the keyring answered")
     assert rig.present_rec().attempts == 1 and not rig.sup.waiting_for_keyring("n1")
     await rig.close()
