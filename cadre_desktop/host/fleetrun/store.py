@@ -184,8 +184,8 @@ class FleetStore:
         identity = await self._identity()
         if configured:
             await self._use_client(parse_endpoints(configured), None)
-        elif not await self._keep_member(identity, computers):
-            return  # the pinned computers changed as the member started: the next pass acts on it
+        else:
+            await self._keep_member(identity, computers)
         await self._read_nodes()
         self._say("ready", None)
 
@@ -196,13 +196,7 @@ class FleetStore:
                           peer_port=peer_port, root=self._root, election_ms=election_ms,
                           heartbeat_ms=heartbeat_for(election_ms))
 
-    def _trust_now(self) -> tuple[str, ...]:
-        """The pinned computers' certificates, which the member trusts (a change restarts it)."""
-        return tuple(sorted(c.cert for c in self._computers()))
-
-    async def _keep_member(self, identity: Identity, computers: list[Computer]) -> bool:
-        """The member running, trusting `computers`, and this computer's client on the cluster;
-        False when the pinned computers changed while the member started (its wait ended early)."""
+    async def _keep_member(self, identity: Identity, computers: list[Computer]) -> None:
         spec = self._spec()
         trust = tuple(sorted(c.cert for c in computers))
         if self.member is not None and (trust != self._trust or not self.member.running):
@@ -231,7 +225,7 @@ class FleetStore:
                 # The join waits on the others (seconds); a computer introduced meanwhile is trusted
                 # from the start, or this member would refuse that computer's member until a restart.
                 computers = list(self._computers())
-                trust = self._trust_now()
+                trust = tuple(sorted(c.cert for c in computers))
             tls = self._tls = await asyncio.to_thread(fleet_tls, identity, spec.host, [c.cert for c in computers])
             member = EtcdMember(spec, self._system(), etcd_command(self._settings().etcd_command), tls)
             if initial is None:  # a member on its data (etcd ignores the cluster flags), or a new cluster
@@ -240,17 +234,12 @@ class FleetStore:
                 await member.start(initial, joining=True)
             self.member, self._trust, self._fresh_join = member, trust, initial is not None
             self._voting = False
-            # An unpairing as the member restarts (its peers no longer trust it, so it never answers)
-            # ends the wait at once, not after READY_S: the next pass sees this computer alone.
-            if not await member.wait_ready(unless=lambda: self._trust_now() != trust):
-                log.info("fleet store: the pinned computers changed while the etcd member started")
-                return False
+            await member.wait_ready()
             self._fresh_join = False
         assert self._tls is not None
         await self._ensure_voting(spec, computers)
         await self._use_client([spec.endpoint, *(peer_endpoint(c) for c in computers)], self._tls)
         await self._drop_departed({c.id for c in computers})
-        return True
 
     async def _ensure_voting(self, spec: MemberSpec, computers: list[Computer]) -> None:
         """A member that joined as a learner (or restarted as one) is promoted through the others

@@ -305,9 +305,8 @@ class EtcdMember:
         log.info("etcd member %s started (pid %s, client port %s, peer port %s, %s)", self.spec.name, popen.pid,
                  self.spec.client_port, self.spec.peer_port, state.value)
 
-    async def wait_ready(self, within_s: float = READY_S, *, unless: Callable[[], bool] | None = None) -> bool:
-        """Until the member answers on its client port (True); the reason it ended, if it ends first;
-        False as soon as `unless()` is true (the caller no longer waits for it)."""
+    async def wait_ready(self, within_s: float = READY_S) -> None:
+        """Until the member answers on its client port; the reason it ended, if it ends first."""
         if self._exited is None:
             raise EtcdMemberFailed(f"the etcd member {self.spec.name} was not started")
         client = self.client(timeout_s=1.0)
@@ -317,11 +316,9 @@ class EtcdMember:
             while loop.time() < until:
                 if self._exited.done():
                     self._failed(self._exited.result())
-                if unless is not None and unless():
-                    return False
                 try:
                     await client.leader()
-                    return True
+                    return
                 except StoreUnavailable:
                     await asyncio.sleep(0.1)
         finally:
