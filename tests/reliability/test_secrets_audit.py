@@ -62,6 +62,17 @@ def scan_home(home: Path, vault: Vault, control_token_name: str | None) -> list[
     return problems
 
 
+def child_leaks(vault: Vault, node_id: str, child: psutil.Process) -> list[str]:
+    """A node process's command line and environment: any secret but its own is a leak."""
+    problems = [f"{name} in node {node_id}'s command line" for name in vault.leaks_in("\0".join(child.cmdline()).encode())]
+    env = child.environ()
+    own = {n for n, v in vault.found.items()
+           if v in (env.get("CADRE_CLAIM_SECRET"), env.get("CADRE_INVITATION"), env.get("CADRE_SEED_TOKEN"))}
+    own |= {n + " (its inner secret)" for n in own}
+    return problems + [f"{name} in node {node_id}'s environment (not its own secret)"
+                       for name in vault.leaks_in(Path(f"/proc/{child.pid}/environ").read_bytes(), own)]
+
+
 def scan_processes(host, vault: Vault) -> list[str]:
     problems = []
     ps = subprocess.run(["ps", "-eww", "-o", "pid=,args="], capture_output=True, timeout=10).stdout
@@ -72,14 +83,10 @@ def scan_processes(host, vault: Vault) -> list[str]:
     problems += [f"{name} in the host's environment" for name in vault.leaks_in(environ)]
     for node_id, procs in node_processes(host.home).items():
         for child in procs:
-            problems += [f"{name} in node {node_id}'s command line"
-                         for name in vault.leaks_in("\0".join(child.cmdline()).encode())]
-            env = child.environ()
-            own = {n for n, v in vault.found.items()
-                   if v in (env.get("CADRE_CLAIM_SECRET"), env.get("CADRE_INVITATION"), env.get("CADRE_SEED_TOKEN"))}
-            own |= {n + " (its inner secret)" for n in own}
-            problems += [f"{name} in node {node_id}'s environment (not its own secret)"
-                         for name in vault.leaks_in(Path(f"/proc/{child.pid}/environ").read_bytes(), own)]
+            try:
+                problems += child_leaks(vault, node_id, child)
+            except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+                continue  # it ended between the listing and the look (a failed join, a parked child taken)
     for proc in psutil.process_iter():
         try:
             environ = Path(f"/proc/{proc.pid}/environ").read_bytes()
