@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from cadre_desktop import BUILD_FILE, __version__, build_commit
+from cadre_desktop.host.fleetstate.member import BUNDLED_DIR
 from tests.support.bundle import APP, BundledHost, clean_env, loopback_settings
 from tests.support.polling import wait_until
 
@@ -38,6 +39,11 @@ MAX_BUNDLE_MB = 195
 def run(exe: Path, *args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([str(exe), *args], env=clean_env(**(env or {})), capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=timeout)
+
+
+def bundled_etcd(bundle: Path) -> Path:
+    """Where the spec puts the fleet's etcd in the bundle (member.py's BUNDLED_DIR under _internal)."""
+    return bundle.parent.resolve() / "_internal" / BUNDLED_DIR / "etcd"
 
 
 def folder_mb(folder: Path) -> float:
@@ -90,7 +96,7 @@ def test_doctor_finds_the_secret_service_and_starts_the_bundled_node(bundle, sec
     lines = done.stdout.splitlines()
     assert any(re.match(r"ok\s+keyring: .*SecretService", line) for line in lines), done.stdout
     assert any(re.match(rf"ok\s+node program: .*version {re.escape(__version__)}", line) for line in lines)
-    etcd = bundle.parent.resolve() / "_internal" / "etcdbin" / "etcd"  # the one the bundle carries, found and run
+    etcd = bundled_etcd(bundle)  # the one the bundle carries, found and run
     assert any(re.fullmatch(rf"ok\s+etcd: etcd 3\.5\.\d+ at {re.escape(str(etcd))}", line) for line in lines), done.stdout
 
 
@@ -121,8 +127,9 @@ def test_headless_host_from_the_bundle_adds_a_node_that_is_unclaimed_and_ready(b
 
 
 def members_of(host: BundledHost) -> list[psutil.Process]:
-    """The etcd processes running on `host`'s home (its data folder is on their command line)."""
-    return [p for p in psutil.process_iter(["exe", "cmdline"])
+    """The etcd processes running on `host`'s home (its data folder is on their command line), with
+    `info` read as they were listed (a member ending meanwhile raises nothing)."""
+    return [p for p in psutil.process_iter(["exe", "cmdline", "status"])
             if p.info["exe"] and Path(p.info["exe"]).name == "etcd" and str(host.home) in " ".join(p.info["cmdline"] or ())]
 
 
@@ -149,11 +156,10 @@ def test_two_bundled_hosts_pair_and_run_the_fleet_s_etcd_the_bundle_carries(bund
             doc = wait_until(functools.partial(store_ready, host), timeout=120, interval=0.5,
                              what=f"the fleet's store ready on {host.home.name}")
             assert sorted(c["name"] for c in doc["computers"]) == ["desk", "nas"]
-            assert [Path(p.info["exe"]) for p in members_of(host)] == [
-                bundle.parent.resolve() / "_internal" / "etcdbin" / "etcd"]
+            assert [Path(p.info["exe"]) for p in members_of(host)] == [bundled_etcd(bundle)]
         for host in hosts:
             assert host.stop() == 0, host.stderr()
-            assert not [p for p in members_of(host) if p.status() != psutil.STATUS_ZOMBIE]  # stopped with its host
+            assert not [p for p in members_of(host) if p.info["status"] != psutil.STATUS_ZOMBIE]  # stopped with its host
     finally:
         for host in hosts:
             host.kill()
